@@ -1,0 +1,28 @@
+/* fb_json.h: a targeted scanner for one OpenAI-style streaming chunk.
+ *
+ * Not a JSON parser: it walks the object once, tracking strings (with escapes) and nesting,
+ * checks that the text is one well-formed JSON value, and picks out the few facts the
+ * client needs per chunk. Keys are matched only outside strings, so text inside "content"
+ * can never be mistaken for a key. */
+#ifndef FB_JSON_H
+#define FB_JSON_H
+#include <stddef.h>
+#include <stdint.h>
+#include "fb_errors.h"
+
+typedef struct {
+    int64_t completion_tokens; /* "completion_tokens" number inside "usage", -1 if absent or null */
+    int64_t prompt_tokens;     /* "prompt_tokens" number inside "usage", -1 if absent or null */
+    int64_t sent_ns;           /* top-level "fb_sent_ns" (synthetic server's send stamp), -1 if absent */
+    int has_content;           /* a non-empty string value under key "content" or "text" */
+    int has_reasoning;         /* a non-empty string value under key "reasoning" or "reasoning_content" */
+    int has_error;             /* a top-level "error" key whose value is not null */
+    int has_finish;            /* a "finish_reason" key whose value is not null */
+    int has_usage;             /* a "usage" key whose value is an object */
+    int n_choices;             /* elements in the top-level "choices" array, -1 if absent */
+} fb_chunk_info_t;
+
+/* Scan data[0..len). Fills *out (always initialised) and returns 0, or -FB_ERR_JSON when the
+ * text is not exactly one well-formed JSON object (surrounding whitespace allowed). */
+int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out);
+#endif
