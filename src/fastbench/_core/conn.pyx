@@ -1,0 +1,517 @@
+# cython: language_level=3
+# StreamConnection and RunState: the per-read, per-event and per-request paths. Included by
+# engine.pyx. Rule zero: per token nothing enters Python; per request one Future resolves.
+
+# Column indices of the request table; must match fastbench.records.COLUMNS (a test checks).
+COLUMN_ORDER = (
+    "index", "scheduled_ns", "sent_ns", "first_byte_ns", "first_token_ns", "first_answer_ns",
+    "end_ns", "prompt_tokens", "output_tokens", "chunks", "events", "max_chunk_tokens", "error",
+    "http_status", "usage_source", "connect_ns",
+)
+DEF C_INDEX = 0
+DEF C_SCHEDULED = 1
+DEF C_SENT = 2
+DEF C_FIRST_BYTE = 3
+DEF C_FIRST_TOKEN = 4
+DEF C_FIRST_ANSWER = 5
+DEF C_END = 6
+DEF C_PROMPT_TOKENS = 7
+DEF C_OUTPUT_TOKENS = 8
+DEF C_CHUNKS = 9
+DEF C_EVENTS = 10
+DEF C_MAX_CHUNK_TOKENS = 11
+DEF C_ERROR = 12
+DEF C_HTTP_STATUS = 13
+DEF C_USAGE_SOURCE = 14
+DEF C_CONNECT = 15
+
+# ErrorClass and UsageSource values (fastbench.records).
+DEF E_OK = 0
+DEF E_CONNECT = 1
+DEF E_HTTP_STATUS = 2
+DEF E_TIMEOUT = 3
+DEF E_PROTOCOL = 4
+DEF E_SERVER_ERROR = 5
+DEF E_CANCELLED = 6
+DEF E_CONTEXT_LENGTH = 7
+DEF U_NONE = 0
+DEF U_PER_CHUNK = 1
+DEF U_FINAL = 2
+
+DEF READ_BUFFER_BYTES = 262144
+DEF ERRTEXT_BYTES = 2048
+DEF FIRST_EVENT_BUFFER = 4096
+DEF FIRST_EVENT_SLOTS = 512
+
+
+cdef int _on_body(void *ctx, const char *data, size_t length) noexcept nogil:
+    """fb_http body callback: event-stream bytes go to the SSE scanner; anything else is kept
+    (its first 2 KiB) for the error message."""
+    cdef fb_conn_t *c = <fb_conn_t *>ctx
+    cdef int rc
+    if c.http.status < 200 or c.http.status >= 300 or not c.http.event_stream:
+        _keep_text(c, data, length)
+        return 0
+    rc = fb_sse_feed(&c.sse, data, length, _on_event, _grow_event_buffer, ctx)
+    if rc == -FB_ERR_SSE_TOO_BIG:
+        _fail(c, E_PROTOCOL, "an SSE event exceeded the event size limit")
+        return 1
+    return 1 if rc < 0 else 0
+
+
+cdef int _grow_event_buffer(void *ctx, fb_sse_t *st, size_t needed) noexcept nogil:
+    cdef fb_conn_t *c = <fb_conn_t *>ctx
+    cdef size_t cap = st.cap * 2
+    cdef char *p
+    if needed > c.max_event_bytes:
+        return 1
+    while cap < needed:
+        cap *= 2
+    if cap > c.max_event_bytes:
+        cap = c.max_event_bytes
+    p = <char *>realloc(st.buf, cap)
+    if p == NULL:
+        return 1
+    st.buf = p
+    st.cap = cap
+    return 0
+
+
+cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
+    """One SSE data event. Stamps it with its read's time, before and apart from any parsing
+    of what it means; then takes the few facts the metrics need from the JSON in one pass."""
+    cdef fb_conn_t *c = <fb_conn_t *>ctx
+    cdef fb_req_t *r = &c.req
+    cdef fb_chunk_info_t info
+    cdef int64_t tokens = -1
+    cdef bint output
+    r.events += 1
+    if length == 6 and memcmp(data, b"[DONE]", 6) == 0:
+        r.done_seen = 1
+        return 0
+    if fb_json_scan_chunk(data, length, &info) != 0:
+        _keep_text(c, data, length)
+        _fail(c, E_PROTOCOL, "an SSE data event is not a JSON object")
+        return 1
+    if info.has_error:
+        _keep_text(c, data, length)
+        _fail(c, E_SERVER_ERROR, "the server sent an error event mid-stream")
+        return 1
+    if info.has_finish:
+        r.finish_seen = 1
+    if info.prompt_tokens >= 0:
+        r.prompt_tokens = info.prompt_tokens
+    if info.completion_tokens >= 0:
+        r.usage_seen = 1
+        if info.completion_tokens < r.completion_tokens:
+            r.usage_decreased = 1
+        else:
+            tokens = info.completion_tokens - r.completion_tokens
+        r.completion_tokens = info.completion_tokens
+    output = info.has_content or info.has_reasoning or tokens > 0
+    if not output:
+        return 0
+    if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:
+        _fail(c, E_PROTOCOL, "out of memory for per-chunk timestamps")
+        return 1
+    r.ev_ts[r.n_ev] = c.read_ts
+    r.ev_tokens[r.n_ev] = tokens if info.completion_tokens >= 0 else -1
+    r.ev_sent[r.n_ev] = info.sent_ns
+    r.n_ev += 1
+    if info.completion_tokens >= 0:
+        r.usage_chunks += 1
+    if r.first_token_ns == 0:
+        r.first_token_ns = c.read_ts
+    if info.has_content and r.first_answer_ns == 0:
+        r.first_answer_ns = c.read_ts
+    c.read_output_events += 1
+    if c.read_output_events == 2:
+        c.multi_event_reads += 1
+    c.output_events += 1
+    return 0
+
+
+cdef int _grow_event_slots(fb_req_t *r) noexcept nogil:
+    cdef size_t cap = r.cap_ev * 2 if r.cap_ev else FIRST_EVENT_SLOTS
+    cdef int64_t *ts = <int64_t *>realloc(r.ev_ts, cap * sizeof(int64_t))
+    if ts == NULL:
+        return -1
+    r.ev_ts = ts
+    cdef int64_t *sent = <int64_t *>realloc(r.ev_sent, cap * sizeof(int64_t))
+    if sent == NULL:
+        return -1
+    r.ev_sent = sent
+    cdef int32_t *tok = <int32_t *>realloc(r.ev_tokens, cap * sizeof(int32_t))
+    if tok == NULL:
+        return -1
+    r.ev_tokens = tok
+    r.cap_ev = cap
+    return 0
+
+
+cdef inline void _keep_text(fb_conn_t *c, const char *data, size_t length) noexcept nogil:
+    cdef size_t room = ERRTEXT_BYTES - c.errtext_len
+    if length > room:
+        length = room
+    memcpy(c.errtext + c.errtext_len, data, length)
+    c.errtext_len += length
+
+
+cdef inline void _fail(fb_conn_t *c, int error, const char *why) noexcept nogil:
+    if c.req.error == E_OK:
+        c.req.error = error
+        c.req.why = why
+
+
+cdef class RunState:
+    """Shared by all connections of one run: the request table, chunk histograms, counters."""
+
+    def __cinit__(self, object rows, Recorder itl_chunk, Recorder itl_token, Recorder skew,
+                  size_t max_event_bytes=16 * 1024 * 1024):
+        self.rows = rows
+        self.itl_chunk = itl_chunk
+        self.itl_token = itl_token
+        self.skew = skew
+        self.error_messages = {}
+        self.read_buffer = <char *>malloc(READ_BUFFER_BYTES)
+        if self.read_buffer == NULL:
+            raise MemoryError()
+        self.max_event_bytes = max_event_bytes
+        self.kernel_timestamps = True
+
+    def __dealloc__(self):
+        free(self.read_buffer)
+
+    @property
+    def counters(self):
+        """Run-wide counters, as a dict (read at the end and by the progress display)."""
+        return {
+            "reads": self.reads,
+            "kernel_stamped_reads": self.kernel_reads,
+            "multi_event_reads": self.multi_event_reads,
+            "output_events": self.output_events,
+            "connections_opened": self.connections_opened,
+            "completed": self.completed,
+            "failed": self.failed,
+            "output_tokens": self.output_tokens,
+        }
+
+
+cdef class StreamConnection:
+    """One keep-alive HTTP/1.1 connection carrying one streamed request at a time.
+
+    Reads are driven by ``loop.add_reader`` and done with ``recvmsg`` in C, so each read
+    comes with the kernel's receive timestamp where the socket gives one; every event parsed
+    from that read carries that stamp.
+    """
+
+    def __cinit__(self, RunState run, object loop, object sock, object ssl_object=None,
+                  object ssl_in=None, object ssl_out=None):
+        self.run = run
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.ssl_object = ssl_object
+        self.ssl_in = ssl_in
+        self.ssl_out = ssl_out
+        self._py_why = None
+        self.kernel_timestamps = run.kernel_timestamps and fb_net_setup(self.fd) == 1
+        self.c.max_event_bytes = run.max_event_bytes
+        self.c.sse.buf = <char *>malloc(FIRST_EVENT_BUFFER)
+        if self.c.sse.buf == NULL:
+            raise MemoryError()
+        self.c.sse.cap = FIRST_EVENT_BUFFER
+        self.busy = False
+        self.closed = False
+        self.requests_served = 0
+        run.connections_opened += 1
+        loop.add_reader(self.fd, self._on_readable)
+
+    def __dealloc__(self):
+        free(self.c.sse.buf)
+        free(self.c.req.ev_ts)
+        free(self.c.req.ev_sent)
+        free(self.c.req.ev_tokens)
+
+    @property
+    def is_usable(self):
+        return not self.closed and not self.busy
+
+    @property
+    def uses_kernel_timestamps(self):
+        return self.kernel_timestamps
+
+    def start(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns=0):
+        """Send one request and return a Future that resolves to its ErrorClass value."""
+        cdef fb_req_t *r = &self.c.req
+        if self.busy or self.closed:
+            raise RuntimeError("connection is busy or closed")
+        self.busy = True
+        self.fut = self.loop.create_future()
+        fb_http_init(&self.c.http)
+        fb_sse_init(&self.c.sse, self.c.sse.buf, self.c.sse.cap)
+        r.row = row
+        r.scheduled_ns = scheduled_ns
+        r.connect_ns = connect_ns
+        r.first_byte_ns = r.first_token_ns = r.first_answer_ns = r.end_ns = 0
+        r.prompt_tokens = -1
+        r.completion_tokens = 0
+        r.events = r.n_ev = r.usage_chunks = 0
+        r.usage_seen = r.usage_decreased = r.done_seen = r.finish_seen = 0
+        r.error = E_OK
+        r.why = NULL
+        self.c.errtext_len = 0
+        self.c.read_output_events = 0
+        self.c.read_ts = 0
+        r.sent_ns = fb_now_ns()
+        self._send(request)
+        return self.fut
+
+    cdef _send(self, bytes request):
+        cdef Py_ssize_t n
+        cdef const char *p
+        if self.ssl_object is not None:
+            self.ssl_object.write(request)
+            request = self.ssl_out.read()
+        p = request
+        n = fb_net_send(self.fd, p, len(request))
+        if n == len(request):
+            return
+        if n >= 0 or n == -EAGAIN:
+            # The socket buffer is full: let the loop finish the write.
+            self.loop.create_task(self._send_rest(request[max(n, 0):]))
+            return
+        self._fail_now(E_CONNECT, "send failed: %s" % os.strerror(-n))
+
+    async def _send_rest(self, bytes rest):
+        try:
+            await self.loop.sock_sendall(self.sock, rest)
+        except OSError as exc:
+            if self.busy:
+                self._fail_now(E_CONNECT, "send failed: %s" % exc)
+
+    def abort(self, int error, str why=""):
+        """End the request in flight now (timeout, time cap) and close the connection."""
+        if self.busy:
+            self.c.read_ts = fb_now_ns()
+            _fail(&self.c, error, NULL)
+            self._py_why = why
+            self._finish()
+        self.close()
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.sock.close()
+
+    cdef _fail_now(self, int error, str why):
+        self.c.read_ts = fb_now_ns()
+        _fail(&self.c, error, NULL)
+        self._py_why = why
+        self._finish()
+        self.close()
+
+    def _on_readable(self):
+        cdef int64_t kernel_rt_ns, ts
+        cdef Py_ssize_t n
+        cdef char *buf = self.run.read_buffer
+        while not self.closed:
+            n = fb_net_recv(self.fd, buf, READ_BUFFER_BYTES, &kernel_rt_ns)
+            if n > 0:
+                if kernel_rt_ns:
+                    ts = kernel_rt_ns - fb_realtime_offset_ns()
+                    self.run.kernel_reads += 1
+                else:
+                    ts = fb_now_ns()
+                self.run.reads += 1
+                if not self.busy:
+                    # Bytes nobody asked for: the connection is out of step; drop it.
+                    self.close()
+                    return
+                if self.ssl_object is not None:
+                    self._feed_tls(buf, n, ts)
+                else:
+                    self._feed(buf, n, ts)
+                if n < READ_BUFFER_BYTES:
+                    return
+            elif n == 0:
+                self._on_eof()
+                return
+            elif n == -EAGAIN:
+                return
+            else:
+                if self.busy:
+                    self._fail_now(E_PROTOCOL if self.c.req.first_byte_ns else E_CONNECT,
+                                   "connection error: %s" % os.strerror(-n))
+                self.close()
+                return
+
+    cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
+        cdef bytes plain
+        self.ssl_in.write(buf[:n])
+        while self.busy:
+            try:
+                plain = self.ssl_object.read(READ_BUFFER_BYTES)
+            except ssl.SSLWantReadError:
+                return
+            except ssl.SSLError as exc:
+                self._fail_now(E_PROTOCOL, "TLS error: %s" % exc)
+                return
+            if not plain:
+                self._on_eof()
+                return
+            self._feed(plain, len(plain), ts)
+
+    cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts):
+        cdef Py_ssize_t used
+        cdef fb_req_t *r = &self.c.req
+        self.c.read_ts = ts
+        self.c.read_output_events = 0
+        if r.first_byte_ns == 0:
+            r.first_byte_ns = ts
+        used = fb_http_feed(&self.c.http, buf, n, _on_body, &self.c)
+        self.run.multi_event_reads += self.c.multi_event_reads
+        self.run.output_events += self.c.output_events
+        self.c.multi_event_reads = 0
+        self.c.output_events = 0
+        if used < 0:
+            if used != -FB_ERR_CALLBACK:
+                _fail(&self.c, E_PROTOCOL, _http_error_text(-used))
+            self._finish()
+            self.close()
+            return
+        if self.c.http.state == FB_HTTP_S_DONE:
+            self._finish()
+            if used < n or not self.c.http.keep_alive:
+                self.close()
+
+    cdef _on_eof(self):
+        if self.busy:
+            if fb_http_feed_eof(&self.c.http) == 0:
+                self.c.read_ts = fb_now_ns()
+                self._finish()
+            else:
+                self._fail_now(
+                    E_PROTOCOL if self.c.req.first_byte_ns else E_CONNECT,
+                    "the server closed the connection mid-response"
+                    if self.c.req.first_byte_ns else "the server closed the connection before responding")
+        self.close()
+
+    cdef _finish(self):
+        """Classify, write the request's row, record its chunk figures, resolve its Future."""
+        cdef fb_req_t *r = &self.c.req
+        cdef int status = self.c.http.status
+        cdef int usage
+        cdef int64_t row = r.row
+        if r.error == E_OK:
+            if status < 200 or status >= 300:
+                r.error = E_HTTP_STATUS
+                if status == 400 and b"context length" in self._errtext():
+                    r.error = E_CONTEXT_LENGTH
+            elif not self.c.http.event_stream:
+                r.error = E_PROTOCOL
+                r.why = "the response is not an event stream (is \"stream\" honoured?)"
+            elif not r.done_seen and not r.finish_seen:
+                r.error = E_PROTOCOL
+                r.why = "the stream ended without [DONE] or a finish_reason"
+        r.end_ns = self.c.read_ts if self.c.read_ts else fb_now_ns()
+        if r.usage_seen and not r.usage_decreased and r.usage_chunks == r.n_ev:
+            usage = U_PER_CHUNK
+        elif r.usage_seen and not r.usage_decreased:
+            usage = U_FINAL
+        else:
+            usage = U_NONE
+        if row >= 0:
+            self._write_row(row, status, usage)
+            if r.error == E_OK:
+                self._record_chunks(usage)
+                self.run.completed += 1
+            elif r.error != E_CANCELLED:
+                self.run.failed += 1
+                self.run.error_messages[row] = self._error_message(status)
+        self.busy = False
+        self.requests_served += 1
+        fut = self.fut
+        self.fut = None
+        if fut is not None and not fut.done():
+            fut.set_result(r.error)
+
+    cdef bytes _errtext(self):
+        return self.c.errtext[:self.c.errtext_len]
+
+    cdef str _error_message(self, int status):
+        cdef fb_req_t *r = &self.c.req
+        text = self._errtext().decode("utf-8", "replace").strip()
+        if len(text) > 300:
+            text = text[:300] + "..."
+        if self._py_why:
+            why = self._py_why
+            self._py_why = None
+        elif r.why != NULL:
+            why = (<bytes>r.why).decode()
+        elif r.error in (E_HTTP_STATUS, E_CONTEXT_LENGTH):
+            why = "HTTP %d" % status
+        else:
+            why = ""
+        return "%s: %s" % (why, text) if text else why
+
+    cdef void _write_row(self, int64_t row, int status, int usage) noexcept:
+        cdef fb_req_t *r = &self.c.req
+        cdef int64_t[:, ::1] rows = self.run.rows
+        cdef int64_t output_tokens, max_tokens = 0
+        cdef size_t i
+        if usage == U_NONE:
+            output_tokens = r.n_ev
+        else:
+            output_tokens = r.completion_tokens
+        for i in range(r.n_ev):
+            if r.ev_tokens[i] > max_tokens:
+                max_tokens = r.ev_tokens[i]
+        if usage != U_PER_CHUNK and r.n_ev:
+            max_tokens = 1
+        rows[row, C_INDEX] = row
+        rows[row, C_SCHEDULED] = r.scheduled_ns
+        rows[row, C_SENT] = r.sent_ns
+        rows[row, C_FIRST_BYTE] = r.first_byte_ns
+        rows[row, C_FIRST_TOKEN] = r.first_token_ns
+        rows[row, C_FIRST_ANSWER] = r.first_answer_ns
+        rows[row, C_END] = r.end_ns
+        rows[row, C_PROMPT_TOKENS] = r.prompt_tokens
+        rows[row, C_OUTPUT_TOKENS] = output_tokens
+        rows[row, C_CHUNKS] = r.n_ev
+        rows[row, C_EVENTS] = r.events
+        rows[row, C_MAX_CHUNK_TOKENS] = max_tokens
+        rows[row, C_ERROR] = r.error
+        rows[row, C_HTTP_STATUS] = status
+        rows[row, C_USAGE_SOURCE] = usage
+        rows[row, C_CONNECT] = r.connect_ns
+        self.run.output_tokens += output_tokens
+
+    cdef void _record_chunks(self, int usage) noexcept:
+        """Chunk gaps, per-token gaps and skew of a completed request into the run's histograms."""
+        cdef fb_req_t *r = &self.c.req
+        cdef size_t i
+        cdef int64_t gap, k
+        for i in range(r.n_ev):
+            if r.ev_sent[i] > 0:
+                self.run.skew.record(r.ev_ts[i] - r.ev_sent[i], 1)
+            if i == 0:
+                continue
+            gap = r.ev_ts[i] - r.ev_ts[i - 1]
+            self.run.itl_chunk.record(gap, 1)
+            # Without per-chunk usage a chunk is taken as one token (stated in the result).
+            k = r.ev_tokens[i] if usage == U_PER_CHUNK and r.ev_tokens[i] > 0 else 1
+            self.run.itl_token.record(gap // k, k)
+
+
+cdef const char *_http_error_text(Py_ssize_t code) noexcept:
+    if code == FB_ERR_HTTP_STATUS_LINE:
+        return "malformed HTTP status line"
+    if code == FB_ERR_HTTP_HEADER:
+        return "malformed HTTP header"
+    if code == FB_ERR_HTTP_LINE_TOO_LONG:
+        return "HTTP header line too long"
+    if code == FB_ERR_HTTP_CHUNK:
+        return "malformed chunked encoding"
+    return "malformed HTTP response"

@@ -1,0 +1,87 @@
+# cython: language_level=3
+# Every C declaration from csrc/ lives here; the .pyx files use these names only.
+from libc.stdint cimport int64_t, uint64_t
+
+
+cdef extern from "fb_debug.h":
+    const int FB_DEBUG
+    const char *FB_BUILD_FLAVOUR
+
+
+cdef extern from "fb_clock.h" nogil:
+    int64_t fb_now_ns()
+    int64_t fb_realtime_offset_ns()
+
+
+cdef extern from "fb_errors.h":
+    enum:
+        FB_OK
+        FB_ERR_HTTP_STATUS_LINE
+        FB_ERR_HTTP_HEADER
+        FB_ERR_HTTP_LINE_TOO_LONG
+        FB_ERR_HTTP_CHUNK
+        FB_ERR_HTTP_EOF
+        FB_ERR_SSE_TOO_BIG
+        FB_ERR_JSON
+        FB_ERR_CALLBACK
+
+
+cdef extern from "fb_http.h" nogil:
+    enum:
+        FB_HTTP_S_DONE
+    ctypedef int (*fb_http_body_cb)(void *ctx, const char *data, size_t len) noexcept nogil
+    ctypedef struct fb_http_t:
+        int state
+        int status
+        int chunked
+        int keep_alive
+        int event_stream
+        int64_t content_length
+        uint64_t body_bytes
+    void fb_http_init(fb_http_t *h)
+    Py_ssize_t fb_http_feed(fb_http_t *h, const char *buf, size_t len, fb_http_body_cb cb, void *ctx)
+    int fb_http_feed_eof(fb_http_t *h)
+
+
+cdef extern from "fb_sse.h" nogil:
+    ctypedef struct fb_sse_t:
+        char *buf
+        size_t cap
+        size_t len
+        uint64_t events
+    ctypedef int (*fb_sse_event_cb)(void *ctx, const char *data, size_t len) noexcept nogil
+    ctypedef int (*fb_sse_grow_cb)(void *ctx, fb_sse_t *st, size_t needed) noexcept nogil
+    void fb_sse_init(fb_sse_t *st, char *buf, size_t cap)
+    int fb_sse_feed(fb_sse_t *st, const char *data, size_t len,
+                    fb_sse_event_cb on_event, fb_sse_grow_cb grow, void *ctx)
+
+
+cdef extern from "fb_json.h" nogil:
+    ctypedef struct fb_chunk_info_t:
+        int64_t completion_tokens
+        int64_t prompt_tokens
+        int64_t sent_ns
+        int has_content
+        int has_reasoning
+        int has_error
+        int has_finish
+        int has_usage
+        int n_choices
+    int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out)
+
+
+cdef extern from "fb_hdr.h" nogil:
+    ctypedef struct fb_hdr_layout_t:
+        int unit_magnitude
+        int sub_bucket_half_count_magnitude
+        int64_t sub_bucket_half_count
+        int64_t sub_bucket_mask
+        int64_t counts_len
+        int64_t highest_value
+    int64_t fb_hdr_index(const fb_hdr_layout_t *l, int64_t value)
+
+
+cdef extern from "fb_net.h" nogil:
+    int fb_net_setup(int fd)
+    Py_ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel_rt_ns)
+    Py_ssize_t fb_net_send(int fd, const char *buf, size_t len)

@@ -1,0 +1,98 @@
+# cython: language_level=3
+from libc.stdint cimport int64_t, int32_t, uint64_t
+from .csrc cimport *
+
+
+cdef class Recorder:
+    cdef object histogram             # the hdrh.HdrHistogram the counts are synced into
+    cdef fb_hdr_layout_t layout        # its bucket layout, copied at init
+    cdef int64_t *counts               # owned; counts_len entries
+    cdef int64_t total                 # values recorded (with their counts)
+    cdef int64_t clamped               # values above highest_value, recorded as it
+    cdef int64_t negative              # negative values, recorded as 0
+    cdef inline void record(self, int64_t value, int64_t count) noexcept nogil
+
+
+ctypedef struct fb_req_t:
+    int64_t row                  # row in the run's table; -1 for a warm-up (not recorded)
+    int64_t scheduled_ns         # when the request was due
+    int64_t sent_ns              # when its bytes went to the kernel
+    int64_t connect_ns           # time spent connecting for it (0 on a reused connection)
+    int64_t first_byte_ns        # stamp of the first read of the response
+    int64_t first_token_ns       # stamp of the first output event (reasoning or answer)
+    int64_t first_answer_ns      # stamp of the first answer-text event
+    int64_t end_ns               # stamp of the read that ended it (or the abort time)
+    int64_t prompt_tokens        # from usage; -1 until seen
+    int64_t completion_tokens    # latest cumulative usage.completion_tokens
+    int64_t events               # SSE data events, all kinds
+    int usage_seen               # some chunk carried usage
+    int usage_decreased          # usage went backwards: counts are not to be trusted per chunk
+    int usage_chunks             # output chunks that carried usage
+    int done_seen                # "data: [DONE]" arrived
+    int finish_seen              # a non-null finish_reason arrived
+    int error                    # ErrorClass value
+    const char *why              # static text explaining error, or NULL
+    size_t n_ev                  # output events recorded in the arrays below
+    size_t cap_ev                # their capacity (owned, reused across requests)
+    int64_t *ev_ts               # receive stamp of each output event
+    int64_t *ev_sent             # server send stamp of each output event (synthetic server), or -1
+    int32_t *ev_tokens           # tokens each output event carried per usage, or -1 if unknown
+
+
+ctypedef struct fb_conn_t:
+    fb_http_t http               # response framing state
+    fb_sse_t sse                 # event scanner state (its buf is owned by the connection)
+    fb_req_t req                 # the request in flight
+    int64_t read_ts              # stamp of the read being processed
+    int read_output_events       # output events found in the read being processed
+    int64_t multi_event_reads    # reads with more than one output event, since last flushed to the run
+    int64_t output_events        # output events, since last flushed to the run
+    size_t max_event_bytes       # largest SSE event accepted
+    size_t errtext_len           # bytes in errtext
+    char errtext[2048]           # start of a non-stream body or of an error event, for the message
+
+
+cdef class RunState:
+    cdef int64_t[:, ::1] rows          # the request table (fastbench.records.COLUMNS)
+    cdef public Recorder itl_chunk     # gaps between output chunks
+    cdef public Recorder itl_token     # gaps per token
+    cdef public Recorder skew          # receive stamp minus server send stamp
+    cdef public dict error_messages    # row -> message, failed requests only
+    cdef char *read_buffer             # one buffer for every read: reads are handled one at a time
+    cdef size_t max_event_bytes        # largest SSE event accepted
+    cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
+    cdef public int64_t reads          # reads that returned bytes
+    cdef public int64_t kernel_reads   # of them, with a kernel stamp
+    cdef public int64_t multi_event_reads  # reads that carried more than one output event
+    cdef public int64_t output_events  # output events
+    cdef public int64_t connections_opened
+    cdef public int64_t completed      # requests recorded as OK
+    cdef public int64_t failed         # requests recorded as failed (not cancelled)
+    cdef public int64_t output_tokens  # output tokens of recorded requests
+
+
+cdef class StreamConnection:
+    cdef RunState run
+    cdef object loop
+    cdef object sock                   # the socket object (kept so it is closed once)
+    cdef int fd
+    cdef object ssl_object             # ssl.SSLObject over memory BIOs, or None
+    cdef object ssl_in                 # its incoming MemoryBIO
+    cdef object ssl_out                # its outgoing MemoryBIO
+    cdef bint kernel_timestamps        # the socket accepted SO_TIMESTAMPNS
+    cdef fb_conn_t c                   # all C state
+    cdef object fut                    # Future of the request in flight
+    cdef object _py_why                # message for an error raised from Python (abort, send)
+    cdef public bint busy              # a request is in flight
+    cdef public bint closed
+    cdef public int requests_served
+    cdef _send(self, bytes request)
+    cdef _fail_now(self, int error, str why)
+    cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts)
+    cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts)
+    cdef _on_eof(self)
+    cdef _finish(self)
+    cdef bytes _errtext(self)
+    cdef str _error_message(self, int status)
+    cdef void _write_row(self, int64_t row, int status, int usage) noexcept
+    cdef void _record_chunks(self, int usage) noexcept

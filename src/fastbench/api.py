@@ -1,0 +1,171 @@
+"""The Python API: ``run(config) -> Result`` and ``arun(config)`` for an existing event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import socket
+import sys
+from typing import Any, Callable, Optional
+
+import aiohttp
+import orjson
+
+from . import metrics, report, workload
+from ._version import __version__
+from .config import BenchConfig
+from .exceptions import ConfigError, ServerError
+from .loadgen import LoadGenerator, LoadPlan, Target
+from .metrics import Result
+
+__all__ = ("run", "arun")
+
+
+def validate(config: BenchConfig) -> None:
+    """Reject options that cannot work, with a one-line message saying what to fix."""
+    if config.concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+    if config.request_rate is not None and not config.request_rate > 0:
+        raise ConfigError(f"--request-rate must be a positive number of requests/s, got {config.request_rate}")
+    if not config.burstiness > 0:
+        raise ConfigError(f"--burstiness must be > 0, got {config.burstiness}")
+    if config.num_prompts < 1:
+        raise ConfigError(f"--num-prompts must be at least 1, got {config.num_prompts}")
+    if config.num_warmups < 0:
+        raise ConfigError(f"--num-warmups must be >= 0, got {config.num_warmups}")
+    if config.max_seconds is not None and not config.max_seconds > 0:
+        raise ConfigError(f"--max-seconds must be > 0, got {config.max_seconds}")
+    if config.request_timeout_s is not None and not config.request_timeout_s > 0:
+        raise ConfigError(f"--request-timeout must be > 0, got {config.request_timeout_s}")
+    if config.max_error_rate is not None and not 0 <= config.max_error_rate <= 1:
+        raise ConfigError(f"--max-error-rate must be between 0 and 1, got {config.max_error_rate}")
+    for key in config.goodput:
+        if key not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
+    if config.base_url is not None:
+        Target.parse(config.base_url, config.endpoint)
+
+
+def run(config: BenchConfig) -> Result:
+    """Run a benchmark to the end and return its Result (on uvloop when it is installed).
+
+    :param config: the run's options.
+    :raises ConfigError: options that cannot work (before anything is sent).
+    :raises ServerError: the server cannot be reached or does not serve the model.
+    """
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but the API does not need it
+        return asyncio.run(arun(config))
+    return uvloop.run(arun(config))
+
+
+async def arun(
+    config: BenchConfig, *, on_progress: Optional[Callable[[dict[str, Any]], None]] = None
+) -> Result:
+    """Run a benchmark inside the running event loop (any asyncio loop) and return its Result.
+
+    With ``config.base_url`` None, the built-in synthetic server is started in its own
+    process for the run and stopped after it.
+
+    :param on_progress: called about twice a second with counters (completed, in flight, ...).
+    """
+    validate(config)
+    synthetic = None
+    base_url = config.base_url
+    if base_url is None:
+        from .synthetic import SyntheticServer
+
+        synthetic = SyntheticServer(list(config.synthetic_args))
+        await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
+        base_url = synthetic.base_url
+    try:
+        return await _run_against(config, base_url, synthetic, on_progress)
+    finally:
+        if synthetic is not None:
+            synthetic.stop()
+
+
+async def _run_against(
+    config: BenchConfig, base_url: str, synthetic: Any,
+    on_progress: Optional[Callable[[dict[str, Any]], None]],
+) -> Result:
+    target = Target.parse(base_url, config.endpoint)
+    server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
+    async with aiohttp.ClientSession() as session:
+        models, max_model_len = await workload.fetch_model_info(base_url, session, config.api_key)
+        model = config.model or (models[0] if models else None)
+        if model is None:
+            raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
+        if config.model and models and config.model not in models:
+            raise ConfigError(f"--model {config.model!r} is not served at {base_url} (it serves: "
+                              f"{', '.join(models[:5])})")
+        server_info.update(model=model, max_model_len=max_model_len,
+                           version=await _server_version(session, base_url))
+        tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
+        work = await workload.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize)
+        plan = LoadPlan(
+            bodies=[spec.body for spec in work.requests],
+            warmup_bodies=[spec.body for spec in work.warmups],
+            concurrency=config.concurrency,
+            request_rate=config.request_rate,
+            burstiness=config.burstiness,
+            seed=config.seed,
+            max_seconds=config.max_seconds,
+            request_timeout_s=config.request_timeout_s,
+            max_error_rate=config.max_error_rate,
+            verify_tls=not config.insecure,
+            on_progress=on_progress,
+        )
+        data = await LoadGenerator(target, plan, config.api_key).run()
+        if synthetic is not None:
+            server_info["synthetic_stats"] = synthetic.stats()
+    workload_info = {
+        "dataset": work.dataset,
+        "input_length_source": work.input_length_source,
+        "screened_out": work.screened_out,
+        "screened_reason": work.screened_reason,
+        "max_model_len": work.max_model_len,
+        "notes": work.notes,
+        "prompt_lens": [spec.prompt_len for spec in work.requests],
+        "max_tokens": [spec.max_tokens for spec in work.requests],
+    }
+    result = metrics.summarize(data, config, workload_info=workload_info, server_info=server_info)
+    write_outputs(result, config, data)
+    return result
+
+
+async def _server_version(session: aiohttp.ClientSession, base_url: str) -> Optional[str]:
+    try:
+        async with session.get(base_url.rstrip("/") + "/version",
+                               timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            if resp.status == 200:
+                version = orjson.loads(await resp.read()).get("version")
+                return str(version) if version is not None else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def environment() -> dict[str, Any]:
+    """What the result records about where it ran (nothing secret)."""
+    return {
+        "fastbench": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def write_outputs(result: Result, config: BenchConfig, data: Any) -> None:
+    """Write whichever of --result-json, --result-card and --save-detailed were asked for."""
+    if config.result_json:
+        doc = report.result_to_json_dict(result, config, environment=environment())
+        report.write_json_atomic(config.result_json, doc)
+    if config.result_card:
+        report.write_card_atomic(config.result_card, report.render_card(result, config))
+    if config.save_detailed:
+        report.write_detailed_jsonl(config.save_detailed, data)

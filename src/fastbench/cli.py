@@ -1,0 +1,240 @@
+"""Command line: argparse -> BenchConfig -> api.run. Flag names follow `vllm bench serve`."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+from typing import Any, Optional, Sequence
+
+import orjson
+
+from ._version import __version__
+from .config import BenchConfig
+from .exceptions import FastbenchError
+
+EPILOG = """\
+Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
+chunks) and benchmarks that. Subcommands: `fastbench synthetic-server --help`.
+Exit status: 0 done, 1 the run stopped early or had failures it was told to treat as fatal,
+2 bad input or an unreachable server, 130 interrupted.
+"""
+
+
+def _goodput(values: list[str]) -> dict[str, float]:
+    slos = {}
+    for item in values:
+        key, sep, value = item.partition(":")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if not sep or key not in ("ttft", "tpot", "e2el") or not ms > 0:
+            raise argparse.ArgumentTypeError(
+                f"--goodput takes KEY:MS pairs with KEY in ttft, tpot, e2el and MS > 0, got {item!r}")
+        slos[key] = ms
+    return slos
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--extra-body is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--extra-body must be a JSON object, e.g. '{\"temperature\": 0}'")
+    return value
+
+
+def _rate(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--request-rate must be a number or inf, got {text!r}") from None
+    if math.isinf(value) and value > 0:
+        return None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--request-rate must be > 0 (or inf), got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fastbench",
+        description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
+        "timestamps taken at socket read.",
+        epilog=EPILOG,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"fastbench {__version__}")
+    g = p.add_argument_group("server")
+    g.add_argument("--base-url", help="server root, e.g. http://127.0.0.1:8000; omitted: the built-in "
+                   "synthetic server")
+    g.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
+    g.add_argument("--endpoint", default="/v1/completions",
+                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint")
+    g.add_argument("--api-key", default=None,
+                   help="bearer token (default: $OPENAI_API_KEY); never printed or stored")
+    g.add_argument("--insecure", action="store_true", help="https: skip certificate verification")
+    g = p.add_argument_group("load")
+    g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=_positive_int,
+                   default=16, help="most requests in flight at once (closed loop without --request-rate)")
+    g.add_argument("--request-rate", type=_rate, default=None,
+                   help="open loop: arrivals per second (Poisson; see --burstiness); default inf = closed loop")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of inter-arrival times: 1 is Poisson, <1 burstier, >1 steadier")
+    g.add_argument("--num-prompts", type=_positive_int, default=200, help="measured requests to send")
+    g.add_argument("--max-seconds", type=float, default=None,
+                   help="hard cap on the measured window in seconds; requests in flight then are cancelled")
+    g.add_argument("--num-warmups", type=int, default=0, help="requests sent and discarded before measuring")
+    g.add_argument("--seed", type=int, default=0, help="seed for datasets and arrivals")
+    g.add_argument("--request-timeout", type=float, default=None,
+                   help="seconds a request may take before it is failed as a timeout (default: none)")
+    g.add_argument("--max-error-rate", type=float, default=None,
+                   help="stop early once failed/finished exceeds this fraction (after 20 requests)")
+    g = p.add_argument_group("requests")
+    g.add_argument("--max-tokens", type=_positive_int, default=None,
+                   help="output tokens per request (default: the dataset's output length)")
+    g.add_argument("--ignore-eos", action="store_true", help="ask the server to ignore EOS (vLLM)")
+    g.add_argument("--extra-body", type=_json_object, default={},
+                   help="JSON object merged into every request body, e.g. '{\"temperature\":0}'")
+    g = p.add_argument_group("dataset")
+    g.add_argument("--dataset-name", default="random", choices=("random", "sharegpt", "jsonl"),
+                   help="where prompts come from")
+    g.add_argument("--dataset-path", default=None, help="ShareGPT V3 JSON or JSONL file")
+    g.add_argument("--dataset-order", default="random", choices=("random", "file"),
+                   help="sharegpt: sample as vllm bench serve does, or take in file order")
+    g.add_argument("--random-input-len", type=_positive_int, default=1024, help="random: prompt tokens")
+    g.add_argument("--random-output-len", type=_positive_int, default=128, help="random: output tokens")
+    g.add_argument("--random-range-ratio", type=float, default=0.0,
+                   help="random: lengths drawn uniformly in [len*(1-r), len*(1+r)]")
+    g.add_argument("--tokenizer", default=None,
+                   help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
+    g.add_argument("--max-model-len", type=_positive_int, default=None,
+                   help="context length to screen prompts against (default: what /v1/models reports)")
+    g = p.add_argument_group("results")
+    g.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+                   help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
+    g.add_argument("--result-json", default=None, help="write the result (versioned JSON schema) here")
+    g.add_argument("--result-card", default=None, help="write a Markdown run card here")
+    g.add_argument("--save-detailed", default=None, help="write one JSON line per request here")
+    g.add_argument("--label", default=None, help="a name for this run, kept in the result")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress line on stderr (default: only when stderr is a terminal)")
+    g.add_argument("--synthetic-args", default="",
+                   help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
+    try:
+        goodput = _goodput(ns.goodput)
+    except argparse.ArgumentTypeError as exc:
+        raise FastbenchError(str(exc)) from None
+    return BenchConfig(
+        base_url=ns.base_url,
+        model=ns.model,
+        endpoint=ns.endpoint,
+        api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        insecure=ns.insecure,
+        concurrency=ns.concurrency,
+        request_rate=ns.request_rate,
+        burstiness=ns.burstiness,
+        num_prompts=ns.num_prompts,
+        max_seconds=ns.max_seconds,
+        num_warmups=ns.num_warmups,
+        seed=ns.seed,
+        request_timeout_s=ns.request_timeout,
+        max_error_rate=ns.max_error_rate,
+        max_tokens=ns.max_tokens,
+        ignore_eos=ns.ignore_eos,
+        extra_body=ns.extra_body,
+        dataset_name=ns.dataset_name,
+        dataset_path=ns.dataset_path,
+        dataset_order=ns.dataset_order,
+        random_input_len=ns.random_input_len,
+        random_output_len=ns.random_output_len,
+        random_range_ratio=ns.random_range_ratio,
+        tokenizer=ns.tokenizer,
+        max_model_len=ns.max_model_len,
+        goodput=goodput,
+        result_json=ns.result_json,
+        result_card=ns.result_card,
+        save_detailed=ns.save_detailed,
+        progress=ns.progress,
+        synthetic_args=tuple(shlex.split(ns.synthetic_args)),
+        command_line=("fastbench", *argv),
+        label=ns.label,
+    )
+
+
+class _ProgressLine:
+    """One self-overwriting status line on stderr."""
+
+    def __call__(self, p: dict[str, Any]) -> None:
+        cap = f"/{p['max_seconds']:.0f}" if p["max_seconds"] else ""
+        rate = p["output_tokens"] / p["elapsed_s"] if p["elapsed_s"] > 0 else 0.0
+        sys.stderr.write(
+            f"\r  {p['completed']}/{p['total']} done, {p['failed']} failed, {p['in_flight']} in flight, "
+            f"{rate:,.0f} tok/s, {p['elapsed_s']:.0f}{cap} s   "
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "synthetic-server":
+        from . import synthetic
+
+        return synthetic.main(argv[1:])
+    if argv and argv[0] == "validate":
+        from . import validate
+
+        return validate.main(argv[1:])
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        config = config_from_args(ns, argv)
+        return _run(config)
+    except FastbenchError as exc:
+        print(f"fastbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fastbench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(config: BenchConfig) -> int:
+    from . import api, report
+
+    show = config.progress if config.progress is not None else sys.stderr.isatty()
+    progress = _ProgressLine() if show else None
+    import uvloop
+
+    try:
+        result = uvloop.run(api.arun(config, on_progress=progress))
+    finally:
+        if progress is not None:
+            progress.close()
+    print(report.render_console(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""Drives the native connections: closed-loop concurrency or open-loop arrivals, time cap,
+warm-ups, timeouts. Per request it does a handful of Python steps; per token, nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import socket
+import ssl
+import time
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from . import pacer
+from ._core import Recorder, RunState, StreamConnection, now_ns
+from .exceptions import ConfigError, ServerError
+from .records import COLUMNS, NCOLS, ErrorClass, RunData, TimestampSource
+
+# HDR range for every latency histogram: 1 ns to 1 hour at 3 significant digits.
+HIST_LOWEST_NS = 1
+HIST_HIGHEST_NS = 3_600_000_000_000
+HIST_DIGITS = 3
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where requests go, parsed once from --base-url and --endpoint."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # the endpoint path, including any prefix from the base URL
+
+    @classmethod
+    def parse(cls, base_url: str, endpoint: str) -> "Target":
+        url = urllib.parse.urlsplit(base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ConfigError(f"--base-url must look like http://host:port, got {base_url!r}")
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+        except ValueError:
+            raise ConfigError(f"--base-url has a bad port: {base_url!r}") from None
+        if not endpoint.startswith("/"):
+            raise ConfigError(f"--endpoint must start with '/', got {endpoint!r}")
+        prefix = url.path.rstrip("/")
+        if prefix.endswith("/v1") and endpoint.startswith("/v1/"):
+            prefix = prefix[: -len("/v1")]  # accept --base-url http://h:8000/v1 as OpenAI clients do
+        return cls(url.scheme, url.hostname, port, prefix + endpoint)
+
+    def request_head(self, api_key: Optional[str]) -> bytes:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        lines = [
+            f"POST {self.path} HTTP/1.1",
+            f"Host: {host}:{self.port}",
+            "User-Agent: fastbench",
+            "Content-Type: application/json",
+            "Accept: text/event-stream",
+        ]
+        if api_key:
+            lines.append(f"Authorization: Bearer {api_key}")
+        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+
+
+@dataclasses.dataclass
+class LoadPlan:
+    """What to send and how: built by the caller from a BenchConfig and a Workload."""
+
+    bodies: Sequence[bytes]
+    warmup_bodies: Sequence[bytes]
+    concurrency: int
+    request_rate: Optional[float] = None
+    burstiness: float = 1.0
+    seed: int = 0
+    max_seconds: Optional[float] = None
+    request_timeout_s: Optional[float] = None
+    max_error_rate: Optional[float] = None
+    verify_tls: bool = True
+    kernel_timestamps: bool = True
+    on_progress: Optional[Callable[[dict[str, Any]], None]] = None
+    progress_interval_s: float = 0.5
+
+
+class LoadGenerator:
+    """Runs one LoadPlan against one Target and returns RunData."""
+
+    def __init__(self, target: Target, plan: LoadPlan, api_key: Optional[str] = None) -> None:
+        if plan.concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
+        self.target = target
+        self.plan = plan
+        self._head = target.request_head(api_key)
+        self._idle: list[StreamConnection] = []
+        self._busy: set[StreamConnection] = set()
+        self._addr: Optional[tuple[Any, ...]] = None
+        self._family = socket.AF_INET
+        self._ssl_context: Optional[ssl.SSLContext] = None
+        self._stopping = False
+        self._stop_reason = "completed"
+        self._next = 0
+        self._in_flight = 0
+        self._samples: list[tuple[float, int]] = []
+        n = len(plan.bodies)
+        self.rows = np.zeros((n, NCOLS), dtype=np.int64)
+        self.histograms = {"itl_chunk": new_histogram(), "itl_token": new_histogram(), "skew": new_histogram()}
+        self._recorders = {name: Recorder(h) for name, h in self.histograms.items()}
+        self.state = RunState(
+            self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
+        )
+        self.state.kernel_timestamps = plan.kernel_timestamps
+
+    # -- connections -------------------------------------------------------------------------
+
+    async def _resolve(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(self.target.host, self.target.port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise ServerError(f"cannot resolve {self.target.host}: {exc.strerror or exc}") from None
+        family, _, _, _, addr = infos[0]
+        self._family, self._addr = family, addr
+        if self.target.scheme == "https":
+            ctx = ssl.create_default_context()
+            if not self.plan.verify_tls:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["http/1.1"])
+            self._ssl_context = ctx
+
+    async def _connect(self) -> StreamConnection:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(self._family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, self._addr)
+            if self._ssl_context is None:
+                return StreamConnection(self.state, loop, sock)
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = self._ssl_context.wrap_bio(incoming, outgoing, server_hostname=self.target.host)
+            await _handshake(loop, sock, tls, incoming, outgoing)
+            return StreamConnection(self.state, loop, sock, tls, incoming, outgoing)
+        except BaseException:
+            sock.close()
+            raise
+
+    async def _send_one(self, body: bytes, row: int, scheduled_ns: int) -> int:
+        """Send one request on an idle or new connection; returns its ErrorClass value."""
+        request = self._head + str(len(body)).encode() + b"\r\n\r\n" + body
+        for attempt in (0, 1):
+            reused = bool(self._idle)
+            connect_ns = 0
+            if reused:
+                conn = self._idle.pop()
+            else:
+                t0 = now_ns()
+                try:
+                    conn = await self._connect()
+                except (OSError, ssl.SSLError, ConnectionError) as exc:
+                    self._record_connect_failure(row, scheduled_ns, t0, exc)
+                    return int(ErrorClass.CONNECT)
+                connect_ns = now_ns() - t0
+            if self._stopping and row >= 0:
+                conn.close()
+                return int(ErrorClass.CANCELLED)
+            self._busy.add(conn)
+            self._in_flight += 1
+            timer = None
+            if self.plan.request_timeout_s:
+                timer = asyncio.get_running_loop().call_later(
+                    self.plan.request_timeout_s, conn.abort, int(ErrorClass.TIMEOUT),
+                    f"no complete response within --request-timeout {self.plan.request_timeout_s:g} s",
+                )
+            try:
+                error = await conn.start(request, row, scheduled_ns, connect_ns)
+            finally:
+                self._in_flight -= 1
+                self._busy.discard(conn)
+                if timer is not None:
+                    timer.cancel()
+            # A kept-alive connection the server had already closed fails before any byte of a
+            # response: that is the connection's fault, not the request's, so try once more.
+            if error == ErrorClass.CONNECT and reused and attempt == 0:
+                self._undo_failure(row)
+                continue
+            if conn.is_usable:
+                self._idle.append(conn)
+            return int(error)
+        return int(ErrorClass.CONNECT)
+
+    def _record_connect_failure(self, row: int, scheduled_ns: int, t0: int, exc: BaseException) -> None:
+        if row < 0:
+            return
+        end = now_ns()
+        r = self.rows[row]
+        r[COLUMNS.index("index")] = row
+        r[COLUMNS.index("scheduled_ns")] = scheduled_ns
+        r[COLUMNS.index("sent_ns")] = t0
+        r[COLUMNS.index("end_ns")] = end
+        r[COLUMNS.index("prompt_tokens")] = -1
+        r[COLUMNS.index("error")] = int(ErrorClass.CONNECT)
+        r[COLUMNS.index("connect_ns")] = end - t0
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        self.state.error_messages[row] = f"connect to {self.target.host}:{self.target.port} failed: {reason}"
+        self.state.failed += 1
+
+    def _undo_failure(self, row: int) -> None:
+        if row >= 0:
+            self.rows[row] = 0
+            self.state.error_messages.pop(row, None)
+            self.state.failed -= 1
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    async def _closed_loop_worker(self, bodies: Sequence[bytes], warmup: bool) -> None:
+        while not self._stopping:
+            i = self._next
+            if i >= len(bodies):
+                return
+            self._next += 1
+            await self._send_one(bodies[i], -1 if warmup else i, now_ns())
+            if not warmup:
+                self._check_error_rate()
+
+    async def _run_closed(self, bodies: Sequence[bytes], warmup: bool) -> None:
+        self._next = 0
+        workers = min(self.plan.concurrency, len(bodies))
+        await asyncio.gather(*(self._closed_loop_worker(bodies, warmup) for _ in range(workers)))
+
+    async def _run_open(self, start_ns: int) -> None:
+        plan = self.plan
+        offsets = pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
+        slots = asyncio.Semaphore(plan.concurrency)
+        tasks = set()
+        loop = asyncio.get_running_loop()
+
+        async def one(i: int, due: int) -> None:
+            try:
+                await self._send_one(plan.bodies[i], i, due)
+                self._check_error_rate()
+            finally:
+                slots.release()
+
+        for i, offset in enumerate(offsets.tolist()):
+            due = start_ns + offset
+            wait_ns = due - now_ns()
+            if wait_ns > 0:
+                await asyncio.sleep(wait_ns / 1e9)
+            # Over the concurrency limit the request waits for a slot; its latency still counts
+            # from `due`, so the wait shows in the figures (no coordinated omission).
+            await slots.acquire()
+            if self._stopping:
+                slots.release()
+                break
+            task = loop.create_task(one(i, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    def _check_error_rate(self) -> None:
+        limit = self.plan.max_error_rate
+        if limit is None or self._stopping:
+            return
+        done = self.state.completed + self.state.failed
+        if done >= 20 and self.state.failed / done > limit:
+            self.stop("max error rate")
+
+    def stop(self, reason: str) -> None:
+        """Stop sending; cancel what is in flight (it is counted as cancelled, not failed)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stop_reason = reason
+        for conn in list(self._busy):
+            conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
+
+    async def _sample_progress(self, start_ns: int) -> None:
+        plan = self.plan
+        while True:
+            await asyncio.sleep(plan.progress_interval_s)
+            elapsed = (now_ns() - start_ns) / 1e9
+            self._samples.append((elapsed, self._in_flight))
+            if plan.on_progress is not None:
+                c = self.state.counters
+                plan.on_progress({
+                    "elapsed_s": elapsed,
+                    "max_seconds": plan.max_seconds,
+                    "completed": c["completed"],
+                    "failed": c["failed"],
+                    "total": len(plan.bodies),
+                    "in_flight": self._in_flight,
+                    "output_tokens": c["output_tokens"],
+                })
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def run(self) -> RunData:
+        loop = asyncio.get_running_loop()
+        await self._resolve()
+        plan = self.plan
+        gc_was_enabled = gc.isenabled()
+        # A full collection over a run's objects pauses the loop for tens of ms, longer than a
+        # chunk gap; kernel stamps cannot repair that (DESIGN.md), so no collections in the run.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        try:
+            if plan.warmup_bodies:
+                await self._run_closed(plan.warmup_bodies, warmup=True)
+            start_ns = now_ns()
+            cpu0 = time.process_time_ns()
+            cap_timer = None
+            if plan.max_seconds is not None:
+                cap_timer = loop.call_later(plan.max_seconds, self.stop, "time cap")
+            sampler = loop.create_task(self._sample_progress(start_ns))
+            try:
+                if plan.request_rate is None:
+                    await self._run_closed(plan.bodies, warmup=False)
+                else:
+                    await self._run_open(start_ns)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                self.stop("interrupted")
+                raise
+            finally:
+                sampler.cancel()
+                if cap_timer is not None:
+                    cap_timer.cancel()
+            end_ns = now_ns()
+            cpu_ns = time.process_time_ns() - cpu0
+        finally:
+            for conn in self._idle:
+                conn.close()
+            self._idle.clear()
+            if gc_was_enabled:
+                gc.enable()
+            gc.unfreeze()
+        return self._run_data(start_ns, end_ns, cpu_ns)
+
+    def _run_data(self, start_ns: int, end_ns: int, cpu_ns: int) -> RunData:
+        cap_hit = self._stop_reason == "time cap"
+        if cap_hit and self.plan.max_seconds is not None:
+            end_ns = min(end_ns, start_ns + int(self.plan.max_seconds * 1e9))
+        counters = self.state.counters
+        for name, recorder in self._recorders.items():
+            recorder.sync()
+        reads = counters["reads"]
+        kernel = counters["kernel_stamped_reads"]
+        return RunData(
+            rows=self.rows,
+            error_messages=dict(self.state.error_messages),
+            histograms=self.histograms,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            cap_hit=cap_hit,
+            stopped_reason=self._stop_reason,
+            timestamp_source=TimestampSource.KERNEL if reads and kernel == reads else TimestampSource.USER,
+            reads=reads,
+            multi_event_reads=counters["multi_event_reads"],
+            output_events=counters["output_events"],
+            kernel_stamped_reads=kernel,
+            connections_opened=counters["connections_opened"],
+            concurrency_samples=np.array(self._samples, dtype=np.float64).reshape(-1, 2),
+            mean_in_flight=mean_in_flight(self.rows, start_ns, end_ns),
+            client_cpu_ns=cpu_ns,
+            warmups=len(self.plan.warmup_bodies),
+            extra={
+                "skew_negative": self._recorders["skew"].negative_count,
+                "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
+            },
+        )
+
+
+def mean_in_flight(rows: np.ndarray, start_ns: int, end_ns: int) -> float:
+    """Time-weighted mean number of requests in flight (sent to end) over [start, end]."""
+    if end_ns <= start_ns:
+        return 0.0
+    sent = rows[:, COLUMNS.index("sent_ns")]
+    end = rows[:, COLUMNS.index("end_ns")]
+    started = sent > 0
+    lo = np.maximum(sent[started], start_ns)
+    hi = np.minimum(end[started], end_ns)
+    busy = np.clip(hi - lo, 0, None).sum()
+    return float(busy) / (end_ns - start_ns)
+
+
+async def _handshake(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, tls: ssl.SSLObject,
+    incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO,
+) -> None:
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pending = outgoing.read()
+            if pending:
+                await loop.sock_sendall(sock, pending)
+            data = await loop.sock_recv(sock, 65536)
+            if not data:
+                raise ConnectionError("the server closed the connection during the TLS handshake")
+            incoming.write(data)
+    pending = outgoing.read()
+    if pending:
+        await loop.sock_sendall(sock, pending)
