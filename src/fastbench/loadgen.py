@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import os
 import socket
 import ssl
 import time
@@ -208,7 +209,9 @@ class LoadGenerator:
         r[COLUMNS.index("prompt_tokens")] = -1
         r[COLUMNS.index("error")] = int(ErrorClass.CONNECT)
         r[COLUMNS.index("connect_ns")] = end - t0
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        errno_ = getattr(exc, "errno", None)
+        reason = (os.strerror(errno_) if isinstance(errno_, int) and not isinstance(exc, ssl.SSLError)
+                  else str(exc) or type(exc).__name__)
         self.state.error_messages[row] = f"connect to {self.target.host}:{self.target.port} failed: {reason}"
         self.state.failed += 1
 

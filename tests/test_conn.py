@@ -1,0 +1,334 @@
+"""The native client core against a scripted server: framing, timing, classification, reuse."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import ssl
+from typing import Any
+
+import numpy as np
+import pytest
+import uvloop
+
+from fastbench._core import COLUMN_ORDER, StreamConnection
+from fastbench.loadgen import LoadGenerator, LoadPlan, Target
+from fastbench.records import COL, COLUMNS, ErrorClass, RunData, UsageSource, TimestampSource
+
+from _scripted import (
+    CHUNKED_END, STREAM_HEAD, ScriptedServer, chat_chunk, chunked, completion_chunk, sse, stream_script,
+)
+
+LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def loop_factory(request: pytest.FixtureRequest) -> Any:
+    return LOOPS[request.param]
+
+
+def drive(loop_factory: Any, script: Any, n: int = 1, concurrency: int = 1, close_after_each: bool = False,
+          base_url: str | None = None, api_key: str | None = None, **plan: Any) -> tuple[RunData, ScriptedServer]:
+    async def main() -> tuple[RunData, ScriptedServer]:
+        async with ScriptedServer(script, close_after_each) as server:
+            target = Target.parse(base_url or server.base_url, "/v1/completions")
+            load = LoadPlan(bodies=[b'{"n":%d}' % i for i in range(n)], warmup_bodies=[],
+                            concurrency=concurrency, **plan)
+            data = await LoadGenerator(target, load, api_key).run()
+            return data, server
+
+    loop = loop_factory()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def col(data: RunData, name: str) -> np.ndarray:
+    return data.rows[:, COL[name]]
+
+
+def test_column_order_matches_records() -> None:
+    assert COLUMN_ORDER == COLUMNS
+
+
+def test_usage_per_chunk_timing_and_tokens(loop_factory: Any) -> None:
+    counts = [1, 3, 2, 4, 1]
+    data, server = drive(loop_factory, lambda n, body: stream_script(counts, ttft_s=0.05, gap_s=0.02), n=4,
+                         concurrency=2)
+    assert list(col(data, "error")) == [0, 0, 0, 0]
+    assert list(col(data, "output_tokens")) == [11] * 4
+    assert list(col(data, "prompt_tokens")) == [7] * 4
+    assert list(col(data, "chunks")) == [5] * 4
+    assert list(col(data, "max_chunk_tokens")) == [4] * 4
+    assert list(col(data, "usage_source")) == [UsageSource.PER_CHUNK] * 4
+    assert list(col(data, "http_status")) == [200] * 4
+    ttft_ms = (col(data, "first_token_ns") - col(data, "sent_ns")) / 1e6
+    assert np.all((ttft_ms > 49) & (ttft_ms < 90)), ttft_ms
+    # Two connections for four requests at concurrency 2: kept alive and reused.
+    assert server.connections == 2 and data.connections_opened == 2
+    chunk = data.histograms["itl_chunk"]
+    token = data.histograms["itl_token"]
+    assert chunk.get_total_count() == 4 * 4
+    # Per token, a chunk of k tokens counts k times: the gaps after the first chunk carry 3+2+4+1 tokens.
+    assert token.get_total_count() == 4 * 10
+    assert 19e6 < chunk.get_value_at_percentile(50) < 40e6
+    assert token.get_value_at_percentile(50) < chunk.get_value_at_percentile(50)
+    assert data.timestamp_source in (TimestampSource.KERNEL, TimestampSource.USER)
+
+
+def test_kernel_timestamps_used_on_loopback(loop_factory: Any) -> None:
+    data, _ = drive(loop_factory, lambda n, body: stream_script([1, 1, 1]))
+    assert data.reads > 0
+    assert data.kernel_stamped_reads == data.reads
+    assert data.timestamp_source == TimestampSource.KERNEL
+
+
+def test_user_timestamps_when_kernel_ones_are_off(loop_factory: Any) -> None:
+    data, _ = drive(loop_factory, lambda n, body: stream_script([1, 1, 1]), kernel_timestamps=False)
+    assert data.kernel_stamped_reads == 0
+    assert data.timestamp_source == TimestampSource.USER
+    assert col(data, "error")[0] == 0
+
+
+def test_random_splits_give_the_same_record(loop_factory: Any) -> None:
+    """The same stream cut into random pieces, written with pauses so that reads split it."""
+    whole = b"".join(s for s in stream_script([2, 1, 3]) if isinstance(s, bytes))
+    rng = random.Random(7)
+
+    def script(n: int, body: bytes) -> list[Any]:
+        cuts = sorted(rng.sample(range(1, len(whole)), 12))
+        pieces = [whole[a:b] for a, b in zip([0, *cuts], [*cuts, len(whole)])]
+        steps: list[Any] = []
+        for piece in pieces:
+            steps += [piece, 0.002]
+        return steps
+
+    data, _ = drive(loop_factory, script, n=6)
+    assert list(col(data, "error")) == [0] * 6
+    assert list(col(data, "output_tokens")) == [6] * 6
+    assert list(col(data, "chunks")) == [3] * 6
+    assert list(col(data, "events")) == [5] * 6  # 3 output + usage-only + [DONE]
+
+
+def test_several_events_in_one_read_share_its_stamp(loop_factory: Any) -> None:
+    burst = b"".join(chunked(sse(completion_chunk("w", i + 1))) for i in range(3))
+    final = chunked(sse("[DONE]")) + CHUNKED_END
+    data, _ = drive(loop_factory, lambda n, body: [STREAM_HEAD, 0.01, burst, 0.02, final])
+    assert col(data, "chunks")[0] == 3
+    assert data.multi_event_reads == 1
+    assert data.output_events == 3
+    # The two gaps inside the burst are 0: arrival time is what was measured, not parse time.
+    assert data.histograms["itl_chunk"].get_value_at_percentile(100) < 1000
+
+
+def test_reasoning_then_answer(loop_factory: Any) -> None:
+    events = [
+        chat_chunk({"role": "assistant", "content": ""}, 0),
+        chat_chunk({"reasoning": "hmm"}, 1),
+        chat_chunk({"reasoning_content": "so"}, 2),
+        chat_chunk({"content": "Yes"}, 3, finish="stop"),
+    ]
+
+    def script(n: int, body: bytes) -> list[Any]:
+        steps: list[Any] = [STREAM_HEAD]
+        for ev in events:
+            steps += [chunked(sse(ev)), 0.02]
+        return steps + [chunked(sse("[DONE]")) + CHUNKED_END]
+
+    data, _ = drive(loop_factory, script)
+    row = data.rows[0]
+    assert row[COL["error"]] == 0
+    assert row[COL["output_tokens"]] == 3
+    assert row[COL["chunks"]] == 3  # the role-only first chunk carries no output
+    gap_ms = (row[COL["first_answer_ns"]] - row[COL["first_token_ns"]]) / 1e6
+    assert 30 < gap_ms < 100, gap_ms
+
+
+@pytest.mark.parametrize("usage,source,tokens,max_k", [
+    ("final", UsageSource.FINAL, 6, 1),
+    ("none", UsageSource.NONE, 3, 1),
+])
+def test_usage_fallbacks(loop_factory: Any, usage: str, source: UsageSource, tokens: int, max_k: int) -> None:
+    data, _ = drive(loop_factory, lambda n, body: stream_script([1, 2, 3], usage=usage))
+    assert col(data, "usage_source")[0] == source
+    assert col(data, "output_tokens")[0] == tokens
+    assert col(data, "max_chunk_tokens")[0] == max_k
+    # Without per-chunk usage each chunk counts as one token in the per-token series.
+    assert data.histograms["itl_token"].get_total_count() == 2
+
+
+def _fail_script(kind: str) -> Any:
+    def script(n: int, body: bytes) -> list[Any]:
+        if kind == "http-500":
+            msg = b'{"error":{"message":"boom","type":"InternalServerError","code":500}}'
+            return [b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg)]
+        if kind == "context":
+            msg = (b'{"object":"error","message":"This model\'s maximum context length is 2048 tokens. '
+                   b'However, you requested 4000 tokens","type":"BadRequestError","code":400}')
+            return [b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg)]
+        if kind == "not-sse":
+            msg = b'{"choices":[{"text":"hi"}]}'
+            return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(msg), msg)]
+        if kind == "error-event":
+            err = {"error": {"object": "error", "message": "engine died", "type": "InternalServerError"}}
+            return [STREAM_HEAD, chunked(sse(completion_chunk("a", 1))), chunked(sse(err)),
+                    chunked(sse("[DONE]")) + CHUNKED_END]
+        if kind == "malformed":
+            return [STREAM_HEAD, chunked(b"data: {not json\n\n"), chunked(sse("[DONE]")) + CHUNKED_END]
+        if kind == "reset-mid-stream":
+            return [STREAM_HEAD, chunked(sse(completion_chunk("a", 1))), 0.01, "reset"]
+        if kind == "close-mid-stream":
+            return [STREAM_HEAD, chunked(sse(completion_chunk("a", 1))), 0.01, "close"]
+        if kind == "no-done":
+            return [STREAM_HEAD, chunked(sse(completion_chunk("a", 1))), CHUNKED_END]
+        if kind == "bad-chunking":
+            return [STREAM_HEAD, b"zz\r\n", 0.01, "close"]
+        raise AssertionError(kind)
+
+    return script
+
+
+@pytest.mark.parametrize("kind,error,words", [
+    ("http-500", ErrorClass.HTTP_STATUS, "boom"),
+    ("context", ErrorClass.CONTEXT_LENGTH, "maximum context length"),
+    ("not-sse", ErrorClass.PROTOCOL, "not an event stream"),
+    ("error-event", ErrorClass.SERVER_ERROR, "engine died"),
+    ("malformed", ErrorClass.PROTOCOL, "not a JSON object"),
+    ("reset-mid-stream", ErrorClass.PROTOCOL, "connection"),
+    ("close-mid-stream", ErrorClass.PROTOCOL, "mid-response"),
+    ("no-done", ErrorClass.PROTOCOL, "without [DONE]"),
+    ("bad-chunking", ErrorClass.PROTOCOL, "chunked"),
+])
+def test_failures_are_classified(loop_factory: Any, kind: str, error: ErrorClass, words: str) -> None:
+    data, _ = drive(loop_factory, _fail_script(kind), n=3)
+    assert list(col(data, "error")) == [error] * 3
+    assert set(data.error_messages) == {0, 1, 2}
+    assert words in data.error_messages[0], data.error_messages[0]
+    # Failed requests leave nothing in the latency series.
+    assert data.histograms["itl_chunk"].get_total_count() == 0
+
+
+def test_failures_do_not_disturb_other_requests(loop_factory: Any) -> None:
+    good = stream_script([1, 1, 1], ttft_s=0.01, gap_s=0.01)
+    data, _ = drive(loop_factory, lambda n, body: _fail_script("http-500")(n, body) if n % 2 else good,
+                    n=8, concurrency=2)
+    errors = list(col(data, "error"))
+    assert errors.count(ErrorClass.HTTP_STATUS) == 4 and errors.count(ErrorClass.OK) == 4
+    assert data.histograms["itl_chunk"].get_total_count() == 4 * 2
+
+
+def test_connection_refused_is_a_connect_error(loop_factory: Any) -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    data, _ = drive(loop_factory, lambda n, b: [], n=2, base_url=f"http://127.0.0.1:{port}")
+    assert list(col(data, "error")) == [ErrorClass.CONNECT] * 2
+    assert "refused" in data.error_messages[0].lower()
+
+
+def test_timeout(loop_factory: Any) -> None:
+    data, _ = drive(loop_factory, lambda n, b: [STREAM_HEAD, 5.0], n=2, concurrency=2, request_timeout_s=0.2)
+    assert list(col(data, "error")) == [ErrorClass.TIMEOUT] * 2
+    assert "request-timeout" in data.error_messages[0]
+    elapsed = (col(data, "end_ns") - col(data, "sent_ns")) / 1e9
+    assert np.all((elapsed > 0.19) & (elapsed < 1.0))
+
+
+def test_time_cap_cancels_in_flight_and_ends_window(loop_factory: Any) -> None:
+    data, _ = drive(loop_factory, lambda n, b: stream_script([1] * 50, gap_s=0.02), n=10, concurrency=2,
+                    max_seconds=0.5)
+    assert data.cap_hit and data.stopped_reason == "time cap"
+    started = col(data, "sent_ns") > 0
+    assert list(col(data, "error")[started]) == [ErrorClass.CANCELLED] * 2
+    assert not np.any(data.rows[~started])  # rows of requests never sent stay zero
+    assert (data.end_ns - data.start_ns) / 1e9 == pytest.approx(0.5, abs=0.05)
+    assert started.sum() == 2  # nothing new after the cap
+    assert data.mean_in_flight == pytest.approx(2.0, abs=0.1)
+
+
+def test_connection_close_after_each_response(loop_factory: Any) -> None:
+    data, server = drive(loop_factory, lambda n, b: stream_script([1, 1]), n=4, close_after_each=True)
+    assert list(col(data, "error")) == [0] * 4
+    assert server.connections == 4
+
+
+def test_stale_keep_alive_connection_is_retried(loop_factory: Any) -> None:
+    """The server drops each connection 50 ms after answering, without saying so: the next
+    request, already sent on it, fails before any response byte and goes out again on a new one."""
+    data, server = drive(loop_factory, lambda n, b: stream_script([1, 1]) + [0.05, "close"], n=3)
+    assert list(col(data, "error")) == [0, 0, 0]
+    assert data.error_messages == {}
+    assert server.connections == 3
+
+
+def test_api_key_sent_as_bearer(loop_factory: Any) -> None:
+    data, server = drive(loop_factory, lambda n, b: stream_script([1]), api_key="sk-test-123")
+    head = server.requests[0][0]
+    assert b"Authorization: Bearer sk-test-123" in head
+    assert b"POST /v1/completions HTTP/1.1" in head
+
+
+def test_base_url_with_v1_suffix() -> None:
+    assert Target.parse("http://h:9/v1", "/v1/completions").path == "/v1/completions"
+    assert Target.parse("http://h:9/proxy/", "/v1/chat/completions").path == "/proxy/v1/chat/completions"
+
+
+def test_tls_verified_untrusted_and_insecure(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+
+    async def main(verify: bool) -> RunData:
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(server_ctx)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    await reader.readexactly(length)
+                    for step in stream_script([1, 2], gap_s=0.01):
+                        if isinstance(step, bytes):
+                            writer.write(step)
+                            await writer.drain()
+                        elif step:
+                            await asyncio.sleep(step)
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        target = Target.parse(f"https://localhost:{port}", "/v1/completions")
+        gen = LoadGenerator(target, LoadPlan(bodies=[b"{}"] * 3, warmup_bodies=[], concurrency=1,
+                                             verify_tls=verify))
+        data = await gen.run()
+        server.close()
+        return data
+
+    def run(verify: bool) -> RunData:
+        loop = uvloop.new_event_loop()
+        try:
+            return loop.run_until_complete(main(verify))
+        finally:
+            loop.close()
+
+    untrusted = run(verify=True)
+    insecure = run(verify=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))  # how a user trusts a private CA
+    trusted = run(verify=True)
+    assert list(col(untrusted, "error")) == [ErrorClass.CONNECT] * 3
+    assert "certificate" in untrusted.error_messages[0].lower()
+    for data in (insecure, trusted):
+        assert list(col(data, "error")) == [0, 0, 0]
+        assert list(col(data, "output_tokens")) == [3, 3, 3]
+        assert data.connections_opened == 1

@@ -1,0 +1,667 @@
+"""Datasets -> request bodies: random, ShareGPT, JSONL; screening, warm-ups, length sources; server helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError, DatasetError, ServerError
+from fastbench.workload import (
+    RequestSpec,
+    Workload,
+    build_workload,
+    build_workload_sync,
+    fetch_model_info,
+    make_server_tokenize,
+    server_tokenize,
+)
+
+try:
+    import tokenizers  # noqa: F401
+
+    HAVE_TOKENIZERS = True
+except ImportError:
+    HAVE_TOKENIZERS = False
+needs_tokenizers = pytest.mark.skipif(
+    not HAVE_TOKENIZERS, reason="the optional 'tokenizers' package is not installed (pip install tokenizers)"
+)
+
+MODEL = "test-model"
+
+
+def build(config: BenchConfig, max_model_len: int | None = None, tokenize: Any = None) -> Workload:
+    return asyncio.run(build_workload(config, MODEL, max_model_len=max_model_len, tokenize=tokenize))
+
+
+def body(spec: RequestSpec) -> dict[str, Any]:
+    doc = orjson.loads(spec.body)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def prompt_of(spec: RequestSpec) -> Any:
+    doc = body(spec)
+    return doc["messages"][0]["content"] if "messages" in doc else doc["prompt"]
+
+
+def conv(human: str, gpt: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": extra.get("id", "x"),
+        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
+    }
+
+
+def write_json(path: Path, doc: Any) -> str:
+    path.write_bytes(orjson.dumps(doc))
+    return str(path)
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> str:
+    path.write_text("\n".join(r if isinstance(r, str) else orjson.dumps(r).decode() for r in rows) + "\n")
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# random
+
+
+def test_random_completions_sends_token_ids() -> None:
+    cfg = BenchConfig(
+        num_prompts=40, random_input_len=100, random_output_len=10, random_range_ratio=0.5, seed=1
+    )
+    wl = build(cfg)
+    assert len(wl.requests) == 40 and wl.warmups == []
+    assert wl.input_length_source == "token-ids"
+    assert wl.dataset == "random"
+    assert wl.screened_out == 0 and wl.max_model_len is None
+    assert "not screened" in wl.screened_reason
+    in_lens, out_lens = set(), set()
+    for spec in wl.requests:
+        doc = body(spec)
+        prompt = doc["prompt"]
+        assert isinstance(prompt, list) and all(1000 <= t < 30000 for t in prompt)
+        assert spec.prompt_len == len(prompt)
+        assert 50 <= len(prompt) <= 150
+        assert 5 <= spec.max_tokens <= 15 and doc["max_tokens"] == spec.max_tokens
+        assert spec.prompt_text_chars == 0
+        assert doc["model"] == MODEL
+        assert doc["stream"] is True
+        assert doc["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+        assert "ignore_eos" not in doc and "messages" not in doc and "max_completion_tokens" not in doc
+        in_lens.add(len(prompt))
+        out_lens.add(spec.max_tokens)
+    assert len(in_lens) > 5 and len(out_lens) > 3  # lengths really vary
+
+
+def test_random_fixed_lengths_and_max_tokens_override() -> None:
+    wl = build(BenchConfig(num_prompts=5, random_input_len=64, random_output_len=999, max_tokens=16))
+    assert [s.prompt_len for s in wl.requests] == [64] * 5
+    assert [s.max_tokens for s in wl.requests] == [16] * 5
+
+
+def test_random_chat_uses_words() -> None:
+    cfg = BenchConfig(
+        endpoint="/v1/chat/completions", num_prompts=10, random_input_len=30, random_output_len=8
+    )
+    wl = build(cfg)
+    assert wl.input_length_source == "estimate (words)"
+    for spec in wl.requests:
+        doc = body(spec)
+        assert "prompt" not in doc
+        assert doc["messages"][0]["role"] == "user" and len(doc["messages"]) == 1
+        text = doc["messages"][0]["content"]
+        assert len(text.split()) == spec.prompt_len == 30
+        assert spec.prompt_text_chars == len(text)
+        assert doc["max_tokens"] == 8 and "max_completion_tokens" not in doc
+    assert any("chat template" in n for n in wl.notes)
+
+
+def test_random_is_deterministic_by_seed() -> None:
+    cfg = BenchConfig(num_prompts=8, random_input_len=20, random_range_ratio=0.5, seed=7)
+    a, b = build(cfg), build(cfg)
+    c = build(cfg.replace(seed=8))
+    assert [s.body for s in a.requests] == [s.body for s in b.requests]
+    assert [s.body for s in a.requests] != [s.body for s in c.requests]
+
+
+def test_ignore_eos_and_extra_body_override() -> None:
+    cfg = BenchConfig(
+        num_prompts=3,
+        random_input_len=10,
+        random_output_len=50,
+        ignore_eos=True,
+        extra_body={"temperature": 0.0, "stream_options": {"include_usage": True}, "max_tokens": 7},
+    )
+    wl = build(cfg)
+    for spec in wl.requests:
+        doc = body(spec)
+        assert doc["ignore_eos"] is True
+        assert doc["temperature"] == 0.0
+        assert doc["stream_options"] == {"include_usage": True}  # the user's keys win
+        assert doc["max_tokens"] == 7 and spec.max_tokens == 7
+
+
+def test_extra_body_must_be_json() -> None:
+    with pytest.raises(ConfigError, match="extra_body"):
+        build(BenchConfig(num_prompts=1, random_input_len=4, extra_body={"x": object()}))
+
+
+def test_random_screening_replaces_dropped_requests() -> None:
+    cfg = BenchConfig(num_prompts=50, random_input_len=100, random_range_ratio=0.5, max_tokens=10, seed=3)
+    wl = build(cfg, max_model_len=120)
+    assert len(wl.requests) == 50
+    assert wl.screened_out > 0
+    assert all(s.prompt_len is not None and s.prompt_len + s.max_tokens <= 120 for s in wl.requests)
+    assert wl.max_model_len == 120 and "120" in wl.screened_reason
+    assert not any("ran short" in n for n in wl.notes)
+
+
+def test_config_max_model_len_overrides_server() -> None:
+    cfg = BenchConfig(
+        num_prompts=20, random_input_len=100, random_range_ratio=0.5, max_tokens=10, max_model_len=100
+    )
+    wl = build(cfg, max_model_len=100_000)
+    assert wl.max_model_len == 100
+    assert all(s.prompt_len is not None and s.prompt_len <= 90 for s in wl.requests)
+
+
+def test_random_nothing_fits() -> None:
+    with pytest.raises(ConfigError, match="max_model_len") as info:
+        build(BenchConfig(num_prompts=5, random_input_len=100, random_output_len=50), max_model_len=120)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5])
+def test_random_bad_range_ratio(ratio: float) -> None:
+    with pytest.raises(ConfigError, match="range-ratio"):
+        build(BenchConfig(num_prompts=1, random_range_ratio=ratio))
+
+
+def test_unknown_dataset_and_endpoint() -> None:
+    with pytest.raises(DatasetError, match="unknown dataset"):
+        build(BenchConfig(dataset_name="nope"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="endpoint"):
+        build(BenchConfig(endpoint="/v1/embeddings"))  # type: ignore[arg-type]
+
+
+def test_sync_wrapper() -> None:
+    wl = build_workload_sync(BenchConfig(num_prompts=2, random_input_len=5), MODEL, max_model_len=None)
+    assert len(wl.requests) == 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# sharegpt
+
+
+def test_sharegpt_file_order(tmp_path: Path) -> None:
+    doc = [
+        conv("Tell me about cats, please.", "x" * 40, id="a"),
+        {"id": "one-turn", "conversations": [{"from": "human", "value": "alone"}]},
+        {
+            "id": "gpt-first",
+            "conversations": [
+                {"from": "gpt", "value": "Hello! How can I help?"},
+                {"from": "human", "value": "What is the capital of France?"},
+                {"from": "gpt", "value": "y" * 400},
+            ],
+        },
+        conv("hi", "ok", id="short"),
+        {"id": "no-convs"},
+    ]
+    cfg = BenchConfig(
+        dataset_name="sharegpt",
+        dataset_path=write_json(tmp_path / "sg.json", doc),
+        dataset_order="file",
+        num_prompts=3,
+    )
+    wl = build(cfg)
+    assert [prompt_of(s) for s in wl.requests] == [
+        "Tell me about cats, please.",
+        "What is the capital of France?",
+        "hi",
+    ]
+    assert [s.max_tokens for s in wl.requests] == [10, 100, 4]  # chars/4, at least 4
+    assert [s.prompt_len for s in wl.requests] == [7, 8, 1]
+    assert wl.input_length_source == "estimate (chars/4)"
+    assert wl.dataset.startswith("sharegpt:")
+    assert any("skipped 2 entries" in n for n in wl.notes)
+
+
+def _long_convs(n: int) -> list[dict[str, Any]]:
+    return [
+        conv(f"Question number {i}: please explain topic {i} in detail.", "answer " * (5 + i))
+        for i in range(n)
+    ]
+
+
+def test_sharegpt_random_order_follows_vllm(tmp_path: Path) -> None:
+    doc = _long_convs(30)
+    doc.insert(5, conv("hi", "a fine and long enough answer"))  # prompt under 4 tokens: vLLM drops it
+    doc.insert(9, {"conversations": [{"from": "human", "value": "lonely single turn here"}]})
+    cfg = BenchConfig(
+        dataset_name="sharegpt", dataset_path=write_json(tmp_path / "sg.json", doc), num_prompts=30, seed=5
+    )
+    wl = build(cfg)
+
+    expected = [e for e in doc if len(e["conversations"]) >= 2]
+    random.Random(5).shuffle(expected)
+    expected_prompts = [
+        e["conversations"][0]["value"] for e in expected if e["conversations"][0]["value"] != "hi"
+    ]
+    assert [prompt_of(s) for s in wl.requests] == expected_prompts
+    assert any("filtered 1" in n for n in wl.notes)
+    assert any("random.Random(5)" in n for n in wl.notes)
+    assert build(cfg).requests == wl.requests  # deterministic
+    assert [prompt_of(s) for s in build(cfg.replace(seed=6)).requests] != expected_prompts
+
+
+def test_sharegpt_max_tokens_given(tmp_path: Path) -> None:
+    doc = [conv("A question long enough to keep.", "ok"), conv("Another question that is kept.", "y" * 80)]
+    cfg = BenchConfig(
+        dataset_name="sharegpt",
+        dataset_path=write_json(tmp_path / "sg.json", doc),
+        num_prompts=2,
+        max_tokens=2,
+    )
+    wl = build(cfg)
+    # With --max-tokens, vLLM skips the short-reply check, and the user's value is kept as is.
+    assert sorted(prompt_of(s) for s in wl.requests) == sorted(c["conversations"][0]["value"] for c in doc)
+    assert [s.max_tokens for s in wl.requests] == [2, 2]
+
+
+def test_sharegpt_screening_and_short_dataset(tmp_path: Path) -> None:
+    short = [conv(f"short prompt number {i:02d}....", "z" * 40) for i in range(4)]  # 8 tokens each
+    long = [conv("L" * 400, "z" * 40) for _ in range(3)]  # 100 tokens
+    doc = [short[0], long[0], short[1], long[1], short[2], long[2], short[3]]
+    path = write_json(tmp_path / "sg.json", doc)
+    cfg = BenchConfig(
+        dataset_name="sharegpt", dataset_path=path, dataset_order="file", num_prompts=3, max_tokens=10
+    )
+    wl = build(cfg, max_model_len=50)
+    assert [prompt_of(s) for s in wl.requests] == [c["conversations"][0]["value"] for c in short[:3]]
+    assert wl.screened_out == 2  # the long ones met on the way
+    assert not any("ran short" in n for n in wl.notes)
+
+    wl = build(cfg.replace(num_prompts=6, num_warmups=1), max_model_len=50)
+    prompts = [c["conversations"][0]["value"] for c in short]
+    assert [prompt_of(s) for s in wl.requests] == prompts + prompts[:2]
+    assert [prompt_of(s) for s in wl.warmups] == [prompts[2]]
+    assert wl.screened_out == 3
+    assert any("ran short" in n and "4 usable" in n for n in wl.notes)
+    assert any("warm-ups repeat" in n for n in wl.notes)
+
+
+def test_sharegpt_nothing_fits(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "sg.json", [conv("L" * 400, "z" * 40)])
+    cfg = BenchConfig(
+        dataset_name="sharegpt", dataset_path=path, dataset_order="file", num_prompts=3, max_tokens=10
+    )
+    with pytest.raises(DatasetError, match="screened out"):
+        build(cfg, max_model_len=50)
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "not found"),
+        (b'{"prompt": "a"}\n{"prompt": "b"}\n', "jsonl"),
+        (b"[1, 2", "not valid JSON"),
+        (b'{"conversations": []}', "not a ShareGPT file"),
+        (b"[]", "empty"),
+        (b'[{"id": 1, "turns": []}]', "not a ShareGPT file"),
+        (b'[{"id": 1, "conversations": [{"from": "human", "value": "q"}]}]', "no usable prompt"),
+    ],
+)
+def test_sharegpt_errors(tmp_path: Path, content: bytes | None, match: str) -> None:
+    path = tmp_path / "sg.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DatasetError, match=match) as info:
+        build(BenchConfig(dataset_name="sharegpt", dataset_path=str(path), num_prompts=1))
+    assert "\n" not in str(info.value)
+
+
+def test_dataset_path_required_and_not_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="--dataset-path"):
+        build(BenchConfig(dataset_name="sharegpt"))
+    with pytest.raises(DatasetError, match="directory"):
+        build(BenchConfig(dataset_name="jsonl", dataset_path=str(tmp_path)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# jsonl
+
+
+def test_jsonl_prompts(tmp_path: Path) -> None:
+    rows: list[Any] = [
+        {"prompt": "first prompt here", "max_tokens": 5},
+        "",
+        "   ",
+        {"prompt": [11, 12, 13], "output_len": 6},
+        {"prompt": "third", "max_tokens": 7, "other": "ignored"},
+    ]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    cfg = BenchConfig(dataset_name="jsonl", dataset_path=path, dataset_order="file", num_prompts=3)
+    wl = build(cfg)
+    assert [prompt_of(s) for s in wl.requests] == ["first prompt here", [11, 12, 13], "third"]
+    assert [s.max_tokens for s in wl.requests] == [5, 6, 7]
+    assert [s.prompt_len for s in wl.requests] == [5, 3, 2]
+    assert [s.prompt_text_chars for s in wl.requests] == [17, 0, 5]
+    assert wl.input_length_source == "estimate (chars/4) + token-ids"
+
+    wl = build(cfg.replace(max_tokens=9))
+    assert [s.max_tokens for s in wl.requests] == [9, 9, 9]
+
+    shuffled = build(cfg.replace(dataset_order="random", num_prompts=3, seed=1))
+    assert sorted(map(str, (prompt_of(s) for s in shuffled.requests))) == sorted(
+        map(str, (prompt_of(s) for s in wl.requests))
+    )
+
+
+def test_jsonl_warmups_after_measured(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": f"prompt {i}", "max_tokens": 4} for i in range(10)])
+    wl = build(
+        BenchConfig(
+            dataset_name="jsonl", dataset_path=path, dataset_order="file", num_prompts=5, num_warmups=3
+        )
+    )
+    assert [prompt_of(s) for s in wl.requests] == [f"prompt {i}" for i in range(5)]
+    assert [prompt_of(s) for s in wl.warmups] == [f"prompt {i}" for i in range(5, 8)]
+    assert not wl.notes or not any("ran short" in n for n in wl.notes)
+
+
+@pytest.mark.parametrize(
+    ("line3", "match"),
+    [
+        ("{not json", "line 3: not valid JSON"),
+        ('["a list"]', "line 3: expected a JSON object"),
+        ('{"text": "no prompt", "max_tokens": 3}', "line 3: needs a 'prompt'"),
+        ('{"prompt": "", "max_tokens": 3}', "line 3: 'prompt' is empty"),
+        ('{"prompt": [1, "x"], "max_tokens": 3}', "line 3: a list 'prompt'"),
+        ('{"prompt": "ok", "max_tokens": 0}', "line 3: 'max_tokens'"),
+        ('{"prompt": "ok", "max_tokens": true}', "line 3: 'max_tokens'"),
+        ('{"prompt": "ok"}', "line 3: no 'max_tokens'"),
+    ],
+)
+def test_jsonl_bad_line(tmp_path: Path, line3: str, match: str) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "max_tokens": 1}, "", line3])
+    with pytest.raises(DatasetError, match=match) as info:
+        build(BenchConfig(dataset_name="jsonl", dataset_path=path, num_prompts=1))
+    assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+
+
+def test_jsonl_empty_and_token_ids_on_chat(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(DatasetError, match="no prompts"):
+        build(BenchConfig(dataset_name="jsonl", dataset_path=str(empty)))
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": [1, 2, 3], "max_tokens": 4}])
+    with pytest.raises(DatasetError, match="chat endpoint"):
+        build(
+            BenchConfig(
+                dataset_name="jsonl", dataset_path=path, endpoint="/v1/chat/completions", num_prompts=1
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# length sources: server /tokenize callback, fallback
+
+
+def test_tokenize_callback_is_used(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    async def tokenize(text: str) -> int:
+        calls.append(text)
+        return 2 * len(text.split())
+
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"prompt": "one two three", "max_tokens": 4}, {"prompt": [5, 6], "max_tokens": 4}],
+    )
+    wl = build(
+        BenchConfig(dataset_name="jsonl", dataset_path=path, dataset_order="file", num_prompts=2),
+        tokenize=tokenize,
+    )
+    assert calls == ["one two three"]  # token-id prompts need no counting
+    assert [s.prompt_len for s in wl.requests] == [6, 2]
+    assert wl.input_length_source == "server /tokenize + token-ids"
+
+
+def test_tokenize_failure_falls_back(tmp_path: Path) -> None:
+    async def tokenize(text: str) -> int:
+        raise ServerError("POST http://h/tokenize answered HTTP 404")
+
+    doc = _long_convs(5)
+    path = write_json(tmp_path / "sg.json", doc)
+    wl = build(BenchConfig(dataset_name="sharegpt", dataset_path=path, num_prompts=5), tokenize=tokenize)
+    assert wl.input_length_source == "estimate (chars/4)"
+    assert any("server /tokenize failed" in n and "404" in n for n in wl.notes)
+    assert len(wl.requests) == 5
+
+
+# ---------------------------------------------------------------------------------------------------
+# local tokenizer (optional 'tokenizers' package)
+
+VOCAB = ["[UNK]", "[BOS]"] + [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "dog",
+    "ran",
+    "far",
+    "and",
+    "then",
+    "slept",
+    "under",
+    "warm",
+    "sun",
+]
+
+
+def _word_level_tokenizer(directory: Path) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["[UNK]", "[BOS]"])
+    tok.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", 1)])
+    directory.mkdir()
+    tok.save(str(directory / "tokenizer.json"))
+    return str(directory)
+
+
+@needs_tokenizers
+def test_local_tokenizer_random_exact_lengths(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tok_dir = _word_level_tokenizer(tmp_path / "tok")
+    tok = Tokenizer.from_file(str(Path(tok_dir) / "tokenizer.json"))
+    for endpoint in ("/v1/completions", "/v1/chat/completions"):
+        cfg = BenchConfig(
+            endpoint=endpoint, num_prompts=10, random_input_len=40, random_range_ratio=0.5, tokenizer=tok_dir
+        )
+        wl = build(cfg)
+        assert wl.input_length_source == f"tokenizer:{tok_dir}"
+        for spec in wl.requests:
+            text = prompt_of(spec)
+            assert isinstance(text, str) and "[UNK]" not in text and "[BOS]" not in text
+            assert spec.prompt_len == len(tok.encode(text, add_special_tokens=False).ids)
+            assert 20 <= spec.prompt_len <= 60
+            assert spec.prompt_text_chars == len(text)
+
+
+@needs_tokenizers
+def test_local_tokenizer_bpe_lengths_are_rechecked(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen liquor jugs"] * 50
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>"]))
+    path = tmp_path / "bpe.json"
+    tok.save(str(path))
+    wl = build(BenchConfig(num_prompts=20, random_input_len=50, tokenizer=str(path)))
+    exact = 0
+    for spec in wl.requests:
+        text = prompt_of(spec)
+        assert spec.prompt_len == len(
+            tok.encode(text, add_special_tokens=False).ids
+        )  # always the measured length
+        exact += spec.prompt_len == 50
+    assert exact >= 18  # and, for nearly all, the drawn one
+
+
+@needs_tokenizers
+def test_local_tokenizer_counts_sharegpt_and_wins_over_server(tmp_path: Path) -> None:
+    tok_dir = _word_level_tokenizer(tmp_path / "tok")
+    doc = [conv("the cat sat on a mat and then slept", "the dog ran far and then slept under the warm sun")]
+    path = write_json(tmp_path / "sg.json", doc)
+
+    async def tokenize(text: str) -> int:
+        raise AssertionError("the server must not be asked when a local tokenizer is given")
+
+    wl = build(
+        BenchConfig(dataset_name="sharegpt", dataset_path=path, num_prompts=1, tokenizer=tok_dir),
+        tokenize=tokenize,
+    )
+    assert wl.requests[0].prompt_len == 10  # 9 words + [BOS], as vLLM's tokenizer(prompt) counts
+    assert wl.requests[0].max_tokens == 12  # 11 words + [BOS], as vLLM counts the reply
+    assert wl.input_length_source == f"tokenizer:{tok_dir}"
+
+
+def test_tokenizers_package_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_text("{}")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` raise ImportError
+    with pytest.raises(ConfigError, match="pip install tokenizers"):
+        build(BenchConfig(num_prompts=1, tokenizer=str(path)))
+
+
+def test_tokenizer_not_found(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="never downloads"):
+        build(BenchConfig(num_prompts=1, tokenizer=str(tmp_path / "missing")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="tokenizer not found"):
+        build(BenchConfig(num_prompts=1, tokenizer=str(tmp_path / "empty")))
+
+
+# ---------------------------------------------------------------------------------------------------
+# server helpers against a small aiohttp server
+
+API_KEY = "sk-test-SECRET-123"
+
+
+def _app(*, with_tokenize: bool = True, max_model_len: int | None = 4096) -> web.Application:
+    async def models(request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        if auth != f"Bearer {API_KEY}":
+            # A careless server that echoes the credential back: it must not reach our messages.
+            return web.json_response({"error": f"bad credential {auth}"}, status=401)
+        first: dict[str, Any] = {"id": "m1", "object": "model"}
+        if max_model_len is not None:
+            first["max_model_len"] = max_model_len
+        return web.json_response({"object": "list", "data": [first, {"id": "m2", "object": "model"}]})
+
+    async def tokenize(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {API_KEY}":
+            return web.json_response({"error": "unauthorised"}, status=401)
+        doc = await request.json()
+        assert doc["model"] == "m1"
+        ids = list(range(len(doc["prompt"].split()) + 1))  # + BOS
+        return web.json_response({"count": len(ids), "max_model_len": 4096, "tokens": ids})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    if with_tokenize:
+        app.router.add_post("/tokenize", tokenize)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        await runner.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_fetch_model_info_and_tokenize() -> None:
+    async def main() -> None:
+        async with serve(_app()) as url, aiohttp.ClientSession() as session:
+            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], 4096)
+            assert await server_tokenize(url, session, API_KEY, "m1", "one two three") == 4
+            count = make_server_tokenize(url, session, API_KEY, "m1")
+            assert await count("a b") == 3
+        async with serve(_app(max_model_len=None)) as url, aiohttp.ClientSession() as session:
+            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], None)
+
+    asyncio.run(main())
+
+
+def test_server_errors_never_show_the_key() -> None:
+    async def main() -> None:
+        async with serve(_app(with_tokenize=False)) as url, aiohttp.ClientSession() as session:
+            with pytest.raises(ServerError, match="401") as info:
+                await fetch_model_info(url, session, "sk-WRONG-key-456")
+            assert "sk-WRONG-key-456" not in str(info.value) and "\n" not in str(info.value)
+            assert "***" in str(info.value)  # the echo was redacted
+            with pytest.raises(ServerError, match="404") as info:
+                await server_tokenize(url, session, API_KEY, "m1", "hello")
+            assert API_KEY not in str(info.value)
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(ServerError) as info:
+                await fetch_model_info(f"http://127.0.0.1:{_free_port()}", session, API_KEY)
+            assert isinstance(info.value, ConnectionError) and API_KEY not in str(info.value)
+
+    asyncio.run(main())
+
+
+def test_build_workload_with_server_tokenize(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "sg.json", _long_convs(6))
+    cfg = BenchConfig(dataset_name="sharegpt", dataset_path=path, dataset_order="file", num_prompts=6)
+
+    async def main(app: web.Application) -> Workload:
+        async with serve(app) as url, aiohttp.ClientSession() as session:
+            _, mml = await fetch_model_info(url, session, API_KEY)
+            count = make_server_tokenize(url, session, API_KEY, "m1")
+            return await build_workload(cfg, "m1", max_model_len=mml, tokenize=count)
+
+    wl = asyncio.run(main(_app()))
+    assert wl.input_length_source == "server /tokenize" and wl.max_model_len == 4096
+    assert [s.prompt_len for s in wl.requests] == [len(prompt_of(s).split()) + 1 for s in wl.requests]
+    assert not any("failed" in n for n in wl.notes)
+
+    wl = asyncio.run(main(_app(with_tokenize=False)))  # an OpenAI-compatible server without /tokenize
+    assert wl.input_length_source == "estimate (chars/4)"
+    assert any("server /tokenize failed" in n for n in wl.notes)
+    assert all(API_KEY not in n for n in wl.notes)
