@@ -77,7 +77,7 @@ async def arun(
     if base_url is None:
         from .synthetic import SyntheticServer
 
-        synthetic = SyntheticServer(list(config.synthetic_args))
+        synthetic = SyntheticServer(*config.synthetic_args)
         await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
         base_url = synthetic.base_url
     try:

@@ -1,0 +1,28 @@
+"""fastbench: a load generator for LLM inference servers whose figures are the server's.
+
+Public API::
+
+    from fastbench import BenchConfig, run
+    result = run(BenchConfig(base_url="http://127.0.0.1:8000", concurrency=64, num_prompts=500))
+    print(result.vllm["median_ttft_ms"])
+"""
+
+from ._version import __version__
+from .api import arun, run
+from .config import BenchConfig
+from .exceptions import ConfigError, DatasetError, FastbenchError, ServerError
+from .metrics import Result
+from .synthetic import SyntheticServer
+
+__all__ = (
+    "run",
+    "arun",
+    "BenchConfig",
+    "Result",
+    "SyntheticServer",
+    "FastbenchError",
+    "ConfigError",
+    "DatasetError",
+    "ServerError",
+    "__version__",
+)

@@ -1,0 +1,583 @@
+"""What a run leaves behind: the JSON result file, the Markdown run card, the console table, the JSONL.
+
+The result file is the contract with other harnesses (documented in docs/result-schema.md):
+``vllm bench serve``'s flat keys at the top level, fastbench's richer fields under
+``"fastbench"``. Every file is written atomically (temp file in the same directory, fsync,
+``os.replace``), so a reader never sees half a file. The API key is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import re
+import secrets
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fastbench._version import __version__
+from fastbench.config import BenchConfig
+from fastbench.metrics import (
+    DEFINITIONS,
+    HDR_DIGITS,
+    HDR_HIGHEST,
+    HDR_LOWEST,
+    Distribution,
+    Result,
+    error_name,
+    histogram_unit,
+    to_vllm_keys,
+)
+from fastbench.records import COL, ErrorClass, RunData, UsageSource
+
+RESULT_SCHEMA_VERSION = 1
+REDACTED = "***"
+HISTOGRAM_ENCODING = "HdrHistogram V2 compressed, base64 (hdrh HdrHistogram.encode / decode)"
+_SECRET_FLAGS = ("--api-key",)
+# NAME_TOKEN=value, NAME_KEY=value, ... as in "--env HF_TOKEN=hf_abc" or "OPENAI_API_KEY=sk-..."
+_ENV_SECRET = re.compile(r"\b([A-Z][A-Z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD)=)(?!\*\*\*)(\S+)")
+_FLAG_SECRET = re.compile(r"(--api-key(?:=|\s+))(?!\*\*\*)(\S+)")
+
+
+# -- redaction ----------------------------------------------------------------------------------------
+
+
+def redact_argv(argv: Sequence[str], secret: str | None = None) -> list[str]:
+    """A command line with the API key replaced by ``***`` (``--api-key X``, ``--api-key=X``, literal)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif arg in _SECRET_FLAGS:
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith(tuple(f"{flag}=" for flag in _SECRET_FLAGS)):
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(redact_text(arg, secret))
+    return out
+
+
+def redact_text(text: str, secret: str | None = None) -> str:
+    """Free text (a shell command) with API keys and NAME_TOKEN=/NAME_KEY= values replaced by ``***``."""
+    if secret:
+        text = text.replace(secret, REDACTED)
+    text = _FLAG_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
+    return _ENV_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """Join a command line for display, quoting as a shell needs but leaving ``***`` readable."""
+    parts = []
+    for arg in argv:
+        if arg == REDACTED or arg.endswith("=" + REDACTED):
+            parts.append(arg)
+        else:
+            parts.append(shlex.quote(arg))
+    return " ".join(parts)
+
+
+def _scrub(obj: Any, secret: str) -> Any:
+    """Replace every literal occurrence of ``secret`` in the strings of a JSON-like object."""
+    if isinstance(obj, str):
+        return obj.replace(secret, REDACTED)
+    if isinstance(obj, dict):
+        return {key: _scrub(value, secret) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_scrub(value, secret) for value in obj]
+    return obj
+
+
+# -- the result file -----------------------------------------------------------------------------------
+
+
+def config_to_dict(config: BenchConfig) -> dict[str, Any]:
+    """Every BenchConfig field except ``api_key`` (replaced by ``api_key_set``); command line redacted."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        if field.name == "api_key":
+            out["api_key_set"] = config.api_key is not None
+            continue
+        value = getattr(config, field.name)
+        if field.name == "command_line":
+            value = redact_argv(value, config.api_key)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = value
+    return out
+
+
+def distribution_to_dict(dist: Distribution) -> dict[str, Any]:
+    """A distribution with its unit in every key: ``mean_ms`` ... or ``mean_tok_s`` ..."""
+    suffix = "ms" if dist.unit == "ms" else "tok_s"
+    values = {
+        "mean": dist.mean,
+        "median": dist.median,
+        "p90": dist.p90,
+        "p99": dist.p99,
+        "p99.9": dist.p99_9,
+        "max": dist.max,
+        "min": dist.min,
+        "std": dist.std,
+    }
+    out: dict[str, Any] = {"count": dist.count}
+    out.update({f"{name}_{suffix}": value for name, value in values.items()})
+    return out
+
+
+def histogram_to_dict(name: str, hist: Any) -> dict[str, Any]:
+    return {
+        "unit": histogram_unit(name),
+        "count": int(hist.get_total_count()),
+        "lowest_trackable": HDR_LOWEST,
+        "highest_trackable": HDR_HIGHEST,
+        "significant_digits": HDR_DIGITS,
+        "encoding": HISTOGRAM_ENCODING,
+        "data": hist.encode().decode("ascii"),
+    }
+
+
+def result_to_json_dict(
+    result: Result, config: BenchConfig, *, environment: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The result file: vllm's flat keys at the top level, fastbench's fields under ``"fastbench"``."""
+    server = dict(result.server_info)
+    if isinstance(server.get("launch_command"), str):
+        server["launch_command"] = redact_text(server["launch_command"], config.api_key)
+    tp = result.throughput
+    fastbench: dict[str, Any] = {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "fastbench_version": __version__,
+        "created_at": result.created_at,
+        "definitions": dict(DEFINITIONS),
+        "config": config_to_dict(config),
+        "command_line": redact_argv(config.command_line, config.api_key),
+        "environment": dict(environment),
+        "workload": dict(result.workload_info),
+        "server": server,
+        "run": {
+            "duration_s": result.duration_s,
+            "cap_hit": result.cap_hit,
+            "stopped_reason": result.stopped_reason,
+            "collapsed": result.collapsed,
+            "collapse_reason": result.collapse_reason,
+        },
+        "counts": dataclasses.asdict(result.counts),
+        "tokens": {
+            "total_input": result.total_input_tokens,
+            "total_output": result.total_output_tokens,
+            "mean_tokens_per_chunk": result.mean_tokens_per_chunk,
+        },
+        "throughput": {
+            "request_throughput_per_s": tp.request_throughput,
+            "request_goodput_per_s": tp.request_goodput,
+            "good_requests": tp.good_requests,
+            "goodput_slos_ms": dict(config.goodput),
+            "input_throughput_tok_s": tp.input_throughput,
+            "output_throughput_tok_s": tp.output_throughput,
+            "total_token_throughput_tok_s": tp.total_token_throughput,
+            "prefill_throughput_tok_s": tp.prefill_throughput,
+        },
+        "distributions": {name: distribution_to_dict(d) for name, d in result.distributions.items()},
+        "errors": {name: dataclasses.asdict(e) for name, e in result.errors.items()},
+        "usage": dataclasses.asdict(result.usage),
+        "timestamps": dataclasses.asdict(result.timestamps),
+        "skew": distribution_to_dict(result.distributions["skew"])
+        if "skew" in result.distributions
+        else None,
+        "client": dataclasses.asdict(result.client),
+        "histograms": {name: histogram_to_dict(name, h) for name, h in result.histograms.items()},
+        "notes": list(result.notes),
+    }
+    out = to_vllm_keys(result)
+    out["fastbench"] = fastbench
+    if config.api_key and len(config.api_key) >= 8:  # shorter ones would mangle ordinary text
+        out = _scrub(out, config.api_key)
+    return out
+
+
+# -- atomic writes --------------------------------------------------------------------------------------
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same directory, fsync and os.replace."""
+    target = Path(path)
+    directory = target.parent
+    tmp = directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+    option = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+    write_bytes_atomic(path, orjson.dumps(obj, option=option))
+
+
+def write_card_atomic(path: str | os.PathLike[str], text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+# -- the run card ---------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.3f}" if value < 1 else f"{value:,.1f}"
+
+
+def _median_p99(dist: Distribution | None) -> str:
+    if dist is None or dist.count == 0:
+        return "n/a"
+    return f"median {_ms(dist.median)} · p99 {_ms(dist.p99)}"
+
+
+def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
+    """Two-column Markdown table in the seeds' layout: the first row doubles as the header."""
+    lines: list[str] = []
+    for label, value in rows:
+        cell = str(value).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {label} | {cell} |")
+        if len(lines) == 1:
+            lines.append("|---|---|")
+    return lines
+
+
+def _engine(result: Result, config: BenchConfig) -> str:
+    engine = result.server_info.get("engine")
+    if engine:
+        return str(engine)
+    if config.base_url is None:
+        return "fastbench synthetic"
+    version = result.server_info.get("version")
+    return f"unknown engine (version {version})" if version else "unknown engine"
+
+
+def _load(config: BenchConfig) -> str:
+    if config.request_rate is None:
+        return f"conc {config.concurrency}"
+    return f"rate {config.request_rate:g} req/s"
+
+
+def _endpoint(config: BenchConfig) -> str:
+    if config.base_url is None:
+        return f"built-in synthetic server ({config.endpoint})"
+    return config.base_url.rstrip("/") + config.endpoint
+
+
+def _dataset(result: Result, config: BenchConfig) -> str:
+    described = result.workload_info.get("dataset")
+    if described and described != config.dataset_name:
+        return str(described)
+    if config.dataset_name == "random":
+        text = f"random (input {config.random_input_len}, output {config.random_output_len} tokens"
+        if config.random_range_ratio:
+            text += f", range ratio {config.random_range_ratio:g}"
+        return text + ")"
+    path = f" {config.dataset_path}" if config.dataset_path else ""
+    order = f" ({config.dataset_order} order)" if config.dataset_name == "sharegpt" else ""
+    return f"{config.dataset_name}{path}{order}"
+
+
+def _humanize(key: str) -> str:
+    return key.replace("_", " ").capitalize()
+
+
+def _errors_text(result: Result) -> str:
+    n = result.counts
+    text = str(n.failed)
+    if n.failed_by_class:
+        text += " (" + ", ".join(f"{name} {k}" for name, k in n.failed_by_class.items()) + ")"
+    if n.cancelled:
+        text += f"; {n.cancelled} cancelled at the time cap"
+    return text
+
+
+def render_card(result: Result, config: BenchConfig, *, status: str = "done") -> str:
+    """The Markdown run card, in the layout of the published cards (title, Configuration,
+    Measured results, optional Load / Speculative decoding / Memory sections, Full run command, Notes).
+
+    Optional parts come from ``result.server_info``: ``engine`` (e.g. "vLLM 0.32.0"), ``variant``
+    (e.g. "NVFP4 + EAGLE3", added to the title), ``max_model_len``, ``card_config`` (extra
+    Configuration rows), ``load`` / ``spec_decode`` / ``memory`` (dicts rendered as sections),
+    ``launch_command`` (the server's command, shown redacted) and ``notes`` (extra note lines).
+    """
+    info = result.server_info
+    model = config.model or info.get("model") or "unknown model"
+    engine = _engine(result, config)
+    title_parts = [str(model), engine]
+    if info.get("variant"):
+        title_parts.append(str(info["variant"]))
+    title_parts.append(_load(config))
+    d = result.distributions
+    n = result.counts
+    tp = result.throughput
+
+    if config.request_rate is None:
+        load = f"concurrency {config.concurrency} (closed loop)"
+    else:
+        load = (
+            f"request rate {config.request_rate:g} req/s (burstiness {config.burstiness:g}), "
+            f"at most {config.concurrency} in flight"
+        )
+    context = info.get("max_model_len") or config.max_model_len
+    config_rows: list[tuple[str, Any]] = [("Model", model), ("Engine", engine)]
+    config_rows += [(str(k), v) for k, v in dict(info.get("card_config") or {}).items()]
+    config_rows += [
+        ("Endpoint", _endpoint(config)),
+        ("Dataset", _dataset(result, config)),
+        (
+            "Prompts",
+            f"{config.num_prompts}" + (f" (+{config.num_warmups} warm-up)" if config.num_warmups else ""),
+        ),
+        ("Concurrency / request rate", load),
+        ("Max tokens", config.max_tokens if config.max_tokens is not None else "from the dataset"),
+        ("Context window", context if context else "unknown"),
+        ("Time cap", f"{config.max_seconds:g} s" if config.max_seconds is not None else "none"),
+    ]
+    if config.ignore_eos:
+        config_rows.append(("Ignore EOS", "yes"))
+    if config.goodput:
+        config_rows.append(("Goodput SLOs", ", ".join(f"{k} ≤ {v:g} ms" for k, v in config.goodput.items())))
+    if config.label:
+        config_rows.append(("Label", config.label))
+    config_rows.append(("Client", f"fastbench {__version__}"))
+
+    prefill = d.get("prefill_rate")
+    if prefill is not None and prefill.count:
+        prefill_text = (
+            f"{_num(prefill.median, 1)} (median per-request prompt tokens ÷ TTFT, n={prefill.count})"
+        )
+    else:
+        prefill_text = "n/a (no completed request with a prompt token count)"
+    decode = d.get("decode_rate")
+    ttft_text = _median_p99(d.get("ttft"))
+    if config.request_rate is not None:
+        raw = d.get("ttft_raw")
+        ttft_text += f" (from send: median {_ms(raw.median if raw else None)})"
+    itl_text = _median_p99(d.get("itl")) + " per chunk"
+    itl_token = d.get("itl_token")
+    if itl_token is not None and itl_token.count:
+        itl_text += f"; per token median {_ms(itl_token.median)}"
+    finished_at = datetime.datetime.fromisoformat(result.created_at).strftime("%Y-%m-%d %H:%M %z")
+    completed_text = f"{n.completed}/{n.total} · {finished_at}"
+    measured: list[tuple[str, Any]] = [
+        ("Prefill tok/s", prefill_text),
+        ("Decode tok/s", f"{_num(tp.output_throughput)} (aggregate: output tokens ÷ duration)"),
+        (
+            "Per-stream decode tok/s",
+            f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",
+        ),
+        ("TTFT (ms)", ttft_text),
+        ("TPOT (ms)", _median_p99(d.get("tpot"))),
+        ("ITL (ms)", itl_text),
+        ("E2E latency (ms)", _median_p99(d.get("e2el"))),
+        ("Request throughput", f"{_num(tp.request_throughput, 3)} req/s"),
+    ]
+    if tp.request_goodput is not None:
+        measured.append(
+            ("Goodput", f"{_num(tp.request_goodput, 3)} req/s ({tp.good_requests} met every SLO)")
+        )
+    measured += [
+        ("Completed", completed_text),
+        ("Errors", _errors_text(result)),
+        (
+            "Mean tokens per chunk",
+            f"{_num(result.mean_tokens_per_chunk)} (client-side estimate of acceptance length)"
+            if result.mean_tokens_per_chunk is not None
+            else "n/a (no server usage)",
+        ),
+        ("Duration", f"{result.duration_s:,.1f} s"),
+    ]
+
+    lines = [" · ".join(title_parts), f"status: {status}", "Configuration"]
+    lines += _table(config_rows)
+    lines.append("Measured results")
+    lines += _table(measured)
+    for key, heading in (("load", "Load"), ("spec_decode", "Speculative decoding"), ("memory", "Memory")):
+        section = info.get(key)
+        if isinstance(section, Mapping) and section:
+            lines.append(heading)
+            lines += _table((_humanize(str(k)), v) for k, v in section.items())
+
+    lines.append("Full run command")
+    lines.append("```")
+    launch = info.get("launch_command")
+    if isinstance(launch, str) and launch:
+        lines.append(redact_text(launch, config.api_key))
+    if config.command_line:
+        lines.append(shell_join(redact_argv(config.command_line, config.api_key)))
+    else:
+        lines.append("# run through the Python API; configuration as above")
+    lines.append("```")
+
+    lines.append("Notes")
+    extra_notes = info.get("notes") or []
+    for note in [*result.notes, *extra_notes]:
+        lines.append(f"- {redact_text(str(note), config.api_key)}")
+    return "\n".join(lines) + "\n"
+
+
+# -- the console table ----------------------------------------------------------------------------------
+
+
+def render_console(result: Result) -> str:
+    """A summary in the shape of vllm bench serve's result block, with fastbench's extra lines."""
+    cfg, n, tp, d = result.config, result.counts, result.throughput, result.distributions
+    lines: list[str] = []
+
+    def head(title: str, fill: str = "-") -> None:
+        lines.append(f"{title:{fill}^50}")
+
+    def row(label: str, value: Any, digits: int = 2) -> None:
+        if value is None:
+            text = "n/a"
+        elif isinstance(value, float):
+            text = f"{value:.{digits}f}"
+        else:
+            text = str(value)
+        lines.append(f"{label:<40} {text:<10}")
+
+    head(" Serving Benchmark Result ", "=")
+    row("Successful requests:", n.completed)
+    row("Failed requests:", n.failed)
+    if n.cancelled or n.not_started:
+        row("Cancelled / not started:", f"{n.cancelled} / {n.not_started}")
+    row("Maximum request concurrency:", cfg.concurrency)
+    if cfg.request_rate is not None:
+        row("Request rate (req/s):", float(cfg.request_rate))
+    row("Benchmark duration (s):", result.duration_s)
+    row("Total input tokens:", result.total_input_tokens)
+    row("Total generated tokens:", result.total_output_tokens)
+    row("Request throughput (req/s):", tp.request_throughput)
+    if tp.request_goodput is not None:
+        row("Request goodput (req/s):", tp.request_goodput)
+    row("Output token throughput (tok/s):", tp.output_throughput)
+    row("Peak concurrent requests:", result.client.max_concurrent_requests)
+    row("Total Token throughput (tok/s):", tp.total_token_throughput)
+    sections = (
+        ("ttft", "TTFT", "Time to First Token"),
+        ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+        ("itl", "ITL", "Inter-token Latency"),
+        ("e2el", "E2EL", "End-to-end Latency"),
+    )
+    for key, short, title in sections:
+        dist = d.get(key) or Distribution.empty("ms")
+        head(title)
+        row(f"Mean {short} (ms):", dist.mean)
+        row(f"Median {short} (ms):", dist.median)
+        row(f"P99 {short} (ms):", dist.p99)
+    head("fastbench")
+    prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
+    row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
+    row("Per-stream decode, median (tok/s):", decode.median if decode else None)
+    itl_token = d.get("itl_token")
+    row("ITL per token, median (ms):", itl_token.median if itl_token else None)
+    row("Mean tokens per chunk:", result.mean_tokens_per_chunk)
+    if cfg.request_rate is not None:
+        raw, late = d.get("ttft_raw"), d.get("lateness")
+        row("Median TTFT from send (ms):", raw.median if raw else None)
+        row("P99 client lateness (ms):", late.p99 if late else None)
+    skew = d.get("skew")
+    if skew is not None and skew.count:
+        row("P99 client skew (ms):", skew.p99, 3)
+    row("Timestamps:", result.timestamps.source.lower())
+    ratio = result.timestamps.multi_event_read_ratio
+    row("Multi-event reads (%):", None if ratio is None else 100 * ratio, 1)
+    row("Client CPU per event (us):", result.client.cpu_per_event_us, 1)
+    lines.append("=" * 50)
+    lines += [f"* {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+# -- per-request JSONL -----------------------------------------------------------------------------------
+
+_TIME_COLUMNS = ("scheduled_ns", "sent_ns", "first_byte_ns", "first_token_ns", "first_answer_ns", "end_ns")
+
+
+def _request_status(row: Sequence[int]) -> str:
+    if not any(row):
+        return "not_started"
+    code = row[COL["error"]]
+    if code == ErrorClass.OK:
+        return "completed" if row[COL["end_ns"]] > 0 else "cancelled"
+    return "cancelled" if code == ErrorClass.CANCELLED else "failed"
+
+
+def detailed_records(data: RunData) -> Iterable[dict[str, Any]]:
+    """One dict per row of the request table (never-started requests included, marked so)."""
+    for position, values in enumerate(data.rows.tolist()):
+        status = _request_status(values)
+        started = status != "not_started"
+        index = values[COL["index"]] if started else position
+        v = dict(zip(COL, values))
+        rec: dict[str, Any] = {"id": index, "status": status}
+        for name in _TIME_COLUMNS:
+            stamp = v[name]
+            rec[name] = stamp or None
+            rec[name[:-3] + "_ms"] = (stamp - data.start_ns) / 1e6 if stamp else None
+        sched, sent, first, end = v["scheduled_ns"], v["sent_ns"], v["first_token_ns"], v["end_ns"]
+        rec["ttft_ms"] = (first - sched) / 1e6 if first and sched else None
+        rec["ttft_raw_ms"] = (first - sent) / 1e6 if first and sent else None
+        rec["e2el_ms"] = (end - sched) / 1e6 if status == "completed" else None
+        out = v["output_tokens"]
+        rec["tpot_ms"] = (
+            (end - first) / 1e6 / (out - 1) if status == "completed" and first and out >= 2 else None
+        )
+        rec["connect_ms"] = v["connect_ns"] / 1e6 if v["connect_ns"] else None
+        rec["prompt_tokens"] = v["prompt_tokens"] if v["prompt_tokens"] >= 0 else None
+        rec["output_tokens"] = out
+        rec["chunks"] = v["chunks"]
+        rec["events"] = v["events"]
+        rec["max_chunk_tokens"] = v["max_chunk_tokens"]
+        try:
+            usage = UsageSource(v["usage_source"]).name
+        except ValueError:
+            usage = f"UNKNOWN_{v['usage_source']}"
+        rec["usage_source"] = usage if started else None
+        rec["http_status"] = v["http_status"] or None
+        rec["error"] = error_name(v["error"]) if v["error"] else None
+        rec["error_message"] = data.error_messages.get(index) if started and v["error"] else None
+        yield rec
+
+
+def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData) -> int:
+    """Write one JSON line per request (see :func:`detailed_records`), atomically; return the line count.
+
+    Times are CLOCK_MONOTONIC ns (``*_ns``, null when it did not happen) and ms from the start of
+    the measured window (``*_ms``).
+    """
+    lines = [orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE) for rec in detailed_records(data)]
+    write_bytes_atomic(path, b"".join(lines))
+    return len(lines)

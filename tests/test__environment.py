@@ -1,0 +1,17 @@
+"""The extension is compiled and importable; prints its build flavour (like uvloop's _debug_cc)."""
+
+import fastbench._core.engine as engine
+
+
+def test_engine_is_compiled() -> None:
+    assert engine.__file__.endswith(".so"), engine.__file__
+    print("BUILD_FLAVOUR", engine.BUILD_FLAVOUR)
+    assert engine.BUILD_FLAVOUR in ("release", "debug", "asan")
+
+
+def test_clock_is_monotonic_ns() -> None:
+    import time
+
+    a = engine.now_ns()
+    b = time.monotonic_ns()
+    assert 0 <= b - a < 50_000_000

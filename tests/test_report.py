@@ -1,0 +1,344 @@
+"""report: the result file, the run card, the console table and the per-request JSONL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from fastbench.config import BenchConfig
+from fastbench.metrics import Result, summarize
+from fastbench.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
+from fastbench.report import (
+    RESULT_SCHEMA_VERSION,
+    redact_argv,
+    redact_text,
+    render_card,
+    render_console,
+    result_to_json_dict,
+    write_card_atomic,
+    write_detailed_jsonl,
+    write_json_atomic,
+)
+
+T0 = 10**12
+MS = 1_000_000
+KEY = "sk-test-0123456789abcdef"
+REL = 1.5e-3
+
+
+def build_run(
+    n: int = 10,
+    *,
+    total: int | None = None,
+    every_ms: float = 200.0,
+    ttft_ms: float = 50.0,
+    prompt: int = 100,
+    chunk_tokens: tuple[int, ...] = (1, 2, 3, 4),
+    gap_ms: float = 20.0,
+    failed: int = 0,
+    duration_ms: float = 2000.0,
+    cap_hit: bool = False,
+) -> RunData:
+    """``n`` sequential requests (the last ``failed`` of them fail with HTTP 500), ``total`` rows."""
+    rows = np.zeros((total or n, NCOLS), dtype=np.int64)
+    itl_chunk = HdrHistogram(1, 3_600_000_000_000, 3)
+    itl_token = HdrHistogram(1, 3_600_000_000_000, 3)
+    messages = {}
+    for i in range(n):
+        start = T0 + round(i * every_ms * MS)
+        first = start + round(ttft_ms * MS)
+        end = first + round((len(chunk_tokens) - 1) * gap_ms * MS)
+        ok = i < n - failed
+        values = {
+            "index": i,
+            "scheduled_ns": start,
+            "sent_ns": start,
+            "first_byte_ns": first,
+            "first_token_ns": first,
+            "first_answer_ns": first,
+            "end_ns": end,
+            "prompt_tokens": prompt,
+            "output_tokens": sum(chunk_tokens),
+            "chunks": len(chunk_tokens),
+            "events": len(chunk_tokens) + 2,
+            "max_chunk_tokens": max(chunk_tokens),
+            "error": ErrorClass.OK if ok else ErrorClass.HTTP_STATUS,
+            "http_status": 200 if ok else 500,
+            "usage_source": UsageSource.PER_CHUNK,
+            "connect_ns": 0,
+        }
+        for name, value in values.items():
+            rows[i, COL[name]] = value
+        if ok:
+            for tokens in chunk_tokens[1:]:
+                itl_chunk.record_value(round(gap_ms * MS))
+                itl_token.record_value(round(gap_ms * MS / tokens), tokens)
+        else:
+            messages[i] = f"HTTP 500: internal error {i}"
+    chunks = n * len(chunk_tokens)
+    return RunData(
+        rows=rows,
+        error_messages=messages,
+        histograms={"itl_chunk": itl_chunk, "itl_token": itl_token},
+        start_ns=T0,
+        end_ns=T0 + round(duration_ms * MS),
+        cap_hit=cap_hit,
+        stopped_reason="time cap" if cap_hit else "completed",
+        timestamp_source=TimestampSource.KERNEL,
+        reads=chunks,
+        multi_event_reads=0,
+        output_events=chunks,
+        kernel_stamped_reads=chunks,
+        connections_opened=1,
+        concurrency_samples=np.zeros((0, 2)),
+        mean_in_flight=1.0,
+        client_cpu_ns=chunks * 20_000,
+        warmups=0,
+    )
+
+
+def make_config(**changes: Any) -> BenchConfig:
+    base = BenchConfig(
+        base_url="http://127.0.0.1:8000",
+        model="google/gemma-4-31B-it",
+        api_key=KEY,
+        concurrency=1,
+        num_prompts=10,
+        max_tokens=256,
+        dataset_name="sharegpt",
+        dataset_path="ShareGPT_V3_unfiltered_cleaned_split.json",
+        goodput={"ttft": 60.0},
+        command_line=(
+            "fastbench", "--base-url", "http://127.0.0.1:8000", "--model", "google/gemma-4-31B-it",
+            "--api-key", KEY, "--concurrency", "1", "--api-key=" + KEY,
+        ),
+    )  # fmt: skip
+    return base.replace(**changes)
+
+
+SERVER_INFO: dict[str, Any] = {"engine": "vLLM 0.32.0", "max_model_len": 65536}
+
+
+def make_result(data: RunData | None = None, config: BenchConfig | None = None, **server: Any) -> Result:
+    return summarize(
+        data or build_run(),
+        config or make_config(),
+        workload_info={"dataset": "ShareGPT V3"},
+        server_info={**SERVER_INFO, **server},
+    )
+
+
+ENVIRONMENT = {"python": "3.11", "platform": "linux", "fastbench": "0.1.0", "hostname": "h", "cpu_count": 16}
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    config = make_config()
+    result = make_result(build_run(12, failed=2), config)
+    path = tmp_path / "result.json"
+    write_json_atomic(path, result_to_json_dict(result, config, environment=ENVIRONMENT))
+    raw = path.read_bytes()
+    assert KEY.encode() not in raw
+    obj = orjson.loads(raw)
+    # vllm's flat keys, same units
+    assert obj["completed"] == 10 and obj["failed"] == 2
+    assert obj["duration"] == pytest.approx(2.0)
+    assert obj["request_throughput"] == pytest.approx(5.0)
+    assert obj["output_throughput"] == pytest.approx(50.0)
+    assert obj["total_token_throughput"] == pytest.approx(550.0)
+    assert obj["total_input_tokens"] == 1000 and obj["total_output_tokens"] == 100
+    assert obj["request_goodput"] == pytest.approx(5.0)
+    assert obj["max_concurrency"] == 1
+    assert obj["median_ttft_ms"] == pytest.approx(50.0, rel=REL)
+    assert obj["p99_tpot_ms"] == pytest.approx(60.0 / 9, rel=REL)
+    assert obj["p99.9_itl_ms"] == pytest.approx(20.0, rel=REL)
+    assert obj["mean_e2el_ms"] == pytest.approx(110.0, rel=REL)
+    assert obj["input_lens"] == [100] * 12
+    assert obj["output_lens"] == [10] * 10 + [0, 0]
+    assert obj["ttfts"] == pytest.approx([0.05] * 12)
+    assert obj["errors"][:10] == [""] * 10 and obj["errors"][10] == "HTTP_STATUS: HTTP 500: internal error 10"
+    # fastbench's own object
+    fb = obj["fastbench"]
+    assert fb["schema_version"] == RESULT_SCHEMA_VERSION
+    assert "api_key" not in fb["config"] and fb["config"]["api_key_set"] is True
+    assert fb["config"]["goodput"] == {"ttft": 60.0}
+    assert fb["command_line"][5:7] == ["--api-key", "***"] and fb["command_line"][-1] == "--api-key=***"
+    assert fb["environment"] == ENVIRONMENT
+    assert fb["definitions"]["tpot"].startswith("Time per output token")
+    assert fb["counts"]["failed_by_class"] == {"HTTP_STATUS": 2}
+    assert fb["errors"]["HTTP_STATUS"]["examples"] == [
+        "HTTP 500: internal error 10",
+        "HTTP 500: internal error 11",
+    ]
+    assert fb["distributions"]["ttft"]["median_ms"] == obj["median_ttft_ms"]
+    assert fb["distributions"]["prefill_rate"]["median_tok_s"] == pytest.approx(2000.0, rel=REL)
+    assert fb["usage"]["all_per_chunk"] is True
+    assert fb["timestamps"]["source"] == "KERNEL"
+    assert fb["skew"] is None
+    assert fb["notes"] == result.notes
+    # histograms decode with hdrh and hold the completed requests only
+    ttft = HdrHistogram.decode(fb["histograms"]["ttft"]["data"])
+    assert ttft.get_total_count() == 10
+    assert ttft.get_value_at_percentile(50) / 1e6 == pytest.approx(50.0, rel=REL)
+    assert HdrHistogram.decode(fb["histograms"]["itl"]["data"]).get_total_count() == 30
+    assert fb["histograms"]["prefill_rate"]["unit"] == "mtok/s"
+
+
+def test_json_without_key_and_without_goodput(tmp_path: Path) -> None:
+    config = make_config(api_key=None, goodput={}, command_line=())
+    obj = result_to_json_dict(make_result(config=config), config, environment={})
+    assert obj["fastbench"]["config"]["api_key_set"] is False
+    assert obj["request_goodput"] is None
+    assert obj["request_rate"] == "inf"
+
+
+def test_server_launch_command_is_redacted_in_json_and_card() -> None:
+    launch = f"docker run --env HF_TOKEN=hf_abcdef vllm/vllm-openai m --api-key {KEY}"
+    config = make_config()
+    result = make_result(config=config, launch_command=launch)
+    obj = result_to_json_dict(result, config, environment={})
+    text = orjson.dumps(obj).decode()
+    assert KEY not in text and "hf_abcdef" not in text
+    assert obj["fastbench"]["server"]["launch_command"].endswith(
+        "HF_TOKEN=*** vllm/vllm-openai m --api-key ***"
+    )
+    card = render_card(result, config)
+    assert "HF_TOKEN=***" in card and "hf_abcdef" not in card and KEY not in card
+
+
+def test_card_sections_and_redaction(tmp_path: Path) -> None:
+    config = make_config()
+    card = render_card(make_result(config=config), config)
+    lines = card.splitlines()
+    assert lines[0] == "google/gemma-4-31B-it · vLLM 0.32.0 · conc 1"
+    assert lines[1] == "status: done"
+    for section in ("Configuration", "Measured results", "Full run command", "Notes"):
+        assert section in lines
+    assert lines.index("Configuration") < lines.index("Measured results") < lines.index("Full run command")
+    assert lines.index("Full run command") < lines.index("Notes")
+    assert "| Model | google/gemma-4-31B-it |" in lines
+    assert "| Engine | vLLM 0.32.0 |" in lines
+    assert "| Context window | 65536 |" in lines
+    assert "| Endpoint | http://127.0.0.1:8000/v1/completions |" in lines
+    assert "| Max tokens | 256 |" in lines
+    assert "| Completed | 10/10 · " in card
+    assert "| Errors | 0 |" in lines
+    assert "| Mean tokens per chunk | 2.50 (client-side estimate of acceptance length) |" in lines
+    assert "| Decode tok/s | 50.00 (aggregate: output tokens ÷ duration) |" in lines
+    assert KEY not in card
+    assert "--api-key *** --concurrency 1 --api-key=***" in card
+    assert "- token counts from the server's per-chunk usage (exact per chunk)" in lines
+    assert "- receive timestamps: kernel (SO_TIMESTAMPNS)" in lines
+    path = tmp_path / "card.md"
+    write_card_atomic(path, card)
+    assert path.read_text(encoding="utf-8") == card
+
+
+def test_card_prefill_is_never_the_total_over_time_artifact() -> None:
+    # 19/500 at conc 1 before a 300 s cap, 53-token prompts: total prompt tokens / time = 3.36 tok/s.
+    data = build_run(19, total=500, every_ms=15_800, prompt=53, duration_ms=300_000, cap_hit=True)
+    config = make_config(num_prompts=500, max_seconds=300.0, goodput={})
+    card = render_card(make_result(data, config), config)
+    (row,) = [line for line in card.splitlines() if line.startswith("| Prefill tok/s |")]
+    assert row.endswith(" (median per-request prompt tokens ÷ TTFT, n=19) |")
+    assert float(row.split("|")[2].split()[0].replace(",", "")) == pytest.approx(53 / 0.050, rel=REL)
+    assert "3.36" not in card and "3.35" not in card
+    assert "- 19/500 completed before the 300 s time cap, 0 errors; 481 not started/cancelled" in card
+
+
+def test_card_optional_sections() -> None:
+    config = make_config(request_rate=4.0, concurrency=64)
+    result = make_result(
+        config=config,
+        variant="NVFP4 + EAGLE3",
+        card_config={"Quant / precision": "NVFP4"},
+        load={"ready_s": 404.0},
+        spec_decode={"mean_acceptance_length": 2.4},
+        memory={"peak_gb": 108.2, "source": "system MemAvailable delta"},
+        notes=["Conc-1 point for the EAGLE3 sweep."],
+    )
+    card = render_card(result, config, status="running")
+    lines = card.splitlines()
+    assert lines[0] == "google/gemma-4-31B-it · vLLM 0.32.0 · NVFP4 + EAGLE3 · rate 4 req/s"
+    assert lines[1] == "status: running"
+    for section in ("Load", "Speculative decoding", "Memory"):
+        assert section in lines
+    assert "| Ready s | 404.0 |" in lines
+    assert "| Quant / precision | NVFP4 |" in lines
+    assert "- Conc-1 point for the EAGLE3 sweep." in lines
+    assert "(from send: median" in card
+
+
+def test_card_without_optional_sections_or_command_line() -> None:
+    config = make_config(base_url=None, command_line=(), api_key=None)
+    result = summarize(build_run(), config, workload_info={}, server_info={})
+    card = render_card(result, config)
+    assert card.splitlines()[0] == "google/gemma-4-31B-it · fastbench synthetic · conc 1"
+    assert "Memory" not in card.splitlines() and "Load" not in card.splitlines()
+    assert "run through the Python API" in card
+
+
+def test_console_table() -> None:
+    text = render_console(make_result())
+    lines = text.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============"
+    assert any(line.startswith("Successful requests:") and line.split()[-1] == "10" for line in lines)
+    assert "---------------Time to First Token----------------" in lines
+    assert any(line.startswith("Median TTFT (ms):") for line in lines)
+    assert any(line.startswith("P99 TPOT (ms):") for line in lines)
+    assert any(line.startswith("Mean tokens per chunk:") for line in lines)
+    assert any(line.startswith("Request goodput (req/s):") for line in lines)
+    assert "=" * 50 in lines
+
+
+def test_detailed_jsonl(tmp_path: Path) -> None:
+    data = build_run(6, total=8, failed=1)
+    path = tmp_path / "detail.jsonl"
+    assert write_detailed_jsonl(path, data) == 8
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert len(records) == 8
+    first = records[0]
+    for field in (
+        "id", "status", "scheduled_ns", "sent_ns", "first_token_ns", "first_answer_ns", "end_ns",
+        "scheduled_ms", "sent_ms", "first_token_ms", "first_answer_ms", "end_ms",
+        "prompt_tokens", "output_tokens", "chunks", "error", "error_message",
+    ):  # fmt: skip
+        assert field in first
+    assert first["status"] == "completed" and first["error"] is None
+    assert first["scheduled_ms"] == 0.0 and first["first_token_ms"] == pytest.approx(50.0)
+    assert first["end_ms"] == pytest.approx(110.0) and first["ttft_ms"] == pytest.approx(50.0)
+    assert first["tpot_ms"] == pytest.approx(60.0 / 9)
+    assert first["first_token_ns"] == T0 + 50 * MS
+    assert first["prompt_tokens"] == 100 and first["output_tokens"] == 10 and first["chunks"] == 4
+    assert records[5]["status"] == "failed" and records[5]["error"] == "HTTP_STATUS"
+    assert records[5]["error_message"] == "HTTP 500: internal error 5"
+    assert [r["status"] for r in records[6:]] == ["not_started"] * 2
+    assert [r["id"] for r in records] == list(range(8))
+    assert records[7]["end_ns"] is None and records[7]["error"] is None
+
+
+def test_atomic_writes_replace_and_leave_no_temp_files(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    write_json_atomic(path, {"a": 1})
+    write_json_atomic(path, {"a": np.arange(3)})
+    assert orjson.loads(path.read_bytes()) == {"a": [0, 1, 2]}
+    assert os.listdir(tmp_path) == ["r.json"]
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": object()})
+    assert os.listdir(tmp_path) == ["r.json"]
+    assert orjson.loads(path.read_bytes()) == {"a": [0, 1, 2]}
+
+
+def test_redaction_helpers() -> None:
+    assert redact_argv(["x", "--api-key", "abc", "--api-key=abc", "--model", "m"]) == [
+        "x", "--api-key", "***", "--api-key=***", "--model", "m",
+    ]  # fmt: skip
+    assert redact_argv(["--header", "Bearer abcdefgh"], "abcdefgh") == ["--header", "Bearer ***"]
+    assert redact_text("run --api-key abc --api-key=def OPENAI_API_KEY=ghi x") == (
+        "run --api-key *** --api-key=*** OPENAI_API_KEY=*** x"
+    )
