@@ -42,6 +42,7 @@ typedef struct fb_http_s {
     int64_t content_length;  /* -1 when absent */
     uint64_t remaining;      /* bytes left in the current chunk or Content-Length body */
     uint64_t body_bytes;     /* body bytes delivered so far */
+    unsigned flags;          /* private to fb_http.c: header facts pending the end of the header section */
     size_t line_len;         /* bytes held in line[] */
     char line[FB_HTTP_LINE_MAX]; /* the line being assembled, without its CRLF */
 } fb_http_t;

@@ -11,14 +11,15 @@
 #include "fb_errors.h"
 
 typedef struct {
-    int64_t completion_tokens; /* "completion_tokens" number inside "usage", -1 if absent or null */
-    int64_t prompt_tokens;     /* "prompt_tokens" number inside "usage", -1 if absent or null */
-    int64_t sent_ns;           /* top-level "fb_sent_ns" (synthetic server's send stamp), -1 if absent */
+    int64_t completion_tokens; /* "completion_tokens" directly inside the top-level "usage" object; -1 if
+                                  absent, null or not a non-negative integer that fits int64 */
+    int64_t prompt_tokens;     /* "prompt_tokens" likewise */
+    int64_t sent_ns;           /* top-level "fb_sent_ns" (synthetic server's send stamp), -1 as above */
     int has_content;           /* a non-empty string value under key "content" or "text" */
     int has_reasoning;         /* a non-empty string value under key "reasoning" or "reasoning_content" */
     int has_error;             /* a top-level "error" key whose value is not null */
     int has_finish;            /* a "finish_reason" key whose value is not null */
-    int has_usage;             /* a "usage" key whose value is an object */
+    int has_usage;             /* a top-level "usage" key whose value is an object */
     int n_choices;             /* elements in the top-level "choices" array, -1 if absent */
 } fb_chunk_info_t;
 

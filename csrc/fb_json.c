@@ -1,0 +1,329 @@
+/* fb_json.c: single-pass scanner of one OpenAI-style streaming chunk. See fb_json.h.
+ *
+ * Grammar checked is RFC 8259 (JSON): one object, surrounded by optional whitespace
+ * (SP, HTAB, LF, CR; section 2); strings with the escapes of section 7 (\" \\ \/ \b \f \n \r
+ * \t \uXXXX) and no raw control characters below 0x20; numbers as in section 6; the literals
+ * true, false, null. Not checked: that the bytes are valid UTF-8 (section 8.1) and that the
+ * \u escapes pair up as surrogates; duplicate keys are allowed (section 4 leaves them open).
+ *
+ * Nesting is limited to FB_JSON_MAX_DEPTH containers (the top-level object is depth 1);
+ * deeper text is an error, which also bounds the recursion below.
+ *
+ * Facts are picked up by "role": the meaning of a value, known from its key and where the
+ * enclosing object sits. Keys are compared on their raw bytes: a key spelled with an escape
+ * (e.g. "\u0063ontent") matches nothing, which no server does. */
+#include <string.h>
+#include "fb_json.h"
+
+#define FB_JSON_MAX_DEPTH 64
+
+enum {
+    R_PLAIN = 0,  /* nothing to pick up */
+    R_USAGE,      /* top-level "usage" */
+    R_CHOICES,    /* top-level "choices" */
+    R_ERROR,      /* top-level "error" */
+    R_SENT,       /* top-level "fb_sent_ns" */
+    R_COMPLETION, /* "completion_tokens" directly inside the top-level "usage" object */
+    R_PROMPT,     /* "prompt_tokens" directly inside the top-level "usage" object */
+    R_CONTENT,    /* "content" or "text", any depth */
+    R_REASONING,  /* "reasoning" or "reasoning_content", any depth */
+    R_FINISH      /* "finish_reason", any depth */
+};
+
+typedef struct {
+    const char *p, *end;
+    fb_chunk_info_t *out;
+} fb_json_t;
+
+/* Value kinds, returned by the scanning functions (>= 0) next to -FB_ERR_JSON. */
+enum { V_NULL = 0, V_OTHER, V_STRING_EMPTY, V_STRING, V_INT };
+
+static int fb_json_value(fb_json_t *s, int depth, int role, int64_t *num);
+
+static inline void fb_json_ws(fb_json_t *s) {
+    const char *p = s->p;
+    while (p < s->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    s->p = p;
+}
+
+static inline int fb_json_hex(int c) {
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+}
+
+/* s->p is just past the opening quote. Leaves s->p past the closing quote and returns the
+ * number of raw bytes between the quotes, or -1 on a malformed string. A string with escapes
+ * is reported with its raw length, which is > 0 exactly when the decoded string is non-empty. */
+static inline ptrdiff_t fb_json_string(fb_json_t *s, int *escaped) {
+    const char *start = s->p, *p = s->p, *end = s->end;
+    *escaped = 0;
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') {
+            s->p = p + 1;
+            return p - start;
+        }
+        if (c == '\\') {
+            *escaped = 1;
+            if (end - p < 2) return -1;
+            switch (p[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                p += 2;
+                break;
+            case 'u':
+                if (end - p < 6 || !fb_json_hex(p[2]) || !fb_json_hex(p[3]) || !fb_json_hex(p[4]) ||
+                    !fb_json_hex(p[5]))
+                    return -1;
+                p += 6;
+                break;
+            default:
+                return -1;
+            }
+        } else if (c < 0x20) {
+            return -1; /* section 7: control characters must be escaped */
+        } else {
+            p++;
+        }
+    }
+    return -1;
+}
+
+/* number = [ minus ] int [ frac ] [ exp ]   (RFC 8259 section 6). Returns V_INT with *num set
+ * for a non-negative integer that fits int64 (the only numbers we pick up), V_OTHER for any
+ * other valid number, -FB_ERR_JSON otherwise. */
+static inline int fb_json_number(fb_json_t *s, int64_t *num) {
+    const char *p = s->p, *end = s->end;
+    int neg = 0, integral = 1, fits = 1;
+    int64_t v = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9') return -FB_ERR_JSON;
+    if (*p == '0') {
+        p++;
+    } else {
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            int d = *p - '0';
+            if (v > (INT64_MAX - d) / 10) fits = 0;
+            else v = v * 10 + d;
+        }
+    }
+    if (p < end && *p == '.') {
+        integral = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return -FB_ERR_JSON;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        integral = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return -FB_ERR_JSON;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    s->p = p;
+    if (integral && fits && !neg) {
+        *num = v;
+        return V_INT;
+    }
+    return V_OTHER;
+}
+
+static inline int fb_json_literal(fb_json_t *s, const char *lit, size_t n, int kind) {
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0) return -FB_ERR_JSON;
+    s->p += n;
+    return kind;
+}
+
+/* The role of the value under key k[0..n) in an object at `depth` whose own role is `role`. */
+static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
+    if (depth == 1) {
+        switch (n) {
+        case 5:
+            if (memcmp(k, "usage", 5) == 0) return R_USAGE;
+            if (memcmp(k, "error", 5) == 0) return R_ERROR;
+            break;
+        case 7:
+            if (memcmp(k, "choices", 7) == 0) return R_CHOICES;
+            break;
+        case 10:
+            if (memcmp(k, "fb_sent_ns", 10) == 0) return R_SENT;
+            break;
+        default:
+            break;
+        }
+    } else if (role == R_USAGE && depth == 2) {
+        if (n == 17 && memcmp(k, "completion_tokens", 17) == 0) return R_COMPLETION;
+        if (n == 13 && memcmp(k, "prompt_tokens", 13) == 0) return R_PROMPT;
+    }
+    switch (n) {
+    case 4:
+        if (memcmp(k, "text", 4) == 0) return R_CONTENT;
+        break;
+    case 7:
+        if (memcmp(k, "content", 7) == 0) return R_CONTENT;
+        break;
+    case 9:
+        if (memcmp(k, "reasoning", 9) == 0) return R_REASONING;
+        break;
+    case 13:
+        if (memcmp(k, "finish_reason", 13) == 0) return R_FINISH;
+        break;
+    case 17:
+        if (memcmp(k, "reasoning_content", 17) == 0) return R_REASONING;
+        break;
+    default:
+        break;
+    }
+    return R_PLAIN;
+}
+
+/* s->p is just past '{'; the object is at `depth` (1 = top level) and has role `role`. */
+static int fb_json_object(fb_json_t *s, int depth, int role) {
+    fb_json_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        if (s->p >= s->end || *s->p != '"') return -FB_ERR_JSON;
+        s->p++;
+        const char *key = s->p;
+        int escaped;
+        ptrdiff_t kn = fb_json_string(s, &escaped);
+        if (kn < 0) return -FB_ERR_JSON;
+        int vrole = escaped ? R_PLAIN : fb_json_role(key, (size_t)kn, depth, role);
+        fb_json_ws(s);
+        if (s->p >= s->end || *s->p != ':') return -FB_ERR_JSON;
+        s->p++;
+        fb_json_ws(s);
+        int64_t num = -1;
+        int kind = fb_json_value(s, depth, vrole, &num);
+        if (kind < 0) return kind;
+        fb_chunk_info_t *o = s->out;
+        switch (vrole) {
+        case R_CONTENT:
+            if (kind == V_STRING) o->has_content = 1;
+            break;
+        case R_REASONING:
+            if (kind == V_STRING) o->has_reasoning = 1;
+            break;
+        case R_FINISH:
+            if (kind != V_NULL) o->has_finish = 1;
+            break;
+        case R_ERROR:
+            if (kind != V_NULL) o->has_error = 1;
+            break;
+        case R_COMPLETION:
+            if (kind == V_INT) o->completion_tokens = num;
+            break;
+        case R_PROMPT:
+            if (kind == V_INT) o->prompt_tokens = num;
+            break;
+        case R_SENT:
+            if (kind == V_INT) o->sent_ns = num;
+            break;
+        default: /* R_USAGE, R_CHOICES are recorded by the container scan */
+            break;
+        }
+        fb_json_ws(s);
+        if (s->p >= s->end) return -FB_ERR_JSON;
+        if (*s->p == '}') {
+            s->p++;
+            return 0;
+        }
+        if (*s->p != ',') return -FB_ERR_JSON;
+        s->p++;
+        fb_json_ws(s);
+    }
+}
+
+/* s->p is just past '['; the array is at `depth`. Returns the element count or -FB_ERR_JSON. */
+static int fb_json_array(fb_json_t *s, int depth) {
+    int count = 0;
+    fb_json_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        int64_t num;
+        int kind = fb_json_value(s, depth, R_PLAIN, &num);
+        if (kind < 0) return kind;
+        if (count < INT32_MAX) count++;
+        fb_json_ws(s);
+        if (s->p >= s->end) return -FB_ERR_JSON;
+        if (*s->p == ']') {
+            s->p++;
+            return count;
+        }
+        if (*s->p != ',') return -FB_ERR_JSON;
+        s->p++;
+        fb_json_ws(s);
+    }
+}
+
+/* A value at s->p (whitespace already skipped), inside a container at `depth`. */
+static int fb_json_value(fb_json_t *s, int depth, int role, int64_t *num) {
+    if (s->p >= s->end) return -FB_ERR_JSON;
+    int rc, escaped;
+    switch (*s->p) {
+    case '{':
+        if (depth >= FB_JSON_MAX_DEPTH) return -FB_ERR_JSON;
+        s->p++;
+        rc = fb_json_object(s, depth + 1, role);
+        if (rc < 0) return rc;
+        if (role == R_USAGE) s->out->has_usage = 1;
+        return V_OTHER;
+    case '[':
+        if (depth >= FB_JSON_MAX_DEPTH) return -FB_ERR_JSON;
+        s->p++;
+        rc = fb_json_array(s, depth + 1);
+        if (rc < 0) return rc;
+        if (role == R_CHOICES) s->out->n_choices = rc;
+        return V_OTHER;
+    case '"': {
+        s->p++;
+        ptrdiff_t n = fb_json_string(s, &escaped);
+        if (n < 0) return -FB_ERR_JSON;
+        return n ? V_STRING : V_STRING_EMPTY;
+    }
+    case 't':
+        return fb_json_literal(s, "true", 4, V_OTHER);
+    case 'f':
+        return fb_json_literal(s, "false", 5, V_OTHER);
+    case 'n':
+        return fb_json_literal(s, "null", 4, V_NULL);
+    default:
+        return fb_json_number(s, num);
+    }
+}
+
+static inline void fb_json_defaults(fb_chunk_info_t *out) {
+    out->completion_tokens = -1;
+    out->prompt_tokens = -1;
+    out->sent_ns = -1;
+    out->has_content = 0;
+    out->has_reasoning = 0;
+    out->has_error = 0;
+    out->has_finish = 0;
+    out->has_usage = 0;
+    out->n_choices = -1;
+}
+
+int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out) {
+    fb_json_defaults(out);
+    if (len == 0) return -FB_ERR_JSON; /* also keeps NULL + 0 out of the arithmetic below */
+    fb_json_t s = {data, data + len, out};
+    fb_json_ws(&s);
+    if (s.p >= s.end || *s.p != '{') goto bad;
+    s.p++;
+    if (fb_json_object(&s, 1, R_PLAIN) < 0) goto bad;
+    fb_json_ws(&s);
+    if (s.p != s.end) goto bad;
+    return 0;
+bad:
+    /* No half-read facts: a caller that ignores the error still sees "nothing found". */
+    fb_json_defaults(out);
+    return -FB_ERR_JSON;
+}

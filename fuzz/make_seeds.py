@@ -1,0 +1,61 @@
+"""Write the seed corpus for fuzz_http_sse into fuzz/seeds/ (run once; the files are committed)."""
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def data(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def chunked(body: bytes, n: int) -> bytes:
+    out = b""
+    for i in range(0, len(body), n):
+        piece = body[i : i + n]
+        out += b"%x;e=1\r\n" % len(piece) + piece + b"\r\n"
+    return out + b"0\r\nX-T: 1\r\n\r\n"
+
+
+chat = (
+    data(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+            "usage": {"prompt_tokens": 12, "total_tokens": 12, "completion_tokens": 0},
+        }
+    )
+    + data({"choices": [{"index": 0, "delta": {"reasoning_content": 'think "q" \\'}}]})
+    + data({"choices": [{"index": 0, "text": " hello", "finish_reason": "stop"}], "fb_sent_ns": 123})
+    + data({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
+    + b": ping\r\n\r\ndata: a\rdata:b\r\n\r\n"
+    + data({"error": {"object": "error", "message": "x", "type": "BadRequestError", "code": 400}})
+    + b"data: [DONE]\n\n"
+)
+head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+seeds = {
+    "raw_chunked": b"\x00\x01\x00" + head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(chat, 17),
+    "raw_length_pipelined": b"\x00\x07\x01"
+    + b"HTTP/1.1 100 Continue\r\n\r\n"
+    + head
+    + b"Content-Length: %d\r\n\r\n" % len(chat)
+    + chat
+    + b"HTTP/1.0 204 No Content\r\nConnection: keep-alive\r\n\r\n"
+    + head
+    + b"\r\n"
+    + chat[:50],
+    "chunk_framing": b"\x01\x02\x00" + chunked(chat, 5),
+    "close_body": b"\x02\x03\x00" + b"\xef\xbb\xbf" + chat,
+    "sse_only": b"\x33\x00\x00" + chat.replace(b"\n", b"\r\n"),
+}
+for name, blob in seeds.items():
+    (HERE / "seeds" / name).write_bytes(blob)
