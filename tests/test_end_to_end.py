@@ -1,0 +1,92 @@
+"""The whole product against the synthetic server's known schedule: the figures must be right."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from fastbench import BenchConfig, SyntheticServer, arun, run
+from fastbench.metrics import to_vllm_keys
+
+
+def bench(server: SyntheticServer, **options: Any) -> Any:
+    base = dict(base_url=server.base_url, concurrency=8, num_prompts=16, random_input_len=64,
+                random_output_len=24, ignore_eos=True)
+    return run(BenchConfig(**{**base, **options}))
+
+
+@pytest.fixture(scope="module")
+def spec_server() -> Any:
+    """TTFT 50 ms, 20 ms between chunks, 1..4 tokens per chunk as with speculative decoding."""
+    with SyntheticServer("--ttft-ms", "50", "--itl-ms", "20", "--tokens-per-chunk", "1-4", "--seed", "3") as s:
+        yield s
+
+
+def test_speculative_chunks_tpot_and_per_token_itl(spec_server: SyntheticServer) -> None:
+    result = bench(spec_server, num_prompts=24, random_output_len=40)
+    d = result.distributions
+    assert result.counts.completed == 24
+    assert d["ttft"].median == pytest.approx(50, abs=3)
+    # Chunks every 20 ms whatever they carry: the chunk-gap ITL is 20 ms...
+    assert d["itl"].median == pytest.approx(20, abs=1.5)
+    # ...while tokens arrive 2.5 per chunk on average, so TPOT is about 20 / 2.5 = 8 ms.
+    assert result.mean_tokens_per_chunk == pytest.approx(2.5, abs=0.3)
+    assert d["tpot"].median == pytest.approx(20 / result.mean_tokens_per_chunk, rel=0.12)
+    # Per token, a k-token chunk adds k values of 20/k ms: weights 1,2,3,4 for 20,10,6.7,5 ms,
+    # so the median token waited 6.7 ms.
+    assert d["itl_token"].median == pytest.approx(20 / 3, abs=0.6)
+    assert d["itl_token"].count == result.total_output_tokens - result.counts.completed
+    assert result.usage.all_per_chunk
+    assert d["skew"].p99 < 5.0  # loose: the machine is shared; bench/ measures this properly
+    keys = to_vllm_keys(result)
+    assert keys["completed"] == 24 and keys["median_tpot_ms"] == pytest.approx(d["tpot"].median)
+
+
+def test_chat_with_reasoning_reports_ttft_and_ttfa() -> None:
+    with SyntheticServer("--ttft-ms", "30", "--itl-ms", "10", "--reasoning-tokens", "5") as server:
+        result = bench(server, endpoint="/v1/chat/completions", num_prompts=6, concurrency=3)
+    d = result.distributions
+    assert result.counts.completed == 6
+    assert d["ttft"].median == pytest.approx(30, abs=3)
+    # The first answer token follows five reasoning tokens, 10 ms apart.
+    assert d["ttfa"].median == pytest.approx(80, abs=4)
+    assert d["tpot"].median == pytest.approx(10, abs=1)
+
+
+def test_server_without_usage_falls_back_and_says_so() -> None:
+    with SyntheticServer("--ttft-ms", "10", "--itl-ms", "5", "--no-usage") as server:
+        result = bench(server, num_prompts=4, concurrency=2)
+    assert result.counts.completed == 4
+    assert result.usage.by_source.get("NONE") == 4
+    assert not result.usage.all_per_chunk
+    assert "chunk" in result.usage.statement
+    assert result.total_output_tokens == 4 * 24
+
+
+def test_open_loop_rate_and_time_cap(spec_server: SyntheticServer) -> None:
+    result = bench(spec_server, request_rate=20.0, num_prompts=200, concurrency=64, max_seconds=1.5,
+                   random_output_len=100)
+    c = result.counts
+    assert result.cap_hit
+    assert result.duration_s == pytest.approx(1.5, abs=0.1)
+    # ~30 requests arrived before the cap; each needs ~0.85 s, so the last ~15 were cancelled.
+    assert 10 <= c.completed + c.cancelled <= 60
+    assert c.cancelled > 0 and c.failed == 0
+    assert c.completed + c.cancelled + c.not_started == 200
+    assert any("time cap" in note for note in result.notes)
+
+
+def test_arun_inside_a_plain_asyncio_loop(spec_server: SyntheticServer) -> None:
+    async def main() -> Any:
+        return await arun(BenchConfig(base_url=spec_server.base_url, concurrency=2, num_prompts=4,
+                                      random_input_len=16, random_output_len=8))
+
+    result = asyncio.run(main())
+    assert result.counts.completed == 4
+
+
+def test_warmups_are_not_counted(spec_server: SyntheticServer) -> None:
+    result = bench(spec_server, num_prompts=4, num_warmups=4, concurrency=4)
+    assert result.counts.completed == 4 and result.counts.warmups == 4
