@@ -66,3 +66,26 @@ def test_default_run_against_the_synthetic_server(tmp_path: Path) -> None:
     assert len(detailed.read_text().splitlines()) == 12
     for output in (proc.stdout, proc.stderr, out_json.read_text(), text, detailed.read_text()):
         assert key not in output
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_signal_writes_a_partial_result(tmp_path: Path, sig: str) -> None:
+    import signal
+    import time
+
+    out_json, card = tmp_path / "r.json", tmp_path / "card.md"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--num-prompts", "400", "--concurrency", "4",
+         "--random-input-len", "16", "--random-output-len", "20", "--synthetic-args", "--ttft-ms 5 --itl-ms 10",
+         "--result-json", str(out_json), "--result-card", str(card)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(4.0)  # the synthetic server starts, then some requests complete (each takes ~0.2 s)
+    proc.send_signal(getattr(signal, sig))
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    doc = orjson.loads(out_json.read_bytes())
+    assert 0 < doc["completed"] < 400
+    assert doc["fastbench"]["run"]["stopped_reason"] == "interrupted"
+    assert "partial" in card.read_text()
+    assert "Traceback" not in stderr

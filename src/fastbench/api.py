@@ -62,7 +62,10 @@ def run(config: BenchConfig) -> Result:
 
 
 async def arun(
-    config: BenchConfig, *, on_progress: Optional[Callable[[dict[str, Any]], None]] = None
+    config: BenchConfig,
+    *,
+    on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
+    stop: Optional[asyncio.Event] = None,
 ) -> Result:
     """Run a benchmark inside the running event loop (any asyncio loop) and return its Result.
 
@@ -70,6 +73,8 @@ async def arun(
     process for the run and stopped after it.
 
     :param on_progress: called about twice a second with counters (completed, in flight, ...).
+    :param stop: set it to end the run early (e.g. on a signal): requests in flight are cancelled,
+        and the Result, and any result files, say the run was interrupted and hold what was measured.
     """
     validate(config)
     synthetic = None
@@ -81,7 +86,7 @@ async def arun(
         await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
         base_url = synthetic.base_url
     try:
-        return await _run_against(config, base_url, synthetic, on_progress)
+        return await _run_against(config, base_url, synthetic, on_progress, stop)
     finally:
         if synthetic is not None:
             synthetic.stop()
@@ -90,6 +95,7 @@ async def arun(
 async def _run_against(
     config: BenchConfig, base_url: str, synthetic: Any,
     on_progress: Optional[Callable[[dict[str, Any]], None]],
+    stop: Optional[asyncio.Event] = None,
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
@@ -117,6 +123,7 @@ async def _run_against(
             max_error_rate=config.max_error_rate,
             verify_tls=not config.insecure,
             on_progress=on_progress,
+            stop_event=stop,
         )
         data = await LoadGenerator(target, plan, config.api_key).run()
         if synthetic is not None:
@@ -166,6 +173,7 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> None:
         doc = report.result_to_json_dict(result, config, environment=environment())
         report.write_json_atomic(config.result_json, doc)
     if config.result_card:
-        report.write_card_atomic(config.result_card, report.render_card(result, config))
+        status = "partial (interrupted)" if result.stopped_reason == "interrupted" else "done"
+        report.write_card_atomic(config.result_card, report.render_card(result, config, status=status))
     if config.save_detailed:
         report.write_detailed_jsonl(config.save_detailed, data)

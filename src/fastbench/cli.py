@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import os
 import shlex
+import signal
 import sys
 from typing import Any, Optional, Sequence
 
@@ -220,20 +222,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
+async def _run_with_signals(config: BenchConfig, progress: Optional[_ProgressLine]) -> Any:
+    """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
+    files are written, marked partial); a second one abandons it."""
+    from . import api
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    main = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            assert main is not None
+            main.cancel()
+            return
+        stop.set()
+        print("\nfastbench: stopping; writing what was measured (signal again to abandon)", file=sys.stderr)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        return await api.arun(config, on_progress=progress, stop=stop)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
 def _run(config: BenchConfig) -> int:
-    from . import api, report
+    import uvloop
+
+    from . import report
 
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show else None
-    import uvloop
-
     try:
-        result = uvloop.run(api.arun(config, on_progress=progress))
+        result = uvloop.run(_run_with_signals(config, progress))
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
     finally:
         if progress is not None:
             progress.close()
     print(report.render_console(result))
-    return 0
+    return 130 if result.stopped_reason == "interrupted" else 0
 
 
 if __name__ == "__main__":

@@ -89,6 +89,8 @@ class LoadPlan:
     kernel_timestamps: bool = True
     on_progress: Optional[Callable[[dict[str, Any]], None]] = None
     progress_interval_s: float = 0.5
+    # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
+    stop_event: Optional[asyncio.Event] = None
 
 
 class LoadGenerator:
@@ -286,6 +288,11 @@ class LoadGenerator:
         for conn in list(self._busy):
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
 
+    async def _watch_stop(self) -> None:
+        assert self.plan.stop_event is not None
+        await self.plan.stop_event.wait()
+        self.stop("interrupted")
+
     async def _sample_progress(self, start_ns: int) -> None:
         plan = self.plan
         while True:
@@ -317,7 +324,7 @@ class LoadGenerator:
         gc.freeze()
         gc.disable()
         try:
-            if plan.warmup_bodies:
+            if plan.warmup_bodies and not (plan.stop_event and plan.stop_event.is_set()):
                 await self._run_closed(plan.warmup_bodies, warmup=True)
             start_ns = now_ns()
             cpu0 = time.process_time_ns()
@@ -325,6 +332,7 @@ class LoadGenerator:
             if plan.max_seconds is not None:
                 cap_timer = loop.call_later(plan.max_seconds, self.stop, "time cap")
             sampler = loop.create_task(self._sample_progress(start_ns))
+            watcher = loop.create_task(self._watch_stop()) if plan.stop_event is not None else None
             try:
                 if plan.request_rate is None:
                     await self._run_closed(plan.bodies, warmup=False)
@@ -335,6 +343,8 @@ class LoadGenerator:
                 raise
             finally:
                 sampler.cancel()
+                if watcher is not None:
+                    watcher.cancel()
                 if cap_timer is not None:
                     cap_timer.cancel()
             end_ns = now_ns()
