@@ -12,7 +12,19 @@ from .api import arun, run
 from .config import BenchConfig
 from .exceptions import ConfigError, DatasetError, FastbenchError, ServerError
 from .metrics import Result
-from .synthetic import SyntheticServer
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .synthetic import SyntheticServer
+
+
+def __getattr__(name: str) -> object:
+    # Lazy, so that `python -m fastbench.synthetic` does not import itself twice.
+    if name == "SyntheticServer":
+        from .synthetic import SyntheticServer
+
+        return SyntheticServer
+    raise AttributeError(f"module 'fastbench' has no attribute {name!r}")
 
 __all__ = (
     "run",

@@ -1,0 +1,111 @@
+"""Command line of the synthetic server: ``python -m fastbench.synthetic`` / ``fastbench synthetic-server``.
+
+Also the entry point of the subprocess that ``SyntheticServer`` starts (see ``BOOTSTRAP`` there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fastbench._synthetic_engine import FAULTS, ServerConfig, serve
+
+
+def _tokens_per_chunk(text: str) -> tuple[int, int]:
+    try:
+        if "-" in text:
+            lo_s, hi_s = text.split("-", 1)
+            lo, hi = int(lo_s), int(hi_s)
+        else:
+            lo = hi = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or A-B, got {text!r}") from None
+    if lo < 1 or hi < lo:
+        raise argparse.ArgumentTypeError(f"need 1 <= A <= B, got {text!r}")
+    return lo, hi
+
+
+def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="fastbench's synthetic OpenAI-compatible streaming "
+                                "server (the yardstick). Prints 'READY http://HOST:PORT' once listening.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    p.add_argument("--model", default="fastbench-synthetic", help="served model name")
+    p.add_argument("--strict-model", action="store_true",
+                   help="answer 404 to requests naming another model (default: accept any name, echo it)")
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens when a request omits it")
+    t = p.add_argument_group("timing")
+    t.add_argument("--ttft-ms", type=float, default=None,
+                   help="time to first token (default 50, or 0 when --prefill-tok-s is given)")
+    t.add_argument("--prefill-tok-s", type=float, default=None, help="adds prompt_tokens / rate to TTFT")
+    t.add_argument("--itl-ms", type=float, default=20.0, help="time between chunks (default 20)")
+    t.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each due time")
+    t.add_argument("--tokens-per-chunk", type=_tokens_per_chunk, default=(1, 1), metavar="N|A-B",
+                   help="tokens per decode step after the first chunk: fixed N or uniform A..B (default 1)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--eos-prob", type=float, default=0.0,
+                   help="per-token probability of stopping early (requests without ignore_eos)")
+    t.add_argument("--timer", choices=("auto", "timerfd", "call_at"), default="auto",
+                   help="timerfd: ns-precise (Linux); call_at: uvloop's 1 ms timers, rounded up")
+    o = p.add_argument_group("output shape")
+    o.add_argument("--reasoning-tokens", type=int, default=0,
+                   help="chat: the first N output tokens stream as delta.reasoning")
+    o.add_argument("--reasoning-field", default="reasoning", choices=("reasoning", "reasoning_content"))
+    o.add_argument("--no-usage", action="store_true", help="never send usage")
+    o.add_argument("--final-usage-only", action="store_true",
+                   help="usage only in the last content chunk (like llama.cpp), whatever stream_options say")
+    f = p.add_argument_group("faults")
+    f.add_argument("--fault", choices=FAULTS, default=None)
+    f.add_argument("--fault-every", type=int, default=1, help="every Nth generation request is faulty")
+    f.add_argument("--stall-s", type=float, default=1.0, help="stall: pause length")
+    f.add_argument("--trickle-us", type=int, default=200, help="trickle: gap between bytes")
+    f.add_argument("--oversized-bytes", type=int, default=10 * 1024 * 1024, help="oversized-event: size")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> ServerConfig:
+    ttft_ms = ns.ttft_ms
+    if ttft_ms is None:
+        ttft_ms = 0.0 if ns.prefill_tok_s else 50.0
+    lo, hi = ns.tokens_per_chunk
+    return ServerConfig(
+        host=ns.host, port=ns.port, model=ns.model, max_model_len=ns.max_model_len,
+        default_max_tokens=ns.default_max_tokens, ttft_ms=ttft_ms, prefill_tok_s=ns.prefill_tok_s,
+        itl_ms=ns.itl_ms, jitter_ms=ns.jitter_ms, tpc_min=lo, tpc_max=hi, seed=ns.seed,
+        eos_prob=ns.eos_prob, reasoning_tokens=ns.reasoning_tokens, reasoning_field=ns.reasoning_field,
+        no_usage=ns.no_usage, final_usage_only=ns.final_usage_only, strict_model=ns.strict_model,
+        fault=ns.fault, fault_every=ns.fault_every, stall_s=ns.stall_s, trickle_us=ns.trickle_us,
+        oversized_bytes=ns.oversized_bytes, timer=ns.timer,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the synthetic server until SIGTERM or SIGINT; returns the exit status."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    for name in ("itl_ms", "jitter_ms", "stall_s"):
+        if getattr(ns, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    if ns.ttft_ms is not None and ns.ttft_ms < 0:
+        parser.error("--ttft-ms must be >= 0")
+    if ns.prefill_tok_s is not None and ns.prefill_tok_s <= 0:
+        parser.error("--prefill-tok-s must be > 0")
+    if not 0.0 <= ns.eos_prob <= 1.0:
+        parser.error("--eos-prob must be in [0, 1]")
+    if ns.fault_every < 1 or ns.max_model_len < 1 or ns.default_max_tokens < 1:
+        parser.error("--fault-every, --max-model-len and --default-max-tokens must be >= 1")
+    if ns.reasoning_tokens < 0 or ns.trickle_us < 0 or ns.oversized_bytes < 0:
+        parser.error("--reasoning-tokens, --trickle-us and --oversized-bytes must be >= 0")
+    cfg = config_from_args(ns)
+    import uvloop
+
+    try:
+        return int(uvloop.run(serve(cfg)))
+    except OSError as e:
+        print(f"fastbench-synthetic: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
