@@ -332,3 +332,16 @@ def test_tls_verified_untrusted_and_insecure(tmp_path: Any, monkeypatch: pytest.
         assert list(col(data, "error")) == [0, 0, 0]
         assert list(col(data, "output_tokens")) == [3, 3, 3]
         assert data.connections_opened == 1
+
+
+def test_outputs_kept_only_when_asked(loop_factory: Any) -> None:
+    events = [chat_chunk({"role": "assistant", "content": ""}, 0), chat_chunk({"reasoning": "hm"}, 1),
+              chat_chunk({"content": "Hello"}, 2), chat_chunk({"content": " world"}, 3, finish="stop")]
+
+    def script(n: int, body: bytes) -> list[Any]:
+        return [STREAM_HEAD, *(chunked(sse(e)) for e in events), chunked(sse("[DONE]")) + CHUNKED_END]
+
+    kept, _ = drive(loop_factory, script, n=2, save_outputs=True)
+    assert kept.extra["outputs"] == {0: ("Hello world", "hm"), 1: ("Hello world", "hm")}
+    default, _ = drive(loop_factory, script, n=2)
+    assert "outputs" not in default.extra

@@ -122,6 +122,7 @@ async def _run_against(
             request_timeout_s=config.request_timeout_s,
             max_error_rate=config.max_error_rate,
             verify_tls=not config.insecure,
+            save_outputs=config.save_outputs,
             on_progress=on_progress,
             stop_event=stop,
         )

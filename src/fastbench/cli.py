@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--result-json", default=None, help="write the result (versioned JSON schema) here")
     g.add_argument("--result-card", default=None, help="write a Markdown run card here")
     g.add_argument("--save-detailed", default=None, help="write one JSON line per request here")
+    g.add_argument("--save-outputs", action="store_true",
+                   help="keep response texts and write them into --save-detailed records (off: memory stays "
+                   "bounded)")
     g.add_argument("--label", default=None, help="a name for this run, kept in the result")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr (default: only when stderr is a terminal)")
@@ -175,6 +178,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         result_json=ns.result_json,
         result_card=ns.result_card,
         save_detailed=ns.save_detailed,
+        save_outputs=ns.save_outputs,
         progress=ns.progress,
         synthetic_args=tuple(shlex.split(ns.synthetic_args)),
         command_line=("fastbench", *argv),

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
+import orjson
 from hdrh.histogram import HdrHistogram
 
 from . import pacer
@@ -87,6 +88,7 @@ class LoadPlan:
     max_error_rate: Optional[float] = None
     verify_tls: bool = True
     kernel_timestamps: bool = True
+    save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     on_progress: Optional[Callable[[dict[str, Any]], None]] = None
     progress_interval_s: float = 0.5
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
@@ -120,6 +122,7 @@ class LoadGenerator:
             self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
         )
         self.state.kernel_timestamps = plan.kernel_timestamps
+        self.state.save_outputs = plan.save_outputs
 
     # -- connections -------------------------------------------------------------------------
 
@@ -388,6 +391,7 @@ class LoadGenerator:
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
+                **({"outputs": decode_outputs(self.state.outputs)} if self.plan.save_outputs else {}),
             },
         )
 
@@ -403,6 +407,25 @@ def mean_in_flight(rows: np.ndarray, start_ns: int, end_ns: int) -> float:
     hi = np.minimum(end[started], end_ns)
     busy = np.clip(hi - lo, 0, None).sum()
     return float(busy) / (end_ns - start_ns)
+
+
+def decode_outputs(raw: dict[int, bytes]) -> dict[int, tuple[str, str]]:
+    """Row -> (answer text, reasoning text) from the output events the core kept (NUL-separated
+    JSON chunks). Runs once per request after the run, never on the hot path."""
+    decoded = {}
+    for row, blob in raw.items():
+        answer: list[str] = []
+        reasoning: list[str] = []
+        for event in blob.split(b"\0"):
+            if not event:
+                continue
+            chunk = orjson.loads(event)
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                answer.append(choice.get("text") or delta.get("content") or "")
+                reasoning.append(delta.get("reasoning") or delta.get("reasoning_content") or "")
+        decoded[row] = ("".join(answer), "".join(reasoning))
+    return decoded
 
 
 async def _handshake(

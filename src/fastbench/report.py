@@ -569,6 +569,11 @@ def detailed_records(data: RunData) -> Iterable[dict[str, Any]]:
         rec["http_status"] = v["http_status"] or None
         rec["error"] = error_name(v["error"]) if v["error"] else None
         rec["error_message"] = data.error_messages.get(index) if started and v["error"] else None
+        outputs = data.extra.get("outputs")
+        if outputs is not None:  # --save-outputs
+            text, reasoning = outputs.get(index, (None, None))
+            rec["output_text"] = text
+            rec["reasoning_text"] = reasoning
         yield rec
 
 

@@ -120,6 +120,9 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     r.n_ev += 1
     if info.completion_tokens >= 0:
         r.usage_chunks += 1
+    if c.save_outputs and _keep_output(c, data, length) != 0:
+        _fail(c, E_PROTOCOL, "out of memory for --save-outputs")
+        return 1
     if r.first_token_ns == 0:
         r.first_token_ns = c.read_ts
     if info.has_content and r.first_answer_ns == 0:
@@ -149,6 +152,25 @@ cdef int _grow_event_slots(fb_req_t *r) noexcept nogil:
     return 0
 
 
+cdef int _keep_output(fb_conn_t *c, const char *data, size_t length) noexcept nogil:
+    """Append one output event and a NUL separator (JSON text never contains a raw NUL)."""
+    cdef size_t need = c.out_len + length + 1
+    cdef size_t cap = c.out_cap if c.out_cap else 4096
+    cdef char *p
+    if need > c.out_cap:
+        while cap < need:
+            cap *= 2
+        p = <char *>realloc(c.out_buf, cap)
+        if p == NULL:
+            return -1
+        c.out_buf = p
+        c.out_cap = cap
+    memcpy(c.out_buf + c.out_len, data, length)
+    c.out_buf[c.out_len + length] = 0
+    c.out_len = need
+    return 0
+
+
 cdef inline void _keep_text(fb_conn_t *c, const char *data, size_t length) noexcept nogil:
     cdef size_t room = ERRTEXT_BYTES - c.errtext_len
     if length > room:
@@ -173,6 +195,8 @@ cdef class RunState:
         self.itl_token = itl_token
         self.skew = skew
         self.error_messages = {}
+        self.outputs = {}
+        self.save_outputs = False
         self.read_buffer = <char *>malloc(READ_BUFFER_BYTES)
         if self.read_buffer == NULL:
             raise MemoryError()
@@ -217,6 +241,7 @@ cdef class StreamConnection:
         self._py_why = None
         self.kernel_timestamps = run.kernel_timestamps and fb_net_setup(self.fd) == 1
         self.c.max_event_bytes = run.max_event_bytes
+        self.c.save_outputs = run.save_outputs
         self.c.sse.buf = <char *>malloc(FIRST_EVENT_BUFFER)
         if self.c.sse.buf == NULL:
             raise MemoryError()
@@ -232,6 +257,7 @@ cdef class StreamConnection:
         free(self.c.req.ev_ts)
         free(self.c.req.ev_sent)
         free(self.c.req.ev_tokens)
+        free(self.c.out_buf)
 
     @property
     def is_usable(self):
@@ -263,6 +289,7 @@ cdef class StreamConnection:
         self.c.errtext_len = 0
         self.c.read_output_events = 0
         self.c.read_ts = 0
+        self.c.out_len = 0
         r.sent_ns = fb_now_ns()
         self._send(request)
         return self.fut
@@ -427,6 +454,8 @@ cdef class StreamConnection:
             if r.error == E_OK:
                 self._record_chunks(usage)
                 self.run.completed += 1
+                if self.c.save_outputs:
+                    self.run.outputs[row] = self.c.out_buf[:self.c.out_len]
             elif r.error != E_CANCELLED:
                 self.run.failed += 1
                 self.run.error_messages[row] = self._error_message(status)

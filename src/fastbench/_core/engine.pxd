@@ -48,6 +48,10 @@ ctypedef struct fb_conn_t:
     int64_t multi_event_reads    # reads with more than one output event, since last flushed to the run
     int64_t output_events        # output events, since last flushed to the run
     size_t max_event_bytes       # largest SSE event accepted
+    int save_outputs             # keep each output event's JSON (--save-outputs)
+    char *out_buf                # those events, NUL-separated (owned, reused)
+    size_t out_len               # bytes used in out_buf
+    size_t out_cap               # its capacity
     size_t errtext_len           # bytes in errtext
     char errtext[2048]           # start of a non-stream body or of an error event, for the message
 
@@ -61,6 +65,8 @@ cdef class RunState:
     cdef char *read_buffer             # one buffer for every read: reads are handled one at a time
     cdef size_t max_event_bytes        # largest SSE event accepted
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
+    cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
+    cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs
     cdef public int64_t reads          # reads that returned bytes
     cdef public int64_t kernel_reads   # of them, with a kernel stamp
     cdef public int64_t multi_event_reads  # reads that carried more than one output event
