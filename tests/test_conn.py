@@ -200,7 +200,7 @@ def _fail_script(kind: str) -> Any:
     ("malformed", ErrorClass.PROTOCOL, "not a JSON object"),
     ("reset-mid-stream", ErrorClass.PROTOCOL, "connection"),
     ("close-mid-stream", ErrorClass.PROTOCOL, "mid-response"),
-    ("no-done", ErrorClass.PROTOCOL, "without [DONE]"),
+    ("no-done", ErrorClass.PROTOCOL, "without data: [DONE]"),
     ("bad-chunking", ErrorClass.PROTOCOL, "chunked"),
 ])
 def test_failures_are_classified(loop_factory: Any, kind: str, error: ErrorClass, words: str) -> None:

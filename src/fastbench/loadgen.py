@@ -113,6 +113,7 @@ class LoadGenerator:
         self._stop_reason = "completed"
         self._next = 0
         self._in_flight = 0
+        self._stale_retries = 0
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -196,6 +197,7 @@ class LoadGenerator:
             # response: that is the connection's fault, not the request's, so try once more.
             if error == ErrorClass.CONNECT and reused and attempt == 0:
                 self._undo_failure(row)
+                self._stale_retries += 1
                 continue
             if conn.is_usable:
                 self._idle.append(conn)
@@ -388,6 +390,7 @@ class LoadGenerator:
             mean_in_flight=mean_in_flight(self.rows, start_ns, end_ns),
             client_cpu_ns=cpu_ns,
             warmups=len(self.plan.warmup_bodies),
+            stale_retries=self._stale_retries,
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},

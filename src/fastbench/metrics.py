@@ -406,6 +406,7 @@ def _usage_statement(by_source: dict[str, int], completed: int) -> str:
     per_chunk = by_source.get("PER_CHUNK", 0)
     final = by_source.get("FINAL", 0)
     none = by_source.get("NONE", 0)
+    inconsistent = by_source.get("INCONSISTENT", 0)
     if completed == 0:
         return "no completed request: no token counts"
     if per_chunk == completed:
@@ -422,6 +423,11 @@ def _usage_statement(by_source: dict[str, int], completed: int) -> str:
         parts.append(
             f"{none}/{completed} had no usage at all: their output tokens are the chunks with text "
             "(undercounts with speculative decoding) and their prompt tokens come from the workload, if known"
+        )
+    if inconsistent:
+        parts.append(
+            f"{inconsistent}/{completed} had usage that went backwards (not trusted): their output tokens "
+            "are the chunks with text"
         )
     return "token counts fall back: " + "; ".join(parts)
 
@@ -683,6 +689,11 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int) 
         notes.append("interrupted before the workload finished")
     if result.collapse_reason:
         notes.append(f"collapsed run: {result.collapse_reason}")
+    if data.stale_retries:
+        notes.append(
+            f"{data.stale_retries} requests were re-sent once on a new connection: their kept-alive "
+            "connection closed or reset before any response byte"
+        )
     if n.warmups:
         notes.append(f"{n.warmups} warm-up requests sent before the measured window, not counted")
     if 0 < n.completed < FEW_SAMPLES:

@@ -58,6 +58,7 @@ class UsageSource(enum.IntEnum):
     NONE = 0  # no usage at all: output tokens = chunks with text (fallback, stated in the result)
     PER_CHUNK = 1  # usage on every chunk (vLLM continuous_usage_stats): per-chunk token counts are exact
     FINAL = 2  # usage only at the end: total exact, per-chunk split estimated as 1 token per chunk
+    INCONSISTENT = 3  # usage went backwards: not trusted; output tokens = output chunks, as for NONE
 
 
 class TimestampSource(enum.IntEnum):
@@ -90,4 +91,5 @@ class RunData:
     mean_in_flight: float  # time-weighted mean of requests in flight over the measured window
     client_cpu_ns: int  # process CPU time (user + system) spent during the measured window
     warmups: int  # warm-up requests sent (not in rows)
+    stale_retries: int = 0  # requests re-sent because a kept-alive connection died before any response byte
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -37,6 +37,7 @@ DEF E_CONTEXT_LENGTH = 7
 DEF U_NONE = 0
 DEF U_PER_CHUNK = 1
 DEF U_FINAL = 2
+DEF U_INCONSISTENT = 3
 
 DEF READ_BUFFER_BYTES = 262144
 DEF ERRTEXT_BYTES = 2048
@@ -54,7 +55,7 @@ cdef int _on_body(void *ctx, const char *data, size_t length) noexcept nogil:
         return 0
     rc = fb_sse_feed(&c.sse, data, length, _on_event, _grow_event_buffer, ctx)
     if rc == -FB_ERR_SSE_TOO_BIG:
-        _fail(c, E_PROTOCOL, "an SSE event exceeded the event size limit")
+        _fail(c, E_PROTOCOL, "an SSE event exceeded the 1 MiB event size limit")
         return 1
     return 1 if rc < 0 else 0
 
@@ -189,7 +190,7 @@ cdef class RunState:
     """Shared by all connections of one run: the request table, chunk histograms, counters."""
 
     def __cinit__(self, object rows, Recorder itl_chunk, Recorder itl_token, Recorder skew,
-                  size_t max_event_bytes=16 * 1024 * 1024):
+                  size_t max_event_bytes=1024 * 1024):
         self.rows = rows
         self.itl_chunk = itl_chunk
         self.itl_token = itl_token
@@ -439,13 +440,17 @@ cdef class StreamConnection:
             elif not self.c.http.event_stream:
                 r.error = E_PROTOCOL
                 r.why = "the response is not an event stream (is \"stream\" honoured?)"
-            elif not r.done_seen and not r.finish_seen:
+            elif not r.done_seen:
+                # Every OpenAI-compatible server ends a stream with [DONE]; without it the end of
+                # the response may be a cut, not a finish.
                 r.error = E_PROTOCOL
-                r.why = "the stream ended without [DONE] or a finish_reason"
+                r.why = "the stream ended without data: [DONE]"
         r.end_ns = self.c.read_ts if self.c.read_ts else fb_now_ns()
-        if r.usage_seen and not r.usage_decreased and r.usage_chunks == r.n_ev:
+        if r.usage_decreased:
+            usage = U_INCONSISTENT
+        elif r.usage_seen and r.usage_chunks == r.n_ev:
             usage = U_PER_CHUNK
-        elif r.usage_seen and not r.usage_decreased:
+        elif r.usage_seen:
             usage = U_FINAL
         else:
             usage = U_NONE
@@ -490,7 +495,7 @@ cdef class StreamConnection:
         cdef int64_t[:, ::1] rows = self.run.rows
         cdef int64_t output_tokens, max_tokens = 0
         cdef size_t i
-        if usage == U_NONE:
+        if usage == U_NONE or usage == U_INCONSISTENT:
             output_tokens = r.n_ev
         else:
             output_tokens = r.completion_tokens
