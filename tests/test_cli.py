@@ -89,3 +89,10 @@ def test_signal_writes_a_partial_result(tmp_path: Path, sig: str) -> None:
     assert doc["fastbench"]["run"]["stopped_reason"] == "interrupted"
     assert "partial" in card.read_text()
     assert "Traceback" not in stderr
+
+
+def test_unknown_endpoint_is_one_line() -> None:
+    proc = fastbench("--endpoint", "/v1/embeddings")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "--endpoint" in proc.stderr

@@ -114,6 +114,7 @@ class LoadGenerator:
         self._next = 0
         self._in_flight = 0
         self._stale_retries = 0
+        self._stamp_guard: Optional[socket.socket] = None
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -126,6 +127,19 @@ class LoadGenerator:
         self.state.save_outputs = plan.save_outputs
 
     # -- connections -------------------------------------------------------------------------
+
+    def _arm_kernel_timestamps(self) -> None:
+        """Linux turns receive timestamping on for the whole stack lazily (a deferred static key)
+        when the first socket asks; packets that arrive before then carry no stamp. One socket
+        holding the option for the run arms it before any request is sent."""
+        if self.plan.kernel_timestamps and self._stamp_guard is None:
+            guard = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                guard.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)
+            except OSError:
+                guard.close()
+                return
+            self._stamp_guard = guard
 
     async def _resolve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -320,6 +334,7 @@ class LoadGenerator:
 
     async def run(self) -> RunData:
         loop = asyncio.get_running_loop()
+        self._arm_kernel_timestamps()
         await self._resolve()
         plan = self.plan
         gc_was_enabled = gc.isenabled()
@@ -358,6 +373,9 @@ class LoadGenerator:
             for conn in self._idle:
                 conn.close()
             self._idle.clear()
+            if self._stamp_guard is not None:
+                self._stamp_guard.close()
+                self._stamp_guard = None
             if gc_was_enabled:
                 gc.enable()
             gc.unfreeze()
@@ -380,7 +398,9 @@ class LoadGenerator:
             end_ns=end_ns,
             cap_hit=cap_hit,
             stopped_reason=self._stop_reason,
-            timestamp_source=TimestampSource.KERNEL if reads and kernel == reads else TimestampSource.USER,
+            # Kernel stamps whenever the socket gives them; the result states the share of reads
+            # that fell back to the user-space clock.
+            timestamp_source=TimestampSource.KERNEL if kernel else TimestampSource.USER,
             reads=reads,
             multi_event_reads=counters["multi_event_reads"],
             output_events=counters["output_events"],
