@@ -162,6 +162,10 @@ class SyntheticServer:
         if self.process is not None:
             raise RuntimeError("synthetic server already started")
         env = dict(os.environ if self.env is None else self.env)
+        # The yardstick is plain Python: when the client's suite runs under a sanitizer
+        # (make test-asan), the server must not inherit the sanitizer runtime and its slowness.
+        for name in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS"):
+            env.pop(name, None)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the server)
         proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=self._stderr, env=env)
