@@ -1,0 +1,118 @@
+"""`fastbench validate` and the bench/ reference client: structure and sane values, not performance.
+
+Bounds are loose on purpose: these run on small, shared machines. The figures themselves are
+measured by bench/bench_client.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from fastbench import validate as fv
+from fastbench.synthetic import SyntheticServer
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOSE_SKEW_MS = 5.0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(ROOT / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def test_validate_cli_help() -> None:
+    proc = subprocess.run([sys.executable, "-m", "fastbench", "validate", "--help"], capture_output=True,
+                          text=True, timeout=60, env=_env(), check=False)
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--concurrency", "--request-rate", "--tokens-per-chunk", "--itl-ms", "--ttft-ms",
+                 "--num-requests", "--output-len", "--tolerance-ms", "--json"):
+        assert flag in proc.stdout
+
+
+def test_validate_cli_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    rc = fv.main(["--concurrency", "16", "--num-requests", "32", "--output-len", "16", "--itl-ms", "10",
+                  "--ttft-ms", "20", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] in ("PASS", "FAIL")
+    assert rc == (0 if doc["verdict"] == "PASS" else 1)
+    printed = capsys.readouterr().out
+    assert "verdict:" in printed and "skew" in printed
+
+    assert doc["completed"] == 32 and doc["failed"] == 0
+    assert doc["chunks"] == 32 * 16
+    assert doc["tokens"] == 32 * 16
+    skew = doc["skew"]
+    assert skew["count"] == doc["chunks"]  # every chunk carried the server's send stamp
+    assert 0 <= skew["p50"] <= skew["p99"] <= skew["max"]
+    assert skew["p99"] < LOOSE_SKEW_MS
+    assert doc["timestamp_source"] in ("KERNEL", "USER")
+    assert doc["reads"] > 0
+    assert 0 <= doc["multi_event_read_share"] <= 1
+    assert doc["streams_asked"] == 16
+    assert 0.9 * 16 <= doc["streams_open_mean"] <= 16.01
+    cpu = doc["client_cpu_us_per_chunk"]
+    assert cpu is not None and math.isfinite(cpu) and cpu > 0
+    assert doc["client_cpu_ms_per_request"] > 0
+    assert doc["dispatch_lag"]["count"] == 32 and doc["dispatch_lag"]["p50"] >= 0
+    series = {s["name"]: s for s in doc["series"]}
+    assert set(series) == {"ttft", "tpot", "itl_chunk", "itl_token"}
+    assert series["ttft"]["nominal_ms"] == 20.0
+    assert abs(series["itl_chunk"]["measured_p50_ms"] - 10.0) < 3.0
+    assert abs(series["tpot"]["measured_p50_ms"] - 10.0) < 3.0
+    assert series["itl_chunk"]["error_bound_worst_ms"] >= series["itl_chunk"]["error_bound_p99_ms"] >= 0
+    assert "lateness" in doc["server"] and doc["server"]["chunks_sent"] >= doc["chunks"]
+    names = {c["name"] for c in doc["checks"]}
+    assert "skew p99 (ms)" in names and "streams kept open (mean)" in names
+    assert doc["definitions"]["skew"]
+
+
+def test_validate_api_speculative_shape() -> None:
+    report = fv.validate(8, tokens_per_chunk="1-4", itl_ms=10, ttft_ms=20, num_requests=16, output_len=24)
+    assert isinstance(report, fv.ValidationReport)
+    assert report.completed == 16 and report.failed == 0
+    assert report.tokens == 16 * 24
+    assert report.tokens_per_chunk_mean is not None and 1.0 < report.tokens_per_chunk_mean <= 4.0
+    assert report.chunks < report.tokens
+    assert report.skew.count == report.chunks
+    assert report.skew.p99 is not None and report.skew.p99 < LOOSE_SKEW_MS
+    itl_token = next(s for s in report.series if s.name == "itl_token")
+    itl_chunk = next(s for s in report.series if s.name == "itl_chunk")
+    assert itl_token.measured_p50_ms is not None and itl_chunk.measured_p50_ms is not None
+    assert itl_token.measured_p50_ms < itl_chunk.measured_p50_ms  # several tokens share one chunk gap
+    assert report.verdict in ("PASS", "FAIL") and report.passed == (report.verdict == "PASS")
+    assert "verdict: " + report.verdict in report.render()
+
+
+def _reference_client() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("reference_client", ROOT / "bench" / "reference_client.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reference_client_measures() -> None:
+    rc = _reference_client()
+    with SyntheticServer(ttft_ms=10, itl_ms=5) as server:
+        out = asyncio.run(rc.run(server.base_url, 4, 8, 8))
+    assert out["requests"] == {"completed": 8, "failed": 0}
+    assert out["chunks"] == 64 and out["tokens"] == 64
+    assert out["skew_ms"]["count"] == 64
+    assert 0 <= out["skew_ms"]["p50"] < 1000
+    assert out["itl_chunk_ms"]["count"] == 8 * 7
+    assert out["client_cpu"]["us_per_chunk"] > 0
+    assert out["client_maxrss_kb"] > 0
+    assert out["window"]["start_ns"] <= out["window"]["last_sent_ns"] <= out["window"]["end_ns"]
