@@ -22,7 +22,7 @@ from hdrh.histogram import HdrHistogram
 from . import pacer
 from ._core import Recorder, RunState, StreamConnection, now_ns
 from .exceptions import ConfigError, ServerError
-from .records import COLUMNS, NCOLS, ErrorClass, RunData, TimestampSource
+from .records import COL, NCOLS, ErrorClass, RunData, TimestampSource
 
 # HDR range for every latency histogram: 1 ns to 1 hour at 3 significant digits.
 HIST_LOWEST_NS = 1
@@ -103,7 +103,6 @@ class LoadGenerator:
             raise ConfigError("--concurrency must be at least 1")
         self.target = target
         self.plan = plan
-        self._head = target.request_head(api_key)
         self._idle: list[StreamConnection] = []
         self._busy: set[StreamConnection] = set()
         self._addr: Optional[tuple[Any, ...]] = None
@@ -111,8 +110,6 @@ class LoadGenerator:
         self._ssl_context: Optional[ssl.SSLContext] = None
         self._stopping = False
         self._stop_reason = "completed"
-        self._next = 0
-        self._in_flight = 0
         self._stale_retries = 0
         self._stamp_guard: Optional[socket.socket] = None
         self._samples: list[tuple[float, int]] = []
@@ -123,6 +120,10 @@ class LoadGenerator:
         self.state = RunState(
             self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
         )
+        self.state.set_requests(target.request_head(api_key), list(plan.bodies))
+        if plan.max_error_rate is not None:
+            self.state.max_error_rate = plan.max_error_rate
+        self.state.on_stop = self._stop_soon
         self.state.kernel_timestamps = plan.kernel_timestamps
         self.state.save_outputs = plan.save_outputs
 
@@ -173,13 +174,13 @@ class LoadGenerator:
             sock.close()
             raise
 
-    async def _send_one(self, body: bytes, row: int, scheduled_ns: int) -> int:
-        """Send one request on an idle or new connection; returns its ErrorClass value."""
-        request = self._head + str(len(body)).encode() + b"\r\n\r\n" + body
-        for attempt in (0, 1):
-            reused = bool(self._idle)
+    async def _send_one(self, request: bytes, row: int, scheduled_ns: int) -> int:
+        """Send one request on an idle or new connection; returns the ErrorClass value of the
+        last request of its chain (in closed loop the core chains further requests itself)."""
+        retried: Optional[int] = None
+        while True:
             connect_ns = 0
-            if reused:
+            if self._idle:
                 conn = self._idle.pop()
             else:
                 t0 = now_ns()
@@ -193,43 +194,37 @@ class LoadGenerator:
                 conn.close()
                 return int(ErrorClass.CANCELLED)
             self._busy.add(conn)
-            self._in_flight += 1
-            timer = None
-            if self.plan.request_timeout_s:
-                timer = asyncio.get_running_loop().call_later(
-                    self.plan.request_timeout_s, conn.abort, int(ErrorClass.TIMEOUT),
-                    f"no complete response within --request-timeout {self.plan.request_timeout_s:g} s",
-                )
             try:
                 error = await conn.start(request, row, scheduled_ns, connect_ns)
             finally:
-                self._in_flight -= 1
                 self._busy.discard(conn)
-                if timer is not None:
-                    timer.cancel()
             # A kept-alive connection the server had already closed fails before any byte of a
             # response: that is the connection's fault, not the request's, so try once more.
-            if error == ErrorClass.CONNECT and reused and attempt == 0:
-                self._undo_failure(row)
+            if (error == ErrorClass.CONNECT and conn.last_was_reused and conn.row != retried
+                    and not self._stopping):
+                row = retried = conn.row
+                if row >= 0:
+                    scheduled_ns = int(self.rows[row, COL["scheduled_ns"]])
+                    self._undo_failure(row)
+                    request = self.state.request_bytes(row)
                 self._stale_retries += 1
                 continue
             if conn.is_usable:
                 self._idle.append(conn)
             return int(error)
-        return int(ErrorClass.CONNECT)
 
     def _record_connect_failure(self, row: int, scheduled_ns: int, t0: int, exc: BaseException) -> None:
         if row < 0:
             return
         end = now_ns()
         r = self.rows[row]
-        r[COLUMNS.index("index")] = row
-        r[COLUMNS.index("scheduled_ns")] = scheduled_ns
-        r[COLUMNS.index("sent_ns")] = t0
-        r[COLUMNS.index("end_ns")] = end
-        r[COLUMNS.index("prompt_tokens")] = -1
-        r[COLUMNS.index("error")] = int(ErrorClass.CONNECT)
-        r[COLUMNS.index("connect_ns")] = end - t0
+        r[COL["index"]] = row
+        r[COL["scheduled_ns"]] = scheduled_ns
+        r[COL["sent_ns"]] = t0
+        r[COL["end_ns"]] = end
+        r[COL["prompt_tokens"]] = -1
+        r[COL["error"]] = int(ErrorClass.CONNECT)
+        r[COL["connect_ns"]] = end - t0
         errno_ = getattr(exc, "errno", None)
         reason = (os.strerror(errno_) if isinstance(errno_, int) and not isinstance(exc, ssl.SSLError)
                   else str(exc) or type(exc).__name__)
@@ -244,20 +239,34 @@ class LoadGenerator:
 
     # -- schedules ---------------------------------------------------------------------------
 
-    async def _closed_loop_worker(self, bodies: Sequence[bytes], warmup: bool) -> None:
+    async def _closed_loop_worker(self, start_ns: int) -> None:
+        """One slot of the closed loop. Each request is due when the slot's previous one ended;
+        while a connection stays usable the core sends the next request itself."""
+        due = start_ns
         while not self._stopping:
-            i = self._next
-            if i >= len(bodies):
+            row = self.state._claim_row()
+            if row < 0:
                 return
-            self._next += 1
-            await self._send_one(bodies[i], -1 if warmup else i, now_ns())
-            if not warmup:
-                self._check_error_rate()
+            await self._send_one(self.state.request_bytes(row), row, due)
+            due = now_ns()  # the chain ended (its connection closed): the slot is free from now
 
-    async def _run_closed(self, bodies: Sequence[bytes], warmup: bool) -> None:
-        self._next = 0
-        workers = min(self.plan.concurrency, len(bodies))
-        await asyncio.gather(*(self._closed_loop_worker(bodies, warmup) for _ in range(workers)))
+    async def _run_warmups(self) -> None:
+        """Warm-ups go out through the same connections, within the concurrency limit, unrecorded."""
+        pending = list(reversed(self.plan.warmup_bodies))
+
+        async def worker() -> None:
+            while pending and not self._stopping:
+                await self._send_one(self.state.request_for(pending.pop()), -1, now_ns())
+
+        await asyncio.gather(*(worker() for _ in range(min(self.plan.concurrency, len(pending)))))
+
+    async def _run_closed(self, start_ns: int) -> None:
+        self.state.refill = True
+        try:
+            workers = min(self.plan.concurrency, len(self.plan.bodies))
+            await asyncio.gather(*(self._closed_loop_worker(start_ns) for _ in range(workers)))
+        finally:
+            self.state.refill = False
 
     async def _run_open(self, start_ns: int) -> None:
         plan = self.plan
@@ -268,8 +277,7 @@ class LoadGenerator:
 
         async def one(i: int, due: int) -> None:
             try:
-                await self._send_one(plan.bodies[i], i, due)
-                self._check_error_rate()
+                await self._send_one(self.state.request_bytes(i), i, due)
             finally:
                 slots.release()
 
@@ -290,19 +298,29 @@ class LoadGenerator:
         if tasks:
             await asyncio.gather(*tasks)
 
-    def _check_error_rate(self) -> None:
-        limit = self.plan.max_error_rate
-        if limit is None or self._stopping:
+    async def _watchdog(self) -> None:
+        """Every 20 ms, fail requests past --request-timeout: one sweep for all connections instead
+        of a timer per request, so that the core can chain requests without Python."""
+        plan = self.plan
+        timeout_ns = int(plan.request_timeout_s * 1e9) if plan.request_timeout_s else None
+        if timeout_ns is None:
             return
-        done = self.state.completed + self.state.failed
-        if done >= 20 and self.state.failed / done > limit:
-            self.stop("max error rate")
+        why = f"no complete response within --request-timeout {plan.request_timeout_s:g} s"
+        while True:
+            await asyncio.sleep(0.02)
+            now = now_ns()
+            for conn in [c for c in self._busy if c.busy and now - c.sent_ns > timeout_ns]:
+                conn.abort(int(ErrorClass.TIMEOUT), why)
+
+    def _stop_soon(self, reason: str) -> None:
+        asyncio.get_running_loop().call_soon(self.stop, reason)
 
     def stop(self, reason: str) -> None:
         """Stop sending; cancel what is in flight (it is counted as cancelled, not failed)."""
         if self._stopping:
             return
         self._stopping = True
+        self.state.stopping = True
         self._stop_reason = reason
         for conn in list(self._busy):
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
@@ -317,7 +335,7 @@ class LoadGenerator:
         while True:
             await asyncio.sleep(plan.progress_interval_s)
             elapsed = (now_ns() - start_ns) / 1e9
-            self._samples.append((elapsed, self._in_flight))
+            self._samples.append((elapsed, len(self._busy)))
             if plan.on_progress is not None:
                 c = self.state.counters
                 plan.on_progress({
@@ -326,7 +344,7 @@ class LoadGenerator:
                     "completed": c["completed"],
                     "failed": c["failed"],
                     "total": len(plan.bodies),
-                    "in_flight": self._in_flight,
+                    "in_flight": len(self._busy),
                     "output_tokens": c["output_tokens"],
                 })
 
@@ -343,9 +361,12 @@ class LoadGenerator:
         gc.collect()
         gc.freeze()
         gc.disable()
+        watchdog = loop.create_task(self._watchdog())
         try:
             if plan.warmup_bodies and not (plan.stop_event and plan.stop_event.is_set()):
-                await self._run_closed(plan.warmup_bodies, warmup=True)
+                await self._run_warmups()
+            # The window's counters start after the warm-ups.
+            warm = self.state.counters
             start_ns = now_ns()
             cpu0 = time.process_time_ns()
             cap_timer = None
@@ -355,7 +376,7 @@ class LoadGenerator:
             watcher = loop.create_task(self._watch_stop()) if plan.stop_event is not None else None
             try:
                 if plan.request_rate is None:
-                    await self._run_closed(plan.bodies, warmup=False)
+                    await self._run_closed(start_ns)
                 else:
                     await self._run_open(start_ns)
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -370,6 +391,7 @@ class LoadGenerator:
             end_ns = now_ns()
             cpu_ns = time.process_time_ns() - cpu0
         finally:
+            watchdog.cancel()
             for conn in self._idle:
                 conn.close()
             self._idle.clear()
@@ -379,13 +401,13 @@ class LoadGenerator:
             if gc_was_enabled:
                 gc.enable()
             gc.unfreeze()
-        return self._run_data(start_ns, end_ns, cpu_ns)
+        return self._run_data(start_ns, end_ns, cpu_ns, warm)
 
-    def _run_data(self, start_ns: int, end_ns: int, cpu_ns: int) -> RunData:
+    def _run_data(self, start_ns: int, end_ns: int, cpu_ns: int, warm: dict[str, int]) -> RunData:
         cap_hit = self._stop_reason == "time cap"
         if cap_hit and self.plan.max_seconds is not None:
             end_ns = min(end_ns, start_ns + int(self.plan.max_seconds * 1e9))
-        counters = self.state.counters
+        counters = {k: v - warm[k] for k, v in self.state.counters.items()}
         for name, recorder in self._recorders.items():
             recorder.sync()
         reads = counters["reads"]
@@ -423,8 +445,8 @@ def mean_in_flight(rows: np.ndarray, start_ns: int, end_ns: int) -> float:
     """Time-weighted mean number of requests in flight (sent to end) over [start, end]."""
     if end_ns <= start_ns:
         return 0.0
-    sent = rows[:, COLUMNS.index("sent_ns")]
-    end = rows[:, COLUMNS.index("end_ns")]
+    sent = rows[:, COL["sent_ns"]]
+    end = rows[:, COL["end_ns"]]
     started = sent > 0
     lo = np.maximum(sent[started], start_ns)
     hi = np.minimum(end[started], end_ns)

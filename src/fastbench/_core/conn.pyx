@@ -203,9 +203,44 @@ cdef class RunState:
             raise MemoryError()
         self.max_event_bytes = max_event_bytes
         self.kernel_timestamps = True
+        self.refill = False
+        self.stopping = False
+        self.max_error_rate = -1.0
+        self.on_stop = None
+        self.bodies = []
+        self.head = b""
 
     def __dealloc__(self):
         free(self.read_buffer)
+
+    def set_requests(self, bytes head, list bodies):
+        """The run's request bodies and the HTTP head they are sent with (up to Content-Length)."""
+        self.head = head
+        self.bodies = bodies
+        self.n_rows = len(bodies)
+        self.next_row = 0
+
+    cpdef bytes request_bytes(self, Py_ssize_t row):
+        return self.request_for(self.bodies[row])
+
+    cpdef bytes request_for(self, bytes body):
+        return self.head + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    cdef _check_error_rate(self):
+        cdef int64_t finished = self.completed + self.failed
+        if (self.max_error_rate >= 0 and not self.stopping and finished >= 20
+                and self.failed > self.max_error_rate * finished):
+            self.stopping = True
+            if self.on_stop is not None:
+                # Later, not from inside this connection's own read callback.
+                self.on_stop("max error rate")
+
+    cpdef Py_ssize_t _claim_row(self):
+        """Index of the next request to send, or -1 when none is left."""
+        if self.next_row >= self.n_rows:
+            return -1
+        self.next_row += 1
+        return self.next_row - 1
 
     @property
     def counters(self):
@@ -269,14 +304,25 @@ cdef class StreamConnection:
         return self.kernel_timestamps
 
     def start(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns=0):
-        """Send one request and return a Future that resolves to its ErrorClass value."""
-        cdef fb_req_t *r = &self.c.req
+        """Send one request and return a Future that resolves to an ErrorClass value.
+
+        In closed loop (``RunState.refill``) a connection that stays usable goes straight on to
+        the run's next request from inside the core, so the Future resolves only when the chain
+        ends: with an error that closed the connection, at the stop, or when no request is left.
+        ``row`` and ``last_was_reused`` then describe the request that ended it.
+        """
         if self.busy or self.closed:
             raise RuntimeError("connection is busy or closed")
         self.busy = True
         self.fut = self.loop.create_future()
+        self._begin(request, row, scheduled_ns, connect_ns)
+        return self.fut
+
+    cdef _begin(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns):
+        cdef fb_req_t *r = &self.c.req
         fb_http_init(&self.c.http)
         fb_sse_init(&self.c.sse, self.c.sse.buf, self.c.sse.cap)
+        self.reused = self.requests_served > 0
         r.row = row
         r.scheduled_ns = scheduled_ns
         r.connect_ns = connect_ns
@@ -293,7 +339,21 @@ cdef class StreamConnection:
         self.c.out_len = 0
         r.sent_ns = fb_now_ns()
         self._send(request)
-        return self.fut
+
+    @property
+    def row(self):
+        """Row of the request in flight, or of the last one."""
+        return self.c.req.row
+
+    @property
+    def sent_ns(self):
+        """When the request in flight (or the last one) was sent."""
+        return self.c.req.sent_ns
+
+    @property
+    def last_was_reused(self):
+        """The request in flight (or the last one) went out on a connection that had served before."""
+        return self.reused
 
     cdef _send(self, bytes request):
         cdef Py_ssize_t n
@@ -324,6 +384,7 @@ cdef class StreamConnection:
             self.c.read_ts = fb_now_ns()
             _fail(&self.c, error, NULL)
             self._py_why = why
+            self.close()
             self._finish()
         self.close()
 
@@ -337,8 +398,8 @@ cdef class StreamConnection:
         self.c.read_ts = fb_now_ns()
         _fail(&self.c, error, NULL)
         self._py_why = why
-        self._finish()
         self.close()
+        self._finish()
 
     def _on_readable(self):
         cdef int64_t kernel_rt_ns, ts
@@ -406,18 +467,20 @@ cdef class StreamConnection:
         if used < 0:
             if used != -FB_ERR_CALLBACK:
                 _fail(&self.c, E_PROTOCOL, _http_error_text(-used))
-            self._finish()
             self.close()
+            self._finish()
             return
         if self.c.http.state == FB_HTTP_S_DONE:
-            self._finish()
+            # Bytes after the response, or a server that will close: no reuse.
             if used < n or not self.c.http.keep_alive:
                 self.close()
+            self._finish()
 
     cdef _on_eof(self):
         if self.busy:
             if fb_http_feed_eof(&self.c.http) == 0:
                 self.c.read_ts = fb_now_ns()
+                self.close()
                 self._finish()
             else:
                 self._fail_now(
@@ -464,8 +527,16 @@ cdef class StreamConnection:
             elif r.error != E_CANCELLED:
                 self.run.failed += 1
                 self.run.error_messages[row] = self._error_message(status)
-        self.busy = False
+                self.run._check_error_rate()
         self.requests_served += 1
+        if row >= 0 and not self.closed and self.run.refill and not self.run.stopping:
+            # Closed loop: the slot freed at this response's end; the next request goes out now,
+            # without a trip through Python, and is due from this end stamp.
+            nxt = self.run._claim_row()
+            if nxt >= 0:
+                self._begin(self.run.request_bytes(nxt), nxt, r.end_ns, 0)
+                return
+        self.busy = False
         fut = self.fut
         self.fut = None
         if fut is not None and not fut.done():

@@ -75,6 +75,18 @@ cdef class RunState:
     cdef public int64_t completed      # requests recorded as OK
     cdef public int64_t failed         # requests recorded as failed (not cancelled)
     cdef public int64_t output_tokens  # output tokens of recorded requests
+    cdef public bint refill            # closed loop: a finished connection sends the next request itself
+    cdef public bint stopping          # no new requests (time cap, stop, error rate)
+    cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
+    cdef public object on_stop         # called with a reason when the core decides to stop the run
+    cdef public Py_ssize_t next_row    # next request to claim
+    cdef public Py_ssize_t n_rows      # requests in the run
+    cdef list bodies                   # request bodies (JSON), by row
+    cdef bytes head                    # HTTP request head up to "Content-Length: "
+    cpdef bytes request_bytes(self, Py_ssize_t row)
+    cpdef bytes request_for(self, bytes body)
+    cpdef Py_ssize_t _claim_row(self)
+    cdef _check_error_rate(self)
 
 
 cdef class StreamConnection:
@@ -92,6 +104,8 @@ cdef class StreamConnection:
     cdef public bint busy              # a request is in flight
     cdef public bint closed
     cdef public int requests_served
+    cdef bint reused                   # the request in flight went out on a connection that had served before
+    cdef _begin(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
     cdef _send(self, bytes request)
     cdef _fail_now(self, int error, str why)
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts)
