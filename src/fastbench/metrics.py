@@ -40,19 +40,21 @@ DEFINITIONS: dict[str, str] = {
     # latency, per request (completed requests only)
     "ttft": (
         "Time to first token: receive stamp of the first event carrying output of any kind "
-        "(reasoning or answer) minus the request's scheduled time. Scheduled time is the arrival "
-        "time in open loop (coordinated-omission-correct: client lateness and waiting for a "
-        "concurrency slot count) and the moment the request's slot freed in closed loop. "
+        "(reasoning or answer) minus the request's start. The start is its scheduled arrival time "
+        "in open loop (coordinated-omission-correct: client lateness and waiting for a concurrency "
+        "slot count) and the time its bytes went to the kernel in closed loop, as in vllm bench "
+        "serve (the client's turnaround from a freed slot to the send is reported as lateness). "
         "This is what the vllm keys *_ttft_ms hold."
     ),
     "ttft_raw": (
         "Raw TTFT: the same first-output stamp minus the time the request's bytes were handed to "
-        "the kernel (after any connect). Reported beside TTFT; the two differ when the client "
-        "was late or requests waited for a slot."
+        "the kernel (after any connect). Equal to TTFT in closed loop; in open loop the two differ "
+        "when the client was late or requests waited for a slot."
     ),
     "ttfa": (
         "Time to first answer token: receive stamp of the first event carrying answer text (not "
-        "reasoning) minus the scheduled time. Equals TTFT for models without reasoning output."
+        "reasoning) minus the request's start (as for TTFT). Equals TTFT for models without "
+        "reasoning output."
     ),
     "tpot": (
         "Time per output token: (E2E latency - TTFT) / (output tokens - 1), per request with at "
@@ -71,12 +73,14 @@ DEFINITIONS: dict[str, str] = {
     ),
     "e2el": (
         "End-to-end latency: receive stamp of the read that completed the response minus the "
-        "scheduled time (vllm's *_e2el_ms)."
+        "request's start (as for TTFT; vllm's *_e2el_ms)."
     ),
     "e2el_raw": "Raw end-to-end latency: the same end stamp minus the send time.",
     "lateness": (
-        "Client lateness: send time minus scheduled time, per request. Includes opening a new "
-        "connection and, in open loop, waiting for a free concurrency slot."
+        "Client lateness: send time minus scheduled time, per request: in open loop the arrival "
+        "time, in closed loop the moment the request's slot freed (the previous response's end "
+        "stamp). Includes opening a new connection and, in open loop, waiting for a free "
+        "concurrency slot."
     ),
     "connect": "Connect time: time spent opening a new connection, for requests that opened one.",
     "skew": (
@@ -509,16 +513,19 @@ def summarize(
     c_prompt = prompt[completed]
     out_tokens = c["output_tokens"]
     has_first = c["first_token_ns"] > 0
-    ttft = np.where(has_first, c["first_token_ns"] - c["scheduled_ns"], -1)
+    # Latency counts from the arrival time in open loop (coordinated-omission-correct) and from
+    # the send in closed loop, where the client's own turnaround is reported as lateness instead.
+    origin = c["scheduled_ns"] if config.request_rate is not None else c["sent_ns"]
+    ttft = np.where(has_first, c["first_token_ns"] - origin, -1)
     ttft_raw = np.where(has_first, c["first_token_ns"] - c["sent_ns"], -1)
-    e2el = c["end_ns"] - c["scheduled_ns"]
+    e2el = c["end_ns"] - origin
     decode_ns = c["end_ns"] - c["first_token_ns"]
     has_tpot = has_first & (out_tokens >= 2)
     tpot = np.where(has_tpot, decode_ns / np.maximum(out_tokens - 1, 1), -1.0)
     per_request_ns: dict[str, np.ndarray] = {
         "ttft": ttft[has_first],
         "ttft_raw": ttft_raw[has_first],
-        "ttfa": (c["first_answer_ns"] - c["scheduled_ns"])[c["first_answer_ns"] > 0],
+        "ttfa": (c["first_answer_ns"] - origin)[c["first_answer_ns"] > 0],
         "tpot": np.rint(tpot[has_tpot]),
         "e2el": e2el,
         "e2el_raw": c["end_ns"] - c["sent_ns"],
@@ -616,7 +623,8 @@ def summarize(
         name = error_name(error[i])
         msg = data.error_messages.get(int(col["index"][i]), "")
         errors_text.append(f"{name}: {msg}" if msg else name)
-    first = np.where(col["first_token_ns"] > 0, col["first_token_ns"] - col["scheduled_ns"], 0)
+    all_origin = col["scheduled_ns"] if config.request_rate is not None else col["sent_ns"]
+    first = np.where(col["first_token_ns"] > 0, col["first_token_ns"] - all_origin, 0)
     per_request = PerRequest(
         index=col["index"][started].tolist(),
         input_lens=np.maximum(prompt[started], 0).tolist(),
@@ -750,8 +758,8 @@ def _vllm_backend(config: BenchConfig) -> str:
 def to_vllm_keys(result: Result) -> dict[str, Any]:
     """The flat keys ``vllm bench serve`` saves, with its meaning and units (ms, s, per second).
 
-    Differences: TTFT / E2EL count from the scheduled time (equal to vllm's in closed loop, and
-    coordinated-omission-correct in open loop); percentiles and means come from HDR histograms
+    Differences: in open loop TTFT / E2EL count from the scheduled arrival time
+    (coordinated-omission-correct; in closed loop from the send, as vllm); percentiles and means come from HDR histograms
     (within 0.1 %); the per-request ``itls`` and ``generated_texts`` arrays are not kept, and
     ``max_output_tokens_per_s`` (needs per-token times) is absent.
     """
