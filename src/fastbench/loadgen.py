@@ -88,6 +88,7 @@ class LoadPlan:
     max_error_rate: Optional[float] = None
     verify_tls: bool = True
     kernel_timestamps: bool = True
+    coalesce_s: float = 0.0
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     on_progress: Optional[Callable[[dict[str, Any]], None]] = None
     progress_interval_s: float = 0.5
@@ -312,6 +313,15 @@ class LoadGenerator:
             for conn in [c for c in self._busy if c.busy and now - c.sent_ns > timeout_ns]:
                 conn.abort(int(ErrorClass.TIMEOUT), why)
 
+    def _on_ready(self) -> None:
+        self.state.drain()
+        delay = self.plan.coalesce_s
+        if delay:
+            loop = asyncio.get_running_loop()
+            fd = self.state.fileno()
+            loop.remove_reader(fd)
+            loop.call_later(delay, loop.add_reader, fd, self._on_ready)
+
     def _stop_soon(self, reason: str) -> None:
         asyncio.get_running_loop().call_soon(self.stop, reason)
 
@@ -361,6 +371,7 @@ class LoadGenerator:
         gc.collect()
         gc.freeze()
         gc.disable()
+        loop.add_reader(self.state.fileno(), self._on_ready)
         watchdog = loop.create_task(self._watchdog())
         try:
             if plan.warmup_bodies and not (plan.stop_event and plan.stop_event.is_set()):
@@ -392,6 +403,7 @@ class LoadGenerator:
             cpu_ns = time.process_time_ns() - cpu0
         finally:
             watchdog.cancel()
+            loop.remove_reader(self.state.fileno())
             for conn in self._idle:
                 conn.close()
             self._idle.clear()

@@ -246,6 +246,7 @@ def validate(
     pin: bool = False,
     warmup: bool = True,
     max_seconds: float | None = None,
+    coalesce_ms: float = 0.0,
 ) -> ValidationReport:
     """Run a validation to the end (on uvloop) and return its report.
 
@@ -258,12 +259,15 @@ def validate(
     :param base_url: use an already running synthetic server started with the same schedule,
         instead of starting one.
     :param pin: pin the server and the client to different CPUs (Linux).
+    :param coalesce_ms: let the client's event loop sleep this long between wake-ups so that one
+        wake-up reads many sockets (kernel stamps keep arrival times; sends wait up to this long).
     """
     import uvloop
 
     return uvloop.run(avalidate(
         concurrency, request_rate, tokens_per_chunk, itl_ms, ttft_ms, num_requests, output_len,
         tolerance_ms, base_url=base_url, pin=pin, warmup=warmup, max_seconds=max_seconds,
+        coalesce_ms=coalesce_ms,
     ))
 
 
@@ -281,6 +285,7 @@ async def avalidate(
     pin: bool = False,
     warmup: bool = True,
     max_seconds: float | None = None,
+    coalesce_ms: float = 0.0,
 ) -> ValidationReport:
     """:func:`validate` inside a running event loop (uvloop recommended: it is what the client uses)."""
     if concurrency < 1:
@@ -296,6 +301,7 @@ async def avalidate(
         "concurrency": concurrency, "request_rate": request_rate, "tokens_per_chunk": tokens_per_chunk,
         "itl_ms": itl_ms, "ttft_ms": ttft_ms, "num_requests": n, "output_len": output_len,
         "tolerance_ms": tolerance_ms, "warmup": warmup, "max_seconds": max_seconds,
+        "coalesce_ms": coalesce_ms,
     }
     server = None
     if base_url is None:
@@ -316,6 +322,7 @@ async def avalidate(
                 concurrency=concurrency,
                 request_rate=request_rate,
                 max_seconds=max_seconds if max_seconds is not None else _safety_cap_s(settings),
+                coalesce_s=coalesce_ms / 1e3,
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
             server_cpu0 = _process_cpu_s(server.pid) if server is not None else None
@@ -621,6 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per decode step after the first chunk (1-4 mimics speculative decoding)")
     p.add_argument("--itl-ms", type=float, default=20.0, help="server: time between chunks")
     p.add_argument("--ttft-ms", type=float, default=50.0, help="server: time to first token")
+    p.add_argument("--coalesce-ms", type=float, default=0.0,
+                   help="client: sleep this long between event-loop wake-ups so one wake-up reads many "
+                   "sockets (fewer wake-ups per chunk; sends wait up to this long)")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
     p.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, help="output tokens per request")
     p.add_argument("--tolerance-ms", type=float, default=0.5,
@@ -650,6 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = validate(
             ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
             ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
+            coalesce_ms=ns.coalesce_ms,
             max_seconds=ns.max_seconds,
         )
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:

@@ -43,6 +43,7 @@ DEF READ_BUFFER_BYTES = 262144
 DEF ERRTEXT_BYTES = 2048
 DEF FIRST_EVENT_BUFFER = 4096
 DEF FIRST_EVENT_SLOTS = 512
+DEF READY_EVENTS = 256
 
 
 cdef int _on_body(void *ctx, const char *data, size_t length) noexcept nogil:
@@ -206,12 +207,53 @@ cdef class RunState:
         self.refill = False
         self.stopping = False
         self.max_error_rate = -1.0
+        self.conns = set()
+        self.epfd = epoll_create1(EPOLL_CLOEXEC)
+        if self.epfd < 0:
+            raise OSError("epoll_create1 failed")
+        self.ready = <epoll_event *>malloc(READY_EVENTS * sizeof(epoll_event))
+        if self.ready == NULL:
+            raise MemoryError()
         self.on_stop = None
         self.bodies = []
         self.head = b""
 
     def __dealloc__(self):
         free(self.read_buffer)
+        free(self.ready)
+        if self.epfd >= 0:
+            close(self.epfd)
+
+    def fileno(self):
+        """The inner epoll set: the event loop watches this one fd for all connections."""
+        return self.epfd
+
+    def drain(self):
+        """Read every connection that is ready, in C, for one wake-up of the event loop.
+
+        One Python-level call per wake-up instead of one per ready socket; each read still gets
+        its own kernel receive stamp.
+        """
+        cdef int n, i
+        while True:
+            n = epoll_wait(self.epfd, self.ready, READY_EVENTS, 0)
+            for i in range(n):
+                (<StreamConnection>self.ready[i].data.ptr)._read_ready()
+            if n < READY_EVENTS:
+                return
+
+    cdef _register(self, StreamConnection conn):
+        cdef epoll_event ev
+        ev.events = EPOLLIN
+        ev.data.ptr = <void *>conn
+        if epoll_ctl(self.epfd, EPOLL_CTL_ADD, conn.fd, &ev) != 0:
+            raise OSError("epoll_ctl(ADD) failed")
+        self.conns.add(conn)
+
+    cdef _unregister(self, StreamConnection conn):
+        cdef epoll_event ev
+        epoll_ctl(self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        self.conns.discard(conn)
 
     def set_requests(self, bytes head, list bodies):
         """The run's request bodies and the HTTP head they are sent with (up to Content-Length)."""
@@ -260,7 +302,7 @@ cdef class RunState:
 cdef class StreamConnection:
     """One keep-alive HTTP/1.1 connection carrying one streamed request at a time.
 
-    Reads are driven by ``loop.add_reader`` and done with ``recvmsg`` in C, so each read
+    Reads are driven by the run's inner epoll set (``RunState.drain``) and done with ``recvmsg`` in C, so each read
     comes with the kernel's receive timestamp where the socket gives one; every event parsed
     from that read carries that stamp.
     """
@@ -286,7 +328,7 @@ cdef class StreamConnection:
         self.closed = False
         self.requests_served = 0
         run.connections_opened += 1
-        loop.add_reader(self.fd, self._on_readable)
+        run._register(self)
 
     def __dealloc__(self):
         free(self.c.sse.buf)
@@ -391,7 +433,7 @@ cdef class StreamConnection:
     def close(self):
         if not self.closed:
             self.closed = True
-            self.loop.remove_reader(self.fd)
+            self.run._unregister(self)
             self.sock.close()
 
     cdef _fail_now(self, int error, str why):
@@ -401,7 +443,7 @@ cdef class StreamConnection:
         self.close()
         self._finish()
 
-    def _on_readable(self):
+    cdef _read_ready(self):
         cdef int64_t kernel_rt_ns, ts
         cdef Py_ssize_t n
         cdef char *buf = self.run.read_buffer

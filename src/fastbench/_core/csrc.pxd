@@ -85,3 +85,24 @@ cdef extern from "fb_net.h" nogil:
     int fb_net_setup(int fd)
     Py_ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel_rt_ns)
     Py_ssize_t fb_net_send(int fd, const char *buf, size_t len)
+
+
+cdef extern from "sys/epoll.h" nogil:
+    enum:
+        EPOLLIN
+        EPOLL_CTL_ADD
+        EPOLL_CTL_DEL
+        EPOLL_CLOEXEC
+    ctypedef union epoll_data_t:
+        void *ptr
+        int fd
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
+
+
+cdef extern from "unistd.h" nogil:
+    int close(int fd)

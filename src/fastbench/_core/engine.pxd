@@ -56,6 +56,9 @@ ctypedef struct fb_conn_t:
     char errtext[2048]           # start of a non-stream body or of an error event, for the message
 
 
+cdef class StreamConnection
+
+
 cdef class RunState:
     cdef int64_t[:, ::1] rows          # the request table (fastbench.records.COLUMNS)
     cdef public Recorder itl_chunk     # gaps between output chunks
@@ -77,6 +80,11 @@ cdef class RunState:
     cdef public int64_t output_tokens  # output tokens of recorded requests
     cdef public bint refill            # closed loop: a finished connection sends the next request itself
     cdef public bint stopping          # no new requests (time cap, stop, error rate)
+    cdef int epfd                      # inner epoll set of all the run's connections (see drain)
+    cdef set conns                     # the connections registered in it (keeps their pointers valid)
+    cdef epoll_event *ready            # epoll_wait's output array
+    cdef _register(self, StreamConnection conn)
+    cdef _unregister(self, StreamConnection conn)
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
     cdef public Py_ssize_t next_row    # next request to claim
@@ -105,6 +113,7 @@ cdef class StreamConnection:
     cdef public bint closed
     cdef public int requests_served
     cdef bint reused                   # the request in flight went out on a connection that had served before
+    cdef _read_ready(self)
     cdef _begin(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
     cdef _send(self, bytes request)
     cdef _fail_now(self, int error, str why)
