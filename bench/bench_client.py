@@ -38,10 +38,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+from fastbench.synthetic import SyntheticServer  # the installed package (pip install .)
 
-from fastbench.synthetic import SyntheticServer
+ROOT = Path(__file__).resolve().parent.parent
 
 CLIENTS = ("fastbench", "reference")
 NOISY_LOAD = 0.5  # other processes' CPU use (in CPUs) above which a run is flagged as shared
@@ -147,7 +146,6 @@ def client_command(client: str, base_url: str, s: Setup, out: str) -> list[str]:
 def run_client(client: str, server: SyntheticServer, s: Setup, client_cpus: set[int] | None,
                timeout_s: float = 600.0) -> Run:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         server.reset_stats()
@@ -357,7 +355,8 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="under a minute: fewer requests, two capacity points, a 2,000-request RSS run")
+    p.add_argument("--quick", action="store_true",
+                   help="under a minute: fewer requests, two capacity points, a 2,000-request RSS run")
     p.add_argument("--streams", default="16,64,256", help="stream counts of the accuracy table")
     p.add_argument("--tolerance-ms", type=float, default=0.5, help="p99 skew limit for 'sustained'")
     p.add_argument("--no-pin", action="store_true", help="do not pin client and server to different CPUs")

@@ -10,9 +10,7 @@ import asyncio
 import json
 import socket
 from collections.abc import Callable, Iterable
-from typing import Optional, Union
-
-Step = Union[bytes, float, str]  # bytes: write them; float: sleep seconds; "close"/"reset": end the connection
+Step = bytes | float | str  # bytes: write them; float: sleep seconds; "close"/"reset": end the connection
 Script = Callable[[int, bytes], Iterable[Step]]  # (request number, request body) -> steps
 
 
@@ -29,8 +27,8 @@ STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-E
 CHUNKED_END = b"0\r\n\r\n"
 
 
-def completion_chunk(text: str, completion_tokens: Optional[int], prompt_tokens: int = 7,
-                     finish: Optional[str] = None, **extra: object) -> dict:
+def completion_chunk(text: str, completion_tokens: int | None, prompt_tokens: int = 7,
+                     finish: str | None = None, **extra: object) -> dict:
     chunk: dict = {
         "id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
@@ -42,8 +40,8 @@ def completion_chunk(text: str, completion_tokens: Optional[int], prompt_tokens:
     return chunk
 
 
-def chat_chunk(delta: dict, completion_tokens: Optional[int], prompt_tokens: int = 7,
-               finish: Optional[str] = None) -> dict:
+def chat_chunk(delta: dict, completion_tokens: int | None, prompt_tokens: int = 7,
+               finish: str | None = None) -> dict:
     chunk: dict = {
         "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
@@ -83,9 +81,9 @@ class ScriptedServer:
         self.close_after_each = close_after_each
         self.requests: list[tuple[bytes, bytes]] = []  # (head, body) as received
         self.connections = 0
-        self._server: Optional[asyncio.base_events.Server] = None
+        self._server: asyncio.base_events.Server | None = None
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         return self
 
@@ -96,7 +94,7 @@ class ScriptedServer:
     @property
     def base_url(self) -> str:
         assert self._server is not None
-        return "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

@@ -2,7 +2,7 @@
 
 import os
 
-import fastbench._core.engine as engine
+from fastbench._core import engine
 
 
 def test_engine_is_compiled() -> None:

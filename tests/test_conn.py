@@ -11,13 +11,19 @@ import numpy as np
 import pytest
 import uvloop
 
-from fastbench._core import COLUMN_ORDER, StreamConnection
-from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.records import COL, COLUMNS, ErrorClass, RunData, UsageSource, TimestampSource
-
 from _scripted import (
-    CHUNKED_END, STREAM_HEAD, ScriptedServer, chat_chunk, chunked, completion_chunk, sse, stream_script,
+    CHUNKED_END,
+    STREAM_HEAD,
+    ScriptedServer,
+    chat_chunk,
+    chunked,
+    completion_chunk,
+    sse,
+    stream_script,
 )
+from fastbench._core import COLUMN_ORDER
+from fastbench.loadgen import LoadGenerator, LoadPlan, Target
+from fastbench.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 

@@ -19,7 +19,7 @@ def test_every_definition_is_in_the_readme_verbatim() -> None:
 def test_python_api_example_runs(capsys: object) -> None:
     text = README.read_text()
     section = text.split("## Python API", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert code is not None
     namespace: dict[str, object] = {}
     exec(compile(code.group(1), "README.md", "exec"), namespace)

@@ -27,14 +27,14 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'fastbench' has no attribute {name!r}")
 
 __all__ = (
-    "run",
-    "arun",
     "BenchConfig",
-    "Result",
-    "SyntheticServer",
-    "FastbenchError",
     "ConfigError",
     "DatasetError",
+    "FastbenchError",
+    "Result",
     "ServerError",
+    "SyntheticServer",
     "__version__",
+    "arun",
+    "run",
 )

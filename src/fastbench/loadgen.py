@@ -12,8 +12,8 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import orjson
@@ -44,7 +44,7 @@ class Target:
     path: str  # the endpoint path, including any prefix from the base URL
 
     @classmethod
-    def parse(cls, base_url: str, endpoint: str) -> "Target":
+    def parse(cls, base_url: str, endpoint: str) -> Target:
         url = urllib.parse.urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ConfigError(f"--base-url must look like http://host:port, got {base_url!r}")
@@ -59,7 +59,7 @@ class Target:
             prefix = prefix[: -len("/v1")]  # accept --base-url http://h:8000/v1 as OpenAI clients do
         return cls(url.scheme, url.hostname, port, prefix + endpoint)
 
-    def request_head(self, api_key: Optional[str]) -> bytes:
+    def request_head(self, api_key: str | None) -> bytes:
         host = self.host if ":" not in self.host else f"[{self.host}]"
         lines = [
             f"POST {self.path} HTTP/1.1",
@@ -80,39 +80,39 @@ class LoadPlan:
     bodies: Sequence[bytes]
     warmup_bodies: Sequence[bytes]
     concurrency: int
-    request_rate: Optional[float] = None
+    request_rate: float | None = None
     burstiness: float = 1.0
     seed: int = 0
-    max_seconds: Optional[float] = None
-    request_timeout_s: Optional[float] = None
-    max_error_rate: Optional[float] = None
+    max_seconds: float | None = None
+    request_timeout_s: float | None = None
+    max_error_rate: float | None = None
     verify_tls: bool = True
     kernel_timestamps: bool = True
     coalesce_s: float = 0.0
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
-    on_progress: Optional[Callable[[dict[str, Any]], None]] = None
+    on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
-    stop_event: Optional[asyncio.Event] = None
+    stop_event: asyncio.Event | None = None
 
 
 class LoadGenerator:
     """Runs one LoadPlan against one Target and returns RunData."""
 
-    def __init__(self, target: Target, plan: LoadPlan, api_key: Optional[str] = None) -> None:
+    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None) -> None:
         if plan.concurrency < 1:
             raise ConfigError("--concurrency must be at least 1")
         self.target = target
         self.plan = plan
         self._idle: list[StreamConnection] = []
         self._busy: set[StreamConnection] = set()
-        self._addr: Optional[tuple[Any, ...]] = None
+        self._addr: tuple[Any, ...] | None = None
         self._family = socket.AF_INET
-        self._ssl_context: Optional[ssl.SSLContext] = None
+        self._ssl_context: ssl.SSLContext | None = None
         self._stopping = False
         self._stop_reason = "completed"
         self._stale_retries = 0
-        self._stamp_guard: Optional[socket.socket] = None
+        self._stamp_guard: socket.socket | None = None
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -178,7 +178,7 @@ class LoadGenerator:
     async def _send_one(self, request: bytes, row: int, scheduled_ns: int) -> int:
         """Send one request on an idle or new connection; returns the ErrorClass value of the
         last request of its chain (in closed loop the core chains further requests itself)."""
-        retried: Optional[int] = None
+        retried: int | None = None
         while True:
             connect_ns = 0
             if self._idle:
@@ -420,7 +420,7 @@ class LoadGenerator:
         if cap_hit and self.plan.max_seconds is not None:
             end_ns = min(end_ns, start_ns + int(self.plan.max_seconds * 1e9))
         counters = {k: v - warm[k] for k, v in self.state.counters.items()}
-        for name, recorder in self._recorders.items():
+        for recorder in self._recorders.values():
             recorder.sync()
         reads = counters["reads"]
         kernel = counters["kernel_stamped_reads"]
@@ -499,7 +499,7 @@ async def _handshake(
                 await loop.sock_sendall(sock, pending)
             data = await loop.sock_recv(sock, 65536)
             if not data:
-                raise ConnectionError("the server closed the connection during the TLS handshake")
+                raise ConnectionError("the server closed the connection during the TLS handshake") from None
             incoming.write(data)
     pending = outgoing.read()
     if pending:

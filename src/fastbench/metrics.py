@@ -759,8 +759,8 @@ def to_vllm_keys(result: Result) -> dict[str, Any]:
     """The flat keys ``vllm bench serve`` saves, with its meaning and units (ms, s, per second).
 
     Differences: in open loop TTFT / E2EL count from the scheduled arrival time
-    (coordinated-omission-correct; in closed loop from the send, as vllm); percentiles and means come from HDR histograms
-    (within 0.1 %); the per-request ``itls`` and ``generated_texts`` arrays are not kept, and
+    (coordinated-omission-correct; in closed loop from the send, as vllm); percentiles and means
+    come from HDR histograms (within 0.1 %); the per-request ``itls`` and ``generated_texts`` arrays are not kept, and
     ``max_output_tokens_per_s`` (needs per-token times) is absent.
     """
     cfg = result.config
