@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 from collections.abc import Callable, Iterable
+
 Step = bytes | float | str  # bytes: write them; float: sleep seconds; "close"/"reset": end the connection
 Script = Callable[[int, bytes], Iterable[Step]]  # (request number, request body) -> steps
 
