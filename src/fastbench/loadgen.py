@@ -20,7 +20,7 @@ import orjson
 from hdrh.histogram import HdrHistogram
 
 from . import pacer
-from ._core import Recorder, RunState, StreamConnection, now_ns
+from ._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
 from .exceptions import ConfigError, ServerError
 from .records import COL, NCOLS, ErrorClass, RunData, TimestampSource
 
@@ -113,6 +113,7 @@ class LoadGenerator:
         self._stop_reason = "completed"
         self._stale_retries = 0
         self._stamp_guard: socket.socket | None = None
+        self._pacer_wake: asyncio.Future[None] | None = None
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -271,10 +272,16 @@ class LoadGenerator:
 
     async def _run_open(self, start_ns: int) -> None:
         plan = self.plan
+        loop = asyncio.get_running_loop()
         offsets = pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
         slots = asyncio.Semaphore(plan.concurrency)
-        tasks = set()
-        loop = asyncio.get_running_loop()
+        tasks: set[asyncio.Task[None]] = set()
+        # A timerfd, not asyncio.sleep: uvloop's timers round to milliseconds.
+        timer = ArrivalTimer()
+
+        def on_timer() -> None:
+            timer.clear()
+            self._wake_pacer()
 
         async def one(i: int, due: int) -> None:
             try:
@@ -282,22 +289,31 @@ class LoadGenerator:
             finally:
                 slots.release()
 
-        for i, offset in enumerate(offsets.tolist()):
-            due = start_ns + offset
-            wait_ns = due - now_ns()
-            if wait_ns > 0:
-                await asyncio.sleep(wait_ns / 1e9)
-            # Over the concurrency limit the request waits for a slot; its latency still counts
-            # from `due`, so the wait shows in the figures (no coordinated omission).
-            await slots.acquire()
-            if self._stopping:
-                slots.release()
-                break
-            task = loop.create_task(one(i, due))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+        loop.add_reader(timer.fileno(), on_timer)
+        try:
+            for i, offset in enumerate(offsets.tolist()):
+                due = start_ns + offset
+                if due > now_ns() and not self._stopping:
+                    self._pacer_wake = loop.create_future()
+                    timer.arm(due)
+                    await self._pacer_wake
+                # Over the concurrency limit the request waits for a slot; its latency still counts
+                # from `due`, so the wait shows in the figures (no coordinated omission).
+                await slots.acquire()
+                if self._stopping:
+                    slots.release()
+                    break
+                task = loop.create_task(one(i, due))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        finally:
+            loop.remove_reader(timer.fileno())
         if tasks:
             await asyncio.gather(*tasks)
+
+    def _wake_pacer(self) -> None:
+        if self._pacer_wake is not None and not self._pacer_wake.done():
+            self._pacer_wake.set_result(None)
 
     async def _watchdog(self) -> None:
         """Every 20 ms, fail requests past --request-timeout: one sweep for all connections instead
@@ -332,6 +348,7 @@ class LoadGenerator:
         self._stopping = True
         self.state.stopping = True
         self._stop_reason = reason
+        self._wake_pacer()
         for conn in list(self._busy):
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
 

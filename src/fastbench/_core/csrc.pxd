@@ -1,6 +1,7 @@
 # cython: language_level=3
 # Every C declaration from csrc/ lives here; the .pyx files use these names only.
 from libc.stdint cimport int64_t, uint64_t
+from posix.time cimport timespec, CLOCK_MONOTONIC
 
 
 cdef extern from "fb_debug.h":
@@ -106,3 +107,16 @@ cdef extern from "sys/epoll.h" nogil:
 
 cdef extern from "unistd.h" nogil:
     int close(int fd)
+    Py_ssize_t read(int fd, void *buf, size_t count)
+
+
+cdef extern from "sys/timerfd.h" nogil:
+    enum:
+        TFD_NONBLOCK
+        TFD_CLOEXEC
+        TFD_TIMER_ABSTIME
+    cdef struct itimerspec:
+        timespec it_interval
+        timespec it_value
+    int timerfd_create(int clockid, int flags)
+    int timerfd_settime(int fd, int flags, const itimerspec *new_value, itimerspec *old_value)
