@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import aiohttp
 import orjson
 
-from . import metrics, report, workload
+from . import metrics, report, server, workload
 from ._version import __version__
 from .config import BenchConfig
 from .exceptions import ConfigError, ServerError
@@ -45,6 +45,20 @@ def validate(config: BenchConfig) -> None:
             raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
+    if not config.metrics_interval_s >= 0:
+        raise ConfigError(f"--metrics-interval must be >= 0, got {config.metrics_interval_s}")
+    if config.memory_interval_s is not None and not config.memory_interval_s >= 0:
+        raise ConfigError(f"--memory-interval must be >= 0, got {config.memory_interval_s}")
+    launch = config.launch
+    if launch is not None:
+        if config.base_url is not None:
+            raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")
+        if not launch.model:
+            raise ConfigError("--launch needs --launch-model MODEL")
+        if not launch.ready_timeout_s > 0:
+            raise ConfigError(f"--ready-timeout must be > 0, got {launch.ready_timeout_s}")
+        if not launch.stop_grace_s >= 0:
+            raise ConfigError(f"--server-stop-grace must be >= 0, got {launch.stop_grace_s}")
 
 
 def run(config: BenchConfig) -> Result:
@@ -78,24 +92,44 @@ async def arun(
     """
     validate(config)
     synthetic = None
+    launched = None
     base_url = config.base_url
-    if base_url is None:
-        from .synthetic import SyntheticServer
-
-        synthetic = SyntheticServer(*config.synthetic_args)
-        await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
-        base_url = synthetic.base_url
+    # started before any launch, so that its baseline is the machine without the server
+    memory = server.start_memory_sampler(config)
     try:
-        return await _run_against(config, base_url, synthetic, on_progress, stop)
+        if config.launch is not None:
+            launched = server.make_server(config.launch, api_key=config.api_key,
+                                          log_dir=server.log_dir_for(config))
+            await launched.astart(stop)  # fails fast (ServerLaunchError) and stops what it started
+            base_url = launched.base_url
+        elif base_url is None:
+            from .synthetic import SyntheticServer
+
+            synthetic = SyntheticServer(*config.synthetic_args)
+            await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
+            base_url = synthetic.base_url
+        watched = launched or server.ExternalServer(
+            base_url, api_key=config.api_key, pid=synthetic.pid if synthetic is not None else None)
+        if memory is not None and watched.pid is not None:
+            memory.set_server_pid(watched.pid)
+        return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
+                                  memory=memory)
     finally:
+        if memory is not None:
+            memory.stop()
         if synthetic is not None:
             synthetic.stop()
+        if launched is not None:
+            launched.stop()  # SIGTERM, SIGKILL after the grace period; checks the port is free
 
 
 async def _run_against(
     config: BenchConfig, base_url: str, synthetic: Any,
     on_progress: Optional[Callable[[dict[str, Any]], None]],
     stop: Optional[asyncio.Event] = None,
+    *,
+    watched: server.LaunchedServer | server.ExternalServer,
+    memory: server.MemoryRun | None = None,
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
@@ -126,7 +160,18 @@ async def _run_against(
             on_progress=on_progress,
             stop_event=stop,
         )
-        data = await LoadGenerator(target, plan, config.api_key).run()
+        generator = LoadGenerator(target, plan, config.api_key)
+        monitor = server.WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
+        if config.num_warmups and work.warmups:  # the window starts after the warm-ups
+            plan.on_progress = _first_tick(monitor.restart_window_soon, on_progress)
+        await monitor.start()
+        try:
+            data = await generator.run()
+        finally:
+            await monitor.finish()
+        server_info.update(monitor.server_info())
+        if memory is not None:  # stopped here, before teardown: the series covers launch to window end
+            server_info.update(server.memory_info(memory.stop(), watched))
         if synthetic is not None:
             server_info["synthetic_stats"] = synthetic.stats()
     workload_info = {
@@ -140,8 +185,28 @@ async def _run_against(
         "max_tokens": [spec.max_tokens for spec in work.requests],
     }
     result = metrics.summarize(data, config, workload_info=workload_info, server_info=server_info)
+    server.annotate(result)
     write_outputs(result, config, data)
+    if monitor.server_died is not None:  # what was measured is written; the run itself failed
+        raise ServerError(monitor.server_died)
     return result
+
+
+def _first_tick(
+    at_first: Callable[[], None], then: Callable[[dict[str, Any]], None] | None
+) -> Callable[[dict[str, Any]], None]:
+    """A progress callback that calls ``at_first`` once (the first tick comes after the warm-ups)."""
+    fired = False
+
+    def tick(progress: dict[str, Any]) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            at_first()
+        if then is not None:
+            then(progress)
+
+    return tick
 
 
 async def _server_version(session: aiohttp.ClientSession, base_url: str) -> Optional[str]:

@@ -13,8 +13,9 @@ from typing import Any, NoReturn, Optional, Sequence
 
 import orjson
 
+from . import tomlconfig
 from ._version import __version__
-from .config import BenchConfig
+from .config import ENGINES, BenchConfig, LaunchConfig
 from .exceptions import FastbenchError
 
 EPILOG = """\
@@ -145,7 +146,74 @@ def build_parser() -> argparse.ArgumentParser:
                    help="progress line on stderr (default: only when stderr is a terminal)")
     g.add_argument("--synthetic-args", default="",
                    help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"")
+    _add_launch_args(p)
     return p
+
+
+def _add_launch_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "launch a server", "fastbench starts the server, waits until /v1/models lists the model, benchmarks "
+        "it and stops it (SIGTERM, then SIGKILL, to its process group); without --launch, --base-url attaches")
+    g.add_argument("--config", metavar="RUN.TOML", default=None,
+                   help="take options from a TOML file ([server] and [benchmark] tables); flags override it")
+    g.add_argument("--launch", choices=ENGINES, default=None, help="the engine to start")
+    g.add_argument("--launch-model", metavar="MODEL", default=None,
+                   help="what the engine loads (Hugging Face id, directory, GGUF file)")
+    g.add_argument("--engine-args", default="", metavar="\"ARGS\"",
+                   help="engine flags passed through, e.g. \"--max-model-len 8192 --gpu-memory-utilization 0.85 "
+                   "--speculative-config '{...}'\"")
+    g.add_argument("--docker-image", metavar="IMAGE[@sha256:...]", default=None,
+                   help="run the engine in this image (docker run --gpus all --ipc=host -p PORT:PORT)")
+    g.add_argument("--docker-args", default="", metavar="\"ARGS\"",
+                   help="extra docker run flags, e.g. \"-v ~/.cache/huggingface:/root/.cache/huggingface\"")
+    g.add_argument("--server-env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="environment for the server; NAME alone passes fastbench's own value (repeatable)")
+    g.add_argument("--server-host", default="127.0.0.1", help="address the launched server listens on")
+    g.add_argument("--server-port", type=_positive_int, default=None,
+                   help="port of the launched server (default: vLLM 8000, SGLang 30000, llama.cpp 8080)")
+    g.add_argument("--ready-timeout", type=float, default=1800.0,
+                   help="seconds from launch until the model must be served")
+    g.add_argument("--server-log", default=None,
+                   help="server log file (default: fastbench-server-ENGINE-TIME.log beside the result)")
+    g.add_argument("--engine-bin", default=None,
+                   help="the engine executable (vllm, python for SGLang, llama-server; docker with "
+                   "--docker-image); default: found on PATH")
+    g.add_argument("--server-stop-grace", type=float, default=20.0,
+                   help="seconds between SIGTERM and SIGKILL at teardown")
+    g.add_argument("--memory-interval", type=float, default=None,
+                   help="seconds between memory samples (default: 1 when launching a server, else off; 0: off)")
+    g.add_argument("--metrics-interval", type=float, default=2.0,
+                   help="seconds between reads of the server's /metrics during the run (0: start and end only)")
+
+
+def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
+    if ns.launch is None:
+        if ns.launch_model or ns.docker_image or ns.engine_args:
+            raise FastbenchError("--launch-model, --engine-args and --docker-image need --launch ENGINE")
+        return None
+    if not ns.launch_model:
+        raise FastbenchError(f"--launch {ns.launch} needs --launch-model MODEL")
+    if ns.base_url:
+        raise FastbenchError("--base-url attaches to a running server and --launch starts one: give one of them")
+    try:
+        engine_args = tuple(shlex.split(ns.engine_args))
+        docker_args = tuple(shlex.split(ns.docker_args))
+    except ValueError as exc:
+        raise FastbenchError(f"--engine-args / --docker-args: {exc}") from None
+    return LaunchConfig(
+        engine=ns.launch,
+        model=ns.launch_model,
+        engine_args=engine_args,
+        docker_image=ns.docker_image,
+        docker_args=docker_args,
+        env=tuple(ns.server_env),
+        host=ns.server_host,
+        port=ns.server_port,
+        ready_timeout_s=ns.ready_timeout,
+        log_path=ns.server_log,
+        engine_bin=ns.engine_bin,
+        stop_grace_s=ns.server_stop_grace,
+    )
 
 
 def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
@@ -186,6 +254,10 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         save_outputs=ns.save_outputs,
         progress=ns.progress,
         synthetic_args=tuple(shlex.split(ns.synthetic_args)),
+        launch=_launch_config(ns),
+        metrics_interval_s=ns.metrics_interval,
+        memory_interval_s=ns.memory_interval,
+        config_file=ns.config,
         command_line=("fastbench", *argv),
         label=ns.label,
     )
@@ -219,7 +291,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return validate.main(argv[1:])
     parser = build_parser()
+    try:
+        config_file, rest = tomlconfig.config_path(argv)
+        if config_file is not None:  # the file's flags first: the command line's override them
+            argv = [*tomlconfig.toml_to_argv(config_file, parser), *rest]
+    except FastbenchError as exc:
+        print(f"fastbench: error: {exc}", file=sys.stderr)
+        return 2
     ns = parser.parse_args(argv)
+    ns.config = config_file
     try:
         config = config_from_args(ns, argv)
         return _run(config)

@@ -3,10 +3,50 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
 DatasetName = Literal["random", "sharegpt", "jsonl"]
+Engine = Literal["vllm", "sglang", "llama.cpp"]
+ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LaunchConfig:
+    """A server that fastbench starts before the run and stops after it (``BenchConfig.launch``).
+
+    :param engine: ``vllm`` (``vllm serve MODEL``), ``sglang`` (``python -m sglang.launch_server``) or
+        ``llama.cpp`` (``llama-server -m MODEL``).
+    :param model: what the engine loads (a Hugging Face id, a local directory, a GGUF file).
+    :param engine_args: passed through after fastbench's own (--host, --port), e.g.
+        ``("--max-model-len", "2048", "--speculative-config", '{"method":"ngram",...}')``.
+    :param docker_image: run the engine in this image (``IMAGE[@sha256:...]``) with ``docker run
+        --gpus all --ipc=host -p PORT:PORT``; None runs it as a local process.
+    :param docker_args: extra ``docker run`` flags (e.g. ``-v ~/.cache/huggingface:/root/.cache/huggingface``).
+    :param env: the server's environment additions: ``NAME=VALUE``, or ``NAME`` to pass fastbench's
+        own value through (docker: ``--env NAME``, so the value never appears in a command line).
+    :param port: the port to serve on; None: the engine's usual one (vLLM 8000, SGLang 30000,
+        llama.cpp 8080).
+    :param ready_timeout_s: most seconds from launch until /v1/models lists the model.
+    :param log_path: where the server's output goes; None: ``fastbench-server-<engine>-<time>.log``
+        beside the result file (or in the working directory).
+    :param engine_bin: the executable (``vllm``, ``python`` for SGLang, ``llama-server``, ``docker``);
+        None: found on PATH.
+    :param stop_grace_s: seconds between SIGTERM (or ``docker stop``) and SIGKILL at teardown.
+    """
+
+    engine: Engine = "vllm"
+    model: str
+    engine_args: tuple[str, ...] = ()
+    docker_image: str | None = None
+    docker_args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int | None = None
+    ready_timeout_s: float = 1800.0
+    log_path: str | None = None
+    engine_bin: str | None = None
+    stop_grace_s: float = 20.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -23,49 +63,60 @@ class BenchConfig:
     :param num_prompts: requests to send (after warm-ups).
     :param max_seconds: hard cap on the measured window; in-flight requests are cancelled at it.
     :param num_warmups: requests sent and discarded before the measured window.
+    :param launch: a server for fastbench to start, wait for, measure and stop (None: attach to
+        base_url, or the synthetic server when base_url is None too).
+    :param metrics_interval_s: seconds between reads of the server's /metrics during the window
+        (speculative-decoding acceptance, KV-cache usage); 0 reads it only at the start and end.
+    :param memory_interval_s: seconds between memory samples; None: 1 s when a server is launched,
+        no sampling otherwise; 0: off.
     """
 
-    base_url: Optional[str] = None
-    model: Optional[str] = None
+    base_url: str | None = None
+    model: str | None = None
     endpoint: Endpoint = "/v1/completions"
-    api_key: Optional[str] = dataclasses.field(default=None, repr=False)  # never printed or stored
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # never printed or stored
     insecure: bool = False  # skip TLS certificate verification
     # load
     concurrency: int = 16
-    request_rate: Optional[float] = None
+    request_rate: float | None = None
     burstiness: float = 1.0
     num_prompts: int = 200
-    max_seconds: Optional[float] = None
+    max_seconds: float | None = None
     num_warmups: int = 0
     seed: int = 0
-    request_timeout_s: Optional[float] = None
-    max_error_rate: Optional[float] = None  # stop early when failed / finished exceeds this (after 20 requests)
+    request_timeout_s: float | None = None
+    max_error_rate: float | None = None  # stop early when failed / finished exceeds this (after 20 requests)
     # requests
-    max_tokens: Optional[int] = None  # overrides the dataset's output length when set
+    max_tokens: int | None = None  # overrides the dataset's output length when set
     ignore_eos: bool = False
     extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
     # dataset
     dataset_name: DatasetName = "random"
-    dataset_path: Optional[str] = None
+    dataset_path: str | None = None
     dataset_order: Literal["random", "file"] = "random"  # sharegpt: sample as vllm does, or file order
     random_input_len: int = 1024
     random_output_len: int = 128
     random_range_ratio: float = 0.0
-    tokenizer: Optional[str] = None  # local tokenizer directory or tokenizer.json; never downloaded
-    max_model_len: Optional[int] = None  # overrides what /v1/models reports, for screening
+    tokenizer: str | None = None  # local tokenizer directory or tokenizer.json; never downloaded
+    max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
     goodput: dict[str, float] = dataclasses.field(default_factory=dict)
     # outputs
-    result_json: Optional[str] = None
-    result_card: Optional[str] = None
-    save_detailed: Optional[str] = None
+    result_json: str | None = None
+    result_card: str | None = None
+    save_detailed: str | None = None
     save_outputs: bool = False
-    progress: Optional[bool] = None  # None: on when stderr is a terminal
+    progress: bool | None = None  # None: on when stderr is a terminal
     # the synthetic server started when base_url is None
     synthetic_args: tuple[str, ...] = ()
+    # a server launched for the run, the server's /metrics and memory sampling
+    launch: LaunchConfig | None = None
+    metrics_interval_s: float = 2.0
+    memory_interval_s: float | None = None
+    config_file: str | None = None  # the --config TOML file the options came from, if any
     # the command line that built this config, recorded in the result
     command_line: tuple[str, ...] = ()
-    label: Optional[str] = None
+    label: str | None = None
 
-    def replace(self, **changes: Any) -> "BenchConfig":
+    def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)

@@ -38,10 +38,10 @@ from fastbench.records import COL, ErrorClass, RunData, UsageSource
 RESULT_SCHEMA_VERSION = 1
 REDACTED = "***"
 HISTOGRAM_ENCODING = "HdrHistogram V2 compressed, base64 (hdrh HdrHistogram.encode / decode)"
-_SECRET_FLAGS = ("--api-key",)
+_SECRET_FLAGS = ("--api-key", "--hf-token")
 # NAME_TOKEN=value, NAME_KEY=value, ... as in "--env HF_TOKEN=hf_abc" or "OPENAI_API_KEY=sk-..."
 _ENV_SECRET = re.compile(r"\b([A-Z][A-Z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD)=)(?!\*\*\*)(\S+)")
-_FLAG_SECRET = re.compile(r"(--api-key(?:=|\s+))(?!\*\*\*)(\S+)")
+_FLAG_SECRET = re.compile(r"(--(?:api-key|hf-token)(?:=|\s+))(?!\*\*\*)(\S+)")
 
 
 # -- redaction ----------------------------------------------------------------------------------------
@@ -108,6 +108,11 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
         value = getattr(config, field.name)
         if field.name == "command_line":
             value = redact_argv(value, config.api_key)
+        elif field.name == "launch" and value is not None:
+            value = dataclasses.asdict(value)
+            value["engine_args"] = redact_argv(value["engine_args"], config.api_key)
+            value["docker_args"] = redact_argv(value["docker_args"], config.api_key)
+            value["env"] = [redact_text(item, config.api_key) for item in value["env"]]
         elif isinstance(value, tuple):
             value = list(value)
         out[field.name] = value
@@ -197,6 +202,8 @@ def result_to_json_dict(
         "notes": list(result.notes),
     }
     out = to_vllm_keys(result)
+    spec = server.get("spec_decode_stats") or {}
+    out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
     out["fastbench"] = fastbench
     if config.api_key and len(config.api_key) >= 8:  # shorter ones would mangle ordinary text
         out = _scrub(out, config.api_key)
@@ -290,7 +297,9 @@ def _load(config: BenchConfig) -> str:
     return f"rate {config.request_rate:g} req/s"
 
 
-def _endpoint(config: BenchConfig) -> str:
+def _endpoint(result: Result, config: BenchConfig) -> str:
+    if config.launch is not None and result.server_info.get("base_url"):
+        return f"{str(result.server_info['base_url']).rstrip('/')}{config.endpoint} (launched by fastbench)"
     if config.base_url is None:
         return f"built-in synthetic server ({config.endpoint})"
     return config.base_url.rstrip("/") + config.endpoint
@@ -311,7 +320,9 @@ def _dataset(result: Result, config: BenchConfig) -> str:
 
 
 def _humanize(key: str) -> str:
-    return key.replace("_", " ").capitalize()
+    """``ready_s`` -> "Ready s"; a key already in words ("KV cache") keeps its capitals."""
+    text = key.replace("_", " ")
+    return text[:1].upper() + text[1:]
 
 
 def _errors_text(result: Result) -> str:
@@ -330,7 +341,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
 
     Optional parts come from ``result.server_info``: ``engine`` (e.g. "vLLM 0.32.0"), ``variant``
     (e.g. "NVFP4 + EAGLE3", added to the title), ``max_model_len``, ``card_config`` (extra
-    Configuration rows), ``load`` / ``spec_decode`` / ``memory`` (dicts rendered as sections),
+    Configuration rows), ``load`` / ``spec_decode`` / ``server_metrics_card`` / ``memory`` (dicts
+    rendered as sections),
     ``launch_command`` (the server's command, shown redacted) and ``notes`` (extra note lines).
     """
     info = result.server_info
@@ -355,7 +367,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     config_rows: list[tuple[str, Any]] = [("Model", model), ("Engine", engine)]
     config_rows += [(str(k), v) for k, v in dict(info.get("card_config") or {}).items()]
     config_rows += [
-        ("Endpoint", _endpoint(config)),
+        ("Endpoint", _endpoint(result, config)),
         ("Dataset", _dataset(result, config)),
         (
             "Prompts",
@@ -425,7 +437,13 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     lines += _table(config_rows)
     lines.append("Measured results")
     lines += _table(measured)
-    for key, heading in (("load", "Load"), ("spec_decode", "Speculative decoding"), ("memory", "Memory")):
+    sections = (
+        ("load", "Load"),
+        ("spec_decode", "Speculative decoding"),
+        ("server_metrics_card", "Server metrics"),
+        ("memory", "Memory"),
+    )
+    for key, heading in sections:
         section = info.get(key)
         if isinstance(section, Mapping) and section:
             lines.append(heading)

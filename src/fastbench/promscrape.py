@@ -1,0 +1,258 @@
+"""Prometheus text exposition: a small parser, and a scraper of a server's /metrics over a run.
+
+The scraper follows the project's rule for the hot path: during the measured window it only stores
+``(time, raw bytes)`` of each /metrics answer (one small GET every couple of seconds on the client's
+event loop); parsing happens after the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+
+import aiohttp
+
+__all__ = ("Metrics", "MetricsScraper", "PromSample", "Scrape", "parse_prometheus")
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PromSample:
+    """One sample line: ``name{labels} value [timestamp_ms]``."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: float
+    timestamp_ms: int | None = None
+
+
+def _parse_labels(line: str, pos: int) -> tuple[dict[str, str], int]:
+    """Parse ``{a="x",b="y"}`` starting at the ``{`` at ``pos``; return the labels and the index past ``}``."""
+    labels: dict[str, str] = {}
+    pos += 1
+    n = len(line)
+    while True:
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if pos < n and line[pos] == "}":
+            return labels, pos + 1
+        m = _LABEL_NAME.match(line, pos)
+        if m is None:
+            raise ValueError(f"bad label name at column {pos}")
+        name = m.group()
+        pos = m.end()
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if line[pos:pos + 1] != "=":
+            raise ValueError(f"expected = after label {name!r}")
+        pos += 1
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if line[pos:pos + 1] != '"':
+            raise ValueError(f"expected a quoted value for label {name!r}")
+        pos += 1
+        chars: list[str] = []
+        while True:
+            if pos >= n:
+                raise ValueError(f"unterminated value of label {name!r}")
+            ch = line[pos]
+            if ch == "\\":
+                nxt = line[pos + 1:pos + 2]
+                chars.append(_ESCAPES.get(nxt, "\\" + nxt))
+                pos += 2
+            elif ch == '"':
+                pos += 1
+                break
+            else:
+                chars.append(ch)
+                pos += 1
+        labels[name] = "".join(chars)
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if pos < n and line[pos] == ",":
+            pos += 1
+        elif pos < n and line[pos] == "}":
+            return labels, pos + 1
+        else:
+            raise ValueError(f"expected , or }} after label {name!r}")
+
+
+def _parse_line(line: str) -> PromSample:
+    m = _NAME.match(line)
+    if m is None:
+        raise ValueError("no metric name")
+    name = m.group()
+    pos = m.end()
+    labels: dict[str, str] = {}
+    brace = pos
+    while brace < len(line) and line[brace] in " \t":
+        brace += 1
+    if brace < len(line) and line[brace] == "{":
+        labels, pos = _parse_labels(line, brace)
+    fields = line[pos:].split()
+    if not 1 <= len(fields) <= 2 or (pos < len(line) and line[pos] not in " \t"):
+        raise ValueError("expected a value and an optional timestamp after the name")
+    value = float(fields[0])  # also "NaN", "+Inf", "-Inf"
+    timestamp = int(fields[1]) if len(fields) == 2 else None
+    return PromSample(name, labels, value, timestamp)
+
+
+def parse_prometheus(text: str, *, strict: bool = False) -> list[PromSample]:
+    """Parse Prometheus text format (version 0.0.4, and OpenMetrics' subset of it that servers emit).
+
+    Comments (``# HELP``, ``# TYPE``, ``# EOF``) and blank lines are skipped; label values may hold
+    escaped ``\\\\``, ``\\"`` and ``\\n``, commas and braces; values may be ``NaN`` or ``±Inf``.
+    A malformed line is skipped, or raises ``ValueError`` naming its line number when ``strict``.
+    """
+    out: list[PromSample] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            out.append(_parse_line(line))
+        except (ValueError, IndexError) as exc:
+            if strict:
+                raise ValueError(f"/metrics line {number}: {exc}: {raw[:120]!r}") from None
+    return out
+
+
+class Metrics:
+    """The samples of one scrape, by metric name."""
+
+    def __init__(self, samples: Iterable[PromSample]) -> None:
+        self.series: dict[str, list[PromSample]] = {}
+        for sample in samples:
+            self.series.setdefault(sample.name, []).append(sample)
+
+    @classmethod
+    def parse(cls, text: str) -> Metrics:
+        return cls(parse_prometheus(text))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.series
+
+    def names(self) -> list[str]:
+        return sorted(self.series)
+
+    def total(self, name: str) -> float | None:
+        """The sum over every series of ``name`` (vLLM has one per engine), NaNs left out; None if absent."""
+        samples = self.series.get(name)
+        if not samples:
+            return None
+        return math.fsum(s.value for s in samples if not math.isnan(s.value))
+
+    def mean(self, name: str) -> float | None:
+        """The mean over the series of ``name`` (a gauge such as cache usage per engine); None if absent."""
+        values = [s.value for s in self.series.get(name, ()) if not math.isnan(s.value)]
+        return math.fsum(values) / len(values) if values else None
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        """Sum of the series of ``name`` per value of ``label`` (series without it are left out)."""
+        out: dict[str, float] = {}
+        for s in self.series.get(name, ()):
+            key = s.labels.get(label)
+            if key is not None and not math.isnan(s.value):
+                out[key] = out.get(key, 0.0) + s.value
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Scrape:
+    """One /metrics answer: when it was read (monotonic seconds) and its raw body."""
+
+    t: float
+    body: bytes
+
+    def metrics(self) -> Metrics:
+        return Metrics.parse(self.body.decode("utf-8", errors="replace"))
+
+
+class MetricsScraper:
+    """Reads ``BASE_URL/metrics`` at the window's start and end and every ``interval_s`` in between.
+
+    ``await start()`` takes the first scrape (and finds out whether the server has /metrics at all);
+    ``await stop()`` takes the last one. Failures are counted, never raised: a server without /metrics,
+    or one that stops answering it, costs the run nothing.
+    """
+
+    def __init__(self, base_url: str, *, interval_s: float = 2.0, api_key: str | None = None,
+                 timeout_s: float = 2.0) -> None:
+        self.url = base_url.rstrip("/") + "/metrics"
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.scrapes: list[Scrape] = []
+        self.failures = 0
+        self.last_error: str | None = None
+        self.available = False
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def scrape(self) -> Scrape | None:
+        """One GET; the raw answer is kept (and returned) when the status is 200."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            async with self._session.get(self.url, headers=self.headers,
+                                         timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
+                                                      message=f"HTTP {resp.status}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        scrape = Scrape(time.monotonic(), body)
+        self.scrapes.append(scrape)
+        return scrape
+
+    async def start(self) -> bool:
+        """Take the window's first scrape and, when it worked, start the periodic ones; return whether
+        the server has /metrics."""
+        self.available = await self.scrape() is not None
+        if self.available and self.interval_s > 0:
+            self._task = asyncio.get_running_loop().create_task(self._periodic())
+        return self.available
+
+    async def restart_window(self) -> None:
+        """Forget what was scraped so far and scrape now: the window starts here (after warm-ups)."""
+        if not self.available:
+            return
+        self.scrapes.clear()
+        await self.scrape()
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.scrape()
+
+    async def stop(self) -> list[Scrape]:
+        """Stop the periodic scrapes, take the window's last one, close the session; return them all."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self.available:
+            await self.scrape()
+        await self.close()
+        return list(self.scrapes)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

