@@ -7,7 +7,8 @@ import os
 import platform
 import socket
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -78,8 +79,8 @@ def run(config: BenchConfig) -> Result:
 async def arun(
     config: BenchConfig,
     *,
-    on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
-    stop: Optional[asyncio.Event] = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> Result:
     """Run a benchmark inside the running event loop (any asyncio loop) and return its Result.
 
@@ -125,8 +126,8 @@ async def arun(
 
 async def _run_against(
     config: BenchConfig, base_url: str, synthetic: Any,
-    on_progress: Optional[Callable[[dict[str, Any]], None]],
-    stop: Optional[asyncio.Event] = None,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+    stop: asyncio.Event | None = None,
     *,
     watched: server.LaunchedServer | server.ExternalServer,
     memory: server.MemoryRun | None = None,
@@ -163,7 +164,7 @@ async def _run_against(
         generator = LoadGenerator(target, plan, config.api_key)
         monitor = server.WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
-            plan.on_progress = _first_tick(monitor.restart_window_soon, on_progress)
+            plan.on_window_start = monitor.restart_window_soon
         await monitor.start()
         try:
             data = await generator.run()
@@ -192,24 +193,7 @@ async def _run_against(
     return result
 
 
-def _first_tick(
-    at_first: Callable[[], None], then: Callable[[dict[str, Any]], None] | None
-) -> Callable[[dict[str, Any]], None]:
-    """A progress callback that calls ``at_first`` once (the first tick comes after the warm-ups)."""
-    fired = False
-
-    def tick(progress: dict[str, Any]) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
-            at_first()
-        if then is not None:
-            then(progress)
-
-    return tick
-
-
-async def _server_version(session: aiohttp.ClientSession, base_url: str) -> Optional[str]:
+async def _server_version(session: aiohttp.ClientSession, base_url: str) -> str | None:
     try:
         async with session.get(base_url.rstrip("/") + "/version",
                                timeout=aiohttp.ClientTimeout(total=5)) as resp:

@@ -9,7 +9,8 @@ import os
 import shlex
 import signal
 import sys
-from typing import Any, NoReturn, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import orjson
 
@@ -51,7 +52,7 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _rate(text: str) -> Optional[float]:
+def _rate(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
@@ -280,7 +281,7 @@ class _ProgressLine:
         sys.stderr.flush()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "synthetic-server":
         from . import synthetic
@@ -311,7 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
-async def _run_with_signals(config: BenchConfig, progress: Optional[_ProgressLine]) -> Any:
+async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None) -> Any:
     """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
     files are written, marked partial); a second one abandons it."""
     from . import api

@@ -92,6 +92,8 @@ class LoadPlan:
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
+    # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.
+    on_window_start: Callable[[], None] | None = None
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
     stop_event: asyncio.Event | None = None
 
@@ -164,6 +166,7 @@ class LoadGenerator:
         loop = asyncio.get_running_loop()
         sock = socket.socket(self._family, socket.SOCK_STREAM)
         sock.setblocking(False)
+        assert self._addr is not None, "resolved in run() before any connection"
         try:
             await loop.sock_connect(sock, self._addr)
             if self._ssl_context is None:
@@ -395,6 +398,8 @@ class LoadGenerator:
                 await self._run_warmups()
             # The window's counters start after the warm-ups.
             warm = self.state.counters
+            if plan.on_window_start is not None:
+                plan.on_window_start()
             start_ns = now_ns()
             cpu0 = time.process_time_ns()
             cap_timer = None

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
+from hdrh.histogram import HdrHistogram
 
 from fastbench.config import BenchConfig
 from fastbench.records import COL, ErrorClass, RunData, TimestampSource, UsageSource
