@@ -34,3 +34,18 @@ def test_readme_commands_match_ci() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
     test_command = "pip install '.[test]' && python -m pytest"
     assert test_command in text and test_command in ci
+
+
+def test_toml_example_expands_to_flags(tmp_path: pathlib.Path) -> None:
+    from fastbench import cli, tomlconfig
+
+    section = README.read_text().split("## Launching the server too", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    path = tmp_path / "run.toml"
+    path.write_text(block.group(1))
+    parser = cli.build_parser()
+    argv = tomlconfig.toml_to_argv(str(path), parser)
+    ns = parser.parse_args(argv)
+    assert ns.launch == "vllm" and ns.concurrency == 16 and ns.num_prompts == 1000
+    assert "eagle3" in " ".join(argv)

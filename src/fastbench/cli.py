@@ -74,6 +74,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default unless its help already says it, or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not the whole usage block
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -85,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
         "timestamps taken at socket read.",
         epilog=EPILOG,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"fastbench {__version__}")
     g = p.add_argument_group("server")

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from .cli import HelpFormatter
 from .exceptions import FastbenchError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
 from .records import COL, ErrorClass, RunData, TimestampSource
@@ -618,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastbench validate",
         description="Measure fastbench's own timing error and overhead against the built-in synthetic "
                     "server, which stamps its send time into every chunk; prints a table and a verdict.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog="Exit status: 0 PASS, 1 FAIL, 2 bad input or the run could not be made.",
     )
     p.add_argument("--concurrency", type=int, default=16, help="streams kept open (closed loop)")
