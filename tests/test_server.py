@@ -421,3 +421,29 @@ def test_window_warnings_are_counted_and_stripped() -> None:
         "WARNING: Consider increasing max_num_batched_tokens (×2)",
         "ERROR: request 12 failed",
     ]
+
+
+def test_server_dies_with_a_killed_fastbench(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    """SIGKILL leaves fastbench no chance to tear down: the kernel stops the server (PDEATHSIG)."""
+    vllm, _ = fake
+    port = free_port()
+    log = tmp_path / "vllm.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "fake/model",
+         "--engine-bin", str(vllm), "--engine-args", "--served-model-name fake-model",
+         "--server-env", SYNTH, "--server-port", str(port), "--server-log", str(log), "--ready-timeout", "30",
+         "--num-prompts", "100000", "--concurrency", "2", "--random-input-len", "8", "--random-output-len", "8"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while port_is_free("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not port_is_free("127.0.0.1", port), "the fake server never came up"
+        time.sleep(1.0)  # benchmarking now
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while not port_is_free("127.0.0.1", port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert port_is_free("127.0.0.1", port), "the server outlived a SIGKILLed fastbench"

@@ -20,6 +20,7 @@ period (``docker stop`` and ``docker rm`` for a container), and checks that the 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import datetime
 import os
 import re
@@ -27,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -44,6 +46,19 @@ from .config import BenchConfig, LaunchConfig
 from .exceptions import ConfigError, ServerError
 from .promscrape import MetricsScraper
 from .report import redact_argv, redact_text, shell_join
+
+# If fastbench itself is killed (SIGKILL leaves no chance to tear down), the kernel sends the
+# server SIGTERM: prctl(PR_SET_PDEATHSIG) in the child, armed between fork and exec. libc is
+# loaded here, before any fork, so the child only makes one foreign call.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = int(signal.SIGTERM)
+
+
+def _die_with_parent() -> None:
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGTERM)
+
 
 __all__ = (
     "DEFAULT_PORTS",
@@ -336,6 +351,8 @@ class LaunchedServer:
         self.process = subprocess.Popen(
             [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env=self.process_env(), start_new_session=True,
+            # Only for a local engine: a docker client's death would not stop its container.
+            preexec_fn=None if self.launch.docker_image else _die_with_parent,
         )
         self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
         self._finalizer = weakref.finalize(self, _kill_group_at_exit, self.pgid)
