@@ -120,6 +120,7 @@ def serve(args):
     child = subprocess.Popen(synth)
 
     def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not re-enter child.wait()
         child.terminate()
         child.wait()
         log(f"(APIServer pid={pid}) INFO {stamp()} [launcher.py:9] Shutting down FastAPI HTTP server.")

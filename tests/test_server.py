@@ -6,6 +6,7 @@ Ctrl-C), each ending with the process group gone and the port free."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import subprocess
@@ -443,7 +444,20 @@ def test_server_dies_with_a_killed_fastbench(fake: tuple[Path, Path], tmp_path: 
     finally:
         proc.kill()
         proc.wait()
+
+    def survivors() -> list[str]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if pid.isdigit() and str(vllm).encode() in cmdline:
+                found.append(pid)
+        return found
+
     deadline = time.monotonic() + 10
-    while not port_is_free("127.0.0.1", port) and time.monotonic() < deadline:
+    while (survivors() or not port_is_free("127.0.0.1", port)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert port_is_free("127.0.0.1", port), "the server outlived a SIGKILLed fastbench"
+    assert survivors() == [], "the server outlived a SIGKILLed fastbench"
+    assert port_is_free("127.0.0.1", port)
