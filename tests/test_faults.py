@@ -114,3 +114,19 @@ def test_max_error_rate_stops_early_and_marks_the_run_collapsed() -> None:
     assert c.completed + c.failed + c.cancelled + c.not_started == 200
     assert result.collapsed
     assert result.counts.failed_by_class == {"HTTP_STATUS": c.failed}
+
+
+def test_collapsed_run_card_says_so_instead_of_a_throughput(tmp_path: Any) -> None:
+    from fastbench.report import render_card, render_console
+
+    with SyntheticServer("--ttft-ms", "1", "--itl-ms", "1", "--fault", "http-500", "--fault-every", "1") as server:
+        config = BenchConfig(base_url=server.base_url, concurrency=2, num_prompts=30, random_input_len=8,
+                             random_output_len=4)
+        result = run(config)
+    assert result.collapsed and result.counts.completed == 0
+    card = render_card(result, config)
+    assert "COLLAPSED" in card
+    measured = card.split("Measured results", 1)[1].split("Full run command", 1)[0]
+    decode_row = next(line for line in measured.splitlines() if line.startswith("| Decode tok/s"))
+    assert "not a throughput" in decode_row and "0.00" not in decode_row
+    assert "COLLAPSED RUN" in render_console(result)

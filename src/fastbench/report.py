@@ -404,9 +404,15 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         itl_text += f"; per token median {_ms(itl_token.median)}"
     finished_at = datetime.datetime.fromisoformat(result.created_at).strftime("%Y-%m-%d %H:%M %z")
     completed_text = f"{n.completed}/{n.total} · {finished_at}"
+    decode_text = f"{_num(tp.output_throughput)} (aggregate: output tokens ÷ duration)"
+    request_text = f"{_num(tp.request_throughput, 3)} req/s"
+    if result.collapsed:
+        # A collapsed run measured no working server: its rates must not be plotted as one.
+        decode_text = request_text = f"not a throughput: the run collapsed ({result.collapse_reason})"
+        prefill_text = f"not a rate: the run collapsed ({result.collapse_reason})"
     measured: list[tuple[str, Any]] = [
         ("Prefill tok/s", prefill_text),
-        ("Decode tok/s", f"{_num(tp.output_throughput)} (aggregate: output tokens ÷ duration)"),
+        ("Decode tok/s", decode_text),
         (
             "Per-stream decode tok/s",
             f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",
@@ -415,7 +421,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         ("TPOT (ms)", _median_p99(d.get("tpot"))),
         ("ITL (ms)", itl_text),
         ("E2E latency (ms)", _median_p99(d.get("e2el"))),
-        ("Request throughput", f"{_num(tp.request_throughput, 3)} req/s"),
+        ("Request throughput", request_text),
     ]
     if tp.request_goodput is not None:
         measured.append(
@@ -433,6 +439,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         ("Duration", f"{result.duration_s:,.1f} s"),
     ]
 
+    if result.collapsed:
+        status = f"{status}, COLLAPSED: {result.collapse_reason}"
     lines = [" · ".join(title_parts), f"status: {status}", "Configuration"]
     lines += _table(config_rows)
     lines.append("Measured results")
@@ -488,6 +496,9 @@ def render_console(result: Result) -> str:
         lines.append(f"{label:<40} {text:<10}")
 
     head(" Serving Benchmark Result ", "=")
+    if result.collapsed:
+        lines.append(f"COLLAPSED RUN: {result.collapse_reason}")
+        lines.append("(its throughput figures describe no working server: do not plot them)")
     row("Successful requests:", n.completed)
     row("Failed requests:", n.failed)
     if n.cancelled or n.not_started:
