@@ -3,8 +3,10 @@
 Public API::
 
     from fastbench import BenchConfig, run
+    from fastbench.metrics import to_vllm_keys
+
     result = run(BenchConfig(base_url="http://127.0.0.1:8000", concurrency=64, num_prompts=500))
-    print(result.vllm["median_ttft_ms"])
+    print(result.distributions["ttft"].median, to_vllm_keys(result)["p99_tpot_ms"])
 """
 
 from ._version import __version__
