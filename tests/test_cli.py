@@ -63,7 +63,10 @@ def test_default_run_against_the_synthetic_server(tmp_path: Path) -> None:
     text = card.read_text()
     for section in ("Configuration", "Measured results", "Full run command", "Notes"):
         assert section in text
-    assert len(detailed.read_text().splitlines()) == 12
+    records = [orjson.loads(line) for line in detailed.read_text().splitlines()]
+    assert len(records) == 12
+    for rec in records:  # closed loop: TTFT from the send, as in the result file
+        assert rec["ttft_ms"] == pytest.approx((rec["first_token_ns"] - rec["sent_ns"]) / 1e6)
     for output in (proc.stdout, proc.stderr, out_json.read_text(), text, detailed.read_text()):
         assert key not in output
 

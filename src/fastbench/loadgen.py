@@ -467,6 +467,7 @@ class LoadGenerator:
             client_cpu_ns=cpu_ns,
             warmups=len(self.plan.warmup_bodies),
             stale_retries=self._stale_retries,
+            open_loop=self.plan.request_rate is not None,
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},

@@ -80,7 +80,7 @@ class RunData:
     start_ns: int  # start of the measured window (first scheduled request, after warm-ups)
     end_ns: int  # end of the measured window: last completion, or the time cap
     cap_hit: bool  # --max-seconds ended the run
-    stopped_reason: str  # "completed", "time cap", "max error rate", "interrupted"
+    stopped_reason: str  # "completed", "time cap", "max error rate", "interrupted", "server exited"
     timestamp_source: TimestampSource
     reads: int  # socket reads that delivered bytes
     multi_event_reads: int  # reads that delivered more than one output event (they share one timestamp)
@@ -92,4 +92,5 @@ class RunData:
     client_cpu_ns: int  # process CPU time (user + system) spent during the measured window
     warmups: int  # warm-up requests sent (not in rows)
     stale_retries: int = 0  # requests re-sent because a kept-alive connection died before any response byte
+    open_loop: bool = False  # arrivals were scheduled (--request-rate): latency counts from scheduled_ns
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -577,9 +577,10 @@ def detailed_records(data: RunData) -> Iterable[dict[str, Any]]:
             rec[name] = stamp or None
             rec[name[:-3] + "_ms"] = (stamp - data.start_ns) / 1e6 if stamp else None
         sched, sent, first, end = v["scheduled_ns"], v["sent_ns"], v["first_token_ns"], v["end_ns"]
-        rec["ttft_ms"] = (first - sched) / 1e6 if first and sched else None
+        start = sched if data.open_loop else sent  # as the result file's TTFT and E2E (metrics.DEFINITIONS)
+        rec["ttft_ms"] = (first - start) / 1e6 if first and start else None
         rec["ttft_raw_ms"] = (first - sent) / 1e6 if first and sent else None
-        rec["e2el_ms"] = (end - sched) / 1e6 if status == "completed" else None
+        rec["e2el_ms"] = (end - start) / 1e6 if status == "completed" else None
         out = v["output_tokens"]
         rec["tpot_ms"] = (
             (end - first) / 1e6 / (out - 1) if status == "completed" and first and out >= 2 else None

@@ -1,0 +1,182 @@
+"""docs/result-schema.md names every key a result file holds.
+
+Depth rule: every key of every JSON object in the file is checked, at any depth, including the
+objects inside arrays (their key path gets ``[]``: ``...intervals[].drafts``). Arrays of plain values
+(per-request lists, series, ranges) and scalars are leaves: their elements are not keys.
+
+A key is documented when the doc has a section whose heading names the key's parent object
+(``### `fastbench.server.provenance```; a ``*`` segment in a heading matches any one key; the
+"Top level" section is the root object) and, in that section, a table row whose first cell holds in
+backticks the key, or its path relative to the heading (``gauges.running``), after shell-style
+``{a,b}`` expansion (``{mean,median}_ttft_ms``).
+
+Keys that are data rather than schema are not checked by name, as the doc describes those maps as a
+group: in ``NAMED_BY_DATA`` maps (ErrorClass names, UsageSource names, SLO names) each value is still
+checked, under a ``*`` segment; ``OPAQUE`` maps (user JSON, run-card rows keyed by their labels, vLLM's
+log fields) are not entered at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import fastbench
+from fastbench.config import BenchConfig, LaunchConfig
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "result-schema.md"
+
+NAMED_BY_DATA = {
+    "fastbench.errors",
+    "fastbench.counts.failed_by_class",
+    "fastbench.usage.by_source",
+    "fastbench.throughput.goodput_slos_ms",
+    "fastbench.config.goodput",
+}
+OPAQUE = {
+    "fastbench.config.extra_body",
+    "fastbench.server.load",
+    "fastbench.server.card_config",
+    "fastbench.server.spec_decode",
+    "fastbench.server.server_metrics_card",
+    "fastbench.server.memory",
+    "fastbench.server.spec_decode_stats.server_log.per_line[]",
+}
+
+Path_ = tuple[str, ...]
+
+
+def key_paths(obj: Any, prefix: Path_ = ()) -> Iterator[Path_]:
+    """Every checked key path of a JSON value (see the module docstring)."""
+    if isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, dict):
+                yield from key_paths(item, prefix[:-1] + (prefix[-1] + "[]",))
+        return
+    if not isinstance(obj, dict) or ".".join(prefix) in OPAQUE:
+        return
+    by_data = ".".join(prefix) in NAMED_BY_DATA
+    for key, value in obj.items():
+        path = prefix + ("*" if by_data else str(key),)
+        if not by_data:
+            yield path
+        yield from key_paths(value, path)
+
+
+def expand(text: str) -> list[str]:
+    """Shell-style brace expansion: ``{a,b}_x`` -> ``a_x``, ``b_x``."""
+    parts = re.split(r"(\{[^{}]*\})", text)
+    choices = [p[1:-1].split(",") if p.startswith("{") and p.endswith("}") else [p] for p in parts]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def doc_sections(text: str) -> list[tuple[list[Path_], set[str]]]:
+    """(heading paths, documented names) per section: heading paths are the backticked
+    ``fastbench...`` paths of the heading (the root for "Top level"), names the expanded backticked
+    tokens in the first cell of each table row."""
+    sections: list[tuple[list[Path_], set[str]]] = []
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip()
+            paths = [tuple(t.strip('"').split(".")) for t in re.findall(r"`([^`]+)`", title)]
+            paths = [p for p in paths if p[0] == "fastbench"]
+            if title.startswith("Top level"):
+                paths = [()]
+            names = set()
+            sections.append((paths, names))
+        elif line.startswith("|") and sections:
+            first_cell = line.split("|")[1]
+            for token in re.findall(r"`([^`]+)`", first_cell):
+                names.update(expand(token))
+    return sections
+
+
+def _matches(pattern: Path_, path: Path_) -> bool:
+    return len(pattern) == len(path) and all(p in ("*", q) for p, q in zip(pattern, path))
+
+
+def undocumented(doc: dict[str, Any], prefix: Path_ = ()) -> list[str]:
+    """Key paths of ``doc`` (placed at ``prefix``) that docs/result-schema.md does not name."""
+    sections = doc_sections(DOC.read_text())
+    missing = []
+    for path in key_paths(doc, prefix):
+        found = False
+        for heading_paths, names in sections:
+            for heading in heading_paths:
+                cut = len(heading)
+                if cut < len(path) and _matches(heading, path[:cut]) and ".".join(path[cut:]) in names:
+                    found = True
+        if not found:
+            missing.append(".".join(path))
+    return missing
+
+
+def test_every_key_of_a_synthetic_run_is_documented(tmp_path: Path) -> None:
+    config = BenchConfig(
+        base_url=None, num_prompts=6, concurrency=2, random_input_len=8, random_output_len=8,
+        synthetic_args=("--ttft-ms", "2", "--itl-ms", "1", "--tokens-per-chunk", "1-4"),
+        result_json=str(tmp_path / "r.json"),
+    )
+    fastbench.run(config)
+    doc = orjson.loads((tmp_path / "r.json").read_bytes())
+    assert "fastbench" in doc and "spec_decode_num_drafts" in doc  # the run reached the sections it should
+    assert doc["fastbench"]["server"]["synthetic_stats"]
+    assert undocumented(doc) == []
+
+
+def test_the_checker_catches_an_undocumented_key() -> None:
+    assert undocumented({"completed": 1, "fastbench": {"run": {"duration_s": 1.0}}}) == []
+    assert undocumented({"fastbench": {"run": {"new_key": 1}, "brand_new": {}}}) == [
+        "fastbench.run.new_key", "fastbench.brand_new"]
+    assert undocumented({"fastbench": {"errors": {"TIMEOUT": {"count": 1, "surprise": 2}}}}) == [
+        "fastbench.errors.*.surprise"]
+
+
+def test_launched_server_sections_are_documented() -> None:
+    """What only a launched server (or memory sampling) writes, built by the code that writes it."""
+    from fastbench import memsampler, report, server, specdecode
+
+    launch = LaunchConfig(model="org/model", docker_image="vllm/vllm-openai:latest", engine_bin=sys.executable,
+                          engine_args=("--quantization", "awq", "--speculative-config", '{"method":"ngram"}'))
+    config = BenchConfig(launch=launch)
+    vllm = server.VLLMServer(launch)
+    vllm.load_time_s = 1.0
+    monitor = server.WindowMonitor("http://127.0.0.1:1", config, vllm, on_server_death=lambda _: None)
+    info = monitor.server_info()  # /metrics never read: server_metrics says it is unavailable
+    series = memsampler.MemorySeries(
+        interval_s=1.0, baseline=memsampler.Baseline(t_ns=0, mem_total=2 << 30, mem_available=1 << 30),
+        samples=[memsampler.Sample(t_ns=10**9, mem_total=2 << 30, mem_available=1 << 29, mem_available_drop=1 << 29,
+                                   server_rss=1 << 28, server_procs=2,
+                                   gpus=(memsampler.GpuReading(1, 2, 3.0, 4.0, 5),))],
+        gpus=[memsampler.GpuInfo(label="card0", source="amdgpu", name="AMD GPU")],
+        gpu_sources={"nvml": "pynvml not importable", "amdgpu": "1 card"}, server_pid=1, notes=["a note"],
+    )
+    log = ("Model loading took 0.51 GiB memory\nAvailable KV cache memory: 2.25 GiB\n"
+           "GPU KV cache size: 110,733 tokens, Maximum concurrency for 2,048 tokens per request: 54.07x\n"
+           "Graph capturing finished in 3 secs, took 0.25 GiB\n")
+    spec_line = ("SpecDecoding metrics: Mean acceptance length: 2.32, Accepted: 342 tokens, Drafted: 777 tokens, "
+                 "Per-position acceptance rate: 0.707, 0.413, Avg Draft acceptance rate: 44.0%")
+    info.update(
+        memory_series=series.to_dict(), memory_peaks=series.peaks(), footprint=server.parse_vllm_footprint(log),
+        spec_decode_stats={"server_log": specdecode.spec_log_summary([spec_line])},
+        server_warnings=["WARNING: something"],
+    )
+    assert {"engine", "launch_command", "load", "variant", "card_config"} <= info.keys()
+    assert len(info["footprint"]) == 5 and info["memory_series"]["series"]["gpus"]
+    fastbench_part = {"server": info, "config": report.config_to_dict(config)}
+    assert undocumented(fastbench_part, ("fastbench",)) == []
+
+
+def test_definitions_are_in_the_doc_verbatim() -> None:
+    from fastbench.metrics import DEFINITIONS
+
+    text = DOC.read_text()
+    for name, definition in DEFINITIONS.items():
+        assert f"| `{name}` | {definition} |" in text, name
