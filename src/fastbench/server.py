@@ -1042,7 +1042,10 @@ def memory_info(series: Any, server: LaunchedServer | ExternalServer) -> dict[st
         info["memory_peaks"] = series.peaks()
         for i, line in enumerate(series.summary_lines()):
             label, sep, value = str(line).partition(": ")
-            section[label if sep else f"sample_{i}"] = value if sep else label
+            key = label if sep else f"sample_{i}"
+            if key in section:  # several lines of one kind (e.g. notes): keep them all
+                key = f"{key} ({i})"
+            section[key] = value if sep else label
     if isinstance(server, VLLMServer):
         footprint = parse_vllm_footprint(server.log_text())
         if footprint:
