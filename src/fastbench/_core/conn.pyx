@@ -235,6 +235,7 @@ cdef class RunState:
         its own kernel receive stamp.
         """
         cdef int n, i
+        self.wakeups += 1
         while True:
             n = epoll_wait(self.epfd, self.ready, READY_EVENTS, 0)
             for i in range(n):
@@ -293,6 +294,7 @@ cdef class RunState:
             "multi_event_reads": self.multi_event_reads,
             "output_events": self.output_events,
             "connections_opened": self.connections_opened,
+            "wakeups": self.wakeups,
             "completed": self.completed,
             "failed": self.failed,
             "output_tokens": self.output_tokens,

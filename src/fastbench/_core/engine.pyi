@@ -52,6 +52,7 @@ class RunState:
     multi_event_reads: int
     output_events: int
     connections_opened: int
+    wakeups: int
     completed: int
     failed: int
     output_tokens: int
