@@ -13,12 +13,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the tests marked vllm: they install (scripts/setup_realvllm.sh, cached) and launch a real "
         "vLLM; setting FASTBENCH_VLLM_VENV runs them too",
     )
+    parser.addoption(
+        "--run-llamacpp", action="store_true", default=False,
+        help="run the tests marked llamacpp: they build (scripts/setup_llamacpp.sh, cached) and launch a real "
+        "llama.cpp llama-server; setting FASTBENCH_LLAMACPP runs them too",
+    )
+
+
+# marker -> (option, environment variable, what it is): skipped unless the option or the variable is given
+_REAL_SERVERS = {
+    "vllm": ("--run-vllm", "FASTBENCH_VLLM_VENV", "real vLLM test"),
+    "llamacpp": ("--run-llamacpp", "FASTBENCH_LLAMACPP", "real llama.cpp test"),
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--run-vllm") or os.environ.get("FASTBENCH_VLLM_VENV"):
-        return
-    skip = pytest.mark.skip(reason="real vLLM test: pass --run-vllm or set FASTBENCH_VLLM_VENV to run it")
-    for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(skip)
+    for marker, (option, env, what) in _REAL_SERVERS.items():
+        if config.getoption(option) or os.environ.get(env):
+            continue
+        skip = pytest.mark.skip(reason=f"{what}: pass {option} or set {env} to run it")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

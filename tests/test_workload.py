@@ -665,3 +665,20 @@ def test_build_workload_with_server_tokenize(tmp_path: Path) -> None:
     assert wl.input_length_source == "estimate (chars/4)"
     assert any("server /tokenize failed" in n for n in wl.notes)
     assert all(API_KEY not in n for n in wl.notes)
+
+
+def test_server_tokenize_speaks_llama_cpp() -> None:
+    """llama.cpp's /tokenize reads "content" and answers {"tokens": []} to a "prompt"."""
+
+    async def tokenize(request: web.Request) -> web.Response:
+        doc = await request.json()
+        return web.json_response({"tokens": list(range(len(doc.get("content", "").split())))})
+
+    app = web.Application()
+    app.router.add_post("/tokenize", tokenize)
+
+    async def main() -> int:
+        async with serve(app) as url, aiohttp.ClientSession() as session:
+            return await server_tokenize(url, session, None, "m1", "one two three")
+
+    assert asyncio.run(main()) == 3

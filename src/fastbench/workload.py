@@ -243,8 +243,13 @@ async def server_tokenize(
         if isinstance(count, int) and not isinstance(count, bool):
             return count
         tokens = doc.get("tokens")
-        if isinstance(tokens, list):
+        if isinstance(tokens, list) and (tokens or not prompt):
             return len(tokens)
+    # llama.cpp's /tokenize reads "content" and answers {"tokens": []} to a "prompt".
+    doc = await _request_json(session, "POST", url, api_key, {"content": prompt}, timeout_s)
+    tokens = doc.get("tokens") if isinstance(doc, dict) else None
+    if isinstance(tokens, list) and (tokens or not prompt):
+        return len(tokens)
     raise ServerError(f"POST {url}: answer has no token count")
 
 

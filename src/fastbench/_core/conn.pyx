@@ -86,7 +86,7 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     cdef fb_req_t *r = &c.req
     cdef fb_chunk_info_t info
     cdef int64_t tokens = -1
-    cdef bint output
+    cdef bint output, had_usage
     r.events += 1
     if length == 6 and memcmp(data, b"[DONE]", 6) == 0:
         r.done_seen = 1
@@ -103,6 +103,10 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         r.finish_seen = 1
     if info.prompt_tokens >= 0:
         r.prompt_tokens = info.prompt_tokens
+    # A chunk without text still carries output when its usage grew over an earlier chunk's (vLLM
+    # streams a token that ends mid-UTF-8 as text ""). Usage seen for the first time on a chunk
+    # without text is a server's end-of-stream total (llama.cpp), not a token chunk.
+    had_usage = r.usage_seen
     if info.completion_tokens >= 0:
         r.usage_seen = 1
         if info.completion_tokens < r.completion_tokens:
@@ -110,7 +114,7 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         else:
             tokens = info.completion_tokens - r.completion_tokens
         r.completion_tokens = info.completion_tokens
-    output = info.has_content or info.has_reasoning or tokens > 0
+    output = info.has_content or info.has_reasoning or (tokens > 0 and had_usage)
     if not output:
         return 0
     if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:
