@@ -11,7 +11,7 @@ Counters read (summed over their series, one per engine): ``vllm:spec_decode_num
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``, and llama.cpp's ``llamacpp:``
 counters of the same names where present. The range ("2.08 (1.86-2.21)") is over the intervals between
 consecutive scrapes during the window; an interval with fewer than ``MIN_INTERVAL_DRAFTS`` drafts is
-merged into the next one so that a near-empty interval does not set the range.
+merged into the next one (the last into the one before) so that a near-empty interval does not set the range.
 
 Also here: vLLM's "SpecDecoding metrics:" log lines parsed by key (a cross-check when fastbench
 launched the server), and KV-cache usage and running / waiting requests sampled over the window.
@@ -117,8 +117,10 @@ class SpecFigures:
 def _interval_figures(points: Sequence[tuple[float, SpecCounters]]) -> list[tuple[float, float, SpecFigures]]:
     """Figures of each interval between consecutive scrapes (``(t_start, t_end, figures)``), merging an
     interval with fewer than MIN_INTERVAL_DRAFTS drafts (or draft tokens, without a drafts counter)
-    into the next; a last short one is dropped."""
+    into the next; a last short one is merged into the one before it. The intervals then tie up the
+    window, so the window's figure (a draft-weighted mean of theirs) lies inside their range."""
     out: list[tuple[float, float, SpecFigures]] = []
+    starts: list[int] = []
     start = 0
     for end in range(1, len(points)):
         delta = points[end][1].since(points[start][1])
@@ -128,7 +130,13 @@ def _interval_figures(points: Sequence[tuple[float, SpecCounters]]) -> list[tupl
         amount = delta.drafts if delta.drafts is not None else (delta.draft_tokens or 0.0)
         if amount >= MIN_INTERVAL_DRAFTS:
             out.append((points[start][0], points[end][0], SpecFigures.of(delta)))
+            starts.append(start)
             start = end
+    last = len(points) - 1
+    if out and start < last:
+        merged = points[last][1].since(points[starts[-1]][1])
+        if merged is not None:
+            out[-1] = (points[starts[-1]][0], points[last][0], SpecFigures.of(merged))
     return out
 
 
