@@ -49,6 +49,19 @@ class RequestLog:
         self.ok = False
 
 
+
+def _peak_rss_kib() -> int:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve, so a
+    child of a bigger process would report its parent's peak."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 def payload(model: str, output_len: int) -> dict[str, Any]:
     return {
         "model": model,
@@ -176,7 +189,7 @@ def summarize(logs: list[RequestLog], start_ns: int, end_ns: int, cpu_ns: int, c
             "ms_per_request": cpu_ns / len(ok) / 1e6 if ok else None,
             "share_of_a_core": cpu_ns / (end_ns - start_ns) if end_ns > start_ns else None,
         },
-        "client_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "client_maxrss_kb": _peak_rss_kib(),
     }
 
 

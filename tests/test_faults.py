@@ -130,3 +130,10 @@ def test_collapsed_run_card_says_so_instead_of_a_throughput(tmp_path: Any) -> No
     decode_row = next(line for line in measured.splitlines() if line.startswith("| Decode tok/s"))
     assert "not a throughput" in decode_row and "0.00" not in decode_row
     assert "COLLAPSED RUN" in render_console(result)
+
+
+def test_max_error_rate_counts_failed_connects() -> None:
+    data = drive(["--fault", "refuse"], n=200, concurrency=2, max_error_rate=0.5)
+    assert data.stopped_reason == "max error rate"
+    started = int((data.rows[:, COL["sent_ns"]] > 0).sum())
+    assert 20 <= started < 200

@@ -236,6 +236,7 @@ class LoadGenerator:
                   else str(exc) or type(exc).__name__)
         self.state.error_messages[row] = f"connect to {self.target.host}:{self.target.port} failed: {reason}"
         self.state.failed += 1
+        self.state.check_error_rate()
 
     def _undo_failure(self, row: int) -> None:
         if row >= 0:

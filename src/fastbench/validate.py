@@ -196,6 +196,19 @@ class ValidationReport:
 # Running it
 
 
+
+def _peak_rss_kib() -> int:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve, so a
+    child of a bigger process would report its parent's peak."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 def request_body(output_len: int, model: str = MODEL) -> bytes:
     """A streamed /v1/completions body asking for per-chunk usage and exactly output_len tokens."""
     return orjson.dumps({
@@ -507,7 +520,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         client_cpu_us_per_chunk=cpu / chunks / 1e3 if chunks else None,
         client_cpu_ms_per_request=cpu / completed / 1e6 if completed else None,
         client_cpu_share_of_core=cpu / (end - start) if end > start else None,
-        client_maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        client_maxrss_kb=_peak_rss_kib(),
         duration_s=duration_s,
         chunks_per_s=chunks / duration_s if duration_s else 0.0,
         window={"start_ns": start, "last_sent_ns": last_sent, "end_ns": end},

@@ -273,6 +273,10 @@ cdef class RunState:
     cpdef bytes request_for(self, bytes body):
         return self.head + str(len(body)).encode() + b"\r\n\r\n" + body
 
+    def check_error_rate(self):
+        """From Python, after recording a failure the core did not see (a failed connect)."""
+        self._check_error_rate()
+
     cdef _check_error_rate(self):
         cdef int64_t finished = self.completed + self.failed
         if (self.max_error_rate >= 0 and not self.stopping and finished >= 20
