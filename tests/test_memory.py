@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import orjson
+import pytest
+
+from _sanitizer import SANITIZER_REASON, UNDER_SANITIZER
 
 CLIENT = """
 import sys
@@ -33,6 +36,7 @@ def client_run(n: int) -> dict[str, int]:
     return out
 
 
+@pytest.mark.skipif(UNDER_SANITIZER, reason=SANITIZER_REASON)
 def test_rss_bounded_and_flat_in_request_count() -> None:
     small = client_run(1_000)
     large = client_run(10_000)

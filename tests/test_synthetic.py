@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _sanitizer import UNDER_SANITIZER
 from _synthetic_helpers import RawConn, Response, pct, request, stream_body
 from fastbench.synthetic import (
     CHAT_MESSAGE_OVERHEAD,
@@ -415,7 +416,8 @@ def test_load_lateness_and_stats(timing_srv: SyntheticServer) -> None:
     assert st["chunks_sent"] == streams * n and st["streams_max"] == streams and st["streams_open"] == 0
     lat = st["lateness"]
     assert lat["count"] == streams * n and lat["p50_ms"] < 2 and lat["p99_ms"] < 30, lat
-    assert pct(skew, 0.5) < 5
+    if not UNDER_SANITIZER:  # this test's own Python client is what ASan slows down
+        assert pct(skew, 0.5) < 5
 
 
 # --------------------------------------------------------------------------------------------------
