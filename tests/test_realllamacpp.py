@@ -13,7 +13,6 @@ Where the machine cannot build it (no cmake or compiler, pip cannot download), t
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from _fakevllm import free_port
+from _realserver import run_setup
 from fastbench.server import group_members, port_is_free
 
 pytestmark = pytest.mark.llamacpp
@@ -47,21 +48,8 @@ def real_llamacpp() -> tuple[Path, Path]:
     env = os.environ.get("FASTBENCH_LLAMACPP", "")
     default = str(Path.home() / ".cache" / "fastbench" / "llamacpp")
     prefix = default if env.lower() in ("", "1", "true", "yes") else env
-    t0 = time.monotonic()
-    proc = subprocess.run(["bash", str(SETUP), prefix], capture_output=True, text=True, timeout=3600,
-                          check=False)
-    if proc.returncode == 3:
-        pytest.skip("real llama.cpp cannot be built here: " + proc.stderr.strip().splitlines()[-1])
-    assert proc.returncode == 0, f"setup_llamacpp.sh failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    print(f"setup_llamacpp.sh: {time.monotonic() - t0:.0f} s")
-    found = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    found = run_setup(SETUP, prefix, what="llama.cpp", timeout_s=3600)
     return Path(found["LLAMA_SERVER"]), Path(found["GGUF"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_real_llamacpp_with_ngram_speculation(real_llamacpp: tuple[Path, Path], tmp_path: Path) -> None:

