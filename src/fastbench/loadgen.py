@@ -17,21 +17,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from hdrh.histogram import HdrHistogram
 
 from . import pacer
 from ._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
 from .exceptions import ConfigError, ServerError
+from .metrics import new_histogram  # one HDR layout for what the core records and what metrics reads
 from .records import COL, NCOLS, ErrorClass, RunData, TimestampSource
-
-# HDR range for every latency histogram: 1 ns to 1 hour at 3 significant digits.
-HIST_LOWEST_NS = 1
-HIST_HIGHEST_NS = 3_600_000_000_000
-HIST_DIGITS = 3
-
-
-def new_histogram() -> HdrHistogram:
-    return HdrHistogram(HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -339,6 +339,7 @@ def _mean_std(hist: Any) -> tuple[float, float]:
 
 
 def new_histogram() -> Any:
+    """An empty histogram in the one layout fastbench uses: 1 ns to 1 hour, 3 significant digits."""
     return HdrHistogram(HDR_LOWEST, HDR_HIGHEST, HDR_DIGITS)
 
 
