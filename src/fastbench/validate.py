@@ -28,14 +28,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import resource
 import sys
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import orjson
@@ -44,6 +45,9 @@ from .cli import HelpFormatter
 from .exceptions import FastbenchError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
 from .records import COL, ErrorClass, RunData, TimestampSource
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate", "main", "validate")
 
@@ -247,45 +251,6 @@ def _pinned(server_pid: int | None, pin: bool) -> Iterator[str]:
         os.sched_setaffinity(0, mine)
 
 
-def validate(
-    concurrency: int,
-    request_rate: float | None = None,
-    tokens_per_chunk: str = "1",
-    itl_ms: float = 20.0,
-    ttft_ms: float = 50.0,
-    num_requests: int | None = None,
-    output_len: int = DEFAULT_OUTPUT_LEN,
-    tolerance_ms: float = 0.5,
-    *,
-    base_url: str | None = None,
-    pin: bool = False,
-    warmup: bool = True,
-    max_seconds: float | None = None,
-    coalesce_ms: float = 0.0,
-) -> ValidationReport:
-    """Run a validation to the end (on uvloop) and return its report.
-
-    :param concurrency: streams to keep open (closed loop), or the cap on them with ``request_rate``.
-    :param request_rate: open-loop arrivals per second (Poisson); None for closed loop.
-    :param tokens_per_chunk: "N" or "A-B": tokens per decode step after the first chunk.
-    :param num_requests: requests to measure; default ``3 * concurrency``.
-    :param output_len: output tokens per request (``max_tokens`` with ``ignore_eos``).
-    :param tolerance_ms: the verdict's limit on p99 skew and on the p99-level error bounds.
-    :param base_url: use an already running synthetic server started with the same schedule,
-        instead of starting one.
-    :param pin: pin the server and the client to different CPUs (Linux).
-    :param coalesce_ms: let the client's event loop sleep this long between wake-ups so that one
-        wake-up reads many sockets (kernel stamps keep arrival times; sends wait up to this long).
-    """
-    import uvloop
-
-    return uvloop.run(avalidate(
-        concurrency, request_rate, tokens_per_chunk, itl_ms, ttft_ms, num_requests, output_len,
-        tolerance_ms, base_url=base_url, pin=pin, warmup=warmup, max_seconds=max_seconds,
-        coalesce_ms=coalesce_ms,
-    ))
-
-
 async def avalidate(
     concurrency: int,
     request_rate: float | None = None,
@@ -302,7 +267,21 @@ async def avalidate(
     max_seconds: float | None = None,
     coalesce_ms: float = 0.0,
 ) -> ValidationReport:
-    """:func:`validate` inside a running event loop (uvloop recommended: it is what the client uses)."""
+    """Run a validation inside a running event loop (uvloop recommended: it is what the client uses)
+    and return its report; :func:`validate` runs it to the end on uvloop.
+
+    :param concurrency: streams to keep open (closed loop), or the cap on them with ``request_rate``.
+    :param request_rate: open-loop arrivals per second (Poisson); None for closed loop.
+    :param tokens_per_chunk: "N" or "A-B": tokens per decode step after the first chunk.
+    :param num_requests: requests to measure; default ``3 * concurrency``.
+    :param output_len: output tokens per request (``max_tokens`` with ``ignore_eos``).
+    :param tolerance_ms: the verdict's limit on p99 skew and on the p99-level error bounds.
+    :param base_url: use an already running synthetic server started with the same schedule,
+        instead of starting one.
+    :param pin: pin the server and the client to different CPUs (Linux).
+    :param coalesce_ms: let the client's event loop sleep this long between wake-ups so that one
+        wake-up reads many sockets (kernel stamps keep arrival times; sends wait up to this long).
+    """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     if output_len < 1:
@@ -352,6 +331,22 @@ async def avalidate(
             await asyncio.to_thread(server.stop)
     return build_report(data, settings, server_stats)
 
+
+
+def _on_uvloop(coro_fn: Callable[P, Coroutine[Any, Any, R]], name: str) -> Callable[P, R]:
+    """The same function, run to the end on a new uvloop; one signature for both forms."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        import uvloop
+
+        return uvloop.run(coro_fn(*args, **kwargs))
+
+    functools.update_wrapper(run, coro_fn)
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+validate = _on_uvloop(avalidate, "validate")
 
 def _safety_cap_s(settings: dict[str, Any]) -> float:
     """A time cap far beyond the run's expected length, so that a stuck server cannot hang validate."""
