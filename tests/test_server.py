@@ -51,6 +51,22 @@ def assert_gone(pgid: int, port: int) -> None:
     assert port_is_free("127.0.0.1", port)
 
 
+def interrupt_when_logged(proc: subprocess.Popen[str], log: Path, marker: str, then_wait_s: float = 0.0) -> str:
+    """Ctrl-C a fastbench run once its server log shows marker (and then_wait_s more); its stderr."""
+    try:
+        deadline = time.monotonic() + 20
+        while not (log.exists() and marker in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(then_wait_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return err
+
+
 def launch_config(engine_bin: Path, port: int, tmp_path: Path, *env: str, **changes: object) -> LaunchConfig:
     options: dict[str, object] = {
         "engine": "vllm", "model": "fake/model", "engine_bin": str(engine_bin), "port": port,
@@ -234,17 +250,7 @@ def test_ctrl_c_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -
          "--concurrency", "4", "--random-input-len", "8", "--max-seconds", "60", "--result-card", str(card),
          "--result-json", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not (log.exists() and "measured window starts" in log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    err = interrupt_when_logged(proc, log, "measured window starts", then_wait_s=0.5)
     assert proc.returncode == 130, err
     assert "partial" in card.read_text()
     assert_gone(orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]["pid"], port)
@@ -258,16 +264,7 @@ def test_ctrl_c_while_loading_tears_the_server_down(fake: tuple[Path, Path], tmp
         [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
          "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=never-ready"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not (log.exists() and "still loading" in log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    err = interrupt_when_logged(proc, log, "still loading")
     assert proc.returncode == 130, err
     pid = int(log.read_text().split("pid=", 1)[1].split(")", 1)[0])  # the fake logs its own pid
     assert_gone(pid, port)
