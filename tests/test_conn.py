@@ -274,6 +274,36 @@ def test_stale_keep_alive_connection_is_retried(loop_factory: Any) -> None:
     assert server.connections == 3
 
 
+def test_connection_closed_while_idle_is_not_reused(loop_factory: Any) -> None:
+    """Open loop, 250 ms between arrivals: the server closes each connection 20 ms after its
+    response, while the client holds it idle. The next request goes out on a new connection."""
+    data, server = drive(loop_factory, lambda n, b: stream_script([1, 1]) + [0.02, "close"], n=3,
+                         request_rate=4.0)
+    assert list(col(data, "error")) == [0, 0, 0]
+    assert (col(data, "sent_ns") > 0).all() and (col(data, "end_ns") > 0).all()
+    assert server.connections == 3
+
+
+def test_closed_loop_opens_every_stream_on_a_warm_connection(loop_factory: Any) -> None:
+    """The opening burst sends each slot's first request on a connection the warm-up opened."""
+    async def main() -> tuple[RunData, ScriptedServer]:
+        async with ScriptedServer(lambda n, b: stream_script([1, 1, 1])) as server:
+            target = Target.parse(server.base_url, "/v1/completions")
+            load = LoadPlan(bodies=[b'{"n":%d}' % i for i in range(12)], warmup_bodies=[b'{"w":1}'] * 4,
+                            concurrency=4)
+            return await LoadGenerator(target, load).run(), server
+
+    loop = loop_factory()
+    try:
+        data, server = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert list(col(data, "error")) == [0] * 12
+    assert server.connections == 4
+    first = np.sort(col(data, "sent_ns"))[:4]
+    assert first[-1] - first[0] < np.sort(col(data, "end_ns"))[0] - first[0]  # all open before any ended
+
+
 def test_api_key_sent_as_bearer(loop_factory: Any) -> None:
     data, server = drive(loop_factory, lambda n, b: stream_script([1]), api_key="sk-test-123")
     head = server.requests[0][0]
