@@ -60,6 +60,10 @@ def test_validate_cli_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixt
     assert 0 <= doc["multi_event_read_share"] <= 1
     assert doc["streams_asked"] == 16
     assert 0.9 * 16 <= doc["streams_open_mean"] <= 16.01
+    # The opening ramp (16 first sends, one after another) is reported apart and counted in the
+    # from-start figure only.
+    assert 0 < doc["opening_ramp_ms"] < 20.0
+    assert 0.9 * 16 <= doc["streams_open_mean_from_start"] <= 16.01
     cpu = doc["client_cpu_us_per_chunk"]
     assert cpu is not None and math.isfinite(cpu) and cpu > 0
     assert doc["client_cpu_ms_per_request"] > 0

@@ -74,8 +74,12 @@ DEFINITIONS: dict[str, str] = {
     "slot_to_send": "Closed loop only, an estimate: the k-th request sent after the first `concurrency` "
                     "is paired with the k-th completion (by end stamp); send stamp minus that end "
                     "stamp. Includes the loop's delay in noticing the completion.",
-    "streams_open": "Time-weighted mean of requests in flight (send stamp to end stamp) from the start "
-                    "of the measured window to the last send (after it the run drains by design).",
+    "streams_open": "Time-weighted mean of requests in flight (send stamp to end stamp) from the moment "
+                    "all asked streams were first open (closed loop: the concurrency-th send; open loop: "
+                    "the start of the window) to the last send (after it the run drains by design).",
+    "opening_ramp": "Closed loop: from the start of the window to the concurrency-th send, while the "
+                    "first request of every stream goes out one send after another. "
+                    "streams_open_mean_from_start counts it in.",
     "client_cpu": "Process CPU time (user + system) of the client over the measured window, per output "
                   "chunk of the measured requests and per completed request; share_of_a_core = CPU time / "
                   "wall time.",
@@ -170,8 +174,10 @@ class ValidationReport:
     dispatch_lag: Quantiles
     slot_to_send: Quantiles | None
     streams_asked: int
-    streams_open_mean: float  # start of window to last send
+    streams_open_mean: float  # all streams open (end of the opening ramp) to the last send
+    streams_open_mean_from_start: float  # start of the window to the last send
     streams_open_mean_window: float  # whole window, drain included
+    opening_ramp_ms: float | None  # closed loop: start of the window to the concurrency-th send
     client_cpu_us_per_chunk: float | None
     client_cpu_ms_per_request: float | None
     client_cpu_share_of_core: float | None
@@ -444,7 +450,13 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
 
     start, end = data.start_ns, data.end_ns
     last_sent = int(sent.max()) if started.size else start
-    steady = mean_in_flight(rows, start, last_sent) if last_sent > start else data.mean_in_flight
+    from_start = mean_in_flight(rows, start, last_sent) if last_sent > start else data.mean_in_flight
+    # Closed loop opens its streams one send after another (each a trip through the kernel); the
+    # figure that says whether the client keeps them open starts once all of them are.
+    ramp_end = start
+    if closed and started.size >= min(concurrency, len(rows)) > 0:
+        ramp_end = int(np.sort(sent[sent > 0])[min(concurrency, len(rows)) - 1])
+    steady = mean_in_flight(rows, ramp_end, last_sent) if last_sent > ramp_end else from_start
     duration_s = (end - start) / 1e9 if end > start else 0.0
     lateness = server_stats.get("lateness", {})
     server_p99 = float(lateness.get("p99_ms", 0.0))
@@ -511,7 +523,9 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         slot_to_send=slot,
         streams_asked=concurrency,
         streams_open_mean=float(steady),
+        streams_open_mean_from_start=float(from_start),
         streams_open_mean_window=float(data.mean_in_flight),
+        opening_ramp_ms=(ramp_end - start) / 1e6 if closed else None,
         client_cpu_us_per_chunk=cpu / chunks / 1e3 if chunks else None,
         client_cpu_ms_per_request=cpu / completed / 1e6 if completed else None,
         client_cpu_share_of_core=cpu / (end - start) if end > start else None,
@@ -595,8 +609,10 @@ def render(r: ValidationReport) -> str:
     if r.slot_to_send is not None:
         out.append(f"  slot free -> sent (estimate), ms: p50 {_f(r.slot_to_send.p50)}  "
                    f"p99 {_f(r.slot_to_send.p99)}  max {_f(r.slot_to_send.max)}")
-    out.append(f"  streams kept open: {r.streams_open_mean:.2f} of {r.streams_asked} asked (to the last "
-               f"send); {r.streams_open_mean_window:.2f} over the whole window")
+    ramp = "" if r.opening_ramp_ms is None else (
+        f" (opening ramp {r.opening_ramp_ms:.3f} ms: {r.streams_open_mean_from_start:.2f} counting it)")
+    out.append(f"  streams kept open: {r.streams_open_mean:.2f} of {r.streams_asked} asked, from all open to "
+               f"the last send{ramp}; {r.streams_open_mean_window:.2f} over the whole window")
     out.append(f"  timestamps: {r.timestamp_source} ({r.kernel_stamped_reads} of {r.reads} reads "
                f"kernel-stamped); multi-event reads: {r.multi_event_reads} "
                f"({_f(100 * (r.multi_event_read_share or 0.0), 2)} % of reads; their error is inside the skew)")
