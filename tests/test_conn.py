@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import select
 import ssl
+import time
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from _scripted import (
     sse,
     stream_script,
 )
-from fastbench._core import COLUMN_ORDER
+from fastbench._core import COLUMN_ORDER, ArrivalTimer, now_ns
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
 from fastbench.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource
 
@@ -95,6 +97,20 @@ def test_user_timestamps_when_kernel_ones_are_off(loop_factory: Any) -> None:
     assert data.kernel_stamped_reads == 0
     assert data.timestamp_source == TimestampSource.USER
     assert col(data, "error")[0] == 0
+
+
+def test_arrival_timer_deadline_and_period() -> None:
+    timer = ArrivalTimer()
+    due = now_ns() + 5_000_000
+    timer.arm(due)
+    assert timer.clear() == 0  # not yet
+    select.select([timer.fileno()], [], [], 1.0)
+    assert now_ns() >= due and timer.clear() == 1
+    timer.arm_every(2_000_000)
+    time.sleep(0.021)
+    assert 8 <= timer.clear() <= 11  # ~10 expiries of 2 ms, whatever the sleep's overshoot
+    with pytest.raises(ValueError):
+        timer.arm_every(0)
 
 
 def test_random_splits_give_the_same_record(loop_factory: Any) -> None:

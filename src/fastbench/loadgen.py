@@ -382,20 +382,10 @@ class LoadGenerator:
             for conn in [c for c in self._busy if c.busy and now - c.sent_ns > timeout_ns]:
                 conn.abort(int(ErrorClass.TIMEOUT), why)
 
-    def _on_ready(self) -> None:
-        """Coalescing: drain, then stop watching the sockets for coalesce_s (a timerfd, so that
-        sub-millisecond windows work) so that the next wake-up finds many of them ready."""
-        self.state.drain()
-        assert self._coalesce_timer is not None
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.state.fileno())
-        self._coalesce_timer.arm(now_ns() + int(self.plan.coalesce_s * 1e9))
-
-    def _on_coalesce_timer(self) -> None:
+    def _on_coalesce_tick(self) -> None:
         assert self._coalesce_timer is not None
         self._coalesce_timer.clear()
         self.state.drain()
-        asyncio.get_running_loop().add_reader(self.state.fileno(), self._on_ready)
 
     def _stop_soon(self, reason: str) -> None:
         asyncio.get_running_loop().call_soon(self.stop, reason)
@@ -449,9 +439,11 @@ class LoadGenerator:
         gc.disable()
         # Without coalescing the loop calls the core directly: no Python frame per wake-up.
         if plan.coalesce_s:
+            # Coalescing: nothing watches the sockets; a periodic timerfd drains all of them every
+            # coalesce_s, so one wake-up serves every chunk that arrived in the window.
             self._coalesce_timer = ArrivalTimer()
-            loop.add_reader(self._coalesce_timer.fileno(), self._on_coalesce_timer)
-            loop.add_reader(self.state.fileno(), self._on_ready)
+            self._coalesce_timer.arm_every(int(plan.coalesce_s * 1e9))
+            loop.add_reader(self._coalesce_timer.fileno(), self._on_coalesce_tick)
         else:
             loop.add_reader(self.state.fileno(), self.state.drain)
         watchdog = loop.create_task(self._watchdog())
@@ -490,6 +482,7 @@ class LoadGenerator:
             loop.remove_reader(self.state.fileno())
             if self._coalesce_timer is not None:
                 loop.remove_reader(self._coalesce_timer.fileno())
+                self._coalesce_timer = None  # closes the timerfd
             for conn in self._idle:
                 conn.close()
             self._idle.clear()

@@ -17,7 +17,8 @@ def now_ns():
 
 
 cdef class ArrivalTimer:
-    """A CLOCK_MONOTONIC timerfd with nanosecond deadlines, for open-loop arrivals.
+    """A CLOCK_MONOTONIC timerfd with nanosecond deadlines, for open-loop arrivals (and the
+    periodic drain of coalesced wake-ups).
 
     uvloop's timers have millisecond resolution; a request due at t should leave at t, not up
     to a millisecond later. The event loop watches ``fileno()``; ``arm(t_ns)`` sets the
@@ -49,9 +50,22 @@ cdef class ArrivalTimer:
         if timerfd_settime(self.fd, TFD_TIMER_ABSTIME, &spec, NULL) != 0:
             raise OSError("timerfd_settime failed")
 
+    def arm_every(self, int64_t interval_ns):
+        """Fire every interval_ns from now on (the first time one interval from now)."""
+        cdef itimerspec spec
+        if interval_ns <= 0:
+            raise ValueError("interval must be positive")
+        spec.it_interval.tv_sec = spec.it_value.tv_sec = interval_ns // 1000000000
+        spec.it_interval.tv_nsec = spec.it_value.tv_nsec = interval_ns % 1000000000
+        if timerfd_settime(self.fd, 0, &spec, NULL) != 0:
+            raise OSError("timerfd_settime failed")
+
     def clear(self):
+        """Consume the expiries so far; returns how many there were (0 if none)."""
         cdef uint64_t expirations = 0
-        read(self.fd, &expirations, sizeof(expirations))
+        if read(self.fd, &expirations, sizeof(expirations)) != sizeof(expirations):
+            return 0
+        return expirations
 
 
 include "hist.pyx"
