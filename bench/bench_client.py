@@ -176,7 +176,7 @@ def run_client(client: str, server: SyntheticServer, s: Setup, client_cpus: set[
     stats = server.stats()
     window = figures["window"]
     window_s = (window["end_ns"] - window["start_ns"]) / 1e9
-    return Run(client, s, figures, stats, sampler.mean(window["start_ns"], window["last_sent_ns"]), wall,
+    return Run(client, s, figures, stats, sampler.mean(window["all_open_ns"], window["last_sent_ns"]), wall,
                server_cpu / window_s if window_s > 0 else None, max(other, 0.0) / wall)
 
 

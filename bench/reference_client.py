@@ -180,7 +180,7 @@ def summarize(logs: list[RequestLog], start_ns: int, end_ns: int, cpu_ns: int, c
         "itl_chunk_server_ms": _q(server_gaps),
         "itl_token_ms": _q(np.concatenate(token_gaps) if token_gaps else np.zeros(0, np.int64)),
         "itl_gap_error_ms": _q(np.abs(np.concatenate(gap_errors))) if gap_errors else None,
-        "window": {"start_ns": start_ns, "last_sent_ns": last_sent, "end_ns": end_ns,
+        "window": {"start_ns": start_ns, "all_open_ns": all_open, "last_sent_ns": last_sent, "end_ns": end_ns,
                    "seconds": (end_ns - start_ns) / 1e9},
         "chunks_per_s": chunks / ((end_ns - start_ns) / 1e9) if end_ns > start_ns else 0.0,
         # As fastbench validate: from the moment all asked streams were open to the last send, and

@@ -97,6 +97,26 @@ def test_validate_api_speculative_shape() -> None:
     assert "verdict: " + report.verdict in report.render()
 
 
+def test_streams_kept_open_not_judged_without_a_turnover() -> None:
+    """As many requests as streams: all go out in the opening ramp, none after, so there is no
+    turnover to keep up with and no verdict on it."""
+    report = fv.validate(8, itl_ms=4, ttft_ms=5, num_requests=8, output_len=8)
+    assert report.completed == 8
+    assert "streams kept open (mean)" not in {c.name for c in report.checks}
+    assert "streams kept open: not judged" in report.render()
+
+
+def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
+    """Draining every 3 ms instead of on every arrival: one wake-up serves several reads, and each
+    chunk's skew is still measured from its own kernel stamp, not from the drain."""
+    report = fv.validate(16, itl_ms=10, ttft_ms=20, num_requests=32, output_len=16, coalesce_ms=3)
+    assert report.completed == 32 and report.failed == 0
+    assert report.wakeups and report.reads / report.wakeups > 2
+    assert report.timestamp_source == "KERNEL"
+    # Stamped after the drain, a chunk would look up to 3 ms late; p50 stays near loopback's cost.
+    assert report.skew.p50 is not None and report.skew.p50 < 0.5
+
+
 def _reference_client() -> ModuleType:
     spec = importlib.util.spec_from_file_location("reference_client", ROOT / "bench" / "reference_client.py")
     assert spec is not None and spec.loader is not None
