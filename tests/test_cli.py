@@ -32,6 +32,7 @@ def test_help_explains_flags() -> None:
     (["--extra-body", "{bad"], "not valid JSON"),
     (["--extra-body", "[1]"], "JSON object"),
     (["--goodput", "ttft:abc"], "KEY:MS"),
+    (["--coalesce-ms", "-1"], "--coalesce-ms"),
     (["--base-url", "ftp://x"], "http://host:port"),
     (["--base-url", "http://127.0.0.1:1", "--num-prompts", "1"], "127.0.0.1"),
     (["--dataset-name", "sharegpt", "--dataset-path", "/nonexistent.json", "--num-prompts", "1"], "nonexistent"),

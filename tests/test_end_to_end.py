@@ -78,6 +78,17 @@ def test_open_loop_rate_and_time_cap(spec_server: SyntheticServer) -> None:
     assert any("time cap" in note for note in result.notes)
 
 
+def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> None:
+    """--coalesce-ms 5: the sockets are read every 5 ms, but each chunk's time is the kernel's
+    receive stamp, so the figures stay the server's (a drain-time stamp would be ~2.5 ms late)."""
+    result = bench(spec_server, request_rate=30.0, num_prompts=24, coalesce_ms=5.0)
+    d = result.distributions
+    assert result.counts.completed == 24
+    assert d["skew"].median < 0.5
+    assert d["ttft"].median == pytest.approx(50, abs=3)
+    assert d["itl"].median == pytest.approx(20, abs=1.5)
+
+
 def test_arun_inside_a_plain_asyncio_loop(spec_server: SyntheticServer) -> None:
     async def main() -> Any:
         return await arun(BenchConfig(base_url=spec_server.base_url, concurrency=2, num_prompts=4,

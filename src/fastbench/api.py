@@ -39,6 +39,8 @@ def validate(config: BenchConfig) -> None:
         raise ConfigError(f"--max-seconds must be > 0, got {config.max_seconds}")
     if config.request_timeout_s is not None and not config.request_timeout_s > 0:
         raise ConfigError(f"--request-timeout must be > 0, got {config.request_timeout_s}")
+    if not 0 <= config.coalesce_ms <= 1000:
+        raise ConfigError(f"--coalesce-ms must be between 0 and 1000, got {config.coalesce_ms}")
     if config.max_error_rate is not None and not 0 <= config.max_error_rate <= 1:
         raise ConfigError(f"--max-error-rate must be between 0 and 1, got {config.max_error_rate}")
     for key in config.goodput:
@@ -156,6 +158,7 @@ async def _run_against(
             max_seconds=config.max_seconds,
             request_timeout_s=config.request_timeout_s,
             max_error_rate=config.max_error_rate,
+            coalesce_s=config.coalesce_ms / 1e3,
             verify_tls=not config.insecure,
             save_outputs=config.save_outputs,
             on_progress=on_progress,

@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
                    help="stop early once failed/finished exceeds this fraction (after 20 requests)")
+    g.add_argument("--coalesce-ms", type=float, default=0.0,
+                   help="read the sockets every this many ms instead of on every arrival: less client CPU "
+                   "per chunk at many streams; kernel stamps keep arrival times, but a closed loop's next "
+                   "request waits up to this long (default 0: on every arrival)")
     g = p.add_argument_group("requests")
     g.add_argument("--max-tokens", type=_positive_int, default=None,
                    help="output tokens per request (default: the dataset's output length)")
@@ -246,6 +250,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         num_warmups=ns.num_warmups,
         seed=ns.seed,
         request_timeout_s=ns.request_timeout,
+        coalesce_ms=ns.coalesce_ms,
         max_error_rate=ns.max_error_rate,
         max_tokens=ns.max_tokens,
         ignore_eos=ns.ignore_eos,
