@@ -7,21 +7,19 @@ measured by bench/bench_client.py.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from _bench import load_bench_module
 from fastbench import validate as fv
 from fastbench.synthetic import SyntheticServer
 
-ROOT = Path(__file__).resolve().parent.parent
 LOOSE_SKEW_MS = 5.0
 
 
@@ -117,16 +115,8 @@ def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     assert report.skew.p50 is not None and report.skew.p50 < 0.5
 
 
-def _reference_client() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reference_client", ROOT / "bench" / "reference_client.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_reference_client_measures() -> None:
-    rc = _reference_client()
+    rc = load_bench_module("reference_client")
     with SyntheticServer(ttft_ms=10, itl_ms=5) as server:
         out = asyncio.run(rc.run(server.base_url, 4, 8, 8))
     assert out["requests"] == {"completed": 8, "failed": 0}
