@@ -29,18 +29,20 @@ from typing import Any
 from fastbench.synthetic import SyntheticServer
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from fast_server import CFLAGS, CompilerNotFoundError, find_compiler  # noqa: E402  (a sibling script)
 
 
 def build_floor_client(out_dir: Path) -> tuple[Path, bool]:
     """Compile floor_client.c; with io_uring where liburing is there. Returns (binary, has_uring)."""
-    cc = os.environ.get("CC", "cc")
-    src = HERE / "floor_client.c"
-    exe = out_dir / "floor_client"
-    flags = ["-O2", "-Wall", "-Wextra", "-std=gnu11"]
-    uring = subprocess.run([cc, *flags, "-DFLOOR_URING", "-o", str(exe), str(src), "-luring"],
+    cc = find_compiler()
+    if cc is None:
+        raise CompilerNotFoundError("cpu_floor: no C compiler found (set $CC, or install cc, gcc or clang)")
+    src, exe = HERE / "floor_client.c", out_dir / "floor_client"
+    uring = subprocess.run([*cc, *CFLAGS, "-DFLOOR_URING", "-o", str(exe), str(src), "-luring"],
                            capture_output=True).returncode == 0
     if not uring:
-        subprocess.run([cc, *flags, "-o", str(exe), str(src)], check=True)
+        subprocess.run([*cc, *CFLAGS, "-o", str(exe), str(src)], check=True)
     return exe, uring
 
 

@@ -104,7 +104,7 @@ static void on_bytes(stream_t *s, const char *b, size_t n) {
 
 /* The window opens after a second of warm-up: counters and CPU are read then, and at the end. */
 static double window_open_at, window_cpu0, window_t0;
-static long window_reads0, window_chunks0, window_wakeups0;
+static long window_reads0, window_chunks0, window_wakeups0, window_stamped0;
 static int window_open;
 
 static void maybe_open_window(void) {
@@ -112,7 +112,7 @@ static void maybe_open_window(void) {
         window_open = 1;
         window_t0 = mono_s();
         window_cpu0 = cpu_s();
-        window_reads0 = reads, window_chunks0 = chunks, window_wakeups0 = wakeups;
+        window_reads0 = reads, window_chunks0 = chunks, window_wakeups0 = wakeups, window_stamped0 = stamped;
     }
 }
 
@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
     printf("{\"mode\": \"%s\", \"streams\": %d, \"coalesce_us\": %d, \"seconds\": %.3f, \"chunks\": %ld, "
            "\"reads\": %ld, \"wakeups\": %ld, \"kernel_stamped_reads\": %ld, \"chunks_per_s\": %.1f, "
            "\"cpu_us_per_chunk\": %.3f, \"reads_per_wakeup\": %.2f, \"requests\": %ld}\n",
-           mode, n, coalesce_us, wall, c, r, w, stamped, c / wall, c ? 1e6 * cpu / (double)c : 0.0,
+           mode, n, coalesce_us, wall, c, r, w, stamped - window_stamped0, c / wall, c ? 1e6 * cpu / (double)c : 0.0,
            w ? (double)r / (double)w : 0.0, requests);
     return 0;
 }
