@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from _bench import load_bench_module
 from fastbench import validate as fv
+from fastbench.loadgen import LoadGenerator, LoadPlan, Target
+from fastbench.records import COL
 from fastbench.synthetic import SyntheticServer
 
 LOOSE_SKEW_MS = 5.0
@@ -113,6 +116,27 @@ def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     assert report.timestamp_source == "KERNEL"
     # Stamped after the drain, a chunk would look up to 3 ms late; p50 stays near loopback's cost.
     assert report.skew.p50 is not None and report.skew.p50 < 0.5
+
+
+@pytest.mark.parametrize("watch_ends", [True, False])
+def test_coalesced_closed_loop_watches_streams_about_to_end(watch_ends: bool) -> None:
+    """Reads on a 4 ms timer: a stream's last chunk would wait ~2 ms on average for the next
+    tick before its slot's next request goes out. Given the expected lengths, the core watches
+    a stream about to end on every arrival instead, and the turnover stays sub-millisecond."""
+    n, streams = 48, 8
+    plan = LoadPlan(bodies=[fv.request_body(8)] * n, warmup_bodies=[fv.request_body(1)] * streams,
+                    concurrency=streams, coalesce_s=0.004,
+                    expected_output_tokens=[8] * n if watch_ends else None)
+    with SyntheticServer(ttft_ms=10, itl_ms=10) as server:
+        data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
+    assert (data.rows[:, COL["error"]] == 0).all()
+    assert data.reads / data.extra["wakeups"] > 1.5  # still coalesced
+    slot = fv._pair_slot_to_send(data.rows, streams)
+    assert slot is not None and slot.p50 is not None
+    if watch_ends:
+        assert slot.p50 < 1.0
+    else:
+        assert slot.p50 > 1.0
 
 
 def test_reference_client_measures() -> None:

@@ -159,6 +159,7 @@ async def _run_against(
             request_timeout_s=config.request_timeout_s,
             max_error_rate=config.max_error_rate,
             coalesce_s=config.coalesce_ms / 1e3,
+            expected_output_tokens=[spec.max_tokens for spec in work.requests],
             verify_tls=not config.insecure,
             save_outputs=config.save_outputs,
             on_progress=on_progress,

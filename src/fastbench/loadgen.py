@@ -80,6 +80,9 @@ class LoadPlan:
     verify_tls: bool = True
     kernel_timestamps: bool = True
     coalesce_s: float = 0.0
+    # Per request, the output tokens it asks for (max_tokens): with coalescing, a stream that may
+    # end with its next chunk is watched on every arrival, so a closed loop's turnover stays prompt.
+    expected_output_tokens: Sequence[int] | None = None
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
@@ -444,6 +447,9 @@ class LoadGenerator:
             self._coalesce_timer = ArrivalTimer()
             self._coalesce_timer.arm_every(int(plan.coalesce_s * 1e9))
             loop.add_reader(self._coalesce_timer.fileno(), self._on_coalesce_tick)
+            if plan.expected_output_tokens is not None:
+                self.state.watch_ends(np.asarray(plan.expected_output_tokens, dtype=np.int64))
+                loop.add_reader(self.state.ends_fileno(), self.state.drain_ends)
         else:
             loop.add_reader(self.state.fileno(), self.state.drain)
         watchdog = loop.create_task(self._watchdog())
@@ -480,6 +486,7 @@ class LoadGenerator:
         finally:
             watchdog.cancel()
             loop.remove_reader(self.state.fileno())
+            loop.remove_reader(self.state.ends_fileno())
             if self._coalesce_timer is not None:
                 loop.remove_reader(self._coalesce_timer.fileno())
                 self._coalesce_timer = None  # closes the timerfd

@@ -286,8 +286,8 @@ async def avalidate(
         instead of starting one.
     :param pin: pin the server and the client to different CPUs (Linux).
     :param coalesce_ms: drain the client's sockets every this many ms instead of on every arrival,
-        so that one wake-up reads many sockets (kernel stamps keep arrival times; sends wait up to
-        this long; chunks of one stream closer than this share a read).
+        so that one wake-up reads many sockets (kernel stamps keep arrival times; a stream about
+        to end is watched on every arrival; chunks of one stream closer than this share a read).
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
@@ -324,6 +324,7 @@ async def avalidate(
                 request_rate=request_rate,
                 max_seconds=max_seconds if max_seconds is not None else _safety_cap_s(settings),
                 coalesce_s=coalesce_ms / 1e3,
+                expected_output_tokens=[output_len] * n,
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
             server_cpu0 = _process_cpu_s(server.pid) if server is not None else None
@@ -669,8 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttft-ms", type=float, default=50.0, help="server: time to first token")
     p.add_argument("--coalesce-ms", type=float, default=0.0,
                    help="client: drain the sockets every this many ms instead of on every arrival (fewer "
-                   "wake-ups per chunk; kernel stamps keep arrival times; sends wait up to this long; keep "
-                   "it under half the chunk gap, or chunks of one stream share a read)")
+                   "wake-ups per chunk; kernel stamps keep arrival times; streams about to end are still "
+                   "watched on every arrival; keep it under half the chunk gap, or chunks of one stream "
+                   "share a read)")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
     p.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, help="output tokens per request")
     p.add_argument("--tolerance-ms", type=float, default=0.5,

@@ -213,8 +213,10 @@ cdef class RunState:
         self.max_error_rate = -1.0
         self.conns = set()
         self.epfd = epoll_create1(EPOLL_CLOEXEC)
-        if self.epfd < 0:
+        self.ends_epfd = epoll_create1(EPOLL_CLOEXEC)
+        if self.epfd < 0 or self.ends_epfd < 0:
             raise OSError("epoll_create1 failed")
+        self.watching_ends = False
         self.ready = <epoll_event *>malloc(READY_EVENTS * sizeof(epoll_event))
         if self.ready == NULL:
             raise MemoryError()
@@ -227,6 +229,8 @@ cdef class RunState:
         free(self.ready)
         if self.epfd >= 0:
             close(self.epfd)
+        if self.ends_epfd >= 0:
+            close(self.ends_epfd)
 
     def fileno(self):
         """The inner epoll set: the event loop watches this one fd for all connections."""
@@ -238,14 +242,45 @@ cdef class RunState:
         One Python-level call per wake-up instead of one per ready socket; each read still gets
         its own kernel receive stamp.
         """
+        self._drain_set(self.epfd)
+
+    def ends_fileno(self):
+        """The set of connections whose stream may end with their next chunk (see watch_ends)."""
+        return self.ends_epfd
+
+    def drain_ends(self):
+        """drain() for the connections in ends_fileno()."""
+        self._drain_set(self.ends_epfd)
+
+    def watch_ends(self, object expected_tokens):
+        """With coalesced reads: keep apart the connections whose stream may end with its next
+        chunk, so that the loop can watch them on every arrival and a closed loop's next request
+        goes out at once, while the rest are read on the coalescing timer.
+
+        ``expected_tokens``: per row, the output tokens the request asked for (an int64 array;
+        0 where unknown). A stream is "ending" once its usage says that at most one more chunk
+        of its largest size so far is left. Streams that end early (EOS) are read on the timer.
+        """
+        self.expected_tokens = expected_tokens
+        self.watching_ends = True
+
+    cdef _drain_set(self, int epfd):
         cdef int n, i
         self.wakeups += 1
         while True:
-            n = epoll_wait(self.epfd, self.ready, READY_EVENTS, 0)
+            n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
             for i in range(n):
                 (<StreamConnection>self.ready[i].data.ptr)._read_ready()
             if n < READY_EVENTS:
                 return
+
+    cdef void _move(self, StreamConnection conn, int to_epfd) noexcept:
+        cdef epoll_event ev
+        ev.events = EPOLLIN
+        ev.data.ptr = <void *>conn
+        epoll_ctl(self.ends_epfd if to_epfd == self.epfd else self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        epoll_ctl(to_epfd, EPOLL_CTL_ADD, conn.fd, &ev)
+        conn.in_ends_set = to_epfd == self.ends_epfd
 
     cdef _register(self, StreamConnection conn):
         cdef epoll_event ev
@@ -257,7 +292,8 @@ cdef class RunState:
 
     cdef _unregister(self, StreamConnection conn):
         cdef epoll_event ev
-        epoll_ctl(self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        epoll_ctl(self.ends_epfd if conn.in_ends_set else self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        conn.in_ends_set = False
         self.conns.discard(conn)
 
     def set_requests(self, bytes head, list bodies):
@@ -337,6 +373,8 @@ cdef class StreamConnection:
         self.busy = False
         self.closed = False
         self.requests_served = 0
+        self.in_ends_set = False
+        self.max_chunk_tokens = 0
         run.connections_opened += 1
         run._register(self)
 
@@ -389,6 +427,9 @@ cdef class StreamConnection:
         self.c.read_output_events = 0
         self.c.read_ts = 0
         self.c.out_len = 0
+        self.max_chunk_tokens = 0
+        if self.in_ends_set:
+            self.run._move(self, self.run.epfd)
         r.sent_ns = fb_now_ns()
         self._send(request)
 
@@ -474,6 +515,8 @@ cdef class StreamConnection:
                     self._feed_tls(buf, n, ts)
                 else:
                     self._feed(buf, n, ts)
+                if self.run.watching_ends:
+                    self._watch_if_ending()
                 if n < READ_BUFFER_BYTES:
                     return
             elif n == 0:
@@ -487,6 +530,27 @@ cdef class StreamConnection:
                                    "connection error: %s" % os.strerror(-n))
                 self.close()
                 return
+
+    cdef void _watch_if_ending(self) noexcept:
+        """Coalescing: once at most one more chunk (of the largest size so far) is left of the
+        stream, move the connection to the run's ends set, watched on every arrival."""
+        cdef fb_req_t *r = &self.c.req
+        cdef int64_t expected, left
+        cdef int32_t k
+        if self.in_ends_set or not self.busy or self.closed or not r.usage_seen:
+            return
+        if r.row < 0 or r.row >= self.run.expected_tokens.shape[0]:
+            return
+        expected = self.run.expected_tokens[r.row]
+        if expected <= 0:
+            return
+        if r.n_ev > 0:
+            k = r.ev_tokens[r.n_ev - 1]
+            if k > self.max_chunk_tokens:
+                self.max_chunk_tokens = k
+        left = expected - r.completion_tokens
+        if left <= (self.max_chunk_tokens if self.max_chunk_tokens > 1 else 1):
+            self.run._move(self, self.run.ends_epfd)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
         cdef bytes plain

@@ -82,10 +82,16 @@ cdef class RunState:
     cdef public bint refill            # closed loop: a finished connection sends the next request itself
     cdef public bint stopping          # no new requests (time cap, stop, error rate)
     cdef int epfd                      # inner epoll set of all the run's connections (see drain)
+    cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
+                                       # their next chunk, watched on every arrival (see watch_ends)
+    cdef bint watching_ends            # coalescing with expected lengths: the split above is on
+    cdef int64_t[::1] expected_tokens  # per row: the output tokens asked for (max_tokens); 0 unknown
     cdef set conns                     # the connections registered in it (keeps their pointers valid)
     cdef epoll_event *ready            # epoll_wait's output array
     cdef _register(self, StreamConnection conn)
     cdef _unregister(self, StreamConnection conn)
+    cdef _drain_set(self, int epfd)
+    cdef void _move(self, StreamConnection conn, int to_epfd) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
     cdef public Py_ssize_t next_row    # next request to claim
@@ -114,6 +120,9 @@ cdef class StreamConnection:
     cdef public bint closed
     cdef public int requests_served
     cdef bint reused                   # the request in flight went out on a connection that had served before
+    cdef bint in_ends_set              # registered in the run's ends_epfd, not its epfd
+    cdef int32_t max_chunk_tokens      # most tokens one chunk of the request in flight carried so far
+    cdef void _watch_if_ending(self) noexcept
     cdef _read_ready(self)
     cdef _begin(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
     cdef _send(self, bytes request)
