@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r['chunks_per_s']:,.0f} chunks/s", flush=True)
 
     print(f"\nCPU per chunk, {ns.streams} streams, 20 ms between chunks (median of {ns.reps}; "
-          f"client on CPU {sorted(client_cpu or [])}, server on {sorted(server_cpu or [])}):")
+          f"client on CPU {sorted(client_cpu or [])}, server on {sorted(server_cpu or [])}):\n")
     print("| client | coalesce | CPU us/chunk (median, min-max) | reads per wake-up | vs floor epoll |")
     print("|---|---|---|---|---|")
     medians = {c: statistics.median(r["cpu_us_per_chunk"] for r in rs) for c, rs in runs.items()}
