@@ -290,6 +290,24 @@ def test_stale_keep_alive_connection_is_retried(loop_factory: Any) -> None:
     assert server.connections == 3
 
 
+def test_stream_cut_while_watched_as_ending(loop_factory: Any) -> None:
+    """Coalesced reads with expected lengths: every other stream is cut by the server after its
+    third of four chunks, when the core has just moved it to the set watched for ends. The cut is
+    classified, the connection leaves that set, and the other streams run on normally."""
+    def script(n: int, body: bytes) -> list[Any]:
+        steps = stream_script([1, 1, 1, 1], gap_s=0.005)
+        return steps[:7] + [0.005, "close"] if n % 2 else steps  # head, ttft, 3 chunks with gaps
+
+    data, server = drive(loop_factory, script, n=8, concurrency=2, coalesce_s=0.002,
+                         expected_output_tokens=[4] * 8)
+    errors = list(col(data, "error"))
+    assert errors.count(ErrorClass.PROTOCOL) == 4 and errors.count(0) == 4
+    assert all("mid-response" in m for m in data.error_messages.values())
+    assert list(col(data, "chunks")[col(data, "error") == 0]) == [4] * 4
+    assert server.connections >= 5  # a new connection after each cut
+    assert data.extra["ends_watched"] == 8  # each stream, cut or not, was watched after its third chunk
+
+
 def test_connection_closed_while_idle_is_not_reused(loop_factory: Any) -> None:
     """Open loop, 250 ms between arrivals: the server closes each connection 20 ms after its
     response, while the client holds it idle. The next request goes out on a new connection."""

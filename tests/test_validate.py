@@ -113,6 +113,9 @@ def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     report = fv.validate(16, itl_ms=10, ttft_ms=20, num_requests=32, output_len=16, coalesce_ms=3)
     assert report.completed == 32 and report.failed == 0
     assert report.wakeups and report.reads / report.wakeups > 2
+    # Each request's last chunk was watched for on every arrival (unless a stall of the machine
+    # merged its last two chunks into one read: then it ended before it could be moved).
+    assert 28 <= report.ends_watched <= 32
     assert report.timestamp_source == "KERNEL"
     # Stamped after the drain, a chunk would look up to 3 ms late; p50 stays near loopback's cost.
     assert report.skew.p50 is not None and report.skew.p50 < 0.5

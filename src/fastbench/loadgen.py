@@ -536,6 +536,7 @@ class LoadGenerator:
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
                 "wakeups": counters["wakeups"],
+                "ends_watched": counters["ends_watched"],
                 **({"outputs": decode_outputs(self.state.outputs)} if self.plan.save_outputs else {}),
             },
         )

@@ -166,6 +166,7 @@ class ValidationReport:
     kernel_stamped_reads: int
     multi_event_reads: int
     wakeups: int  # event-loop wake-ups in the window (each drains every ready connection)
+    ends_watched: int  # coalescing: requests whose last chunk was watched for on every arrival
     multi_event_read_share: float | None  # of reads that delivered bytes
     skew: Quantiles
     skew_negative: int  # chunks received "before" they were sent (recorded as 0): clocks disagree
@@ -521,6 +522,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         kernel_stamped_reads=data.kernel_stamped_reads,
         multi_event_reads=data.multi_event_reads,
         wakeups=int(data.extra.get("wakeups", 0)),
+        ends_watched=int(data.extra.get("ends_watched", 0)),
         multi_event_read_share=data.multi_event_reads / data.reads if data.reads else None,
         skew=skew,
         skew_negative=int(data.extra.get("skew_negative", 0)),
@@ -628,7 +630,9 @@ def render(r: ValidationReport) -> str:
                f"kernel-stamped); multi-event reads: {r.multi_event_reads} "
                f"({_f(100 * (r.multi_event_read_share or 0.0), 2)} % of reads; their error is inside the skew)")
     if r.wakeups:
-        out.append(f"  event-loop wake-ups: {r.wakeups} ({r.reads / r.wakeups:.2f} reads per wake-up)")
+        ends = (f"; {r.ends_watched} requests' ends watched on every arrival"
+                if r.settings.get("coalesce_ms") else "")
+        out.append(f"  event-loop wake-ups: {r.wakeups} ({r.reads / r.wakeups:.2f} reads per wake-up){ends}")
     out.append("")
     for c in r.checks:
         out.append(f"  [{'ok' if c.passed else 'FAIL'}] {c.name}: {_f(c.value)} {c.op} {c.limit:g}")

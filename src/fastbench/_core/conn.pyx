@@ -281,6 +281,8 @@ cdef class RunState:
         epoll_ctl(self.ends_epfd if to_epfd == self.epfd else self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
         epoll_ctl(to_epfd, EPOLL_CTL_ADD, conn.fd, &ev)
         conn.in_ends_set = to_epfd == self.ends_epfd
+        if conn.in_ends_set:
+            self.ends_watched += 1
 
     cdef _register(self, StreamConnection conn):
         cdef epoll_event ev
@@ -339,6 +341,7 @@ cdef class RunState:
             "output_events": self.output_events,
             "connections_opened": self.connections_opened,
             "wakeups": self.wakeups,
+            "ends_watched": self.ends_watched,
             "completed": self.completed,
             "failed": self.failed,
             "output_tokens": self.output_tokens,

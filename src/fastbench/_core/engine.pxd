@@ -76,6 +76,7 @@ cdef class RunState:
     cdef public int64_t output_events  # output events
     cdef public int64_t connections_opened
     cdef public int64_t wakeups        # event-loop wake-ups that drained the connections
+    cdef public int64_t ends_watched   # requests moved to the ends set (coalescing, see watch_ends)
     cdef public int64_t completed      # requests recorded as OK
     cdef public int64_t failed         # requests recorded as failed (not cancelled)
     cdef public int64_t output_tokens  # output tokens of recorded requests
