@@ -52,7 +52,8 @@ class RequestLog:
 
 def _peak_rss_kib() -> int:
     """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve, so a
-    child of a bigger process would report its parent's peak."""
+    child of a bigger process would report its parent's peak. (The same as fastbench.validate's, on
+    purpose not imported: importing fastbench would add its modules to the yardstick's own RSS.)"""
     try:
         with open("/proc/self/status") as status:
             for line in status:

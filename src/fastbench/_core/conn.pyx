@@ -274,14 +274,15 @@ cdef class RunState:
             if n < READY_EVENTS:
                 return
 
-    cdef void _move(self, StreamConnection conn, int to_epfd) noexcept:
+    cdef void _move(self, StreamConnection conn, bint to_ends) noexcept:
+        """Move a connection between the inner set (epfd) and the ends set (ends_epfd)."""
         cdef epoll_event ev
         ev.events = EPOLLIN
         ev.data.ptr = <void *>conn
-        epoll_ctl(self.ends_epfd if to_epfd == self.epfd else self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
-        epoll_ctl(to_epfd, EPOLL_CTL_ADD, conn.fd, &ev)
-        conn.in_ends_set = to_epfd == self.ends_epfd
-        if conn.in_ends_set:
+        epoll_ctl(self.epfd if to_ends else self.ends_epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        epoll_ctl(self.ends_epfd if to_ends else self.epfd, EPOLL_CTL_ADD, conn.fd, &ev)
+        conn.in_ends_set = to_ends
+        if to_ends:
             self.ends_watched += 1
 
     cdef _register(self, StreamConnection conn):
@@ -432,7 +433,7 @@ cdef class StreamConnection:
         self.c.out_len = 0
         self.max_chunk_tokens = 0
         if self.in_ends_set:
-            self.run._move(self, self.run.epfd)
+            self.run._move(self, False)
         r.sent_ns = fb_now_ns()
         self._send(request)
 
@@ -553,7 +554,7 @@ cdef class StreamConnection:
                 self.max_chunk_tokens = k
         left = expected - r.completion_tokens
         if left <= (self.max_chunk_tokens if self.max_chunk_tokens > 1 else 1):
-            self.run._move(self, self.run.ends_epfd)
+            self.run._move(self, True)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
         cdef bytes plain

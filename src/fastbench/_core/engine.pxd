@@ -92,7 +92,7 @@ cdef class RunState:
     cdef _register(self, StreamConnection conn)
     cdef _unregister(self, StreamConnection conn)
     cdef _drain_set(self, int epfd)
-    cdef void _move(self, StreamConnection conn, int to_epfd) noexcept
+    cdef void _move(self, StreamConnection conn, bint to_ends) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
     cdef public Py_ssize_t next_row    # next request to claim
