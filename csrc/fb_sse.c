@@ -16,7 +16,15 @@
  * the spec's buffer is non-empty (it holds at least that LF), so "data:" alone still yields an
  * event with empty data. A second data line first appends the '\n' that the first one owed.
  *
+ * In place: a data line that starts the event's data and ends within the feed is not copied; view
+ * points at it in the input. The blank line that usually follows in the same feed dispatches it
+ * from there (one write per event is how servers send). Anything else (a second data line, the
+ * end of the feed) first copies it into buf, so buf holds the event exactly as if it had been
+ * copied all along. grow() is asked when the line is taken, with the size a copy would need, so
+ * the same events are refused whatever the split.
+ *
  * Invariants between calls:
+ *  - view is NULL;
  *  - state says where in the current line we are; name[0..min(name_len, 8)) holds the start
  *    of the field name while in S_NAME (only "data" is compared, so longer names need no
  *    storage, just their length);
@@ -61,10 +69,31 @@ static inline int fb_sse_append(fb_sse_t *st, const char *d, size_t n, fb_sse_gr
     return 0;
 }
 
+/* Copy an in-place data line into buf (room was made when it was taken). */
+static inline int fb_sse_keep_view(fb_sse_t *st, fb_sse_grow_cb grow, void *ctx) {
+    if (st->view == NULL) return 0;
+    const char *d = st->view;
+    st->view = NULL;
+    return fb_sse_append(st, d, st->view_len, grow, ctx);
+}
+
 /* A "data" field begins: the spec's buffer gets value + LF; ours owes the previous LF now. */
 static inline int fb_sse_data_begin(fb_sse_t *st, fb_sse_grow_cb grow, void *ctx) {
-    if (st->have_data) return fb_sse_append(st, "\n", 1, grow, ctx);
+    if (st->have_data) {
+        int rc = fb_sse_keep_view(st, grow, ctx);
+        return rc ? rc : fb_sse_append(st, "\n", 1, grow, ctx);
+    }
     st->have_data = 1;
+    return 0;
+}
+
+/* A data line d[0..n) complete in this feed, with no data before it: take it in place, after
+ * asking grow() for the room a copy would need. */
+static inline int fb_sse_take_view(fb_sse_t *st, const char *d, size_t n, fb_sse_grow_cb grow, void *ctx) {
+    if (n > st->cap && (grow == NULL || grow(ctx, st, n) != 0 || st->cap < n || st->buf == NULL))
+        return -FB_ERR_SSE_TOO_BIG;
+    st->view = d;
+    st->view_len = n;
     return 0;
 }
 
@@ -81,11 +110,13 @@ static inline int fb_sse_line_end(fb_sse_t *st, int was_cr, fb_sse_event_cb on_e
     if (state == S_LINE_START) {
         /* Empty line: dispatch the event, if the data buffer is not empty. */
         if (st->have_data) {
+            const char *d = st->view ? st->view : st->buf;
+            size_t n = st->view ? st->view_len : st->len;
             st->events++;
             st->have_data = 0;
-            size_t n = st->len;
+            st->view = NULL;
             st->len = 0;
-            if (on_event && on_event(ctx, st->buf, n)) return -FB_ERR_CALLBACK;
+            if (on_event && on_event(ctx, d, n)) return -FB_ERR_CALLBACK;
         }
     } else if (state == S_NAME) {
         /* No colon: the whole line is the field name, the value is empty. */
@@ -153,7 +184,10 @@ static int fb_sse_scan(fb_sse_t *st, const char *p, const char *end,
             const char *eol = fb_sse_find_eol(p, end);
             const char *stop = eol ? eol : end;
             if (st->state == S_DATA) {
-                rc = fb_sse_append(st, p, (size_t)(stop - p), grow, ctx);
+                if (eol && st->len == 0 && st->view == NULL)
+                    rc = fb_sse_take_view(st, p, (size_t)(stop - p), grow, ctx);
+                else
+                    rc = fb_sse_append(st, p, (size_t)(stop - p), grow, ctx);
                 if (rc) return rc;
             }
             p = stop;
@@ -173,6 +207,8 @@ void fb_sse_init(fb_sse_t *st, char *buf, size_t cap) {
     st->buf = buf;
     st->cap = cap;
     st->len = 0;
+    st->view = NULL;
+    st->view_len = 0;
     st->state = S_LINE_START;
     st->have_data = 0;
     st->after_cr = 0;
@@ -206,5 +242,8 @@ int fb_sse_feed(fb_sse_t *st, const char *data, size_t len,
             return 0; /* all of it was a BOM prefix: wait for more */
         }
     }
-    return fb_sse_scan(st, p, end, on_event, grow, ctx);
+    int rc = fb_sse_scan(st, p, end, on_event, grow, ctx);
+    /* The input is the caller's: nothing may point into it after this call. */
+    int kept = fb_sse_keep_view(st, grow, ctx);
+    return rc ? rc : kept;
 }

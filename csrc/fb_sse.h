@@ -12,7 +12,9 @@
  * Memory: the caller owns `buf` (capacity `cap`). When a data value does not fit, the
  * scanner calls grow(ctx, st, needed_total); the callback may realloc st->buf and raise
  * st->cap to at least needed_total and return 0, or return nonzero to refuse, in which case
- * fb_sse_feed returns -FB_ERR_SSE_TOO_BIG. The scanner never allocates or frees. */
+ * fb_sse_feed returns -FB_ERR_SSE_TOO_BIG. The scanner never allocates or frees. An event whose
+ * one data line and closing blank line arrive in the same feed is dispatched from the input
+ * itself, not copied; grow() is still asked for its size, so limits do not depend on splits. */
 #ifndef FB_SSE_H
 #define FB_SSE_H
 #include <stddef.h>
@@ -27,6 +29,8 @@ struct fb_sse_s {
     char *buf;          /* caller-owned data buffer */
     size_t cap;         /* its capacity */
     size_t len;         /* bytes of data held for the event being assembled */
+    const char *view;   /* or, during one fb_sse_feed call: its data where it lies in the input */
+    size_t view_len;    /* (see fb_sse.c, "in place") */
     int state;          /* internal: where in a line we are */
     int have_data;      /* a data field was seen in the current event */
     int after_cr;       /* the previous byte was CR: a following LF is part of the same line end */

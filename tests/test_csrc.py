@@ -239,6 +239,31 @@ def test_sse_grow(lib: Lib) -> None:
     assert lib.run(HTTP_SSE, resp, cap0=16).events == want
 
 
+def test_sse_one_line_events_in_place(lib: Lib) -> None:
+    # An event whose one data line and blank line come in one read is dispatched from the read
+    # itself, not copied. Events, limits and grow() calls must not depend on whether it was.
+    big = b"y" * 50_000
+    stream = b"data: " + big + b"\n\n" + b"data: small\n\n" + b": note\ndata: z\n\n" + DONE
+    want = ref.parse(stream)
+    before_blank = len(b"data: ") + len(big) + 1  # a read that ends between data line and blank line
+    whole = lib.run(SSE, stream, cap0=16)
+    split = lib.run(SSE, stream, [before_blank, before_blank + 3], cap0=16)
+    for r in (whole, split, lib.run_bytewise(SSE, stream, cap0=16)):
+        assert r.res.rc == 0 and r.events == want
+    assert whole.res.grow_calls == split.res.grow_calls == 1
+    for r in (
+        lib.run(SSE, stream, cap0=16, cap_max=len(big) - 1),
+        lib.run(SSE, stream, [before_blank], cap0=16, cap_max=len(big) - 1),
+        lib.run_bytewise(SSE, stream, cap0=16, cap_max=len(big) - 1),
+    ):
+        assert r.res.rc == -FB_ERR_SSE_TOO_BIG and r.events == []
+    assert lib.run(SSE, stream, cap0=16, cap_max=len(big)).events == want
+    # A second data line after an in-place one: both joined, whatever the split.
+    two = b"data: first\ndata: second\n\n"
+    for cuts in ([], [12], [13], [len(two) - 1]):
+        assert lib.run(SSE, two, cuts, cap0=0).events == [b"first\nsecond"]
+
+
 def test_sse_callback_stop(lib: Lib) -> None:
     # The shim's event callback says stop when its output is full: one event fits, the second stops.
     stream = b"data: a\n\ndata: b\n\ndata: c\n\n"

@@ -109,15 +109,29 @@ int fbt_run(int mode, const char *in, size_t len, const size_t *cuts, size_t ncu
             rc = -102;
             break;
         }
-        const char *seg = in + at;
         size_t n = to - at;
+        /* Each piece in a buffer of its own, scribbled over and freed after its call, as a
+         * socket read buffer is reused: a reader that kept a pointer into it shows it. */
+        char *seg = malloc(n ? n : 1);
+        if (seg == NULL) {
+            rc = -101;
+            break;
+        }
+        memcpy(seg, in + at, n);
         at = to;
+        ssize_t used;
         if (mode == FBT_SSE) {
             rc = fb_sse_feed(&c.sse, seg, n, fbt_on_event, fbt_grow, &c);
+            used = (ssize_t)n;
+        } else {
+            used = fb_http_feed(h, seg, n, fbt_on_body, &c);
+        }
+        memset(seg, 0xAA, n);
+        free(seg);
+        if (mode == FBT_SSE) {
             consumed += n;
             continue;
         }
-        ssize_t used = fb_http_feed(h, seg, n, fbt_on_body, &c);
         if (used < 0) {
             rc = (int)used;
             break;
