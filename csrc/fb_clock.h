@@ -12,8 +12,8 @@ static inline int64_t fb_now_ns(void) {
 
 /* Kernel receive timestamps (SO_TIMESTAMPNS) are CLOCK_REALTIME. This offset, read at the
  * same moment as a kernel stamp is taken off the socket, maps it onto CLOCK_MONOTONIC:
- * mono = realtime_stamp - fb_realtime_offset_ns(). Reading it per read keeps a clock step
- * (NTP) from corrupting more than the reads in flight during the step. */
+ * mono = realtime_stamp - fb_realtime_offset_ns(). The core reads it once per wake-up, before
+ * that wake-up's reads: a clock step (NTP) corrupts at most the reads of one wake-up. */
 static inline int64_t fb_realtime_offset_ns(void) {
     struct timespec rt, mono;
     clock_gettime(CLOCK_REALTIME, &rt);

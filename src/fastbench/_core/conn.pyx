@@ -120,9 +120,9 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:
         _fail(c, E_PROTOCOL, "out of memory for per-chunk timestamps")
         return 1
-    r.ev_ts[r.n_ev] = c.read_ts
-    r.ev_tokens[r.n_ev] = tokens if info.completion_tokens >= 0 else -1
-    r.ev_sent[r.n_ev] = info.sent_ns
+    r.ev[r.n_ev].ts = c.read_ts
+    r.ev[r.n_ev].tokens = tokens if info.completion_tokens >= 0 else -1
+    r.ev[r.n_ev].sent = info.sent_ns
     r.n_ev += 1
     if info.completion_tokens >= 0:
         r.usage_chunks += 1
@@ -142,18 +142,10 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
 
 cdef int _grow_event_slots(fb_req_t *r) noexcept nogil:
     cdef size_t cap = r.cap_ev * 2 if r.cap_ev else FIRST_EVENT_SLOTS
-    cdef int64_t *ts = <int64_t *>realloc(r.ev_ts, cap * sizeof(int64_t))
-    if ts == NULL:
+    cdef fb_event_t *ev = <fb_event_t *>realloc(r.ev, cap * sizeof(fb_event_t))
+    if ev == NULL:
         return -1
-    r.ev_ts = ts
-    cdef int64_t *sent = <int64_t *>realloc(r.ev_sent, cap * sizeof(int64_t))
-    if sent == NULL:
-        return -1
-    r.ev_sent = sent
-    cdef int32_t *tok = <int32_t *>realloc(r.ev_tokens, cap * sizeof(int32_t))
-    if tok == NULL:
-        return -1
-    r.ev_tokens = tok
+    r.ev = ev
     r.cap_ev = cap
     return 0
 
@@ -267,9 +259,12 @@ cdef class RunState:
     cdef _drain_set(self, int epfd):
         cdef int n, i
         self.wakeups += 1
+        self.realtime_offset_ns = fb_realtime_offset_ns()
         while True:
             n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
             for i in range(n):
+                if i + 1 < n:
+                    fb_prefetch(self.ready[i + 1].data.ptr, self.hot_bytes)
                 (<StreamConnection>self.ready[i].data.ptr)._read_ready()
             if n < READY_EVENTS:
                 return
@@ -379,14 +374,15 @@ cdef class StreamConnection:
         self.requests_served = 0
         self.in_ends_set = False
         self.max_chunk_tokens = 0
+        # Where the state a read touches ends: the object's own fields, then c up to the HTTP
+        # line buffer (engine.pxd orders both so).
+        run.hot_bytes = <size_t>(<char *>&self.c.http.line - <char *><void *>self)
         run.connections_opened += 1
         run._register(self)
 
     def __dealloc__(self):
         free(self.c.sse.buf)
-        free(self.c.req.ev_ts)
-        free(self.c.req.ev_sent)
-        free(self.c.req.ev_tokens)
+        free(self.c.req.ev)
         free(self.c.out_buf)
 
     @property
@@ -432,6 +428,9 @@ cdef class StreamConnection:
         self.c.read_ts = 0
         self.c.out_len = 0
         self.max_chunk_tokens = 0
+        self.expected_tokens = 0
+        if self.run.watching_ends and 0 <= row < self.run.expected_tokens.shape[0]:
+            self.expected_tokens = self.run.expected_tokens[row]
         if self.in_ends_set:
             self.run._move(self, False)
         r.sent_ns = fb_now_ns()
@@ -506,7 +505,7 @@ cdef class StreamConnection:
             n = fb_net_recv(self.fd, buf, READ_BUFFER_BYTES, &kernel_rt_ns)
             if n > 0:
                 if kernel_rt_ns:
-                    ts = kernel_rt_ns - fb_realtime_offset_ns()
+                    ts = kernel_rt_ns - self.run.realtime_offset_ns
                     self.run.kernel_reads += 1
                 else:
                     ts = fb_now_ns()
@@ -543,13 +542,11 @@ cdef class StreamConnection:
         cdef int32_t k
         if self.in_ends_set or not self.busy or self.closed or not r.usage_seen:
             return
-        if r.row < 0 or r.row >= self.run.expected_tokens.shape[0]:
-            return
-        expected = self.run.expected_tokens[r.row]
+        expected = self.expected_tokens
         if expected <= 0:
             return
         if r.n_ev > 0:
-            k = r.ev_tokens[r.n_ev - 1]
+            k = r.ev[r.n_ev - 1].tokens
             if k > self.max_chunk_tokens:
                 self.max_chunk_tokens = k
         left = expected - r.completion_tokens
@@ -691,8 +688,8 @@ cdef class StreamConnection:
         else:
             output_tokens = r.completion_tokens
         for i in range(r.n_ev):
-            if r.ev_tokens[i] > max_tokens:
-                max_tokens = r.ev_tokens[i]
+            if r.ev[i].tokens > max_tokens:
+                max_tokens = r.ev[i].tokens
         if usage != U_PER_CHUNK and r.n_ev:
             max_tokens = 1
         rows[row, C_INDEX] = row
@@ -719,14 +716,14 @@ cdef class StreamConnection:
         cdef size_t i
         cdef int64_t gap, k
         for i in range(r.n_ev):
-            if r.ev_sent[i] > 0:
-                self.run.skew.record(r.ev_ts[i] - r.ev_sent[i], 1)
+            if r.ev[i].sent > 0:
+                self.run.skew.record(r.ev[i].ts - r.ev[i].sent, 1)
             if i == 0:
                 continue
-            gap = r.ev_ts[i] - r.ev_ts[i - 1]
+            gap = r.ev[i].ts - r.ev[i - 1].ts
             self.run.itl_chunk.record(gap, 1)
             # Without per-chunk usage a chunk is taken as one token (stated in the result).
-            k = r.ev_tokens[i] if usage == U_PER_CHUNK and r.ev_tokens[i] > 0 else 1
+            k = r.ev[i].tokens if usage == U_PER_CHUNK and r.ev[i].tokens > 0 else 1
             self.run.itl_token.record(gap // k, k)
 
 

@@ -14,6 +14,10 @@ cdef extern from "fb_clock.h" nogil:
     int64_t fb_realtime_offset_ns()
 
 
+cdef extern from "fb_cache.h" nogil:
+    void fb_prefetch(const void *p, size_t bytes)
+
+
 cdef extern from "fb_errors.h":
     enum:
         FB_OK
@@ -39,6 +43,7 @@ cdef extern from "fb_http.h" nogil:
         int event_stream
         int64_t content_length
         uint64_t body_bytes
+        char line[1]                   # FB_HTTP_LINE_MAX bytes; only its address is used here
     void fb_http_init(fb_http_t *h)
     Py_ssize_t fb_http_feed(fb_http_t *h, const char *buf, size_t len, fb_http_body_cb cb, void *ctx)
     int fb_http_feed_eof(fb_http_t *h)

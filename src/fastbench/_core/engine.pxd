@@ -13,6 +13,13 @@ cdef class Recorder:
     cdef inline void record(self, int64_t value, int64_t count) noexcept nogil
 
 
+ctypedef struct fb_event_t:
+    # One output event: the three facts side by side, so recording one touches one cache line.
+    int64_t ts                   # receive stamp
+    int64_t sent                 # server send stamp (synthetic server), or -1
+    int32_t tokens               # tokens it carried per usage, or -1 if unknown
+
+
 ctypedef struct fb_req_t:
     int64_t row                  # row in the run's table; -1 for a warm-up (not recorded)
     int64_t scheduled_ns         # when the request was due
@@ -32,15 +39,15 @@ ctypedef struct fb_req_t:
     int finish_seen              # a non-null finish_reason arrived
     int error                    # ErrorClass value
     const char *why              # static text explaining error, or NULL
-    size_t n_ev                  # output events recorded in the arrays below
-    size_t cap_ev                # their capacity (owned, reused across requests)
-    int64_t *ev_ts               # receive stamp of each output event
-    int64_t *ev_sent             # server send stamp of each output event (synthetic server), or -1
-    int32_t *ev_tokens           # tokens each output event carried per usage, or -1 if unknown
+    size_t n_ev                  # output events recorded in ev
+    size_t cap_ev                # its capacity (owned, reused across requests)
+    fb_event_t *ev               # one entry per output event, in arrival order
 
 
 ctypedef struct fb_conn_t:
-    fb_http_t http               # response framing state
+    # Fields read on every read come first, then the HTTP state, whose head is hot and whose
+    # 8 KiB line buffer is touched only by header lines: the per-read path stays in a few
+    # adjacent cache lines.
     fb_sse_t sse                 # event scanner state (its buf is owned by the connection)
     fb_req_t req                 # the request in flight
     int64_t read_ts              # stamp of the read being processed
@@ -53,6 +60,7 @@ ctypedef struct fb_conn_t:
     size_t out_len               # bytes used in out_buf
     size_t out_cap               # its capacity
     size_t errtext_len           # bytes in errtext
+    fb_http_t http               # response framing state
     char errtext[2048]           # start of a non-stream body or of an error event, for the message
 
 
@@ -87,6 +95,8 @@ cdef class RunState:
                                        # their next chunk, watched on every arrival (see watch_ends)
     cdef bint watching_ends            # coalescing with expected lengths: the split above is on
     cdef int64_t[::1] expected_tokens  # per row: the output tokens asked for (max_tokens); 0 unknown
+    cdef int64_t realtime_offset_ns    # CLOCK_REALTIME - CLOCK_MONOTONIC, read once per drain
+    cdef size_t hot_bytes              # a connection's bytes a read touches (prefetched, see _drain_set)
     cdef set conns                     # the connections registered in it (keeps their pointers valid)
     cdef epoll_event *ready            # epoll_wait's output array
     cdef _register(self, StreamConnection conn)
@@ -114,7 +124,6 @@ cdef class StreamConnection:
     cdef object ssl_in                 # its incoming MemoryBIO
     cdef object ssl_out                # its outgoing MemoryBIO
     cdef bint kernel_timestamps        # the socket accepted SO_TIMESTAMPNS
-    cdef fb_conn_t c                   # all C state
     cdef object fut                    # Future of the request in flight
     cdef object _py_why                # message for an error raised from Python (abort, send)
     cdef public bint busy              # a request is in flight
@@ -123,6 +132,8 @@ cdef class StreamConnection:
     cdef bint reused                   # the request in flight went out on a connection that had served before
     cdef bint in_ends_set              # registered in the run's ends_epfd, not its epfd
     cdef int32_t max_chunk_tokens      # most tokens one chunk of the request in flight carried so far
+    cdef int64_t expected_tokens       # output tokens it asked for, when the run watches ends; else 0
+    cdef fb_conn_t c                   # all C state (last: the object's own fields stay together)
     cdef void _watch_if_ending(self) noexcept
     cdef _read_ready(self)
     cdef _begin(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
