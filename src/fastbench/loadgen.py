@@ -110,7 +110,6 @@ class LoadGenerator:
         self._stale_retries = 0
         self._stamp_guard: socket.socket | None = None
         self._pacer_wake: asyncio.Future[None] | None = None
-        self._coalesce_timer: ArrivalTimer | None = None
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -386,11 +385,6 @@ class LoadGenerator:
             for conn in [c for c in self._busy if c.busy and now - c.sent_ns > timeout_ns]:
                 conn.abort(int(ErrorClass.TIMEOUT), why)
 
-    def _on_coalesce_tick(self) -> None:
-        assert self._coalesce_timer is not None
-        self._coalesce_timer.clear()
-        self.state.drain()
-
     def _stop_soon(self, reason: str) -> None:
         asyncio.get_running_loop().call_soon(self.stop, reason)
 
@@ -442,15 +436,15 @@ class LoadGenerator:
         gc.freeze()
         gc.disable()
         # Without coalescing the loop calls the core directly: no Python frame per wake-up.
+        tick_fd = None
         if plan.coalesce_s:
-            # Coalescing: nothing watches the sockets; a periodic timerfd drains all of them every
+            # Coalescing: nothing watches the sockets; a timerfd drains all of them at least every
             # coalesce_s, so one wake-up serves every chunk that arrived in the window.
-            self._coalesce_timer = ArrivalTimer()
-            self._coalesce_timer.arm_every(int(plan.coalesce_s * 1e9))
-            loop.add_reader(self._coalesce_timer.fileno(), self._on_coalesce_tick)
+            tick_fd = self.state.coalesce(int(plan.coalesce_s * 1e9))
+            loop.add_reader(tick_fd, self.state.drain_coalesced)
             if plan.expected_output_tokens is not None:
                 self.state.watch_ends(np.asarray(plan.expected_output_tokens, dtype=np.int64))
-                loop.add_reader(self.state.ends_fileno(), self.state.drain_ends)
+                loop.add_reader(self.state.ends_fileno(), self.state.drain_coalesced)
         else:
             loop.add_reader(self.state.fileno(), self.state.drain)
         watchdog = loop.create_task(self._watchdog())
@@ -488,9 +482,8 @@ class LoadGenerator:
             watchdog.cancel()
             loop.remove_reader(self.state.fileno())
             loop.remove_reader(self.state.ends_fileno())
-            if self._coalesce_timer is not None:
-                loop.remove_reader(self._coalesce_timer.fileno())
-                self._coalesce_timer = None  # closes the timerfd
+            if tick_fd is not None:
+                loop.remove_reader(tick_fd)
             for conn in self._idle:
                 conn.close()
             self._idle.clear()

@@ -209,6 +209,7 @@ cdef class RunState:
         if self.epfd < 0 or self.ends_epfd < 0:
             raise OSError("epoll_create1 failed")
         self.watching_ends = False
+        self.tick_fd = -1
         self.ready = <epoll_event *>malloc(READY_EVENTS * sizeof(epoll_event))
         if self.ready == NULL:
             raise MemoryError()
@@ -223,6 +224,8 @@ cdef class RunState:
             close(self.epfd)
         if self.ends_epfd >= 0:
             close(self.ends_epfd)
+        if self.tick_fd >= 0:
+            close(self.tick_fd)
 
     def fileno(self):
         """The inner epoll set: the event loop watches this one fd for all connections."""
@@ -234,15 +237,47 @@ cdef class RunState:
         One Python-level call per wake-up instead of one per ready socket; each read still gets
         its own kernel receive stamp.
         """
+        self._wake()
         self._drain_set(self.epfd)
 
     def ends_fileno(self):
         """The set of connections whose stream may end with their next chunk (see watch_ends)."""
         return self.ends_epfd
 
-    def drain_ends(self):
-        """drain() for the connections in ends_fileno()."""
-        self._drain_set(self.ends_epfd)
+    def coalesce(self, int64_t interval_ns):
+        """Coalesced reads: nothing watches the connections themselves. Returns a timerfd; the
+        event loop calls drain_coalesced() when it is readable, and when ends_fileno() is (see
+        watch_ends). Every such wake-up drains every ready connection and moves the next tick to
+        ``interval_ns`` from then: the sockets are read at least every interval, and a wake-up
+        for a stream's end serves all the others too, so it replaces a tick instead of adding
+        to them (a wake-up costs ~30-45 us of CPU on the 2-vCPU VM this was measured on)."""
+        if interval_ns <= 0:
+            raise ValueError("interval must be positive")
+        if self.tick_fd < 0:
+            self.tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+            if self.tick_fd < 0:
+                raise OSError("timerfd_create failed")
+        self.tick_ns = interval_ns
+        self._arm_tick()
+        return self.tick_fd
+
+    def drain_coalesced(self):
+        """One coalesced wake-up (see coalesce): the streams about to end first, then the rest."""
+        cdef uint64_t expirations
+        read(self.tick_fd, &expirations, sizeof(expirations))  # clear the tick, if it was one
+        self._wake()
+        if self.watching_ends:
+            self._drain_set(self.ends_epfd)
+        self._drain_set(self.epfd)
+        self._arm_tick()
+
+    cdef void _arm_tick(self) noexcept:
+        cdef itimerspec spec
+        cdef int64_t due = fb_now_ns() + self.tick_ns
+        spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+        spec.it_value.tv_sec = due // 1000000000
+        spec.it_value.tv_nsec = due % 1000000000
+        timerfd_settime(self.tick_fd, TFD_TIMER_ABSTIME, &spec, NULL)
 
     def watch_ends(self, object expected_tokens):
         """With coalesced reads: keep apart the connections whose stream may end with its next
@@ -256,10 +291,12 @@ cdef class RunState:
         self.expected_tokens = expected_tokens
         self.watching_ends = True
 
-    cdef _drain_set(self, int epfd):
-        cdef int n, i
+    cdef void _wake(self) noexcept:
         self.wakeups += 1
         self.realtime_offset_ns = fb_realtime_offset_ns()
+
+    cdef _drain_set(self, int epfd):
+        cdef int n, i
         while True:
             n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
             for i in range(n):

@@ -95,13 +95,17 @@ cdef class RunState:
                                        # their next chunk, watched on every arrival (see watch_ends)
     cdef bint watching_ends            # coalescing with expected lengths: the split above is on
     cdef int64_t[::1] expected_tokens  # per row: the output tokens asked for (max_tokens); 0 unknown
-    cdef int64_t realtime_offset_ns    # CLOCK_REALTIME - CLOCK_MONOTONIC, read once per drain
+    cdef int64_t realtime_offset_ns    # CLOCK_REALTIME - CLOCK_MONOTONIC, read once per wake-up
+    cdef int tick_fd                   # coalesced reads: the timerfd that bounds a read's delay (owned), or -1
+    cdef int64_t tick_ns               # its interval
     cdef size_t hot_bytes              # a connection's bytes a read touches (prefetched, see _drain_set)
     cdef set conns                     # the connections registered in it (keeps their pointers valid)
     cdef epoll_event *ready            # epoll_wait's output array
     cdef _register(self, StreamConnection conn)
     cdef _unregister(self, StreamConnection conn)
+    cdef void _wake(self) noexcept
     cdef _drain_set(self, int epfd)
+    cdef void _arm_tick(self) noexcept
     cdef void _move(self, StreamConnection conn, bint to_ends) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run

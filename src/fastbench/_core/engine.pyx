@@ -17,8 +17,7 @@ def now_ns():
 
 
 cdef class ArrivalTimer:
-    """A CLOCK_MONOTONIC timerfd with nanosecond deadlines, for open-loop arrivals (and the
-    periodic drain of coalesced wake-ups).
+    """A CLOCK_MONOTONIC timerfd with nanosecond deadlines, for open-loop arrivals.
 
     uvloop's timers have millisecond resolution; a request due at t should leave at t, not up
     to a millisecond later. The event loop watches ``fileno()``; ``arm(t_ns)`` sets the
@@ -48,16 +47,6 @@ cdef class ArrivalTimer:
         spec.it_value.tv_sec = deadline_ns // 1000000000
         spec.it_value.tv_nsec = deadline_ns % 1000000000
         if timerfd_settime(self.fd, TFD_TIMER_ABSTIME, &spec, NULL) != 0:
-            raise OSError("timerfd_settime failed")
-
-    def arm_every(self, int64_t interval_ns):
-        """Fire every interval_ns from now on (the first time one interval from now)."""
-        cdef itimerspec spec
-        if interval_ns <= 0:
-            raise ValueError("interval must be positive")
-        spec.it_interval.tv_sec = spec.it_value.tv_sec = interval_ns // 1000000000
-        spec.it_interval.tv_nsec = spec.it_value.tv_nsec = interval_ns % 1000000000
-        if timerfd_settime(self.fd, 0, &spec, NULL) != 0:
             raise OSError("timerfd_settime failed")
 
     def clear(self):
