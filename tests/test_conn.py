@@ -6,7 +6,6 @@ import asyncio
 import random
 import select
 import ssl
-import time
 from typing import Any
 
 import numpy as np

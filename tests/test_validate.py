@@ -121,25 +121,26 @@ def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     assert report.skew.p50 is not None and report.skew.p50 < 0.5
 
 
-@pytest.mark.parametrize("watch_ends", [True, False])
-def test_coalesced_closed_loop_watches_streams_about_to_end(watch_ends: bool) -> None:
-    """Reads on a 4 ms timer: a stream's last chunk would wait ~2 ms on average for the next
-    tick before its slot's next request goes out. Given the expected lengths, the core watches
-    a stream about to end on every arrival instead, and the turnover stays sub-millisecond."""
+def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
+    """Reads on a 4 ms timer: a stream's last chunk waits for the next drain before its slot's
+    next request goes out. Given the expected lengths, the core watches a stream about to end on
+    every arrival instead, and the turnover stays well under a millisecond."""
     n, streams = 48, 8
-    plan = LoadPlan(bodies=[fv.request_body(8)] * n, warmup_bodies=[fv.request_body(1)] * streams,
-                    concurrency=streams, coalesce_s=0.004,
-                    expected_output_tokens=[8] * n if watch_ends else None)
-    with SyntheticServer(ttft_ms=10, itl_ms=10) as server:
-        data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
-    assert (data.rows[:, COL["error"]] == 0).all()
-    assert data.reads / data.extra["wakeups"] > 1.5  # still coalesced
-    slot = fv._pair_slot_to_send(data.rows, streams)
-    assert slot is not None and slot.p50 is not None
-    if watch_ends:
-        assert slot.p50 < 1.0
-    else:
-        assert slot.p50 > 1.0
+    slot_p50 = {}
+    for watch_ends in (True, False):
+        plan = LoadPlan(bodies=[fv.request_body(8)] * n, warmup_bodies=[fv.request_body(1)] * streams,
+                        concurrency=streams, coalesce_s=0.004,
+                        expected_output_tokens=[8] * n if watch_ends else None)
+        with SyntheticServer(ttft_ms=10, itl_ms=10) as server:
+            data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
+        assert (data.rows[:, COL["error"]] == 0).all()
+        assert data.reads / data.extra["wakeups"] > 1.5  # still coalesced
+        slot = fv._pair_slot_to_send(data.rows, streams)
+        assert slot is not None and slot.p50 is not None
+        slot_p50[watch_ends] = slot.p50
+    # Unwatched, the wait depends on where the drains fall between arrivals (0.8-2 ms here).
+    assert slot_p50[True] < 0.5
+    assert slot_p50[False] > 3 * slot_p50[True]
 
 
 def test_reference_client_measures() -> None:
