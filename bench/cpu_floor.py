@@ -8,21 +8,29 @@ fastbench's CPU per chunk that floor already is: both clients alternate against 
 server, pinned to different CPUs, with and without coalesced wake-ups, and with io_uring multishot
 receives where liburing is installed.
 
+It also prints what one wake-up costs by itself, in a C loop and on fastbench's coalesced path
+(uvloop calling the core on its timerfd, no sockets): with coalescing, most of the CPU that is
+left per chunk is wake-ups, and their price is set by the machine (on a VM, each costs a trip
+through the hypervisor).
+
 Usage (from the repository root)::
 
     .venv/bin/python bench/cpu_floor.py              # ~2 minutes
     .venv/bin/python bench/cpu_floor.py --reps 1 --seconds 3
+    .venv/bin/python bench/cpu_floor.py --tokens-per-chunk 1-4 --coalesce-ms 8
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +63,19 @@ def run_floor(exe: Path, port: int, streams: int, seconds: float, mode: str, coa
     return result
 
 
-def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: float,
+def request_seconds(tokens_per_chunk: str, output_len: int = 64, ttft_s: float = 0.05, itl_s: float = 0.02) -> float:
+    """How long one request streams: the first token, then the rest at the mean tokens per chunk."""
+    lo, _, hi = tokens_per_chunk.partition("-")
+    mean = (int(lo) + int(hi or lo)) / 2
+    return ttft_s + (output_len - 1) / mean * itl_s
+
+
+def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: float, tokens_per_chunk: str,
                   cpu: set[int] | None) -> dict[str, Any]:
-    # Requests of 64 chunks, ~1.3 s each at 20 ms: enough of them to fill `seconds` of window.
-    num_requests = streams * max(2, round(seconds / 1.33))
+    # Enough requests of 64 tokens to fill `seconds` of window.
+    num_requests = streams * max(2, round(seconds / request_seconds(tokens_per_chunk)))
     cmd = [sys.executable, "-m", "fastbench", "validate", "--base-url", base_url, "--concurrency", str(streams),
-           "--num-requests", str(num_requests), "--json", "-", "--quiet"]
+           "--num-requests", str(num_requests), "--tokens-per-chunk", tokens_per_chunk, "--json", "-", "--quiet"]
     if coalesce_ms:
         cmd += ["--coalesce-ms", str(coalesce_ms)]
     out = subprocess.run(cmd, capture_output=True, text=True,
@@ -73,14 +88,53 @@ def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: floa
             "verdict": doc["verdict"]}
 
 
+def wake_probe(seconds: float, period_us: int) -> dict[str, Any]:
+    """In this process: CPU per wake-up of fastbench's coalesced path with no connections, i.e.
+    uvloop calling RunState.drain_coalesced when the core's tick timerfd fires."""
+    import numpy as np
+    import uvloop
+
+    from fastbench._core import Recorder, RunState
+    from fastbench.metrics import new_histogram
+    from fastbench.records import NCOLS
+
+    async def probe() -> dict[str, Any]:
+        state = RunState(np.zeros((1, NCOLS), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))
+        fd = state.coalesce(period_us * 1000)
+        asyncio.get_running_loop().add_reader(fd, state.drain_coalesced)
+        cpu0, wakes0 = time.process_time(), state.counters["wakeups"]
+        await asyncio.sleep(seconds)
+        wakes = state.counters["wakeups"] - wakes0
+        return {"mode": "fastbench core on uvloop", "period_us": period_us, "wakeups": wakes,
+                "cpu_us_per_wakeup": 1e6 * (time.process_time() - cpu0) / max(wakes, 1)}
+
+    return uvloop.run(probe())
+
+
+def wake_costs(exe: Path, seconds: float, period_us: int, cpu: set[int] | None) -> list[dict[str, Any]]:
+    """CPU per wake-up by itself: floor_client's C loop, then fastbench's path, each pinned."""
+    pin = (lambda: os.sched_setaffinity(0, cpu)) if cpu else None
+    runs = []
+    for cmd in ([str(exe), "0", "0", str(seconds), "wake", str(period_us)],
+                [sys.executable, __file__, "--wake-probe", str(seconds), str(period_us)]):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, preexec_fn=pin)
+        runs.append(json.loads(out.stdout))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=int, default=256)
     p.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
     p.add_argument("--reps", type=int, default=3, help="alternations of all clients")
     p.add_argument("--coalesce-ms", type=float, default=1.0, help="the coalesced variant's window")
+    p.add_argument("--tokens-per-chunk", default="1", help="the server's tokens per chunk: N or A-B")
     p.add_argument("--json", help="write all runs here")
+    p.add_argument("--wake-probe", nargs=2, metavar=("SECONDS", "PERIOD_US"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
+    if ns.wake_probe:  # the child that wake_costs() runs pinned
+        print(json.dumps(wake_probe(float(ns.wake_probe[0]), int(ns.wake_probe[1]))))
+        return 0
 
     cpus = sorted(os.sched_getaffinity(0))
     client_cpu, server_cpu = ({cpus[0]}, {cpus[-1]}) if len(cpus) >= 2 else (None, None)
@@ -91,13 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         if has_uring:
             clients += [("floor uring", 0), ("floor uring", coalesce_us)]
         runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in clients}
-        with SyntheticServer(ttft_ms=50, itl_ms=20) as server:
+        with SyntheticServer(ttft_ms=50, itl_ms=20, tokens_per_chunk=ns.tokens_per_chunk) as server:
             if server_cpu:
                 os.sched_setaffinity(server.pid, server_cpu)
             for rep in range(ns.reps):
                 for name, co in clients if rep % 2 == 0 else reversed(clients):
                     if name == "fastbench":
-                        r = run_fastbench(server.base_url, ns.streams, ns.seconds, co / 1000, client_cpu)
+                        r = run_fastbench(server.base_url, ns.streams, ns.seconds, co / 1000, ns.tokens_per_chunk,
+                                          client_cpu)
                     else:
                         r = run_floor(exe, server.port, ns.streams, ns.seconds, name.split()[1], co, client_cpu)
                     runs[(name, co)].append(r)
@@ -105,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r['cpu_us_per_chunk']:.2f} us/chunk, {r['reads_per_wakeup']:.1f} reads/wake-up, "
                           f"{r['chunks_per_s']:,.0f} chunks/s", flush=True)
 
-    print(f"\nCPU per chunk, {ns.streams} streams, 20 ms between chunks (median of {ns.reps}; "
-          f"client on CPU {sorted(client_cpu or [])}, server on {sorted(server_cpu or [])}):\n")
+        wakes = wake_costs(exe, min(ns.seconds, 3.0), 1000, client_cpu)
+
+    print(f"\nCPU per chunk, {ns.streams} streams, 20 ms between chunks, {ns.tokens_per_chunk} tokens per chunk "
+          f"(median of {ns.reps}; client on CPU {sorted(client_cpu or [])}, server on {sorted(server_cpu or [])}):\n")
     print("| client | coalesce | CPU us/chunk (median, min-max) | reads per wake-up | vs floor epoll |")
     print("|---|---|---|---|---|")
     medians = {c: statistics.median(r["cpu_us_per_chunk"] for r in rs) for c, rs in runs.items()}
@@ -116,9 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         ratio = medians[(name, co)] / medians[("floor epoll", co)]
         print(f"| {name} | {co / 1000:.1f} ms | {medians[(name, co)]:.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | "
               f"{wake:.1f} | {ratio:.2f}x |")
+    print("\nCPU per wake-up by itself (a timerfd every 1 ms, nothing to read):\n")
+    for w, who in zip(wakes, ("a C epoll loop (floor_client)", "fastbench's coalesced path (uvloop -> core)")):
+        print(f"- {who}: {w['cpu_us_per_wakeup']:.1f} us ({w['wakeups']} wake-ups)")
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({f"{n} coalesce_us={c}": rs for (n, c), rs in runs.items()}, f, indent=1)
+            doc: dict[str, Any] = {f"{n} coalesce_us={c}": rs for (n, c), rs in runs.items()}
+            doc["wake_cost"] = wakes
+            json.dump(doc, f, indent=1)
     return 0
 
 

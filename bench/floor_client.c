@@ -7,8 +7,11 @@
  * kernel's receive path plus a wake-up share: the floor any client on this machine pays.
  *
  *   floor_client PORT STREAMS SECONDS MODE [COALESCE_US] [OUTPUT_LEN]
+ *   floor_client 0 0 SECONDS wake PERIOD_US
  *   MODE: epoll (epoll_wait + one recvmsg per ready socket)
  *         uring (io_uring multishot recvmsg into a provided-buffer ring; built only with liburing)
+ *         wake (no streams: sleep in epoll_wait on a timerfd that fires every PERIOD_US, and
+ *               report the CPU one wake-up costs by itself)
  *   COALESCE_US: sleep this long before each wait, so one wake-up finds more sockets ready
  *
  * Prints one JSON line: chunks/s, reads, wake-ups, CPU (user + system) per chunk over the window
@@ -19,12 +22,14 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef FLOOR_URING
@@ -215,15 +220,41 @@ static void run_uring(stream_t *st, int n, double until, int coalesce_us) {
 }
 #endif
 
+/* The CPU cost of one wake-up by itself: a timerfd every period_us, nothing else to do. */
+static int run_wake(double seconds, int period_us) {
+    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK), ep = epoll_create1(0);
+    struct itimerspec every = {{period_us / 1000000, (long)(period_us % 1000000) * 1000},
+                               {period_us / 1000000, (long)(period_us % 1000000) * 1000}};
+    struct epoll_event ev = {.events = EPOLLIN}, out;
+    if (tfd < 0 || ep < 0 || period_us <= 0 || epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev) != 0 ||
+        timerfd_settime(tfd, 0, &every, NULL) != 0) {
+        perror("wake");
+        return 2;
+    }
+    double until = mono_s() + seconds, t0 = mono_s(), cpu0 = cpu_s();
+    long n = 0;
+    while (mono_s() < until) {
+        if (epoll_wait(ep, &out, 1, -1) == 1) {
+            uint64_t expirations;
+            if (read(tfd, &expirations, sizeof expirations) == sizeof expirations) n++;
+        }
+    }
+    double cpu = cpu_s() - cpu0;
+    printf("{\"mode\": \"wake\", \"period_us\": %d, \"seconds\": %.3f, \"wakeups\": %ld, "
+           "\"cpu_us_per_wakeup\": %.2f}\n", period_us, mono_s() - t0, n, n ? 1e6 * cpu / (double)n : 0.0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: floor_client PORT STREAMS SECONDS epoll|uring [COALESCE_US] [OUTPUT_LEN]\n");
+        fprintf(stderr, "usage: floor_client PORT STREAMS SECONDS epoll|uring|wake [COALESCE_US] [OUTPUT_LEN]\n");
         return 2;
     }
     int port = atoi(argv[1]), n = atoi(argv[2]);
     double seconds = atof(argv[3]);
     const char *mode = argv[4];
     int coalesce_us = argc > 5 ? atoi(argv[5]) : 0, output_len = argc > 6 ? atoi(argv[6]) : 64;
+    if (strcmp(mode, "wake") == 0) return run_wake(seconds, coalesce_us);
     char body[512];
     int body_len = snprintf(body, sizeof body,
                             "{\"model\":\"fastbench-synthetic\",\"prompt\":\"hi\",\"max_tokens\":%d,"

@@ -31,3 +31,17 @@ def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coale
     assert r["cpu_us_per_chunk"] > 0
     if coalesce_us:
         assert r["reads_per_wakeup"] > 1.5  # 2 ms windows gather reads from the 4 streams
+
+
+def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
+    """Both probes wake on a 2 ms timerfd for 0.2 s: ~100 wake-ups each, each with some CPU."""
+    exe, _ = cpu_floor.build_floor_client(tmp_path)
+    c_loop, core = cpu_floor.wake_costs(exe, 0.2, 2000, None)
+    for w in (c_loop, core):
+        assert 80 <= w["wakeups"] <= 101
+        assert 0 < w["cpu_us_per_wakeup"] < 10_000
+
+
+def test_request_seconds_follow_tokens_per_chunk() -> None:
+    assert cpu_floor.request_seconds("1") == pytest.approx(0.05 + 63 * 0.02)
+    assert cpu_floor.request_seconds("1-4") == pytest.approx(0.05 + 63 / 2.5 * 0.02)
