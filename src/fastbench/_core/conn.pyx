@@ -266,10 +266,10 @@ cdef class RunState:
         cdef uint64_t expirations
         read(self.tick_fd, &expirations, sizeof(expirations))  # clear the tick, if it was one
         self._wake()
+        self._arm_tick()  # first: a read that raises must not leave the sockets without a tick
         if self.watching_ends:
             self._drain_set(self.ends_epfd)
         self._drain_set(self.epfd)
-        self._arm_tick()
 
     cdef void _arm_tick(self) noexcept:
         cdef itimerspec spec
