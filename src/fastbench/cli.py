@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-error-rate", type=float, default=None,
                    help="stop early once failed/finished exceeds this fraction (after 20 requests)")
     g.add_argument("--coalesce-ms", type=float, default=0.0,
-                   help="read the sockets every this many ms instead of on every arrival (streams about to "
+                   help="read the sockets at least every this many ms instead of on every arrival (streams about to "
                    "end are still watched on every arrival): less client CPU per chunk at many streams; "
                    "kernel stamps keep arrival times; keep it under half the chunk gap (default 0: off)")
     g = p.add_argument_group("requests")

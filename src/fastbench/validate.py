@@ -286,7 +286,7 @@ async def avalidate(
     :param base_url: use an already running synthetic server started with the same schedule,
         instead of starting one.
     :param pin: pin the server and the client to different CPUs (Linux).
-    :param coalesce_ms: drain the client's sockets every this many ms instead of on every arrival,
+    :param coalesce_ms: drain the client's sockets at least every this many ms, not on every arrival,
         so that one wake-up reads many sockets (kernel stamps keep arrival times; a stream about
         to end is watched on every arrival; chunks of one stream closer than this share a read).
     """
@@ -673,7 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--itl-ms", type=float, default=20.0, help="server: time between chunks")
     p.add_argument("--ttft-ms", type=float, default=50.0, help="server: time to first token")
     p.add_argument("--coalesce-ms", type=float, default=0.0,
-                   help="client: drain the sockets every this many ms instead of on every arrival (fewer "
+                   help="client: drain the sockets at least every this many ms, not on every arrival (fewer "
                    "wake-ups per chunk; kernel stamps keep arrival times; streams about to end are still "
                    "watched on every arrival; keep it under half the chunk gap, or chunks of one stream "
                    "share a read)")
