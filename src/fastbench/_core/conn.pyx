@@ -250,7 +250,8 @@ cdef class RunState:
         watch_ends). Every such wake-up drains every ready connection and moves the next tick to
         ``interval_ns`` from then: the sockets are read at least every interval, and a wake-up
         for a stream's end serves all the others too, so it replaces a tick instead of adding
-        to them (a wake-up costs ~30-45 us of CPU on the 2-vCPU VM this was measured on)."""
+        to them (a wake-up costs ~30-35 us of CPU on the 2-vCPU VM of bench/RESULTS.md;
+        bench/cpu_floor.py measures it)."""
         if interval_ns <= 0:
             raise ValueError("interval must be positive")
         if self.tick_fd < 0:
