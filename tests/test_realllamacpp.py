@@ -129,6 +129,9 @@ def test_real_llamacpp_with_ngram_speculation(real_llamacpp: tuple[Path, Path], 
         assert needle in text, needle
 
     # no orphan, the port free
+    teardown = server["teardown"]  # written into the result after the teardown
+    print(f"teardown: {server['load']['Teardown']}")
+    assert teardown["how"] == "SIGTERM" and teardown["port_free"] and teardown["processes_left"] == []
     deadline = time.monotonic() + 10
     while group_members(prov["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -107,7 +107,11 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
                    "KV cache", "Full run command", "vllm serve", "fastbench --launch vllm"):
         assert needle in text, needle
 
-    # no orphan (vLLM's engine core is a child process in the same group), the port free
+    # no orphan (vLLM's engine core is a child process in the same group), the port free, and the
+    # result says so: it was written after the teardown
+    teardown = server["teardown"]
+    print(f"teardown: {server['load']['Teardown']}")
+    assert teardown["how"] == "SIGTERM" and teardown["port_free"] and teardown["processes_left"] == []
     deadline = time.monotonic() + 10
     while group_members(prov["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -168,7 +168,10 @@ def test_launched_server_sections_are_documented() -> None:
         spec_decode_stats={"server_log": specdecode.spec_log_summary([spec_line])},
         server_warnings=["WARNING: something"],
     )
-    assert {"engine", "launch_command", "load", "variant", "card_config"} <= info.keys()
+    vllm.teardown = {"how": "SIGTERM", "seconds": 1.5, "exit": "exited with status 0", "port_free": True,
+                     "processes_left": []}
+    server.add_teardown(info, vllm)
+    assert {"engine", "launch_command", "load", "variant", "card_config", "teardown"} <= info.keys()
     assert len(info["footprint"]) == 5 and info["memory_series"]["series"]["gpus"]
     fastbench_part = {"server": info, "config": report.config_to_dict(config)}
     assert undocumented(fastbench_part, ("fastbench",)) == []

@@ -25,6 +25,7 @@ from fastbench.server import (
     ExternalServer,
     ServerLaunchError,
     VLLMServer,
+    add_teardown,
     group_members,
     make_server,
     parse_vllm_footprint,
@@ -109,6 +110,13 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
     assert prov["engine_version"].startswith("fastbench-synthetic")
     assert prov["argv"][1:3] == ["serve", "fake/model"] and "--speculative-config" in prov["argv"]
     assert_gone(prov["pid"], port)
+    # the teardown, recorded before the result was written
+    teardown = server["teardown"]
+    assert teardown["how"] == "SIGTERM" and teardown["exit"] is not None
+    assert teardown["port_free"] is True and teardown["processes_left"] == []
+    assert 0 <= teardown["seconds"] < 3  # well inside the default 20 s grace
+    assert server["load"]["Teardown"].startswith("SIGTERM; ") and server["load"]["Teardown"].endswith("port free")
+    assert not any(n.startswith("Teardown") for n in server["notes"])  # a clean one is no news
 
     # acceptance figures: the window's counter deltas, as vLLM defines them
     stats = server["spec_decode_stats"]
@@ -145,7 +153,8 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
     assert server["server_metrics"]["gauges"]["running"]["max"] >= 1
 
     text = card.read_text()
-    for needle in ("Load", "ready in", "Speculative decoding", "Mean acceptance length", "Draft acceptance rate",
+    for needle in ("Load", "ready in", "Teardown", "Speculative decoding", "Mean acceptance length",
+                   "Draft acceptance rate",
                    "Per-position acceptance", "Server log cross-check", "Client tokens per chunk",
                    "Tokens per engine step",
                    "Server metrics", "Memory", "Model weights", "KV cache", "CUDA graphs", "Footprint vs reservation",
@@ -214,6 +223,14 @@ def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_pa
     assert 1.0 <= time.monotonic() - t0 < 8
     assert server.exit_status == -signal.SIGKILL
     assert server.port_free_after_stop is True
+    assert server.teardown is not None
+    assert server.teardown["how"] == "SIGKILL, 1 s after SIGTERM"
+    assert server.teardown["exit"] == f"was killed by signal {signal.SIGKILL}"
+    assert 1.0 <= server.teardown["seconds"] < 8
+    info: dict[str, object] = {}
+    add_teardown(info, server)
+    assert info["teardown"] is server.teardown
+    assert info["notes"] == [f"Teardown: {info['load']['Teardown']}"]  # a SIGKILL is news
     assert "SIGKILL" in server.log_text()
     assert server.pgid is not None
     assert_gone(server.pgid, port)

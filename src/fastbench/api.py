@@ -177,6 +177,9 @@ async def _run_against(
         server_info.update(monitor.server_info())
         if memory is not None:  # stopped here, before teardown: the series covers launch to window end
             server_info.update(server.memory_info(memory.stop(), watched))
+        if isinstance(watched, server.LaunchedServer):
+            watched.stop()  # here, not only in arun's finally: the result says how the teardown went
+            server.add_teardown(server_info, watched)
         if synthetic is not None:
             server_info["synthetic_stats"] = synthetic.stats()
     workload_info = {

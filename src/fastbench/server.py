@@ -267,6 +267,7 @@ class LaunchedServer:
         self.image_id: str | None = None
         self.exit_status: int | None = None
         self.port_free_after_stop: bool | None = None
+        self.teardown: dict[str, Any] | None = None  # how stop() went (see stop)
         self.stopped = False
         self.window: tuple[int, int | None] | None = None
         self._log: IO[bytes] | None = None
@@ -546,18 +547,25 @@ class LaunchedServer:
 
     def stop(self) -> None:
         """SIGTERM to the process group (``docker stop`` for a container), SIGKILL after the grace
-        period, then wait (briefly) for the port to be free. Safe to call more than once."""
+        period, then wait (briefly) for the port to be free. Safe to call more than once.
+
+        Records ``teardown``: ``how`` (what it took), ``seconds``, ``exit`` (how the process
+        ended, None if it did not), ``port_free`` and ``processes_left`` (pids of the group)."""
         if self.stopped or self.process is None:
             self.stopped = True
             return
         self.stopped = True
+        t0 = time.monotonic()
         grace = self.launch.stop_grace_s
+        how = "nothing: it had exited already"
         if self.container is not None:
             self._docker_stop(grace)
+            how = "docker stop"
         pgid = self.pgid
         assert pgid is not None
         self.process.poll()
         if group_members(pgid):
+            how = "SIGTERM"
             self._note("stopping: SIGTERM to the process group")
             _signal_group(pgid, signal.SIGTERM)
             deadline = time.monotonic() + grace
@@ -568,6 +576,7 @@ class LaunchedServer:
                 time.sleep(0.05)
             else:
                 self._note(f"still running {grace:g} s after SIGTERM: SIGKILL")
+                how = f"SIGKILL, {grace:g} s after SIGTERM"
                 _signal_group(pgid, signal.SIGKILL)
                 deadline = time.monotonic() + 5
                 while group_members(pgid) and time.monotonic() < deadline:
@@ -585,6 +594,8 @@ class LaunchedServer:
         if left:
             problems.append(f"processes {left} of its group still running")
         self._note("stopped" + (": " + "; ".join(problems) if problems else ""))
+        self.teardown = {"how": how, "seconds": round(time.monotonic() - t0, 2), "exit": self._exit_how(),
+                         "port_free": self.port_free_after_stop, "processes_left": left}
         if problems:
             warnings.warn(f"{self.engine_name} teardown: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
         if self._log is not None:
@@ -969,6 +980,23 @@ class WindowMonitor:
             info["spec_decode_stats"] = {"server_log": spec_log}
         info["notes"] = notes
         return info
+
+
+def add_teardown(info: dict[str, Any], launched: LaunchedServer) -> None:
+    """Into Result.server_info, after ``launched.stop()``: the teardown record, a row of the card's
+    Load section, and a note when the server did not go quietly (SIGKILL, port or processes left)."""
+    t = launched.teardown
+    if t is None:
+        return
+    problems = [] if t["port_free"] else [f"port {launched.port} still in use"]
+    if t["processes_left"]:
+        problems.append(f"processes {t['processes_left']} of its group still running")
+    text = f"{t['how']}; {t['exit'] or 'had not exited'} after {t['seconds']:.1f} s; "
+    text += "; ".join(problems) if problems else "port free"
+    info["teardown"] = t
+    info.setdefault("load", {})["Teardown"] = text
+    if problems or t["how"].startswith("SIGKILL"):
+        info.setdefault("notes", []).append(f"Teardown: {text}")
 
 
 def annotate(result: Any) -> None:
