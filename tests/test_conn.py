@@ -22,8 +22,10 @@ from _scripted import (
     sse,
     stream_script,
 )
-from fastbench._core import COLUMN_ORDER, ArrivalTimer, now_ns
+from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_ns
+from fastbench.exceptions import ConfigError
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
+from fastbench.metrics import new_histogram
 from fastbench.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
@@ -96,6 +98,27 @@ def test_user_timestamps_when_kernel_ones_are_off(loop_factory: Any) -> None:
     assert data.kernel_stamped_reads == 0
     assert data.timestamp_source == TimestampSource.USER
     assert col(data, "error")[0] == 0
+
+
+def test_a_negative_coalescing_window_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--coalesce-ms must be >= 0, got -1"):
+        LoadGenerator(Target.parse("http://127.0.0.1:1", "/v1/completions"),
+                      LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1, coalesce_s=-0.001))
+
+
+def test_coalesced_wake_ups_share_one_fd() -> None:
+    """The tick lives in the ends set: the loop watches one fd, so a tick and a stream's end that
+    are due together make one wake-up. With nothing to read, each tick is one drain."""
+    async def ticks() -> tuple[int, int]:
+        state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64),
+                         *(Recorder(new_histogram()) for _ in range(3)))
+        fd = state.coalesce(2_000_000)
+        asyncio.get_running_loop().add_reader(fd, state.drain_coalesced)
+        await asyncio.sleep(0.1)
+        asyncio.get_running_loop().remove_reader(fd)
+        return fd, state.counters["wakeups"]
+    fd, wakeups = uvloop.run(ticks())
+    assert fd >= 0 and 40 <= wakeups <= 51  # 2 ms ticks for 0.1 s, re-armed from each wake-up
 
 
 def test_arrival_timer_deadline() -> None:

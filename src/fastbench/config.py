@@ -86,7 +86,7 @@ class BenchConfig:
     seed: int = 0
     request_timeout_s: float | None = None
     max_error_rate: float | None = None  # stop early when failed / finished exceeds this (after 20 requests)
-    coalesce_ms: float = 0.0  # read the sockets on a timer this often instead of on every arrival
+    coalesce_ms: float = 0.0  # read the sockets at least this often instead of on every arrival
     # requests
     max_tokens: int | None = None  # overrides the dataset's output length when set
     ignore_eos: bool = False

@@ -98,6 +98,8 @@ class LoadGenerator:
     def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None) -> None:
         if plan.concurrency < 1:
             raise ConfigError("--concurrency must be at least 1")
+        if not plan.coalesce_s >= 0:
+            raise ConfigError(f"--coalesce-ms must be >= 0, got {plan.coalesce_s * 1e3:g}")
         self.target = target
         self.plan = plan
         self._idle: list[StreamConnection] = []
@@ -435,20 +437,19 @@ class LoadGenerator:
         gc.collect()
         gc.freeze()
         gc.disable()
-        # Without coalescing the loop calls the core directly: no Python frame per wake-up.
-        tick_fd = None
-        if plan.coalesce_s:
-            # Coalescing: nothing watches the sockets; a timerfd drains all of them at least every
-            # coalesce_s, so one wake-up serves every chunk that arrived in the window.
-            tick_fd = self.state.coalesce(int(plan.coalesce_s * 1e9))
-            loop.add_reader(tick_fd, self.state.drain_coalesced)
-            if plan.expected_output_tokens is not None:
-                self.state.watch_ends(np.asarray(plan.expected_output_tokens, dtype=np.int64))
-                loop.add_reader(self.state.ends_fileno(), self.state.drain_coalesced)
-        else:
-            loop.add_reader(self.state.fileno(), self.state.drain)
+        wake_fd = self.state.fileno()
         watchdog = loop.create_task(self._watchdog())
         try:
+            # The loop calls the core directly: no Python frame per wake-up.
+            if plan.coalesce_s:
+                # Coalescing: the sockets are drained at least every coalesce_s, and at once when a
+                # stream that may be ending gets a chunk; one wake-up serves every ready socket.
+                if plan.expected_output_tokens is not None:
+                    self.state.watch_ends(np.asarray(plan.expected_output_tokens, dtype=np.int64))
+                wake_fd = self.state.coalesce(max(1, round(plan.coalesce_s * 1e9)))
+                loop.add_reader(wake_fd, self.state.drain_coalesced)
+            else:
+                loop.add_reader(wake_fd, self.state.drain)
             if plan.warmup_bodies and not (plan.stop_event and plan.stop_event.is_set()):
                 await self._run_warmups()
             # The window's counters start after the warm-ups.
@@ -480,10 +481,7 @@ class LoadGenerator:
             cpu_ns = time.process_time_ns() - cpu0
         finally:
             watchdog.cancel()
-            loop.remove_reader(self.state.fileno())
-            loop.remove_reader(self.state.ends_fileno())
-            if tick_fd is not None:
-                loop.remove_reader(tick_fd)
+            loop.remove_reader(wake_fd)
             for conn in self._idle:
                 conn.close()
             self._idle.clear()

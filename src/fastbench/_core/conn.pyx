@@ -240,27 +240,30 @@ cdef class RunState:
         self._wake()
         self._drain_set(self.epfd)
 
-    def ends_fileno(self):
-        """The set of connections whose stream may end with their next chunk (see watch_ends)."""
-        return self.ends_epfd
-
     def coalesce(self, int64_t interval_ns):
-        """Coalesced reads: nothing watches the connections themselves. Returns a timerfd; the
-        event loop calls drain_coalesced() when it is readable, and when ends_fileno() is (see
-        watch_ends). Every such wake-up drains every ready connection and moves the next tick to
+        """Coalesced reads: nothing watches the connections themselves. Returns the one fd the
+        event loop watches instead, calling drain_coalesced() when it is readable: the "ends set"
+        of streams that may end with their next chunk (see watch_ends), which also holds a
+        timerfd, the tick. Every wake-up drains every ready connection and moves the tick to
         ``interval_ns`` from then: the sockets are read at least every interval, and a wake-up
         for a stream's end serves all the others too, so it replaces a tick instead of adding
-        to them (a wake-up costs ~30-35 us of CPU on the 2-vCPU VM of bench/RESULTS.md;
-        bench/cpu_floor.py measures it)."""
+        to one (a wake-up costs ~30-35 us of CPU on the 2-vCPU VM of bench/RESULTS.md;
+        bench/cpu_floor.py measures it). One fd, so a tick and an end due together are one
+        wake-up, not two callbacks."""
+        cdef epoll_event ev
         if interval_ns <= 0:
             raise ValueError("interval must be positive")
         if self.tick_fd < 0:
             self.tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
             if self.tick_fd < 0:
                 raise OSError("timerfd_create failed")
+            ev.events = EPOLLIN
+            ev.data.ptr = NULL  # not a connection: _drain_set passes over it
+            if epoll_ctl(self.ends_epfd, EPOLL_CTL_ADD, self.tick_fd, &ev) != 0:
+                raise OSError("epoll_ctl(ADD) failed")
         self.tick_ns = interval_ns
         self._arm_tick()
-        return self.tick_fd
+        return self.ends_epfd
 
     def drain_coalesced(self):
         """One coalesced wake-up (see coalesce): the streams about to end first, then the rest."""
@@ -268,8 +271,7 @@ cdef class RunState:
         read(self.tick_fd, &expirations, sizeof(expirations))  # clear the tick, if it was one
         self._wake()
         self._arm_tick()  # first: a read that raises must not leave the sockets without a tick
-        if self.watching_ends:
-            self._drain_set(self.ends_epfd)
+        self._drain_set(self.ends_epfd)
         self._drain_set(self.epfd)
 
     cdef void _arm_tick(self) noexcept:
@@ -282,8 +284,8 @@ cdef class RunState:
 
     def watch_ends(self, object expected_tokens):
         """With coalesced reads: keep apart the connections whose stream may end with its next
-        chunk, so that the loop can watch them on every arrival and a closed loop's next request
-        goes out at once, while the rest are read on the coalescing timer.
+        chunk, in the set coalesce() returns, so that the loop wakes on their every arrival and a
+        closed loop's next request goes out at once, while the rest are read on the tick.
 
         ``expected_tokens``: per row, the output tokens the request asked for (an int64 array;
         0 where unknown). A stream is "ending" once its usage says that at most one more chunk
@@ -303,7 +305,8 @@ cdef class RunState:
             for i in range(n):
                 if i + 1 < n:
                     fb_prefetch(self.ready[i + 1].data.ptr, self.hot_bytes)
-                (<StreamConnection>self.ready[i].data.ptr)._read_ready()
+                if self.ready[i].data.ptr != NULL:  # NULL: the coalescing tick (see coalesce)
+                    (<StreamConnection>self.ready[i].data.ptr)._read_ready()
             if n < READY_EVENTS:
                 return
 

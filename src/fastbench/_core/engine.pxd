@@ -92,7 +92,7 @@ cdef class RunState:
     cdef public bint stopping          # no new requests (time cap, stop, error rate)
     cdef int epfd                      # inner epoll set of all the run's connections (see drain)
     cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
-                                       # their next chunk, watched on every arrival (see watch_ends)
+                                       # their next chunk, and the tick (see coalesce, watch_ends)
     cdef bint watching_ends            # coalescing with expected lengths: the split above is on
     cdef int64_t[::1] expected_tokens  # per row: the output tokens asked for (max_tokens); 0 unknown
     cdef int64_t realtime_offset_ns    # CLOCK_REALTIME - CLOCK_MONOTONIC, read once per wake-up
