@@ -301,8 +301,11 @@ def test_docker_launch_records_the_digest_and_stops_the_container(
     out = tmp_path / "r.json"
     api.run(BenchConfig(launch=launch, num_prompts=8, concurrency=2, random_input_len=8,
                         random_output_len=8, result_json=str(out), result_card=str(tmp_path / "c.md")))
-    prov = orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]
+    server_part = orjson.loads(out.read_bytes())["fastbench"]["server"]
+    prov = server_part["provenance"]
     assert prov["launcher"] == "docker" and prov["image_digest"] == FAKE_DIGEST
+    # docker stop ended the container (and with it the foreground docker run): no signal was needed
+    assert server_part["teardown"]["how"] == "docker stop" and server_part["teardown"]["port_free"]
     assert prov["image_id"] == "sha256:" + "cd" * 32
     argv = orjson.loads((state / "argv").read_bytes())
     assert argv[:6] == ["run", "--name", prov["container"], "--gpus", "all", "--ipc=host"]
