@@ -87,6 +87,16 @@ def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> Non
     assert d["skew"].median < 0.5
     assert d["ttft"].median == pytest.approx(50, abs=3)
     assert d["itl"].median == pytest.approx(20, abs=1.5)
+    coalesced = [n for n in result.notes if n.startswith("reads coalesced")]
+    assert len(coalesced) == 1 and "at least every 5 ms" in coalesced[0]
+    assert "over half" not in coalesced[0]  # 5 ms against 20 ms between chunks
+
+
+def test_a_coalescing_window_too_wide_for_the_chunk_gap_is_noted(spec_server: SyntheticServer) -> None:
+    result = bench(spec_server, num_prompts=4, concurrency=4, coalesce_ms=12.0)
+    assert result.counts.completed == 4
+    (note,) = [n for n in result.notes if n.startswith("reads coalesced")]
+    assert "over half the median chunk gap (20." in note and "use a smaller window" in note
 
 
 def test_arun_inside_a_plain_asyncio_loop(spec_server: SyntheticServer) -> None:

@@ -721,6 +721,15 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int) 
             f"{100 * ts.multi_event_read_ratio:.1f}% of reads carried more than one event "
             f"({ts.events_per_read:.2f} output events per read; events of one read share its timestamp)"
         )
+    if cfg.coalesce_ms:
+        text = (f"reads coalesced (--coalesce-ms {cfg.coalesce_ms:g}): each socket drained at least every "
+                f"{cfg.coalesce_ms:g} ms, a stream about to end on every arrival; times from kernel stamps")
+        gap = d["itl"].median
+        if gap is not None and 2 * cfg.coalesce_ms > gap:
+            text += (f"; the window is over half the median chunk gap ({_fmt_ms(gap)} ms): chunks of one "
+                     "stream can share a read and its stamp, and a server that leaves Nagle on waits for "
+                     "the read's ACK: use a smaller window or none")
+        notes.append(text)
     prefill = d.get("prefill_rate")
     if prefill is not None and prefill.count:
         notes.append(
