@@ -813,6 +813,12 @@ static const unsigned char *jnum(const unsigned char *p, const unsigned char *e,
     return p;
 }
 
+/* The literal word at p (true, false, null): past it, or NULL. */
+static const unsigned char *jlit(const unsigned char *p, const unsigned char *e, const char *word) {
+    size_t n = strlen(word);
+    return (size_t)(e - p) >= n && memcmp(p, word, n) == 0 ? p + n : NULL;
+}
+
 static const unsigned char *jval(const unsigned char *p, const unsigned char *e, int depth, jv *v) {
     p = jws(p, e);
     if (p >= e) return NULL;
@@ -857,18 +863,15 @@ static const unsigned char *jval(const unsigned char *p, const unsigned char *e,
         break;
     case 't':
         v->t = JT_TRUE;
-        if (e - p < 4 || memcmp(p, "true", 4)) return NULL;
-        p += 4;
+        if (!(p = jlit(p, e, "true"))) return NULL;
         break;
     case 'f':
         v->t = JT_FALSE;
-        if (e - p < 5 || memcmp(p, "false", 5)) return NULL;
-        p += 5;
+        if (!(p = jlit(p, e, "false"))) return NULL;
         break;
     case 'n':
         v->t = JT_NULL;
-        if (e - p < 4 || memcmp(p, "null", 4)) return NULL;
-        p += 4;
+        if (!(p = jlit(p, e, "null"))) return NULL;
         break;
     default:
         v->t = JT_NUM;

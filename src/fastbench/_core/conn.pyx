@@ -123,6 +123,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     r.ev[r.n_ev].ts = c.read_ts
     r.ev[r.n_ev].tokens = tokens if info.completion_tokens >= 0 else -1
     r.ev[r.n_ev].sent = info.sent_ns
+    if r.ev[r.n_ev].tokens > r.max_chunk_tokens:
+        r.max_chunk_tokens = r.ev[r.n_ev].tokens
     r.n_ev += 1
     if info.completion_tokens >= 0:
         r.usage_chunks += 1
@@ -414,7 +416,6 @@ cdef class StreamConnection:
         self.closed = False
         self.requests_served = 0
         self.in_ends_set = False
-        self.max_chunk_tokens = 0
         # Where the state a read touches ends: the object's own fields, then c up to the HTTP
         # line buffer (engine.pxd orders both so).
         run.hot_bytes = <size_t>(<char *>&self.c.http.line - <char *><void *>self)
@@ -468,7 +469,7 @@ cdef class StreamConnection:
         self.c.read_output_events = 0
         self.c.read_ts = 0
         self.c.out_len = 0
-        self.max_chunk_tokens = 0
+        r.max_chunk_tokens = 0
         self.expected_tokens = 0
         if self.run.watching_ends and 0 <= row < self.run.expected_tokens.shape[0]:
             self.expected_tokens = self.run.expected_tokens[row]
@@ -580,18 +581,13 @@ cdef class StreamConnection:
         stream, move the connection to the run's ends set, watched on every arrival."""
         cdef fb_req_t *r = &self.c.req
         cdef int64_t expected, left
-        cdef int32_t k
         if self.in_ends_set or not self.busy or self.closed or not r.usage_seen:
             return
         expected = self.expected_tokens
         if expected <= 0:
             return
-        if r.n_ev > 0:
-            k = r.ev[r.n_ev - 1].tokens
-            if k > self.max_chunk_tokens:
-                self.max_chunk_tokens = k
         left = expected - r.completion_tokens
-        if left <= (self.max_chunk_tokens if self.max_chunk_tokens > 1 else 1):
+        if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
             self.run._move(self, True)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
@@ -722,15 +718,11 @@ cdef class StreamConnection:
     cdef void _write_row(self, int64_t row, int status, int usage) noexcept:
         cdef fb_req_t *r = &self.c.req
         cdef int64_t[:, ::1] rows = self.run.rows
-        cdef int64_t output_tokens, max_tokens = 0
-        cdef size_t i
+        cdef int64_t output_tokens, max_tokens = r.max_chunk_tokens
         if usage == U_NONE or usage == U_INCONSISTENT:
             output_tokens = r.n_ev
         else:
             output_tokens = r.completion_tokens
-        for i in range(r.n_ev):
-            if r.ev[i].tokens > max_tokens:
-                max_tokens = r.ev[i].tokens
         if usage != U_PER_CHUNK and r.n_ev:
             max_tokens = 1
         rows[row, C_INDEX] = row

@@ -39,6 +39,7 @@ ctypedef struct fb_req_t:
     int finish_seen              # a non-null finish_reason arrived
     int error                    # ErrorClass value
     const char *why              # static text explaining error, or NULL
+    int32_t max_chunk_tokens     # most tokens one output event carried per usage so far (0: none known)
     size_t n_ev                  # output events recorded in ev
     size_t cap_ev                # its capacity (owned, reused across requests)
     fb_event_t *ev               # one entry per output event, in arrival order
@@ -135,7 +136,6 @@ cdef class StreamConnection:
     cdef public int requests_served
     cdef bint reused                   # the request in flight went out on a connection that had served before
     cdef bint in_ends_set              # registered in the run's ends_epfd, not its epfd
-    cdef int32_t max_chunk_tokens      # most tokens one chunk of the request in flight carried so far
     cdef int64_t expected_tokens       # output tokens it asked for, when the run watches ends; else 0
     cdef fb_conn_t c                   # all C state (last: the object's own fields stay together)
     cdef void _watch_if_ending(self) noexcept
