@@ -357,30 +357,41 @@ def test_schedule_timing(timing_srv: SyntheticServer) -> None:
             c.close()
         return list(rs)
 
-    timing_srv.reset_stats()
-    ttft, itl, sched_err, skew = [], [], [], []
-    for r in run(go()):
-        toks = token_chunks(r)
-        assert len(toks) == n
-        recv = [t for t, d in r.events if d != b"[DONE]"]
-        sent = [c["fb_sent_ns"] for c in toks]
-        assert sent == sorted(sent)
-        assert all(rv >= s for rv, s in zip(recv, sent))  # same clock: received after it was sent
-        ttft.append((recv[0] - r.sent_ns) / 1e6)
-        itl += [(b - a) / 1e6 for a, b in itertools.pairwise(recv)]
-        skew += [(rv - s) / 1e6 for rv, s in zip(recv, sent)]
-        offs = [(s - sent[0]) / 1e6 - 20.0 * i for i, s in enumerate(sent)]
-        base = statistics.median(offs)  # the stream's schedule origin, robust to one late chunk
-        sched_err += [o - base for o in offs]
-    # loose bounds: other processes may share this machine's cores
-    assert 48 <= statistics.median(ttft) <= 58, ttft
-    assert 18 <= statistics.median(itl) <= 22, itl
-    assert statistics.median(abs(e) for e in sched_err) < 1, sched_err
-    late_half = [abs(e) for i, e in enumerate(sched_err) if i % n >= n // 2]
-    assert statistics.median(late_half) < 1, sched_err  # absolute schedule: no drift along the stream
-    assert statistics.median(skew) < 2, skew
-    lat = timing_srv.stats()["lateness"]
-    assert lat["count"] == 4 * n and lat["early"] == 0 and lat["p50_ms"] < 2
+    def one_round() -> None:
+        timing_srv.reset_stats()
+        ttft, itl, sched_err, skew = [], [], [], []
+        for r in run(go()):
+            toks = token_chunks(r)
+            assert len(toks) == n
+            recv = [t for t, d in r.events if d != b"[DONE]"]
+            sent = [c["fb_sent_ns"] for c in toks]
+            assert sent == sorted(sent)
+            assert all(rv >= s for rv, s in zip(recv, sent))  # same clock: received after it was sent
+            ttft.append((recv[0] - r.sent_ns) / 1e6)
+            itl += [(b - a) / 1e6 for a, b in itertools.pairwise(recv)]
+            skew += [(rv - s) / 1e6 for rv, s in zip(recv, sent)]
+            offs = [(s - sent[0]) / 1e6 - 20.0 * i for i, s in enumerate(sent)]
+            base = statistics.median(offs)  # the stream's schedule origin, robust to one late chunk
+            sched_err += [o - base for o in offs]
+        # loose bounds: other processes may share this machine's cores
+        assert 48 <= statistics.median(ttft) <= 58, ttft
+        assert 18 <= statistics.median(itl) <= 22, itl
+        assert statistics.median(abs(e) for e in sched_err) < 1, sched_err
+        late_half = [abs(e) for i, e in enumerate(sched_err) if i % n >= n // 2]
+        assert statistics.median(late_half) < 1, sched_err  # absolute schedule: no drift along the stream
+        assert statistics.median(skew) < 2, skew
+        lat = timing_srv.stats()["lateness"]
+        assert lat["count"] == 4 * n and lat["early"] == 0 and lat["p50_ms"] < 2
+
+    # One stall of either process shifts all four streams at once (a CI run under ASan saw every
+    # TTFT at 63.6 ms); a server that keeps the wrong schedule fails every round.
+    for _ in range(2):
+        try:
+            one_round()
+            return
+        except AssertionError:
+            pass
+    one_round()
 
 
 def test_prefill_rate_and_call_at_timer() -> None:
