@@ -60,6 +60,7 @@ def run_floor(exe: Path, port: int, streams: int, seconds: float, mode: str, coa
                          capture_output=True, text=True, check=True,
                          preexec_fn=(lambda: os.sched_setaffinity(0, cpu)) if cpu else None)
     result: dict[str, Any] = json.loads(out.stdout)
+    result["wakeups_per_s"] = result["wakeups"] / result["seconds"] if result["seconds"] else 0.0
     return result
 
 
@@ -85,7 +86,26 @@ def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: floa
     doc = json.loads(out.stdout)
     return {"cpu_us_per_chunk": doc["client_cpu_us_per_chunk"], "chunks_per_s": doc["chunks_per_s"],
             "reads_per_wakeup": doc["reads"] / doc["wakeups"] if doc["wakeups"] else None,
+            "wakeups_per_s": doc["wakeups"] / doc["duration_s"], "requests_per_s": doc["completed"] / doc["duration_s"],
             "verdict": doc["verdict"]}
+
+
+def wake_accounting(fastbench: dict[str, float], floor: dict[str, float], wake_us: float) -> dict[str, float]:
+    """Splits fastbench's coalesced CPU per chunk over the floor client's, by wake-ups priced at
+    ``wake_us`` each. The floor sends each next request only on its tick; a closed loop that keeps
+    every stream open must wake at least once per request's end, and those wake-ups replace ticks.
+    Inputs are per-client medians of cpu_us_per_chunk, chunks_per_s, wakeups_per_s (and
+    requests_per_s for fastbench)."""
+    def per_chunk(per_s: float) -> float:
+        return per_s * wake_us / fastbench["chunks_per_s"]
+
+    ends_over_ticks = per_chunk(max(fastbench["requests_per_s"] - floor["wakeups_per_s"], 0.0))
+    beyond_ends = per_chunk(max(fastbench["wakeups_per_s"] - max(fastbench["requests_per_s"], floor["wakeups_per_s"]),
+                                0.0))
+    bound = floor["cpu_us_per_chunk"] + ends_over_ticks
+    return {"floor": floor["cpu_us_per_chunk"], "one_wakeup_per_end": ends_over_ticks,
+            "bound_keeping_streams_open": bound, "wakeups_beyond_ends": beyond_ends,
+            "rest": fastbench["cpu_us_per_chunk"] - bound - beyond_ends, "fastbench": fastbench["cpu_us_per_chunk"]}
 
 
 def wake_probe(seconds: float, period_us: int) -> dict[str, Any]:
@@ -176,10 +196,30 @@ def main(argv: list[str] | None = None) -> int:
     print("\nCPU per wake-up by itself (a timerfd every 1 ms, nothing to read):\n")
     for w, who in zip(wakes, ("a C epoll loop (floor_client)", "fastbench's coalesced path (uvloop -> core)")):
         print(f"- {who}: {w['cpu_us_per_wakeup']:.1f} us ({w['wakeups']} wake-ups)")
+    if coalesce_us:
+        def med(client: tuple[str, int]) -> dict[str, float]:
+            keys = ("cpu_us_per_chunk", "chunks_per_s", "wakeups_per_s", "requests_per_s")
+            return {k: statistics.median(r[k] for r in runs[client]) for k in keys if k in runs[client][0]}
+
+        fb, fl = med(("fastbench", coalesce_us)), med(("floor epoll", coalesce_us))
+        acc = wake_accounting(fb, fl, wakes[1]["cpu_us_per_wakeup"])
+        print(f"\nWhere fastbench's coalesced CPU per chunk goes ({fb['requests_per_s']:.0f} requests/s; wake-ups/s: "
+              f"fastbench {fb['wakeups_per_s']:.0f}, floor {fl['wakeups_per_s']:.0f}; "
+              f"{wakes[1]['cpu_us_per_wakeup']:.1f} us each):\n")
+        print(f"- the floor client (reads only; sends each next request on its tick): {acc['floor']:.2f} us")
+        print(f"- + one wake-up per request's end, beyond the floor's ticks: {acc['one_wakeup_per_end']:.2f} us")
+        print(f"- = the least a client keeping every stream open spends here: "
+              f"{acc['bound_keeping_streams_open']:.2f} us")
+        print(f"- + fastbench's other wake-ups (chunks that might have been a stream's last): "
+              f"{acc['wakeups_beyond_ends']:.2f} us")
+        print(f"- + the rest (HTTP/SSE/JSON parsing, histograms, rows, sending): {acc['rest']:.2f} us")
+        print(f"- = fastbench: {acc['fastbench']:.2f} us")
     if ns.json:
         with open(ns.json, "w") as f:
             doc: dict[str, Any] = {f"{n} coalesce_us={c}": rs for (n, c), rs in runs.items()}
             doc["wake_cost"] = wakes
+            if coalesce_us:
+                doc["accounting"] = acc
             json.dump(doc, f, indent=1)
     return 0
 

@@ -45,3 +45,28 @@ def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
 def test_request_seconds_follow_tokens_per_chunk() -> None:
     assert cpu_floor.request_seconds("1") == pytest.approx(0.05 + 63 * 0.02)
     assert cpu_floor.request_seconds("1-4") == pytest.approx(0.05 + 63 / 2.5 * 0.02)
+
+
+def test_wake_accounting_splits_the_gap_to_the_floor() -> None:
+    """12,800 chunks/s, wake-ups at 32 us: 400 ends/s over the floor's 120 ticks/s cost 280 x 32 /
+    12,800 = 0.7 us; fastbench's 600 wake-ups/s are 200 more than its ends (0.5 us); the rest is
+    what is left of 5.4 - 4.0."""
+    fastbench = {"cpu_us_per_chunk": 5.4, "chunks_per_s": 12_800.0, "wakeups_per_s": 600.0, "requests_per_s": 400.0}
+    floor = {"cpu_us_per_chunk": 4.0, "chunks_per_s": 12_800.0, "wakeups_per_s": 120.0}
+    acc = cpu_floor.wake_accounting(fastbench, floor, 32.0)
+    assert acc["one_wakeup_per_end"] == pytest.approx(0.7)
+    assert acc["bound_keeping_streams_open"] == pytest.approx(4.7)
+    assert acc["wakeups_beyond_ends"] == pytest.approx(0.5)
+    assert acc["rest"] == pytest.approx(0.2)
+    # Fewer ends than the floor's ticks: ends cost nothing extra, every wake-up over the ticks is extra.
+    few = cpu_floor.wake_accounting({**fastbench, "requests_per_s": 100.0}, floor, 32.0)
+    assert few["one_wakeup_per_end"] == 0.0
+    assert few["wakeups_beyond_ends"] == pytest.approx(480 * 32 / 12_800)
+
+
+def test_floor_run_reports_wakeups_per_second(tmp_path: Path) -> None:
+    exe, _ = cpu_floor.build_floor_client(tmp_path)
+    with SyntheticServer(ttft_ms=5, itl_ms=5) as server:
+        r = cpu_floor.run_floor(exe, server.port, 4, 0.5, "epoll", 2000, None)
+    # a 2 ms tick, and wake-ups for arrivals in between at most: 500-2,000 per second
+    assert 300 <= r["wakeups_per_s"] <= 2_000
