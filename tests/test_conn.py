@@ -86,6 +86,32 @@ def test_usage_per_chunk_timing_and_tokens(loop_factory: Any) -> None:
     assert data.timestamp_source in (TimestampSource.KERNEL, TimestampSource.USER)
 
 
+def test_usage_that_cannot_be_right_is_not_trusted(loop_factory: Any) -> None:
+    """Usage beyond the request's max_tokens, and usage that counts no token while text arrives,
+    are INCONSISTENT: the output tokens fall back to the chunks with text, and so do the per-token
+    gaps (one token per chunk)."""
+    def script(n: int, body: bytes) -> list[Any]:
+        if n == 0:
+            return stream_script([1, 2, 3000])  # 3,003 tokens for max_tokens 8
+        if n == 1:  # text in every chunk, completion_tokens 0 throughout
+            return [STREAM_HEAD, *(chunked(sse(completion_chunk("w", 0))) for _ in range(3)),
+                    chunked(sse("[DONE]")) + CHUNKED_END]
+        return stream_script([1, 2, 3])  # 6 of 8: trusted
+    data, _ = drive(loop_factory, script, n=3, expected_output_tokens=[8, 8, 8])
+    assert list(col(data, "error")) == [0, 0, 0]
+    assert list(col(data, "usage_source")) == [UsageSource.INCONSISTENT, UsageSource.INCONSISTENT,
+                                               UsageSource.PER_CHUNK]
+    assert list(col(data, "output_tokens")) == [3, 3, 6]
+    # 2 gaps each for the untrusted requests, 2 + 3 tokens after the first chunk for the trusted one
+    assert data.histograms["itl_token"].get_total_count() == 2 + 2 + 5
+
+
+def test_usage_is_trusted_when_max_tokens_is_unknown(loop_factory: Any) -> None:
+    data, _ = drive(loop_factory, lambda n, b: stream_script([1, 2, 3000]))
+    assert col(data, "usage_source")[0] == UsageSource.PER_CHUNK
+    assert col(data, "output_tokens")[0] == 3003
+
+
 def test_kernel_timestamps_used_on_loopback(loop_factory: Any) -> None:
     data, _ = drive(loop_factory, lambda n, body: stream_script([1, 1, 1]))
     assert data.reads > 0
@@ -290,6 +316,26 @@ def test_time_cap_cancels_in_flight_and_ends_window(loop_factory: Any) -> None:
     assert (data.end_ns - data.start_ns) / 1e9 == pytest.approx(0.5, abs=0.05)
     assert started.sum() == 2  # nothing new after the cap
     assert data.mean_in_flight == pytest.approx(2.0, abs=0.1)
+
+
+def test_time_cap_in_open_loop_cancels_arrivals_waiting_for_a_slot(loop_factory: Any) -> None:
+    """20 arrivals/s, 2 slots, responses of ~1 s, cap 0.5 s: ~10 arrivals are due before the cap,
+    2 are sent, the rest wait for a slot. Those waited (the load's doing): cancelled, not "not
+    started", each with its arrival time."""
+    data, _ = drive(loop_factory, lambda n, b: stream_script([1] * 50, gap_s=0.02), n=40, concurrency=2,
+                    request_rate=20.0, max_seconds=0.5)
+    assert data.cap_hit
+    error, scheduled, sent = col(data, "error"), col(data, "scheduled_ns"), col(data, "sent_ns")
+    arrived = scheduled > 0
+    assert 6 <= arrived.sum() <= 14
+    assert (sent > 0).sum() == 2
+    assert np.all(error[arrived] == ErrorClass.CANCELLED)
+    queued = np.flatnonzero(arrived & (sent == 0))
+    assert len(queued) == arrived.sum() - 2
+    assert np.all(scheduled[queued] <= col(data, "end_ns")[queued])  # arrived before the stop
+    assert list(col(data, "index")[queued]) == list(queued)
+    assert "waiting for one of the 2 slots" in data.error_messages[int(queued[0])]
+    assert not np.any(data.rows[~arrived])  # arrivals after the cap stay never started
 
 
 def test_connection_close_after_each_response(loop_factory: Any) -> None:

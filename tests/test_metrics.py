@@ -290,6 +290,19 @@ def test_unknown_prompt_tokens_are_said() -> None:
     assert any("1 completed requests have no prompt token count" in note for note in result.notes)
 
 
+def test_token_totals_are_exact_and_impossible_prompts_are_said() -> None:
+    """Two prompts of 2**62 tokens: an int64 sum wraps to a negative total; the exact sum does not,
+    and a prompt longer than the server's context is said to be wrong."""
+    reqs = sequential(3)
+    reqs[0].prompt = reqs[1].prompt = 2**62
+    data = build_run(reqs, duration_ms=1000)
+    result = summarize(data, CONFIG, workload_info={}, server_info={"max_model_len": 4096})
+    assert result.total_input_tokens == 2**63 + 100
+    assert any(note.startswith("2 completed requests report more prompt tokens than the server's max_model_len "
+                               "(4096)") for note in result.notes)
+    assert not any("max_model_len" in note for note in run(data, CONFIG).notes)  # context unknown: no claim
+
+
 def test_collapsed_run_has_no_latency_figures() -> None:
     reqs = [
         Req(scheduled_ms=i * 10, error=ErrorClass.CONNECT, message="connection refused") for i in range(5)

@@ -33,10 +33,14 @@ class Target:
     host: str
     port: int
     path: str  # the endpoint path, including any prefix from the base URL
+    prefix: str = ""  # the base URL's path, less a trailing /v1: the server's root
 
     @classmethod
     def parse(cls, base_url: str, endpoint: str) -> Target:
-        url = urllib.parse.urlsplit(base_url)
+        try:
+            url = urllib.parse.urlsplit(base_url)
+        except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+            raise ConfigError(f"--base-url is not a valid URL ({exc}): {base_url!r}") from None
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ConfigError(f"--base-url must look like http://host:port, got {base_url!r}")
         try:
@@ -48,7 +52,14 @@ class Target:
         prefix = url.path.rstrip("/")
         if prefix.endswith("/v1") and endpoint.startswith("/v1/"):
             prefix = prefix[: -len("/v1")]  # accept --base-url http://h:8000/v1 as OpenAI clients do
-        return cls(url.scheme, url.hostname, port, prefix + endpoint)
+        return cls(url.scheme, url.hostname, port, prefix + endpoint, prefix)
+
+    @property
+    def base_url(self) -> str:
+        """The server's root: scheme://host:port and the base URL's path, without credentials or a
+        trailing /v1; where /v1/models, /metrics and /tokenize are asked for."""
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
 
     def request_head(self, api_key: str | None) -> bytes:
         host = self.host if ":" not in self.host else f"[{self.host}]"
@@ -62,6 +73,14 @@ class Target:
         if api_key:
             lines.append(f"Authorization: Bearer {api_key}")
         return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+
+
+def check_api_key(api_key: str | None) -> None:
+    """The key travels in an HTTP header, which carries printable ASCII only (a key read from a
+    file often brings its trailing newline). The message never shows the key."""
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+        raise ConfigError("the API key holds a character an HTTP header cannot carry (a trailing newline?); "
+                          "it must be printable ASCII")
 
 
 @dataclasses.dataclass
@@ -80,8 +99,9 @@ class LoadPlan:
     verify_tls: bool = True
     kernel_timestamps: bool = True
     coalesce_s: float = 0.0
-    # Per request, the output tokens it asks for (max_tokens): with coalescing, a stream that may
-    # end with its next chunk is watched on every arrival, so a closed loop's turnover stays prompt.
+    # Per request, the output tokens it asks for (max_tokens): usage beyond it is not trusted; with
+    # coalescing, a stream that may end with its next chunk is watched on every arrival, so a
+    # closed loop's turnover stays prompt.
     expected_output_tokens: Sequence[int] | None = None
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     on_progress: Callable[[dict[str, Any]], None] | None = None
@@ -100,6 +120,7 @@ class LoadGenerator:
             raise ConfigError("--concurrency must be at least 1")
         if not plan.coalesce_s >= 0:
             raise ConfigError(f"--coalesce-ms must be >= 0, got {plan.coalesce_s * 1e3:g}")
+        check_api_key(api_key)
         self.target = target
         self.plan = plan
         self._idle: list[StreamConnection] = []
@@ -109,6 +130,7 @@ class LoadGenerator:
         self._ssl_context: ssl.SSLContext | None = None
         self._stopping = False
         self._stop_reason = "completed"
+        self._stopped_ns = 0
         self._stale_retries = 0
         self._stamp_guard: socket.socket | None = None
         self._pacer_wake: asyncio.Future[None] | None = None
@@ -358,6 +380,7 @@ class LoadGenerator:
                 await slots.acquire()
                 if self._stopping:
                     slots.release()
+                    self._cancel_arrived(offsets[i:], i, start_ns)
                     break
                 task = loop.create_task(one(i, due))
                 tasks.add(task)
@@ -368,6 +391,24 @@ class LoadGenerator:
             await asyncio.gather(*tasks)
         if crashed:
             raise crashed[0]
+
+    def _cancel_arrived(self, offsets: np.ndarray, first_row: int, start_ns: int) -> None:
+        """Open loop, run stopped: the arrivals already due that were still waiting for a free slot
+        are cancelled requests, not "not started": their wait is part of what the load did."""
+        slots = self.plan.concurrency
+        for row, offset in enumerate(offsets.tolist(), first_row):
+            due = start_ns + offset
+            if due > self._stopped_ns:
+                break  # arrival times only grow
+            r = self.rows[row]
+            r[COL["index"]] = row
+            r[COL["scheduled_ns"]] = due
+            r[COL["end_ns"]] = self._stopped_ns
+            r[COL["prompt_tokens"]] = -1
+            r[COL["error"]] = int(ErrorClass.CANCELLED)
+            self.state.error_messages[row] = (
+                f"arrived {(self._stopped_ns - due) / 1e6:.1f} ms before the run stopped ({self._stop_reason}) "
+                f"and was still waiting for one of the {slots} slots")
 
     def _wake_pacer(self) -> None:
         if self._pacer_wake is not None and not self._pacer_wake.done():
@@ -397,6 +438,7 @@ class LoadGenerator:
         self._stopping = True
         self.state.stopping = True
         self._stop_reason = reason
+        self._stopped_ns = now_ns()
         self._wake_pacer()
         for conn in list(self._busy):
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
@@ -441,11 +483,13 @@ class LoadGenerator:
         watchdog = loop.create_task(self._watchdog())
         try:
             # The loop calls the core directly: no Python frame per wake-up.
+            if plan.expected_output_tokens is not None:
+                self.state.expect_tokens(np.asarray(plan.expected_output_tokens, dtype=np.int64))
             if plan.coalesce_s:
                 # Coalescing: the sockets are drained at least every coalesce_s, and at once when a
                 # stream that may be ending gets a chunk; one wake-up serves every ready socket.
                 if plan.expected_output_tokens is not None:
-                    self.state.watch_ends(np.asarray(plan.expected_output_tokens, dtype=np.int64))
+                    self.state.watch_ends()
                 wake_fd = self.state.coalesce(max(1, round(plan.coalesce_s * 1e9)))
                 loop.add_reader(wake_fd, self.state.drain_coalesced)
             else:

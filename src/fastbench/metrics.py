@@ -125,7 +125,8 @@ DEFINITIONS: dict[str, str] = {
     # counts and client figures
     "completed": "Requests that finished without error inside the measured window.",
     "failed": "Requests that ended with an error (any class but CANCELLED), by ErrorClass name.",
-    "cancelled": "Requests still in flight at the time cap, cancelled there: incomplete, not failed.",
+    "cancelled": ("Requests in flight when the run stopped early (time cap, interrupt, error-rate stop), and in "
+                  "open loop those that had arrived but still waited for a free slot: incomplete, not failed."),
     "not_started": "Requests of the workload never scheduled before the run ended.",
     "mean_tokens_per_chunk": (
         "Output tokens / output chunks over completed requests with server usage: a client-side "
@@ -222,7 +223,7 @@ class Counts:
     completed: int
     failed: int  # ended with an error other than CANCELLED
     failed_by_class: dict[str, int]  # ErrorClass name -> count, failed requests only
-    cancelled: int  # in flight at the time cap (or never finished): incomplete, not failed
+    cancelled: int  # in flight when the run stopped early, or arrived and waiting for a slot: incomplete
     not_started: int  # never scheduled before the run ended
     warmups: int  # warm-up requests sent before the window (not in total)
 
@@ -346,7 +347,7 @@ def new_histogram() -> Any:
 def histogram_of(values: np.ndarray) -> Any:
     """An HDR histogram of integer values, clamped into its trackable range."""
     hist = new_histogram()
-    clipped = np.clip(np.asarray(values, dtype=np.int64), 0, HDR_HIGHEST)
+    clipped = np.clip(np.asarray(values), 0, HDR_HIGHEST).astype(np.int64)  # clip first: floats may pass int64
     uniques, counts = np.unique(clipped, return_counts=True)
     for value, count in zip(uniques.tolist(), counts.tolist()):
         hist.record_value(value, count)
@@ -431,8 +432,8 @@ def _usage_statement(by_source: dict[str, int], completed: int) -> str:
         )
     if inconsistent:
         parts.append(
-            f"{inconsistent}/{completed} had usage that went backwards (not trusted): their output tokens "
-            "are the chunks with text"
+            f"{inconsistent}/{completed} had usage that cannot be right (it went backwards, passed max_tokens, "
+            "or counted no token for text) and is not trusted: their output tokens are the chunks with text"
         )
     return "token counts fall back: " + "; ".join(parts)
 
@@ -562,8 +563,8 @@ def summarize(
         not_started=int((~started).sum()),
         warmups=data.warmups,
     )
-    total_input = int(np.maximum(c_prompt, 0).sum())
-    total_output = int(np.maximum(out_tokens, 0).sum())
+    total_input = _exact_sum(np.maximum(c_prompt, 0))
+    total_output = _exact_sum(np.maximum(out_tokens, 0))
 
     good: int | None = None
     if config.goodput:
@@ -586,7 +587,7 @@ def summarize(
         output_throughput=_per_s(total_output, duration_s),
         total_token_throughput=_per_s(total_input + total_output, duration_s),
         prefill_throughput=(
-            int(c_prompt[known_prompt].sum()) / (prefill_wall_ns / 1e9) if prefill_wall_ns > 0 else None
+            _exact_sum(c_prompt[known_prompt]) / (prefill_wall_ns / 1e9) if prefill_wall_ns > 0 else None
         ),
     )
 
@@ -602,7 +603,7 @@ def summarize(
     )
     with_usage = (usage_codes != UsageSource.NONE) & (c["chunks"] > 0)
     chunk_total = int(c["chunks"][with_usage].sum())
-    mean_tokens_per_chunk = int(out_tokens[with_usage].sum()) / chunk_total if chunk_total else None
+    mean_tokens_per_chunk = _exact_sum(out_tokens[with_usage]) / chunk_total if chunk_total else None
 
     timestamps = _timestamp_summary(data)
     in_flight = started & (col["sent_ns"] > 0)
@@ -668,15 +669,23 @@ def summarize(
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
     )
+    max_model_len = server_info.get("max_model_len")
+    over_context = int((c_prompt > max_model_len).sum()) if isinstance(max_model_len, int) else 0
     result.notes.extend(
         _notes(
-            result, data, no_tpot=int((has_first & ~has_tpot).sum()), unknown_prompt=int((c_prompt < 0).sum())
+            result, data, no_tpot=int((has_first & ~has_tpot).sum()), unknown_prompt=int((c_prompt < 0).sum()),
+            over_context=over_context,
         )
     )
     return result
 
 
-def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int) -> list[str]:
+def _exact_sum(tokens: np.ndarray) -> int:
+    """A server's usage may hold any 63-bit number, and an int64 sum would wrap without a word."""
+    return sum(tokens.tolist())
+
+
+def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int, over_context: int = 0) -> list[str]:
     """Short statements about the run, for the card's Notes and the result file."""
     cfg, n, d = result.config, result.counts, result.distributions
     notes: list[str] = []
@@ -712,6 +721,9 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int) 
     notes.append(result.usage.statement)
     if unknown_prompt:
         notes.append(f"{unknown_prompt} completed requests have no prompt token count (counted as 0)")
+    if over_context:
+        notes.append(f"{over_context} completed requests report more prompt tokens than the server's "
+                     f"max_model_len ({result.server_info['max_model_len']}): its usage cannot be right there")
     if no_tpot:
         notes.append(f"{no_tpot} completed requests had fewer than 2 output tokens: no TPOT for them")
     ts = result.timestamps

@@ -211,6 +211,7 @@ cdef class RunState:
         if self.epfd < 0 or self.ends_epfd < 0:
             raise OSError("epoll_create1 failed")
         self.watching_ends = False
+        self.has_expected = False
         self.tick_fd = -1
         self.ready = <epoll_event *>malloc(READY_EVENTS * sizeof(epoll_event))
         if self.ready == NULL:
@@ -284,16 +285,24 @@ cdef class RunState:
         spec.it_value.tv_nsec = due % 1000000000
         timerfd_settime(self.tick_fd, TFD_TIMER_ABSTIME, &spec, NULL)
 
-    def watch_ends(self, object expected_tokens):
+    def expect_tokens(self, object expected_tokens):
+        """``expected_tokens``: per row, the output tokens the request asked for (max_tokens; an
+        int64 array, 0 where unknown). Usage beyond it is not trusted (see _finish), and
+        watch_ends() uses it to tell when a stream may end."""
+        self.expected_tokens = expected_tokens
+        self.has_expected = True
+
+    def watch_ends(self):
         """With coalesced reads: keep apart the connections whose stream may end with its next
         chunk, in the set coalesce() returns, so that the loop wakes on their every arrival and a
         closed loop's next request goes out at once, while the rest are read on the tick.
 
-        ``expected_tokens``: per row, the output tokens the request asked for (an int64 array;
-        0 where unknown). A stream is "ending" once its usage says that at most one more chunk
-        of its largest size so far is left. Streams that end early (EOS) are read on the timer.
+        Needs expect_tokens(). A stream is "ending" once its usage says that at most one more
+        chunk of its largest size so far is left. Streams that end early (EOS) are read on the
+        timer.
         """
-        self.expected_tokens = expected_tokens
+        if not self.has_expected:
+            raise RuntimeError("watch_ends() needs expect_tokens() first")
         self.watching_ends = True
 
     cdef void _wake(self) noexcept:
@@ -471,7 +480,7 @@ cdef class StreamConnection:
         self.c.out_len = 0
         r.max_chunk_tokens = 0
         self.expected_tokens = 0
-        if self.run.watching_ends and 0 <= row < self.run.expected_tokens.shape[0]:
+        if self.run.has_expected and 0 <= row < self.run.expected_tokens.shape[0]:
             self.expected_tokens = self.run.expected_tokens[row]
         if self.in_ends_set:
             self.run._move(self, False)
@@ -663,7 +672,9 @@ cdef class StreamConnection:
                 r.error = E_PROTOCOL
                 r.why = "the stream ended without data: [DONE]"
         r.end_ns = self.c.read_ts if self.c.read_ts else fb_now_ns()
-        if r.usage_decreased:
+        if r.usage_decreased or (r.usage_seen and (
+                (r.completion_tokens == 0 and r.n_ev > 0)  # text arrived, yet no token counted
+                or 0 < self.expected_tokens < r.completion_tokens)):  # more than max_tokens
             usage = U_INCONSISTENT
         elif r.usage_seen and r.usage_chunks == r.n_ev:
             usage = U_PER_CHUNK

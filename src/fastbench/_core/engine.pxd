@@ -95,6 +95,7 @@ cdef class RunState:
     cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
                                        # their next chunk, and the tick (see coalesce, watch_ends)
     cdef bint watching_ends            # coalescing with expected lengths: the split above is on
+    cdef bint has_expected             # expected_tokens was given (see expect_tokens)
     cdef int64_t[::1] expected_tokens  # per row: the output tokens asked for (max_tokens); 0 unknown
     cdef int64_t realtime_offset_ns    # CLOCK_REALTIME - CLOCK_MONOTONIC, read once per wake-up
     cdef int tick_fd                   # coalesced reads: the timerfd that bounds a read's delay (owned), or -1
@@ -136,7 +137,7 @@ cdef class StreamConnection:
     cdef public int requests_served
     cdef bint reused                   # the request in flight went out on a connection that had served before
     cdef bint in_ends_set              # registered in the run's ends_epfd, not its epfd
-    cdef int64_t expected_tokens       # output tokens it asked for, when the run watches ends; else 0
+    cdef int64_t expected_tokens       # output tokens it asked for (max_tokens), when known; else 0
     cdef fb_conn_t c                   # all C state (last: the object's own fields stay together)
     cdef void _watch_if_ending(self) noexcept
     cdef _read_ready(self)
