@@ -14,6 +14,7 @@ from fastbench import api
 from fastbench.config import BenchConfig
 from fastbench.promscrape import Metrics, MetricsScraper, Scrape, parse_prometheus
 from fastbench.specdecode import (
+    MAX_DRAFT_POSITIONS,
     MIN_INTERVAL_DRAFTS,
     SpecCounters,
     analyze,
@@ -90,8 +91,8 @@ def test_metrics_sums_series_and_groups_by_label() -> None:
 # -- counters and figures ------------------------------------------------------------------------------
 
 
-def vllm_text(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int], *, running: int = 0,
-              kv: float = 0.0) -> str:
+def vllm_text(drafts: float | str, draft_tokens: float | str, accepted: float | str, per_pos: list[int], *,
+              running: float | str = 0, kv: float | str = 0.0) -> str:
     lines = [
         "# TYPE vllm:spec_decode_num_drafts_total counter",
         f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}',
@@ -164,6 +165,116 @@ def test_no_spec_counters_no_figures() -> None:
     assert out["spec_decode"] is None and out["gauges"]["running"]["max"] == 2
 
 
+# -- a misbehaving server's counters: recorded and flagged, never a crash nor an impossible figure ----------
+
+
+def scrapes_of(*texts: str) -> list[Scrape]:
+    return [Scrape(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("bad", ["+Inf", "-Inf", "NaN", "-30", "1e300"])
+@pytest.mark.parametrize("bad_read", [2, 3])
+def test_a_read_whose_counters_are_no_counts_is_left_out_and_said(bad: str, bad_read: int) -> None:
+    texts = [vllm_text(100 * i, 300 * i, 150 * i, [100 * i, 50 * i]) for i in range(4)]
+    texts[bad_read] = vllm_text(100 * bad_read, bad, 150 * bad_read, [100 * bad_read, 50 * bad_read])
+    spec = analyze(scrapes_of(*texts), interval_s=2.0)["spec_decode"]
+    last_good = 3 if bad_read == 2 else 2
+    w = spec["window"]
+    assert (w["drafts"], w["draft_tokens"], w["accepted"]) == (100 * last_good, 300 * last_good, 150 * last_good)
+    assert w["acceptance_rate"] == pytest.approx(0.5)
+    assert spec["vllm_keys"]["spec_decode_draft_tokens"] == 300 * last_good
+    (note,) = spec["notes"]
+    assert note.startswith("1 of 4 /metrics reads: vllm:spec_decode_num_draft_tokens_total is ")
+    assert "left out" in note
+    assert "Counter problems" in card_rows(spec)
+
+
+def test_one_engines_bad_series_is_not_summed_around() -> None:
+    """Leaving engine 1's NaN out would give engine 0's count alone, a drop that reads as a restart."""
+    def two_engines(accepted_engine1: str) -> str:
+        return ('vllm:spec_decode_num_drafts_total{engine="0"} 100\n'
+                'vllm:spec_decode_num_drafts_total{engine="1"} 100\n'
+                'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 50\n'
+                f'vllm:spec_decode_num_accepted_tokens_total{{engine="1"}} {accepted_engine1}\n')
+
+    counters, problems = SpecCounters.read(Metrics.parse(two_engines("NaN")))
+    assert counters is None
+    assert problems == [
+        "vllm:spec_decode_num_accepted_tokens_total is NaN: the read's spec-decode counters were left out"]
+    counters, problems = SpecCounters.read(Metrics.parse(two_engines("70")))
+    assert counters is not None and counters.accepted == 120 and problems == []
+    # each a count, but together beyond what a float holds exactly (and a 64-bit JSON integer past 2^64)
+    counters, problems = SpecCounters.read(Metrics.parse(two_engines("70") + "".join(
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="{i}"}} 9e15\n' for i in range(2, 2100))))
+    assert counters is None and problems == [
+        "vllm:spec_decode_* counters sum above 2^53: the read's spec-decode counters were left out"]
+
+
+def test_no_usable_window_is_said_not_hidden() -> None:
+    good = vllm_text(100, 300, 150, [100, 50])
+    spec = analyze(scrapes_of(good, vllm_text(200, "+Inf", 300, [200, 100])), interval_s=2.0)["spec_decode"]
+    assert "window" not in spec and "vllm_keys" not in spec
+    assert spec["notes"][-1] == "fewer than 2 reads with usable counters: no figures over the window"
+    rows = card_rows(spec)
+    assert rows["Source"] == "vllm:spec_decode_* counters: no figures over the window"
+    assert "+Inf" in rows["Counter problems"]
+    # counters going down between the window's ends (a restart) are said too, not silently dropped
+    spec = analyze(scrapes_of(vllm_text(200, 600, 300, [200, 100]), good), interval_s=2.0)["spec_decode"]
+    assert "window" not in spec and "went down" in spec["notes"][0]
+
+
+def test_position_labels_beyond_the_cap_are_dropped_and_said() -> None:
+    far = 5_000_000  # a list up to it takes 40 MB; "2000000000" from a server took 24 GB before the cap
+    text = vllm_text(100, 300, 150, [60, 50]) + "".join(
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{p}"}} {v}\n'
+        for p, v in ((far, 9), ("9" * 5000, 9), (MAX_DRAFT_POSITIONS, 9), ("²", 9), ("-1", 9), ("01", 5)))
+    counters, problems = SpecCounters.read(Metrics.parse(text))
+    assert counters is not None
+    assert counters.per_position == (60, 55)  # "01" is position 1; "²" and "-1" are no positions
+    assert problems == [f"vllm:spec_decode_num_accepted_tokens_per_pos_total has position labels at or beyond "
+                        f"{MAX_DRAFT_POSITIONS} (no method drafts that far): they were left out"]
+    last_position = f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{MAX_DRAFT_POSITIONS - 1}"}} 1\n'
+    counters, problems = SpecCounters.read(Metrics.parse(text.replace(f'"{far}"', '"0"') + last_position))
+    assert counters is not None and len(counters.per_position) == MAX_DRAFT_POSITIONS
+
+
+def test_counters_that_contradict_each_other_give_no_rate() -> None:
+    # +30 drafts, +90 draft tokens, +300 accepted: a 333 % acceptance rate cannot be a measurement
+    spec = analyze(scrapes_of(vllm_text(10, 30, 100, [100]), vllm_text(40, 120, 400, [400])),
+                   interval_s=2.0)["spec_decode"]
+    w = spec["window"]
+    assert (w["drafts"], w["draft_tokens"], w["accepted"]) == (30, 90, 300)  # the raw deltas are kept
+    assert w["acceptance_rate"] is None and w["acceptance_length"] is None and w["per_position"] == []
+    assert w["inconsistent"] == "accepted 300 > drafted 90 draft tokens"
+    assert spec["vllm_keys"] == {} and spec["acceptance_rate_range"] is None
+    assert "contradict each other over the window (accepted 300 > drafted 90 draft tokens)" in spec["notes"][0]
+    rows = card_rows(spec)
+    assert rows["Draft acceptance rate"] == "n/a" and rows["Mean acceptance length"] == "n/a"
+    assert "accepted 300 > drafted 90" in rows["Counter problems"]
+    # a per-position rate above 1: more accepted at position 0 than there were drafts
+    spec = analyze(scrapes_of(vllm_text(0, 0, 0, [0, 0]), vllm_text(10, 30, 20, [15, 5])),
+                   interval_s=2.0)["spec_decode"]
+    assert spec["window"]["inconsistent"] == "accepted at position 0 15 > drafts 10"
+    assert spec["window"]["acceptance_rate"] is None and spec["vllm_keys"] == {}
+
+
+def test_an_interval_that_contradicts_itself_is_left_out_of_the_ranges() -> None:
+    # interval 1: 100 drafts, 300 draft tokens, 100 accepted; interval 2: 400 accepted of 300 drafted
+    spec = analyze(scrapes_of(vllm_text(0, 0, 0, []), vllm_text(100, 300, 100, []), vllm_text(200, 600, 500, [])),
+                   interval_s=2.0)["spec_decode"]
+    assert spec["window"]["inconsistent"] is None and spec["window"]["acceptance_rate"] == pytest.approx(500 / 600)
+    assert [i["inconsistent"] for i in spec["intervals"]] == [None, "accepted 400 > drafted 300 draft tokens"]
+    assert spec["acceptance_rate_range"] == pytest.approx((1 / 3, 1 / 3))
+    assert spec["notes"] == ["the server's counters contradict each other in 1 of 2 intervals "
+                             "(first: accepted 400 > drafted 300 draft tokens): left out of the ranges"]
+
+
+def test_gauges_that_are_no_numbers_are_left_out() -> None:
+    out = analyze(scrapes_of(vllm_text(0, 0, 0, [], running=3, kv=0.5), vllm_text(0, 0, 0, [], running="+Inf",
+                                                                                   kv="+Inf")), interval_s=2.0)
+    assert out["gauges"]["kv_cache_usage"]["max"] == 0.5 and out["gauges"]["running"]["max"] == 3
+
+
 # -- the log line ------------------------------------------------------------------------------------------
 
 VLLM_LINE = (
@@ -189,6 +300,11 @@ def test_spec_log_line_parsed_by_key() -> None:
     assert summary["lines"] == 2 and summary["accepted_tokens"] == 1202 and summary["drafted_tokens"] == 1272
     assert summary["mean_acceptance_length_range"] == (3.10, 3.79)
     assert spec_log_summary(["noise"]) is None
+    # lines saying more was accepted than drafted: no rate from them, and the card says why
+    contradicting = spec_log_summary([VLLM_LINE.replace("Accepted: 601", "Accepted: 6010")])
+    assert contradicting is not None and contradicting["acceptance_rate"] is None
+    spec = analyze(scrapes_of(vllm_text(0, 0, 0, []), vllm_text(100, 300, 100, [])), interval_s=2.0)["spec_decode"]
+    assert "accepted 6,010 > drafted 636" in card_rows(spec, log=contradicting)["Server log cross-check"]
 
 
 # -- scraping over a run -------------------------------------------------------------------------------------

@@ -16,11 +16,13 @@ from collections.abc import Iterable, Mapping
 
 import aiohttp
 
-__all__ = ("Metrics", "MetricsScraper", "PromSample", "Scrape", "parse_prometheus")
+__all__ = ("MAX_COUNT", "Metrics", "MetricsScraper", "PromSample", "Scrape", "counter_problem", "parse_prometheus")
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+# Above 2**53 a float no longer holds every integer; no real counter of tokens or drafts gets there.
+MAX_COUNT = 2.0**53
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +126,27 @@ def parse_prometheus(text: str, *, strict: bool = False) -> list[PromSample]:
     return out
 
 
+def counter_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a counter's reading (``"NaN"``, ``"+Inf"``, ``"-Inf"``, ``"negative"``,
+    ``"above 2^53"``), or None when it can."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value < 0:
+        return "negative"
+    if value > MAX_COUNT:
+        return "above 2^53"
+    return None
+
+
 class Metrics:
-    """The samples of one scrape, by metric name."""
+    """The samples of one scrape, by metric name.
+
+    ``total``, ``mean`` and ``by_label`` leave NaN and ±Inf samples out (a gauge reading that is no
+    number); for a counter, where leaving one engine's series out would give a wrong total, ask
+    ``counter_problem`` first.
+    """
 
     def __init__(self, samples: Iterable[PromSample]) -> None:
         self.series: dict[str, list[PromSample]] = {}
@@ -143,25 +164,37 @@ class Metrics:
         return sorted(self.series)
 
     def total(self, name: str) -> float | None:
-        """The sum over every series of ``name`` (vLLM has one per engine), NaNs left out; None if absent."""
+        """The sum over every series of ``name`` (vLLM has one per engine), NaN and ±Inf left out;
+        None if absent."""
         samples = self.series.get(name)
         if not samples:
             return None
-        return math.fsum(s.value for s in samples if not math.isnan(s.value))
+        return math.fsum(s.value for s in samples if math.isfinite(s.value))
 
     def mean(self, name: str) -> float | None:
-        """The mean over the series of ``name`` (a gauge such as cache usage per engine); None if absent."""
-        values = [s.value for s in self.series.get(name, ()) if not math.isnan(s.value)]
+        """The mean over the series of ``name`` (a gauge such as cache usage per engine), NaN and ±Inf
+        left out; None if absent or none is finite."""
+        values = [s.value for s in self.series.get(name, ()) if math.isfinite(s.value)]
         return math.fsum(values) / len(values) if values else None
 
     def by_label(self, name: str, label: str) -> dict[str, float]:
-        """Sum of the series of ``name`` per value of ``label`` (series without it are left out)."""
+        """Sum of the series of ``name`` per value of ``label`` (series without it, and NaN and ±Inf
+        samples, are left out)."""
         out: dict[str, float] = {}
         for s in self.series.get(name, ()):
             key = s.labels.get(label)
-            if key is not None and not math.isnan(s.value):
+            if key is not None and math.isfinite(s.value):
                 out[key] = out.get(key, 0.0) + s.value
         return out
+
+    def counter_problem(self, name: str) -> str | None:
+        """Why the series of counter ``name`` do not sum to a count (see :func:`counter_problem`; the
+        first bad sample's), or None when every sample is a count or there are none."""
+        for s in self.series.get(name, ()):
+            problem = counter_problem(s.value)
+            if problem is not None:
+                return problem
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

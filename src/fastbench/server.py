@@ -976,6 +976,7 @@ class WindowMonitor:
             if spec is not None:
                 info["spec_decode_stats"] = {**spec, "server_log": spec_log}
                 info["spec_decode"] = specdecode.card_rows(spec, log=spec_log)
+                notes += [f"Speculative decoding: {note}" for note in spec.get("notes") or []]
         if spec_log is not None and "spec_decode_stats" not in info:
             info["spec_decode_stats"] = {"server_log": spec_log}
         info["notes"] = notes

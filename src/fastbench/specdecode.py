@@ -13,6 +13,10 @@ counters of the same names where present. The range ("2.08 (1.86-2.21)") is over
 consecutive scrapes during the window; an interval with fewer than ``MIN_INTERVAL_DRAFTS`` drafts is
 merged into the next one (the last into the one before) so that a near-empty interval does not set the range.
 
+A misbehaving server's counters are recorded, never trusted blindly: a read whose counters are no counts
+(NaN, ±Inf, negative, above 2^53) is left out, position labels beyond ``MAX_DRAFT_POSITIONS`` are dropped, and
+counters that contradict each other (more accepted than drafted) give no figures; ``notes`` says which.
+
 Also here: vLLM's "SpecDecoding metrics:" log lines parsed by key (a cross-check when fastbench
 launched the server), and KV-cache usage and running / waiting requests sampled over the window.
 """
@@ -22,10 +26,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .promscrape import Metrics, Scrape
+from .promscrape import MAX_COUNT, Metrics, Scrape
 
 __all__ = (
     "SpecCounters",
@@ -36,7 +41,15 @@ __all__ = (
 )
 
 SPEC_PREFIXES = ("vllm:", "llamacpp:")
+DRAFTS = "spec_decode_num_drafts_total"
+DRAFT_TOKENS = "spec_decode_num_draft_tokens_total"
+ACCEPTED = "spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
 MIN_INTERVAL_DRAFTS = 10
+# Speculative methods draft at most a few dozen tokens a step (EAGLE, MTP and n-gram configs use <= ~16);
+# a position label beyond this is a broken server, and a list indexed by it could take all memory.
+MAX_DRAFT_POSITIONS = 256
+_POSITION = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() accepts "²", which int() refuses
 KV_CACHE_GAUGES = (
     "vllm:kv_cache_usage_perc",  # a fraction 0-1 despite its name
     "vllm:gpu_cache_usage_perc",  # its name before vLLM 0.10
@@ -60,20 +73,46 @@ class SpecCounters:
 
     @classmethod
     def from_metrics(cls, metrics: Metrics) -> SpecCounters | None:
-        for prefix in SPEC_PREFIXES:
-            accepted = metrics.total(prefix + "spec_decode_num_accepted_tokens_total")
-            drafts = metrics.total(prefix + "spec_decode_num_drafts_total")
-            draft_tokens = metrics.total(prefix + "spec_decode_num_draft_tokens_total")
-            if accepted is None or (drafts is None and draft_tokens is None):
+        """The usable counters of one scrape, or None (see :meth:`read`, which also says what was wrong)."""
+        return cls.read(metrics)[0]
+
+    @classmethod
+    def read(cls, metrics: Metrics) -> tuple[SpecCounters | None, list[str]]:
+        """The counters of one scrape (None without them) and what was wrong with them. A counter with
+        a sample that is no count (NaN, ±Inf, negative, above 2^53) makes the whole read unusable:
+        summing around one engine's bad series would give a wrong total. Position labels at or beyond
+        MAX_DRAFT_POSITIONS are dropped (and said)."""
+        prefix = _prefix_of(metrics)
+        if prefix is None:
+            return None, []
+        bad = [(name, problem) for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POSITION)
+               if (problem := metrics.counter_problem(prefix + name)) is not None]
+        if bad:
+            name, problem = bad[0]
+            return None, [f"{prefix}{name} is {problem}: the read's spec-decode counters were left out"]
+        beyond_cap = False
+        by_position: dict[int, float] = {}
+        for label, value in metrics.by_label(prefix + ACCEPTED_PER_POSITION, "position").items():
+            if _POSITION.fullmatch(label) is None:
+                continue  # not a position number
+            digits = label.lstrip("0") or "0"
+            # the length first: int() of thousands of digits raises, and > 3 digits is beyond the cap anyway
+            if len(digits) > 3 or int(digits) >= MAX_DRAFT_POSITIONS:
+                beyond_cap = True
                 continue
-            by_pos = metrics.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
-            positions = sorted((int(k), v) for k, v in by_pos.items() if k.lstrip("-").isdigit())
-            per_position = [0.0] * (positions[-1][0] + 1 if positions else 0)
-            for index, value in positions:
-                if index >= 0:
-                    per_position[index] = value
-            return cls(prefix, drafts, draft_tokens, accepted, tuple(per_position))
-        return None
+            index = int(digits)
+            by_position[index] = by_position.get(index, 0.0) + value  # "07" and "7" are one position
+        per_position = tuple(by_position.get(i, 0.0) for i in range(max(by_position, default=-1) + 1))
+        counters = cls(prefix, metrics.total(prefix + DRAFTS), metrics.total(prefix + DRAFT_TOKENS),
+                       metrics.total(prefix + ACCEPTED) or 0.0, per_position)
+        # each sample was a count, but many series may still sum beyond what a float holds exactly
+        if any(v is not None and v > MAX_COUNT for v in (counters.drafts, counters.draft_tokens, counters.accepted,
+                                                         *per_position)):
+            return None, [f"{prefix}spec_decode_* counters sum above 2^53: the read's spec-decode counters "
+                          "were left out"]
+        problems = [f"{prefix}{ACCEPTED_PER_POSITION} has position labels at or beyond {MAX_DRAFT_POSITIONS} "
+                    "(no method drafts that far): they were left out"] if beyond_cap else []
+        return counters, problems
 
     def since(self, earlier: SpecCounters) -> SpecCounters | None:
         """Counts between ``earlier`` and this scrape; None when a counter went down (a server restart)."""
@@ -91,6 +130,25 @@ class SpecCounters:
         return SpecCounters(self.prefix, drafts, draft_tokens, accepted, per_position)
 
 
+def _prefix_of(metrics: Metrics) -> str | None:
+    """The prefix of the spec-decode counters ``metrics`` has (accepted, and drafts or draft tokens)."""
+    for prefix in SPEC_PREFIXES:
+        if prefix + ACCEPTED in metrics and (prefix + DRAFTS in metrics or prefix + DRAFT_TOKENS in metrics):
+            return prefix
+    return None
+
+
+def _contradiction(delta: SpecCounters) -> str | None:
+    """How counter deltas contradict each other (a rate above 100 % would follow), or None."""
+    if delta.draft_tokens is not None and delta.accepted > delta.draft_tokens:
+        return f"accepted {delta.accepted:,.0f} > drafted {delta.draft_tokens:,.0f} draft tokens"
+    if delta.drafts is not None:
+        for position, accepted in enumerate(delta.per_position):
+            if accepted > delta.drafts:
+                return f"accepted at position {position} {accepted:,.0f} > drafts {delta.drafts:,.0f}"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class SpecFigures:
     """Acceptance figures of a span of time, derived from counter deltas (definitions above)."""
@@ -101,10 +159,15 @@ class SpecFigures:
     acceptance_length: float | None
     acceptance_rate: float | None  # a fraction
     per_position: tuple[float, ...]
+    inconsistent: str | None = None  # how the counters contradict each other; then no figures
 
     @classmethod
     def of(cls, delta: SpecCounters) -> SpecFigures:
         drafts, draft_tokens = delta.drafts, delta.draft_tokens
+        contradiction = _contradiction(delta)
+        if contradiction is not None:
+            # which counter is wrong cannot be told, so none of the figures is a measurement
+            return cls(drafts, draft_tokens, delta.accepted, None, None, (), contradiction)
         length = 1 + delta.accepted / drafts if drafts else None
         rate = delta.accepted / draft_tokens if draft_tokens else None
         per_position = tuple(v / drafts for v in delta.per_position) if drafts else ()
@@ -148,7 +211,7 @@ def _range(values: Iterable[float | None]) -> tuple[float, float] | None:
 def _gauge(metrics: Metrics, names: Sequence[str], *, mean: bool) -> float | None:
     for name in names:
         if name in metrics:
-            return metrics.mean(name) if mean else metrics.total(name)
+            return metrics.mean(name) if mean else metrics.total(name)  # both leave NaN and ±Inf out
     return None
 
 
@@ -160,10 +223,14 @@ def _stats(values: Sequence[float | None]) -> dict[str, float] | None:
 
 
 def _counter_delta(parsed: Sequence[tuple[float, Metrics]], names: Sequence[str]) -> float | None:
-    """Last minus first of the first counter of ``names`` that both ends have (None if none, or it fell)."""
+    """Last minus first of the first counter of ``names`` that both ends have (None if none, if it fell,
+    or if either end is no count)."""
     for name in names:
-        a, b = parsed[0][1].total(name), parsed[-1][1].total(name)
+        first, last = parsed[0][1], parsed[-1][1]
+        a, b = first.total(name), last.total(name)
         if a is not None and b is not None:
+            if first.counter_problem(name) or last.counter_problem(name):
+                return None
             return b - a if b >= a else None
     return None
 
@@ -198,44 +265,74 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
         "samples": samples,
     }
 
-    points = [(t, c) for t, m in parsed if (c := SpecCounters.from_metrics(m)) is not None]
-    spec: dict[str, Any] | None = None
-    if len(points) >= 2:
-        first, last = points[0][1], points[-1][1]
-        delta = last.since(first)
-        if delta is not None:
-            window = SpecFigures.of(delta)
-            intervals = _interval_figures(points)
-            npos = len(window.per_position)
-            generated = _counter_delta(parsed, GENERATED_COUNTERS)
-            spec = {
-                "source": f"{first.prefix}spec_decode_* counters",
-                "window": window.to_dict(),
-                "generated_tokens": generated,
-                # every engine step emits 1 + the tokens it accepted: steps = generated - accepted
-                "tokens_per_step": generated / (generated - window.accepted)
-                if generated is not None and generated > window.accepted else None,
-                "counters_first": dataclasses.asdict(first),
-                "counters_last": dataclasses.asdict(last),
-                "intervals": [
-                    {"t_start_s": round(a - t0, 3), "t_end_s": round(b - t0, 3), **f.to_dict()}
-                    for a, b, f in intervals
-                ],
-                "acceptance_length_range": _range(f.acceptance_length for _, _, f in intervals),
-                "acceptance_rate_range": _range(f.acceptance_rate for _, _, f in intervals),
-                "per_position_range": [
-                    _range(f.per_position[i] if i < len(f.per_position) else None for _, _, f in intervals)
-                    for i in range(npos)
-                ],
-                "vllm_keys": vllm_keys(window),
-            }
-    out["spec_decode"] = spec
+    out["spec_decode"] = _spec_decode(parsed, t0)
     return out
 
 
+def _spec_decode(parsed: Sequence[tuple[float, Metrics]], t0: float) -> dict[str, Any] | None:
+    """:func:`analyze`'s ``spec_decode``: None without counters (or with one usable read and nothing to
+    say); without a window figure, only ``source`` and ``notes`` (why there is none)."""
+    points: list[tuple[float, SpecCounters]] = []
+    read_problems: Counter[str] = Counter()
+    for t, metrics in parsed:
+        counters, problems = SpecCounters.read(metrics)
+        read_problems.update(problems)
+        if counters is not None:
+            points.append((t, counters))
+    notes = [f"{count} of {len(parsed)} /metrics reads: {problem}" for problem, count in read_problems.items()]
+    prefix = next((p for _, m in parsed if (p := _prefix_of(m)) is not None), None)
+    if prefix is None or (len(points) < 2 and not notes):
+        return None
+    unusable = {"source": f"{prefix}spec_decode_* counters", "notes": notes}
+    if len(points) < 2:
+        notes.append("fewer than 2 reads with usable counters: no figures over the window")
+        return unusable
+    first, last = points[0][1], points[-1][1]
+    delta = last.since(first)
+    if delta is None:
+        notes.append("the counters went down between the window's first and last usable read "
+                     "(a server restart?): no figures over the window")
+        return unusable
+    window = SpecFigures.of(delta)
+    intervals = _interval_figures(points)
+    if window.inconsistent is not None:
+        notes.append(f"the server's counters contradict each other over the window ({window.inconsistent}): "
+                     "no acceptance length or rates are given, only the raw counter deltas")
+    else:
+        contradicting = [f.inconsistent for _, _, f in intervals if f.inconsistent is not None]
+        if contradicting:
+            notes.append(f"the server's counters contradict each other in {len(contradicting)} of "
+                         f"{len(intervals)} intervals (first: {contradicting[0]}): left out of the ranges")
+    npos = len(window.per_position)
+    generated = _counter_delta(parsed, GENERATED_COUNTERS)
+    return {
+        "source": f"{first.prefix}spec_decode_* counters",
+        "window": window.to_dict(),
+        "generated_tokens": generated,
+        # every engine step emits 1 + the tokens it accepted: steps = generated - accepted
+        "tokens_per_step": generated / (generated - window.accepted)
+        if generated is not None and generated > window.accepted and window.inconsistent is None else None,
+        "counters_first": dataclasses.asdict(first),
+        "counters_last": dataclasses.asdict(last),
+        "intervals": [
+            {"t_start_s": round(a - t0, 3), "t_end_s": round(b - t0, 3), **f.to_dict()}
+            for a, b, f in intervals
+        ],
+        "acceptance_length_range": _range(f.acceptance_length for _, _, f in intervals),
+        "acceptance_rate_range": _range(f.acceptance_rate for _, _, f in intervals),
+        "per_position_range": [
+            _range(f.per_position[i] if i < len(f.per_position) else None for _, _, f in intervals)
+            for i in range(npos)
+        ],
+        "vllm_keys": vllm_keys(window),
+        "notes": notes,
+    }
+
+
 def vllm_keys(window: SpecFigures) -> dict[str, Any]:
-    """The keys ``vllm bench serve`` writes (acceptance rate in percent, as it does); {} without drafts."""
-    if not window.draft_tokens:
+    """The keys ``vllm bench serve`` writes (acceptance rate in percent, as it does); {} without drafts,
+    or when the counters contradict each other (those keys would present impossible figures as measured)."""
+    if not window.draft_tokens or window.inconsistent is not None:
         return {}
     return {
         "spec_decode_acceptance_rate": 100.0 * window.acceptance_rate if window.acceptance_rate is not None
@@ -293,7 +390,8 @@ def spec_log_summary(lines: Iterable[str]) -> dict[str, Any] | None:
         "lines": len(parsed),
         "accepted_tokens": accepted,
         "drafted_tokens": drafted,
-        "acceptance_rate": accepted / drafted if drafted else None,
+        # more accepted than drafted: the lines contradict themselves, no rate from them
+        "acceptance_rate": accepted / drafted if drafted and accepted <= drafted else None,
         "mean_acceptance_length_range": _range(p.get("mean_acceptance_length") for p in parsed),
         "per_line": parsed,
     }
@@ -314,6 +412,39 @@ def _fmt_range(value: float | None, rng: Sequence[float] | None, fmt: str, unit:
 def card_rows(stats: dict[str, Any], *, log: dict[str, Any] | None = None,
               client_tokens_per_chunk: float | None = None) -> dict[str, str]:
     """The card's "Speculative decoding" rows from :func:`analyze`'s ``spec_decode`` part."""
+    if "window" in stats:
+        rows = _window_rows(stats)
+    else:  # counters there, but no figure from them (the notes say why)
+        rows = {"Source": f"{stats['source']}: no figures over the window"}
+    notes = stats.get("notes") or []
+    if notes:
+        rows["Counter problems"] = "; ".join(notes)
+    if log:
+        lrange = log["mean_acceptance_length_range"]
+        text = f"{log['lines']} 'SpecDecoding metrics' line{'s' if log['lines'] != 1 else ''} in the window"
+        if lrange:
+            text += f": mean acceptance length {lrange[0]:.2f}-{lrange[1]:.2f}"
+        if log["acceptance_rate"] is not None:
+            text += (f", draft acceptance {100 * log['acceptance_rate']:.1f}% "
+                     f"({int(log['accepted_tokens']):,} / {int(log['drafted_tokens']):,} tokens)")
+        elif log["accepted_tokens"] > log["drafted_tokens"]:
+            text += (f", accepted {int(log['accepted_tokens']):,} > drafted {int(log['drafted_tokens']):,} "
+                     "tokens: the lines contradict themselves, no rate from them")
+        rows["Server log cross-check"] = text
+    per_step = stats.get("tokens_per_step")
+    if per_step is not None:
+        rows["Tokens per engine step"] = (
+            f"{per_step:.2f} = generated ÷ (generated − accepted) over the window: the acceptance length "
+            "counts only the steps that drafted, this counts every step (prefill and undrafted ones too)")
+    if client_tokens_per_chunk is not None:
+        text = f"{client_tokens_per_chunk:.2f}"
+        if per_step is not None:
+            text += f" (server's tokens per engine step {per_step:.2f}: one chunk per step would match it)"
+        rows["Client tokens per chunk"] = text
+    return rows
+
+
+def _window_rows(stats: dict[str, Any]) -> dict[str, str]:
     w = stats["window"]
     pct = [100 * x for x in stats["acceptance_rate_range"]] if stats["acceptance_rate_range"] else None
     rate = 100 * w["acceptance_rate"] if w["acceptance_rate"] is not None else None
@@ -334,25 +465,6 @@ def card_rows(stats: dict[str, Any], *, log: dict[str, Any] | None = None,
         f"{stats['source']}: deltas over the measured window; ranges over {n} interval"
         f"{'s' if n != 1 else ''} between /metrics reads"
     )
-    if log:
-        lrange = log["mean_acceptance_length_range"]
-        text = f"{log['lines']} 'SpecDecoding metrics' line{'s' if log['lines'] != 1 else ''} in the window"
-        if lrange:
-            text += f": mean acceptance length {lrange[0]:.2f}-{lrange[1]:.2f}"
-        if log["acceptance_rate"] is not None:
-            text += (f", draft acceptance {100 * log['acceptance_rate']:.1f}% "
-                     f"({int(log['accepted_tokens']):,} / {int(log['drafted_tokens']):,} tokens)")
-        rows["Server log cross-check"] = text
-    per_step = stats.get("tokens_per_step")
-    if per_step is not None:
-        rows["Tokens per engine step"] = (
-            f"{per_step:.2f} = generated ÷ (generated − accepted) over the window: the acceptance length "
-            "counts only the steps that drafted, this counts every step (prefill and undrafted ones too)")
-    if client_tokens_per_chunk is not None:
-        text = f"{client_tokens_per_chunk:.2f}"
-        if per_step is not None:
-            text += f" (server's tokens per engine step {per_step:.2f}: one chunk per step would match it)"
-        rows["Client tokens per chunk"] = text
     return rows
 
 

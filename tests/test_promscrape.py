@@ -1,0 +1,42 @@
+"""promscrape.Metrics over values a misbehaving server may send: counters that are no counts are told
+apart, gauges that are no numbers are left out of sums and means. (The parser's own tests are in
+test_specdecode.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from fastbench.promscrape import MAX_COUNT, Metrics, counter_problem
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    (float("nan"), "NaN"),
+    (float("inf"), "+Inf"),
+    (float("-inf"), "-Inf"),
+    (-1.0, "negative"),
+    (2 * MAX_COUNT, "above 2^53"),
+    (0.0, None),
+    (12345.0, None),
+    (MAX_COUNT, None),
+])
+def test_counter_problem_of_one_value(value: float, problem: str | None) -> None:
+    assert counter_problem(value) == problem
+
+
+def test_counter_problem_names_the_first_bad_series() -> None:
+    m = Metrics.parse('c_total{engine="0"} 10\nc_total{engine="1"} +Inf\nc_total{engine="2"} -3\nok_total 4\n')
+    assert m.counter_problem("c_total") == "+Inf"
+    assert m.counter_problem("ok_total") is None
+    assert m.counter_problem("absent_total") is None
+
+
+def test_sums_means_and_labels_leave_infinities_out() -> None:
+    m = Metrics.parse(
+        'g{engine="0"} 0.5\ng{engine="1"} +Inf\ng{engine="2"} NaN\n'
+        'r{engine="0"} 3\nr{engine="1"} -Inf\n'
+        'p{position="0"} 2\np{position="0"} +Inf\np{position="1"} NaN\n'
+        "all_inf +Inf\n"
+    )
+    assert m.mean("g") == 0.5 and m.total("r") == 3
+    assert m.by_label("p", "position") == {"0": 2.0}
+    assert m.mean("all_inf") is None and m.total("all_inf") == 0.0
