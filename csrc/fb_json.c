@@ -216,9 +216,11 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
             break;
         case R_COMPLETION:
             if (kind == V_INT) o->completion_tokens = num;
+            else if (kind != V_NULL) o->usage_invalid = 1;
             break;
         case R_PROMPT:
             if (kind == V_INT) o->prompt_tokens = num;
+            else if (kind != V_NULL) o->usage_invalid = 1;
             break;
         case R_SENT:
             if (kind == V_INT) o->sent_ns = num;
@@ -308,6 +310,7 @@ static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->has_error = 0;
     out->has_finish = 0;
     out->has_usage = 0;
+    out->usage_invalid = 0;
     out->n_choices = -1;
 }
 

@@ -20,6 +20,8 @@ typedef struct {
     int has_error;             /* a top-level "error" key whose value is not null */
     int has_finish;            /* a "finish_reason" key whose value is not null */
     int has_usage;             /* a top-level "usage" key whose value is an object */
+    int usage_invalid;         /* its "completion_tokens" or "prompt_tokens" holds neither null nor a
+                                  non-negative integer that fits int64 (a float, a string, -1, 2**64) */
     int n_choices;             /* elements in the top-level "choices" array, -1 if absent */
 } fb_chunk_info_t;
 

@@ -46,8 +46,13 @@ static int fz_on_event(void *ctx, const char *data, size_t len) {
     fz_mix_i64(r, (int64_t)len);
     fz_mix(r, data, len);
     fz_mix_i64(r, rc);
-    fz_mix(r, &info, sizeof info);
-    if (rc == 0 && (info.has_content | info.has_reasoning | info.has_error | info.has_finish | info.has_usage) > 1)
+    /* Field by field: the struct's padding bytes are never written. */
+    const int64_t facts[] = {info.completion_tokens, info.prompt_tokens, info.sent_ns, info.has_content,
+                             info.has_reasoning, info.has_error, info.has_finish, info.has_usage,
+                             info.usage_invalid, info.n_choices};
+    fz_mix(r, facts, sizeof facts);
+    if (rc == 0 && (info.has_content | info.has_reasoning | info.has_error | info.has_finish | info.has_usage |
+                    info.usage_invalid) > 1)
         __builtin_trap(); /* flags are 0/1 */
     return 0;
 }

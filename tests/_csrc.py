@@ -214,7 +214,7 @@ class Lib:
         return n, (bad[0], bad[1])
 
     def json(self, data: bytes) -> tuple[int, dict[str, int]]:
-        facts = (ctypes.c_int64 * 9)()
+        facts = (ctypes.c_int64 * 10)()
         rc = self.dll.fbt_json(data, len(data), facts)
         names = (
             "completion_tokens",
@@ -226,5 +226,6 @@ class Lib:
             "has_finish",
             "has_usage",
             "n_choices",
+            "usage_invalid",
         )
         return rc, dict(zip(names, facts))

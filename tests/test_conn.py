@@ -87,23 +87,24 @@ def test_usage_per_chunk_timing_and_tokens(loop_factory: Any) -> None:
 
 
 def test_usage_that_cannot_be_right_is_not_trusted(loop_factory: Any) -> None:
-    """Usage beyond the request's max_tokens, and usage that counts no token while text arrives,
-    are INCONSISTENT: the output tokens fall back to the chunks with text, and so do the per-token
-    gaps (one token per chunk)."""
+    """Usage beyond the request's max_tokens, usage that counts no token while text arrives, and
+    token counts that are not integers are INCONSISTENT: the output tokens fall back to the chunks
+    with text, and so do the per-token gaps (one token per chunk)."""
     def script(n: int, body: bytes) -> list[Any]:
         if n == 0:
             return stream_script([1, 2, 3000])  # 3,003 tokens for max_tokens 8
-        if n == 1:  # text in every chunk, completion_tokens 0 throughout
-            return [STREAM_HEAD, *(chunked(sse(completion_chunk("w", 0))) for _ in range(3)),
-                    chunked(sse("[DONE]")) + CHUNKED_END]
+        if n in (1, 2):  # text in every chunk; completion_tokens 0 throughout, or a string
+            chunk = completion_chunk("w", 0)
+            if n == 2:
+                chunk["usage"]["completion_tokens"] = "1"
+            return [STREAM_HEAD, *(chunked(sse(chunk)) for _ in range(3)), chunked(sse("[DONE]")) + CHUNKED_END]
         return stream_script([1, 2, 3])  # 6 of 8: trusted
-    data, _ = drive(loop_factory, script, n=3, expected_output_tokens=[8, 8, 8])
-    assert list(col(data, "error")) == [0, 0, 0]
-    assert list(col(data, "usage_source")) == [UsageSource.INCONSISTENT, UsageSource.INCONSISTENT,
-                                               UsageSource.PER_CHUNK]
-    assert list(col(data, "output_tokens")) == [3, 3, 6]
+    data, _ = drive(loop_factory, script, n=4, expected_output_tokens=[8] * 4)
+    assert list(col(data, "error")) == [0] * 4
+    assert list(col(data, "usage_source")) == [UsageSource.INCONSISTENT] * 3 + [UsageSource.PER_CHUNK]
+    assert list(col(data, "output_tokens")) == [3, 3, 3, 6]
     # 2 gaps each for the untrusted requests, 2 + 3 tokens after the first chunk for the trusted one
-    assert data.histograms["itl_token"].get_total_count() == 2 + 2 + 5
+    assert data.histograms["itl_token"].get_total_count() == 2 + 2 + 2 + 5
 
 
 def test_usage_is_trusted_when_max_tokens_is_unknown(loop_factory: Any) -> None:

@@ -680,6 +680,7 @@ def _facts(**kw: int) -> dict[str, int]:
         "has_finish": 0,
         "has_usage": 0,
         "n_choices": -1,
+        "usage_invalid": 0,
     }
     base.update(kw)
     return base
@@ -738,11 +739,16 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
     ),
     ("usage_null", b'{"usage":null,"choices":null}', _facts()),
     ("usage_tokens_null", b'{"usage":{"completion_tokens":null,"prompt_tokens":null}}', _facts(has_usage=1)),
-    ("usage_tokens_float", b'{"usage":{"completion_tokens":3.0,"prompt_tokens":1e2}}', _facts(has_usage=1)),
+    ("usage_tokens_float", b'{"usage":{"completion_tokens":3.0,"prompt_tokens":1e2}}',
+     _facts(has_usage=1, usage_invalid=1)),
+    ("usage_tokens_string", b'{"usage":{"completion_tokens":"3"}}', _facts(has_usage=1, usage_invalid=1)),
+    ("usage_tokens_negative", b'{"usage":{"prompt_tokens":-1}}', _facts(has_usage=1, usage_invalid=1)),
+    ("usage_other_keys_fine", b'{"usage":{"total_tokens":"x","prompt_tokens":4}}',
+     _facts(has_usage=1, prompt_tokens=4)),
     (
         "usage_tokens_big",
         b'{"usage":{"completion_tokens":9223372036854775807,"prompt_tokens":9223372036854775808}}',
-        _facts(has_usage=1, completion_tokens=2**63 - 1),
+        _facts(has_usage=1, completion_tokens=2**63 - 1, usage_invalid=1),
     ),
     (
         "sent_ns",
@@ -878,6 +884,8 @@ def _py_facts(obj: dict[str, Any]) -> dict[str, int]:
         for k in ("completion_tokens", "prompt_tokens"):
             if _is_count(usage.get(k)):
                 f[k] = usage[k]
+            elif usage.get(k) is not None:
+                f["usage_invalid"] = 1
     if _is_count(obj.get("fb_sent_ns")):
         f["sent_ns"] = obj["fb_sent_ns"]
     if obj.get("error") is not None:

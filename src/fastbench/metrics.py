@@ -432,8 +432,8 @@ def _usage_statement(by_source: dict[str, int], completed: int) -> str:
         )
     if inconsistent:
         parts.append(
-            f"{inconsistent}/{completed} had usage that cannot be right (it went backwards, passed max_tokens, "
-            "or counted no token for text) and is not trusted: their output tokens are the chunks with text"
+            f"{inconsistent}/{completed} had usage that cannot be right (malformed, going backwards, past "
+            "max_tokens, or no token for text) and is not trusted: their output tokens are the chunks with text"
         )
     return "token counts fall back: " + "; ".join(parts)
 

@@ -58,8 +58,8 @@ class UsageSource(enum.IntEnum):
     NONE = 0  # no usage at all: output tokens = chunks with text (fallback, stated in the result)
     PER_CHUNK = 1  # usage on every chunk (vLLM continuous_usage_stats): per-chunk token counts are exact
     FINAL = 2  # usage only at the end: total exact, per-chunk split estimated as 1 token per chunk
-    # Usage that cannot be right (went backwards, beyond max_tokens, or no tokens for text): not
-    # trusted; output tokens = output chunks, as for NONE.
+    # Usage that cannot be right (malformed, went backwards, beyond max_tokens, or no tokens for
+    # text): not trusted; output tokens = output chunks, as for NONE.
     INCONSISTENT = 3
 
 

@@ -220,5 +220,6 @@ int fbt_json(const char *data, size_t len, int64_t *facts) {
     facts[6] = info.has_finish;
     facts[7] = info.has_usage;
     facts[8] = info.n_choices;
+    facts[9] = info.usage_invalid;
     return rc;
 }

@@ -103,6 +103,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         r.finish_seen = 1
     if info.prompt_tokens >= 0:
         r.prompt_tokens = info.prompt_tokens
+    if info.usage_invalid:
+        r.usage_untrusted = 1
     # A chunk without text still carries output when its usage grew over an earlier chunk's (vLLM
     # streams a token that ends mid-UTF-8 as text ""). Usage seen for the first time on a chunk
     # without text is a server's end-of-stream total (llama.cpp), not a token chunk.
@@ -110,7 +112,7 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     if info.completion_tokens >= 0:
         r.usage_seen = 1
         if info.completion_tokens < r.completion_tokens:
-            r.usage_decreased = 1
+            r.usage_untrusted = 1  # went backwards
         else:
             tokens = info.completion_tokens - r.completion_tokens
         r.completion_tokens = info.completion_tokens
@@ -471,7 +473,7 @@ cdef class StreamConnection:
         r.prompt_tokens = -1
         r.completion_tokens = 0
         r.events = r.n_ev = r.usage_chunks = 0
-        r.usage_seen = r.usage_decreased = r.done_seen = r.finish_seen = 0
+        r.usage_seen = r.usage_untrusted = r.done_seen = r.finish_seen = 0
         r.error = E_OK
         r.why = NULL
         self.c.errtext_len = 0
@@ -672,7 +674,7 @@ cdef class StreamConnection:
                 r.error = E_PROTOCOL
                 r.why = "the stream ended without data: [DONE]"
         r.end_ns = self.c.read_ts if self.c.read_ts else fb_now_ns()
-        if r.usage_decreased or (r.usage_seen and (
+        if r.usage_untrusted or (r.usage_seen and (
                 (r.completion_tokens == 0 and r.n_ev > 0)  # text arrived, yet no token counted
                 or 0 < self.expected_tokens < r.completion_tokens)):  # more than max_tokens
             usage = U_INCONSISTENT

@@ -72,6 +72,7 @@ cdef extern from "fb_json.h" nogil:
         int has_error
         int has_finish
         int has_usage
+        int usage_invalid
         int n_choices
     int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out)
 

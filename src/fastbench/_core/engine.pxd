@@ -33,7 +33,7 @@ ctypedef struct fb_req_t:
     int64_t completion_tokens    # latest cumulative usage.completion_tokens
     int64_t events               # SSE data events, all kinds
     int usage_seen               # some chunk carried usage
-    int usage_decreased          # usage went backwards: counts are not to be trusted per chunk
+    int usage_untrusted          # usage went backwards or was malformed: counts are not to be trusted
     int usage_chunks             # output chunks that carried usage
     int done_seen                # "data: [DONE]" arrived
     int finish_seen              # a non-null finish_reason arrived
