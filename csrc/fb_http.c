@@ -68,6 +68,7 @@ void fb_http_init(fb_http_t *h) {
     h->chunked = 0;
     h->keep_alive = 0;
     h->event_stream = 0;
+    h->content_coded = 0;
     h->content_length = -1;
     h->remaining = 0;
     h->body_bytes = 0;
@@ -155,6 +156,12 @@ static int fb_http_header_line(fb_http_t *h, const char *s, size_t n) {
     case 14:
         if (!FB_IEQ(s, name_n, "content-length")) break;
         return fb_http_content_length(h, v, vn);
+    case 16: /* Content-Encoding: codings applied to the body (RFC 9110 section 8.4) */
+        if (!FB_IEQ(s, name_n, "content-encoding")) break;
+        while (fb_list_next(v, vn, &pos, &el, &el_n)) {
+            if (el_n && !FB_IEQ(el, el_n, "identity")) h->content_coded = 1;
+        }
+        break;
     case 17: /* Transfer-Encoding: the codings in order; chunked only counts when it is the last
               * (RFC 9112 section 6.3 items 3 and 4). Repeated fields form one list, so the last
               * non-empty element seen decides. */

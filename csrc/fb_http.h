@@ -39,6 +39,8 @@ typedef struct fb_http_s {
     int keep_alive;          /* connection reusable after this response (HTTP/1.1 unless "Connection: close";
                                 HTTP/1.0 only with "Connection: keep-alive"); 0 for close-delimited bodies */
     int event_stream;        /* Content-Type is text/event-stream */
+    int content_coded;       /* Content-Encoding names a coding other than "identity" (gzip, br...):
+                                the body is not the text it claims to be */
     int64_t content_length;  /* -1 when absent */
     uint64_t remaining;      /* bytes left in the current chunk or Content-Length body */
     uint64_t body_bytes;     /* body bytes delivered so far */

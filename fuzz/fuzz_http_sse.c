@@ -76,8 +76,8 @@ static int fz_on_body(void *ctx, const char *data, size_t len) {
 
 static void fz_snapshot(fz_run_t *r) {
     const fb_http_t *h = &r->http;
-    int64_t v[9] = {h->state, h->status, h->http_minor, h->chunked, h->keep_alive, h->event_stream,
-                    h->content_length, (int64_t)h->body_bytes, (int64_t)r->sse.events};
+    int64_t v[10] = {h->state, h->status, h->http_minor, h->chunked, h->keep_alive, h->event_stream,
+                     h->content_coded, h->content_length, (int64_t)h->body_bytes, (int64_t)r->sse.events};
     fz_mix(r, v, sizeof v);
 }
 

@@ -62,6 +62,7 @@ class Result(ctypes.Structure):
         ("chunked", ctypes.c_int),
         ("keep_alive", ctypes.c_int),
         ("event_stream", ctypes.c_int),
+        ("content_coded", ctypes.c_int),
         ("content_length", ctypes.c_int64),
         ("body_bytes", ctypes.c_uint64),
         ("consumed", ctypes.c_uint64),

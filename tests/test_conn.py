@@ -113,6 +113,24 @@ def test_usage_is_trusted_when_max_tokens_is_unknown(loop_factory: Any) -> None:
     assert col(data, "output_tokens")[0] == 3003
 
 
+def test_a_bare_done_and_a_compressed_stream_are_protocol_errors(loop_factory: Any) -> None:
+    """Only [DONE] (no text, usage or finish_reason) is no answer; a gzip-coded body is not the SSE
+    it claims to be. Each gets its own reason, not "ended without [DONE]"."""
+    gzip_head = STREAM_HEAD.replace(b"\r\n\r\n", b"\r\ncontent-encoding: gzip\r\n\r\n", 1)
+
+    def script(n: int, body: bytes) -> list[Any]:
+        if n == 0:
+            return [STREAM_HEAD, chunked(sse("[DONE]")) + CHUNKED_END]
+        if n == 1:
+            return [gzip_head, chunked(b"\x1f\x8b\x08\x00 not text") + CHUNKED_END]
+        return [STREAM_HEAD, chunked(sse(completion_chunk("", None, finish="stop"))),  # EOS at once: an answer
+                chunked(sse("[DONE]")) + CHUNKED_END]
+    data, _ = drive(loop_factory, script, n=3)
+    assert list(col(data, "error")) == [ErrorClass.PROTOCOL, ErrorClass.PROTOCOL, ErrorClass.OK]
+    assert "without output" in data.error_messages[0]
+    assert "compressed" in data.error_messages[1]
+
+
 def test_kernel_timestamps_used_on_loopback(loop_factory: Any) -> None:
     data, _ = drive(loop_factory, lambda n, body: stream_script([1, 1, 1]))
     assert data.reads > 0

@@ -462,6 +462,11 @@ def test_http_framing_edge_cases(lib: Lib) -> None:
         ("text/event-streamx", 0),
     ]:
         assert lib.run(HTTP, http_length(b"", headers=[("Content-Type", ctype)])).res.event_stream == want
+    # Content-Encoding: any coding but identity means the body is not the text it seems.
+    for codings, want in [([], 0), (["identity"], 0), (["gzip"], 1), (["Identity, br"], 1), (["", "identity"], 0),
+                          (["identity", "deflate"], 1)]:
+        headers = [("Content-Encoding", c) for c in codings]
+        assert lib.run(HTTP, http_length(b"", headers=headers)).res.content_coded == want, codings
     # OWS around values, no reason phrase, header names of other lengths.
     resp = b"HTTP/1.1 200\r\nX: y\r\nContent-Length:\t 1 \t\r\n\r\nz"
     r = lib.run(HTTP, resp)

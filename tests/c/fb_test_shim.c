@@ -29,6 +29,7 @@ typedef struct {
     int chunked;
     int keep_alive;
     int event_stream;
+    int content_coded;
     int64_t content_length;
     uint64_t body_bytes;
     uint64_t consumed;    /* input bytes fb_http consumed (less than the input after DONE) */
@@ -150,6 +151,7 @@ int fbt_run(int mode, const char *in, size_t len, const size_t *cuts, size_t ncu
     res->chunked = h->chunked;
     res->keep_alive = h->keep_alive;
     res->event_stream = h->event_stream;
+    res->content_coded = h->content_coded;
     res->content_length = h->content_length;
     res->body_bytes = h->body_bytes;
     res->consumed = consumed;

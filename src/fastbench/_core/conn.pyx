@@ -668,11 +668,19 @@ cdef class StreamConnection:
             elif not self.c.http.event_stream:
                 r.error = E_PROTOCOL
                 r.why = "the response is not an event stream (is \"stream\" honoured?)"
+            elif self.c.http.content_coded:
+                r.error = E_PROTOCOL
+                r.why = "the response is compressed (Content-Encoding), which fastbench never asks for"
             elif not r.done_seen:
                 # Every OpenAI-compatible server ends a stream with [DONE]; without it the end of
                 # the response may be a cut, not a finish.
                 r.error = E_PROTOCOL
                 r.why = "the stream ended without data: [DONE]"
+            elif r.n_ev == 0 and not r.usage_seen and not r.finish_seen:
+                # An answer of no tokens still says why it stopped (finish_reason) or what it
+                # counted (usage); a bare [DONE] says neither.
+                r.error = E_PROTOCOL
+                r.why = "the stream ended without output: no text, usage or finish_reason"
         r.end_ns = self.c.read_ts if self.c.read_ts else fb_now_ns()
         if r.usage_untrusted or (r.usage_seen and (
                 (r.completion_tokens == 0 and r.n_ev > 0)  # text arrived, yet no token counted

@@ -41,6 +41,7 @@ cdef extern from "fb_http.h" nogil:
         int chunked
         int keep_alive
         int event_stream
+        int content_coded
         int64_t content_length
         uint64_t body_bytes
         char line[1]                   # FB_HTTP_LINE_MAX bytes; only its address is used here
