@@ -4,9 +4,13 @@ test_specdecode.py.)"""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from fastbench.promscrape import MAX_COUNT, Metrics, counter_problem
+import pytest
+from aiohttp import web
+
+from fastbench import promscrape
+from fastbench.promscrape import MAX_COUNT, Metrics, MetricsScraper, counter_problem
 
 
 @pytest.mark.parametrize(("value", "problem"), [
@@ -40,3 +44,34 @@ def test_sums_means_and_labels_leave_infinities_out() -> None:
     assert m.mean("g") == 0.5 and m.total("r") == 3
     assert m.by_label("p", "position") == {"0": 2.0}
     assert m.mean("all_inf") is None and m.total("all_inf") == 0.0
+
+
+def test_a_metrics_body_past_the_cap_is_a_failed_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every body of the window is kept, so an endless or huge /metrics must not be read whole."""
+    body = b"vllm:num_requests_running 1\n" * 4000  # ~112 kB
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/plain")
+
+    async def scrape_twice() -> tuple[bool, int, str | None, int]:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            scraper = MetricsScraper(f"http://127.0.0.1:{port}", interval_s=0)
+            whole = await scraper.scrape()
+            monkeypatch.setattr(promscrape, "MAX_BODY_BYTES", 64 << 10)
+            capped = await scraper.scrape()
+            await scraper.stop()
+            return whole is not None and whole.body == body, scraper.failures, scraper.last_error, \
+                int(capped is None)
+        finally:
+            await runner.cleanup()
+
+    whole_ok, failures, last_error, capped_failed = asyncio.run(scrape_twice())
+    assert whole_ok and capped_failed == 1 and failures == 1
+    assert last_error == "BodyTooLargeError: a body over 65,536 bytes"

@@ -23,6 +23,8 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 # Above 2**53 a float no longer holds every integer; no real counter of tokens or drafts gets there.
 MAX_COUNT = 2.0**53
+# vLLM's /metrics is 50-300 kB; a body past this is a broken server, and every body of the window is kept.
+MAX_BODY_BYTES = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +210,21 @@ class Scrape:
         return Metrics.parse(self.body.decode("utf-8", errors="replace"))
 
 
+class BodyTooLargeError(Exception):
+    """A /metrics body past MAX_BODY_BYTES."""
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for part in resp.content.iter_chunked(1 << 16):
+        size += len(part)
+        if size > limit:
+            raise BodyTooLargeError(f"a body over {limit:,} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
 class MetricsScraper:
     """Reads ``BASE_URL/metrics`` at the window's start and end and every ``interval_s`` in between.
 
@@ -236,11 +253,11 @@ class MetricsScraper:
         try:
             async with self._session.get(self.url, headers=self.headers,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
-                body = await resp.read()
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
                                                       message=f"HTTP {resp.status}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                body = await _read_capped(resp, MAX_BODY_BYTES)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BodyTooLargeError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
