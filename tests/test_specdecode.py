@@ -368,3 +368,13 @@ def test_window_figure_lies_inside_its_interval_range() -> None:
     window = 1 + (3 * big + 3) / (2 * big + 1)
     lengths = [f.acceptance_length for _, _, f in intervals]
     assert min(lengths) <= window <= max(lengths)
+
+
+def test_vllm_keys_without_a_drafts_counter_say_null_not_zero() -> None:
+    """A server that counts draft tokens and accepted ones but not drafts: no acceptance length, and
+    no 0.0 that would read as measured."""
+    from fastbench.specdecode import SpecFigures, vllm_keys
+
+    keys = vllm_keys(SpecFigures.of(SpecCounters("llamacpp:", None, 90.0, 63.0, ())))
+    assert keys["spec_decode_acceptance_length"] is None and keys["spec_decode_num_drafts"] is None
+    assert keys["spec_decode_acceptance_rate"] == pytest.approx(70.0)

@@ -337,8 +337,9 @@ def vllm_keys(window: SpecFigures) -> dict[str, Any]:
     return {
         "spec_decode_acceptance_rate": 100.0 * window.acceptance_rate if window.acceptance_rate is not None
         else None,
-        "spec_decode_acceptance_length": window.acceptance_length or 0.0,
-        "spec_decode_num_drafts": int(window.drafts or 0),
+        # null without a drafts counter (a server may count only draft tokens): 0.0 would read as measured
+        "spec_decode_acceptance_length": window.acceptance_length,
+        "spec_decode_num_drafts": None if window.drafts is None else int(window.drafts),
         "spec_decode_draft_tokens": int(window.draft_tokens),
         "spec_decode_accepted_tokens": int(window.accepted),
         "spec_decode_per_position_acceptance_rates": list(window.per_position),
