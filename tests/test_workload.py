@@ -322,6 +322,9 @@ def test_sharegpt_nothing_fits(tmp_path: Path) -> None:
         (b"[]", "empty"),
         (b'[{"id": 1, "turns": []}]', "not a ShareGPT file"),
         (b'[{"id": 1, "conversations": [{"from": "human", "value": "q"}]}]', "no usable prompt"),
+        # the reason is in the message: vLLM's length filter (a prompt under 4 tokens)
+        (b'[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello there"}]}]',
+         r"no usable prompt \(sharegpt: filtered 1 conversations as vllm bench serve does"),
     ],
 )
 def test_sharegpt_errors(tmp_path: Path, content: bytes | None, match: str) -> None:

@@ -781,9 +781,10 @@ async def _build(
 
     accepted = selector.accepted
     if not accepted and selector.need > 0:
-        why = (
-            f" ({selector.screened_out} screened out by max_model_len {mml})" if selector.screened_out else ""
-        )
+        reasons = [f"{selector.screened_out} screened out by max_model_len {mml}"] if selector.screened_out else []
+        # the dataset's own notes say what it skipped or filtered (e.g. vLLM's length filter)
+        reasons += [n for n in notes if "skipped" in n or "filtered" in n]
+        why = f" ({'; '.join(reasons)})" if reasons else ""
         raise DatasetError(f"{dataset}: no usable prompt{why}; see the dataset options")
     if selector.remaining > 0:
         notes.append(
