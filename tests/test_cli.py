@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -9,6 +10,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+
+from fastbench import BenchConfig, ServerDiedError, api, cli, report, run
+from fastbench.synthetic import SyntheticServer
 
 
 def fastbench(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -36,6 +40,13 @@ def test_help_explains_flags() -> None:
     (["--base-url", "ftp://x"], "http://host:port"),
     (["--base-url", "http://127.0.0.1:1", "--num-prompts", "1"], "127.0.0.1"),
     (["--dataset-name", "sharegpt", "--dataset-path", "/nonexistent.json", "--num-prompts", "1"], "nonexistent"),
+    (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+    (["--num-warmups", "-2"], "argument --num-warmups: must be at least 0, got -2"),
+    (["--synthetic-args", "--itl-ms '5"], "--synthetic-args: No closing quotation"),
+    # output paths that cannot be written are refused before the run, not after it
+    (["--result-json", "/nonexistent/x.json"], "--result-json /nonexistent/x.json: /nonexistent does not exist"),
+    (["--result-card", "/"], "--result-card /: is a directory"),
+    (["--save-detailed", "/proc/x.jsonl"], "--save-detailed /proc/x.jsonl: cannot write in /proc"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
     proc = fastbench(*args, timeout=60)
@@ -100,3 +111,66 @@ def test_unknown_endpoint_is_one_line() -> None:
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "--endpoint" in proc.stderr
+
+
+def test_help_says_how_to_pass_a_value_that_starts_with_a_dash() -> None:
+    out = " ".join(fastbench("--help").stdout.split())
+    assert '--engine-args="--enforce-eager"' in out and '--synthetic-args="--no-usage"' in out
+    proc = fastbench("--num-prompts", "2", "--random-input-len", "8", "--random-output-len", "4",
+                     "--synthetic-args=--no-usage")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_exit_status_follows_the_epilog() -> None:
+    assert "1 the run stopped early" in cli.EPILOG
+    assert cli.exit_status("completed") == 0
+    assert cli.exit_status("time cap") == 0
+    assert cli.exit_status("interrupted") == 130
+    for early in ("max error rate", "server exited", "client error"):
+        assert cli.exit_status(early) == 1
+
+
+def test_a_run_stopped_by_max_error_rate_exits_1(tmp_path: Path) -> None:
+    out_json = tmp_path / "r.json"
+    proc = fastbench("--num-prompts", "100", "--concurrency", "4", "--random-input-len", "8",
+                     "--random-output-len", "8", "--max-error-rate", "0.1", "--result-json", str(out_json),
+                     "--synthetic-args", "--fault http-500 --fault-every 2")
+    assert proc.returncode == 1, proc.stderr
+    assert "Serving Benchmark Result" in proc.stdout
+    assert orjson.loads(out_json.read_bytes())["fastbench"]["run"]["stopped_reason"] == "max error rate"
+
+
+def test_a_result_file_that_fails_after_the_run_still_shows_the_summary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The disk fills up after the path check: the summary is printed, the other files are written,
+    and one line names the file that is not."""
+    def disk_full(path: str | os.PathLike[str], obj: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(report, "write_json_atomic", disk_full)
+    out_json, card = tmp_path / "r.json", tmp_path / "card.md"
+    rc = cli.main(["--num-prompts", "4", "--concurrency", "2", "--random-input-len", "8", "--random-output-len",
+                   "4", "--synthetic-args", "--ttft-ms 2 --itl-ms 1", "--no-progress",
+                   "--result-json", str(out_json), "--result-card", str(card)])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert "Serving Benchmark Result" in out
+    assert err.strip() == f"fastbench: error: could not write --result-json {out_json}: No space left on device"
+    assert card.exists() and not out_json.exists()
+
+
+def test_a_server_that_died_during_the_run_shows_the_summary_and_exits_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with SyntheticServer("--ttft-ms", "2", "--itl-ms", "1") as server:
+        measured = run(BenchConfig(base_url=server.base_url, concurrency=2, num_prompts=2, random_input_len=8,
+                                   random_output_len=4))
+
+    async def dies(*args: object, **kwargs: object) -> object:
+        raise ServerDiedError("server exited with status 1 during the measured window", measured)
+
+    monkeypatch.setattr(api, "arun", dies)
+    rc = cli.main(["--num-prompts", "2", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "Serving Benchmark Result" in out
+    assert err.strip() == "fastbench: error: server exited with status 1 during the measured window"

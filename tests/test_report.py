@@ -12,10 +12,12 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError
 from fastbench.metrics import Result, summarize
 from fastbench.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
 from fastbench.report import (
     RESULT_SCHEMA_VERSION,
+    check_output_path,
     redact_argv,
     redact_text,
     render_card,
@@ -342,3 +344,26 @@ def test_redaction_helpers() -> None:
     assert redact_text("run --api-key abc --api-key=def OPENAI_API_KEY=ghi x") == (
         "run --api-key *** --api-key=*** OPENAI_API_KEY=*** x"
     )
+
+
+def test_output_paths_are_checked_before_a_run(tmp_path: Path) -> None:
+    """What write_bytes_atomic would fail on after the run is refused up front, in one line."""
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    cases = [
+        (tmp_path / "missing" / "r.json", "missing does not exist"),
+        (a_file / "r.json", "file is not a directory"),
+        (tmp_path, "is a directory"),
+        (Path("/dev/null"), "is not a regular file"),
+        (Path("/proc/r.json"), "cannot write in /proc"),  # no file can be made there, not even by root
+    ]
+    for path, words in cases:
+        with pytest.raises(ConfigError, match=words) as info:
+            check_output_path("--result-json", str(path))
+        assert str(info.value).startswith(f"--result-json {path}: ") and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="needs a file path"):
+        check_output_path("--result-json", "")
+    # writable: a new file, or one to replace; the probe leaves nothing behind
+    check_output_path("--result-json", str(tmp_path / "new.json"))
+    check_output_path("--result-json", str(a_file))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

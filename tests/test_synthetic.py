@@ -123,6 +123,23 @@ def test_cli_flag_validation() -> None:
         assert e.value.code == 2
 
 
+@pytest.mark.parametrize("args,words", [
+    (["--port", "99999"], "--port must be between 0 and 65535, got 99999"),
+    (["--port", "-1"], "--port must be between 0 and 65535, got -1"),
+    (["--itl-ms", "nan"], "--itl-ms must be a number between 0 and 3600000, got nan"),
+    (["--jitter-ms", "nan"], "--jitter-ms must be a number between 0 and 3600000, got nan"),
+    (["--ttft-ms", "inf"], "--ttft-ms must be a number between 0 and 3600000, got inf"),
+    (["--stall-s", "nan"], "--stall-s must be a number between 0 and 3600, got nan"),
+    (["--prefill-tok-s", "inf"], "--prefill-tok-s must be a finite number > 0, got inf"),
+])
+def test_cli_refuses_out_of_range_values(args: list[str], words: str) -> None:
+    # a process with a timeout: a value that is not refused starts a server that never returns
+    proc = subprocess.run([sys.executable, "-m", "fastbench.synthetic", *args], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == f"python -m fastbench.synthetic: error: {words}"
+
+
 def test_token_model_functions() -> None:
     assert count_prompt_tokens("a b  c\nd") == 4
     assert count_prompt_tokens([5, 6, 7]) == 3

@@ -7,18 +7,24 @@ measured by bench/bench_client.py.
 from __future__ import annotations
 
 import asyncio
+import errno
+import http.server
 import json
 import math
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvloop
 
 from _bench import load_bench_module
+from fastbench import report as report_files
 from fastbench import validate as fv
+from fastbench.exceptions import ServerError
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
 from fastbench.records import COL
 from fastbench.synthetic import SyntheticServer
@@ -155,3 +161,84 @@ def test_reference_client_measures() -> None:
     assert out["client_cpu"]["us_per_chunk"] > 0
     assert out["client_maxrss_kb"] > 0
     assert out["window"]["start_ns"] <= out["window"]["last_sent_ns"] <= out["window"]["end_ns"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--max-seconds", "0"], "--max-seconds must be > 0, got 0.0"),
+    (["--max-seconds", "nan"], "--max-seconds must be > 0, got nan"),
+    (["--itl-ms", "nan"], "--itl-ms and --ttft-ms must be finite numbers >= 0"),
+    (["--ttft-ms", "inf"], "--itl-ms and --ttft-ms must be finite numbers >= 0"),
+    (["--coalesce-ms", "-1"], "--coalesce-ms must be between 0 and 1000"),
+    (["--base-url", "foo"], "--base-url must look like http://host:port, got 'foo'"),
+    (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: /nonexistent does not exist"),
+    (["--json", "/"], "--json /: is a directory"),
+])
+def test_validate_cli_bad_input_before_the_run(args: list[str], words: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        fv.main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(f"fastbench validate: error: {words}"), err
+    assert "Traceback" not in err
+
+
+def test_a_run_without_completions_fails_its_own_check() -> None:
+    """All requests cancelled by the cap: nothing failed, and the check that fails says what it checks."""
+    report = fv.validate(2, itl_ms=1, ttft_ms=2000, num_requests=2, output_len=2, warmup=False, max_seconds=0.2)
+    assert report.completed == 0 and report.failed == 0
+    checks = {c.name: c for c in report.checks}
+    assert checks["failed requests"].passed
+    assert not checks["completed requests"].passed
+    text = report.render()
+    assert "[ok] failed requests: 0.000 <= 0" in text and "[FAIL] completed requests: 0.000 >= 1" in text
+    assert report.verdict == "FAIL"
+
+
+class _NotSynthetic(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        body = b"<html>hello</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def foreign_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotSynthetic)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_validate_against_another_server_says_so(foreign_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = fv.main(["--base-url", foreign_server, "--concurrency", "2", "--num-requests", "2", "--quiet"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip() == (
+        f"fastbench validate: error: {foreign_server} is not fastbench's synthetic server: POST /fb/reset "
+        "answered b'<html>hello</html>', not a JSON object")
+    with pytest.raises(ServerError, match="cannot reach http://127.0.0.1:1: "):
+        fv.validate(2, num_requests=2, base_url="http://127.0.0.1:1")
+
+
+def test_validate_json_that_fails_after_the_run_still_shows_the_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def disk_full(path: str | os.PathLike[str], data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(report_files, "write_bytes_atomic", disk_full)
+    out = tmp_path / "report.json"
+    rc = fv.main(["--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--itl-ms", "2",
+                  "--ttft-ms", "2", "--quiet", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert "verdict:" in captured.out  # --quiet, but the report would be lost otherwise
+    assert captured.err.strip() == f"fastbench validate: error: could not write --json {out}: No space left on device"

@@ -12,7 +12,7 @@ Public API::
 from ._version import __version__
 from .api import arun, run
 from .config import BenchConfig
-from .exceptions import ConfigError, DatasetError, FastbenchError, ServerError
+from .exceptions import ConfigError, DatasetError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
 from .metrics import Result
 
 TYPE_CHECKING = False
@@ -34,6 +34,8 @@ __all__ = (
     "DatasetError",
     "FastbenchError",
     "Result",
+    "ResultWriteError",
+    "ServerDiedError",
     "ServerError",
     "SyntheticServer",
     "__version__",

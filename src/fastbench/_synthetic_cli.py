@@ -6,9 +6,12 @@ Also the entry point of the subprocess that ``SyntheticServer`` starts (see ``BO
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from fastbench._synthetic_engine import FAULTS, ServerConfig, serve
+
+HOUR_MS = 3_600_000.0
 
 
 def _tokens_per_chunk(text: str) -> tuple[int, int]:
@@ -84,13 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the synthetic server until SIGTERM or SIGINT; returns the exit status."""
     parser = build_parser()
     ns = parser.parse_args(argv)
-    for name in ("itl_ms", "jitter_ms", "stall_s"):
-        if getattr(ns, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must be >= 0")
-    if ns.ttft_ms is not None and ns.ttft_ms < 0:
-        parser.error("--ttft-ms must be >= 0")
-    if ns.prefill_tok_s is not None and ns.prefill_tok_s <= 0:
-        parser.error("--prefill-tok-s must be > 0")
+    if not 0 <= ns.port <= 65535:
+        parser.error(f"--port must be between 0 and 65535, got {ns.port}")
+    # Each check says what must hold, so that nan (which fails every comparison) fails it too.
+    # Delays past an hour are a typo, and would overflow the nanosecond timers.
+    for flag, value, most in (("--itl-ms", ns.itl_ms, HOUR_MS), ("--jitter-ms", ns.jitter_ms, HOUR_MS),
+                              ("--ttft-ms", ns.ttft_ms, HOUR_MS), ("--stall-s", ns.stall_s, HOUR_MS / 1e3)):
+        if value is not None and not 0 <= value <= most:
+            parser.error(f"{flag} must be a number between 0 and {most:.0f}, got {value}")
+    if ns.prefill_tok_s is not None and not 0 < ns.prefill_tok_s < math.inf:
+        parser.error(f"--prefill-tok-s must be a finite number > 0, got {ns.prefill_tok_s}")
     if not 0.0 <= ns.eos_prob <= 1.0:
         parser.error("--eos-prob must be in [0, 1]")
     if ns.fault_every < 1 or ns.max_model_len < 1 or ns.default_max_tokens < 1:

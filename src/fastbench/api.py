@@ -3,73 +3,187 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import numbers
 import os
 import platform
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import aiohttp
 import orjson
 
 from . import metrics, report, server, workload
 from ._version import __version__
-from .config import BenchConfig
-from .exceptions import ConfigError, ServerError
-from .loadgen import LoadGenerator, LoadPlan, Target
+from .config import BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
+from .exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
+from .loadgen import LoadGenerator, LoadPlan, Target, check_api_key
 from .metrics import Result
 
-__all__ = ("run", "arun")
+__all__ = ("arun", "run")
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and all(isinstance(item, str) for item in value)
+
+
+# What each kind of field must hold, and how a message names it.
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "whole": (_is_whole, "a whole number"),
+    "number": (_is_number, "a number"),
+    "bool": (lambda value: isinstance(value, bool), "True or False"),
+    "text": (lambda value: isinstance(value, str), "a string"),
+    "strings": (_is_strings, "a tuple of strings, e.g. ('--itl-ms', '5')"),
+    "dict": (lambda value: isinstance(value, dict), "a dict"),
+}
+
+# field -> (kind, None allowed). Checked before the values, so that a wrong type gets a message
+# naming the field instead of a TypeError from deep inside the run.
+_BENCH_FIELDS: dict[str, tuple[str, bool]] = {
+    "base_url": ("text", True), "model": ("text", True), "endpoint": ("text", False),
+    "api_key": ("text", True), "insecure": ("bool", False),
+    "concurrency": ("whole", False), "request_rate": ("number", True), "burstiness": ("number", False),
+    "num_prompts": ("whole", False), "max_seconds": ("number", True), "num_warmups": ("whole", False),
+    "seed": ("whole", False), "request_timeout_s": ("number", True), "max_error_rate": ("number", True),
+    "coalesce_ms": ("number", False),
+    "max_tokens": ("whole", True), "ignore_eos": ("bool", False), "extra_body": ("dict", False),
+    "dataset_name": ("text", False), "dataset_path": ("text", True), "dataset_order": ("text", False),
+    "random_input_len": ("whole", False), "random_output_len": ("whole", False),
+    "random_range_ratio": ("number", False), "tokenizer": ("text", True), "max_model_len": ("whole", True),
+    "goodput": ("dict", False),
+    "result_json": ("text", True), "result_card": ("text", True), "save_detailed": ("text", True),
+    "save_outputs": ("bool", False), "progress": ("bool", True),
+    "synthetic_args": ("strings", False),
+    "metrics_interval_s": ("number", False), "memory_interval_s": ("number", True),
+    "config_file": ("text", True), "command_line": ("strings", False), "label": ("text", True),
+}
+_LAUNCH_FIELDS: dict[str, tuple[str, bool]] = {
+    "engine": ("text", False), "model": ("text", False), "engine_args": ("strings", False),
+    "docker_image": ("text", True), "docker_args": ("strings", False), "env": ("strings", False),
+    "host": ("text", False), "port": ("whole", True), "ready_timeout_s": ("number", False),
+    "log_path": ("text", True), "engine_bin": ("text", True), "stop_grace_s": ("number", False),
+}
+# The fields that name one of a few choices, with the choices.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "endpoint": get_args(Endpoint), "dataset_name": get_args(DatasetName), "dataset_order": get_args(DatasetOrder),
+}
+OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--save-detailed"}
+
+
+def _check_types(obj: object, fields: dict[str, tuple[str, bool]], owner: str) -> None:
+    for name, (kind, optional) in fields.items():
+        value = getattr(obj, name)
+        if value is None and optional:
+            continue
+        accepts, what = _KINDS[kind]
+        if not accepts(value):
+            if isinstance(value, str) and kind == "strings":
+                what += ", not one string"
+            shown = "" if name == "api_key" else f"{value!r} "  # the key itself is never shown
+            raise ConfigError(f"{owner}.{name} must be {what}{' or None' if optional else ''}, "
+                              f"got {shown}({type(value).__name__})")
+
+
+def _check_goodput(goodput: dict[Any, Any]) -> None:
+    for key, value in goodput.items():
+        if key not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
+        if not _is_number(value) or not value > 0:
+            raise ConfigError(f"--goodput {key} must be a number of milliseconds > 0, got {value!r}")
 
 
 def validate(config: BenchConfig) -> None:
-    """Reject options that cannot work, with a one-line message saying what to fix."""
+    """Reject options that cannot work, with a one-line message saying what to fix.
+
+    Everything here is checked before anything is started or sent, the output paths included, so
+    that a finished run is not thrown away for want of a place to write its result.
+    """
+    if not isinstance(config, BenchConfig):
+        raise ConfigError(f"expected a BenchConfig, got {type(config).__name__}")
+    _check_types(config, _BENCH_FIELDS, "BenchConfig")
+    for name, choices in _CHOICES.items():
+        if getattr(config, name) not in choices:
+            raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
+                              f"got {getattr(config, name)!r}")
     if config.concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
     if config.request_rate is not None and not config.request_rate > 0:
         raise ConfigError(f"--request-rate must be a positive number of requests/s, got {config.request_rate}")
-    if not config.burstiness > 0:
+    if not 0 < config.burstiness < math.inf:
         raise ConfigError(f"--burstiness must be > 0, got {config.burstiness}")
     if config.num_prompts < 1:
         raise ConfigError(f"--num-prompts must be at least 1, got {config.num_prompts}")
     if config.num_warmups < 0:
         raise ConfigError(f"--num-warmups must be >= 0, got {config.num_warmups}")
+    if config.seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {config.seed}")
     if config.max_seconds is not None and not config.max_seconds > 0:
         raise ConfigError(f"--max-seconds must be > 0, got {config.max_seconds}")
-    if config.request_timeout_s is not None and not config.request_timeout_s > 0:
+    if config.request_timeout_s is not None and not 0 < config.request_timeout_s < math.inf:
         raise ConfigError(f"--request-timeout must be > 0, got {config.request_timeout_s}")
     if not 0 <= config.coalesce_ms <= 1000:
         raise ConfigError(f"--coalesce-ms must be between 0 and 1000, got {config.coalesce_ms}")
     if config.max_error_rate is not None and not 0 <= config.max_error_rate <= 1:
         raise ConfigError(f"--max-error-rate must be between 0 and 1, got {config.max_error_rate}")
-    for key in config.goodput:
-        if key not in ("ttft", "tpot", "e2el"):
-            raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
+    _check_goodput(config.goodput)
+    check_api_key(config.api_key)
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
-    if not config.metrics_interval_s >= 0:
+    if not 0 <= config.metrics_interval_s < math.inf:
         raise ConfigError(f"--metrics-interval must be >= 0, got {config.metrics_interval_s}")
-    if config.memory_interval_s is not None and not config.memory_interval_s >= 0:
+    if config.memory_interval_s is not None and not 0 <= config.memory_interval_s < math.inf:
         raise ConfigError(f"--memory-interval must be >= 0, got {config.memory_interval_s}")
+    _check_outputs(config)
     launch = config.launch
     if launch is not None:
+        if not isinstance(launch, LaunchConfig):
+            raise ConfigError(f"BenchConfig.launch must be a LaunchConfig or None, got {type(launch).__name__}")
+        _check_types(launch, _LAUNCH_FIELDS, "LaunchConfig")
         if config.base_url is not None:
             raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")
         if not launch.model:
             raise ConfigError("--launch needs --launch-model MODEL")
+        if launch.port is not None and not 1 <= launch.port <= 65535:
+            raise ConfigError(f"--server-port must be between 1 and 65535, got {launch.port}")
         if not launch.ready_timeout_s > 0:
             raise ConfigError(f"--ready-timeout must be > 0, got {launch.ready_timeout_s}")
-        if not launch.stop_grace_s >= 0:
+        if not 0 <= launch.stop_grace_s < math.inf:
             raise ConfigError(f"--server-stop-grace must be >= 0, got {launch.stop_grace_s}")
+
+
+def _check_outputs(config: BenchConfig) -> None:
+    """Every output file can be written, and no two outputs overwrite each other."""
+    seen: dict[str, str] = {}
+    for name, flag in OUTPUT_FLAGS.items():
+        path = getattr(config, name)
+        if path is None:
+            continue
+        report.check_output_path(flag, path)
+        where = os.path.realpath(path)
+        if where in seen:
+            raise ConfigError(f"{seen[where]} and {flag} name the same file {path}; give each its own")
+        seen[where] = flag
 
 
 def run(config: BenchConfig) -> Result:
     """Run a benchmark to the end and return its Result (on uvloop when it is installed).
 
     :param config: the run's options.
-    :raises ConfigError: options that cannot work (before anything is sent).
-    :raises ServerError: the server cannot be reached or does not serve the model.
+    :raises ConfigError: options that cannot work, or an output path that cannot be written
+        (before anything is sent).
+    :raises ServerError: the server cannot be reached or does not serve the model;
+        :class:`ServerDiedError` (with ``.result``) when it died during the run.
+    :raises ResultWriteError: the run finished but a result file could not be written (``.result``).
     """
     try:
         import uvloop
@@ -111,6 +225,10 @@ async def arun(
             synthetic = SyntheticServer(*config.synthetic_args)
             await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
             base_url = synthetic.base_url
+        else:
+            # The server's root, where /v1/models, /metrics and /tokenize are: --base-url may end in
+            # /v1 (as OpenAI clients take it) or carry credentials, which fastbench never sends.
+            base_url = Target.parse(base_url, config.endpoint).base_url
         watched = launched or server.ExternalServer(
             base_url, api_key=config.api_key, pid=synthetic.pid if synthetic is not None else None)
         if memory is not None and watched.pid is not None:
@@ -194,9 +312,11 @@ async def _run_against(
     }
     result = metrics.summarize(data, config, workload_info=workload_info, server_info=server_info)
     server.annotate(result)
-    write_outputs(result, config, data)
+    unwritten = write_outputs(result, config, data)
     if monitor.server_died is not None:  # what was measured is written; the run itself failed
-        raise ServerError(monitor.server_died)
+        raise ServerDiedError("; ".join([monitor.server_died, *unwritten]), result)
+    if unwritten:
+        raise ResultWriteError("; ".join(unwritten), result)
     return result
 
 
@@ -224,13 +344,27 @@ def environment() -> dict[str, Any]:
     }
 
 
-def write_outputs(result: Result, config: BenchConfig, data: Any) -> None:
-    """Write whichever of --result-json, --result-card and --save-detailed were asked for."""
+def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
+    """Write whichever of --result-json, --result-card and --save-detailed were asked for.
+
+    A file that cannot be written does not keep the others from being written: returns one
+    "could not write FLAG PATH: reason" line per failure (empty when all were written).
+    """
+    writers: list[tuple[str, Callable[[str], object]]] = []
     if config.result_json:
         doc = report.result_to_json_dict(result, config, environment=environment())
-        report.write_json_atomic(config.result_json, doc)
+        writers.append(("result_json", lambda path: report.write_json_atomic(path, doc)))
     if config.result_card:
         status = "partial (interrupted)" if result.stopped_reason == "interrupted" else "done"
-        report.write_card_atomic(config.result_card, report.render_card(result, config, status=status))
+        card = report.render_card(result, config, status=status)
+        writers.append(("result_card", lambda path: report.write_card_atomic(path, card)))
     if config.save_detailed:
-        report.write_detailed_jsonl(config.save_detailed, data)
+        writers.append(("save_detailed", lambda path: report.write_detailed_jsonl(path, data)))
+    unwritten = []
+    for name, write in writers:
+        path = getattr(config, name)
+        try:
+            write(path)
+        except OSError as exc:
+            unwritten.append(f"could not write {OUTPUT_FLAGS[name]} {path}: {exc.strerror or exc}")
+    return unwritten

@@ -17,13 +17,15 @@ import orjson
 from . import tomlconfig
 from ._version import __version__
 from .config import ENGINES, BenchConfig, LaunchConfig
-from .exceptions import FastbenchError
+from .exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
 chunks) and benchmarks that. Subcommands: `fastbench synthetic-server --help`.
-Exit status: 0 done, 1 the run stopped early or had failures it was told to treat as fatal,
-2 bad input or an unreachable server, 130 interrupted.
+Values that start with a dash need the = form: --engine-args="--enforce-eager".
+Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
+the server died), 2 bad input, an unreachable server or a result file that could not be written,
+130 interrupted.
 """
 
 
@@ -64,14 +66,22 @@ def _rate(text: str) -> float | None:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _non_negative_int(text: str) -> int:
+    return _whole_number(text, 0)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -117,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-prompts", type=_positive_int, default=200, help="measured requests to send")
     g.add_argument("--max-seconds", type=float, default=None,
                    help="hard cap on the measured window in seconds; requests in flight then are cancelled")
-    g.add_argument("--num-warmups", type=int, default=0, help="requests sent and discarded before measuring")
-    g.add_argument("--seed", type=int, default=0, help="seed for datasets and arrivals")
+    g.add_argument("--num-warmups", type=_non_negative_int, default=0,
+                   help="requests sent and discarded before measuring")
+    g.add_argument("--seed", type=_non_negative_int, default=0, help="seed for datasets and arrivals (>= 0)")
     g.add_argument("--request-timeout", type=float, default=None,
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
@@ -160,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr (default: only when stderr is a terminal)")
     g.add_argument("--synthetic-args", default="",
-                   help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"")
+                   help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"; one flag "
+                   "alone needs the = form: --synthetic-args=\"--no-usage\"")
     _add_launch_args(p)
     return p
 
@@ -176,11 +188,12 @@ def _add_launch_args(p: argparse.ArgumentParser) -> None:
                    help="what the engine loads (Hugging Face id, directory, GGUF file)")
     g.add_argument("--engine-args", default="", metavar="\"ARGS\"",
                    help="engine flags passed through, e.g. \"--max-model-len 8192 --gpu-memory-utilization 0.85 "
-                   "--speculative-config '{...}'\"")
+                   "--speculative-config '{...}'\"; one flag alone needs the = form: --engine-args=\"--enforce-eager\"")
     g.add_argument("--docker-image", metavar="IMAGE[@sha256:...]", default=None,
                    help="run the engine in this image (docker run --gpus all --ipc=host -p PORT:PORT)")
     g.add_argument("--docker-args", default="", metavar="\"ARGS\"",
-                   help="extra docker run flags, e.g. \"-v ~/.cache/huggingface:/root/.cache/huggingface\"")
+                   help="extra docker run flags, e.g. \"-v ~/.cache/huggingface:/root/.cache/huggingface\" (a value "
+                   "starting with a dash alone: --docker-args=\"--rm\")")
     g.add_argument("--server-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="environment for the server; NAME alone passes fastbench's own value (repeatable)")
     g.add_argument("--server-host", default="127.0.0.1", help="address the launched server listens on")
@@ -236,6 +249,10 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         goodput = _goodput(ns.goodput)
     except argparse.ArgumentTypeError as exc:
         raise FastbenchError(str(exc)) from None
+    try:
+        synthetic_args = tuple(shlex.split(ns.synthetic_args))
+    except ValueError as exc:
+        raise FastbenchError(f"--synthetic-args: {exc}") from None
     return BenchConfig(
         base_url=ns.base_url,
         model=ns.model,
@@ -269,7 +286,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         save_detailed=ns.save_detailed,
         save_outputs=ns.save_outputs,
         progress=ns.progress,
-        synthetic_args=tuple(shlex.split(ns.synthetic_args)),
+        synthetic_args=synthetic_args,
         launch=_launch_config(ns),
         metrics_interval_s=ns.metrics_interval,
         memory_interval_s=ns.memory_interval,
@@ -353,6 +370,15 @@ async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None)
             loop.remove_signal_handler(sig)
 
 
+def exit_status(stopped_reason: str) -> int:
+    """The exit status the epilog promises for a run that ended for this reason."""
+    if stopped_reason == "interrupted":
+        return 130
+    if stopped_reason in ("completed", "time cap"):  # the run did what it was asked to
+        return 0
+    return 1  # stopped early: --max-error-rate, the server died, ...
+
+
 def _run(config: BenchConfig) -> int:
     import uvloop
 
@@ -360,15 +386,21 @@ def _run(config: BenchConfig) -> int:
 
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show else None
+    failure: ResultWriteError | ServerDiedError | None = None
     try:
         result = uvloop.run(_run_with_signals(config, progress))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
+    except (ResultWriteError, ServerDiedError) as exc:  # the run was measured: show it anyway
+        failure, result = exc, exc.result
     finally:
         if progress is not None:
             progress.close()
     print(report.render_console(result))
-    return 130 if result.stopped_reason == "interrupted" else 0
+    if failure is not None:
+        print(f"fastbench: error: {failure}", file=sys.stderr)
+        return 2 if isinstance(failure, ResultWriteError) else 1
+    return exit_status(result.stopped_reason)
 
 
 if __name__ == "__main__":

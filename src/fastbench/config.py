@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
 DatasetName = Literal["random", "sharegpt", "jsonl"]
+DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
 
@@ -94,7 +95,7 @@ class BenchConfig:
     # dataset
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None
-    dataset_order: Literal["random", "file"] = "random"  # sharegpt: sample as vllm does, or file order
+    dataset_order: DatasetOrder = "random"  # sharegpt: sample as vllm does, or file order
     random_input_len: int = 1024
     random_output_len: int = 128
     random_range_ratio: float = 0.0

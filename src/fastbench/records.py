@@ -43,7 +43,7 @@ class ErrorClass(enum.IntEnum):
     """Why a request did not complete. Counted per run; never raised into the event loop."""
 
     OK = 0
-    CONNECT = 1  # could not open the TCP/TLS connection (refused, DNS, TLS handshake, reset before send)
+    CONNECT = 1  # no connection (refused, DNS, TLS handshake), or closed or reset before any response byte
     HTTP_STATUS = 2  # a non-2xx status
     TIMEOUT = 3  # --request-timeout passed without the response completing
     PROTOCOL = 4  # malformed HTTP or SSE, non-JSON data, reset mid-stream, body that is not an event stream

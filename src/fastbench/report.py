@@ -22,6 +22,7 @@ import orjson
 
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError
 from fastbench.metrics import (
     DEFINITIONS,
     HDR_DIGITS,
@@ -42,6 +43,7 @@ _SECRET_FLAGS = ("--api-key", "--hf-token")
 # NAME_TOKEN=value, NAME_KEY=value, ... as in "--env HF_TOKEN=hf_abc" or "OPENAI_API_KEY=sk-..."
 _ENV_SECRET = re.compile(r"\b([A-Z][A-Z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD)=)(?!\*\*\*)(\S+)")
 _FLAG_SECRET = re.compile(r"(--(?:api-key|hf-token)(?:=|\s+))(?!\*\*\*)(\S+)")
+_URL_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?!\*\*\*@)[^/@\s]+@")  # scheme://user:pass@
 
 
 # -- redaction ----------------------------------------------------------------------------------------
@@ -66,9 +68,11 @@ def redact_argv(argv: Sequence[str], secret: str | None = None) -> list[str]:
 
 
 def redact_text(text: str, secret: str | None = None) -> str:
-    """Free text (a shell command) with API keys and NAME_TOKEN=/NAME_KEY= values replaced by ``***``."""
+    """Free text (a shell command) with API keys, NAME_TOKEN=/NAME_KEY= values and a URL's
+    user:password@ replaced by ``***``."""
     if secret:
         text = text.replace(secret, REDACTED)
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _FLAG_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     return _ENV_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
 
@@ -108,6 +112,8 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
         value = getattr(config, field.name)
         if field.name == "command_line":
             value = redact_argv(value, config.api_key)
+        elif field.name == "base_url" and value is not None:
+            value = redact_text(value)
         elif field.name == "launch" and value is not None:
             value = dataclasses.asdict(value)
             value["engine_args"] = redact_argv(value["engine_args"], config.api_key)
@@ -211,6 +217,32 @@ def result_to_json_dict(
 
 
 # -- atomic writes --------------------------------------------------------------------------------------
+
+
+def check_output_path(flag: str, path: str | os.PathLike[str]) -> None:
+    """Raise ConfigError unless ``path`` can be written as :func:`write_bytes_atomic` writes it.
+
+    Called before a run, so that a finished run is never thrown away for want of a place to put it.
+    The directory is probed with a real temp file: permission bits alone do not tell (root, ACLs,
+    read-only mounts).
+    """
+    target = Path(path)
+    if not str(path):
+        raise ConfigError(f"{flag} needs a file path")
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory; give a file path")
+    if target.exists() and not target.is_file():  # a device or a pipe: os.replace would swap it out
+        raise ConfigError(f"{flag} {path}: is not a regular file")
+    directory = target.parent
+    if not directory.is_dir():
+        why = "is not a directory" if directory.exists() else "does not exist"
+        raise ConfigError(f"{flag} {path}: {directory} {why}")
+    probe = directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write in {directory} ({exc.strerror or exc})") from None
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:

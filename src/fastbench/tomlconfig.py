@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,39 +97,119 @@ def _long_flag(action: argparse.Action) -> str:
     return next(o for o in action.option_strings if o.startswith("--"))
 
 
-def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> list[str]:
-    """The flags that set ``action`` to ``value`` (a TOML value)."""
-    if isinstance(action, argparse.BooleanOptionalAction):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return [flag if value else "--no-" + flag[2:]]
-    if action.nargs == 0:  # store_true
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return [flag] if value else []
-    if flag == "--goodput" and isinstance(value, dict):
-        return [flag, *(f"{k}:{v}" for k, v in value.items())]
-    if flag == "--extra-body":
-        return [flag, orjson.dumps(value).decode() if not isinstance(value, str) else value]
-    if flag in ("--engine-args", "--docker-args", "--synthetic-args") and isinstance(value, list):
-        return [flag, shlex.join(str(v) for v in value)]
-    if flag == "--server-env":
-        items = [f"{k}={v}" if v != "" else str(k) for k, v in value.items()] if isinstance(value, dict) else value
-        if not isinstance(items, list):
-            items = [items]
-        out: list[str] = []
-        for item in items:
-            out += [flag, str(item)]
-        return out
-    if isinstance(value, list):
-        if action.nargs not in ("+", "*"):
-            raise ConfigError(f"{where} takes one value, got a list")
-        return [flag, *(str(v) for v in value)]
+def _toml_type(value: Any) -> str:
+    """A TOML value's type as a message names it."""
     if isinstance(value, bool):
-        raise ConfigError(f"{where} takes a value, not {str(value).lower()}")
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a float ({value})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, list):
+        return "an array"
     if isinstance(value, dict):
-        raise ConfigError(f"{where} takes a value, not a table")
-    return [flag, str(value)]
+        return "a table"
+    return f"a date/time ({value})"
+
+
+def _wanted(action: argparse.Action) -> str:
+    """The TOML type an option takes, from the converter argparse runs on its text."""
+    from . import cli  # here, not at the top: cli imports this module
+
+    if action.nargs == 0:  # store_true, --x/--no-x
+        return "true or false"
+    if action.type in (int, cli._positive_int, cli._non_negative_int):
+        return "an integer"
+    if action.type in (float, cli._rate):
+        return "a number"
+    return "a string"
+
+
+def _is_scalar(value: Any) -> bool:
+    """A string or a number: what an engine argument or an environment value may be written as."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(orjson.loads(text), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> list[str]:
+    """The flags that set ``action`` to ``value`` (a TOML value), type-checked.
+
+    Always ``--flag=value``, never ``--flag value``: argparse takes a separate value that starts with
+    a dash (``args = ["--enforce-eager"]``, ``label = "-x"``) for a flag of its own.
+    """
+
+    def wrong(wanted: str) -> ConfigError:
+        return ConfigError(f"{where} must be {wanted}, got {_toml_type(value)}")
+
+    wanted = _wanted(action)
+    if wanted == "true or false":
+        if not isinstance(value, bool):
+            raise wrong(wanted)
+        if isinstance(action, argparse.BooleanOptionalAction):
+            return [flag if value else "--no-" + flag[2:]]
+        return [flag] if value else []
+    if flag == "--goodput":
+        return _goodput_flags(value, where, wrong)
+    if flag == "--extra-body":
+        if isinstance(value, dict):
+            return [f"{flag}={orjson.dumps(value).decode()}"]
+        if isinstance(value, str) and _is_json_object(value):
+            return [f"{flag}={value}"]
+        raise wrong("a table or a JSON object in a string")
+    if flag in ("--engine-args", "--docker-args", "--synthetic-args"):
+        if isinstance(value, list) and all(_is_scalar(v) for v in value):
+            return [f"{flag}={shlex.join(str(v) for v in value)}"]
+        if isinstance(value, str):
+            return [f"{flag}={value}"]
+        raise wrong("an array of strings or one string of flags")
+    if flag == "--server-env":
+        if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()):
+            return [f"{flag}={k}={v}" if v != "" else f"{flag}={k}" for k, v in value.items()]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [f"{flag}={v}" for v in value]
+        if isinstance(value, str):
+            return [f"{flag}={value}"]
+        raise wrong('a table of NAME = "VALUE", an array of "NAME=VALUE" strings or one such string')
+    if wanted == "an integer":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif wanted == "a number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise wrong(wanted)
+    return [f"{flag}={value}"]
+
+
+def _goodput_flags(value: Any, where: str, wrong: Callable[[str], ConfigError]) -> list[str]:
+    """``goodput = { ttft = 500 }`` or ``["ttft:500"]``: --goodput takes several values, so they follow
+    it as words of their own; none may start with a dash."""
+    if isinstance(value, dict):
+        for key, ms in value.items():
+            if key not in ("ttft", "tpot", "e2el"):
+                raise ConfigError(f"{where} takes ttft, tpot and e2el, got {key!r}")
+            if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+                raise ConfigError(f"{where}.{key} must be a number of milliseconds, got {_toml_type(ms)}")
+        return ["--goodput", *(f"{k}:{v}" for k, v in value.items())]
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, str) and not item.startswith("-") for item in items):
+        raise wrong('a table such as { ttft = 500 } or an array of "KEY:MS" strings')
+    return ["--goodput", *items]
+
+
+def _table(doc: dict[str, Any], name: str, table: str) -> dict[str, Any]:
+    value = doc.get(table, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name}: {table} must be a table ([{table}] and its keys), got {_toml_type(value)}")
+    return value
 
 
 def toml_to_argv(path: str, parser: argparse.ArgumentParser) -> list[str]:
@@ -146,12 +227,12 @@ def toml_to_argv(path: str, parser: argparse.ArgumentParser) -> list[str]:
         raise ConfigError(f"{name}: unknown table(s) {', '.join(unknown_tables)}; use [server] and [benchmark]")
     actions = _actions(parser)
     argv: list[str] = []
-    for key, value in dict(doc.get("server", {})).items():
+    for key, value in _table(doc, name, "server").items():
         flag = SERVER_KEYS.get(key)
         if flag is None:
             raise ConfigError(f"{name}: [server] has no key {key!r} (it takes {', '.join(SERVER_KEYS)})")
         argv += _value_flags(flag, actions[flag[2:]], value, f"{name}: [server] {key}")
-    for key, value in dict(doc.get("benchmark", {})).items():
+    for key, value in _table(doc, name, "benchmark").items():
         action = actions.get(key)
         if action is None or not action.option_strings or key in ("config", "help", "version"):
             raise ConfigError(f"{name}: [benchmark] has no option {key!r} (see fastbench --help)")

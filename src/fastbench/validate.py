@@ -30,9 +30,11 @@ import asyncio
 import dataclasses
 import functools
 import json
+import math
 import os
 import resource
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,8 +43,9 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import orjson
 
+from . import report as report_files
 from .cli import HelpFormatter
-from .exceptions import FastbenchError
+from .exceptions import ConfigError, FastbenchError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
 from .records import COL, ErrorClass, RunData, TimestampSource
 
@@ -232,11 +235,26 @@ def request_body(output_len: int, model: str = MODEL) -> bytes:
     })
 
 
-def _http_json(base_url: str, path: str, method: str = "GET") -> Any:
+def _http_json(base_url: str, path: str, method: str = "GET") -> dict[str, Any]:
+    """Ask one of the synthetic server's own endpoints (/fb/reset, /fb/stats); the ServerError says
+    so plainly when ``base_url`` is some other server."""
     req = urllib.request.Request(base_url.rstrip("/") + path, data=b"{}" if method == "POST" else None,
                                  method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
+    foreign = f"{base_url} is not fastbench's synthetic server: {method} {path} answered"
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+    except urllib.error.HTTPError as exc:
+        raise ServerError(f"{foreign} HTTP {exc.code} {exc.reason}") from None
+    except OSError as exc:  # URLError, a refused connection, a timeout
+        raise ServerError(f"cannot reach {base_url}: {getattr(exc, 'reason', None) or exc}") from None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ServerError(f"{foreign} {body[:60]!r}, not a JSON object")
+    return doc
 
 
 @contextmanager
@@ -299,6 +317,18 @@ async def avalidate(
     n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
     if n < 1:
         raise ValueError("num_requests must be at least 1")
+    # NaN passes no comparison, so each check is written as what must hold.
+    if not (0 <= itl_ms < math.inf and 0 <= ttft_ms < math.inf):
+        raise ValueError(f"itl_ms and ttft_ms must be finite numbers >= 0, got {itl_ms} and {ttft_ms}")
+    if not 0 < tolerance_ms < math.inf:
+        raise ValueError(f"tolerance_ms must be > 0, got {tolerance_ms}")
+    if not 0 <= coalesce_ms <= 1000:
+        raise ValueError(f"coalesce_ms must be between 0 and 1000, got {coalesce_ms}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    if base_url is not None:
+        # also drops a trailing /v1, as the client does, for the server's own /fb/ endpoints
+        base_url = Target.parse(base_url, ENDPOINT).base_url
     settings: dict[str, Any] = {
         "concurrency": concurrency, "request_rate": request_rate, "tokens_per_chunk": tokens_per_chunk,
         "itl_ms": itl_ms, "ttft_ms": ttft_ms, "num_requests": n, "output_len": output_len,
@@ -476,7 +506,8 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
               series[0].error_bound_p99_ms is not None and series[0].error_bound_p99_ms <= tol),
         Check("chunk-gap p99-level error bound (ms)", spread_p99, "<=", tol,
               spread_p99 is not None and spread_p99 <= tol),
-        Check("failed requests", float(failed), "<=", 0.0, failed == 0 and completed > 0),
+        Check("failed requests", float(failed), "<=", 0.0, failed == 0),
+        Check("completed requests", float(completed), ">=", 1.0, completed > 0),
         Check("chunks without a server stamp", float(ok_chunks - skew.count), "<=", 0.0,
               ok_chunks == skew.count),
     ]
@@ -663,7 +694,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure fastbench's own timing error and overhead against the built-in synthetic "
                     "server, which stamps its send time into every chunk; prints a table and a verdict.",
         formatter_class=HelpFormatter,
-        epilog="Exit status: 0 PASS, 1 FAIL, 2 bad input or the run could not be made.",
+        epilog="Exit status: 0 PASS, 1 FAIL, 2 bad input, the run could not be made or --json could not be "
+               "written.",
     )
     p.add_argument("--concurrency", type=int, default=16, help="streams kept open (closed loop)")
     p.add_argument("--request-rate", type=float, default=None,
@@ -698,10 +730,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if ns.concurrency < 1 or ns.output_len < 1 or (ns.num_requests is not None and ns.num_requests < 1):
         parser.error("--concurrency, --output-len and --num-requests must be at least 1")
-    if ns.itl_ms < 0 or ns.ttft_ms < 0 or not ns.tolerance_ms > 0:
-        parser.error("--itl-ms and --ttft-ms must be >= 0 and --tolerance-ms > 0")
+    # written as what must hold, so that nan and inf fail them too
+    if not (0 <= ns.itl_ms < math.inf and 0 <= ns.ttft_ms < math.inf and 0 < ns.tolerance_ms < math.inf):
+        parser.error("--itl-ms and --ttft-ms must be finite numbers >= 0 and --tolerance-ms > 0")
     if ns.request_rate is not None and not ns.request_rate > 0:
         parser.error("--request-rate must be > 0")
+    if ns.max_seconds is not None and not ns.max_seconds > 0:
+        parser.error(f"--max-seconds must be > 0, got {ns.max_seconds}")
+    if not 0 <= ns.coalesce_ms <= 1000:
+        parser.error(f"--coalesce-ms must be between 0 and 1000, got {ns.coalesce_ms}")
+    try:
+        if ns.base_url is not None:
+            Target.parse(ns.base_url, ENDPOINT)
+        if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
+            report_files.check_output_path("--json", ns.json)
+    except ConfigError as exc:
+        parser.error(str(exc))
     try:
         report = validate(
             ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
@@ -722,8 +766,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.json == "-":
             sys.stdout.write(text.decode() + "\n")
         else:
-            with open(ns.json, "wb") as f:
-                f.write(text + b"\n")
+            try:
+                report_files.write_bytes_atomic(ns.json, text + b"\n")
+            except OSError as exc:  # disk full, the directory gone: the table at least is shown
+                if ns.quiet:
+                    print(report.render())
+                print(f"fastbench validate: error: could not write --json {ns.json}: {exc.strerror or exc}",
+                      file=sys.stderr)
+                return 2
     return 0 if report.passed else 1
 
 

@@ -1,0 +1,106 @@
+"""The Python API: bad options are refused before anything runs; a finished run is never thrown away."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from fastbench import BenchConfig, ConfigError, ResultWriteError, api, report, run
+from fastbench.config import LaunchConfig
+from fastbench.synthetic import SyntheticServer
+
+# Nothing listens on port 1: a config that got past validation would fail there with a ServerError.
+UNREACHABLE = "http://127.0.0.1:1"
+
+
+@pytest.mark.parametrize("changes,words", [
+    ({"concurrency": 2.5}, "BenchConfig.concurrency must be a whole number, got 2.5 (float)"),
+    ({"concurrency": "4"}, "BenchConfig.concurrency must be a whole number"),
+    ({"num_prompts": True}, "BenchConfig.num_prompts must be a whole number, got True (bool)"),
+    ({"num_warmups": 1.5}, "BenchConfig.num_warmups must be a whole number"),
+    ({"seed": -1}, "--seed must be >= 0, got -1"),
+    ({"coalesce_ms": None}, "BenchConfig.coalesce_ms must be a number, got None"),
+    ({"metrics_interval_s": None}, "BenchConfig.metrics_interval_s must be a number, got None"),
+    ({"extra_body": "x"}, "BenchConfig.extra_body must be a dict, got 'x' (str)"),
+    ({"goodput": {"ttft": -1}}, "--goodput ttft must be a number of milliseconds > 0, got -1"),
+    ({"goodput": {"ttft": "abc"}}, "--goodput ttft must be a number of milliseconds > 0, got 'abc'"),
+    ({"goodput": {"ttfb": 5}}, "--goodput takes ttft, tpot and e2el, got 'ttfb'"),
+    ({"dataset_order": "zzz"}, "--dataset-order must be one of random, file, got 'zzz'"),
+    ({"synthetic_args": "--itl-ms 5"}, "synthetic_args must be a tuple of strings"),
+    ({"label": 123}, "BenchConfig.label must be a string or None, got 123 (int)"),
+    ({"burstiness": float("inf")}, "--burstiness must be > 0"),
+    ({"request_timeout_s": float("nan")}, "--request-timeout must be > 0"),
+    ({"api_key": "bad\nkey"}, "printable ASCII"),
+    ({"result_json": "/nonexistent/x.json"}, "--result-json /nonexistent/x.json: /nonexistent does not exist"),
+    ({"result_card": "/nonexistent/x.md"}, "--result-card /nonexistent/x.md: /nonexistent does not exist"),
+    ({"save_detailed": "/nonexistent/x.jsonl"}, "--save-detailed /nonexistent/x.jsonl: /nonexistent does not"),
+    ({"launch": LaunchConfig(model="m", port=99999), "base_url": None}, "--server-port must be between 1"),
+    ({"launch": LaunchConfig(model="m", engine_args="--enforce-eager"), "base_url": None},  # type: ignore[arg-type]
+     "LaunchConfig.engine_args must be a tuple of strings"),
+])
+def test_bad_options_are_refused_before_anything_is_sent(changes: dict[str, Any], words: str) -> None:
+    config = BenchConfig(**{"base_url": UNREACHABLE, "num_prompts": 2, **changes})
+    with pytest.raises(ConfigError) as info:
+        run(config)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_api_key_is_not_shown_in_a_type_error() -> None:
+    with pytest.raises(ConfigError, match=r"BenchConfig.api_key must be a string or None, got \(bytes\)"):
+        api.validate(BenchConfig(api_key=b"sk-secret"))  # type: ignore[arg-type]
+
+
+def test_two_outputs_may_not_name_the_same_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "r.json")
+    with pytest.raises(ConfigError, match="--result-json and --save-detailed name the same file"):
+        api.validate(BenchConfig(result_json=path, save_detailed=path))
+
+
+def test_every_field_is_type_checked() -> None:
+    """A field added to BenchConfig or LaunchConfig must be added to the type checks too."""
+    assert {f.name for f in dataclasses.fields(BenchConfig)} == set(api._BENCH_FIELDS) | {"launch"}
+    assert {f.name for f in dataclasses.fields(LaunchConfig)} == set(api._LAUNCH_FIELDS)
+
+
+def test_a_result_file_that_fails_after_the_run_keeps_the_result(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills up between the check and the write: the other files are still written and the
+    exception carries the measured Result."""
+    def disk_full(path: str | os.PathLike[str], text: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(report, "write_card_atomic", disk_full)
+    out_json, card, detailed = tmp_path / "r.json", tmp_path / "card.md", tmp_path / "d.jsonl"
+    with SyntheticServer("--ttft-ms", "2", "--itl-ms", "1") as server:
+        config = BenchConfig(base_url=server.base_url, concurrency=2, num_prompts=4, random_input_len=8,
+                             random_output_len=4, result_json=str(out_json), result_card=str(card),
+                             save_detailed=str(detailed))
+        with pytest.raises(ResultWriteError) as info:
+            run(config)
+    assert str(info.value) == f"could not write --result-card {card}: No space left on device"
+    assert isinstance(info.value, OSError)
+    assert info.value.result.counts.completed == 4
+    assert orjson.loads(out_json.read_bytes())["completed"] == 4
+    assert len(detailed.read_text().splitlines()) == 4
+    assert not card.exists()
+
+
+def test_base_url_with_v1_or_credentials_is_the_servers_root(tmp_path: Path) -> None:
+    """--base-url http://h:p/v1 is taken as OpenAI clients take it (models were asked at /v1/v1/models);
+    credentials in it are never sent, and never written to the result."""
+    out = tmp_path / "r.json"
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        host_port = server.base_url.split("://", 1)[1]
+        result = run(BenchConfig(base_url=f"http://bob:s3cret@{host_port}/v1/", num_prompts=2, concurrency=2,
+                                 random_input_len=8, random_output_len=4, result_json=str(out)))
+    assert result.counts.completed == 2
+    assert result.server_info["base_url"] == server.base_url
+    text = out.read_text()
+    assert "s3cret" not in text and "bob" not in text
+    assert orjson.loads(text)["fastbench"]["config"]["base_url"] == f"http://***@{host_port}/v1/"

@@ -1,0 +1,79 @@
+"""--config RUN.TOML: every table and value is type-checked, and every value reaches argparse whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastbench import cli, tomlconfig
+from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError
+
+
+def expand(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return tomlconfig.toml_to_argv(str(path), cli.build_parser())
+
+
+def parse(tmp_path: Path, text: str) -> BenchConfig:
+    argv = expand(tmp_path, text)
+    return cli.config_from_args(cli.build_parser().parse_args(argv), argv)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("server = 5\n", "server must be a table ([server] and its keys), got an integer (5)"),
+    ('server = "x"\n', "server must be a table ([server] and its keys), got a string ('x')"),
+    ("benchmark = [1]\n", "benchmark must be a table ([benchmark] and its keys), got an array"),
+    ("[benchmark]\nconcurrency = 1.5\n", "[benchmark] concurrency must be an integer, got a float (1.5)"),
+    ('[benchmark]\nnum_prompts = "10"\n', "[benchmark] num_prompts must be an integer, got a string ('10')"),
+    ("[benchmark]\nseed = true\n", "[benchmark] seed must be an integer, got a boolean (true)"),
+    ('[benchmark]\nmax_seconds = "5"\n', "[benchmark] max_seconds must be a number, got a string ('5')"),
+    ("[benchmark]\nsave_detailed = 2024-01-01\n", "[benchmark] save_detailed must be a string, got a date/time"),
+    ("[benchmark]\nlabel = 123\n", "[benchmark] label must be a string, got an integer (123)"),
+    ("[benchmark]\nignore_eos = 1\n", "[benchmark] ignore_eos must be true or false, got an integer (1)"),
+    ('[benchmark]\nextra_body = "not json"\n', "[benchmark] extra_body must be a table or a JSON object"),
+    ("[benchmark]\nextra_body = 3\n", "[benchmark] extra_body must be a table or a JSON object"),
+    ("[benchmark]\ngoodput = { ttft = 500, foo = 3 }\n", "[benchmark] goodput takes ttft, tpot and e2el, got 'foo'"),
+    ('[benchmark]\ngoodput = { ttft = "fast" }\n', "[benchmark] goodput.ttft must be a number of milliseconds"),
+    ("[benchmark]\ngoodput = 500\n", "[benchmark] goodput must be a table such as { ttft = 500 }"),
+    ("[benchmark]\nsynthetic_args = 5\n", "[benchmark] synthetic_args must be an array of strings or one string"),
+    ("[benchmark]\nsynthetic_args = [{ a = 1 }]\n", "[benchmark] synthetic_args must be an array of strings"),
+    ("[server]\nenv = 5\n", "[server] env must be a table of NAME"),
+    ("[server]\nenv = { A = [1] }\n", "[server] env must be a table of NAME"),
+    ('[server]\nport = "8000"\n', "[server] port must be an integer, got a string ('8000')"),
+    ("[server]\nargs = 7\n", "[server] args must be an array of strings or one string of flags"),
+    ("[server]\nengine = 1\n", "[server] engine must be a string, got an integer (1)"),
+])
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_key(tmp_path: Path, text: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        expand(tmp_path, text)
+    message = str(info.value)
+    assert message.startswith("run.toml: ") and words in message, message
+    assert "\n" not in message
+
+
+def test_every_value_is_passed_in_the_equals_form(tmp_path: Path) -> None:
+    """A value that starts with a dash reaches argparse as the value, not as a flag of its own."""
+    config = parse(tmp_path, (
+        '[server]\nengine = "vllm"\nmodel = "org/m"\nargs = ["--enforce-eager"]\ndocker_args = "--rm"\n'
+        'env = { HF_TOKEN = "", N = 2 }\n'
+        '[benchmark]\nlabel = "-x"\nsynthetic_args = ["--no-usage"]\nmodel = "-m"\nseed = 3\n'
+        'max_seconds = 2.5\nextra_body = \'{"temperature": 0}\'\n'
+    ))
+    assert config.launch is not None
+    assert config.launch.engine_args == ("--enforce-eager",)
+    assert config.launch.docker_args == ("--rm",)
+    assert config.launch.env == ("HF_TOKEN", "N=2")
+    assert config.label == "-x" and config.model == "-m" and config.synthetic_args == ("--no-usage",)
+    assert config.seed == 3 and config.max_seconds == 2.5 and config.extra_body == {"temperature": 0}
+
+
+def test_args_as_one_string_and_goodput_as_strings(tmp_path: Path) -> None:
+    config = parse(tmp_path, (
+        '[server]\nengine = "vllm"\nmodel = "org/m"\nargs = "--enforce-eager --max-model-len 2048"\n'
+        '[benchmark]\ngoodput = ["ttft:500", "tpot:50"]\n'
+    ))
+    assert config.launch is not None and config.launch.engine_args == ("--enforce-eager", "--max-model-len", "2048")
+    assert config.goodput == {"ttft": 500.0, "tpot": 50.0}
