@@ -91,6 +91,8 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
     # accepted): the acceptance length counts only steps that drafted (n-gram drafts nothing without a match)
     tpc = doc["fastbench"]["tokens"]["mean_tokens_per_chunk"]
     per_step = stats["tokens_per_step"]
+    # vLLM's continuous usage passes every plausibility check (none is taken for INCONSISTENT)
+    assert doc["fastbench"]["usage"]["by_source"] == {"PER_CHUNK": doc["completed"]}
     assert stats["generated_tokens"] >= doc["total_output_tokens"]
     assert 1.0 < tpc <= length and tpc == pytest.approx(per_step, rel=0.15)
     print(f"acceptance length {length:.2f}, draft acceptance {doc['spec_decode_acceptance_rate']:.1f}%, "
