@@ -128,6 +128,15 @@ def test_exit_status_follows_the_epilog() -> None:
     assert cli.exit_status("interrupted") == 130
     for early in ("max error rate", "server exited", "client error"):
         assert cli.exit_status(early) == 1
+    assert "or collapsed (no request completed, or most failed)" in cli.EPILOG
+    assert cli.exit_status("completed", collapsed=True) == 1
+
+
+def test_a_run_where_every_request_failed_exits_1() -> None:
+    proc = fastbench("--num-prompts", "4", "--concurrency", "2", "--random-input-len", "8", "--random-output-len", "4",
+                     "--synthetic-args=--fault http-500 --fault-every 1")
+    assert proc.returncode == 1, proc.stderr
+    assert "collapsed" in proc.stdout + proc.stderr
 
 
 def test_a_run_stopped_by_max_error_rate_exits_1(tmp_path: Path) -> None:

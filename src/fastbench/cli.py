@@ -24,8 +24,8 @@ Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 
 chunks) and benchmarks that. Subcommands: `fastbench synthetic-server --help`.
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
-the server died), 2 bad input, an unreachable server or a result file that could not be written,
-130 interrupted.
+the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
+server or a result file that could not be written, 130 interrupted.
 """
 
 
@@ -370,13 +370,13 @@ async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None)
             loop.remove_signal_handler(sig)
 
 
-def exit_status(stopped_reason: str) -> int:
+def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
     """The exit status the epilog promises for a run that ended for this reason."""
     if stopped_reason == "interrupted":
         return 130
-    if stopped_reason in ("completed", "time cap"):  # the run did what it was asked to
+    if stopped_reason in ("completed", "time cap") and not collapsed:  # the run did what it was asked to
         return 0
-    return 1  # stopped early: --max-error-rate, the server died, ...
+    return 1  # stopped early (--max-error-rate, the server died, ...), or nothing much completed
 
 
 def _run(config: BenchConfig) -> int:
@@ -400,7 +400,7 @@ def _run(config: BenchConfig) -> int:
     if failure is not None:
         print(f"fastbench: error: {failure}", file=sys.stderr)
         return 2 if isinstance(failure, ResultWriteError) else 1
-    return exit_status(result.stopped_reason)
+    return exit_status(result.stopped_reason, result.collapsed)
 
 
 if __name__ == "__main__":
