@@ -44,6 +44,7 @@ import numpy as np
 import orjson
 
 from . import report as report_files
+from ._synthetic_cli import HOUR_MS  # the longest delay the synthetic server takes
 from .cli import HelpFormatter
 from .exceptions import ConfigError, FastbenchError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
@@ -318,8 +319,9 @@ async def avalidate(
     if n < 1:
         raise ValueError("num_requests must be at least 1")
     # NaN passes no comparison, so each check is written as what must hold.
-    if not (0 <= itl_ms < math.inf and 0 <= ttft_ms < math.inf):
-        raise ValueError(f"itl_ms and ttft_ms must be finite numbers >= 0, got {itl_ms} and {ttft_ms}")
+    if not (0 <= itl_ms <= HOUR_MS and 0 <= ttft_ms <= HOUR_MS):
+        raise ValueError(f"itl_ms and ttft_ms must be between 0 and {HOUR_MS:.0f} (an hour), "
+                         f"got {itl_ms} and {ttft_ms}")
     if not 0 < tolerance_ms < math.inf:
         raise ValueError(f"tolerance_ms must be > 0, got {tolerance_ms}")
     if not 0 <= coalesce_ms <= 1000:
@@ -731,8 +733,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.concurrency < 1 or ns.output_len < 1 or (ns.num_requests is not None and ns.num_requests < 1):
         parser.error("--concurrency, --output-len and --num-requests must be at least 1")
     # written as what must hold, so that nan and inf fail them too
-    if not (0 <= ns.itl_ms < math.inf and 0 <= ns.ttft_ms < math.inf and 0 < ns.tolerance_ms < math.inf):
-        parser.error("--itl-ms and --ttft-ms must be finite numbers >= 0 and --tolerance-ms > 0")
+    if not (0 <= ns.itl_ms <= HOUR_MS and 0 <= ns.ttft_ms <= HOUR_MS and 0 < ns.tolerance_ms < math.inf):
+        parser.error(f"--itl-ms and --ttft-ms must be between 0 and {HOUR_MS:.0f} (an hour), "
+                     "and --tolerance-ms a finite number > 0")
     if ns.request_rate is not None and not ns.request_rate > 0:
         parser.error("--request-rate must be > 0")
     if ns.max_seconds is not None and not ns.max_seconds > 0:
