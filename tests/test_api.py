@@ -104,3 +104,14 @@ def test_base_url_with_v1_or_credentials_is_the_servers_root(tmp_path: Path) -> 
     text = out.read_text()
     assert "s3cret" not in text and "bob" not in text
     assert orjson.loads(text)["fastbench"]["config"]["base_url"] == f"http://***@{host_port}/v1/"
+
+
+def test_usage_past_max_tokens_is_trusted_when_extra_body_sets_the_real_limit() -> None:
+    """--extra-body max_tokens null + max_completion_tokens 64 (chat): the server's 64 tokens per request
+    are right, not "past max_tokens" (they were distrusted and counted as chunks)."""
+    with SyntheticServer(ttft_ms=1, itl_ms=1, tokens_per_chunk="1-4") as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", num_prompts=4,
+                                 concurrency=2, random_input_len=8, random_output_len=8, ignore_eos=True,
+                                 extra_body={"max_tokens": None, "max_completion_tokens": 64}))
+    assert result.usage.by_source == {"PER_CHUNK": 4}
+    assert result.total_output_tokens == 4 * 64

@@ -115,7 +115,8 @@ def test_usage_is_trusted_when_max_tokens_is_unknown(loop_factory: Any) -> None:
 
 def test_a_bare_done_and_a_compressed_stream_are_protocol_errors(loop_factory: Any) -> None:
     """Only [DONE] (no text, usage or finish_reason) is no answer; a gzip-coded body is not the SSE
-    it claims to be. Each gets its own reason, not "ended without [DONE]"."""
+    it claims to be. Each gets its own reason, not "ended without [DONE]"; a coding header on a
+    body that reads as SSE is no error."""
     gzip_head = STREAM_HEAD.replace(b"\r\n\r\n", b"\r\ncontent-encoding: gzip\r\n\r\n", 1)
 
     def script(n: int, body: bytes) -> list[Any]:
@@ -123,10 +124,16 @@ def test_a_bare_done_and_a_compressed_stream_are_protocol_errors(loop_factory: A
             return [STREAM_HEAD, chunked(sse("[DONE]")) + CHUNKED_END]
         if n == 1:
             return [gzip_head, chunked(b"\x1f\x8b\x08\x00 not text") + CHUNKED_END]
-        return [STREAM_HEAD, chunked(sse(completion_chunk("", None, finish="stop"))),  # EOS at once: an answer
+        if n == 2:  # "Content-Encoding: none" (set to keep proxies from buffering) on plain SSE: fine
+            return [gzip_head.replace(b"gzip", b"none"), *stream_script([1, 2])[1:]]
+        # EOS at once: an answer, with usage (vLLM: its one token is the first token) or without
+        usage = 1 if n == 3 else None
+        return [STREAM_HEAD, chunked(sse(completion_chunk("", usage, finish="stop"))),
                 chunked(sse("[DONE]")) + CHUNKED_END]
-    data, _ = drive(loop_factory, script, n=3)
-    assert list(col(data, "error")) == [ErrorClass.PROTOCOL, ErrorClass.PROTOCOL, ErrorClass.OK]
+    data, _ = drive(loop_factory, script, n=5)
+    assert list(col(data, "error")) == [ErrorClass.PROTOCOL, ErrorClass.PROTOCOL] + [ErrorClass.OK] * 3
+    assert col(data, "first_token_ns")[3] > 0 and col(data, "output_tokens")[3] == 1
+    assert col(data, "first_token_ns")[4] == 0
     assert "without output" in data.error_messages[0]
     assert "compressed" in data.error_messages[1]
 

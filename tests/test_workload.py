@@ -25,6 +25,7 @@ from fastbench.workload import (
     build_workload_sync,
     fetch_model_info,
     make_server_tokenize,
+    output_limit_known,
     server_tokenize,
 )
 
@@ -685,3 +686,15 @@ def test_server_tokenize_speaks_llama_cpp() -> None:
             return await server_tokenize(url, session, None, "m1", "one two three")
 
     assert asyncio.run(main()) == 3
+
+
+@pytest.mark.parametrize(("extra_body", "known"), [
+    ({}, True),
+    ({"max_tokens": 32}, True),
+    ({"max_tokens": None}, False),  # null lifts the limit
+    ({"max_completion_tokens": 64}, False),
+    ({"n_predict": 10}, False),
+    ({"temperature": 0.5}, True),
+])
+def test_output_limit_known(extra_body: dict[str, Any], known: bool) -> None:
+    assert output_limit_known(extra_body) is known

@@ -277,7 +277,9 @@ async def _run_against(
             request_timeout_s=config.request_timeout_s,
             max_error_rate=config.max_error_rate,
             coalesce_s=config.coalesce_ms / 1e3,
-            expected_output_tokens=[spec.max_tokens for spec in work.requests],
+            # max_tokens bounds the usage the core trusts: only where it is the server's real limit
+            expected_output_tokens=[spec.max_tokens for spec in work.requests]
+            if workload.output_limit_known(config.extra_body) else None,
             verify_tls=not config.insecure,
             save_outputs=config.save_outputs,
             on_progress=on_progress,

@@ -682,6 +682,19 @@ async def _jsonl_dataset(
 # Request bodies
 
 
+# Other names servers take for the output limit, which win over max_tokens where they are honoured
+# (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).
+_OTHER_OUTPUT_LIMITS = ("max_completion_tokens", "n_predict", "max_new_tokens")
+
+
+def output_limit_known(extra_body: dict[str, Any]) -> bool:
+    """Whether each request's max_tokens is the limit the server applies: not when --extra-body
+    sets max_tokens to something else than a count (null lifts it), or sets a limit of another name."""
+    if "max_tokens" in extra_body and _max_tokens_override(extra_body) is None:
+        return False
+    return not any(key in extra_body for key in _OTHER_OUTPUT_LIMITS)
+
+
 def _max_tokens_override(extra_body: dict[str, Any]) -> int | None:
     """extra_body's ``max_tokens``, which replaces the dataset's in the body."""
     value = extra_body.get("max_tokens")

@@ -107,7 +107,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         r.usage_untrusted = 1
     # A chunk without text still carries output when its usage grew over an earlier chunk's (vLLM
     # streams a token that ends mid-UTF-8 as text ""). Usage seen for the first time on a chunk
-    # without text is a server's end-of-stream total (llama.cpp), not a token chunk.
+    # without text is a server's end-of-stream total (llama.cpp), not a token chunk, unless no
+    # output came before it: then it is an answer that ended at once (EOS as its first token).
     had_usage = r.usage_seen
     if info.completion_tokens >= 0:
         r.usage_seen = 1
@@ -116,7 +117,7 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         else:
             tokens = info.completion_tokens - r.completion_tokens
         r.completion_tokens = info.completion_tokens
-    output = info.has_content or info.has_reasoning or (tokens > 0 and had_usage)
+    output = info.has_content or info.has_reasoning or (tokens > 0 and (had_usage or r.n_ev == 0))
     if not output:
         return 0
     if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:
@@ -668,14 +669,13 @@ cdef class StreamConnection:
             elif not self.c.http.event_stream:
                 r.error = E_PROTOCOL
                 r.why = "the response is not an event stream (is \"stream\" honoured?)"
-            elif self.c.http.content_coded:
-                r.error = E_PROTOCOL
-                r.why = "the response is compressed (Content-Encoding), which fastbench never asks for"
             elif not r.done_seen:
                 # Every OpenAI-compatible server ends a stream with [DONE]; without it the end of
                 # the response may be a cut, not a finish.
                 r.error = E_PROTOCOL
                 r.why = "the stream ended without data: [DONE]"
+                if self.c.http.content_coded:  # a coded body reads as no SSE at all ("none" is harmless)
+                    r.why = "the response is compressed (Content-Encoding), which fastbench never asks for"
             elif r.n_ev == 0 and not r.usage_seen and not r.finish_seen:
                 # An answer of no tokens still says why it stopped (finish_reason) or what it
                 # counted (usage); a bare [DONE] says neither.
