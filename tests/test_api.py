@@ -104,6 +104,8 @@ def test_base_url_with_v1_or_credentials_is_the_servers_root(tmp_path: Path) -> 
     text = out.read_text()
     assert "s3cret" not in text and "bob" not in text
     assert orjson.loads(text)["fastbench"]["config"]["base_url"] == f"http://***@{host_port}/v1/"
+    card = report.render_card(result, result.config)
+    assert f"| {server.base_url}/v1/completions |" in card and "s3cret" not in card
 
 
 def test_usage_past_max_tokens_is_trusted_when_extra_body_sets_the_real_limit() -> None:

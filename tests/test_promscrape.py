@@ -75,3 +75,12 @@ def test_a_metrics_body_past_the_cap_is_a_failed_scrape(monkeypatch: pytest.Monk
     whole_ok, failures, last_error, capped_failed = asyncio.run(scrape_twice())
     assert whole_ok and capped_failed == 1 and failures == 1
     assert last_error == "BodyTooLargeError: a body over 65,536 bytes"
+
+
+def test_readings_past_2_53_are_left_out_of_sums_not_overflowed() -> None:
+    """Two engines at 1e308: math.fsum raised OverflowError and the run was lost."""
+    m = Metrics.parse('vllm:num_requests_running{engine="0"} 1e308\nvllm:num_requests_running{engine="1"} 1e308\n'
+                      'vllm:num_requests_running{engine="2"} 3\n')
+    assert m.total("vllm:num_requests_running") == 3.0
+    assert m.mean("vllm:num_requests_running") == 3.0
+    assert m.by_label("vllm:num_requests_running", "engine") == {"2": 3.0}

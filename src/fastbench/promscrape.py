@@ -142,11 +142,17 @@ def counter_problem(value: float) -> str | None:
     return None
 
 
+def _is_number(value: float) -> bool:
+    """A reading that sums: not NaN or ±Inf, and within ±2^53 (1e308 twice overflows a float sum,
+    and no real counter or gauge gets past 2^53)."""
+    return math.isfinite(value) and abs(value) <= MAX_COUNT
+
+
 class Metrics:
     """The samples of one scrape, by metric name.
 
-    ``total``, ``mean`` and ``by_label`` leave NaN and ±Inf samples out (a gauge reading that is no
-    number); for a counter, where leaving one engine's series out would give a wrong total, ask
+    ``total``, ``mean`` and ``by_label`` leave out samples that are no number (NaN, ±Inf, past
+    2^53); for a counter, where leaving one engine's series out would give a wrong total, ask
     ``counter_problem`` first.
     """
 
@@ -166,26 +172,26 @@ class Metrics:
         return sorted(self.series)
 
     def total(self, name: str) -> float | None:
-        """The sum over every series of ``name`` (vLLM has one per engine), NaN and ±Inf left out;
-        None if absent."""
+        """The sum over every series of ``name`` (vLLM has one per engine), values that are no
+        number left out (see :func:`_is_number`); None if absent."""
         samples = self.series.get(name)
         if not samples:
             return None
-        return math.fsum(s.value for s in samples if math.isfinite(s.value))
+        return math.fsum(s.value for s in samples if _is_number(s.value))
 
     def mean(self, name: str) -> float | None:
-        """The mean over the series of ``name`` (a gauge such as cache usage per engine), NaN and ±Inf
-        left out; None if absent or none is finite."""
-        values = [s.value for s in self.series.get(name, ()) if math.isfinite(s.value)]
+        """The mean over the series of ``name`` (a gauge such as cache usage per engine), values
+        that are no number left out; None if absent or none is a number."""
+        values = [s.value for s in self.series.get(name, ()) if _is_number(s.value)]
         return math.fsum(values) / len(values) if values else None
 
     def by_label(self, name: str, label: str) -> dict[str, float]:
-        """Sum of the series of ``name`` per value of ``label`` (series without it, and NaN and ±Inf
-        samples, are left out)."""
+        """Sum of the series of ``name`` per value of ``label`` (series without it, and values that
+        are no number, are left out)."""
         out: dict[str, float] = {}
         for s in self.series.get(name, ()):
             key = s.labels.get(label)
-            if key is not None and math.isfinite(s.value):
+            if key is not None and _is_number(s.value):
                 out[key] = out.get(key, 0.0) + s.value
         return out
 

@@ -334,7 +334,9 @@ def _endpoint(result: Result, config: BenchConfig) -> str:
         return f"{str(result.server_info['base_url']).rstrip('/')}{config.endpoint} (launched by fastbench)"
     if config.base_url is None:
         return f"built-in synthetic server ({config.endpoint})"
-    return config.base_url.rstrip("/") + config.endpoint
+    # the server's root as the run used it (no /v1 twice, no credentials)
+    root = result.server_info.get("base_url") or redact_text(config.base_url)
+    return str(root).rstrip("/") + config.endpoint
 
 
 def _dataset(result: Result, config: BenchConfig) -> str:

@@ -211,7 +211,7 @@ def _range(values: Iterable[float | None]) -> tuple[float, float] | None:
 def _gauge(metrics: Metrics, names: Sequence[str], *, mean: bool) -> float | None:
     for name in names:
         if name in metrics:
-            return metrics.mean(name) if mean else metrics.total(name)  # both leave NaN and ±Inf out
+            return metrics.mean(name) if mean else metrics.total(name)  # both leave non-numbers out
     return None
 
 
