@@ -117,3 +117,22 @@ def test_usage_past_max_tokens_is_trusted_when_extra_body_sets_the_real_limit() 
                                  extra_body={"max_tokens": None, "max_completion_tokens": 64}))
     assert result.usage.by_source == {"PER_CHUNK": 4}
     assert result.total_output_tokens == 4 * 64
+
+
+def test_a_built_in_server_gone_after_the_run_is_a_server_death_not_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.error
+
+    from fastbench import ServerDiedError
+    from fastbench.synthetic import SyntheticServer as Synthetic
+
+    def gone(self: Synthetic) -> dict[str, Any]:
+        raise urllib.error.URLError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(Synthetic, "stats", gone)
+    out = tmp_path / "r.json"
+    with pytest.raises(ServerDiedError, match="the built-in synthetic server stopped answering") as info:
+        run(BenchConfig(num_prompts=2, concurrency=2, random_input_len=8, random_output_len=4,
+                        synthetic_args=("--itl-ms", "1"), result_json=str(out)))
+    assert info.value.result.counts.completed == 2
+    assert "stopped answering" in out.read_text()  # the result is written, with the note

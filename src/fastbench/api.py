@@ -300,8 +300,13 @@ async def _run_against(
         if isinstance(watched, server.LaunchedServer):
             watched.stop()  # here, not only in arun's finally: the result says how the teardown went
             server.add_teardown(server_info, watched)
+        died = monitor.server_died
         if synthetic is not None:
-            server_info["synthetic_stats"] = synthetic.stats()
+            try:
+                server_info["synthetic_stats"] = synthetic.stats()
+            except OSError as exc:  # it died: what was measured stands, the run failed
+                died = died or f"the built-in synthetic server stopped answering ({exc})"
+                server_info.setdefault("notes", []).append(died)
     workload_info = {
         "dataset": work.dataset,
         "input_length_source": work.input_length_source,
@@ -315,8 +320,8 @@ async def _run_against(
     result = metrics.summarize(data, config, workload_info=workload_info, server_info=server_info)
     server.annotate(result)
     unwritten = write_outputs(result, config, data)
-    if monitor.server_died is not None:  # what was measured is written; the run itself failed
-        raise ServerDiedError("; ".join([monitor.server_died, *unwritten]), result)
+    if died is not None:  # what was measured is written; the run itself failed
+        raise ServerDiedError("; ".join([died, *unwritten]), result)
     if unwritten:
         raise ResultWriteError("; ".join(unwritten), result)
     return result
