@@ -41,6 +41,12 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"result_card": "/nonexistent/x.md"}, "--result-card /nonexistent/x.md: /nonexistent does not exist"),
     ({"save_detailed": "/nonexistent/x.jsonl"}, "--save-detailed /nonexistent/x.jsonl: /nonexistent does not"),
     ({"launch": LaunchConfig(model="m", port=99999), "base_url": None}, "--server-port must be between 1"),
+    ({"request_rate": 1e-12}, "--request-rate 1e-12 spreads 2 arrivals over 23,148,148 days"),
+    ({"num_prompts": 10**20}, "--num-prompts must be between 1 and 10,000,000"),
+    ({"memory_interval_s": 1e300}, "--memory-interval must be between 0 and 3600 s"),
+    ({"dataset_name": "sharegpt", "dataset_path": "/nonexistent/sg.json"},
+     "--dataset-path /nonexistent/sg.json: not found"),
+    ({"dataset_name": "jsonl", "dataset_path": "/tmp"}, "--dataset-path /tmp: is a directory"),
     ({"launch": LaunchConfig(model="m", engine_args="--enforce-eager"), "base_url": None},  # type: ignore[arg-type]
      "LaunchConfig.engine_args must be a tuple of strings"),
 ])
@@ -136,3 +142,16 @@ def test_a_built_in_server_gone_after_the_run_is_a_server_death_not_a_traceback(
                         synthetic_args=("--itl-ms", "1"), result_json=str(out)))
     assert info.value.result.counts.completed == 2
     assert "stopped answering" in out.read_text()  # the result is written, with the note
+
+
+def test_an_output_may_not_overwrite_an_input(tmp_path: Path) -> None:
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "hi", "max_tokens": 4}\n')
+    with pytest.raises(ConfigError, match="--dataset-path and --save-detailed name the same file"):
+        run(BenchConfig(base_url=UNREACHABLE, dataset_name="jsonl", dataset_path=str(dataset),
+                        save_detailed=str(dataset)))
+    toml = tmp_path / "run.toml"
+    toml.write_text("")
+    with pytest.raises(ConfigError, match="--config and --result-json name the same file"):
+        run(BenchConfig(base_url=UNREACHABLE, config_file=str(toml), result_json=str(toml)))
+    assert dataset.read_text() == '{"prompt": "hi", "max_tokens": 4}\n'

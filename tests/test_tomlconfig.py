@@ -77,3 +77,10 @@ def test_args_as_one_string_and_goodput_as_strings(tmp_path: Path) -> None:
     ))
     assert config.launch is not None and config.launch.engine_args == ("--enforce-eager", "--max-model-len", "2048")
     assert config.goodput == {"ttft": 500.0, "tpot": 50.0}
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_bytes("[benchmark]\nconcurrency = 4\n".encode("utf-16"))  # as PowerShell writes by default
+    with pytest.raises(ConfigError, match=r"run.toml: not UTF-8 text; save it as UTF-8$"):
+        tomlconfig.toml_to_argv(str(path), cli.build_parser())

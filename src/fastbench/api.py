@@ -77,6 +77,9 @@ _LAUNCH_FIELDS: dict[str, tuple[str, bool]] = {
 _CHOICES: dict[str, tuple[str, ...]] = {
     "endpoint": get_args(Endpoint), "dataset_name": get_args(DatasetName), "dataset_order": get_args(DatasetOrder),
 }
+# One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
+MAX_PROMPTS = 10_000_000
+MAX_SPAN_S = 1e7  # about four months of arrivals
 OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--save-detailed"}
 
 
@@ -121,8 +124,11 @@ def validate(config: BenchConfig) -> None:
         raise ConfigError(f"--request-rate must be a positive number of requests/s, got {config.request_rate}")
     if not 0 < config.burstiness < math.inf:
         raise ConfigError(f"--burstiness must be > 0, got {config.burstiness}")
-    if config.num_prompts < 1:
-        raise ConfigError(f"--num-prompts must be at least 1, got {config.num_prompts}")
+    if not 1 <= config.num_prompts <= MAX_PROMPTS:
+        raise ConfigError(f"--num-prompts must be between 1 and {MAX_PROMPTS:,}, got {config.num_prompts}")
+    if config.request_rate is not None and config.num_prompts / config.request_rate > MAX_SPAN_S:
+        raise ConfigError(f"--request-rate {config.request_rate:g} spreads {config.num_prompts} arrivals over "
+                          f"{config.num_prompts / config.request_rate / 86400:,.0f} days; give a higher rate")
     if config.num_warmups < 0:
         raise ConfigError(f"--num-warmups must be >= 0, got {config.num_warmups}")
     if config.seed < 0:
@@ -139,10 +145,11 @@ def validate(config: BenchConfig) -> None:
     check_api_key(config.api_key)
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
-    if not 0 <= config.metrics_interval_s < math.inf:
-        raise ConfigError(f"--metrics-interval must be >= 0, got {config.metrics_interval_s}")
-    if config.memory_interval_s is not None and not 0 <= config.memory_interval_s < math.inf:
-        raise ConfigError(f"--memory-interval must be >= 0, got {config.memory_interval_s}")
+    if not 0 <= config.metrics_interval_s <= 3600:
+        raise ConfigError(f"--metrics-interval must be between 0 and 3600 s, got {config.metrics_interval_s}")
+    if config.memory_interval_s is not None and not 0 <= config.memory_interval_s <= 3600:
+        raise ConfigError(f"--memory-interval must be between 0 and 3600 s, got {config.memory_interval_s}")
+    _check_inputs(config)
     _check_outputs(config)
     launch = config.launch
     if launch is not None:
@@ -161,9 +168,24 @@ def validate(config: BenchConfig) -> None:
             raise ConfigError(f"--server-stop-grace must be >= 0, got {launch.stop_grace_s}")
 
 
+def _check_inputs(config: BenchConfig) -> None:
+    """The dataset file is there: found out before a launched server spends minutes loading."""
+    if config.dataset_name == "random":
+        return
+    path = config.dataset_path
+    if not path:
+        raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    if not os.path.isfile(path):
+        why = "is a directory; give the file itself" if os.path.isdir(path) else "not found"
+        raise ConfigError(f"--dataset-path {path}: {why}")
+
+
 def _check_outputs(config: BenchConfig) -> None:
-    """Every output file can be written, and no two outputs overwrite each other."""
+    """Every output file can be written, and no output overwrites another or an input."""
     seen: dict[str, str] = {}
+    for flag, path in (("--dataset-path", config.dataset_path), ("--config", config.config_file)):
+        if path:
+            seen[os.path.realpath(path)] = flag
     for name, flag in OUTPUT_FLAGS.items():
         path = getattr(config, name)
         if path is None:

@@ -221,6 +221,8 @@ def toml_to_argv(path: str, parser: argparse.ArgumentParser) -> list[str]:
         raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:  # e.g. UTF-16, as some editors and shells write by default
+        raise ConfigError(f"--config {path}: not UTF-8 text; save it as UTF-8") from None
     name = Path(path).name
     unknown_tables = sorted(set(doc) - {"server", "benchmark"})
     if unknown_tables:
