@@ -138,6 +138,21 @@ def test_a_bare_done_and_a_compressed_stream_are_protocol_errors(loop_factory: A
     assert "compressed" in data.error_messages[1]
 
 
+def test_usage_at_the_start_and_the_end_only_adds_no_chunk(loop_factory: Any) -> None:
+    """A role chunk with usage 0, text chunks without usage, then a usage-only total: the total is
+    an end-of-stream count (FINAL), not one more output chunk of many tokens."""
+    role = completion_chunk("", 0)
+    total = completion_chunk("", 6)
+    total["choices"] = []
+
+    def script(n: int, body: bytes) -> list[Any]:
+        return [STREAM_HEAD, chunked(sse(role)), *(chunked(sse(completion_chunk(w, None))) for w in "abc"),
+                chunked(sse(total)), chunked(sse("[DONE]")) + CHUNKED_END]
+    data, _ = drive(loop_factory, script)
+    assert col(data, "chunks")[0] == 3 and col(data, "output_tokens")[0] == 6
+    assert col(data, "usage_source")[0] == UsageSource.FINAL
+
+
 def test_kernel_timestamps_used_on_loopback(loop_factory: Any) -> None:
     data, _ = drive(loop_factory, lambda n, body: stream_script([1, 1, 1]))
     assert data.reads > 0
@@ -338,6 +353,8 @@ def test_time_cap_cancels_in_flight_and_ends_window(loop_factory: Any) -> None:
     assert data.cap_hit and data.stopped_reason == "time cap"
     started = col(data, "sent_ns") > 0
     assert list(col(data, "error")[started]) == [ErrorClass.CANCELLED] * 2
+    for row in np.flatnonzero(started).tolist():
+        assert data.error_messages[row] == "in flight when the run stopped (time cap)"
     assert not np.any(data.rows[~started])  # rows of requests never sent stay zero
     assert (data.end_ns - data.start_ns) / 1e9 == pytest.approx(0.5, abs=0.05)
     assert started.sum() == 2  # nothing new after the cap

@@ -105,10 +105,11 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         r.prompt_tokens = info.prompt_tokens
     if info.usage_invalid:
         r.usage_untrusted = 1
-    # A chunk without text still carries output when its usage grew over an earlier chunk's (vLLM
-    # streams a token that ends mid-UTF-8 as text ""). Usage seen for the first time on a chunk
-    # without text is a server's end-of-stream total (llama.cpp), not a token chunk, unless no
-    # output came before it: then it is an answer that ended at once (EOS as its first token).
+    # A chunk without text still carries output when its usage grew over an earlier chunk's and
+    # every output so far carried usage (vLLM's continuous usage streams a token that ends
+    # mid-UTF-8 as text ""). Otherwise usage on a chunk without text is a server's end-of-stream
+    # total (llama.cpp), not a token chunk, unless no output came before it: then it is an answer
+    # that ended at once (EOS as its first token).
     had_usage = r.usage_seen
     if info.completion_tokens >= 0:
         r.usage_seen = 1
@@ -117,7 +118,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         else:
             tokens = info.completion_tokens - r.completion_tokens
         r.completion_tokens = info.completion_tokens
-    output = info.has_content or info.has_reasoning or (tokens > 0 and (had_usage or r.n_ev == 0))
+    output = info.has_content or info.has_reasoning or (
+        tokens > 0 and (r.n_ev == 0 or (had_usage and r.usage_chunks == r.n_ev)))
     if not output:
         return 0
     if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:
@@ -703,6 +705,8 @@ cdef class StreamConnection:
                 self.run.failed += 1
                 self.run.error_messages[row] = self._error_message(status)
                 self.run._check_error_rate()
+            else:
+                self.run.error_messages[row] = self._error_message(status)  # why it was cut short
         self.requests_served += 1
         if row >= 0 and not self.closed and self.run.refill and not self.run.stopping:
             # Closed loop: the slot freed at this response's end; the next request goes out now,
