@@ -68,5 +68,6 @@ def test_floor_run_reports_wakeups_per_second(tmp_path: Path) -> None:
     exe, _ = cpu_floor.build_floor_client(tmp_path)
     with SyntheticServer(ttft_ms=5, itl_ms=5) as server:
         r = cpu_floor.run_floor(exe, server.port, 4, 0.5, "epoll", 2000, None)
-    # a 2 ms tick, and wake-ups for arrivals in between at most: 500-2,000 per second
-    assert 300 <= r["wakeups_per_s"] <= 2_000
+    assert r["wakeups_per_s"] == pytest.approx(r["wakeups"] / r["seconds"])
+    # a 2 ms sleep between drains: at most ~500 a second, fewer on a slow host (290 under ASan in CI)
+    assert 50 <= r["wakeups_per_s"] <= 600
