@@ -22,6 +22,7 @@ import pytest
 import uvloop
 
 from _bench import load_bench_module
+from _sanitizer import UNDER_SANITIZER
 from fastbench import report as report_files
 from fastbench import validate as fv
 from fastbench.exceptions import ServerError
@@ -146,7 +147,8 @@ def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
         slot_p50[watch_ends] = slot.p50
     # Unwatched, the wait depends on where the drains fall between arrivals (0.8-2 ms here).
     assert slot_p50[True] < 0.5
-    assert slot_p50[False] > 3 * slot_p50[True]
+    # Under ASan the watched turnover is the sanitizer's own work (0.31 against 0.83 ms in CI).
+    assert slot_p50[False] > (2 if UNDER_SANITIZER else 3) * slot_p50[True]
 
 
 def test_reference_client_measures() -> None:
