@@ -17,7 +17,7 @@ import orjson
 
 from . import metrics, report, server, workload
 from ._version import __version__
-from .config import BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
+from .config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
 from .exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, check_api_key
 from .metrics import Result
@@ -99,7 +99,7 @@ def _check_types(obj: object, fields: dict[str, tuple[str, bool]], owner: str) -
 
 def _check_goodput(goodput: dict[Any, Any]) -> None:
     for key, value in goodput.items():
-        if key not in ("ttft", "tpot", "e2el"):
+        if key not in GOODPUT_METRICS:
             raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
         if not _is_number(value) or not value > 0:
             raise ConfigError(f"--goodput {key} must be a number of milliseconds > 0, got {value!r}")

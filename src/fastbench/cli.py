@@ -16,7 +16,7 @@ import orjson
 
 from . import tomlconfig
 from ._version import __version__
-from .config import ENGINES, BenchConfig, LaunchConfig
+from .config import ENGINES, GOODPUT_METRICS, BenchConfig, LaunchConfig
 from .exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
 EPILOG = """\
@@ -37,7 +37,7 @@ def _goodput(values: list[str]) -> dict[str, float]:
             ms = float(value)
         except ValueError:
             ms = math.nan
-        if not sep or key not in ("ttft", "tpot", "e2el") or not ms > 0:
+        if not sep or key not in GOODPUT_METRICS or not ms > 0:
             raise argparse.ArgumentTypeError(
                 f"--goodput takes KEY:MS pairs with KEY in ttft, tpot, e2el and MS > 0, got {item!r}")
         slos[key] = ms

@@ -9,6 +9,8 @@ Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
 DatasetName = Literal["random", "sharegpt", "jsonl"]
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
+# Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from fastbench.config import BenchConfig
+from fastbench.config import GOODPUT_METRICS, BenchConfig
 from fastbench.records import COL, ErrorClass, RunData, TimestampSource, UsageSource
 
 # HDR histogram shape shared by every histogram of a run (so they merge): 1 ns .. 1 hour, 3 digits.
@@ -33,8 +33,6 @@ RATE_SCALE = 1000
 FEW_SAMPLES = 100
 # Per-request lists in workload_info, used here but not copied into the result.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens")
-# Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
-GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 DEFINITIONS: dict[str, str] = {
     # latency, per request (completed requests only)

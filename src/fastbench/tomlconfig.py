@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from .config import GOODPUT_METRICS
 from .exceptions import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -194,7 +195,7 @@ def _goodput_flags(value: Any, where: str, wrong: Callable[[str], ConfigError]) 
     it as words of their own; none may start with a dash."""
     if isinstance(value, dict):
         for key, ms in value.items():
-            if key not in ("ttft", "tpot", "e2el"):
+            if key not in GOODPUT_METRICS:
                 raise ConfigError(f"{where} takes ttft, tpot and e2el, got {key!r}")
             if not isinstance(ms, (int, float)) or isinstance(ms, bool):
                 raise ConfigError(f"{where}.{key} must be a number of milliseconds, got {_toml_type(ms)}")
