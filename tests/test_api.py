@@ -97,6 +97,20 @@ def test_a_result_file_that_fails_after_the_run_keeps_the_result(tmp_path: Path,
     assert not card.exists()
 
 
+def test_path_fields_take_a_pathlib_path(tmp_path: Path) -> None:
+    """An embedder passes pathlib.Path for files: it is stored as its str and the run writes there."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "hello there", "max_tokens": 3}\n' * 2)
+    out, card = tmp_path / "r.json", tmp_path / "card.md"
+    config = BenchConfig(num_prompts=2, concurrency=2, dataset_name="jsonl", dataset_path=data,  # type: ignore[arg-type]
+                         result_json=out, result_card=card)  # type: ignore[arg-type]
+    assert (config.dataset_path, config.result_json) == (str(data), str(out))
+    assert LaunchConfig(model=tmp_path / "m.gguf").model == str(tmp_path / "m.gguf")  # type: ignore[arg-type]
+    result = run(config)
+    assert result.counts.completed == 2
+    assert orjson.loads(out.read_bytes())["completed"] == 2 and "status: done" in card.read_text()
+
+
 def test_base_url_with_v1_or_credentials_is_the_servers_root(tmp_path: Path) -> None:
     """--base-url http://h:p/v1 is taken as OpenAI clients take it (models were asked at /v1/v1/models);
     credentials in it are never sent, and never written to the result."""

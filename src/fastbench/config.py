@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
@@ -12,6 +13,15 @@ Engine = Literal["vllm", "sglang", "llama.cpp"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
+
+
+def _paths_as_str(obj: object, names: tuple[str, ...]) -> None:
+    """Store a ``pathlib.Path`` (any ``os.PathLike``) given for a path field as its ``str``, so that the
+    rest of fastbench, the result file included, sees one type."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, os.PathLike):
+            object.__setattr__(obj, name, os.fspath(value))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,6 +46,8 @@ class LaunchConfig:
     :param engine_bin: the executable (``vllm``, ``python`` for SGLang, ``llama-server``, ``docker``);
         None: found on PATH.
     :param stop_grace_s: seconds between SIGTERM (or ``docker stop``) and SIGKILL at teardown.
+
+    ``model``, ``log_path`` and ``engine_bin`` take a ``str`` or a ``pathlib.Path`` (stored as its str).
     """
 
     engine: Engine = "vllm"
@@ -50,6 +62,9 @@ class LaunchConfig:
     log_path: str | None = None
     engine_bin: str | None = None
     stop_grace_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        _paths_as_str(self, ("model", "log_path", "engine_bin"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,6 +87,9 @@ class BenchConfig:
         (speculative-decoding acceptance, KV-cache usage); 0 reads it only at the start and end.
     :param memory_interval_s: seconds between memory samples; None: 1 s when a server is launched,
         no sampling otherwise; 0: off.
+
+    Fields that name a file (``dataset_path``, ``tokenizer``, ``result_json``, ``result_card``,
+    ``save_detailed``, ``config_file``) take a ``str`` or a ``pathlib.Path``; a Path is stored as its str.
     """
 
     base_url: str | None = None
@@ -121,6 +139,10 @@ class BenchConfig:
     # the command line that built this config, recorded in the result
     command_line: tuple[str, ...] = ()
     label: str | None = None
+
+    def __post_init__(self) -> None:
+        _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",
+                             "config_file"))
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)
