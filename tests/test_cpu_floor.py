@@ -34,11 +34,13 @@ def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coale
 
 
 def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
-    """Both probes wake on a 2 ms timerfd for 0.2 s: ~100 wake-ups each, each with some CPU."""
+    """Both probes wake on a 2 ms timerfd for 0.2 s: up to 100 wake-ups each, each with some CPU.
+    A busy host runs fewer (ticks missed while the probe waits for a CPU are counted by one read):
+    77 with the CPUs half taken by other work under ASan."""
     exe, _ = cpu_floor.build_floor_client(tmp_path)
     c_loop, core = cpu_floor.wake_costs(exe, 0.2, 2000, None)
     for w in (c_loop, core):
-        assert 80 <= w["wakeups"] <= 101
+        assert 40 <= w["wakeups"] <= 101
         assert 0 < w["cpu_us_per_wakeup"] < 10_000
 
 

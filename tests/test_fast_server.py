@@ -430,12 +430,14 @@ def test_fastbench_validate_passes_against_it(built: Path) -> None:
     # (~0.1 s) because a host stall on the client fails the skew checks honestly; a round may be
     # run again, at most three in all, and a server off its schedule fails every round.
     with start(ttft_ms=10, itl_ms=5) as srv:
-        for rounds in range(1, 4):
+        rounds = 0
+        while True:
+            rounds += 1
             proc = subprocess.run(
                 [sys.executable, "-m", "fastbench", "validate", "--base-url", srv.base_url, "--concurrency", "16",
                  "--num-requests", "16", "--output-len", "16", "--itl-ms", "5", "--ttft-ms", "10"],
                 capture_output=True, text=True, timeout=120, check=False)
-            if proc.returncode == 0:
+            if proc.returncode == 0 or rounds == 3:
                 break
         assert proc.returncode == 0 and "verdict: PASS" in proc.stdout, proc.stdout + proc.stderr
         stats = srv.stats()
