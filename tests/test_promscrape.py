@@ -5,12 +5,18 @@ test_specdecode.py.)"""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 from aiohttp import web
 
-from fastbench import promscrape
+from fastbench import promscrape, specdecode
 from fastbench.promscrape import MAX_COUNT, Metrics, MetricsScraper, counter_problem
+
+T = TypeVar("T")
 
 
 @pytest.mark.parametrize(("value", "problem"), [
@@ -84,3 +90,81 @@ def test_readings_past_2_53_are_left_out_of_sums_not_overflowed() -> None:
     assert m.total("vllm:num_requests_running") == 3.0
     assert m.mean("vllm:num_requests_running") == 3.0
     assert m.by_label("vllm:num_requests_running", "engine") == {"2": 3.0}
+
+
+def _vllm_like_body(reading: int) -> bytes:
+    """A /metrics body shaped like vLLM's (~60 kB: histograms of many buckets), whose counters are
+    ``reading``: one draft and one accepted token per reading."""
+    lines = []
+    for family in range(12):
+        name = f"vllm:request_latency_{family}_seconds"
+        lines.append(f"# HELP {name} a histogram\n# TYPE {name} histogram")
+        for bucket in range(40):
+            lines.append(f'{name}_bucket{{engine="0",le="{bucket * 0.25}",model_name="m"}} {reading * bucket}')
+        lines.append(f'{name}_count{{engine="0",model_name="m"}} {reading}')
+    lines += [f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {reading}',
+              f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {3 * reading}',
+              f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {reading}',
+              f'vllm:num_requests_running{{engine="0",model_name="m"}} {reading % 7}']
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def _serving_metrics(body_of: Callable[[int], bytes], work: Callable[[str], Awaitable[T]]) -> T:
+    """Run ``work(base_url)`` against a server whose n-th /metrics answer is ``body_of(n)``."""
+    served = 0
+
+    async def metrics(request: web.Request) -> web.Response:
+        nonlocal served
+        served += 1
+        return web.Response(body=body_of(served), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        return await work(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    finally:
+        await runner.cleanup()
+
+
+def test_a_long_window_keeps_a_bounded_evenly_spaced_set_of_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_KEPT_SCRAPES answers every other one is dropped and the interval doubles: the first
+    answer stays, the kept ones stay evenly spaced, and what is kept reads back as it was served."""
+    monkeypatch.setattr(promscrape, "MAX_KEPT_SCRAPES", 8)
+
+    async def scrape_long(url: str) -> tuple[list[promscrape.Scrape], float]:
+        scraper = MetricsScraper(url, interval_s=0.002)
+        await scraper.start()
+        while scraper.interval_s < 0.002 * 8:  # three thinnings
+            await asyncio.sleep(0.01)
+        return await scraper.stop(), scraper.interval_s
+
+    scrapes, interval = asyncio.run(_serving_metrics(_vllm_like_body, scrape_long))
+    readings = [int(Metrics.parse(s.body.decode()).total("vllm:spec_decode_num_drafts_total") or 0)
+                for s in scrapes]
+    assert interval == 0.016 and len(scrapes) <= 9 and readings == sorted(set(readings))
+    # Answers 1-9 came 2 ms apart: the first thinning kept 1 3 5 7 9. 10-13 came 4 ms apart: the
+    # second kept 1 5 9 11 13; 14-17 came 8 ms apart: the third kept 1 9 13 15 17, 16 ms apart.
+    assert readings[:5] == [1, 9, 13, 15, 17]
+    times = [s.t for s in scrapes[:5]]
+    assert all(0.016 <= b - a < 0.5 for a, b in itertools.pairwise(times))
+    assert len(scrapes[1].packed) < len(_vllm_like_body(readings[1])) / 5  # kept compressed
+
+
+def test_the_analysis_of_a_window_holds_one_parsed_answer_at_a_time() -> None:
+    """Parsed, a body takes ~10x its size in objects; the analysis must not hold every answer of the
+    window parsed at once. Peak memory over 24 answers stays near that over 3."""
+    def peak_kib(count: int) -> float:
+        scrapes = [promscrape.Scrape.of(float(i), _vllm_like_body(i + 1)) for i in range(count)]
+        tracemalloc.start()
+        analysis = specdecode.analyze(scrapes, interval_s=1.0)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert analysis["scrapes"] == count
+        assert analysis["spec_decode"]["window"]["drafts"] == count - 1
+        return peak / 1024
+
+    few, many = peak_kib(3), peak_kib(24)
+    assert many < 1.5 * few, (few, many)

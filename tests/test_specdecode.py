@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fastbench import api
+from fastbench import api, promscrape
 from fastbench.config import BenchConfig
 from fastbench.promscrape import Metrics, MetricsScraper, Scrape, parse_prometheus
 from fastbench.specdecode import (
@@ -131,7 +131,7 @@ def test_window_figures_ranges_and_vllm_keys() -> None:
         vllm_text(1300, 3900, 1400, [720, 480, 200], running=8, kv=0.7),  # +200 drafts, +400 accepted
         vllm_text(1300 + MIN_INTERVAL_DRAFTS - 1, 3900 + 3 * (MIN_INTERVAL_DRAFTS - 1), 1400, [720, 480, 200]),
     ]
-    scrapes = [Scrape(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
+    scrapes = [Scrape.of(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
     out = analyze(scrapes, interval_s=2.0)
     spec = out["spec_decode"]
     w = spec["window"]
@@ -160,7 +160,7 @@ def test_window_figures_ranges_and_vllm_keys() -> None:
 
 
 def test_no_spec_counters_no_figures() -> None:
-    scrapes = [Scrape(float(i), b"vllm:num_requests_running 2\n") for i in range(3)]
+    scrapes = [Scrape.of(float(i), b"vllm:num_requests_running 2\n") for i in range(3)]
     out = analyze(scrapes, interval_s=1.0)
     assert out["spec_decode"] is None and out["gauges"]["running"]["max"] == 2
 
@@ -169,7 +169,7 @@ def test_no_spec_counters_no_figures() -> None:
 
 
 def scrapes_of(*texts: str) -> list[Scrape]:
-    return [Scrape(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
+    return [Scrape.of(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
 
 
 @pytest.mark.parametrize("bad", ["+Inf", "-Inf", "NaN", "-30", "1e300"])
@@ -326,6 +326,23 @@ def test_attached_run_reports_acceptance_from_the_servers_counters(tmp_path: Pat
     assert "Speculative decoding" in (tmp_path / "card.md").read_text()
     assert doc["fastbench"]["server"]["provenance"] == {
         "launched": False, "base_url": synthetic.base_url, "engine_version": None}
+
+
+def test_a_window_past_the_kept_reads_says_how_far_apart_they_ended(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long window keeps at most MAX_KEPT_SCRAPES /metrics reads; the result gives the spacing they
+    ended at, and the card says why it is not the one asked for. Acceptance is still over the window."""
+    monkeypatch.setattr(promscrape, "MAX_KEPT_SCRAPES", 4)
+    out, card = tmp_path / "r.json", tmp_path / "card.md"
+    with SyntheticServer("--tokens-per-chunk", "1-4", "--itl-ms", "5", "--ttft-ms", "5") as synthetic:
+        api.run(BenchConfig(base_url=synthetic.base_url, num_prompts=8, concurrency=2, random_input_len=8,
+                            random_output_len=64, ignore_eos=True, metrics_interval_s=0.02,
+                            result_json=str(out), result_card=str(card)))
+    doc = orjson.loads(out.read_bytes())
+    metrics = doc["fastbench"]["server"]["server_metrics"]
+    assert metrics["interval_s"] >= 0.08 and metrics["scrapes"] <= 5  # at least two thinnings
+    assert doc["spec_decode_num_drafts"] > 0
+    assert "every other read was dropped until those kept were" in card.read_text()
 
 
 def test_builtin_synthetic_run_without_speculation_has_no_spec_keys(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """Prometheus text exposition: a small parser, and a scraper of a server's /metrics over a run.
 
 The scraper follows the project's rule for the hot path: during the measured window it only stores
-``(time, raw bytes)`` of each /metrics answer (one small GET every couple of seconds on the client's
-event loop); parsing happens after the run.
+``(time, body)`` of each /metrics answer (one small GET every couple of seconds on the client's event
+loop), compressed by a worker thread; parsing happens after the run. What it keeps is bounded: past
+``MAX_KEPT_SCRAPES`` answers it drops every other one and scrapes half as often, so a day-long run
+holds no more than a half-hour one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 import math
 import re
 import time
+import zlib
 from collections.abc import Iterable, Mapping
 
 import aiohttp
@@ -25,6 +28,8 @@ _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 MAX_COUNT = 2.0**53
 # vLLM's /metrics is 50-300 kB; a body past this is a broken server, and every body of the window is kept.
 MAX_BODY_BYTES = 16 << 20
+# Most answers kept of one window: 17 minutes at the default 2 s before thinning starts.
+MAX_KEPT_SCRAPES = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,10 +212,19 @@ class Metrics:
 
 @dataclasses.dataclass(frozen=True)
 class Scrape:
-    """One /metrics answer: when it was read (monotonic seconds) and its raw body."""
+    """One /metrics answer: when it was read (monotonic seconds) and its body, kept zlib-compressed
+    (Prometheus text shrinks ~10x)."""
 
     t: float
-    body: bytes
+    packed: bytes
+
+    @classmethod
+    def of(cls, t: float, body: bytes) -> Scrape:
+        return cls(t, zlib.compress(body, 1))
+
+    @property
+    def body(self) -> bytes:
+        return zlib.decompress(self.packed)
 
     def metrics(self) -> Metrics:
         return Metrics.parse(self.body.decode("utf-8", errors="replace"))
@@ -236,7 +250,8 @@ class MetricsScraper:
 
     ``await start()`` takes the first scrape (and finds out whether the server has /metrics at all);
     ``await stop()`` takes the last one. Failures are counted, never raised: a server without /metrics,
-    or one that stops answering it, costs the run nothing.
+    or one that stops answering it, costs the run nothing. ``interval_s`` doubles each time the kept
+    answers reach ``MAX_KEPT_SCRAPES`` (see the module's note).
     """
 
     def __init__(self, base_url: str, *, interval_s: float = 2.0, api_key: str | None = None,
@@ -263,13 +278,24 @@ class MetricsScraper:
                     raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
                                                       message=f"HTTP {resp.status}")
                 body = await _read_capped(resp, MAX_BODY_BYTES)
+                t = time.monotonic()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BodyTooLargeError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
-        scrape = Scrape(time.monotonic(), body)
+        # zlib lets go of the GIL while it works: ~1 ms for a vLLM body, off the event loop's thread
+        scrape = await asyncio.to_thread(Scrape.of, t, body)
         self.scrapes.append(scrape)
+        if len(self.scrapes) > MAX_KEPT_SCRAPES:
+            self._thin()
         return scrape
+
+    def _thin(self) -> None:
+        """Keep every other answer and scrape half as often from now on: the kept ones stay evenly
+        spaced, and their count under MAX_KEPT_SCRAPES however long the run. There are
+        MAX_KEPT_SCRAPES + 1 (an odd count), so the window's first and the newest both stay."""
+        del self.scrapes[1::2]
+        self.interval_s *= 2
 
     async def start(self) -> bool:
         """Take the window's first scrape and, when it worked, start the periodic ones; return whether

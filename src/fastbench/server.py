@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import orjson
 
-from . import specdecode
+from . import promscrape, specdecode
 from .config import BenchConfig, LaunchConfig
 from .exceptions import ConfigError, ServerError
 from .promscrape import MetricsScraper
@@ -970,6 +970,10 @@ class WindowMonitor:
                 "interval_s": self.analysis["interval_s"], "span_s": self.analysis["span_s"],
                 "window_start": self.window_start, "gauges": self.analysis["gauges"],
             }
+            if self.scraper.interval_s != self.config.metrics_interval_s:
+                notes.append(f"server /metrics: the window outlasted {promscrape.MAX_KEPT_SCRAPES} reads "
+                             f"{self.config.metrics_interval_s:g} s apart, so every other read was dropped "
+                             f"until those kept were {self.scraper.interval_s:g} s apart")
             rows = specdecode.gauge_rows(self.analysis["gauges"])
             if rows:
                 info["server_metrics_card"] = rows

@@ -222,14 +222,44 @@ def _stats(values: Sequence[float | None]) -> dict[str, float] | None:
     return {"mean": math.fsum(present) / len(present), "max": max(present), "min": min(present)}
 
 
-def _counter_delta(parsed: Sequence[tuple[float, Metrics]], names: Sequence[str]) -> float | None:
-    """Last minus first of the first counter of ``names`` that both ends have (None if none, if it fell,
-    or if either end is no count)."""
-    for name in names:
-        first, last = parsed[0][1], parsed[-1][1]
-        a, b = first.total(name), last.total(name)
+@dataclasses.dataclass(frozen=True)
+class _Reading:
+    """What the analysis takes from one scrape. The parsed scrape is dropped at once: a vLLM body
+    parses into ~1 MB of objects, and a window keeps hundreds of bodies."""
+
+    t: float
+    kv_cache_usage: float | None
+    running: float | None
+    waiting: float | None
+    kv_names: frozenset[str]  # the KV_CACHE_GAUGES present
+    prefix: str | None  # of the spec-decode counters present
+    counters: SpecCounters | None
+    problems: tuple[str, ...]  # what was wrong with the counters
+    generated: tuple[tuple[float | None, bool], ...]  # per GENERATED_COUNTERS: total, and "is no count"
+
+    @classmethod
+    def of(cls, scrape: Scrape) -> _Reading:
+        m = scrape.metrics()
+        counters, problems = SpecCounters.read(m)
+        return cls(
+            t=scrape.t,
+            kv_cache_usage=_gauge(m, KV_CACHE_GAUGES, mean=True),
+            running=_gauge(m, RUNNING_GAUGES, mean=False),
+            waiting=_gauge(m, WAITING_GAUGES, mean=False),
+            kv_names=frozenset(n for n in KV_CACHE_GAUGES if n in m),
+            prefix=_prefix_of(m),
+            counters=counters,
+            problems=tuple(problems),
+            generated=tuple((m.total(n), m.counter_problem(n) is not None) for n in GENERATED_COUNTERS),
+        )
+
+
+def _generated_delta(readings: Sequence[_Reading]) -> float | None:
+    """Last minus first of the first of GENERATED_COUNTERS that both ends have (None if none, if it
+    fell, or if either end is no count)."""
+    for (a, a_bad), (b, b_bad) in zip(readings[0].generated, readings[-1].generated):
         if a is not None and b is not None:
-            if first.counter_problem(name) or last.counter_problem(name):
+            if a_bad or b_bad:
                 return None
             return b - a if b >= a else None
     return None
@@ -240,23 +270,17 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
 
     The result is plain JSON-ready data (it goes into the result file as it is).
     """
-    parsed = [(s.t, s.metrics()) for s in scrapes]
+    readings = [_Reading.of(s) for s in scrapes]
     out: dict[str, Any] = {
-        "scrapes": len(parsed),
+        "scrapes": len(readings),
         "interval_s": interval_s,
-        "span_s": parsed[-1][0] - parsed[0][0] if len(parsed) > 1 else 0.0,
+        "span_s": readings[-1].t - readings[0].t if len(readings) > 1 else 0.0,
     }
-    t0 = parsed[0][0] if parsed else 0.0
+    t0 = readings[0].t if readings else 0.0
 
-    samples = []
-    for t, m in parsed:
-        samples.append({
-            "t_s": round(t - t0, 3),
-            "kv_cache_usage": _gauge(m, KV_CACHE_GAUGES, mean=True),
-            "running": _gauge(m, RUNNING_GAUGES, mean=False),
-            "waiting": _gauge(m, WAITING_GAUGES, mean=False),
-        })
-    kv_name = next((n for n in KV_CACHE_GAUGES if any(n in m for _, m in parsed)), None)
+    samples = [{"t_s": round(r.t - t0, 3), "kv_cache_usage": r.kv_cache_usage, "running": r.running,
+                "waiting": r.waiting} for r in readings]
+    kv_name = next((n for n in KV_CACHE_GAUGES if any(n in r.kv_names for r in readings)), None)
     out["gauges"] = {
         "kv_cache_metric": kv_name,
         "kv_cache_usage": _stats([s["kv_cache_usage"] for s in samples]),
@@ -265,22 +289,17 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
         "samples": samples,
     }
 
-    out["spec_decode"] = _spec_decode(parsed, t0)
+    out["spec_decode"] = _spec_decode(readings, t0)
     return out
 
 
-def _spec_decode(parsed: Sequence[tuple[float, Metrics]], t0: float) -> dict[str, Any] | None:
+def _spec_decode(readings: Sequence[_Reading], t0: float) -> dict[str, Any] | None:
     """:func:`analyze`'s ``spec_decode``: None without counters (or with one usable read and nothing to
     say); without a window figure, only ``source`` and ``notes`` (why there is none)."""
-    points: list[tuple[float, SpecCounters]] = []
-    read_problems: Counter[str] = Counter()
-    for t, metrics in parsed:
-        counters, problems = SpecCounters.read(metrics)
-        read_problems.update(problems)
-        if counters is not None:
-            points.append((t, counters))
-    notes = [f"{count} of {len(parsed)} /metrics reads: {problem}" for problem, count in read_problems.items()]
-    prefix = next((p for _, m in parsed if (p := _prefix_of(m)) is not None), None)
+    points = [(r.t, r.counters) for r in readings if r.counters is not None]
+    read_problems = Counter(problem for r in readings for problem in r.problems)
+    notes = [f"{count} of {len(readings)} /metrics reads: {problem}" for problem, count in read_problems.items()]
+    prefix = next((r.prefix for r in readings if r.prefix is not None), None)
     if prefix is None or (len(points) < 2 and not notes):
         return None
     unusable = {"source": f"{prefix}spec_decode_* counters", "notes": notes}
@@ -304,7 +323,7 @@ def _spec_decode(parsed: Sequence[tuple[float, Metrics]], t0: float) -> dict[str
             notes.append(f"the server's counters contradict each other in {len(contradicting)} of "
                          f"{len(intervals)} intervals (first: {contradicting[0]}): left out of the ranges")
     npos = len(window.per_position)
-    generated = _counter_delta(parsed, GENERATED_COUNTERS)
+    generated = _generated_delta(readings)
     return {
         "source": f"{first.prefix}spec_decode_* counters",
         "window": window.to_dict(),
