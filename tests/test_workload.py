@@ -169,6 +169,20 @@ def test_random_screening_replaces_dropped_requests() -> None:
     assert not any("ran short" in n for n in wl.notes)
 
 
+@pytest.mark.parametrize("extra_body", [{"max_tokens": None}, {"max_completion_tokens": 5}, {"n_predict": 5}])
+def test_screening_when_extra_body_sets_the_output_limit(extra_body: dict[str, Any]) -> None:
+    """The dataset's max_tokens is not what the server applies: a prompt is screened out only when it
+    leaves no room for one output token, and the reason says so."""
+    cfg = BenchConfig(num_prompts=50, random_input_len=100, random_range_ratio=0.5, max_tokens=30, seed=3,
+                      extra_body=extra_body)
+    wl = build(cfg, max_model_len=120)
+    lengths = [s.prompt_len for s in wl.requests]
+    assert all(n is not None and n < 120 for n in lengths)
+    assert any(n is not None and n + 30 > 120 for n in lengths)  # kept: max_tokens 30 is not the limit
+    assert wl.screened_out > 0  # prompts of 120-150 tokens
+    assert "the output limit is set by --extra-body" in wl.screened_reason
+
+
 def test_config_max_model_len_overrides_server() -> None:
     cfg = BenchConfig(
         num_prompts=20, random_input_len=100, random_range_ratio=0.5, max_tokens=10, max_model_len=100

@@ -29,7 +29,8 @@ Text prompts are counted, in order of preference, by the local tokenizer (``--to
 only: the server's chat template adds tokens of its own.
 
 When ``max_model_len`` is known, requests whose ``prompt_len + max_tokens`` exceeds it are screened
-out and replaced by further draws from the dataset. When the dataset runs short, the usable prompts
+out and replaced by further draws from the dataset (when ``extra_body`` takes the output limit out of
+``max_tokens``, only prompts of ``max_model_len`` tokens or more). When the dataset runs short, the usable prompts
 are reused in order (and ``notes`` says so); warm-ups are taken after the measured requests, cycling
 the same way.
 """
@@ -383,10 +384,14 @@ class _Candidate:
 class _Selector:
     """Accepts candidates until ``need`` are in hand, screening against ``max_model_len``."""
 
-    def __init__(self, need: int, max_model_len: int | None, max_tokens_override: int | None) -> None:
+    def __init__(self, need: int, max_model_len: int | None, max_tokens_override: int | None,
+                 limit_known: bool = True) -> None:
         self.need = need
         self.max_model_len = max_model_len
         self.max_tokens_override = max_tokens_override  # extra_body's max_tokens, which wins in the body
+        # False when extra_body lifts max_tokens or sets a limit of another name: what the server will
+        # allow is not known, so a prompt is screened out only when it leaves no room for one token
+        self.limit_known = limit_known
         self.accepted: list[_Candidate] = []
         self.screened_out = 0
         self.sources: list[str] = []
@@ -400,7 +405,7 @@ class _Selector:
             if self.remaining <= 0:
                 return
             mml = self.max_model_len
-            max_tokens = self.max_tokens_override or c.max_tokens
+            max_tokens = (self.max_tokens_override or c.max_tokens) if self.limit_known else 1
             if mml is not None and c.prompt_len is not None and c.prompt_len + max_tokens > mml:
                 self.screened_out += 1
                 continue
@@ -782,8 +787,9 @@ async def _build(
 ) -> Workload:
     chat = config.endpoint == "/v1/chat/completions"
     counter = _Counter(local, tokenize)
+    limit_known = output_limit_known(config.extra_body)
     selector = _Selector(
-        config.num_prompts + config.num_warmups, mml, _max_tokens_override(config.extra_body)
+        config.num_prompts + config.num_warmups, mml, _max_tokens_override(config.extra_body), limit_known
     )
     if config.dataset_name == "random":
         dataset = await _random_dataset(config, selector, local, chat, notes)
@@ -815,8 +821,10 @@ async def _build(
     warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
     if mml is None:
         reason = "not screened: max_model_len unknown"
-    else:
+    elif limit_known:
         reason = f"prompt_len + max_tokens > max_model_len ({mml})"
+    else:
+        reason = f"prompt_len >= max_model_len ({mml}); the output limit is set by --extra-body"
     return Workload(
         requests=requests,
         warmups=warmups,
