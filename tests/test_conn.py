@@ -6,6 +6,7 @@ import asyncio
 import random
 import select
 import ssl
+import time
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from _scripted import (
     sse,
     stream_script,
 )
+from fastbench import pacer
 from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_ns
 from fastbench.exceptions import ConfigError
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
@@ -379,6 +381,23 @@ def test_time_cap_in_open_loop_cancels_arrivals_waiting_for_a_slot(loop_factory:
     assert list(col(data, "index")[queued]) == list(queued)
     assert "waiting for one of the 2 slots" in data.error_messages[int(queued[0])]
     assert not np.any(data.rows[~arrived])  # arrivals after the cap stay never started
+
+
+def test_open_loop_schedule_is_drawn_before_the_window(loop_factory: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawing arrivals takes time (numpy's generator ~6 ms to start, 10M arrivals ~1 s): done inside
+    the window, it made the first arrivals late by as much, and that lateness counted as latency."""
+    draw = pacer.arrival_offsets_ns
+
+    def slow_draw(*args: Any) -> Any:
+        time.sleep(0.05)
+        return draw(*args)
+
+    monkeypatch.setattr(pacer, "arrival_offsets_ns", slow_draw)
+    data, _ = drive(loop_factory, lambda n, b: stream_script([1, 1]), n=2, concurrency=2, request_rate=1000.0)
+    lag_ms = (col(data, "sent_ns") - col(data, "scheduled_ns")) / 1e6
+    assert list(col(data, "error")) == [0, 0]
+    assert lag_ms[0] < 25, lag_ms  # was >= 50
 
 
 def test_connection_close_after_each_response(loop_factory: Any) -> None:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import uvloop
 
@@ -27,7 +28,7 @@ from fastbench import report as report_files
 from fastbench import validate as fv
 from fastbench.exceptions import ServerError
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.records import COL
+from fastbench.records import COL, NCOLS
 from fastbench.synthetic import SyntheticServer
 
 LOOSE_SKEW_MS = 5.0
@@ -105,6 +106,36 @@ def test_validate_api_speculative_shape() -> None:
     assert "verdict: " + report.verdict in report.render()
 
 
+def _rows(*requests: tuple[int, int, int]) -> np.ndarray:
+    rows = np.zeros((len(requests), NCOLS), dtype=np.int64)
+    for i, (scheduled, sent, end) in enumerate(requests):
+        rows[i, [COL["scheduled_ns"], COL["sent_ns"], COL["end_ns"]]] = scheduled, sent, end
+    return rows
+
+
+def test_send_lateness_counts_from_arrival_or_free_slot_whichever_is_later() -> None:
+    """Two slots. Open loop: the 3rd arrival (at 5) waits for the slot freed at 100 and goes at 101;
+    the 4th (at 300) finds a slot free and goes at 302. The wait is the load's, the 1 and 2 the client's."""
+    rows = _rows((0, 1, 100), (2, 4, 200), (5, 101, 400), (300, 302, 500))
+    assert fv._send_lateness_ns(rows, 2, closed=False).tolist() == [1, 2, 1, 2]
+    # Closed loop: the opening ramp is left out; each later request counts from the slot it took.
+    rows = _rows((0, 1, 100), (0, 4, 200), (100, 103, 400), (200, 207, 500))
+    assert fv._send_lateness_ns(rows, 2, closed=True).tolist() == [3, 7]
+
+
+def test_open_loop_over_its_cap_does_not_count_the_queue_as_client_error() -> None:
+    """Arrivals far above what 2 slots serve: they queue for seconds, which is TTFT from the arrival,
+    but the TTFT error bound holds only the client's lateness past the free slot."""
+    report = fv.validate(2, request_rate=1000, itl_ms=2, ttft_ms=2, num_requests=24, output_len=8)
+    assert report.completed == 24
+    assert report.dispatch_lag.p50 is not None and report.dispatch_lag.p50 > 20  # queued
+    assert report.slot_to_send is not None and report.slot_to_send.p50 is not None
+    assert report.slot_to_send.p50 < 5
+    ttft = next(s for s in report.series if s.name == "ttft")
+    assert ttft.error_bound_p99_ms is not None and ttft.error_bound_p99_ms < report.dispatch_lag.p50
+    assert "arrival or slot free, if later, -> sent" in report.render()
+
+
 def test_streams_kept_open_not_judged_without_a_turnover() -> None:
     """As many requests as streams: all go out in the opening ramp, none after, so there is no
     turnover to keep up with and no verdict on it."""
@@ -142,8 +173,8 @@ def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
             data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
         assert (data.rows[:, COL["error"]] == 0).all()
         assert data.reads / data.extra["wakeups"] > 1.5  # still coalesced
-        slot = fv._pair_slot_to_send(data.rows, streams)
-        assert slot is not None and slot.p50 is not None
+        slot = fv.Quantiles.from_ns(fv._send_lateness_ns(data.rows, streams, closed=True))
+        assert slot.p50 is not None
         slot_p50[watch_ends] = slot.p50
     # Unwatched, the wait depends on where the drains fall between arrivals (0.8-2 ms here).
     assert slot_p50[True] < 0.5

@@ -338,10 +338,9 @@ class LoadGenerator:
             opening.append((row, conn, conn.start(self.state.request_bytes(row), row, start_ns)))
         return opening
 
-    async def _run_open(self, start_ns: int) -> None:
+    async def _run_open(self, start_ns: int, offsets: np.ndarray) -> None:
         plan = self.plan
         loop = asyncio.get_running_loop()
-        offsets = pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
         slots = asyncio.Semaphore(plan.concurrency)
         tasks: set[asyncio.Task[None]] = set()
         # A timerfd, not asyncio.sleep: uvloop's timers round to milliseconds.
@@ -369,8 +368,8 @@ class LoadGenerator:
 
         loop.add_reader(timer.fileno(), on_timer)
         try:
-            for i, offset in enumerate(offsets.tolist()):
-                due = start_ns + offset
+            for i in range(len(offsets)):  # not .tolist(): 10M offsets as Python ints take ~360 MB
+                due = start_ns + int(offsets[i])
                 if due > now_ns() and not self._stopping:
                     self._pacer_wake = loop.create_future()
                     timer.arm(due)
@@ -496,6 +495,10 @@ class LoadGenerator:
                 loop.add_reader(wake_fd, self.state.drain)
             if plan.warmup_bodies and not (plan.stop_event and plan.stop_event.is_set()):
                 await self._run_warmups()
+            # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
+            # take ~1 s, which would make the first arrivals late by as much.
+            offsets = (pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
+                       if plan.request_rate is not None else None)
             # The window's counters start after the warm-ups.
             warm = self.state.counters
             if plan.on_window_start is not None:
@@ -508,10 +511,10 @@ class LoadGenerator:
             sampler = loop.create_task(self._sample_progress(start_ns))
             watcher = loop.create_task(self._watch_stop()) if plan.stop_event is not None else None
             try:
-                if plan.request_rate is None:
+                if offsets is None:
                     await self._run_closed(start_ns)
                 else:
-                    await self._run_open(start_ns)
+                    await self._run_open(start_ns, offsets)
             except (asyncio.CancelledError, KeyboardInterrupt):
                 self.stop("interrupted")
                 raise
