@@ -400,6 +400,36 @@ def test_open_loop_schedule_is_drawn_before_the_window(loop_factory: Any,
     assert lag_ms[0] < 25, lag_ms  # was >= 50
 
 
+def test_open_loop_arrivals_waiting_for_a_slot_go_out_from_the_core(loop_factory: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrivals far faster than 2 slots serve: each one that waited goes out on the connection whose
+    request ended first, sent by the core in that same read (no trip through Python), and is due
+    from its arrival. Later arrivals that find a slot free are still never sent early."""
+    def script(n: int, body: bytes) -> list[Any]:
+        return stream_script([1, 1, 1], ttft_s=0.01, gap_s=0.01)
+
+    sent_from_python = []
+    send_one = LoadGenerator._send_one
+
+    async def counting(self: LoadGenerator, request: bytes, row: int, *args: Any) -> int:
+        sent_from_python.append(row)
+        return await send_one(self, request, row, *args)
+
+    monkeypatch.setattr(LoadGenerator, "_send_one", counting)
+    data, server = drive(loop_factory, script, n=12, concurrency=2, request_rate=200.0, seed=5)
+    scheduled, sent, end = col(data, "scheduled_ns"), col(data, "sent_ns"), col(data, "end_ns")
+    assert list(col(data, "error")) == [0] * 12
+    assert list(scheduled - data.start_ns) == list(pacer.arrival_offsets_ns(12, 200.0, 1.0, 5))
+    assert np.all(sent >= scheduled)  # never before its arrival
+    assert server.connections == 2  # the chained requests reuse the freed connections
+    queued = [r for r in range(2, 12) if sent[r] > scheduled[r] + 5_000_000]  # waited for a slot
+    assert len(queued) >= 6
+    for r in queued:
+        freed = min((e for e in end[:r] if e <= sent[r]), key=lambda e: sent[r] - e)
+        assert sent[r] - freed < 2_000_000, (r, (sent[r] - freed) / 1e6)
+    assert not set(queued) & set(sent_from_python)
+
+
 def test_connection_close_after_each_response(loop_factory: Any) -> None:
     data, server = drive(loop_factory, lambda n, b: stream_script([1, 1]), n=4, close_after_each=True)
     assert list(col(data, "error")) == [0] * 4

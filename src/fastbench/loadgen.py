@@ -366,28 +366,43 @@ class LoadGenerator:
                 crashed.append(exc)
                 self.stop("client error")
 
+        state = self.state
+        arrivals = start_ns + offsets  # CLOCK_MONOTONIC ns, per row
+        # An arrival that finds every slot busy is sent by the core, from the connection whose
+        # request ends first, in the same wake-up; this loop sends the ones that find a slot free.
+        state.chain_arrivals(arrivals)
         loop.add_reader(timer.fileno(), on_timer)
         try:
-            for i in range(len(offsets)):  # not .tolist(): 10M offsets as Python ints take ~360 MB
-                due = start_ns + int(offsets[i])
-                if due > now_ns() and not self._stopping:
+            while True:
+                i = state.next_row
+                if self._stopping:
+                    self._cancel_arrived(offsets[i:], i, start_ns)
+                    break
+                if i >= len(arrivals):
+                    break
+                due = int(arrivals[i])
+                if due > now_ns():
                     self._pacer_wake = loop.create_future()
                     timer.arm(due)
                     await self._pacer_wake
+                    continue
                 # Over the concurrency limit the request waits for a slot; its latency still counts
                 # from `due`, so the wait shows in the figures (no coordinated omission).
                 await slots.acquire()
-                if self._stopping:
+                # Meanwhile the core may have sent it and others: take the next one only if it is due.
+                if (self._stopping or state.next_row >= len(arrivals)
+                        or int(arrivals[state.next_row]) > now_ns()):
                     slots.release()
-                    self._cancel_arrived(offsets[i:], i, start_ns)
-                    break
-                task = loop.create_task(one(i, due))
+                    continue
+                i = state._claim_row()
+                task = loop.create_task(one(i, int(arrivals[i])))
                 tasks.add(task)
                 task.add_done_callback(finished)
         finally:
             loop.remove_reader(timer.fileno())
         if tasks:
             await asyncio.gather(*tasks)
+        state.chain_arrivals(None)
         if crashed:
             raise crashed[0]
 
@@ -395,8 +410,8 @@ class LoadGenerator:
         """Open loop, run stopped: the arrivals already due that were still waiting for a free slot
         are cancelled requests, not "not started": their wait is part of what the load did."""
         slots = self.plan.concurrency
-        for row, offset in enumerate(offsets.tolist(), first_row):
-            due = start_ns + offset
+        for k in range(len(offsets)):
+            row, due = first_row + k, start_ns + int(offsets[k])
             if due > self._stopped_ns:
                 break  # arrival times only grow
             r = self.rows[row]

@@ -208,6 +208,7 @@ cdef class RunState:
         self.max_event_bytes = max_event_bytes
         self.kernel_timestamps = True
         self.refill = False
+        self.chain_due = False
         self.stopping = False
         self.max_error_rate = -1.0
         self.conns = set()
@@ -380,6 +381,26 @@ cdef class RunState:
     cpdef Py_ssize_t _claim_row(self):
         """Index of the next request to send, or -1 when none is left."""
         if self.next_row >= self.n_rows:
+            return -1
+        self.next_row += 1
+        return self.next_row - 1
+
+    def chain_arrivals(self, object arrivals_ns):
+        """Open loop: ``arrivals_ns`` (int64 per row, CLOCK_MONOTONIC ns) says when each request is
+        due. A connection whose request ends then sends the next request itself when that one is
+        already due (it was waiting for a slot), without a trip through Python, as refill does in
+        closed loop. None turns it off."""
+        if arrivals_ns is None:
+            self.chain_due = False
+            return
+        if len(arrivals_ns) != self.n_rows:
+            raise ValueError(f"{len(arrivals_ns)} arrival times for {self.n_rows} requests")
+        self.arrivals_ns = arrivals_ns
+        self.chain_due = True
+
+    cdef Py_ssize_t _claim_due_row(self, int64_t now) noexcept:
+        """Index of the next request when it is due by ``now``, or -1."""
+        if self.next_row >= self.n_rows or self.arrivals_ns[self.next_row] > now:
             return -1
         self.next_row += 1
         return self.next_row - 1
@@ -708,13 +729,20 @@ cdef class StreamConnection:
             else:
                 self.run.error_messages[row] = self._error_message(status)  # why it was cut short
         self.requests_served += 1
-        if row >= 0 and not self.closed and self.run.refill and not self.run.stopping:
-            # Closed loop: the slot freed at this response's end; the next request goes out now,
-            # without a trip through Python, and is due from this end stamp.
-            nxt = self.run._claim_row()
-            if nxt >= 0:
-                self._begin(self.run.request_bytes(nxt), nxt, r.end_ns, 0)
-                return
+        if row >= 0 and not self.closed and not self.run.stopping:
+            if self.run.refill:
+                # Closed loop: the slot freed at this response's end; the next request goes out now,
+                # without a trip through Python, and is due from this end stamp.
+                nxt = self.run._claim_row()
+                if nxt >= 0:
+                    self._begin(self.run.request_bytes(nxt), nxt, r.end_ns, 0)
+                    return
+            elif self.run.chain_due:
+                # Open loop: an arrival that waited for a slot takes this one now; due at its arrival.
+                nxt = self.run._claim_due_row(fb_now_ns())
+                if nxt >= 0:
+                    self._begin(self.run.request_bytes(nxt), nxt, self.run.arrivals_ns[nxt], 0)
+                    return
         self.busy = False
         fut = self.fut
         self.fut = None

@@ -90,6 +90,8 @@ cdef class RunState:
     cdef public int64_t failed         # requests recorded as failed (not cancelled)
     cdef public int64_t output_tokens  # output tokens of recorded requests
     cdef public bint refill            # closed loop: a finished connection sends the next request itself
+    cdef bint chain_due                # open loop: it does so when that request is already due (see chain_arrivals)
+    cdef int64_t[::1] arrivals_ns      # open loop: per row, when it is due (CLOCK_MONOTONIC ns)
     cdef public bint stopping          # no new requests (time cap, stop, error rate)
     cdef int epfd                      # inner epoll set of all the run's connections (see drain)
     cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
@@ -118,6 +120,7 @@ cdef class RunState:
     cpdef bytes request_bytes(self, Py_ssize_t row)
     cpdef bytes request_for(self, bytes body)
     cpdef Py_ssize_t _claim_row(self)
+    cdef Py_ssize_t _claim_due_row(self, int64_t now) noexcept
     cdef _check_error_rate(self)
 
 
