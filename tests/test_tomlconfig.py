@@ -84,3 +84,37 @@ def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     path.write_bytes("[benchmark]\nconcurrency = 4\n".encode("utf-16"))  # as PowerShell writes by default
     with pytest.raises(ConfigError, match=r"run.toml: not UTF-8 text; save it as UTF-8$"):
         tomlconfig.toml_to_argv(str(path), cli.build_parser())
+
+
+LAUNCHING = '[server]\nengine = "vllm"\nmodel = "org/m"\nargs = ["--enforce-eager"]\nport = 8001\n' \
+            '[benchmark]\nconcurrency = 3\n'
+
+
+def test_a_base_url_on_the_command_line_attaches_instead_of_the_files_launch(tmp_path: Path) -> None:
+    """The file launches a server; --base-url on the command line means "use this running one": the
+    file's launch keys are dropped (its other settings stay), not a clash of --launch and --base-url."""
+    path = tmp_path / "run.toml"
+    path.write_text(LAUNCHING)
+    parser = cli.build_parser()
+    config_file, argv = tomlconfig.expand(["--config", str(path), "--base-url", "http://h:9"], parser)
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert config_file == str(path)
+    assert config.launch is None and config.base_url == "http://h:9" and config.concurrency == 3
+    assert not [a for a in argv if a.split("=")[0] in tomlconfig.LAUNCH_FLAGS]
+    # the other way round: the file attaches, the command line launches
+    path.write_text('[server]\nbase_url = "http://h:9"\n')
+    _, argv = tomlconfig.expand(["--config", str(path), "--launch", "vllm", "--launch-model", "m"], parser)
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert config.launch is not None and config.launch.model == "m" and config.base_url is None
+    # without a server on the command line, the file's launch stands
+    path.write_text(LAUNCHING)
+    _, argv = tomlconfig.expand(["--config", str(path)], parser)
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert config.launch is not None and config.launch.port == 8001
+
+
+def test_a_bad_key_in_the_files_launch_is_still_refused_when_attaching(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('[server]\nengine = "vllm"\nport = "x"\n')
+    with pytest.raises(ConfigError, match="port must be an integer"):
+        tomlconfig.expand(["--config", str(path), "--base-url", "http://h:9"], cli.build_parser())

@@ -325,9 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return validate.main(argv[1:])
     parser = build_parser()
     try:
-        config_file, rest = tomlconfig.config_path(argv)
-        if config_file is not None:  # the file's flags first: the command line's override them
-            argv = [*tomlconfig.toml_to_argv(config_file, parser), *rest]
+        config_file, argv = tomlconfig.expand(argv, parser)
     except FastbenchError as exc:
         print(f"fastbench: error: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,9 @@ The file has two tables::
     goodput = { ttft = 500, tpot = 50 }
 
 Flags on the command line override the file: the file's flags are placed before them, and for any flag
-given twice argparse keeps the last. The expanded command line is what the result and the card record,
+given twice argparse keeps the last. A server given on the command line replaces the file's: with
+``--base-url`` the file's launch keys are left out (attach to a running server instead), with
+``--launch`` its ``base_url``. The expanded command line is what the result and the card record,
 so the card's "Full run command" reproduces the run without the file.
 """
 
@@ -40,7 +42,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ("SERVER_KEYS", "config_path", "toml_to_argv")
+__all__ = ("LAUNCH_FLAGS", "SERVER_KEYS", "config_path", "expand", "toml_to_argv")
 
 SERVER_KEYS = {
     "engine": "--launch",
@@ -59,6 +61,9 @@ SERVER_KEYS = {
     "memory_interval": "--memory-interval",
     "metrics_interval": "--metrics-interval",
 }
+# The flags that only mean something for a server fastbench launches.
+LAUNCH_FLAGS = frozenset(flag for flag in SERVER_KEYS.values()
+                         if flag not in ("--base-url", "--memory-interval", "--metrics-interval"))
 
 
 def config_path(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -80,6 +85,19 @@ def config_path(argv: list[str]) -> tuple[str | None, list[str]]:
             rest.append(arg)
         i += 1
     return path, rest
+
+
+def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None, list[str]]:
+    """``argv`` with ``--config PATH`` replaced by the file's flags, placed first so that the command
+    line's override them; and PATH (None without --config). A server named on the command line
+    replaces the file's: ``--base-url`` drops the file's launch flags, ``--launch`` its base_url."""
+    path, rest = config_path(argv)
+    if path is None:
+        return None, argv
+    given, _ = parser.parse_known_args(rest)
+    skip = (LAUNCH_FLAGS if given.base_url and not given.launch
+            else frozenset({"--base-url"}) if given.launch else frozenset())
+    return path, [*toml_to_argv(path, parser, skip), *rest]
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -213,8 +231,9 @@ def _table(doc: dict[str, Any], name: str, table: str) -> dict[str, Any]:
     return value
 
 
-def toml_to_argv(path: str, parser: argparse.ArgumentParser) -> list[str]:
-    """The command-line flags that ``path``'s [server] and [benchmark] tables stand for."""
+def toml_to_argv(path: str, parser: argparse.ArgumentParser, skip: frozenset[str] = frozenset()) -> list[str]:
+    """The command-line flags that ``path``'s [server] and [benchmark] tables stand for, less the
+    flags in ``skip`` (checked all the same)."""
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
@@ -234,10 +253,13 @@ def toml_to_argv(path: str, parser: argparse.ArgumentParser) -> list[str]:
         flag = SERVER_KEYS.get(key)
         if flag is None:
             raise ConfigError(f"{name}: [server] has no key {key!r} (it takes {', '.join(SERVER_KEYS)})")
-        argv += _value_flags(flag, actions[flag[2:]], value, f"{name}: [server] {key}")
+        flags = _value_flags(flag, actions[flag[2:]], value, f"{name}: [server] {key}")
+        argv += [] if flag in skip else flags
     for key, value in _table(doc, name, "benchmark").items():
         action = actions.get(key)
         if action is None or not action.option_strings or key in ("config", "help", "version"):
             raise ConfigError(f"{name}: [benchmark] has no option {key!r} (see fastbench --help)")
-        argv += _value_flags(_long_flag(action), action, value, f"{name}: [benchmark] {key}")
+        flag = _long_flag(action)
+        flags = _value_flags(flag, action, value, f"{name}: [benchmark] {key}")
+        argv += [] if flag in skip else flags
     return argv
