@@ -131,6 +131,10 @@ def test_cli_flag_validation() -> None:
     (["--ttft-ms", "inf"], "--ttft-ms must be a number between 0 and 3600000, got inf"),
     (["--stall-s", "nan"], "--stall-s must be a number between 0 and 3600, got nan"),
     (["--prefill-tok-s", "inf"], "--prefill-tok-s must be a finite number > 0, got inf"),
+    (["--seed", "-1"], "--reasoning-tokens and --seed must be >= 0"),
+    (["--oversized-bytes", "1000000000000"],
+     "--oversized-bytes must be between 0 and 268,435,456, got 1,000,000,000,000"),
+    (["--trickle-us", "5000000"], "--trickle-us must be between 0 and 1,000,000, got 5,000,000"),
 ])
 def test_cli_refuses_out_of_range_values(args: list[str], words: str) -> None:
     # a process with a timeout: a value that is not refused starts a server that never returns

@@ -67,6 +67,9 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     return p
 
 
+MAX_OVERSIZED_BYTES = 256 << 20
+
+
 def config_from_args(ns: argparse.Namespace) -> ServerConfig:
     ttft_ms = ns.ttft_ms
     if ttft_ms is None:
@@ -101,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--eos-prob must be in [0, 1]")
     if ns.fault_every < 1 or ns.max_model_len < 1 or ns.default_max_tokens < 1:
         parser.error("--fault-every, --max-model-len and --default-max-tokens must be >= 1")
-    if ns.reasoning_tokens < 0 or ns.trickle_us < 0 or ns.oversized_bytes < 0:
-        parser.error("--reasoning-tokens, --trickle-us and --oversized-bytes must be >= 0")
+    if ns.reasoning_tokens < 0 or ns.seed < 0:
+        parser.error("--reasoning-tokens and --seed must be >= 0")
+    # Each oversized event is built in memory, and a trickled byte waits this long: past these, a typo.
+    if not 0 <= ns.oversized_bytes <= MAX_OVERSIZED_BYTES:
+        parser.error(f"--oversized-bytes must be between 0 and {MAX_OVERSIZED_BYTES:,}, got {ns.oversized_bytes:,}")
+    if not 0 <= ns.trickle_us <= 1_000_000:
+        parser.error(f"--trickle-us must be between 0 and 1,000,000, got {ns.trickle_us:,}")
     cfg = config_from_args(ns)
     import uvloop
 
