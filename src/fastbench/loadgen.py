@@ -367,10 +367,10 @@ class LoadGenerator:
                 self.stop("client error")
 
         state = self.state
-        arrivals = start_ns + offsets  # CLOCK_MONOTONIC ns, per row
+        n = len(offsets)
         # An arrival that finds every slot busy is sent by the core, from the connection whose
         # request ends first, in the same wake-up; this loop sends the ones that find a slot free.
-        state.chain_arrivals(arrivals)
+        state.chain_arrivals(offsets, start_ns)
         loop.add_reader(timer.fileno(), on_timer)
         try:
             while True:
@@ -378,9 +378,9 @@ class LoadGenerator:
                 if self._stopping:
                     self._cancel_arrived(offsets[i:], i, start_ns)
                     break
-                if i >= len(arrivals):
+                if i >= n:
                     break
-                due = int(arrivals[i])
+                due = start_ns + int(offsets[i])
                 if due > now_ns():
                     self._pacer_wake = loop.create_future()
                     timer.arm(due)
@@ -390,19 +390,19 @@ class LoadGenerator:
                 # from `due`, so the wait shows in the figures (no coordinated omission).
                 await slots.acquire()
                 # Meanwhile the core may have sent it and others: take the next one only if it is due.
-                if (self._stopping or state.next_row >= len(arrivals)
-                        or int(arrivals[state.next_row]) > now_ns()):
+                if (self._stopping or state.next_row >= n
+                        or start_ns + int(offsets[state.next_row]) > now_ns()):
                     slots.release()
                     continue
                 i = state._claim_row()
-                task = loop.create_task(one(i, int(arrivals[i])))
+                task = loop.create_task(one(i, start_ns + int(offsets[i])))
                 tasks.add(task)
                 task.add_done_callback(finished)
+            if tasks:
+                await asyncio.gather(*tasks)
         finally:
             loop.remove_reader(timer.fileno())
-        if tasks:
-            await asyncio.gather(*tasks)
-        state.chain_arrivals(None)
+            state.chain_arrivals(None)
         if crashed:
             raise crashed[0]
 

@@ -91,7 +91,8 @@ cdef class RunState:
     cdef public int64_t output_tokens  # output tokens of recorded requests
     cdef public bint refill            # closed loop: a finished connection sends the next request itself
     cdef bint chain_due                # open loop: it does so when that request is already due (see chain_arrivals)
-    cdef int64_t[::1] arrivals_ns      # open loop: per row, when it is due (CLOCK_MONOTONIC ns)
+    cdef int64_t[::1] arrival_offsets  # open loop: per row, when it is due, from arrival_base_ns
+    cdef int64_t arrival_base_ns       # the window's start (CLOCK_MONOTONIC ns)
     cdef public bint stopping          # no new requests (time cap, stop, error rate)
     cdef int epfd                      # inner epoll set of all the run's connections (see drain)
     cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
