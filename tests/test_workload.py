@@ -169,18 +169,23 @@ def test_random_screening_replaces_dropped_requests() -> None:
     assert not any("ran short" in n for n in wl.notes)
 
 
-@pytest.mark.parametrize("extra_body", [{"max_tokens": None}, {"max_completion_tokens": 5}, {"n_predict": 5}])
-def test_screening_when_extra_body_sets_the_output_limit(extra_body: dict[str, Any]) -> None:
-    """The dataset's max_tokens is not what the server applies: a prompt is screened out only when it
-    leaves no room for one output token, and the reason says so."""
+@pytest.mark.parametrize(("extra_body", "screened_for"), [
+    ({"max_tokens": None}, 1),  # lifted: the server fills what the prompt leaves
+    ({"max_tokens": None, "n_predict": 20}, 20),
+    ({"max_completion_tokens": 5}, 30),  # the dataset's max_tokens is still sent, and may be applied
+    ({"max_completion_tokens": 50}, 50),
+    ({"max_tokens": 40}, 40),
+])
+def test_screening_uses_the_largest_output_limit_the_body_carries(extra_body: dict[str, Any],
+                                                                  screened_for: int) -> None:
     cfg = BenchConfig(num_prompts=50, random_input_len=100, random_range_ratio=0.5, max_tokens=30, seed=3,
                       extra_body=extra_body)
     wl = build(cfg, max_model_len=120)
     lengths = [s.prompt_len for s in wl.requests]
-    assert all(n is not None and n < 120 for n in lengths)
-    assert any(n is not None and n + 30 > 120 for n in lengths)  # kept: max_tokens 30 is not the limit
-    assert wl.screened_out > 0  # prompts of 120-150 tokens
-    assert "the output limit is set by --extra-body" in wl.screened_reason
+    assert all(n is not None and n + screened_for <= 120 for n in lengths)
+    assert any(n is not None and n + screened_for > 120 - 10 for n in lengths)  # the limit is not stricter
+    assert wl.screened_out > 0
+    assert "the largest output limit sent" in wl.screened_reason
 
 
 def test_config_max_model_len_overrides_server() -> None:

@@ -29,8 +29,9 @@ Text prompts are counted, in order of preference, by the local tokenizer (``--to
 only: the server's chat template adds tokens of its own.
 
 When ``max_model_len`` is known, requests whose ``prompt_len + max_tokens`` exceeds it are screened
-out and replaced by further draws from the dataset (when ``extra_body`` takes the output limit out of
-``max_tokens``, only prompts of ``max_model_len`` tokens or more). When the dataset runs short, the usable prompts
+out and replaced by further draws from the dataset (``max_tokens`` here is the largest output limit
+the body carries, ``extra_body``'s included; with ``max_tokens`` null and no other limit, only prompts
+of ``max_model_len`` tokens or more are screened out). When the dataset runs short, the usable prompts
 are reused in order (and ``notes`` says so); warm-ups are taken after the measured requests, cycling
 the same way.
 """
@@ -44,7 +45,7 @@ import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 import numpy as np
@@ -384,14 +385,10 @@ class _Candidate:
 class _Selector:
     """Accepts candidates until ``need`` are in hand, screening against ``max_model_len``."""
 
-    def __init__(self, need: int, max_model_len: int | None, max_tokens_override: int | None,
-                 limit_known: bool = True) -> None:
+    def __init__(self, need: int, max_model_len: int | None, extra_body: dict[str, Any]) -> None:
         self.need = need
         self.max_model_len = max_model_len
-        self.max_tokens_override = max_tokens_override  # extra_body's max_tokens, which wins in the body
-        # False when extra_body lifts max_tokens or sets a limit of another name: what the server will
-        # allow is not known, so a prompt is screened out only when it leaves no room for one token
-        self.limit_known = limit_known
+        self.extra_body = extra_body
         self.accepted: list[_Candidate] = []
         self.screened_out = 0
         self.sources: list[str] = []
@@ -405,7 +402,7 @@ class _Selector:
             if self.remaining <= 0:
                 return
             mml = self.max_model_len
-            max_tokens = (self.max_tokens_override or c.max_tokens) if self.limit_known else 1
+            max_tokens = screening_limit(c.max_tokens, self.extra_body)
             if mml is not None and c.prompt_len is not None and c.prompt_len + max_tokens > mml:
                 self.screened_out += 1
                 continue
@@ -700,12 +697,24 @@ def output_limit_known(extra_body: dict[str, Any]) -> bool:
     return not any(key in extra_body for key in _OTHER_OUTPUT_LIMITS)
 
 
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def screening_limit(max_tokens: int, extra_body: dict[str, Any]) -> int:
+    """The output tokens a request is screened for against max_model_len: the largest limit its body
+    carries (the dataset's max_tokens, or --extra-body's, and any limit of another name: which one a
+    server applies differs, so none may overflow the context), or 1 when --extra-body lifts
+    max_tokens (null) and sets no other: the server then fills what the prompt leaves."""
+    sent = extra_body.get("max_tokens") if "max_tokens" in extra_body else max_tokens
+    limits = [v for v in (sent, *(extra_body.get(k) for k in _OTHER_OUTPUT_LIMITS)) if _is_count(v)]
+    return max(limits, default=1)
+
+
 def _max_tokens_override(extra_body: dict[str, Any]) -> int | None:
     """extra_body's ``max_tokens``, which replaces the dataset's in the body."""
     value = extra_body.get("max_tokens")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
+    return value if _is_count(value) else None
 
 
 def _make_spec(c: _Candidate, config: BenchConfig, model: str, chat: bool) -> RequestSpec:
@@ -787,10 +796,7 @@ async def _build(
 ) -> Workload:
     chat = config.endpoint == "/v1/chat/completions"
     counter = _Counter(local, tokenize)
-    limit_known = output_limit_known(config.extra_body)
-    selector = _Selector(
-        config.num_prompts + config.num_warmups, mml, _max_tokens_override(config.extra_body), limit_known
-    )
+    selector = _Selector(config.num_prompts + config.num_warmups, mml, config.extra_body)
     if config.dataset_name == "random":
         dataset = await _random_dataset(config, selector, local, chat, notes)
     elif config.dataset_name == "sharegpt":
@@ -821,10 +827,11 @@ async def _build(
     warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
     if mml is None:
         reason = "not screened: max_model_len unknown"
-    elif limit_known:
+    elif not any(k in config.extra_body for k in ("max_tokens", *_OTHER_OUTPUT_LIMITS)):
         reason = f"prompt_len + max_tokens > max_model_len ({mml})"
     else:
-        reason = f"prompt_len >= max_model_len ({mml}); the output limit is set by --extra-body"
+        reason = (f"prompt_len + the largest output limit sent (max_tokens and --extra-body's) > max_model_len "
+                  f"({mml}); with max_tokens lifted and no other limit, prompt_len >= max_model_len")
     return Workload(
         requests=requests,
         warmups=warmups,
