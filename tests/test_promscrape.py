@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import tracemalloc
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -157,7 +159,7 @@ def test_the_analysis_of_a_window_holds_one_parsed_answer_at_a_time() -> None:
     """Parsed, a body takes ~10x its size in objects; the analysis must not hold every answer of the
     window parsed at once. Peak memory over 24 answers stays near that over 3."""
     def peak_kib(count: int) -> float:
-        scrapes = [promscrape.Scrape.of(float(i), _vllm_like_body(i + 1)) for i in range(count)]
+        scrapes = [promscrape.Scrape(float(i), _vllm_like_body(i + 1)) for i in range(count)]
         tracemalloc.start()
         analysis = specdecode.analyze(scrapes, interval_s=1.0)
         peak = tracemalloc.get_traced_memory()[1]
@@ -168,3 +170,32 @@ def test_the_analysis_of_a_window_holds_one_parsed_answer_at_a_time() -> None:
 
     few, many = peak_kib(3), peak_kib(24)
     assert many < 1.5 * few, (few, many)
+
+
+def test_a_new_window_forgets_the_warm_ups_reads_and_their_thinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """restart_window (after the warm-ups) keeps no read taken before it, even one still being
+    compressed when it was called, and goes back to the interval asked for; reads stay in time order."""
+    monkeypatch.setattr(promscrape, "MAX_KEPT_SCRAPES", 4)
+    compress = zlib.compress
+
+    def slow_compress(data: bytes, level: int) -> bytes:
+        time.sleep(0.01)  # a big body on a busy machine: reads overlap without the lock
+        return compress(data, level)
+
+    monkeypatch.setattr(promscrape.zlib, "compress", slow_compress)
+
+    async def warm_then_window(url: str) -> tuple[float, float, list[float], float]:
+        scraper = MetricsScraper(url, interval_s=0.002)
+        await scraper.start()
+        while scraper.interval_s == 0.002:  # thinned during the "warm-ups"
+            await asyncio.sleep(0.005)
+        thinned = scraper.interval_s
+        window_start = time.monotonic()
+        await scraper.restart_window()
+        interval = scraper.interval_s
+        await asyncio.sleep(0.05)
+        return thinned, interval, [s.t for s in await scraper.stop()], window_start
+
+    thinned, interval, times, window_start = asyncio.run(_serving_metrics(_vllm_like_body, warm_then_window))
+    assert thinned > 0.002 and interval == 0.002
+    assert times and times[0] >= window_start and times == sorted(times)

@@ -131,7 +131,7 @@ def test_window_figures_ranges_and_vllm_keys() -> None:
         vllm_text(1300, 3900, 1400, [720, 480, 200], running=8, kv=0.7),  # +200 drafts, +400 accepted
         vllm_text(1300 + MIN_INTERVAL_DRAFTS - 1, 3900 + 3 * (MIN_INTERVAL_DRAFTS - 1), 1400, [720, 480, 200]),
     ]
-    scrapes = [Scrape.of(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
+    scrapes = [Scrape(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
     out = analyze(scrapes, interval_s=2.0)
     spec = out["spec_decode"]
     w = spec["window"]
@@ -160,7 +160,7 @@ def test_window_figures_ranges_and_vllm_keys() -> None:
 
 
 def test_no_spec_counters_no_figures() -> None:
-    scrapes = [Scrape.of(float(i), b"vllm:num_requests_running 2\n") for i in range(3)]
+    scrapes = [Scrape(float(i), b"vllm:num_requests_running 2\n") for i in range(3)]
     out = analyze(scrapes, interval_s=1.0)
     assert out["spec_decode"] is None and out["gauges"]["running"]["max"] == 2
 
@@ -169,7 +169,7 @@ def test_no_spec_counters_no_figures() -> None:
 
 
 def scrapes_of(*texts: str) -> list[Scrape]:
-    return [Scrape.of(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
+    return [Scrape(10.0 + 2 * i, t.encode()) for i, t in enumerate(texts)]
 
 
 @pytest.mark.parametrize("bad", ["+Inf", "-Inf", "NaN", "-30", "1e300"])

@@ -28,7 +28,7 @@ _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 MAX_COUNT = 2.0**53
 # vLLM's /metrics is 50-300 kB; a body past this is a broken server, and every body of the window is kept.
 MAX_BODY_BYTES = 16 << 20
-# Most answers kept of one window: 17 minutes at the default 2 s before thinning starts.
+# Most answers kept of one window (even: see _thin): 17 minutes at the default 2 s before thinning starts.
 MAX_KEPT_SCRAPES = 512
 
 
@@ -210,17 +210,18 @@ class Metrics:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
 class Scrape:
     """One /metrics answer: when it was read (monotonic seconds) and its body, kept zlib-compressed
-    (Prometheus text shrinks ~10x)."""
+    (Prometheus text shrinks ~8x)."""
 
-    t: float
-    packed: bytes
+    __slots__ = ("packed", "t")
 
-    @classmethod
-    def of(cls, t: float, body: bytes) -> Scrape:
-        return cls(t, zlib.compress(body, 1))
+    def __init__(self, t: float, body: bytes) -> None:
+        self.t = t
+        self.packed = zlib.compress(body, 1)
+
+    def __repr__(self) -> str:
+        return f"Scrape(t={self.t!r}, {len(self.packed):,} bytes compressed)"
 
     @property
     def body(self) -> bytes:
@@ -257,7 +258,8 @@ class MetricsScraper:
     def __init__(self, base_url: str, *, interval_s: float = 2.0, api_key: str | None = None,
                  timeout_s: float = 2.0) -> None:
         self.url = base_url.rstrip("/") + "/metrics"
-        self.interval_s = interval_s
+        self.interval_asked_s = interval_s
+        self.interval_s = interval_s  # doubled at each thinning
         self.timeout_s = timeout_s
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.scrapes: list[Scrape] = []
@@ -266,9 +268,16 @@ class MetricsScraper:
         self.available = False
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
+        # One read at a time, so that they are kept in time order, and none that began before
+        # restart_window lands in the new window.
+        self._lock = asyncio.Lock()
 
     async def scrape(self) -> Scrape | None:
-        """One GET; the raw answer is kept (and returned) when the status is 200."""
+        """One GET; the answer is kept (and returned) when the status is 200."""
+        async with self._lock:
+            return await self._scrape()
+
+    async def _scrape(self) -> Scrape | None:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
@@ -284,7 +293,7 @@ class MetricsScraper:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
         # zlib lets go of the GIL while it works: ~1 ms for a vLLM body, off the event loop's thread
-        scrape = await asyncio.to_thread(Scrape.of, t, body)
+        scrape = await asyncio.to_thread(Scrape, t, body)
         self.scrapes.append(scrape)
         if len(self.scrapes) > MAX_KEPT_SCRAPES:
             self._thin()
@@ -293,7 +302,9 @@ class MetricsScraper:
     def _thin(self) -> None:
         """Keep every other answer and scrape half as often from now on: the kept ones stay evenly
         spaced, and their count under MAX_KEPT_SCRAPES however long the run. There are
-        MAX_KEPT_SCRAPES + 1 (an odd count), so the window's first and the newest both stay."""
+        MAX_KEPT_SCRAPES + 1 (an odd count, as MAX_KEPT_SCRAPES is even), so the window's first and
+        the newest both stay."""
+        assert len(self.scrapes) % 2 == 1
         del self.scrapes[1::2]
         self.interval_s *= 2
 
@@ -309,8 +320,10 @@ class MetricsScraper:
         """Forget what was scraped so far and scrape now: the window starts here (after warm-ups)."""
         if not self.available:
             return
-        self.scrapes.clear()
-        await self.scrape()
+        async with self._lock:
+            self.scrapes.clear()
+            self.interval_s = self.interval_asked_s  # thinning during the warm-ups is forgotten too
+            await self._scrape()
 
     async def _periodic(self) -> None:
         while True:

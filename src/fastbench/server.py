@@ -970,9 +970,9 @@ class WindowMonitor:
                 "interval_s": self.analysis["interval_s"], "span_s": self.analysis["span_s"],
                 "window_start": self.window_start, "gauges": self.analysis["gauges"],
             }
-            if self.scraper.interval_s != self.config.metrics_interval_s:
+            if self.scraper.interval_s != self.scraper.interval_asked_s:
                 notes.append(f"server /metrics: the window outlasted {promscrape.MAX_KEPT_SCRAPES} reads "
-                             f"{self.config.metrics_interval_s:g} s apart, so every other read was dropped "
+                             f"{self.scraper.interval_asked_s:g} s apart, so every other read was dropped "
                              f"until those kept were {self.scraper.interval_s:g} s apart")
             rows = specdecode.gauge_rows(self.analysis["gauges"])
             if rows:
