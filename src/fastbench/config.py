@@ -13,6 +13,8 @@ Engine = Literal["vllm", "sglang", "llama.cpp"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
+# A path field's type: a Path given is stored as its str (see _paths_as_str), so fastbench reads str.
+StrPath = str | os.PathLike[str]
 
 
 def _paths_as_str(obj: object, names: tuple[str, ...]) -> None:
@@ -46,8 +48,6 @@ class LaunchConfig:
     :param engine_bin: the executable (``vllm``, ``python`` for SGLang, ``llama-server``, ``docker``);
         None: found on PATH.
     :param stop_grace_s: seconds between SIGTERM (or ``docker stop``) and SIGKILL at teardown.
-
-    ``model``, ``log_path`` and ``engine_bin`` take a ``str`` or a ``pathlib.Path`` (stored as its str).
     """
 
     engine: Engine = "vllm"
@@ -62,9 +62,6 @@ class LaunchConfig:
     log_path: str | None = None
     engine_bin: str | None = None
     stop_grace_s: float = 20.0
-
-    def __post_init__(self) -> None:
-        _paths_as_str(self, ("model", "log_path", "engine_bin"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,19 +111,19 @@ class BenchConfig:
     extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
     # dataset
     dataset_name: DatasetName = "random"
-    dataset_path: str | None = None
+    dataset_path: StrPath | None = None
     dataset_order: DatasetOrder = "random"  # sharegpt: sample as vllm does, or file order
     random_input_len: int = 1024
     random_output_len: int = 128
     random_range_ratio: float = 0.0
-    tokenizer: str | None = None  # local tokenizer directory or tokenizer.json; never downloaded
+    tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
     goodput: dict[str, float] = dataclasses.field(default_factory=dict)
     # outputs
-    result_json: str | None = None
-    result_card: str | None = None
-    save_detailed: str | None = None
+    result_json: StrPath | None = None
+    result_card: StrPath | None = None
+    save_detailed: StrPath | None = None
     save_outputs: bool = False
     progress: bool | None = None  # None: on when stderr is a terminal
     # the synthetic server started when base_url is None
@@ -135,7 +132,7 @@ class BenchConfig:
     launch: LaunchConfig | None = None
     metrics_interval_s: float = 2.0
     memory_interval_s: float | None = None
-    config_file: str | None = None  # the --config TOML file the options came from, if any
+    config_file: StrPath | None = None  # the --config TOML file the options came from, if any
     # the command line that built this config, recorded in the result
     command_line: tuple[str, ...] = ()
     label: str | None = None

@@ -200,7 +200,8 @@ class LoadGenerator:
     async def _send_one(self, request: bytes, row: int, scheduled_ns: int,
                         sent: tuple[StreamConnection, asyncio.Future[int]] | None = None) -> int:
         """Send one request on an idle or new connection; returns the ErrorClass value of the
-        last request of its chain (in closed loop the core chains further requests itself).
+        last request of its chain (the core chains further requests itself: in closed loop the next
+        one, in open loop the next one already due).
         ``sent``: the request already went out on this connection (the opening burst)."""
         retried: int | None = None
         while True:

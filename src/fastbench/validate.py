@@ -14,7 +14,9 @@ How each figure is derived (also in :data:`DEFINITIONS`, written into the JSON r
   is a difference of two receive stamps; the server's gap is the difference of the two send stamps;
   so the gap's error is the difference of two skews and lies within ``skew max - skew min``. A
   quantile of a series whose every element is off by at most ``d`` is off by at most ``d``.
-  TTFT adds the client's dispatch lag (its clock starts at the scheduled time) and the upload of
+  TTFT runs from the send in closed loop, so its error is one skew; in open loop it runs from the
+  arrival, and adds the client's lateness past the later of the arrival and a free slot (waiting
+  for a slot under the cap is the load's queueing, not client error). Both leave out the upload of
   the request (loopback, unmeasured: ~0.03 ms). TPOT spreads one gap error over ``tokens - 1``.
 * "measured - nominal" is shown beside each series: it holds the server's own lateness too (its
   ``/fb/stats`` are reported apart: server lateness is not client error).

@@ -530,7 +530,7 @@ def _human_and_reply(turns: list[Any]) -> tuple[str, str] | None:
 async def _sharegpt_dataset(
     config: BenchConfig, selector: _Selector, counter: _Counter, notes: list[str]
 ) -> str:
-    path = config.dataset_path or ""
+    path = os.fspath(config.dataset_path or "")
     doc = await asyncio.to_thread(_load_sharegpt, path)
     # As vLLM: keep entries with at least two turns, then shuffle with random.Random(seed).
     entries = [e for e in doc if isinstance(e, dict) and isinstance(e.get("conversations"), list)]
@@ -649,7 +649,7 @@ def _load_jsonl(path: str, max_tokens: int | None) -> list[_JsonlLine]:
 async def _jsonl_dataset(
     config: BenchConfig, selector: _Selector, counter: _Counter, local: _LocalTokenizer | None, chat: bool
 ) -> str:
-    path = config.dataset_path or ""
+    path = os.fspath(config.dataset_path or "")
     lines = await asyncio.to_thread(_load_jsonl, path, config.max_tokens)
     if config.dataset_order == "random":
         random.Random(config.seed).shuffle(lines)
@@ -777,7 +777,7 @@ async def build_workload(
         raise ConfigError("num_prompts and num_warmups must be >= 0")
     if config.max_tokens is not None and config.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {config.max_tokens}")
-    local = _LocalTokenizer(config.tokenizer) if config.tokenizer else None
+    local = _LocalTokenizer(os.fspath(config.tokenizer)) if config.tokenizer else None
     mml = config.max_model_len if config.max_model_len is not None else max_model_len
     try:
         return await _build(config, model, mml, local, tokenize, [])

@@ -477,8 +477,9 @@ cdef class StreamConnection:
         """Send one request and return a Future that resolves to an ErrorClass value.
 
         In closed loop (``RunState.refill``) a connection that stays usable goes straight on to
-        the run's next request from inside the core, so the Future resolves only when the chain
-        ends: with an error that closed the connection, at the stop, or when no request is left.
+        the run's next request from inside the core, and in open loop (``chain_arrivals``) to the
+        next one when it is already due, so the Future resolves only when the chain ends: with an
+        error that closed the connection, at the stop, or when no request is left (or due).
         ``row`` and ``last_was_reused`` then describe the request that ended it.
         """
         if self.busy or self.closed:
