@@ -20,7 +20,7 @@ UNREACHABLE = "http://127.0.0.1:1"
 
 
 @pytest.mark.parametrize("changes,words", [
-    ({"concurrency": 2.5}, "BenchConfig.concurrency must be a whole number, got 2.5 (float)"),
+    ({"concurrency": 2.5}, "BenchConfig.concurrency must be a whole number or None, got 2.5 (float)"),
     ({"concurrency": "4"}, "BenchConfig.concurrency must be a whole number"),
     ({"num_prompts": True}, "BenchConfig.num_prompts must be a whole number, got True (bool)"),
     ({"num_warmups": 1.5}, "BenchConfig.num_warmups must be a whole number"),

@@ -78,6 +78,22 @@ def test_open_loop_rate_and_time_cap(spec_server: SyntheticServer) -> None:
     assert any("time cap" in note for note in result.notes)
 
 
+def test_open_loop_has_no_cap_unless_asked_and_says_when_one_held_requests_back() -> None:
+    """As vllm bench serve without --max-concurrency: arrivals go out when they arrive. With a cap
+    they wait for a slot, the wait is in TTFT (from the arrival), and a note says how much."""
+    with SyntheticServer("--ttft-ms", "300", "--itl-ms", "5") as server:
+        free = bench(server, request_rate=100.0, num_prompts=60, concurrency=None, random_output_len=8)
+        capped = bench(server, request_rate=100.0, num_prompts=60, concurrency=4, random_output_len=8)
+    assert free.counts.completed == capped.counts.completed == 60
+    assert free.client.max_concurrent_requests > 16  # ~30 in flight: 100/s x 0.34 s
+    assert free.distributions["ttft"].median == pytest.approx(300, abs=20)
+    assert to_vllm_keys(free)["max_concurrency"] is None and to_vllm_keys(capped)["max_concurrency"] == 4
+    assert not any("slots busy" in note for note in free.notes)
+    assert capped.distributions["ttft"].median > 1000  # 60 arrivals in 0.6 s, 4 served every 0.34 s
+    waited = [note for note in capped.notes if "slots busy and waited for one" in note]
+    assert len(waited) == 1 and waited[0].startswith(tuple(f"{k} of 60 requests" for k in range(40, 57)))
+
+
 def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> None:
     """--coalesce-ms 5: the sockets are read every 5 ms, but each chunk's time is the kernel's
     receive stamp, so the figures stay the server's (a drain-time stamp would be ~2.5 ms late)."""

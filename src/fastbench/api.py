@@ -52,7 +52,7 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 _BENCH_FIELDS: dict[str, tuple[str, bool]] = {
     "base_url": ("text", True), "model": ("text", True), "endpoint": ("text", False),
     "api_key": ("text", True), "insecure": ("bool", False),
-    "concurrency": ("whole", False), "request_rate": ("number", True), "burstiness": ("number", False),
+    "concurrency": ("whole", True), "request_rate": ("number", True), "burstiness": ("number", False),
     "num_prompts": ("whole", False), "max_seconds": ("number", True), "num_warmups": ("whole", False),
     "seed": ("whole", False), "request_timeout_s": ("number", True), "max_error_rate": ("number", True),
     "coalesce_ms": ("number", False),
@@ -118,7 +118,7 @@ def validate(config: BenchConfig) -> None:
         if getattr(config, name) not in choices:
             raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
                               f"got {getattr(config, name)!r}")
-    if config.concurrency < 1:
+    if config.concurrency is not None and config.concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
     if config.request_rate is not None and not config.request_rate > 0:
         raise ConfigError(f"--request-rate must be a positive number of requests/s, got {config.request_rate}")
@@ -291,7 +291,8 @@ async def _run_against(
         plan = LoadPlan(
             bodies=[spec.body for spec in work.requests],
             warmup_bodies=[spec.body for spec in work.warmups],
-            concurrency=config.concurrency,
+            # open loop without a cap: a slot for every request, so none ever waits for one
+            concurrency=config.effective_concurrency or max(1, len(work.requests)),
             request_rate=config.request_rate,
             burstiness=config.burstiness,
             seed=config.seed,

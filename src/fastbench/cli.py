@@ -119,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--insecure", action="store_true", help="https: skip certificate verification")
     g = p.add_argument_group("load")
     g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=_positive_int,
-                   default=16, help="most requests in flight at once (closed loop without --request-rate)")
+                   default=None, help="most requests in flight at once: without --request-rate (closed "
+                   "loop) this many are kept in flight (default 16); with it, a cap (default none, as "
+                   "vllm bench serve without --max-concurrency)")
     g.add_argument("--request-rate", type=_rate, default=None,
                    help="open loop: arrivals per second (Poisson; see --burstiness); default inf = closed loop")
     g.add_argument("--burstiness", type=float, default=1.0,

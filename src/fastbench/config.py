@@ -13,6 +13,7 @@ Engine = Literal["vllm", "sglang", "llama.cpp"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
+DEFAULT_CONCURRENCY = 16  # closed loop's streams when none are asked for
 # A path field's type: a Path given is stored as its str (see _paths_as_str), so fastbench reads str.
 StrPath = str | os.PathLike[str]
 
@@ -72,7 +73,9 @@ class BenchConfig:
         synthetic server and runs against it.
     :param model: model name sent in each request; None asks the server's /v1/models.
     :param endpoint: ``/v1/completions`` or ``/v1/chat/completions``.
-    :param concurrency: most requests in flight at once (closed loop when request_rate is None).
+    :param concurrency: most requests in flight at once. Closed loop (request_rate None) keeps this
+        many (None: 16); open loop caps at it (None: no cap, as ``vllm bench serve`` without
+        ``--max-concurrency``). ``effective_concurrency`` is the value in force.
     :param request_rate: open-loop arrival rate in requests/s; None for closed loop.
     :param burstiness: gamma shape of inter-arrival times; 1.0 is Poisson.
     :param num_prompts: requests to send (after warm-ups).
@@ -95,7 +98,7 @@ class BenchConfig:
     api_key: str | None = dataclasses.field(default=None, repr=False)  # never printed or stored
     insecure: bool = False  # skip TLS certificate verification
     # load
-    concurrency: int = 16
+    concurrency: int | None = None
     request_rate: float | None = None
     burstiness: float = 1.0
     num_prompts: int = 200
@@ -136,6 +139,14 @@ class BenchConfig:
     # the command line that built this config, recorded in the result
     command_line: tuple[str, ...] = ()
     label: str | None = None
+
+    @property
+    def effective_concurrency(self) -> int | None:
+        """The cap on requests in flight: ``concurrency``, or when None 16 in closed loop and no cap
+        (None) in open loop."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return DEFAULT_CONCURRENCY if self.request_rate is None else None
 
     def __post_init__(self) -> None:
         _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",

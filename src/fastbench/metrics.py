@@ -678,6 +678,30 @@ def summarize(
     return result
 
 
+def _slot_wait_notes(rows: np.ndarray, cap: int) -> list[str]:
+    """Open loop under a cap: how many requests arrived with every slot busy and waited for one
+    (the wait is in their TTFT and E2EL, which run from the arrival), and how many were still
+    waiting when the run stopped (cancelled, so left out of every latency figure)."""
+    scheduled, sent, end = rows[:, COL["scheduled_ns"]], rows[:, COL["sent_ns"]], rows[:, COL["end_ns"]]
+    started = sent > 0
+    # in flight at a moment t: sent before t and not yet ended
+    sends, ends = np.sort(sent[started]), np.sort(end[started])
+    t = scheduled[started]
+    busy = np.searchsorted(sends, t, side="left") - np.searchsorted(ends, t, side="right")
+    waits_ms = (sent[started] - t)[busy >= cap] / 1e6
+    notes = []
+    if waits_ms.size:
+        notes.append(f"{waits_ms.size} of {int(started.sum())} requests arrived with all {cap} slots busy and waited "
+                     f"for one (median {np.median(waits_ms):.1f} ms, max {waits_ms.max():.1f} ms): the wait is in "
+                     "their TTFT and E2EL, which run from the arrival; without --concurrency there is no cap")
+    queued = (scheduled > 0) & ~started & (rows[:, COL["error"]] == int(ErrorClass.CANCELLED))
+    if queued.any():
+        waited_ms = (end[queued] - scheduled[queued]) / 1e6
+        notes.append(f"{int(queued.sum())} requests were still waiting for a slot when the run stopped (median "
+                     f"{np.median(waited_ms):.1f} ms waited so far): cancelled, so no latency figure counts them")
+    return notes
+
+
 def _exact_sum(tokens: np.ndarray) -> int:
     """A server's usage may hold any 63-bit number, and an int64 sum would wrap without a word."""
     return sum(tokens.tolist())
@@ -710,6 +734,9 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int, 
             f"{data.stale_retries} requests were re-sent once on a new connection: their kept-alive "
             "connection closed or reset before any response byte"
         )
+    slots = cfg.effective_concurrency
+    if cfg.request_rate is not None and slots is not None:
+        notes += _slot_wait_notes(data.rows, slots)
     if n.warmups:
         notes.append(f"{n.warmups} warm-up requests sent before the measured window, not counted")
     if 0 < n.completed < FEW_SAMPLES:
@@ -762,7 +789,8 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int, 
             f"client skew vs the synthetic server's send stamps: p99 {skew.p99:.3f} ms, max {skew.max:.3f} ms"
         )
     cl = result.client
-    in_flight = f"mean in flight {cl.mean_in_flight:.1f} (concurrency {cfg.concurrency}"
+    slots = cfg.effective_concurrency
+    in_flight = f"mean in flight {cl.mean_in_flight:.1f} ({'no cap' if slots is None else f'concurrency {slots}'}"
     in_flight += f", peak {cl.max_concurrent_requests})"
     if cl.cpu_per_event_us is not None:
         in_flight += f"; client CPU {cl.cpu_per_event_us:.1f} us per output event"
@@ -796,7 +824,7 @@ def to_vllm_keys(result: Result) -> dict[str, Any]:
         "num_prompts": cfg.num_prompts,
         "request_rate": cfg.request_rate if cfg.request_rate is not None else "inf",
         "burstiness": cfg.burstiness,
-        "max_concurrency": cfg.concurrency,
+        "max_concurrency": cfg.effective_concurrency,
         "duration": result.duration_s,
         "completed": result.counts.completed,
         "failed": result.counts.failed,

@@ -325,7 +325,7 @@ def _engine(result: Result, config: BenchConfig) -> str:
 
 def _load(config: BenchConfig) -> str:
     if config.request_rate is None:
-        return f"conc {config.concurrency}"
+        return f"conc {config.effective_concurrency}"
     return f"rate {config.request_rate:g} req/s"
 
 
@@ -391,11 +391,12 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     tp = result.throughput
 
     if config.request_rate is None:
-        load = f"concurrency {config.concurrency} (closed loop)"
+        load = f"concurrency {config.effective_concurrency} (closed loop)"
     else:
+        cap = config.effective_concurrency
         load = (
             f"request rate {config.request_rate:g} req/s (burstiness {config.burstiness:g}), "
-            f"at most {config.concurrency} in flight"
+            + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
         )
     context = info.get("max_model_len") or config.max_model_len
     config_rows: list[tuple[str, Any]] = [("Model", model), ("Engine", engine)]
@@ -537,7 +538,8 @@ def render_console(result: Result) -> str:
     row("Failed requests:", n.failed)
     if n.cancelled or n.not_started:
         row("Cancelled / not started:", f"{n.cancelled} / {n.not_started}")
-    row("Maximum request concurrency:", cfg.concurrency)
+    if cfg.effective_concurrency is not None:  # as vllm bench serve: no row without a cap
+        row("Maximum request concurrency:", cfg.effective_concurrency)
     if cfg.request_rate is not None:
         row("Request rate (req/s):", float(cfg.request_rate))
     row("Benchmark duration (s):", result.duration_s)
