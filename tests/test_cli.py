@@ -141,12 +141,17 @@ def test_a_run_where_every_request_failed_exits_1() -> None:
 
 def test_a_run_stopped_by_max_error_rate_exits_1(tmp_path: Path) -> None:
     out_json = tmp_path / "r.json"
+    card = tmp_path / "card.md"
     proc = fastbench("--num-prompts", "100", "--concurrency", "4", "--random-input-len", "8",
                      "--random-output-len", "8", "--max-error-rate", "0.1", "--result-json", str(out_json),
-                     "--synthetic-args", "--fault http-500 --fault-every 2")
+                     "--result-card", str(card), "--synthetic-args", "--fault http-500 --fault-every 2")
     assert proc.returncode == 1, proc.stderr
     assert "Serving Benchmark Result" in proc.stdout
-    assert orjson.loads(out_json.read_bytes())["fastbench"]["run"]["stopped_reason"] == "max error rate"
+    doc = orjson.loads(out_json.read_bytes())
+    assert doc["fastbench"]["run"]["stopped_reason"] == "max error rate"
+    if doc["fastbench"]["counts"]["cancelled"]:  # in flight at the stop: not "at the time cap"
+        assert "cancelled when the run stopped (max error rate)" in card.read_text()
+    assert "time cap" not in card.read_text()
 
 
 def test_a_result_file_that_fails_after_the_run_still_shows_the_summary(

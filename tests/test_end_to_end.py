@@ -94,6 +94,19 @@ def test_open_loop_has_no_cap_unless_asked_and_says_when_one_held_requests_back(
     assert len(waited) == 1 and waited[0].startswith(tuple(f"{k} of 60 requests" for k in range(40, 57)))
 
 
+def test_tokens_per_chunk_leaves_out_usage_that_is_not_trusted() -> None:
+    """Requests whose usage contradicts itself fall back to counting chunks (1 token each): the mean
+    tokens per chunk, set beside the server's acceptance length, must not count them."""
+    args = ("--tokens-per-chunk", "1-4", "--itl-ms", "2", "--ttft-ms", "2", "--seed", "4")
+    with SyntheticServer(*args) as clean_server:
+        clean = bench(clean_server, num_prompts=20, random_output_len=40)
+    with SyntheticServer(*args, "--fault", "usage-contradictory", "--fault-every", "4") as faulty_server:
+        faulty = bench(faulty_server, num_prompts=20, random_output_len=40)
+    assert faulty.usage.by_source.get("INCONSISTENT", 0) >= 4
+    assert clean.mean_tokens_per_chunk is not None and faulty.mean_tokens_per_chunk is not None
+    assert faulty.mean_tokens_per_chunk == pytest.approx(clean.mean_tokens_per_chunk, abs=0.15)
+
+
 def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> None:
     """--coalesce-ms 5: the sockets are read every 5 ms, but each chunk's time is the kernel's
     receive stamp, so the figures stay the server's (a drain-time stamp would be ~2.5 ms late)."""

@@ -247,7 +247,7 @@ def test_card_prefill_is_never_the_total_over_time_artifact() -> None:
     config = make_config(num_prompts=500, max_seconds=300.0, goodput={})
     card = render_card(make_result(data, config), config)
     (row,) = [line for line in card.splitlines() if line.startswith("| Prefill tok/s |")]
-    assert row.endswith(" (median per-request prompt tokens ÷ TTFT, n=19) |")
+    assert row.endswith(" (median per-request prompt tokens ÷ raw TTFT, n=19) |")
     assert float(row.split("|")[2].split()[0].replace(",", "")) == pytest.approx(53 / 0.050, rel=REL)
     assert "3.36" not in card and "3.35" not in card
     assert "- 19/500 completed before the 300 s time cap, 0 errors; 481 not started/cancelled" in card

@@ -41,7 +41,9 @@ DEFINITIONS: dict[str, str] = {
         "(reasoning or answer) minus the request's start. The start is its scheduled arrival time "
         "in open loop (coordinated-omission-correct: client lateness and waiting for a concurrency "
         "slot count) and the time its bytes went to the kernel in closed loop, as in vllm bench "
-        "serve (the client's turnaround from a freed slot to the send is reported as lateness). "
+        "serve (the client's turnaround from a freed slot to the send is reported as lateness), "
+        "except that a new connection's setup is not in it (vllm bench serve's clock starts before "
+        "connecting: ~1 ms more on the first request of each connection on loopback). "
         "This is what the vllm keys *_ttft_ms hold."
     ),
     "ttft_raw": (
@@ -420,8 +422,8 @@ def _usage_statement(by_source: dict[str, int], completed: int) -> str:
         parts.append(f"{per_chunk}/{completed} requests had per-chunk usage")
     if final:
         parts.append(
-            f"{final}/{completed} had usage only at the end: their totals are exact, but each chunk "
-            "counts as 1 token for per-token ITL and tokens per chunk"
+            f"{final}/{completed} had usage only at the end: their totals (and so tokens per chunk) "
+            "are exact, but per-token ITL counts each of their chunks as 1 token"
         )
     if none:
         parts.append(
@@ -599,7 +601,9 @@ def summarize(
         all_per_chunk=counts.completed > 0 and by_source.get("PER_CHUNK", 0) == counts.completed,
         statement=_usage_statement(by_source, counts.completed),
     )
-    with_usage = (usage_codes != UsageSource.NONE) & (c["chunks"] > 0)
+    # Only usage the server gave and fastbench trusts: INCONSISTENT requests fall back to counting
+    # chunks, which would pull the mean towards 1.
+    with_usage = np.isin(usage_codes, (UsageSource.PER_CHUNK, UsageSource.FINAL)) & (c["chunks"] > 0)
     chunk_total = int(c["chunks"][with_usage].sum())
     mean_tokens_per_chunk = _exact_sum(out_tokens[with_usage]) / chunk_total if chunk_total else None
 

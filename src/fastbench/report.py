@@ -365,7 +365,9 @@ def _errors_text(result: Result) -> str:
     if n.failed_by_class:
         text += " (" + ", ".join(f"{name} {k}" for name, k in n.failed_by_class.items()) + ")"
     if n.cancelled:
-        text += f"; {n.cancelled} cancelled at the time cap"
+        why = result.stopped_reason
+        when = "at the time cap" if why == "time cap" else f"when the run stopped ({why})"
+        text += f"; {n.cancelled} cancelled {when}"
     return text
 
 
@@ -424,7 +426,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     prefill = d.get("prefill_rate")
     if prefill is not None and prefill.count:
         prefill_text = (
-            f"{_num(prefill.median, 1)} (median per-request prompt tokens ÷ TTFT, n={prefill.count})"
+            f"{_num(prefill.median, 1)} (median per-request prompt tokens ÷ raw TTFT, n={prefill.count})"
         )
     else:
         prefill_text = "n/a (no completed request with a prompt token count)"
