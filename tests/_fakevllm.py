@@ -193,6 +193,9 @@ def docker(args):
         fmt, target = args[2], args[3]
         if "RepoDigests" in fmt:
             print(json.dumps([target.split("@")[0].split(":")[0] + "@" + os.environ["FAKE_DIGEST"]]))
+        elif "State.Pid" in fmt:
+            with open(os.path.join(state, target)) as f:
+                print(f.read().strip())
         else:
             print("sha256:" + "cd" * 32)
     elif args[0] in ("stop", "rm"):

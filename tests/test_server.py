@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from fastbench.server import (
     make_server,
     parse_vllm_footprint,
     port_is_free,
+    probe_ready,
     window_warnings,
 )
 from fastbench.synthetic import SyntheticServer
@@ -296,8 +298,9 @@ def test_docker_launch_records_the_digest_and_stops_the_container(
     monkeypatch.setenv("FAKE_DIGEST", FAKE_DIGEST)
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_123456")  # passed through by name: docker run --env HF_TOKEN
     port = free_port()
-    launch = launch_config(docker, port, tmp_path, SYNTH, "HF_TOKEN", docker_image="vllm/vllm-openai:v9.9",
-                           docker_args=("-v", "/tmp:/root/.cache"))
+    # a value given here goes to the docker client's environment, not its command line (/proc, ps)
+    launch = launch_config(docker, port, tmp_path, SYNTH, "HF_TOKEN", "API_TOKEN=tok_given_987654",
+                           docker_image="vllm/vllm-openai:v9.9", docker_args=("-v", "/tmp:/root/.cache"))
     out = tmp_path / "r.json"
     api.run(BenchConfig(launch=launch, num_prompts=8, concurrency=2, random_input_len=8,
                         random_output_len=8, result_json=str(out), result_card=str(tmp_path / "c.md")))
@@ -309,13 +312,98 @@ def test_docker_launch_records_the_digest_and_stops_the_container(
     assert prov["image_id"] == "sha256:" + "cd" * 32
     argv = orjson.loads((state / "argv").read_bytes())
     assert argv[:6] == ["run", "--name", prov["container"], "--gpus", "all", "--ipc=host"]
-    assert argv[6:8] == ["-p", f"{port}:{port}"] and "HF_TOKEN" in argv
+    assert argv[6:8] == ["-p", f"{port}:{port}"] and "HF_TOKEN" in argv and "API_TOKEN" in argv
+    assert not [a for a in argv if "tok_given_987654" in a]
     image_at = argv.index("vllm/vllm-openai:v9.9")
     assert argv[image_at + 1:image_at + 4] == ["fake/model", "--host", "0.0.0.0"]
     assert (state / "calls").read_text().split() == ["stop", "rm"]
-    assert "hf_secret_value_123456" not in out.read_text()
+    assert "hf_secret_value_123456" not in out.read_text() and "tok_given_987654" not in out.read_text()
     assert "digest " + FAKE_DIGEST in (tmp_path / "c.md").read_text()
+    # memory is the container's main process's (docker inspect .State.Pid), found once it is ready
+    container_pid = int((state / prov["container"]).read_text())
+    memory = server_part["memory_series"]
+    assert memory["server_pid"] == container_pid and any(memory["series"]["server_rss_bytes"])
     assert_gone(prov["pid"], port)
+    assert_gone(container_pid, port)
+
+
+def test_a_reused_server_log_is_read_from_this_launch_on(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    """--server-log appends: the second run's footprint, warnings and error tails are its own, not
+    the first run's too (its weights were counted twice: "0.51 GiB x 2 workers")."""
+    vllm, _ = fake
+    for run_no in (1, 2):
+        out = tmp_path / f"r{run_no}.json"
+        api.run(BenchConfig(launch=launch_config(vllm, free_port(), tmp_path, SYNTH), num_prompts=4, concurrency=2,
+                            random_input_len=8, random_output_len=8, result_json=str(out)))
+        server_part = orjson.loads(out.read_bytes())["fastbench"]["server"]
+        assert server_part["footprint"]["weights_gib"] == [0.51], run_no
+    assert (tmp_path / "server.log").read_text().count("launching: ") == 2
+
+
+def test_the_log_tail_of_a_failed_launch_hides_secrets(fake: tuple[Path, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM logs its arguments, --api-key among them: the error's last lines must not show it, nor
+    the value of a secret-named --server-env variable."""
+    vllm, _ = fake
+    monkeypatch.setenv("FAKE_VLLM_MODE", "die-loading")
+    key, token = "sk-tail-secret-4242", "hf_tail_secret_4242"
+    launch = launch_config(vllm, free_port(), tmp_path, f"HF_TOKEN={token}",
+                           engine_args=("--api-key", key, "--served-model-name", "fake-model"))
+    with pytest.raises(ServerLaunchError) as info:
+        api.run(BenchConfig(launch=launch, api_key=key, num_prompts=2))
+    message = str(info.value)
+    assert "last lines:" in message and key not in message and token not in message
+    assert key in (tmp_path / "server.log").read_text()  # it was there to hide
+    server = VLLMServer(launch_config(vllm, free_port(), tmp_path, f"HF_TOKEN={token}", "N_WORKERS=2"))
+    assert server.redact(f"env {token} workers 2") == "env *** workers 2"  # only secret-named values
+
+
+def test_memory_is_sampled_from_the_launch_not_from_ready(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    """The loading phase is where a server's memory grows: the engine's pid goes to the sampler as
+    soon as it runs (it went only once the server was ready, so loading had no server figure)."""
+    vllm, _ = fake
+    out = tmp_path / "r.json"
+    api.run(BenchConfig(launch=launch_config(vllm, free_port(), tmp_path, SYNTH), num_prompts=4, concurrency=2,
+                        random_input_len=8, random_output_len=8, memory_interval_s=0.05, result_json=str(out)))
+    server_part = orjson.loads(out.read_bytes())["fastbench"]["server"]
+    rss = server_part["memory_series"]["series"]["server_rss_bytes"]
+    loading = server_part["provenance"]["load_time_s"] / 0.05  # samples while it loaded
+    assert loading > 4 and len(rss) > loading
+    assert sum(r is None for r in rss) <= 2, rss  # the baseline, taken before the launch
+
+
+def test_launch_problems_are_one_line_errors(tmp_path: Path) -> None:
+    """A --server-log that cannot be written, and an engine that cannot be executed (a script whose
+    #! interpreter is missing raises ENOENT naming the script itself): one line each, no traceback."""
+    engine = tmp_path / "vllm"
+    engine.write_text("#!/nonexistent/python3\n")
+    engine.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"^--server-log .*: Is a directory$"):
+        VLLMServer(LaunchConfig(model="m", engine_bin=str(engine), port=free_port(), log_path=str(tmp_path))).start()
+    server = VLLMServer(LaunchConfig(model="m", engine_bin=str(engine), port=free_port(),
+                                     log_path=str(tmp_path / "s.log")))
+    with pytest.raises(ServerLaunchError, match=r"^cannot run .*vllm: No such file or directory \(a script's #!"):
+        server.start()
+
+
+def test_readiness_against_something_that_does_not_speak_http() -> None:
+    """A port held by something else (not HTTP at all) is "not ready", with the reason, not a crash."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def answer_garbage() -> None:
+            conn, _ = listener.accept()
+            conn.recv(1024)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            conn.close()
+
+        thread = threading.Thread(target=answer_garbage, daemon=True)
+        thread.start()
+        ready, why = probe_ready(f"http://127.0.0.1:{port}", None, None)
+        thread.join(5)
+    assert not ready and why.startswith("not answering HTTP (BadStatusLine")
 
 
 def test_a_missing_engine_is_a_config_error(tmp_path: Path) -> None:

@@ -239,7 +239,8 @@ async def arun(
         if config.launch is not None:
             launched = server.make_server(config.launch, api_key=config.api_key,
                                           log_dir=server.log_dir_for(config))
-            await launched.astart(stop)  # fails fast (ServerLaunchError) and stops what it started
+            # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
+            await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
             base_url = launched.base_url
         elif base_url is None:
             from .synthetic import SyntheticServer
@@ -253,8 +254,8 @@ async def arun(
             base_url = Target.parse(base_url, config.endpoint).base_url
         watched = launched or server.ExternalServer(
             base_url, api_key=config.api_key, pid=synthetic.pid if synthetic is not None else None)
-        if memory is not None and watched.pid is not None:
-            memory.set_server_pid(watched.pid)
+        if memory is not None and watched.pid is not None and (launched is None or launched.launch.docker_image):
+            memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
         return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
                                   memory=memory)
     finally:

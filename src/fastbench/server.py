@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import datetime
+import http.client
 import os
 import re
 import shutil
@@ -45,7 +46,7 @@ from . import promscrape, specdecode
 from .config import BenchConfig, LaunchConfig
 from .exceptions import ConfigError, ServerError
 from .promscrape import MetricsScraper
-from .report import redact_argv, redact_text, shell_join
+from .report import REDACTED, redact_argv, redact_text, shell_join
 
 # If fastbench itself is killed (SIGKILL leaves no chance to tear down), the kernel sends the
 # server SIGTERM: prctl(PR_SET_PDEATHSIG) in the child, armed between fork and exec. libc is
@@ -184,6 +185,9 @@ def _option(args: Sequence[str], *names: str) -> str | None:
     return value
 
 
+_SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)$")
+
+
 def _tail(text: str, n: int = LOG_TAIL_LINES) -> str:
     lines = [line for line in text.splitlines() if line.strip()][-n:]
     return "\n".join("  | " + line for line in lines) if lines else "  | (the log is empty)"
@@ -255,7 +259,8 @@ class LaunchedServer:
         self.port = launch.port if launch.port is not None else DEFAULT_PORTS[launch.engine]
         self.base_url = f"http://{_url_host(self.host)}:{self.port}"
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        default_log = Path(log_dir or ".") / f"fastbench-server-{launch.engine}-{stamp}.log"
+        # the pid too: two runs started in the same second must not share (and parse) one log
+        default_log = Path(log_dir or ".") / f"fastbench-server-{launch.engine}-{stamp}-{os.getpid()}.log"
         self.log_path = Path(launch.log_path) if launch.log_path else default_log
         self.container = f"fastbench-{os.getpid()}-{uuid.uuid4().hex[:8]}" if launch.docker_image else None
         self.process: subprocess.Popen[bytes] | None = None
@@ -265,13 +270,14 @@ class LaunchedServer:
         self.version: str | None = None
         self.image_digest: str | None = None
         self.image_id: str | None = None
+        self.container_pid: int | None = None  # docker inspect's .State.Pid, in this machine's pid namespace
         self.exit_status: int | None = None
         self.port_free_after_stop: bool | None = None
         self.teardown: dict[str, Any] | None = None  # how stop() went (see stop)
         self.stopped = False
         self.window: tuple[int, int | None] | None = None
         self._log: IO[bytes] | None = None
-        self._scan_pos = 0
+        self._scan_pos = self._launch_pos = 0
         self._scan_rest = b""
         self._fatal: str | None = None
         self._traceback_at: float | None = None
@@ -288,6 +294,10 @@ class LaunchedServer:
 
     @property
     def pid(self) -> int | None:
+        """The server's own process: the engine, or under docker the container's main process (once
+        ready; None before: the `docker run` client's memory is not the server's)."""
+        if self.launch.docker_image:
+            return self.container_pid
         return self.process.pid if self.process is not None else None
 
     def server_args(self, host: str) -> list[str]:
@@ -303,8 +313,8 @@ class LaunchedServer:
         assert launch.docker_image is not None and self.container is not None
         argv = [launch.engine_bin or "docker", "run", "--name", self.container, "--gpus", "all",
                 "--ipc=host", "-p", f"{self.port}:{self.port}"]
-        for item in launch.env:
-            argv += ["--env", item]
+        for item in launch.env:  # the name only: a value on docker's command line is in /proc for all
+            argv += ["--env", item.partition("=")[0]]
         argv += [*launch.docker_args, launch.docker_image, *self.docker_server_args()]
         return argv
 
@@ -317,16 +327,16 @@ class LaunchedServer:
     def process_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")  # the log in real time, not at exit
-        if not self.launch.docker_image:  # docker gets them as --env flags
-            for item in self.launch.env:
-                name, sep, value = item.partition("=")
-                if sep:
-                    env[name] = value
+        # a local engine inherits them; docker passes them on by name (see docker_argv)
+        for item in self.launch.env:
+            name, sep, value = item.partition("=")
+            if sep:
+                env[name] = value
         return env
 
     def display_command(self) -> str:
         """The command as a shell line, the environment additions first, secrets redacted."""
-        prefix = [] if self.launch.docker_image else [item for item in self.launch.env if "=" in item]
+        prefix = [item for item in self.launch.env if "=" in item]
         return shell_join(redact_argv([*prefix, *self.argv()], self.api_key))
 
     # -- launch and readiness ------------------------------------------------------------------
@@ -344,17 +354,25 @@ class LaunchedServer:
             raise ServerLaunchError(
                 f"port {self.port} on {self.host} is already in use: stop what holds it or choose "
                 "another with --server-port")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the server)
-        self._scan_pos = self._log.tell()
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the server)
+        except OSError as exc:
+            raise ConfigError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None
+        # A reused --server-log holds earlier runs: everything read from it starts here.
+        self._launch_pos = self._scan_pos = self._log.tell()
         self._note(f"launching: {self.display_command()}")
         self.t_launch = time.monotonic()
-        self.process = subprocess.Popen(
-            [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            env=self.process_env(), start_new_session=True,
-            # Only for a local engine: a docker client's death would not stop its container.
-            preexec_fn=None if self.launch.docker_image else _die_with_parent,
-        )
+        try:
+            self.process = subprocess.Popen(
+                [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                env=self.process_env(), start_new_session=True,
+                # Only for a local engine: a docker client's death would not stop its container.
+                preexec_fn=None if self.launch.docker_image else _die_with_parent,
+            )
+        except OSError as exc:  # e.g. a script whose #! interpreter is missing: ENOENT naming the script
+            raise ServerLaunchError(f"cannot run {exe}: {exc.strerror or exc} (a script's #! interpreter "
+                                    "missing, or not an executable for this machine?)") from None
         self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
         self._finalizer = weakref.finalize(self, _kill_group_at_exit, self.pgid)
 
@@ -389,14 +407,31 @@ class LaunchedServer:
             elif self._traceback_at is not None and not self._traceback_line and line[:1] not in ("", " ", "\t"):
                 self._traceback_line = line.strip()[:300]  # the exception: the traceback's first unindented line
 
-    def log_text(self) -> str:
+    def log_text(self, last_bytes: int | None = None) -> str:
+        """What this launch logged (from its launch on), or its last ``last_bytes``."""
         try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
+            with open(self.log_path, "rb") as f:
+                start = self._launch_pos
+                if last_bytes is not None:
+                    start = max(start, f.seek(0, os.SEEK_END) - last_bytes)
+                f.seek(start)
+                return f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
-        return _tail(self.log_text(), n)
+        """The last lines of the log, for an error message: read from the end, secrets redacted (an
+        engine may log its arguments, vLLM its --api-key among them)."""
+        return _tail(self.redact(self.log_text(last_bytes=64 * 1024)), n)
+
+    def redact(self, text: str) -> str:
+        """``text`` without the API key or the values of secret-named --server-env variables."""
+        text = redact_text(text, self.api_key)
+        for item in self.launch.env:
+            name, sep, value = item.partition("=")
+            if sep and value and _SECRET_NAME.search(name):
+                text = text.replace(value, REDACTED)
+        return text
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.t_launch if self.t_launch is not None else 0.0
@@ -480,10 +515,15 @@ class LaunchedServer:
                 raise self._timeout(timeout, state)
             await asyncio.sleep(POLL_S)
 
-    async def astart(self, stop: asyncio.Event | None = None) -> float:
-        """start() and await_ready(); on any failure the server is stopped before the error propagates."""
+    async def astart(self, stop: asyncio.Event | None = None,
+                     on_started: Callable[[int], None] | None = None) -> float:
+        """start() and await_ready(); on any failure the server is stopped before the error propagates.
+        ``on_started(pid)`` as soon as the engine's process runs (a local one), so that memory
+        sampling sees the loading too."""
         try:
             self.start()
+            if on_started is not None and self.pid is not None:
+                on_started(self.pid)
             return await self.await_ready(stop=stop)
         except BaseException:
             self.stop()
@@ -496,7 +536,8 @@ class LaunchedServer:
         if "@sha256:" in image:
             self.image_digest = image.split("@", 1)[1]
         for target, fmt, attr in ((image, "{{json .RepoDigests}}", "image_digest"),
-                                  (self.container, "{{.Image}}", "image_id")):
+                                  (self.container, "{{.Image}}", "image_id"),
+                                  (self.container, "{{.State.Pid}}", "container_pid")):
             try:
                 out = subprocess.run([docker, "inspect", "--format", fmt, str(target)], capture_output=True,
                                      text=True, timeout=30, check=True).stdout.strip()
@@ -509,6 +550,8 @@ class LaunchedServer:
                     continue
                 if digests and getattr(self, attr) is None:
                     self.image_digest = str(digests[0]).split("@", 1)[-1]
+            elif attr == "container_pid":
+                self.container_pid = int(out) if out.isdigit() and int(out) > 0 else None
             elif out:
                 self.image_id = out
 
@@ -729,14 +772,14 @@ def probe_ready(base_url: str, expected: Sequence[str] | None, api_key: str | No
         if status != 200:
             return False, f"/health answers {status}"
         status, body = _get(base_url + "/v1/models", api_key)
-    except (OSError, urllib.error.URLError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return False, f"not answering ({reason})"
+    except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:  # HTTPException: not HTTP
+        reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+        return False, f"not answering HTTP ({reason})"
     if status != 200:
         return False, f"/v1/models answers {status}"
     try:
         listed = [str(m.get("id")) for m in orjson.loads(body).get("data", [])]
-    except (orjson.JSONDecodeError, AttributeError):
+    except (orjson.JSONDecodeError, AttributeError, TypeError):  # TypeError: {"data": null}
         return False, "/v1/models answers something other than a model list"
     if not listed:
         return False, "/v1/models lists no model yet"
@@ -754,7 +797,8 @@ def fetch_version(base_url: str, api_key: str | None) -> str | None:
                 value = orjson.loads(body).get(key)
                 if value:
                     return str(value)
-        except (OSError, urllib.error.URLError, orjson.JSONDecodeError, AttributeError):
+        except (OSError, urllib.error.URLError, http.client.HTTPException, orjson.JSONDecodeError,
+                AttributeError):
             continue
     return None
 
