@@ -145,6 +145,31 @@ def test_known_schedule_latencies() -> None:
     assert result.mean_tokens_per_chunk == pytest.approx(2.5)
 
 
+def test_per_request_figures_are_numpys_as_in_vllm() -> None:
+    """vllm bench serve computes TTFT, TPOT and E2EL figures with numpy on the per-request values
+    (linear-interpolated percentiles, the mean of the middle two for an even count). An HDR nearest
+    rank gave p99 TPOT 18 % off on 39 requests, and medians off by half a gap."""
+    ttfts = [10.0 + 7.3 * k + (k % 5) * 3.1 for k in range(40)]
+    reqs = [Req(scheduled_ms=300.0 * k, ttft_ms=t, chunk_tokens=(1,) * (2 + k % 7), gap_ms=3.0 + k % 4)
+            for k, t in enumerate(ttfts)]
+    result = run(build_run(reqs, duration_ms=13_000), CONFIG)
+    d = result.distributions
+    expected_tpot = [(r.gap_ms * (len(r.chunk_tokens) - 1)) / (len(r.chunk_tokens) - 1) for r in reqs]
+    expected_e2el = [r.ttft_ms + r.gap_ms * (len(r.chunk_tokens) - 1) for r in reqs]
+    for name, values in (("ttft", ttfts), ("tpot", expected_tpot), ("e2el", expected_e2el)):
+        v = np.asarray(values)
+        dist = d[name]
+        assert dist.count == 40
+        assert dist.median == pytest.approx(float(np.median(v)), abs=1e-6), name
+        assert dist.p99 == pytest.approx(float(np.percentile(v, 99)), abs=1e-6), name
+        assert dist.p90 == pytest.approx(float(np.percentile(v, 90)), abs=1e-6), name
+        assert dist.mean == pytest.approx(float(v.mean()), abs=1e-6), name
+        assert dist.std == pytest.approx(float(v.std()), abs=1e-6), name
+    keys = to_vllm_keys(result)
+    assert keys["p99_ttft_ms"] == pytest.approx(float(np.percentile(ttfts, 99)), abs=1e-6)
+    assert keys["median_ttft_ms"] == pytest.approx(float(np.median(ttfts)), abs=1e-6)
+
+
 def test_known_schedule_throughputs_and_counts() -> None:
     result = run(build_run(sequential(), duration_ms=2000), CONFIG)
     assert result.duration_s == pytest.approx(2.0)

@@ -5,9 +5,11 @@
 same meaning and units. The strings in :data:`DEFINITIONS` go verbatim into the README and the
 result file.
 
-Latency and rate distributions come from HDR histograms (3 significant digits, so any
-figure read from them is within 0.1 % of the exact value), built from the rows of completed
-requests; the chunk-level ones (ITL, skew) come from the core already built.
+Per-request distributions (TTFT, TPOT, E2EL, rates, ...) are exact, computed from the rows of
+completed requests as ``vllm bench serve`` computes them (numpy: linear-interpolated percentiles,
+population standard deviation); each also gets an HDR histogram, kept in the result for merging.
+The chunk-level ones (ITL, skew) exist only as the core's HDR histograms (3 significant digits:
+within 0.1 % of the exact value, percentiles the highest value equivalent to that rank).
 """
 
 from __future__ import annotations
@@ -141,8 +143,11 @@ DEFINITIONS: dict[str, str] = {
         "Events of one read share its timestamp."
     ),
     "distribution": (
-        "mean, median, p90, p99, p99.9, min, max, std read from an HDR histogram with 3 significant "
-        "digits (within 0.1 % of exact); percentiles are the highest value equivalent to that rank."
+        "mean, median, p90, p99, p99.9, min, max, std. Per-request series (ttft, tpot, e2el, rates, ...) "
+        "are exact, as vllm bench serve computes them: numpy's linear-interpolated percentiles and "
+        "population standard deviation. Chunk-level series (itl, itl_token, skew) are read from the "
+        "core's HDR histogram with 3 significant digits (within 0.1 % of exact); their percentiles are "
+        "the highest value equivalent to that rank."
     ),
 }
 
@@ -187,6 +192,17 @@ class Distribution:
     @classmethod
     def empty(cls, unit: str) -> Distribution:
         return cls(unit, 0, None, None, None, None, None, None, None, None)
+
+    @classmethod
+    def from_values(cls, values: np.ndarray, unit: str, scale: float = 1e6) -> Distribution:
+        """Exact figures of per-request values (ns, or tok/s with ``scale`` 1), as vllm bench serve
+        computes them: numpy's linear-interpolated percentiles, population standard deviation."""
+        if values.size == 0:
+            return cls.empty(unit)
+        v = np.asarray(values, dtype=np.float64) / scale
+        median, p90, p99, p99_9 = (float(x) for x in np.percentile(v, [50.0, 90.0, 99.0, 99.9]))
+        return cls(unit=unit, count=int(v.size), mean=float(v.mean()), std=float(v.std()), min=float(v.min()),
+                   median=median, p90=p90, p99=p99, p99_9=p99_9, max=float(v.max()))
 
     @classmethod
     def from_histogram(cls, hist: Any, unit: str) -> Distribution:
@@ -542,13 +558,15 @@ def summarize(
     histograms: dict[str, Any] = {name: histogram_of(v) for name, v in per_request_ns.items()}
     histograms["prefill_rate"] = histogram_of(np.rint(prefill_rate * RATE_SCALE))
     histograms["decode_rate"] = histogram_of(np.rint(decode_rate * RATE_SCALE))
+    # exact per-request figures (TPOT unrounded); the histograms above are kept for merging
+    distributions = {name: Distribution.from_values(v, "ms") for name, v in per_request_ns.items()}
+    distributions["tpot"] = Distribution.from_values(tpot[has_tpot], "ms")
+    distributions["prefill_rate"] = Distribution.from_values(prefill_rate, "tok/s", scale=1.0)
+    distributions["decode_rate"] = Distribution.from_values(decode_rate, "tok/s", scale=1.0)
     for core_name, name in CORE_HISTOGRAMS.items():
         if core_name in data.histograms and data.histograms[core_name] is not None:
             histograms[name] = data.histograms[core_name]
-    distributions = {
-        name: Distribution.from_histogram(hist, "tok/s" if name in RATE_METRICS else "ms")
-        for name, hist in histograms.items()
-    }
+            distributions[name] = Distribution.from_histogram(histograms[name], "ms")
 
     # -- counts, tokens, throughputs --------------------------------------------------------------
     failed_by_class = {
@@ -811,7 +829,7 @@ def to_vllm_keys(result: Result) -> dict[str, Any]:
     """The flat keys ``vllm bench serve`` saves, with its meaning and units (ms, s, per second).
 
     Differences: in open loop TTFT / E2EL count from the scheduled arrival time
-    (coordinated-omission-correct; in closed loop from the send, as vllm); percentiles and means
+    (coordinated-omission-correct; in closed loop from the send, as vllm); ITL percentiles and means
     come from HDR histograms (within 0.1 %); the per-request ``itls`` and ``generated_texts`` arrays are not kept, and
     ``max_output_tokens_per_s`` (needs per-token times) is absent.
     """
