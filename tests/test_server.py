@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import orjson
@@ -370,6 +371,32 @@ def test_memory_is_sampled_from_the_launch_not_from_ready(fake: tuple[Path, Path
     loading = server_part["provenance"]["load_time_s"] / 0.05  # samples while it loaded
     assert loading > 4 and len(rss) > loading
     assert sum(r is None for r in rss) <= 2, rss  # the baseline, taken before the launch
+
+
+def test_a_long_windows_log_is_read_a_block_at_a_time(tmp_path: Path) -> None:
+    """A server that logs every request writes hundreds of MB in a long window: only the lines the
+    card reads (warnings, errors, SpecDecoding metrics) are kept, never the whole window at once."""
+    log = tmp_path / "server.log"
+    request_line = b"INFO 11-30 12:00:00 [logger.py:39] Received request cmpl-0123456789abcdef: prompt: '" + \
+        b"x" * 400 + b"'\n"
+    with open(log, "wb") as f:
+        f.write(b"before the window WARNING not this one\n")
+        start = f.tell()
+        for i in range(40_000):  # ~17 MB
+            f.write(request_line)
+            if i % 10_000 == 0:
+                f.write(b"WARNING 11-30 12:00:01 [scheduler.py:1] preempted a request\n")
+        f.write(b"# fastbench 2026-11-30T12:00:02: a WARNING in fastbench's own line\n")
+        f.write(b"INFO 11-30 12:00:03 [metrics.py:1] SpecDecoding metrics: Draft acceptance rate: 50.0%")
+    server = VLLMServer(LaunchConfig(model="m", log_path=str(log), port=free_port()))
+    server.window = (start, None)
+    tracemalloc.start()
+    lines = server.window_log_lines()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert [line.split(" [")[0] for line in lines] == ["WARNING 11-30 12:00:01"] * 4 + ["INFO 11-30 12:00:03"]
+    assert peak < 8 << 20, peak  # the window is ~17 MB
+    assert window_warnings(lines) == ["WARNING: preempted a request (×4)"]
 
 
 def test_launch_problems_are_one_line_errors(tmp_path: Path) -> None:

@@ -94,6 +94,7 @@ FATAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 TRACEBACK_WAIT_S = 1.0
 _LEVEL = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b")
+_WINDOW_LINE = re.compile(rb"\b(?:WARNING|ERROR|CRITICAL)\b|SpecDecoding metrics")  # what the card reads
 _LOG_PREFIX = re.compile(
     r"^.*?\b(?:WARNING|ERROR|CRITICAL)\b\s*(?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s*)?(?:\[[^\]]*\]\s*)?"
 )
@@ -573,18 +574,33 @@ class LaunchedServer:
             self._note("measured window ends")
 
     def window_log_lines(self) -> list[str]:
-        """What the server logged between the window marks (fastbench's own lines left out)."""
+        """The lines the server logged between the window marks that the card reads: warnings and
+        errors, and "SpecDecoding metrics" lines. Read a block at a time: a server that logs every
+        request writes hundreds of MB in a long window."""
         if self.window is None:
             return []
         start, end = self.window
+        kept: list[str] = []
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(start)
-                data = f.read() if end is None else f.read(max(0, end - start))
+                left = None if end is None else max(0, end - start)
+                rest = b""
+                while left is None or left > 0:
+                    block = f.read(1 << 20 if left is None else min(1 << 20, left))
+                    if not block:
+                        break
+                    if left is not None:
+                        left -= len(block)
+                    lines = (rest + block).split(b"\n")
+                    rest = lines.pop()
+                    kept += [line for raw in lines if _WINDOW_LINE.search(raw)
+                             and not (line := raw.decode("utf-8", errors="replace")).startswith("# fastbench ")]
+                if _WINDOW_LINE.search(rest) and not rest.startswith(b"# fastbench "):
+                    kept.append(rest.decode("utf-8", errors="replace"))
         except OSError:
             return []
-        return [line for line in data.decode("utf-8", errors="replace").splitlines()
-                if line.strip() and not line.startswith("# fastbench ")]
+        return kept
 
     # -- teardown ------------------------------------------------------------------------------
 
