@@ -254,9 +254,10 @@ def test_a_server_that_dies_mid_run_stops_the_run(fake: tuple[Path, Path], tmp_p
     assert "exited with status 1 during the measured window" in first
     assert "died in the middle of the run" in str(info.value)
     doc = orjson.loads(out.read_bytes())  # what was measured is kept
-    # the run stops at once, unless its requests all failed (connection refused) before the watcher looked
-    assert doc["fastbench"]["run"]["stopped_reason"] == "server exited" or doc["failed"] > 0
-    assert doc["completed"] < 2000
+    # the run stops at once: with the exit seen through a pidfd, not the 1,164-1,781 requests the
+    # closed loop failed (connection refused) in the 0.2 s a waitpid poll left
+    assert doc["fastbench"]["run"]["stopped_reason"] == "server exited"
+    assert doc["failed"] <= 50 and doc["completed"] < 2000
     assert_gone(doc["fastbench"]["server"]["provenance"]["pid"], port)
 
 

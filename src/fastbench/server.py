@@ -967,11 +967,31 @@ class WindowMonitor:
         return True
 
     async def _watch_process(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)  # one waitpid(WNOHANG): cheap
-            if self._check_process():
-                self.on_server_death("server exited")
-                return
+        """Stop the run when the launched server's process exits: at once where the kernel gives a
+        pidfd (Linux 5.3+), else within 0.2 s. Until then every request is refused at once, and a
+        closed loop fails hundreds of them a second (1,478 in 0.2 s with a dead fake vLLM)."""
+        assert isinstance(self.server, LaunchedServer) and self.server.process is not None
+        try:
+            pidfd = os.pidfd_open(self.server.process.pid)
+        except (AttributeError, OSError):  # no pidfd here, or the process is already gone
+            pidfd = None
+        if pidfd is not None:
+            loop = asyncio.get_running_loop()
+            exited: asyncio.Future[None] = loop.create_future()
+
+            def on_exit() -> None:
+                if not exited.done():
+                    exited.set_result(None)
+
+            loop.add_reader(pidfd, on_exit)
+            try:
+                await exited
+            finally:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+        while not self._check_process():  # readable pidfd: waitpid reaps it now
+            await asyncio.sleep(0.2 if pidfd is None else 0.001)
+        self.on_server_death("server exited")
 
     async def finish(self) -> None:
         for task in (self._watch, self._restart):
