@@ -277,6 +277,38 @@ def test_ctrl_c_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -
     assert_gone(orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]["pid"], port)
 
 
+def test_ctrl_c_twice_during_teardown_kills_the_server_at_once(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    """The server ignores SIGTERM and the grace period is 30 s: a second Ctrl-C while fastbench waits
+    it out sends SIGKILL at once (the teardown ran on the event loop's thread, so the signals
+    waited in the queue until the grace period ended)."""
+    vllm, _ = fake
+    port = free_port()
+    log = tmp_path / "vllm.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
+         "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
+         "--server-stop-grace", "30", "--num-prompts", "2", "--random-input-len", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "stopping: SIGTERM" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - t0 < 10, err
+    assert proc.returncode == 130, err
+    assert "(asked again)" in log.read_text()
+    pid = int(log.read_text().split("pid=", 1)[1].split(")", 1)[0])
+    assert_gone(pid, port)
+
+
 def test_ctrl_c_while_loading_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -> None:
     vllm, _ = fake
     port = free_port()

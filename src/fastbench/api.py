@@ -258,13 +258,17 @@ async def arun(
             memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
         return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
                                   memory=memory)
+    except asyncio.CancelledError:
+        if launched is not None:  # the run is abandoned (a second Ctrl-C): no grace period either
+            launched.hurry()
+        raise
     finally:
         if memory is not None:
             memory.stop()
         if synthetic is not None:
             synthetic.stop()
         if launched is not None:
-            launched.stop()  # SIGTERM, SIGKILL after the grace period; checks the port is free
+            await launched.astop()  # SIGTERM, SIGKILL after the grace period; checks the port is free
 
 
 async def _run_against(
@@ -322,7 +326,7 @@ async def _run_against(
         if memory is not None:  # stopped here, before teardown: the series covers launch to window end
             server_info.update(server.memory_info(memory.stop(), watched))
         if isinstance(watched, server.LaunchedServer):
-            watched.stop()  # here, not only in arun's finally: the result says how the teardown went
+            await watched.astop()  # here, not only in arun's finally: the result says how the teardown went
             server.add_teardown(server_info, watched)
         died = monitor.server_died
         if synthetic is not None:

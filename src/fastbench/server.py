@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -272,6 +273,7 @@ class LaunchedServer:
         self.image_digest: str | None = None
         self.image_id: str | None = None
         self.container_pid: int | None = None  # docker inspect's .State.Pid, in this machine's pid namespace
+        self._hurry = threading.Event()  # see hurry()
         self.exit_status: int | None = None
         self.port_free_after_stop: bool | None = None
         self.teardown: dict[str, Any] | None = None  # how stop() went (see stop)
@@ -604,9 +606,26 @@ class LaunchedServer:
 
     # -- teardown ------------------------------------------------------------------------------
 
+    def hurry(self) -> None:
+        """From any thread: a stop() under way sends SIGKILL now instead of waiting out the grace
+        period (the user asked again)."""
+        self._hurry.set()
+
+    async def astop(self) -> None:
+        """stop() in a thread, so that the event loop (and its signal handlers) runs meanwhile; a
+        cancellation (a second Ctrl-C) hurries it, waits for it, and goes on."""
+        teardown = asyncio.ensure_future(asyncio.to_thread(self.stop))
+        try:
+            await asyncio.shield(teardown)
+        except asyncio.CancelledError:
+            self.hurry()
+            await teardown
+            raise
+
     def stop(self) -> None:
         """SIGTERM to the process group (``docker stop`` for a container), SIGKILL after the grace
-        period, then wait (briefly) for the port to be free. Safe to call more than once.
+        period (or at once after hurry()), then wait (briefly) for the port to be free. Safe to call
+        more than once.
 
         Records ``teardown``: ``how`` (what it took), ``seconds``, ``exit`` (how the process
         ended, None if it did not), ``port_free`` and ``processes_left`` (pids of the group)."""
@@ -628,14 +647,16 @@ class LaunchedServer:
             self._note("stopping: SIGTERM to the process group")
             _signal_group(pgid, signal.SIGTERM)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not self._hurry.is_set():
                 self.process.poll()
                 if not group_members(pgid):
                     break
                 time.sleep(0.05)
             else:
-                self._note(f"still running {grace:g} s after SIGTERM: SIGKILL")
-                how = f"SIGKILL, {grace:g} s after SIGTERM"
+                asked = " (asked again)" if self._hurry.is_set() else ""
+                waited = f"{time.monotonic() - t0:.1f}" if asked else f"{grace:g}"
+                self._note(f"still running {waited} s after SIGTERM: SIGKILL{asked}")
+                how = f"SIGKILL, {waited} s after SIGTERM{asked}"
                 _signal_group(pgid, signal.SIGKILL)
                 deadline = time.monotonic() + 5
                 while group_members(pgid) and time.monotonic() < deadline:
