@@ -212,6 +212,26 @@ def test_a_port_in_use_is_refused_before_launch(fake: tuple[Path, Path], tmp_pat
         assert server.process is None
 
 
+def test_processes_that_left_the_servers_group_are_stopped_too(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    """An engine whose helper calls setsid() is out of the process group: the group's SIGTERM does
+    not reach it, and it outlived the teardown, which said nothing."""
+    vllm, _ = fake
+    engine = tmp_path / "vllm-with-helper"
+    engine.write_text(f"#!/bin/sh\nsetsid sleep 777 &\nexec {sys.executable} {vllm} \"$@\"\n")
+    engine.chmod(0o755)
+    server = VLLMServer(launch_config(engine, free_port(), tmp_path, SYNTH))
+    server.start()
+    try:
+        server.wait_ready(20)
+    finally:
+        server.stop()
+    assert server.teardown is not None
+    strays = server.teardown["left_the_group"]
+    assert len(strays) == 1 and server.teardown["processes_left"] == []
+    assert not Path(f"/proc/{strays[0]}").exists() or "Z" in Path(f"/proc/{strays[0]}/stat").read_text().split()[2]
+    assert "left the server's process group: signalled too" in server.log_text()
+
+
 def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_path: Path) -> None:
     vllm, _ = fake
     port = free_port()

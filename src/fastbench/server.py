@@ -155,6 +155,47 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def _start_time(pid: int) -> int | None:
+    """A live (non-zombie) process's start time in clock ticks since boot (/proc/PID/stat field
+    22), which tells it from a later process given the same pid; None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def strays_of(root: int, pgid: int) -> list[tuple[int, int]]:
+    """Descendants of ``root`` that left its process group (setsid: Ray-style helpers, a
+    daemonised child), as (pid, start time): a signal to the group does not reach them."""
+    from .memsampler import process_tree
+
+    out = []
+    for pid in process_tree(root)[1:]:
+        try:
+            if os.getpgid(pid) == pgid:
+                continue
+        except OSError:
+            continue
+        start = _start_time(pid)
+        if start is not None:
+            out.append((pid, start))
+    return out
+
+
+def _signal_strays(strays: Sequence[tuple[int, int]], sig: int) -> list[int]:
+    """Send ``sig`` to each stray still alive as itself (not a reused pid); the pids signalled."""
+    signalled = []
+    for pid, start in strays:
+        if _start_time(pid) == start:
+            try:
+                os.kill(pid, sig)
+                signalled.append(pid)
+            except OSError:
+                pass
+    return signalled
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -642,14 +683,24 @@ class LaunchedServer:
         pgid = self.pgid
         assert pgid is not None
         self.process.poll()
-        if group_members(pgid):
+        # Descendants that left the group get the same signals (a snapshot: one that double-forked
+        # away earlier is no longer a descendant, and is not found).
+        strays = strays_of(self.process.pid, pgid) if self.container is None else []
+        if strays:
+            self._note(f"processes {[pid for pid, _ in strays]} left the server's process group: signalled too")
+
+        def running() -> list[int]:
+            self.process.poll()  # type: ignore[union-attr]
+            return group_members(pgid) + [pid for pid, start in strays if _start_time(pid) == start]
+
+        if running():
             how = "SIGTERM"
             self._note("stopping: SIGTERM to the process group")
             _signal_group(pgid, signal.SIGTERM)
+            _signal_strays(strays, signal.SIGTERM)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and not self._hurry.is_set():
-                self.process.poll()
-                if not group_members(pgid):
+                if not running():
                     break
                 time.sleep(0.05)
             else:
@@ -658,9 +709,9 @@ class LaunchedServer:
                 self._note(f"still running {waited} s after SIGTERM: SIGKILL{asked}")
                 how = f"SIGKILL, {waited} s after SIGTERM{asked}"
                 _signal_group(pgid, signal.SIGKILL)
+                _signal_strays(strays, signal.SIGKILL)
                 deadline = time.monotonic() + 5
-                while group_members(pgid) and time.monotonic() < deadline:
-                    self.process.poll()
+                while running() and time.monotonic() < deadline:
                     time.sleep(0.05)
         try:
             self.exit_status = self.process.wait(timeout=5)
@@ -669,13 +720,14 @@ class LaunchedServer:
         if self._finalizer is not None:
             self._finalizer.detach()
         self.port_free_after_stop = wait_port_free(self.host, self.port, 10.0)
-        left = group_members(pgid)
+        left = running()
         problems = [f"port {self.port} still in use"] if not self.port_free_after_stop else []
         if left:
-            problems.append(f"processes {left} of its group still running")
+            problems.append(f"processes {left} of its group (or that left it) still running")
         self._note("stopped" + (": " + "; ".join(problems) if problems else ""))
         self.teardown = {"how": how, "seconds": round(time.monotonic() - t0, 2), "exit": self._exit_how(),
-                         "port_free": self.port_free_after_stop, "processes_left": left}
+                         "port_free": self.port_free_after_stop, "processes_left": left,
+                         "left_the_group": [pid for pid, _ in strays]}
         if problems:
             warnings.warn(f"{self.engine_name} teardown: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
         if self._log is not None:
