@@ -14,7 +14,8 @@
 * ``ignore-term``: serves /health and /v1/models itself and ignores SIGTERM.
 
 The fake ``docker`` runs the same script for ``docker run ... IMAGE MODEL ARGS``, answers ``inspect``
-with a fixed digest, and ``stop`` / ``rm`` by killing the process recorded for the container name.
+with a fixed digest, and ``stop`` / ``kill`` / ``rm`` by signalling the process recorded for the container
+name (``stop`` first waits its ``-t`` seconds with FAKE_DOCKER_STOP_WAITS set).
 """
 
 from __future__ import annotations
@@ -198,9 +199,11 @@ def docker(args):
                 print(f.read().strip())
         else:
             print("sha256:" + "cd" * 32)
-    elif args[0] in ("stop", "rm"):
+    elif args[0] in ("stop", "kill", "rm"):
         name = args[-1]
         path = os.path.join(state, name)
+        if args[0] == "stop" and os.environ.get("FAKE_DOCKER_STOP_WAITS"):  # a container slow to stop
+            time.sleep(float(args[args.index("-t") + 1]))
         if os.path.exists(path):
             with open(path) as f:
                 pid = int(f.read())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -92,6 +94,19 @@ def test_open_loop_has_no_cap_unless_asked_and_says_when_one_held_requests_back(
     assert capped.distributions["ttft"].median > 1000  # 60 arrivals in 0.6 s, 4 served every 0.34 s
     waited = [note for note in capped.notes if "slots busy and waited for one" in note]
     assert len(waited) == 1 and waited[0].startswith(tuple(f"{k} of 60 requests" for k in range(40, 57)))
+
+
+def test_an_uncapped_open_loop_is_not_stopped_by_a_low_soft_fd_limit() -> None:
+    """Every request in flight holds a socket: with no cap and a slow server, ~150 are in flight,
+    past a soft limit of 64 open files (often 1,024 on real machines). The client raises its soft
+    limit to the hard one; before, the extra requests failed as CONNECT, 'Too many open files'."""
+    with SyntheticServer("--ttft-ms", "500", "--itl-ms", "5") as server:
+        proc = subprocess.run(
+            ["bash", "-c", f"ulimit -Sn 64 && exec {sys.executable} -m fastbench --base-url {server.base_url} "
+             "--request-rate 1000 --num-prompts 150 --random-input-len 8 --random-output-len 4 --no-progress"],
+            capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "150/150 completed, 0 errors" in proc.stdout
 
 
 def test_tokens_per_chunk_leaves_out_usage_that_is_not_trusted() -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from _fakevllm import FAKE_DIGEST, free_port, write_fake_engines
 from fastbench import api, cli, tomlconfig
+from fastbench import server as server_module
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.server import (
@@ -30,6 +31,7 @@ from fastbench.server import (
     add_teardown,
     group_members,
     make_server,
+    memory_info,
     parse_vllm_footprint,
     port_is_free,
     probe_ready,
@@ -232,6 +234,25 @@ def test_processes_that_left_the_servers_group_are_stopped_too(fake: tuple[Path,
     assert "left the server's process group: signalled too" in server.log_text()
 
 
+def test_no_strays_are_looked_for_under_a_reaped_engines_pid(fake: tuple[Path, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the engine is reaped (it died mid-run), its pid may be another process's: teardown must
+    not signal that process's descendants as the server's strays."""
+    vllm, _ = fake
+    looked: list[int] = []
+    monkeypatch.setattr(server_module, "strays_of", lambda root, pgid: looked.append(root) or [])
+    server = VLLMServer(launch_config(vllm, free_port(), tmp_path, SYNTH))
+    server.start()
+    try:
+        server.wait_ready(20)
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait(10)  # reaped, as the exit watcher does
+    finally:
+        server.stop()
+    assert looked == [] and server.teardown is not None and server.teardown["left_the_group"] == []
+
+
 def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_path: Path) -> None:
     vllm, _ = fake
     port = free_port()
@@ -329,6 +350,53 @@ def test_ctrl_c_twice_during_teardown_kills_the_server_at_once(fake: tuple[Path,
     assert_gone(pid, port)
 
 
+def test_ctrl_c_twice_while_loading_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
+    """The launch failed path (Ctrl-C while loading) tore down on the event loop's thread too: a
+    second Ctrl-C waited out the 30 s grace period."""
+    engine = tmp_path / "vllm"
+    engine.write_text("#!/bin/sh\ntrap '' TERM\nwhile true; do echo 'INFO still loading'; sleep 0.2; done\n")
+    engine.chmod(0o755)
+    log = tmp_path / "vllm.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(engine),
+         "--server-port", str(free_port()), "--server-log", str(log), "--server-stop-grace", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (log.exists() and "still loading" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - t0 < 10, err
+    assert proc.returncode == 130, err
+    assert "SIGKILL (asked again)" in log.read_text()
+
+
+def test_one_ctrl_c_under_the_python_api_stops_the_server_gracefully(fake: tuple[Path, Path], tmp_path: Path) -> None:
+    """fastbench.run() under asyncio: the first Ctrl-C cancels the run; the server still gets its
+    SIGTERM and grace period (a SIGKILL can leak a real engine's shared and GPU memory)."""
+    vllm, _ = fake
+    log = tmp_path / "vllm.log"
+    script = (
+        "import sys; from fastbench import run, BenchConfig; from fastbench.config import LaunchConfig\n"
+        f"launch = LaunchConfig(model='m', engine_bin={str(vllm)!r}, port={free_port()}, log_path={str(log)!r}, "
+        f"env=({SYNTH!r},), stop_grace_s=20.0)\n"
+        "try:\n    run(BenchConfig(launch=launch, num_prompts=100000, concurrency=2, random_input_len=8))\n"
+        "except KeyboardInterrupt:\n    sys.exit(130)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = interrupt_when_logged(proc, log, "measured window starts", then_wait_s=0.3)
+    assert proc.returncode == 130, err
+    text = log.read_text()
+    assert "stopping: SIGTERM" in text and "SIGKILL" not in text
+
+
 def test_ctrl_c_while_loading_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -> None:
     vllm, _ = fake
     port = free_port()
@@ -410,6 +478,11 @@ def test_the_log_tail_of_a_failed_launch_hides_secrets(fake: tuple[Path, Path], 
     assert key in (tmp_path / "server.log").read_text()  # it was there to hide
     server = VLLMServer(launch_config(vllm, free_port(), tmp_path, f"HF_TOKEN={token}", "N_WORKERS=2"))
     assert server.redact(f"env {token} workers 2") == "env *** workers 2"  # only secret-named values
+    # whole tokens only, and not a key too short to hide: the log line stays readable
+    short = VLLMServer(launch_config(vllm, free_port(), tmp_path), api_key="EMPTY")
+    assert short.redact("EMPTYING the queue; key EMPTY, 'EMPTY'") == "EMPTYING the queue; key ***, '***'"
+    tiny = VLLMServer(launch_config(vllm, free_port(), tmp_path), api_key="1")
+    assert tiny.redact("INFO 11-30 12:01:01") == "INFO 11-30 12:01:01"
 
 
 def test_memory_is_sampled_from_the_launch_not_from_ready(fake: tuple[Path, Path], tmp_path: Path) -> None:
@@ -452,6 +525,25 @@ def test_a_long_windows_log_is_read_a_block_at_a_time(tmp_path: Path) -> None:
     assert window_warnings(lines) == ["WARNING: preempted a request (×4)"]
 
 
+def test_the_footprint_is_parsed_from_the_loading_phase_only(tmp_path: Path) -> None:
+    """vLLM logs its footprint while loading; reading the window's request lines too (hundreds of
+    MB in a long run) cost memory in proportion for nothing."""
+    log = tmp_path / "server.log"
+    with open(log, "wb") as f:
+        f.write(b"INFO 11-30 12:00:00 [gpu_model_runner.py:1] Model loading took 0.51 GiB and 3.2 seconds\n")
+        start = f.tell()
+        f.write((b"INFO request line " + b"x" * 400 + b"\n") * 40_000)
+        f.write(b"INFO 11-30 12:00:09 [gpu_model_runner.py:1] Model loading took 9.99 GiB and 1 seconds\n")
+    server = VLLMServer(LaunchConfig(model="m", log_path=str(log), port=free_port()))
+    server.window = (start, None)
+    tracemalloc.start()
+    info = memory_info(None, server)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert info["footprint"]["weights_gib"] == [0.51]
+    assert peak < 4 << 20, peak  # the window is ~17 MB
+
+
 def test_launch_problems_are_one_line_errors(tmp_path: Path) -> None:
     """A --server-log that cannot be written, and an engine that cannot be executed (a script whose
     #! interpreter is missing raises ENOENT naming the script itself): one line each, no traceback."""
@@ -484,6 +576,29 @@ def test_readiness_against_something_that_does_not_speak_http() -> None:
         ready, why = probe_ready(f"http://127.0.0.1:{port}", None, None)
         thread.join(5)
     assert not ready and why.startswith("not answering HTTP (BadStatusLine")
+
+
+def test_hurry_turns_a_slow_docker_stop_into_docker_kill(
+        fake: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker stop -t 15 of a container slow to stop: a second Ctrl-C (hurry) runs docker kill now."""
+    _, docker = fake
+    state = tmp_path / "docker-state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    monkeypatch.setenv("FAKE_DIGEST", FAKE_DIGEST)
+    monkeypatch.setenv("FAKE_DOCKER_STOP_WAITS", "1")
+    server = VLLMServer(launch_config(docker, free_port(), tmp_path, SYNTH, docker_image="vllm/vllm-openai:v9.9",
+                                      stop_grace_s=15.0))
+    server.start()
+    try:
+        server.wait_ready(20)
+    finally:
+        threading.Timer(0.5, server.hurry).start()
+        t0 = time.monotonic()
+        server.stop()
+    assert time.monotonic() - t0 < 8
+    assert "kill" in (state / "calls").read_text().split()
+    assert "asked again: docker kill" in server.log_text()
 
 
 def test_a_missing_engine_is_a_config_error(tmp_path: Path) -> None:

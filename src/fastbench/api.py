@@ -258,10 +258,6 @@ async def arun(
             memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
         return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
                                   memory=memory)
-    except asyncio.CancelledError:
-        if launched is not None:  # the run is abandoned (a second Ctrl-C): no grace period either
-            launched.hurry()
-        raise
     finally:
         if memory is not None:
             memory.stop()

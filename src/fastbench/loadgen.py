@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import gc
 import os
+import resource
 import socket
 import ssl
 import time
@@ -110,6 +112,18 @@ class LoadPlan:
     on_window_start: Callable[[], None] | None = None
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
     stop_event: asyncio.Event | None = None
+
+
+def _raise_fd_limit() -> None:
+    """The soft limit on open files up to the hard one: every request in flight holds a socket, and
+    an uncapped open loop against a slow server holds thousands (the soft limit is often 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20  # Linux's fs.nr_open default
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass
 
 
 class LoadGenerator:
@@ -269,6 +283,10 @@ class LoadGenerator:
         errno_ = getattr(exc, "errno", None)
         reason = (os.strerror(errno_) if isinstance(errno_, int) and not isinstance(exc, ssl.SSLError)
                   else str(exc) or type(exc).__name__)
+        if errno_ in (errno.EMFILE, errno.ENFILE):  # the client's limit, not the server's failure
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            reason += (f" in the client (one socket per request in flight, limit {soft}): give --concurrency "
+                       "a cap, or raise the limit (ulimit -n)")
         self.state.error_messages[row] = f"connect to {self.target.host}:{self.target.port} failed: {reason}"
         self.state.failed += 1
         self.state.check_error_rate()
@@ -485,6 +503,7 @@ class LoadGenerator:
 
     async def run(self) -> RunData:
         loop = asyncio.get_running_loop()
+        _raise_fd_limit()
         self._arm_kernel_timestamps()
         await self._resolve()
         plan = self.plan

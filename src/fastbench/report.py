@@ -67,11 +67,19 @@ def redact_argv(argv: Sequence[str], secret: str | None = None) -> list[str]:
     return out
 
 
+def redact_secret(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` replaced by ``***`` where it stands as a whole token: a key such as
+    "EMPTY" or "1" must not turn "EMPTYING" or "11-30 12:00" into a mangled log line. A secret of
+    under 4 characters is left (it protects nothing, and would hit everywhere)."""
+    if not secret or len(secret) < 4:
+        return text
+    return re.sub(r"(?<![\w-])" + re.escape(secret) + r"(?![\w-])", REDACTED, text)
+
+
 def redact_text(text: str, secret: str | None = None) -> str:
     """Free text (a shell command) with API keys, NAME_TOKEN=/NAME_KEY= values and a URL's
     user:password@ replaced by ``***``."""
-    if secret:
-        text = text.replace(secret, REDACTED)
+    text = redact_secret(text, secret)
     text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _FLAG_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     return _ENV_SECRET.sub(lambda m: m.group(1) + REDACTED, text)

@@ -47,7 +47,7 @@ from . import promscrape, specdecode
 from .config import BenchConfig, LaunchConfig
 from .exceptions import ConfigError, ServerError
 from .promscrape import MetricsScraper
-from .report import REDACTED, redact_argv, redact_text, shell_join
+from .report import redact_argv, redact_secret, redact_text, shell_join
 
 # If fastbench itself is killed (SIGKILL leaves no chance to tear down), the kernel sends the
 # server SIGTERM: prctl(PR_SET_PDEATHSIG) in the child, armed between fork and exec. libc is
@@ -451,14 +451,17 @@ class LaunchedServer:
             elif self._traceback_at is not None and not self._traceback_line and line[:1] not in ("", " ", "\t"):
                 self._traceback_line = line.strip()[:300]  # the exception: the traceback's first unindented line
 
-    def log_text(self, last_bytes: int | None = None) -> str:
-        """What this launch logged (from its launch on), or its last ``last_bytes``."""
+    def log_text(self, last_bytes: int | None = None, *, until_window: bool = False) -> str:
+        """What this launch logged (from its launch on), or its last ``last_bytes``; with
+        ``until_window``, only up to the measured window's start (the loading phase)."""
         try:
             with open(self.log_path, "rb") as f:
                 start = self._launch_pos
                 if last_bytes is not None:
                     start = max(start, f.seek(0, os.SEEK_END) - last_bytes)
                 f.seek(start)
+                if until_window and self.window is not None:
+                    return f.read(max(0, self.window[0] - start)).decode("utf-8", errors="replace")
                 return f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
@@ -474,7 +477,7 @@ class LaunchedServer:
         for item in self.launch.env:
             name, sep, value = item.partition("=")
             if sep and value and _SECRET_NAME.search(name):
-                text = text.replace(value, REDACTED)
+                text = redact_secret(text, value)
         return text
 
     def _elapsed(self) -> float:
@@ -570,7 +573,7 @@ class LaunchedServer:
                 on_started(self.pid)
             return await self.await_ready(stop=stop)
         except BaseException:
-            self.stop()
+            await self.astop()  # off the loop: a further Ctrl-C hurries it
             raise
 
     def _inspect_image(self) -> None:
@@ -685,7 +688,8 @@ class LaunchedServer:
         self.process.poll()
         # Descendants that left the group get the same signals (a snapshot: one that double-forked
         # away earlier is no longer a descendant, and is not found).
-        strays = strays_of(self.process.pid, pgid) if self.container is None else []
+        # Only while the engine is unreaped: once reaped, its pid may be another process's.
+        strays = strays_of(self.process.pid, pgid) if self.container is None and self.process.returncode is None else []
         if strays:
             self._note(f"processes {[pid for pid, _ in strays]} left the server's process group: signalled too")
 
@@ -735,14 +739,31 @@ class LaunchedServer:
             self._log = None
 
     def _docker_stop(self, grace: float) -> None:
+        """``docker stop -t GRACE`` (``docker kill`` at once after hurry()), then ``docker rm -f``."""
         docker = self.launch.engine_bin or "docker"
-        for argv, limit in (([docker, "stop", "-t", str(int(grace)), str(self.container)], grace + 30),
-                            ([docker, "rm", "-f", str(self.container)], 30.0)):
-            try:
-                subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, timeout=limit, check=False)
-            except (OSError, subprocess.SubprocessError):
-                pass
+        quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                                 "stderr": subprocess.DEVNULL}
+        try:
+            stopping = subprocess.Popen([docker, "stop", "-t", str(int(grace)), str(self.container)], **quiet)
+        except OSError:
+            stopping = None
+        deadline = time.monotonic() + grace + 30
+        while stopping is not None and stopping.poll() is None and time.monotonic() < deadline:
+            if self._hurry.is_set():
+                self._note("asked again: docker kill")
+                try:
+                    subprocess.run([docker, "kill", str(self.container)], timeout=30, check=False, **quiet)
+                except (OSError, subprocess.SubprocessError):
+                    pass
+                break
+            time.sleep(0.05)
+        if stopping is not None and stopping.poll() is None:
+            stopping.kill()
+            stopping.wait()
+        try:
+            subprocess.run([docker, "rm", "-f", str(self.container)], timeout=30, check=False, **quiet)
+        except (OSError, subprocess.SubprocessError):
+            pass
 
     # -- what the result records ---------------------------------------------------------------
 
@@ -1233,7 +1254,8 @@ def memory_info(series: Any, server: LaunchedServer | ExternalServer) -> dict[st
                 key = f"{key} ({i})"
             section[key] = value if sep else label
     if isinstance(server, VLLMServer):
-        footprint = parse_vllm_footprint(server.log_text())
+        # vLLM logs its footprint while loading: the window's request lines may be hundreds of MB
+        footprint = parse_vllm_footprint(server.log_text(until_window=True))
         if footprint:
             info["footprint"] = footprint
             section.update(footprint_rows(footprint, server.launch.engine_args))
