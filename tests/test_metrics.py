@@ -236,6 +236,16 @@ def test_failed_and_cancelled_are_excluded_from_latency() -> None:
     assert any("3 failed (HTTP_STATUS 2, TIMEOUT 1)" in note for note in result.notes)
 
 
+def test_tokens_of_requests_cut_at_the_stop_are_said_not_counted() -> None:
+    """As vllm bench serve, throughputs count completed requests only; what the cut requests had
+    received is said, so that a short capped run's throughput is not read as the server's rate."""
+    reqs = sequential(4) + [Req(scheduled_ms=900.0, error=ErrorClass.CANCELLED, chunk_tokens=(5, 5))]
+    result = run(build_run(reqs, duration_ms=1000, cap_hit=True, stopped_reason="time cap"), CONFIG)
+    assert result.total_output_tokens == 4 * 10
+    assert any(note.startswith("1 requests cut short when the run stopped had received 10 output tokens")
+               for note in result.notes), result.notes
+
+
 def test_goodput_counts_requests_meeting_every_slo() -> None:
     reqs = sequential(10)
     for r in reqs[:3]:

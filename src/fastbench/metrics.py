@@ -759,6 +759,11 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int, 
     slots = cfg.effective_concurrency
     if cfg.request_rate is not None and slots is not None:
         notes += _slot_wait_notes(data.rows, slots)
+    cut = (data.rows[:, COL["error"]] == int(ErrorClass.CANCELLED)) & (data.rows[:, COL["sent_ns"]] > 0)
+    cut_tokens = _exact_sum(np.maximum(data.rows[cut, COL["output_tokens"]], 0))
+    if cut_tokens:
+        notes.append(f"{int(cut.sum())} requests cut short when the run stopped had received {cut_tokens:,} output "
+                     "tokens: like vllm bench serve, token counts and throughputs cover completed requests only")
     if n.warmups:
         notes.append(f"{n.warmups} warm-up requests sent before the measured window, not counted")
     if 0 < n.completed < FEW_SAMPLES:
