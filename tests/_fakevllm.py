@@ -208,7 +208,10 @@ def docker(args):
             with open(path) as f:
                 pid = int(f.read())
             try:
-                os.kill(pid, signal.SIGTERM if args[0] == "stop" else signal.SIGKILL)
+                if args[0] == "stop":
+                    os.kill(pid, signal.SIGTERM)
+                else:  # everything in the "container" dies at once, its engine child too
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
             with open(os.path.join(state, "calls"), "a") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from fastbench import BenchConfig, ConfigError, ResultWriteError, api, report, run
 from fastbench.config import LaunchConfig
+from fastbench.loadgen import LoadGenerator
 from fastbench.synthetic import SyntheticServer
 
 # Nothing listens on port 1: a config that got past validation would fail there with a ServerError.
@@ -108,6 +110,28 @@ def test_path_fields_take_a_pathlib_path(tmp_path: Path) -> None:
     result = run(config)
     assert result.counts.completed == 2
     assert orjson.loads(out.read_bytes())["completed"] == 2 and "status: done" in card.read_text()
+
+
+def test_the_open_files_limit_is_raised_for_the_run_and_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raised to the hard limit while the run holds its sockets; put back after it, so that processes
+    started later (a launched server, under the Python API) do not inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(soft, 256)
+    during: list[int] = []
+    inner = LoadGenerator._run
+
+    async def recording(self: LoadGenerator) -> Any:
+        during.append(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        return await inner(self)
+
+    monkeypatch.setattr(LoadGenerator, "_run", recording)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        run(BenchConfig(num_prompts=2, concurrency=2, random_input_len=8, random_output_len=2))
+        after = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert during == [hard if hard != resource.RLIM_INFINITY else 1 << 20] and after == low
 
 
 def test_base_url_with_v1_or_credentials_is_the_servers_root(tmp_path: Path) -> None:

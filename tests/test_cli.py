@@ -28,6 +28,11 @@ def test_help_explains_flags() -> None:
                  "--save-detailed", "--api-key", "--insecure", "--ignore-eos"):
         assert flag in out, flag
     assert "default" in out
+    flat = " ".join(out.split())
+    # a default of 0 is shown too (0 == False hid it)
+    for text in ("--seed SEED", "--num-warmups NUM_WARMUPS", "--random-range-ratio RANDOM_RANGE_RATIO"):
+        help_text = flat.split(text + " ", 2)[-1]
+        assert "(default: 0" in help_text.split(" --")[0], text
 
 
 @pytest.mark.parametrize("args,words", [

@@ -379,6 +379,35 @@ def test_ctrl_c_twice_while_loading_kills_a_server_that_ignores_sigterm(tmp_path
     assert "SIGKILL (asked again)" in log.read_text()
 
 
+def test_two_quick_ctrl_c_during_the_run_kill_a_server_that_ignores_sigterm(fake: tuple[Path, Path],
+                                                                             tmp_path: Path) -> None:
+    """Two signals together ("signal again to abandon") before the teardown has begun: no grace
+    period either."""
+    vllm, _ = fake
+    port = free_port()
+    log = tmp_path / "vllm.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
+         "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
+         "--server-stop-grace", "30", "--num-prompts", "100000", "--concurrency", "2", "--random-input-len", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "measured window starts" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=25)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - t0 < 10, err
+    assert proc.returncode == 130, err
+    assert "SIGKILL (asked again)" in log.read_text()
+
+
 def test_one_ctrl_c_under_the_python_api_stops_the_server_gracefully(fake: tuple[Path, Path], tmp_path: Path) -> None:
     """fastbench.run() under asyncio: the first Ctrl-C cancels the run; the server still gets its
     SIGTERM and grace period (a SIGKILL can leak a real engine's shared and GPU memory)."""
@@ -482,7 +511,10 @@ def test_the_log_tail_of_a_failed_launch_hides_secrets(fake: tuple[Path, Path], 
     short = VLLMServer(launch_config(vllm, free_port(), tmp_path), api_key="EMPTY")
     assert short.redact("EMPTYING the queue; key EMPTY, 'EMPTY'") == "EMPTYING the queue; key ***, '***'"
     tiny = VLLMServer(launch_config(vllm, free_port(), tmp_path), api_key="1")
-    assert tiny.redact("INFO 11-30 12:01:01") == "INFO 11-30 12:01:01"
+    assert tiny.redact("INFO 11-30 12:01:01 key 1") == "INFO 11-30 12:01:01 key ***"
+    # a real key (8 characters or more) is hidden wherever it is, inside other tokens too
+    keyed = VLLMServer(launch_config(vllm, free_port(), tmp_path), api_key=key)
+    assert keyed.redact(f"a\\n{key} x-{key}_v2 %22{key}%22") == "a\\n*** x-***_v2 %22***%22"
 
 
 def test_memory_is_sampled_from_the_launch_not_from_ready(fake: tuple[Path, Path], tmp_path: Path) -> None:
@@ -599,6 +631,7 @@ def test_hurry_turns_a_slow_docker_stop_into_docker_kill(
     assert time.monotonic() - t0 < 8
     assert "kill" in (state / "calls").read_text().split()
     assert "asked again: docker kill" in server.log_text()
+    assert server.teardown is not None and server.teardown["how"] == "docker kill (asked again)"
 
 
 def test_a_missing_engine_is_a_config_error(tmp_path: Path) -> None:

@@ -258,6 +258,12 @@ async def arun(
             memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
         return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
                                   memory=memory)
+    except asyncio.CancelledError:
+        # Cancelled after the stop was asked (the CLI's second Ctrl-C: "abandon"): no grace period.
+        # A cancellation alone (asyncio's own Ctrl-C under the Python API) keeps it.
+        if launched is not None and stop is not None and stop.is_set():
+            launched.hurry()
+        raise
     finally:
         if memory is not None:
             memory.stop()

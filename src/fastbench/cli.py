@@ -89,7 +89,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        # "is", not "in": 0 == False, and a default of 0 is worth showing
+        if ("default" in text or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or not action.option_strings):
             return text
         return text + " (default: %(default)s)"
 
@@ -182,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_launch_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "launch a server", "fastbench starts the server, waits until /v1/models lists the model, benchmarks "
-        "it and stops it (SIGTERM, then SIGKILL, to its process group); without --launch, --base-url attaches")
+        "it and stops it (SIGTERM, then SIGKILL, to its process group and any descendant that left it); "
+        "without --launch, --base-url attaches")
     g.add_argument("--config", metavar="RUN.TOML", default=None,
                    help="take options from a TOML file ([server] and [benchmark] tables); flags override it")
     g.add_argument("--launch", choices=ENGINES, default=None, help="the engine to start")

@@ -5,6 +5,7 @@ warm-ups, timeouts. Per request it does a handful of Python steps; per token, no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import gc
@@ -14,7 +15,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,16 +115,28 @@ class LoadPlan:
     stop_event: asyncio.Event | None = None
 
 
-def _raise_fd_limit() -> None:
-    """The soft limit on open files up to the hard one: every request in flight holds a socket, and
-    an uncapped open loop against a slow server holds thousands (the soft limit is often 1,024)."""
+@contextlib.contextmanager
+def _fd_limit_raised() -> Iterator[None]:
+    """The soft limit on open files up to the hard one for the run, then back (processes started
+    later must not inherit it): every request in flight holds a socket, and an uncapped open loop
+    against a slow server holds thousands (the soft limit is often 1,024)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else 1 << 20  # Linux's fs.nr_open default
+    raised = False
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            raised = True
         except (ValueError, OSError):
             pass
+    try:
+        yield
+    finally:
+        if raised:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            except (ValueError, OSError):
+                pass
 
 
 class LoadGenerator:
@@ -286,7 +299,7 @@ class LoadGenerator:
         if errno_ in (errno.EMFILE, errno.ENFILE):  # the client's limit, not the server's failure
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             reason += (f" in the client (one socket per request in flight, limit {soft}): give --concurrency "
-                       "a cap, or raise the limit (ulimit -n)")
+                       "a cap, or raise the hard limit (ulimit -Hn, limits.conf, docker run --ulimit nofile=)")
         self.state.error_messages[row] = f"connect to {self.target.host}:{self.target.port} failed: {reason}"
         self.state.failed += 1
         self.state.check_error_rate()
@@ -502,8 +515,11 @@ class LoadGenerator:
     # -- the run -----------------------------------------------------------------------------
 
     async def run(self) -> RunData:
+        with _fd_limit_raised():
+            return await self._run()
+
+    async def _run(self) -> RunData:
         loop = asyncio.get_running_loop()
-        _raise_fd_limit()
         self._arm_kernel_timestamps()
         await self._resolve()
         plan = self.plan

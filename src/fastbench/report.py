@@ -68,11 +68,14 @@ def redact_argv(argv: Sequence[str], secret: str | None = None) -> list[str]:
 
 
 def redact_secret(text: str, secret: str | None) -> str:
-    """``text`` with ``secret`` replaced by ``***`` where it stands as a whole token: a key such as
-    "EMPTY" or "1" must not turn "EMPTYING" or "11-30 12:00" into a mangled log line. A secret of
-    under 4 characters is left (it protects nothing, and would hit everywhere)."""
-    if not secret or len(secret) < 4:
+    """``text`` with ``secret`` replaced by ``***``: wherever it appears when it is 8 characters or
+    more (a real key, which may sit inside an escape, a URL-encoded string or a longer token), and
+    where it stands as a whole token when shorter, so that a local key such as "EMPTY" or "1"
+    does not turn "EMPTYING" or "11-30 12:01" into a mangled log line."""
+    if not secret:
         return text
+    if len(secret) >= 8:
+        return text.replace(secret, REDACTED)
     return re.sub(r"(?<![\w-])" + re.escape(secret) + r"(?![\w-])", REDACTED, text)
 
 

@@ -681,8 +681,7 @@ class LaunchedServer:
         grace = self.launch.stop_grace_s
         how = "nothing: it had exited already"
         if self.container is not None:
-            self._docker_stop(grace)
-            how = "docker stop"
+            how = self._docker_stop(grace)
         pgid = self.pgid
         assert pgid is not None
         self.process.poll()
@@ -697,6 +696,10 @@ class LaunchedServer:
             self.process.poll()  # type: ignore[union-attr]
             return group_members(pgid) + [pid for pid, start in strays if _start_time(pid) == start]
 
+        if self.container is not None:  # the `docker run` client ends with its container: give it a moment
+            deadline = time.monotonic() + 5
+            while running() and time.monotonic() < deadline:
+                time.sleep(0.05)
         if running():
             how = "SIGTERM"
             self._note("stopping: SIGTERM to the process group")
@@ -738,32 +741,39 @@ class LaunchedServer:
             self._log.close()
             self._log = None
 
-    def _docker_stop(self, grace: float) -> None:
-        """``docker stop -t GRACE`` (``docker kill`` at once after hurry()), then ``docker rm -f``."""
+    def _docker_stop(self, grace: float) -> str:
+        """``docker stop -t GRACE`` (``docker kill`` at once after hurry()), then ``docker rm -f``;
+        returns what it took."""
         docker = self.launch.engine_bin or "docker"
         quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
                                  "stderr": subprocess.DEVNULL}
+        how = "docker stop"
+        stopping = None
         try:
-            stopping = subprocess.Popen([docker, "stop", "-t", str(int(grace)), str(self.container)], **quiet)
-        except OSError:
-            stopping = None
-        deadline = time.monotonic() + grace + 30
-        while stopping is not None and stopping.poll() is None and time.monotonic() < deadline:
-            if self._hurry.is_set():
-                self._note("asked again: docker kill")
-                try:
-                    subprocess.run([docker, "kill", str(self.container)], timeout=30, check=False, **quiet)
-                except (OSError, subprocess.SubprocessError):
-                    pass
-                break
-            time.sleep(0.05)
-        if stopping is not None and stopping.poll() is None:
-            stopping.kill()
-            stopping.wait()
-        try:
-            subprocess.run([docker, "rm", "-f", str(self.container)], timeout=30, check=False, **quiet)
-        except (OSError, subprocess.SubprocessError):
-            pass
+            try:
+                stopping = subprocess.Popen([docker, "stop", "-t", str(int(grace)), str(self.container)], **quiet)
+            except OSError:
+                return how
+            deadline = time.monotonic() + grace + 30
+            while stopping.poll() is None and time.monotonic() < deadline:
+                if self._hurry.is_set():
+                    self._note("asked again: docker kill")
+                    how = "docker kill (asked again)"
+                    try:
+                        subprocess.run([docker, "kill", str(self.container)], timeout=30, check=False, **quiet)
+                    except (OSError, subprocess.SubprocessError):
+                        pass
+                    break
+                time.sleep(0.05)
+        finally:  # also on an interrupt: no docker client or container left behind
+            if stopping is not None and stopping.poll() is None:
+                stopping.kill()
+                stopping.wait()
+            try:
+                subprocess.run([docker, "rm", "-f", str(self.container)], timeout=30, check=False, **quiet)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        return how
 
     # -- what the result records ---------------------------------------------------------------
 

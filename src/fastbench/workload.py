@@ -53,6 +53,7 @@ import orjson
 
 from .config import BenchConfig
 from .exceptions import ConfigError, DatasetError, ServerError
+from .report import redact_secret
 
 __all__ = (
     "RequestSpec",
@@ -159,10 +160,7 @@ def _auth_headers(api_key: str | None) -> dict[str, str]:
 
 def _redact(text: str, api_key: str | None) -> str:
     """One line, with the API key removed even if a server echoed it back."""
-    line = " ".join(text.split())
-    if api_key:
-        line = line.replace(api_key, "***")
-    return line[:_SHORT_ERROR_CHARS]
+    return redact_secret(" ".join(text.split()), api_key)[:_SHORT_ERROR_CHARS]
 
 
 async def _request_json(
