@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import random
 import select
 import ssl
@@ -428,6 +430,18 @@ def test_open_loop_arrivals_waiting_for_a_slot_go_out_from_the_core(loop_factory
         freed = min((e for e in end[:r] if e <= sent[r]), key=lambda e: sent[r] - e)
         assert sent[r] - freed < 2_000_000, (r, (sent[r] - freed) / 1e6)
     assert not set(queued) & set(sent_from_python)
+
+
+def test_running_out_of_file_descriptors_is_said_to_be_the_clients() -> None:
+    """EMFILE on connect is the client's limit, not the server refusing: the message says so and
+    what to do."""
+    gen = LoadGenerator(Target.parse("http://127.0.0.1:9", "/v1/completions"),
+                        LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1))
+    gen._record_connect_failure(0, 1, 2, OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
+    message = gen.state.error_messages[0]
+    assert message.startswith("connect to 127.0.0.1:9 failed: Too many open files in the client")
+    assert "--concurrency" in message and "ulimit -Hn" in message
+    assert gen.rows[0, COL["error"]] == ErrorClass.CONNECT
 
 
 def test_connection_close_after_each_response(loop_factory: Any) -> None:
