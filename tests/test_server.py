@@ -381,8 +381,9 @@ def test_ctrl_c_twice_while_loading_kills_a_server_that_ignores_sigterm(tmp_path
 
 def test_two_quick_ctrl_c_during_the_run_kill_a_server_that_ignores_sigterm(fake: tuple[Path, Path],
                                                                              tmp_path: Path) -> None:
-    """Two signals together ("signal again to abandon") before the teardown has begun: no grace
-    period either."""
+    """A second Ctrl-C soon after the first ("signal again to abandon"), while the run is still
+    ending: no grace period either. (0.2 s apart: two SIGINTs sent back to back can reach the
+    process as one, as pending signals of one kind merge.)"""
     vllm, _ = fake
     port = free_port()
     log = tmp_path / "vllm.log"
@@ -398,6 +399,7 @@ def test_two_quick_ctrl_c_during_the_run_kill_a_server_that_ignores_sigterm(fake
             time.sleep(0.05)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=25)
     finally:
