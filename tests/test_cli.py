@@ -144,6 +144,14 @@ def test_a_run_where_every_request_failed_exits_1() -> None:
     assert "collapsed" in proc.stdout + proc.stderr
 
 
+def test_bad_synthetic_args_are_one_line_exit_2() -> None:
+    """Flags the built-in server refuses: its own reason, one line, exit 2 (a traceback, exit 1, before)."""
+    proc = fastbench("--num-prompts", "2", "--synthetic-args", "--tokens-per-chunk 4-1")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("fastbench: error: --synthetic-args: argument --tokens-per-chunk: "
+                                   "need 1 <= A <= B, got '4-1'")
+
+
 def test_a_run_stopped_by_max_error_rate_exits_1(tmp_path: Path) -> None:
     out_json = tmp_path / "r.json"
     card = tmp_path / "card.md"

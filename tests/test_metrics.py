@@ -264,6 +264,19 @@ def test_goodput_counts_requests_meeting_every_slo() -> None:
         run(build_run(reqs, duration_ms=2000), config.replace(goodput={"latency": 1.0}))
 
 
+def test_slot_waits_count_a_holder_still_connecting_as_busy() -> None:
+    """Two slots, both taken at 0-1 ms by requests still connecting (sent at 5-6 ms, after connect):
+    the arrival at 2 ms waited for a slot until 115 ms. Counting 'busy' from the send stamps missed
+    it (the holders looked idle at 2 ms)."""
+    reqs = [Req(scheduled_ms=0.0, sent_ms=5.0, connect_ms=5.0), Req(scheduled_ms=1.0, sent_ms=6.0, connect_ms=5.0),
+            Req(scheduled_ms=2.0, sent_ms=116.0), Req(scheduled_ms=400.0)]
+    config = BenchConfig(model="m", concurrency=2, request_rate=10.0, num_prompts=4)
+    result = run(build_run(reqs, duration_ms=600), config)
+    waited = [note for note in result.notes if "slots busy" in note]
+    assert waited == [waited[0]] and waited[0].startswith(
+        "1 of 4 requests arrived with all 2 slots busy and waited for one (median 114.0 ms, max 114.0 ms)")
+
+
 def test_open_loop_overload_corrected_vs_raw() -> None:
     # 10 req/s offered, 2 slots, each request takes 110 ms + 840 ms: the client queue grows.
     slots = [0.0, 0.0]

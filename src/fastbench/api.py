@@ -243,10 +243,16 @@ async def arun(
             await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
             base_url = launched.base_url
         elif base_url is None:
-            from .synthetic import SyntheticServer
+            from .synthetic import SyntheticServer, SyntheticStartError
 
             synthetic = SyntheticServer(*config.synthetic_args)
-            await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, synthetic.start)
+            except SyntheticStartError as exc:
+                if exc.status != 2:
+                    raise
+                why = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else "refused"
+                raise ConfigError(f"--synthetic-args: {why.split(' error: ', 1)[-1]}") from None
             base_url = synthetic.base_url
         else:
             # The server's root, where /v1/models, /metrics and /tokenize are: --base-url may end in

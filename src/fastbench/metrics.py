@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -706,11 +707,15 @@ def _slot_wait_notes(rows: np.ndarray, cap: int) -> list[str]:
     waiting when the run stopped (cancelled, so left out of every latency figure)."""
     scheduled, sent, end = rows[:, COL["scheduled_ns"]], rows[:, COL["sent_ns"]], rows[:, COL["end_ns"]]
     started = sent > 0
-    # in flight at a moment t: sent before t and not yet ended
-    sends, ends = np.sort(sent[started]), np.sort(end[started])
-    t = scheduled[started]
-    busy = np.searchsorted(sends, t, side="left") - np.searchsorted(ends, t, side="right")
-    waits_ms = (sent[started] - t)[busy >= cap] / 1e6
+    # Requests take slots in arrival order, each the one that frees first (at its holder's end);
+    # a slot is held from its grant, so a holder still connecting counts as busy.
+    free_at = [0] * cap
+    waits = []
+    for i in np.flatnonzero(started)[np.argsort(scheduled[started], kind="stable")]:
+        free = heapq.heapreplace(free_at, int(max(end[i], sent[i])))
+        if free > scheduled[i]:
+            waits.append(int(sent[i] - scheduled[i]))
+    waits_ms = np.asarray(waits, dtype=np.float64) / 1e6
     notes = []
     if waits_ms.size:
         notes.append(f"{waits_ms.size} of {int(started.sum())} requests arrived with all {cap} slots busy and waited "

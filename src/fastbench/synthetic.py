@@ -78,6 +78,7 @@ __all__ = [
     "FAULTS",
     "ServerConfig",
     "SyntheticServer",
+    "SyntheticStartError",
     "build_parser",
     "config_from_args",
     "count_messages_tokens",
@@ -124,6 +125,16 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+class SyntheticStartError(RuntimeError):
+    """The synthetic server did not come up: ``status`` is its exit status (2: its flags were
+    refused, ``stderr`` says why), or None if it did not exit."""
+
+    def __init__(self, message: str, status: int | None, stderr: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.stderr = stderr
 
 
 class SyntheticServer:
@@ -204,9 +215,9 @@ class SyntheticServer:
 
     def _fail(self, why: str) -> None:
         err = self.stderr_text()
-        self.stop()
+        status = self.stop()
         args = " ".join(["--host", self.host, "--port", "0", *self.argv])
-        raise RuntimeError(f"synthetic server {why} (flags: {args})\n--- stderr ---\n{err}")
+        raise SyntheticStartError(f"synthetic server {why} (flags: {args})\n--- stderr ---\n{err}", status, err)
 
     def stop(self, timeout_s: float = 5.0) -> int | None:
         """SIGTERM, then SIGKILL after timeout_s; returns the exit status (None if never started)."""

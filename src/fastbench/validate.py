@@ -429,7 +429,7 @@ def _send_lateness_ns(rows: np.ndarray, concurrency: int, closed: bool) -> np.nd
     out = []
     for i in order:
         scheduled, sent, end = (int(started[i, COL[c]]) for c in ("scheduled_ns", "sent_ns", "end_ns"))
-        free = heapq.heappushpop(free_at, max(end, sent))
+        free = heapq.heapreplace(free_at, max(end, sent))  # the slot that frees first, now held to this end
         if not closed:
             out.append(sent - max(scheduled, free))
         elif free:
