@@ -13,6 +13,7 @@ from hdrh.histogram import HdrHistogram
 from fastbench.config import BenchConfig
 from fastbench.metrics import DEFINITIONS, RATE_METRICS, TIME_METRICS, Result, summarize, to_vllm_keys
 from fastbench.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
+from fastbench.report import render_card
 
 T0 = 10**12  # an arbitrary CLOCK_MONOTONIC origin, ns
 MS = 1_000_000
@@ -234,6 +235,14 @@ def test_failed_and_cancelled_are_excluded_from_latency() -> None:
     assert result.per_request.output_lens == [10] * 6 + [0] * 4
     assert not result.collapsed
     assert any("3 failed (HTTP_STATUS 2, TIMEOUT 1)" in note for note in result.notes)
+
+
+def test_the_card_names_why_requests_were_cancelled() -> None:
+    """Cancelled in flight by a max-error-rate stop: not "at the time cap" (no cap was set)."""
+    reqs = sequential(4) + [Req(scheduled_ms=900.0, error=ErrorClass.CANCELLED)]
+    result = run(build_run(reqs, duration_ms=1000, stopped_reason="max error rate"), CONFIG)
+    card = render_card(result, CONFIG)
+    assert "1 cancelled when the run stopped (max error rate)" in card and "time cap" not in card
 
 
 def test_tokens_of_requests_cut_at_the_stop_are_said_not_counted() -> None:

@@ -57,20 +57,26 @@ def assert_gone(pgid: int, port: int) -> None:
     assert port_is_free("127.0.0.1", port)
 
 
-def interrupt_when_logged(proc: subprocess.Popen[str], log: Path, marker: str, then_wait_s: float = 0.0) -> str:
-    """Ctrl-C a fastbench run once its server log shows marker (and then_wait_s more); its stderr."""
+def interrupt_when_logged(proc: subprocess.Popen[str], log: Path, marker: str, then_wait_s: float = 0.0,
+                          again_after_s: float | None = None) -> tuple[str, float]:
+    """Ctrl-C a fastbench run once its server log shows marker (and then_wait_s more), and again
+    again_after_s later if given; its stderr, and the seconds from the first Ctrl-C to its exit."""
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while not (log.exists() and marker in log.read_text()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         time.sleep(then_wait_s)
+        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        if again_after_s is not None:
+            time.sleep(again_after_s)  # apart: pending signals of one kind merge into one
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=25)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return err
+    return err, time.monotonic() - t0
 
 
 def launch_config(engine_bin: Path, port: int, tmp_path: Path, *env: str, **changes: object) -> LaunchConfig:
@@ -312,7 +318,7 @@ def test_ctrl_c_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -
          "--concurrency", "4", "--random-input-len", "8", "--max-seconds", "60", "--result-card", str(card),
          "--result-json", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = interrupt_when_logged(proc, log, "measured window starts", then_wait_s=0.5)
+    err, _ = interrupt_when_logged(proc, log, "measured window starts", then_wait_s=0.5)
     assert proc.returncode == 130, err
     assert "partial" in card.read_text()
     assert_gone(orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]["pid"], port)
@@ -330,20 +336,8 @@ def test_ctrl_c_twice_during_teardown_kills_the_server_at_once(fake: tuple[Path,
          "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
          "--server-stop-grace", "30", "--num-prompts", "2", "--random-input-len", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (log.exists() and "stopping: SIGTERM" in log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert time.monotonic() - t0 < 10, err
+    err, seconds = interrupt_when_logged(proc, log, "stopping: SIGTERM", again_after_s=0.3)
+    assert seconds < 10, err
     assert proc.returncode == 130, err
     assert "(asked again)" in log.read_text()
     pid = int(log.read_text().split("pid=", 1)[1].split(")", 1)[0])
@@ -361,20 +355,8 @@ def test_ctrl_c_twice_while_loading_kills_a_server_that_ignores_sigterm(tmp_path
         [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(engine),
          "--server-port", str(free_port()), "--server-log", str(log), "--server-stop-grace", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not (log.exists() and "still loading" in log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert time.monotonic() - t0 < 10, err
+    err, seconds = interrupt_when_logged(proc, log, "still loading", again_after_s=0.5)
+    assert seconds < 10, err
     assert proc.returncode == 130, err
     assert "SIGKILL (asked again)" in log.read_text()
 
@@ -392,20 +374,8 @@ def test_two_quick_ctrl_c_during_the_run_kill_a_server_that_ignores_sigterm(fake
          "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
          "--server-stop-grace", "30", "--num-prompts", "100000", "--concurrency", "2", "--random-input-len", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (log.exists() and "measured window starts" in log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=25)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert time.monotonic() - t0 < 10, err
+    err, seconds = interrupt_when_logged(proc, log, "measured window starts", again_after_s=0.2)
+    assert seconds < 10, err
     assert proc.returncode == 130, err
     assert "SIGKILL (asked again)" in log.read_text()
 
@@ -422,7 +392,7 @@ def test_one_ctrl_c_under_the_python_api_stops_the_server_gracefully(fake: tuple
         "try:\n    run(BenchConfig(launch=launch, num_prompts=100000, concurrency=2, random_input_len=8))\n"
         "except KeyboardInterrupt:\n    sys.exit(130)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = interrupt_when_logged(proc, log, "measured window starts", then_wait_s=0.3)
+    err, _ = interrupt_when_logged(proc, log, "measured window starts", then_wait_s=0.3)
     assert proc.returncode == 130, err
     text = log.read_text()
     assert "stopping: SIGTERM" in text and "SIGKILL" not in text
@@ -436,7 +406,7 @@ def test_ctrl_c_while_loading_tears_the_server_down(fake: tuple[Path, Path], tmp
         [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
          "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=never-ready"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = interrupt_when_logged(proc, log, "still loading")
+    err, _ = interrupt_when_logged(proc, log, "still loading")
     assert proc.returncode == 130, err
     pid = int(log.read_text().split("pid=", 1)[1].split(")", 1)[0])  # the fake logs its own pid
     assert_gone(pid, port)

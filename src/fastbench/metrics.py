@@ -701,27 +701,34 @@ def summarize(
     return result
 
 
+def slot_grants(rows: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which slot each started request took, as the load generator hands them out: in order of
+    ``scheduled_ns``, each the slot that frees first, held from its grant to the request's end
+    stamp (a holder still connecting is busy). Returns the started rows in that order and, for
+    each, when its slot had freed (0: free from the start)."""
+    started = rows[rows[:, COL["sent_ns"]] > 0]
+    started = started[np.argsort(started[:, COL["scheduled_ns"]], kind="stable")]
+    free_at = [0] * slots  # a heap of the moments the slots free
+    freed = [heapq.heapreplace(free_at, int(max(end, sent)))
+             for sent, end in started[:, [COL["sent_ns"], COL["end_ns"]]].tolist()]
+    return started, np.asarray(freed, dtype=np.int64)
+
+
 def _slot_wait_notes(rows: np.ndarray, cap: int) -> list[str]:
     """Open loop under a cap: how many requests arrived with every slot busy and waited for one
     (the wait is in their TTFT and E2EL, which run from the arrival), and how many were still
     waiting when the run stopped (cancelled, so left out of every latency figure)."""
-    scheduled, sent, end = rows[:, COL["scheduled_ns"]], rows[:, COL["sent_ns"]], rows[:, COL["end_ns"]]
-    started = sent > 0
-    # Requests take slots in arrival order, each the one that frees first (at its holder's end);
-    # a slot is held from its grant, so a holder still connecting counts as busy.
-    free_at = [0] * cap
-    waits = []
-    for i in np.flatnonzero(started)[np.argsort(scheduled[started], kind="stable")]:
-        free = heapq.heapreplace(free_at, int(max(end[i], sent[i])))
-        if free > scheduled[i]:
-            waits.append(int(sent[i] - scheduled[i]))
-    waits_ms = np.asarray(waits, dtype=np.float64) / 1e6
+    granted, freed = slot_grants(rows, cap)
+    arrival = granted[:, COL["scheduled_ns"]]
+    waited = freed > arrival  # every slot was still busy at the arrival
+    waits_ms = (granted[waited, COL["sent_ns"]] - arrival[waited]) / 1e6
     notes = []
     if waits_ms.size:
-        notes.append(f"{waits_ms.size} of {int(started.sum())} requests arrived with all {cap} slots busy and waited "
+        notes.append(f"{waits_ms.size} of {len(granted)} requests arrived with all {cap} slots busy and waited "
                      f"for one (median {np.median(waits_ms):.1f} ms, max {waits_ms.max():.1f} ms): the wait is in "
                      "their TTFT and E2EL, which run from the arrival; without --concurrency there is no cap")
-    queued = (scheduled > 0) & ~started & (rows[:, COL["error"]] == int(ErrorClass.CANCELLED))
+    scheduled, end = rows[:, COL["scheduled_ns"]], rows[:, COL["end_ns"]]
+    queued = (scheduled > 0) & (rows[:, COL["sent_ns"]] == 0) & (rows[:, COL["error"]] == int(ErrorClass.CANCELLED))
     if queued.any():
         waited_ms = (end[queued] - scheduled[queued]) / 1e6
         notes.append(f"{int(queued.sum())} requests were still waiting for a slot when the run stopped (median "

@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import dataclasses
 import functools
-import heapq
 import json
 import math
 import os
@@ -51,6 +50,7 @@ from ._synthetic_cli import HOUR_MS  # the longest delay the synthetic server ta
 from .cli import HelpFormatter
 from .exceptions import ConfigError, FastbenchError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
+from .metrics import slot_grants
 from .records import COL, ErrorClass, RunData, TimestampSource
 
 P = ParamSpec("P")
@@ -420,21 +420,14 @@ def _process_cpu_s(pid: int) -> float | None:
 
 def _send_lateness_ns(rows: np.ndarray, concurrency: int, closed: bool) -> np.ndarray:
     """Per request, an estimate of how late the client sent it: send stamp minus the moment it could
-    have gone, which is when a slot freed (closed loop) or the later of its arrival and that (open
-    loop). Requests take slots in order, each the one that freed first; a slot frees at its request's
-    end stamp. Closed loop leaves out the opening ramp (its slots were free from the start)."""
-    started = rows[rows[:, COL["sent_ns"]] > 0]
-    order = np.argsort(started[:, COL["scheduled_ns"]], kind="stable")
-    free_at = [0] * concurrency  # a heap of the moments the slots free
-    out = []
-    for i in order:
-        scheduled, sent, end = (int(started[i, COL[c]]) for c in ("scheduled_ns", "sent_ns", "end_ns"))
-        free = heapq.heapreplace(free_at, max(end, sent))  # the slot that frees first, now held to this end
-        if not closed:
-            out.append(sent - max(scheduled, free))
-        elif free:
-            out.append(sent - free)
-    return np.asarray(out, dtype=np.int64)
+    have gone, which is when its slot freed (closed loop) or the later of its arrival and that (open
+    loop); slots as metrics.slot_grants gives them. Closed loop leaves out the opening ramp (its
+    slots were free from the start)."""
+    granted, freed = slot_grants(rows, concurrency)
+    sent: np.ndarray = granted[:, COL["sent_ns"]]
+    if closed:
+        return np.asarray((sent - freed)[freed > 0])
+    return np.asarray(sent - np.maximum(granted[:, COL["scheduled_ns"]], freed))
 
 
 def _sub(a: float | None, b: float | None) -> float | None:
