@@ -422,11 +422,10 @@ class LoadGenerator:
                 # from `due`, so the wait shows in the figures (no coordinated omission).
                 await slots.acquire()
                 # Meanwhile the core may have sent it and others: take the next one only if it is due.
-                if (self._stopping or state.next_row >= n
-                        or start_ns + int(offsets[state.next_row]) > now_ns()):
+                i = -1 if self._stopping else state._claim_due_row(now_ns())
+                if i < 0:
                     slots.release()
                     continue
-                i = state._claim_row()
                 task = loop.create_task(one(i, start_ns + int(offsets[i])))
                 tasks.add(task)
                 task.add_done_callback(finished)

@@ -401,8 +401,9 @@ cdef class RunState:
         self.arrival_base_ns = base_ns
         self.chain_due = True
 
-    cdef Py_ssize_t _claim_due_row(self, int64_t now) noexcept:
-        """Index of the next request when it is due by ``now``, or -1."""
+    cpdef Py_ssize_t _claim_due_row(self, int64_t now):
+        """Index of the next request when it is due by ``now``, or -1 (the rule the pacer loop
+        uses too, after waiting for a slot)."""
         if self.next_row >= self.n_rows or self.arrival_base_ns + self.arrival_offsets[self.next_row] > now:
             return -1
         self.next_row += 1

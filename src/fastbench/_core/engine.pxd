@@ -121,7 +121,7 @@ cdef class RunState:
     cpdef bytes request_bytes(self, Py_ssize_t row)
     cpdef bytes request_for(self, bytes body)
     cpdef Py_ssize_t _claim_row(self)
-    cdef Py_ssize_t _claim_due_row(self, int64_t now) noexcept
+    cpdef Py_ssize_t _claim_due_row(self, int64_t now)
     cdef _check_error_rate(self)
 
 
