@@ -54,9 +54,9 @@ def build_floor_client(out_dir: Path) -> tuple[Path, bool]:
     return exe, uring
 
 
-def run_floor(exe: Path, port: int, streams: int, seconds: float, mode: str, coalesce_us: int,
+def run_floor(exe: Path, port: int, streams: int, seconds: float, mode: str, coalesce_us: int, output_len: int,
               cpu: set[int] | None) -> dict[str, Any]:
-    out = subprocess.run([str(exe), str(port), str(streams), str(seconds), mode, str(coalesce_us)],
+    out = subprocess.run([str(exe), str(port), str(streams), str(seconds), mode, str(coalesce_us), str(output_len)],
                          capture_output=True, text=True, check=True,
                          preexec_fn=(lambda: os.sched_setaffinity(0, cpu)) if cpu else None)
     result: dict[str, Any] = json.loads(out.stdout)
@@ -72,11 +72,12 @@ def request_seconds(tokens_per_chunk: str, output_len: int = 64, ttft_s: float =
 
 
 def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: float, tokens_per_chunk: str,
-                  cpu: set[int] | None) -> dict[str, Any]:
-    # Enough requests of 64 tokens to fill `seconds` of window.
-    num_requests = streams * max(2, round(seconds / request_seconds(tokens_per_chunk)))
+                  output_len: int, cpu: set[int] | None) -> dict[str, Any]:
+    # Enough requests to fill `seconds` of window.
+    num_requests = streams * max(2, round(seconds / request_seconds(tokens_per_chunk, output_len)))
     cmd = [sys.executable, "-m", "fastbench", "validate", "--base-url", base_url, "--concurrency", str(streams),
-           "--num-requests", str(num_requests), "--tokens-per-chunk", tokens_per_chunk, "--json", "-", "--quiet"]
+           "--num-requests", str(num_requests), "--tokens-per-chunk", tokens_per_chunk,
+           "--output-len", str(output_len), "--json", "-", "--quiet"]
     if coalesce_ms:
         cmd += ["--coalesce-ms", str(coalesce_ms)]
     out = subprocess.run(cmd, capture_output=True, text=True,
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3, help="alternations of all clients")
     p.add_argument("--coalesce-ms", type=float, default=1.0, help="the coalesced variant's window")
     p.add_argument("--tokens-per-chunk", default="1", help="the server's tokens per chunk: N or A-B")
+    p.add_argument("--output-len", type=int, default=64, help="tokens per request (vllm bench serve's default: 128)")
     p.add_argument("--json", help="write all runs here")
     p.add_argument("--wake-probe", nargs=2, metavar=("SECONDS", "PERIOD_US"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
@@ -172,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, co in clients if rep % 2 == 0 else reversed(clients):
                     if name == "fastbench":
                         r = run_fastbench(server.base_url, ns.streams, ns.seconds, co / 1000, ns.tokens_per_chunk,
-                                          client_cpu)
+                                          ns.output_len, client_cpu)
                     else:
-                        r = run_floor(exe, server.port, ns.streams, ns.seconds, name.split()[1], co, client_cpu)
+                        r = run_floor(exe, server.port, ns.streams, ns.seconds, name.split()[1], co, ns.output_len,
+                                      client_cpu)
                     runs[(name, co)].append(r)
                     print(f"  rep {rep + 1} {name:12s} coalesce {co / 1000:.1f} ms: "
                           f"{r['cpu_us_per_chunk']:.2f} us/chunk, {r['reads_per_wakeup']:.1f} reads/wake-up, "
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
 
         wakes = wake_costs(exe, min(ns.seconds, 3.0), 1000, client_cpu)
 
-    print(f"\nCPU per chunk, {ns.streams} streams, 20 ms between chunks, {ns.tokens_per_chunk} tokens per chunk "
+    print(f"\nCPU per chunk, {ns.streams} streams, 20 ms between chunks, {ns.tokens_per_chunk} tokens per chunk, "
+          f"{ns.output_len} tokens per request "
           f"(median of {ns.reps}; client on CPU {sorted(client_cpu or [])}, server on {sorted(server_cpu or [])}):\n")
     print("| client | coalesce | CPU us/chunk (median, min-max) | reads per wake-up | vs floor epoll |")
     print("|---|---|---|---|---|")

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
 def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coalesce_us: int) -> None:
     exe, _ = cpu_floor.build_floor_client(tmp_path)
     with SyntheticServer(ttft_ms=5, itl_ms=5) as server:
-        r = cpu_floor.run_floor(exe, server.port, 4, 1.0, "epoll", coalesce_us, None)
+        r = cpu_floor.run_floor(exe, server.port, 4, 1.0, "epoll", coalesce_us, 64, None)
         chunks_sent = server.stats()["chunks_sent"]
     # 4 streams, a chunk every 5 ms each: ~800 chunks/s; each 64-chunk response is ~0.33 s, so
     # the closed loop sent ~4 x 6 requests over warm-up and window.
@@ -31,6 +31,20 @@ def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coale
     assert r["cpu_us_per_chunk"] > 0
     if coalesce_us:
         assert r["reads_per_wakeup"] > 1.5  # 2 ms windows gather reads from the 4 streams
+
+
+def test_uring_floor_reads_every_ready_socket_per_wake_up(tmp_path: Path) -> None:
+    """One io_uring wait runs at most ~20 queued receives; the floor must run the rest before it
+    sleeps again, or data piles up in the sockets and several chunks share one read (and stamp).
+    128 streams, a chunk every 10 ms each, a 4 ms sleep between waits: ~50 sockets ready per
+    wake-up, each read holding one chunk (before the fix: 20 reads per wake-up, 2.6 chunks each)."""
+    exe, has_uring = cpu_floor.build_floor_client(tmp_path)
+    if not has_uring:
+        pytest.skip("built without liburing")
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        r = cpu_floor.run_floor(exe, server.port, 128, 1.0, "uring", 4000, 32, None)
+    assert 9_000 < r["chunks_per_s"] < 13_500
+    assert r["reads"] >= 0.9 * r["chunks"]
 
 
 def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
@@ -69,7 +83,7 @@ def test_wake_accounting_splits_the_gap_to_the_floor() -> None:
 def test_floor_run_reports_wakeups_per_second(tmp_path: Path) -> None:
     exe, _ = cpu_floor.build_floor_client(tmp_path)
     with SyntheticServer(ttft_ms=5, itl_ms=5) as server:
-        r = cpu_floor.run_floor(exe, server.port, 4, 0.5, "epoll", 2000, None)
+        r = cpu_floor.run_floor(exe, server.port, 4, 0.5, "epoll", 2000, 64, None)
     assert r["wakeups_per_s"] == pytest.approx(r["wakeups"] / r["seconds"])
     # a 2 ms sleep between drains: at most ~500 a second, fewer on a slow host (290 under ASan in CI)
     assert 50 <= r["wakeups_per_s"] <= 600
