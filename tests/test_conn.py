@@ -585,3 +585,22 @@ def test_outputs_kept_only_when_asked(loop_factory: Any) -> None:
     assert kept.extra["outputs"] == {0: ("Hello world", "hm"), 1: ("Hello world", "hm")}
     default, _ = drive(loop_factory, script, n=2)
     assert "outputs" not in default.extra
+
+
+def test_outputs_that_are_not_openai_chunks_are_null_not_fatal(loop_factory: Any) -> None:
+    """The core counts a chunk's tokens from its usage without decoding its text; the texts kept
+    for --save-outputs are decoded after the run, and an unreadable one (a lone surrogate escape,
+    a delta that is not an object) must leave that row's texts null, not end the run."""
+    usage = b'"usage":{"prompt_tokens":7,"total_tokens":8,"completion_tokens":1}'
+    bad_events = {1: b'{"choices":[{"index":0,"delta":"zz"}],' + usage + b'}',
+                  2: b'{"choices":[{"index":0,"text":"\\ud800"}],' + usage + b'}'}
+
+    def script(n: int, body: bytes) -> list[Any]:
+        event = bad_events.get(n, b'{"choices":[{"index":0,"text":"ok"}],' + usage + b'}')
+        return [STREAM_HEAD, chunked(b"data: " + event + b"\n\n"), chunked(sse("[DONE]")) + CHUNKED_END]
+
+    data, _ = drive(loop_factory, script, n=3, save_outputs=True)
+    assert list(col(data, "error")) == [0, 0, 0]
+    assert list(col(data, "output_tokens")) == [1, 1, 1]
+    assert data.extra["outputs"] == {0: ("ok", ""), 1: (None, None), 2: (None, None)}
+    assert data.extra["outputs_unreadable"] == 2

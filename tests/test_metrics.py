@@ -435,3 +435,13 @@ def test_every_figure_has_a_definition() -> None:
     result = run(build_run(sequential(), duration_ms=2000), CONFIG)
     assert set(result.distributions) <= set(DEFINITIONS)
     assert "(E2E latency - TTFT) / (output tokens - 1)" in DEFINITIONS["tpot"]
+
+
+def test_unreadable_saved_outputs_are_said() -> None:
+    data = build_run(sequential(3), duration_ms=1000)
+    data.extra["outputs"] = {0: ("ok", ""), 1: (None, None), 2: ("ok", "")}
+    data.extra["outputs_unreadable"] = 1
+    assert any(note.startswith("--save-outputs: 1 requests streamed events that are not readable")
+               for note in run(data, CONFIG).notes)
+    data.extra["outputs_unreadable"] = 0
+    assert not any("--save-outputs" in note for note in run(data, CONFIG).notes)

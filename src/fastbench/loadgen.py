@@ -626,9 +626,15 @@ class LoadGenerator:
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
                 "wakeups": counters["wakeups"],
                 "ends_watched": counters["ends_watched"],
-                **({"outputs": decode_outputs(self.state.outputs)} if self.plan.save_outputs else {}),
+                **self._decoded_outputs(),
             },
         )
+
+    def _decoded_outputs(self) -> dict[str, Any]:
+        if not self.plan.save_outputs:
+            return {}
+        outputs, unreadable = decode_outputs(self.state.outputs)
+        return {"outputs": outputs, "outputs_unreadable": unreadable}
 
 
 def mean_in_flight(rows: np.ndarray, start_ns: int, end_ns: int) -> float:
@@ -644,23 +650,47 @@ def mean_in_flight(rows: np.ndarray, start_ns: int, end_ns: int) -> float:
     return float(busy) / (end_ns - start_ns)
 
 
-def decode_outputs(raw: dict[int, bytes]) -> dict[int, tuple[str, str]]:
+def decode_outputs(raw: dict[int, bytes]) -> tuple[dict[int, tuple[str, str] | tuple[None, None]], int]:
     """Row -> (answer text, reasoning text) from the output events the core kept (NUL-separated
-    JSON chunks). Runs once per request after the run, never on the hot path."""
-    decoded = {}
+    JSON chunks), and how many rows had an event that is not a readable OpenAI chunk (their texts
+    are None: the core counted their tokens, but no text can be told from them). Runs once per
+    request after the run, never on the hot path."""
+    decoded: dict[int, tuple[str, str] | tuple[None, None]] = {}
+    unreadable = 0
     for row, blob in raw.items():
-        answer: list[str] = []
-        reasoning: list[str] = []
-        for event in blob.split(b"\0"):
-            if not event:
-                continue
-            chunk = orjson.loads(event)
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                answer.append(choice.get("text") or delta.get("content") or "")
-                reasoning.append(delta.get("reasoning") or delta.get("reasoning_content") or "")
-        decoded[row] = ("".join(answer), "".join(reasoning))
-    return decoded
+        try:
+            decoded[row] = _decode_events(blob)
+        except (ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
+            decoded[row] = (None, None)
+            unreadable += 1
+    return decoded, unreadable
+
+
+def _decode_events(blob: bytes) -> tuple[str, str]:
+    answer: list[str] = []
+    reasoning: list[str] = []
+    for event in blob.split(b"\0"):
+        if not event:
+            continue
+        chunk = orjson.loads(event)
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                raise TypeError("a choice is not an object")
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise TypeError("a delta is not an object")
+            answer.append(_text(choice.get("text") or delta.get("content")))
+            reasoning.append(_text(delta.get("reasoning") or delta.get("reasoning_content")))
+    return "".join(answer), "".join(reasoning)
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError("a text field is not a string")
+    return value
 
 
 async def _handshake(

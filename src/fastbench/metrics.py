@@ -776,6 +776,9 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int, 
     if cut_tokens:
         notes.append(f"{int(cut.sum())} requests cut short when the run stopped had received {cut_tokens:,} output "
                      "tokens: like vllm bench serve, token counts and throughputs cover completed requests only")
+    if data.extra.get("outputs_unreadable"):
+        notes.append(f"--save-outputs: {data.extra['outputs_unreadable']} requests streamed events that are not "
+                     "readable OpenAI chunks (bad JSON or types); their output_text and reasoning_text are null")
     if n.warmups:
         notes.append(f"{n.warmups} warm-up requests sent before the measured window, not counted")
     if 0 < n.completed < FEW_SAMPLES:
