@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
 import os
 import resource
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +194,46 @@ def test_an_output_may_not_overwrite_an_input(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--config and --result-json name the same file"):
         run(BenchConfig(base_url=UNREACHABLE, config_file=str(toml), result_json=str(toml)))
     assert dataset.read_text() == '{"prompt": "hi", "max_tokens": 4}\n'
+
+
+def test_a_stop_abandons_the_workload_build() -> None:
+    """Counting prompts with /tokenize can take minutes; a stop (first Ctrl-C) must end it at once,
+    as it ends a launch, and the work under way is cancelled, not left running."""
+    from fastbench.api import _unless_stopped
+
+    async def main() -> tuple[bool, float]:
+        cancelled = False
+
+        async def slow_build() -> int:
+            nonlocal cancelled
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+            return 1
+
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.1, stop.set)
+        t0 = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await _unless_stopped(slow_build(), stop, "interrupted while preparing the workload")
+        return cancelled, time.monotonic() - t0
+
+    cancelled, took = asyncio.run(main())
+    assert cancelled and took < 5
+
+
+def test_a_workload_build_that_ends_first_gives_its_result_or_error() -> None:
+    from fastbench.api import _unless_stopped
+
+    async def fails() -> int:
+        raise ConfigError("bad dataset")
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        with pytest.raises(ConfigError, match="bad dataset"):
+            await _unless_stopped(fails(), stop, "")
+        return await _unless_stopped(asyncio.sleep(0.01, result=3), stop, "")
+
+    assert asyncio.run(main()) == 3

@@ -604,3 +604,30 @@ def test_outputs_that_are_not_openai_chunks_are_null_not_fatal(loop_factory: Any
     assert list(col(data, "output_tokens")) == [1, 1, 1]
     assert data.extra["outputs"] == {0: ("ok", ""), 1: (None, None), 2: (None, None)}
     assert data.extra["outputs_unreadable"] == 2
+
+
+def test_a_stop_during_the_warm_ups_sends_no_measured_request(loop_factory: Any) -> None:
+    """Warm-ups that would take 10 s; the stop comes after 0.2 s: the warm-ups in flight are cut,
+    the window opens on nothing and no request of the workload goes out."""
+    def script(n: int, body: bytes) -> list[Any]:
+        return stream_script([1] * 50, gap_s=0.2)
+
+    async def main() -> tuple[RunData, ScriptedServer, float]:
+        async with ScriptedServer(script) as server:
+            stop = asyncio.Event()
+            plan = LoadPlan(bodies=[b'{"n":%d}' % i for i in range(4)], warmup_bodies=[b'{"w":1}'] * 4,
+                            concurrency=2, stop_event=stop)
+            asyncio.get_running_loop().call_later(0.2, stop.set)
+            t0 = time.monotonic()
+            data = await LoadGenerator(Target.parse(server.base_url, "/v1/completions"), plan).run()
+            return data, server, time.monotonic() - t0
+
+    loop = loop_factory()
+    try:
+        data, server, took = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert took < 3.0
+    assert data.stopped_reason == "interrupted"
+    assert list(col(data, "sent_ns")) == [0, 0, 0, 0]
+    assert [body for _, body in server.requests if body.startswith(b"{\"n\"")] == []

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import numbers
 import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
-from typing import Any, get_args
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, get_args
 
 import aiohttp
 import orjson
@@ -23,6 +24,8 @@ from .loadgen import LoadGenerator, LoadPlan, Target, check_api_key
 from .metrics import Result
 
 __all__ = ("arun", "run")
+
+T = TypeVar("T")
 
 
 def _is_whole(value: Any) -> bool:
@@ -279,6 +282,25 @@ async def arun(
             await launched.astop()  # SIGTERM, SIGKILL after the grace period; checks the port is free
 
 
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None, why: str) -> T:
+    """``await work``, abandoned (CancelledError, as for a stop during a launch) once ``stop`` is set."""
+    if stop is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        raise asyncio.CancelledError(why)
+    return task.result()
+
+
 async def _run_against(
     config: BenchConfig, base_url: str, synthetic: Any,
     on_progress: Callable[[dict[str, Any]], None] | None,
@@ -300,7 +322,10 @@ async def _run_against(
         server_info.update(model=model, max_model_len=max_model_len,
                            version=await _server_version(session, base_url))
         tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
-        work = await workload.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize)
+        # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
+        work = await _unless_stopped(
+            workload.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize), stop,
+            "interrupted while preparing the workload")
         plan = LoadPlan(
             bodies=[spec.body for spec in work.requests],
             warmup_bodies=[spec.body for spec in work.warmups],

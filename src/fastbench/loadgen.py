@@ -530,6 +530,8 @@ class LoadGenerator:
         gc.disable()
         wake_fd = self.state.fileno()
         watchdog = loop.create_task(self._watchdog())
+        # Watched from before the warm-ups: a stop during them must also keep the window from opening.
+        watcher = loop.create_task(self._watch_stop()) if plan.stop_event is not None else None
         try:
             # The loop calls the core directly: no Python frame per wake-up.
             if plan.expected_output_tokens is not None:
@@ -543,7 +545,7 @@ class LoadGenerator:
                 loop.add_reader(wake_fd, self.state.drain_coalesced)
             else:
                 loop.add_reader(wake_fd, self.state.drain)
-            if plan.warmup_bodies and not (plan.stop_event and plan.stop_event.is_set()):
+            if plan.warmup_bodies and not self._stopping:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
             # take ~1 s, which would make the first arrivals late by as much.
@@ -559,7 +561,6 @@ class LoadGenerator:
             if plan.max_seconds is not None:
                 cap_timer = loop.call_later(plan.max_seconds, self.stop, "time cap")
             sampler = loop.create_task(self._sample_progress(start_ns))
-            watcher = loop.create_task(self._watch_stop()) if plan.stop_event is not None else None
             try:
                 if offsets is None:
                     await self._run_closed(start_ns)
@@ -570,14 +571,14 @@ class LoadGenerator:
                 raise
             finally:
                 sampler.cancel()
-                if watcher is not None:
-                    watcher.cancel()
                 if cap_timer is not None:
                     cap_timer.cancel()
             end_ns = now_ns()
             cpu_ns = time.process_time_ns() - cpu0
         finally:
             watchdog.cancel()
+            if watcher is not None:
+                watcher.cancel()
             loop.remove_reader(wake_fd)
             for conn in self._idle:
                 conn.close()
