@@ -7,6 +7,7 @@ import errno
 import os
 import random
 import select
+import socket
 import ssl
 import time
 from typing import Any
@@ -631,3 +632,220 @@ def test_a_stop_during_the_warm_ups_sends_no_measured_request(loop_factory: Any)
     assert data.stopped_reason == "interrupted"
     assert list(col(data, "sent_ns")) == [0, 0, 0, 0]
     assert [body for _, body in server.requests if body.startswith(b"{\"n\"")] == []
+
+
+def _client_sockets_to(port: int) -> int:
+    """This process's TCP sockets connected to ``port``."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        try:
+            count += sock.family == socket.AF_INET and sock.getpeername()[1] == port
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return count
+
+
+def test_a_cancelled_run_closes_its_connections(loop_factory: Any) -> None:
+    """A run whose task is cancelled (asyncio's Ctrl-C under the Python API) unwinds without its
+    own stop: the connections in flight must still be closed, not left streaming."""
+    async def main() -> tuple[int, int]:
+        async with ScriptedServer(lambda n, body: stream_script([1] * 100, gap_s=0.05)) as server:
+            port = int(server.base_url.rsplit(":", 1)[1])
+            gen = LoadGenerator(Target.parse(server.base_url, "/v1/completions"),
+                                LoadPlan(bodies=[b"{}"] * 8, warmup_bodies=[], concurrency=8))
+            task = asyncio.ensure_future(gen.run())
+            await asyncio.sleep(0.3)
+            during = _client_sockets_to(port)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return during, _client_sockets_to(port)
+
+    loop = loop_factory()
+    try:
+        during, after = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert (during, after) == (8, 0)
+
+
+def test_a_request_cut_while_its_body_is_still_being_sent(loop_factory: Any) -> None:
+    """A 30 MB body the server never reads: the loop is still writing it when the request times
+    out. Closing the connection must end that write too, or (on asyncio's loop) the stale watch on
+    the fd number stalls the next connection that gets it, and the run never ends."""
+    async def main() -> RunData:
+        first = True
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal first
+            stuck, first = first, False
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    if stuck:
+                        await asyncio.sleep(3)
+                        return
+                    await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+                    for step in stream_script([1, 2]):
+                        if isinstance(step, bytes):
+                            writer.write(step)
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        big = b'{"prompt":"' + b"x" * 30_000_000 + b'"}'
+        gen = LoadGenerator(Target.parse(f"http://127.0.0.1:{port}", "/v1/completions"),
+                            LoadPlan(bodies=[big, b"{}", b"{}"], warmup_bodies=[], concurrency=1,
+                                     request_timeout_s=0.3))
+        try:
+            return await asyncio.wait_for(gen.run(), 10)
+        finally:
+            server.close()
+
+    loop = loop_factory()
+    try:
+        data = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert list(col(data, "error")) == [ErrorClass.TIMEOUT, 0, 0]
+
+
+def test_an_answer_before_the_whole_request_was_sent_ends_the_connection(loop_factory: Any) -> None:
+    """A server may answer (an early 413, say) before it read a large body; the rest of that body
+    would read as the next request on the connection, so the next request takes a new one."""
+    async def main() -> tuple[RunData, list[bytes]]:
+        heads: list[bytes] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    heads.append(head.split(b"\r\n", 1)[0])
+                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    if length > 1_000_000:  # answered at once, body unread
+                        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+                        await writer.drain()
+                        await asyncio.sleep(1)
+                        writer.close()
+                        return
+                    await reader.readexactly(length)
+                    for step in stream_script([1, 2]):
+                        if isinstance(step, bytes):
+                            writer.write(step)
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        big = b'{"prompt":"' + b"x" * 30_000_000 + b'"}'
+        gen = LoadGenerator(Target.parse(f"http://127.0.0.1:{port}", "/v1/completions"),
+                            LoadPlan(bodies=[big, b"{}"], warmup_bodies=[], concurrency=1))
+        try:
+            return await asyncio.wait_for(gen.run(), 10), heads
+        finally:
+            server.close()
+
+    loop = loop_factory()
+    try:
+        data, heads = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert list(col(data, "error")) == [ErrorClass.HTTP_STATUS, 0]
+    assert list(col(data, "http_status")) == [413, 200]
+    assert heads == [b"POST /v1/completions HTTP/1.1"] * 2  # no request made of the body's rest
+    assert data.connections_opened == 2
+    assert data.stale_retries == 0  # not sent on the answered connection first, then again
+
+
+def test_a_close_delimited_stream_ends_at_its_last_data(loop_factory: Any) -> None:
+    """A body delimited by the connection's close: the request ends with the read that carried
+    [DONE], not when the client got round to the FIN (with --coalesce-ms, a tick later)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+    def script(n: int, body: bytes) -> list[Any]:
+        return [head, sse(completion_chunk("a", 1)), 0.03, sse(completion_chunk("b", 2, finish="length")),
+                sse("[DONE]"), "close"]
+
+    data, _ = drive(loop_factory, script, n=3, close_after_each=True, coalesce_s=0.02)
+    assert list(col(data, "error")) == [0, 0, 0]
+    last_chunk_ms = (col(data, "end_ns") - col(data, "first_token_ns")) / 1e6
+    # the second chunk left 30 ms after the first; a tick-time end would add up to 20 ms
+    assert all(29.0 < ms < 34.0 for ms in last_chunk_ms), last_chunk_ms
+
+
+def test_run_state_that_fails_to_build_closes_no_fd_it_does_not_own() -> None:
+    """A RunState that fails in its constructor is still deallocated: it must not close fd 0."""
+    read_end, write_end = os.pipe()
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        with pytest.raises(ValueError):
+            RunState(np.zeros((1, len(COLUMNS)), dtype=np.float64), *(Recorder(new_histogram()) for _ in range(3)))
+        os.fstat(0)  # raises if fd 0 was closed
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+
+
+def test_watch_ends_needs_the_tick() -> None:
+    state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))
+    state.expect_tokens(np.array([4], dtype=np.int64))
+    with pytest.raises(RuntimeError, match="coalesce"):
+        state.watch_ends()
+    state.coalesce(1_000_000)
+    state.watch_ends()
+
+
+def test_tls_records_of_one_read_are_one_multi_event_read(tmp_path: Any) -> None:
+    """Three events in three TLS records 1 ms apart, read together under --coalesce-ms: one socket
+    read carrying several events, as over plain TCP (each record used to count as its own read)."""
+    trustme = pytest.importorskip("trustme")
+    cert = trustme.CA().issue_cert("localhost")
+
+    async def main(tls: bool) -> RunData:
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(server_ctx)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+                    for step in stream_script([1, 1, 1], ttft_s=0.05, gap_s=0.001):
+                        if isinstance(step, bytes):
+                            writer.write(step)
+                            await writer.drain()
+                        elif step:
+                            await asyncio.sleep(step)
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx if tls else None)
+        port = server.sockets[0].getsockname()[1]
+        target = Target.parse(f"{'https' if tls else 'http'}://localhost:{port}", "/v1/completions")
+        gen = LoadGenerator(target, LoadPlan(bodies=[b"{}"] * 2, warmup_bodies=[], concurrency=1,
+                                             verify_tls=False, coalesce_s=0.03))
+        data = await gen.run()
+        server.close()
+        return data
+
+    loop = uvloop.new_event_loop()
+    try:
+        plain, tls = (loop.run_until_complete(main(flag)) for flag in (False, True))
+    finally:
+        loop.close()
+    for data in (plain, tls):
+        assert list(col(data, "error")) == [0, 0]
+        assert list(col(data, "chunks")) == [3, 3]
+    assert plain.multi_event_reads >= 1
+    assert tls.multi_event_reads >= 1

@@ -539,9 +539,9 @@ class LoadGenerator:
             if plan.coalesce_s:
                 # Coalescing: the sockets are drained at least every coalesce_s, and at once when a
                 # stream that may be ending gets a chunk; one wake-up serves every ready socket.
+                wake_fd = self.state.coalesce(max(1, round(plan.coalesce_s * 1e9)))
                 if plan.expected_output_tokens is not None:
                     self.state.watch_ends()
-                wake_fd = self.state.coalesce(max(1, round(plan.coalesce_s * 1e9)))
                 loop.add_reader(wake_fd, self.state.drain_coalesced)
             else:
                 loop.add_reader(wake_fd, self.state.drain)
@@ -583,6 +583,7 @@ class LoadGenerator:
             for conn in self._idle:
                 conn.close()
             self._idle.clear()
+            self.state.close_all("in flight when the run was cancelled")  # none left unless cancelled
             if self._stamp_guard is not None:
                 self._stamp_guard.close()
                 self._stamp_guard = None

@@ -195,6 +195,8 @@ cdef class RunState:
 
     def __cinit__(self, object rows, Recorder itl_chunk, Recorder itl_token, Recorder skew,
                   size_t max_event_bytes=1024 * 1024):
+        # First: __dealloc__ runs even when this fails, and must not close fds it never opened.
+        self.epfd = self.ends_epfd = self.tick_fd = -1
         self.rows = rows
         self.itl_chunk = itl_chunk
         self.itl_token = itl_token
@@ -309,6 +311,8 @@ cdef class RunState:
         """
         if not self.has_expected:
             raise RuntimeError("watch_ends() needs expect_tokens() first")
+        if self.tick_fd < 0:  # without the tick nothing reads the ends set
+            raise RuntimeError("watch_ends() needs coalesce() first")
         self.watching_ends = True
 
     cdef void _wake(self) noexcept:
@@ -351,6 +355,12 @@ cdef class RunState:
         epoll_ctl(self.ends_epfd if conn.in_ends_set else self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
         conn.in_ends_set = False
         self.conns.discard(conn)
+
+    def close_all(self, str why):
+        """Close every connection of the run; a request still in flight ends as cancelled (``why``).
+        For a run that unwinds without its own stop (its task was cancelled)."""
+        for conn in list(self.conns):
+            (<StreamConnection>conn).abort(E_CANCELLED, why)
 
     def set_requests(self, bytes head, list bodies):
         """The run's request bodies and the HTTP head they are sent with (up to Content-Length)."""
@@ -545,7 +555,7 @@ cdef class StreamConnection:
             return
         if n >= 0 or n == -EAGAIN:
             # The socket buffer is full: let the loop finish the write.
-            self.loop.create_task(self._send_rest(request[max(n, 0):]))
+            self.send_task = self.loop.create_task(self._send_rest(request[max(n, 0):]))
             return
         self._fail_now(E_CONNECT, "send failed: %s" % os.strerror(-n))
 
@@ -553,8 +563,11 @@ cdef class StreamConnection:
         try:
             await self.loop.sock_sendall(self.sock, rest)
         except OSError as exc:
+            self.send_task = None
             if self.busy:
                 self._fail_now(E_CONNECT, "send failed: %s" % exc)
+        else:
+            self.send_task = None
 
     def abort(self, int error, str why=""):
         """End the request in flight now (timeout, time cap) and close the connection."""
@@ -570,6 +583,12 @@ cdef class StreamConnection:
         if not self.closed:
             self.closed = True
             self.run._unregister(self)
+            if self.send_task is not None:
+                # The loop still watches the fd for the rest of a request; a socket opened next may
+                # get the same number, so the watch goes before the fd does.
+                self.loop.remove_writer(self.fd)
+                self.send_task.cancel()
+                self.send_task = None
             self.sock.close()
 
     cdef _fail_now(self, int error, str why):
@@ -592,6 +611,7 @@ cdef class StreamConnection:
                 else:
                     ts = fb_now_ns()
                 self.run.reads += 1
+                self.c.read_output_events = 0  # per socket read, however many TLS records it holds
                 if not self.busy:
                     # Bytes nobody asked for: the connection is out of step; drop it.
                     self.close()
@@ -602,8 +622,10 @@ cdef class StreamConnection:
                     self._feed(buf, n, ts)
                 if self.run.watching_ends:
                     self._watch_if_ending()
-                if n < READ_BUFFER_BYTES:
+                if n < READ_BUFFER_BYTES and not (
+                        self.busy and self.c.req.done_seen and self.c.http.state == FB_HTTP_S_BODY_EOF):
                     return
+                # else: a close-delimited stream said [DONE]; look for its FIN now, not a wake-up later
             elif n == 0:
                 self._on_eof()
                 return
@@ -650,7 +672,6 @@ cdef class StreamConnection:
         cdef Py_ssize_t used
         cdef fb_req_t *r = &self.c.req
         self.c.read_ts = ts
-        self.c.read_output_events = 0
         if r.first_byte_ns == 0:
             r.first_byte_ns = ts
         used = fb_http_feed(&self.c.http, buf, n, _on_body, &self.c)
@@ -673,7 +694,8 @@ cdef class StreamConnection:
     cdef _on_eof(self):
         if self.busy:
             if fb_http_feed_eof(&self.c.http) == 0:
-                self.c.read_ts = fb_now_ns()
+                if self.c.read_ts == 0:  # else: the body ended with the last data read, not the FIN's
+                    self.c.read_ts = fb_now_ns()   # (possibly coalesced) processing
                 self.close()
                 self._finish()
             else:
@@ -734,6 +756,10 @@ cdef class StreamConnection:
             else:
                 self.run.error_messages[row] = self._error_message(status)  # why it was cut short
         self.requests_served += 1
+        if self.send_task is not None:
+            # Answered before its request was all sent (an early 413, say): the rest of the body
+            # would read as the next request, so the connection is not reused.
+            self.close()
         if row >= 0 and not self.closed and not self.run.stopping:
             if self.run.refill:
                 # Closed loop: the slot freed at this response's end; the next request goes out now,

@@ -33,6 +33,7 @@ cdef extern from "fb_errors.h":
 
 cdef extern from "fb_http.h" nogil:
     enum:
+        FB_HTTP_S_BODY_EOF
         FB_HTTP_S_DONE
     ctypedef int (*fb_http_body_cb)(void *ctx, const char *data, size_t len) noexcept nogil
     ctypedef struct fb_http_t:

@@ -135,6 +135,7 @@ cdef class StreamConnection:
     cdef object ssl_out                # its outgoing MemoryBIO
     cdef bint kernel_timestamps        # the socket accepted SO_TIMESTAMPNS
     cdef object fut                    # Future of the request in flight
+    cdef object send_task              # the loop's write of a request the socket buffer could not take; None
     cdef object _py_why                # message for an error raised from Python (abort, send)
     cdef public bint busy              # a request is in flight
     cdef public bint closed
