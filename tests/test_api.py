@@ -53,6 +53,14 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"dataset_name": "jsonl", "dataset_path": "/tmp"}, "--dataset-path /tmp: is a directory"),
     ({"launch": LaunchConfig(model="m", engine_args="--enforce-eager"), "base_url": None},  # type: ignore[arg-type]
      "LaunchConfig.engine_args must be a tuple of strings"),
+    ({"save_outputs": True}, "--save-outputs keeps the response texts in --save-detailed's file"),
+    ({"synthetic_args": ("--itl-ms", "5")}, "--synthetic-args configures the built-in server"),
+    ({"dataset_path": "/tmp/sg.json"}, "--dataset-path is for --dataset-name sharegpt or jsonl; the dataset is random"),
+    ({"dataset_order": "file"}, "--dataset-order file is for --dataset-name sharegpt or jsonl"),
+    ({"label": "caf\udce9"}, "--label: not valid UTF-8 text"),
+    ({"result_json": "r\udce9sultat.json"}, "--result-json: not valid UTF-8 text"),
+    ({"launch": LaunchConfig(model="m", engine_args=("--x\udce9",)), "base_url": None},
+     "--engine-args: not valid UTF-8 text"),
 ])
 def test_bad_options_are_refused_before_anything_is_sent(changes: dict[str, Any], words: str) -> None:
     config = BenchConfig(**{"base_url": UNREACHABLE, "num_prompts": 2, **changes})
@@ -237,3 +245,46 @@ def test_a_workload_build_that_ends_first_gives_its_result_or_error() -> None:
         return await _unless_stopped(asyncio.sleep(0.01, result=3), stop, "")
 
     assert asyncio.run(main()) == 3
+
+
+def test_request_rate_inf_is_closed_loop_as_on_the_command_line() -> None:
+    config = BenchConfig(request_rate=float("inf"))
+    assert config.request_rate is None
+    assert config.effective_concurrency == 16
+
+
+def test_a_dataset_that_is_a_pipe_is_read(tmp_path: Path) -> None:
+    """--dataset-path <(...) names a pipe, not a regular file; it is read like one."""
+    fifo = tmp_path / "prompts.jsonl"
+    os.mkfifo(fifo)
+    lines = b"".join(orjson.dumps({"prompt": f"p {i}", "max_tokens": 3}) + b"\n" for i in range(4))
+
+    def feed() -> None:
+        with open(fifo, "wb") as f:
+            f.write(lines)
+
+    import threading
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        result = run(BenchConfig(num_prompts=4, dataset_name="jsonl", dataset_path=str(fifo), progress=False))
+    finally:
+        writer.join(5)
+    assert result.counts.completed == 4
+
+
+def test_a_launch_with_a_bad_dataset_fails_before_the_engine_starts(tmp_path: Path) -> None:
+    """The dataset is read (without the server) before the engine is started: a launch would
+    otherwise spend minutes loading a model only to be told the file is bad."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    marker = tmp_path / "engine-started"
+    engine = tmp_path / "engine.sh"
+    engine.write_text(f"#!/bin/sh\ntouch {marker}\nsleep 30\n")
+    engine.chmod(0o755)
+    config = BenchConfig(num_prompts=2, dataset_name="sharegpt", dataset_path=str(bad), progress=False,
+                         launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=5))
+    with pytest.raises(ConfigError):
+        run(config)
+    assert not marker.exists()

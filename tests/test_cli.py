@@ -52,6 +52,14 @@ def test_help_explains_flags() -> None:
     (["--result-json", "/nonexistent/x.json"], "--result-json /nonexistent/x.json: /nonexistent does not exist"),
     (["--result-card", "/"], "--result-card /: is a directory"),
     (["--save-detailed", "/proc/x.jsonl"], "--save-detailed /proc/x.jsonl: cannot write in /proc"),
+    # options the others make idle are refused, not silently ignored
+    (["--server-port", "8001", "--engine-bin", "/bin/true"],
+     "--server-port, --engine-bin: only with --launch ENGINE"),
+    (["--dataset-path", "/etc/hostname"], "--dataset-path is for --dataset-name sharegpt or jsonl"),
+    (["--save-outputs"], "--save-outputs keeps the response texts in --save-detailed's file"),
+    (["--base-url", "http://127.0.0.1:1", "--synthetic-args", "--itl-ms 5"], "--synthetic-args configures"),
+    (["--label", "caf\udce9"], "--label: not valid UTF-8 text"),
+    (["--conf", "run.toml"], "write --config in full"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
     proc = fastbench(*args, timeout=60)

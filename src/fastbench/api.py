@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import numbers
 import os
 import platform
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, get_args
 
 import aiohttp
@@ -172,15 +173,45 @@ def validate(config: BenchConfig) -> None:
 
 
 def _check_inputs(config: BenchConfig) -> None:
-    """The dataset file is there: found out before a launched server spends minutes loading."""
+    """The dataset file is there, and no option is given that the others make idle: found out
+    before a launched server spends minutes loading."""
+    for name, value in _texts(config):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{name}: not valid UTF-8 text ({value!r}); result files are UTF-8") from None
+    if config.save_outputs and not config.save_detailed:
+        raise ConfigError("--save-outputs keeps the response texts in --save-detailed's file: give --save-detailed")
+    if config.synthetic_args and (config.base_url is not None or config.launch is not None):
+        raise ConfigError("--synthetic-args configures the built-in server, which --base-url and --launch replace")
     if config.dataset_name == "random":
+        for flag, idle in (("--dataset-path", config.dataset_path), ("--dataset-order file",
+                                                                     config.dataset_order == "file")):
+            if idle:
+                raise ConfigError(f"{flag} is for --dataset-name sharegpt or jsonl; the dataset is random "
+                                  "(vllm bench serve's default once was sharegpt: give --dataset-name)")
         return
     path = config.dataset_path
     if not path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
-    if not os.path.isfile(path):
-        why = "is a directory; give the file itself" if os.path.isdir(path) else "not found"
-        raise ConfigError(f"--dataset-path {path}: {why}")
+    if os.path.isdir(path):
+        raise ConfigError(f"--dataset-path {path}: is a directory; give the file itself")
+    if not os.path.exists(path):
+        raise ConfigError(f"--dataset-path {path}: not found")
+
+
+def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
+    """Every text option (flag name, value), those of the launch included; the command line that
+    holds them all last, so that a message names the option."""
+    for obj in (config, config.launch):
+        for field in dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ():
+            value = getattr(obj, field.name)
+            for text in value if isinstance(value, (tuple, list)) and field.name != "command_line" else (value,):
+                if isinstance(text, str):
+                    yield f"--{field.name.replace('_', '-')}", text
+    for text in config.command_line:
+        if isinstance(text, str):
+            yield "the command line", text
 
 
 def _check_outputs(config: BenchConfig) -> None:
@@ -239,7 +270,10 @@ async def arun(
     # started before any launch, so that its baseline is the machine without the server
     memory = server.start_memory_sampler(config)
     try:
-        if config.launch is not None:
+        if config.launch is not None and (config.dataset_path is None or os.path.isfile(config.dataset_path)):
+            # A dry build first: a dataset, tokenizer or length option that cannot work is found
+            # before the engine spends minutes loading (counted without the server, then again with it).
+            await workload.build_workload(config, config.launch.model, max_model_len=None)
             launched = server.make_server(config.launch, api_key=config.api_key,
                                           log_dir=server.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch

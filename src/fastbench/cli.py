@@ -223,6 +223,11 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
     if ns.launch is None:
         if ns.launch_model or ns.docker_image or ns.engine_args:
             raise FastbenchError("--launch-model, --engine-args and --docker-image need --launch ENGINE")
+        given = [flag for flag, value in (("--docker-args", ns.docker_args), ("--server-env", ns.server_env),
+                                          ("--server-port", ns.server_port), ("--server-log", ns.server_log),
+                                          ("--engine-bin", ns.engine_bin)) if value]
+        if given:
+            raise FastbenchError(f"{', '.join(given)}: only with --launch ENGINE (they configure a launched server)")
         return None
     if not ns.launch_model:
         raise FastbenchError(f"--launch {ns.launch} needs --launch-model MODEL")

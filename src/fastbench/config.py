@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Literal
 
@@ -76,7 +77,7 @@ class BenchConfig:
     :param concurrency: most requests in flight at once. Closed loop (request_rate None) keeps this
         many (None: 16); open loop caps at it (None: no cap, as ``vllm bench serve`` without
         ``--max-concurrency``). ``effective_concurrency`` is the value in force.
-    :param request_rate: open-loop arrival rate in requests/s; None for closed loop.
+    :param request_rate: open-loop arrival rate in requests/s; None (or ``math.inf``) for closed loop.
     :param burstiness: gamma shape of inter-arrival times; 1.0 is Poisson.
     :param num_prompts: requests to send (after warm-ups).
     :param max_seconds: hard cap on the measured window; in-flight requests are cancelled at it.
@@ -151,6 +152,8 @@ class BenchConfig:
     def __post_init__(self) -> None:
         _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",
                              "config_file"))
+        if isinstance(self.request_rate, float) and self.request_rate == math.inf:
+            object.__setattr__(self, "request_rate", None)  # closed loop, as --request-rate inf
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)

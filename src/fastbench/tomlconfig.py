@@ -93,6 +93,9 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
     replaces the file's: ``--base-url`` drops the file's launch flags, ``--launch`` its base_url."""
     path, rest = config_path(argv)
     if path is None:
+        if getattr(parser.parse_known_args(argv)[0], "config", None) is not None:
+            # argparse took an abbreviation (--conf) that the split above does not know
+            raise ConfigError("write --config in full: its file's flags are read before the others")
         return None, argv
     given, _ = parser.parse_known_args(rest)
     skip = (LAUNCH_FLAGS if given.base_url and not given.launch
