@@ -62,6 +62,29 @@ def col(data: RunData, name: str) -> np.ndarray:
     return data.rows[:, COL[name]]
 
 
+def _stream_handler(steps: list[Any], on_head: Any = None) -> Any:
+    """An asyncio server's connection handler: reads each request (head, then Content-Length body)
+    and answers it with ``steps`` (bytes to write, seconds to wait). ``on_head(head, writer)``, when
+    given, sees each head before the body is read and returns True to take the connection over."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if on_head is not None and await on_head(head, writer):
+                    return
+                await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+                for step in steps:
+                    if isinstance(step, bytes):
+                        writer.write(step)
+                        await writer.drain()
+                    elif step:
+                        await asyncio.sleep(step)
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            writer.close()
+
+    return handle
+
+
 def test_column_order_matches_records() -> None:
     assert COLUMN_ORDER == COLUMNS
 
@@ -532,22 +555,8 @@ def test_tls_verified_untrusted_and_insecure(tmp_path: Any, monkeypatch: pytest.
         server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(server_ctx)
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                    await reader.readexactly(length)
-                    for step in stream_script([1, 2], gap_s=0.01):
-                        if isinstance(step, bytes):
-                            writer.write(step)
-                            await writer.drain()
-                        elif step:
-                            await asyncio.sleep(step)
-            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-                writer.close()
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        server = await asyncio.start_server(_stream_handler(stream_script([1, 2], gap_s=0.01)), "127.0.0.1", 0,
+                                            ssl=server_ctx)
         port = server.sockets[0].getsockname()[1]
         target = Target.parse(f"https://localhost:{port}", "/v1/completions")
         gen = LoadGenerator(target, LoadPlan(bodies=[b"{}"] * 3, warmup_bodies=[], concurrency=1,
@@ -675,93 +684,64 @@ def test_a_cancelled_run_closes_its_connections(loop_factory: Any) -> None:
     assert (during, after) == (8, 0)
 
 
-def test_a_request_cut_while_its_body_is_still_being_sent(loop_factory: Any) -> None:
-    """A 30 MB body the server never reads: the loop is still writing it when the request times
-    out. Closing the connection must end that write too, or (on asyncio's loop) the stale watch on
-    the fd number stalls the next connection that gets it, and the run never ends."""
-    async def main() -> RunData:
-        first = True
+BIG_BODY = b'{"prompt":"' + b"x" * 30_000_000 + b'"}'  # far more than a socket buffer takes
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal first
-            stuck, first = first, False
-            try:
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    if stuck:
-                        await asyncio.sleep(3)
-                        return
-                    await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
-                    for step in stream_script([1, 2]):
-                        if isinstance(step, bytes):
-                            writer.write(step)
-                    await writer.drain()
-            except (asyncio.IncompleteReadError, ConnectionError):
-                writer.close()
 
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+def _run_with_a_big_body(loop_factory: Any, on_big: Any, bodies: list[bytes],
+                         **plan: Any) -> tuple[RunData, list[bytes]]:
+    """Runs ``bodies`` against a server that streams a short answer to each request, except those
+    with a body over 1 MB: ``on_big(writer)`` takes their connection, the body unread. Returns the
+    run and the request lines the server read."""
+    async def main() -> tuple[RunData, list[bytes]]:
+        request_lines: list[bytes] = []
+
+        async def on_head(head: bytes, writer: asyncio.StreamWriter) -> bool:
+            request_lines.append(head.split(b"\r\n", 1)[0])
+            if int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]) <= 1_000_000:
+                return False
+            await on_big(writer)
+            return True
+
+        server = await asyncio.start_server(_stream_handler(stream_script([1, 2]), on_head), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        big = b'{"prompt":"' + b"x" * 30_000_000 + b'"}'
         gen = LoadGenerator(Target.parse(f"http://127.0.0.1:{port}", "/v1/completions"),
-                            LoadPlan(bodies=[big, b"{}", b"{}"], warmup_bodies=[], concurrency=1,
-                                     request_timeout_s=0.3))
+                            LoadPlan(bodies=bodies, warmup_bodies=[], concurrency=1, **plan))
         try:
-            return await asyncio.wait_for(gen.run(), 10)
+            return await asyncio.wait_for(gen.run(), 10), request_lines
         finally:
             server.close()
 
     loop = loop_factory()
     try:
-        data = loop.run_until_complete(main())
+        return loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+def test_a_request_cut_while_its_body_is_still_being_sent(loop_factory: Any) -> None:
+    """A 30 MB body the server never reads: the loop is still writing it when the request times
+    out. Closing the connection must end that write too, or (on asyncio's loop) the stale watch on
+    the fd number stalls the next connection that gets it, and the run never ends."""
+    async def stuck(writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(3)
+
+    data, _ = _run_with_a_big_body(loop_factory, stuck, [BIG_BODY, b"{}", b"{}"], request_timeout_s=0.3)
     assert list(col(data, "error")) == [ErrorClass.TIMEOUT, 0, 0]
 
 
 def test_an_answer_before_the_whole_request_was_sent_ends_the_connection(loop_factory: Any) -> None:
     """A server may answer (an early 413, say) before it read a large body; the rest of that body
     would read as the next request on the connection, so the next request takes a new one."""
-    async def main() -> tuple[RunData, list[bytes]]:
-        heads: list[bytes] = []
+    async def too_large(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    heads.append(head.split(b"\r\n", 1)[0])
-                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                    if length > 1_000_000:  # answered at once, body unread
-                        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
-                        await writer.drain()
-                        await asyncio.sleep(1)
-                        writer.close()
-                        return
-                    await reader.readexactly(length)
-                    for step in stream_script([1, 2]):
-                        if isinstance(step, bytes):
-                            writer.write(step)
-                    await writer.drain()
-            except (asyncio.IncompleteReadError, ConnectionError):
-                writer.close()
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        big = b'{"prompt":"' + b"x" * 30_000_000 + b'"}'
-        gen = LoadGenerator(Target.parse(f"http://127.0.0.1:{port}", "/v1/completions"),
-                            LoadPlan(bodies=[big, b"{}"], warmup_bodies=[], concurrency=1))
-        try:
-            return await asyncio.wait_for(gen.run(), 10), heads
-        finally:
-            server.close()
-
-    loop = loop_factory()
-    try:
-        data, heads = loop.run_until_complete(main())
-    finally:
-        loop.close()
+    data, request_lines = _run_with_a_big_body(loop_factory, too_large, [BIG_BODY, b"{}"])
     assert list(col(data, "error")) == [ErrorClass.HTTP_STATUS, 0]
     assert list(col(data, "http_status")) == [413, 200]
-    assert heads == [b"POST /v1/completions HTTP/1.1"] * 2  # no request made of the body's rest
+    assert request_lines == [b"POST /v1/completions HTTP/1.1"] * 2  # no request made of the body's rest
     assert data.connections_opened == 2
     assert data.stale_retries == 0  # not sent on the answered connection first, then again
 
@@ -816,21 +796,8 @@ def test_tls_records_of_one_read_are_one_multi_event_read(tmp_path: Any) -> None
         server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(server_ctx)
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
-                    for step in stream_script([1, 1, 1], ttft_s=0.05, gap_s=0.001):
-                        if isinstance(step, bytes):
-                            writer.write(step)
-                            await writer.drain()
-                        elif step:
-                            await asyncio.sleep(step)
-            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-                writer.close()
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx if tls else None)
+        server = await asyncio.start_server(_stream_handler(stream_script([1, 1, 1], ttft_s=0.05, gap_s=0.001)),
+                                            "127.0.0.1", 0, ssl=server_ctx if tls else None)
         port = server.sockets[0].getsockname()[1]
         target = Target.parse(f"{'https' if tls else 'http'}://localhost:{port}", "/v1/completions")
         gen = LoadGenerator(target, LoadPlan(bodies=[b"{}"] * 2, warmup_bodies=[], concurrency=1,
