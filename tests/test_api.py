@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from fastbench import BenchConfig, ConfigError, ResultWriteError, api, report, run
+from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, report, run
 from fastbench.config import LaunchConfig
 from fastbench.loadgen import LoadGenerator
 from fastbench.synthetic import SyntheticServer
@@ -288,3 +288,65 @@ def test_a_launch_with_a_bad_dataset_fails_before_the_engine_starts(tmp_path: Pa
     with pytest.raises(ConfigError):
         run(config)
     assert not marker.exists()
+
+
+class _TlsOpenAIServer:
+    """An https OpenAI-like server with a self-signed certificate, on a loop in its own thread:
+    /v1/models lists "m", a POST streams two chunks, anything else is 404."""
+
+    def __init__(self) -> None:
+        import asyncio
+        import ssl
+        import threading
+
+        import trustme
+
+        from _scripted import stream_script
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        trustme.CA().issue_cert("localhost").configure_cert(ctx)
+        models = orjson.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    method, path = head.split(b" ", 2)[:2]
+                    length = head.lower().split(b"content-length:")
+                    if len(length) > 1:
+                        await reader.readexactly(int(length[1].split(b"\r\n")[0]))
+                    if method == b"POST" and path.startswith(b"/v1/completions"):
+                        writer.write(b"".join(step for step in stream_script([1, 2]) if isinstance(step, bytes)))
+                    elif path == b"/v1/models":
+                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                     b"Content-Length: %d\r\n\r\n%s" % (len(models), models))
+                    else:
+                        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+                writer.close()
+
+        self.loop = asyncio.new_event_loop()
+        server = self.loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx))
+        self.base_url = f"https://localhost:{server.sockets[0].getsockname()[1]}"
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def test_insecure_takes_a_self_signed_server_for_every_request() -> None:
+    """--insecure covers the side requests (/v1/models, /metrics, /tokenize) as well as the streams."""
+    pytest.importorskip("trustme")
+    server = _TlsOpenAIServer()
+    try:
+        config = BenchConfig(base_url=server.base_url, num_prompts=3, concurrency=1, progress=False)
+        with pytest.raises(ServerError, match="certificate"):
+            run(config)
+        result = run(config.replace(insecure=True))
+    finally:
+        server.close()
+    assert result.counts.completed == 3
+    assert result.server_info["model"] == "m"

@@ -102,15 +102,22 @@ def test_signal_writes_a_partial_result(tmp_path: Path, sig: str) -> None:
     import time
 
     out_json, card = tmp_path / "r.json", tmp_path / "card.md"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastbench", "--num-prompts", "400", "--concurrency", "4",
-         "--random-input-len", "16", "--random-output-len", "20", "--synthetic-args", "--ttft-ms 5 --itl-ms 10",
-         "--result-json", str(out_json), "--result-card", str(card)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    time.sleep(4.0)  # the synthetic server starts, then some requests complete (each takes ~0.2 s)
-    proc.send_signal(getattr(signal, sig))
-    stdout, stderr = proc.communicate(timeout=60)
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastbench", "--base-url", server.base_url, "--num-prompts", "400",
+             "--concurrency", "4", "--random-input-len", "16", "--random-output-len", "20",
+             "--result-json", str(out_json), "--result-card", str(card)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            # Signalled once a few measured requests went out (each takes ~0.2 s), however slow the host.
+            deadline = time.monotonic() + 60
+            while server.stats()["generation_requests"] < 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(getattr(signal, sig))
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
     assert proc.returncode == 130, stderr
     doc = orjson.loads(out_json.read_bytes())
     assert 0 < doc["completed"] < 400

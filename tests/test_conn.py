@@ -213,7 +213,9 @@ def test_coalesced_wake_ups_share_one_fd() -> None:
         asyncio.get_running_loop().remove_reader(fd)
         return fd, state.counters["wakeups"]
     fd, wakeups = uvloop.run(ticks())
-    assert fd >= 0 and 40 <= wakeups <= 51  # 2 ms ticks for 0.1 s, re-armed from each wake-up
+    # 2 ms ticks for 0.1 s, re-armed from each wake-up: a stalled process loses ticks (30 of 50
+    # seen under ASan with the CPUs busy), never gains any
+    assert fd >= 0 and 15 <= wakeups <= 51
 
 
 def test_arrival_timer_deadline() -> None:
@@ -753,13 +755,14 @@ def test_a_close_delimited_stream_ends_at_its_last_data(loop_factory: Any) -> No
 
     def script(n: int, body: bytes) -> list[Any]:
         return [head, sse(completion_chunk("a", 1)), 0.03, sse(completion_chunk("b", 2, finish="length")),
-                sse("[DONE]"), "close"]
+                sse("[DONE]"), 0.2, "close"]
 
     data, _ = drive(loop_factory, script, n=3, close_after_each=True, coalesce_s=0.02)
     assert list(col(data, "error")) == [0, 0, 0]
     last_chunk_ms = (col(data, "end_ns") - col(data, "first_token_ns")) / 1e6
-    # the second chunk left 30 ms after the first; a tick-time end would add up to 20 ms
-    assert all(29.0 < ms < 34.0 for ms in last_chunk_ms), last_chunk_ms
+    # [DONE] left >= 30 ms after the first chunk (the scripted server shares this loop, so a busy
+    # host makes it later), the FIN 200 ms after that: an end taken from the FIN is >= 230 ms
+    assert all(29.0 < ms < 200.0 for ms in last_chunk_ms), last_chunk_ms
 
 
 def test_run_state_that_fails_to_build_closes_no_fd_it_does_not_own() -> None:

@@ -43,6 +43,14 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _own_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Builds go to a cache of this module's own, not the user's ~/.cache (subprocesses inherit it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def built() -> Path:
     if fs.find_compiler() is None:

@@ -6,6 +6,7 @@ Ctrl-C), each ending with the process group gone and the port free."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -225,19 +226,25 @@ def test_processes_that_left_the_servers_group_are_stopped_too(fake: tuple[Path,
     not reach it, and it outlived the teardown, which said nothing."""
     vllm, _ = fake
     engine = tmp_path / "vllm-with-helper"
-    engine.write_text(f"#!/bin/sh\nsetsid sleep 777 &\nexec {sys.executable} {vllm} \"$@\"\n")
+    helper_pid = tmp_path / "helper.pid"
+    engine.write_text(f"#!/bin/sh\nsetsid sleep 60 &\necho $! > {helper_pid}\nexec {sys.executable} {vllm} \"$@\"\n")
     engine.chmod(0o755)
     server = VLLMServer(launch_config(engine, free_port(), tmp_path, SYNTH))
     server.start()
     try:
-        server.wait_ready(20)
+        try:
+            server.wait_ready(20)
+        finally:
+            server.stop()
+        assert server.teardown is not None
+        strays = server.teardown["left_the_group"]
+        assert len(strays) == 1 and server.teardown["processes_left"] == []
+        stat = Path(f"/proc/{strays[0]}/stat")
+        assert not stat.exists() or "Z" in stat.read_text().split()[2]
+        assert "left the server's process group: signalled too" in server.log_text()
     finally:
-        server.stop()
-    assert server.teardown is not None
-    strays = server.teardown["left_the_group"]
-    assert len(strays) == 1 and server.teardown["processes_left"] == []
-    assert not Path(f"/proc/{strays[0]}").exists() or "Z" in Path(f"/proc/{strays[0]}/stat").read_text().split()[2]
-    assert "left the server's process group: signalled too" in server.log_text()
+        with contextlib.suppress(OSError, ValueError):  # gone already, unless a check above failed
+            os.kill(int(helper_pid.read_text()), signal.SIGKILL)
 
 
 def test_no_strays_are_looked_for_under_a_reaped_engines_pid(fake: tuple[Path, Path], tmp_path: Path,
@@ -764,5 +771,9 @@ def test_server_dies_with_a_killed_fastbench(fake: tuple[Path, Path], tmp_path: 
     deadline = time.monotonic() + 10
     while (survivors() or not port_is_free("127.0.0.1", port)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert survivors() == [], "the server outlived a SIGKILLed fastbench"
+    left = survivors()
+    for pid in left:  # a failed check must not leave the fake server holding its port
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    assert left == [], "the server outlived a SIGKILLed fastbench"
     assert port_is_free("127.0.0.1", port)

@@ -654,10 +654,14 @@ def test_fault_stall() -> None:
 
 
 def test_fault_trickle() -> None:
-    with fault_server("trickle", trickle_us=20) as s:
+    with fault_server("trickle", trickle_us=100) as s:
         good, bad = _two(s, stream_body(2))
         assert bad.status == 200 and bad.datas[-1] == b"[DONE]" and len(token_chunks(bad)) == 2
-        assert bad.reads > 50 > good.reads  # byte by byte
+        # byte by byte, one every 100 us on the server's own schedule (~70 ms in all, against ~3 ms
+        # untrickled): however slowly this test's client reads, and so however many bytes each of
+        # its reads gathers, the stream took that long
+        assert bad.end_ns - bad.sent_ns >= (len(bad.body) - 1) * 100_000
+        assert s.stats()["faults_injected"] == 1
 
 
 def test_fault_close_after_response() -> None:

@@ -276,3 +276,17 @@ def test_validate_json_that_fails_after_the_run_still_shows_the_report(
     assert rc == 2
     assert "verdict:" in captured.out  # --quiet, but the report would be lost otherwise
     assert captured.err.strip() == f"fastbench validate: error: could not write --json {out}: No space left on device"
+
+
+@pytest.mark.parametrize("tolerance_ms,passes", [(1e-6, False), (1e6, True)])
+def test_the_timing_checks_follow_the_tolerance(tolerance_ms: float, passes: bool) -> None:
+    """Loopback skew is never 1 ns: at that tolerance the skew check and both error bounds fail,
+    and at 1,000 s they all pass; the other checks do not depend on it."""
+    report = fv.validate(2, num_requests=4, output_len=4, itl_ms=2, ttft_ms=2, tolerance_ms=tolerance_ms)
+    timing = {"skew p99 (ms)", "TTFT p99-level error bound (ms)", "chunk-gap p99-level error bound (ms)"}
+    checks = {c.name: c for c in report.checks}
+    assert timing <= checks.keys()
+    assert [checks[name].passed for name in sorted(timing)] == [passes] * 3
+    if not passes:
+        assert report.verdict == "FAIL"
+        assert "[FAIL] skew p99 (ms)" in report.render()

@@ -23,6 +23,7 @@ from .config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, End
 from .exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, check_api_key
 from .metrics import Result
+from .promscrape import http_session
 
 __all__ = ("arun", "run")
 
@@ -345,7 +346,7 @@ async def _run_against(
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
-    async with aiohttp.ClientSession() as session:
+    async with http_session(verify_tls=not config.insecure) as session:
         models, max_model_len = await workload.fetch_model_info(base_url, session, config.api_key)
         model = config.model or (models[0] if models else None)
         if model is None:

@@ -246,6 +246,12 @@ async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def http_session(verify_tls: bool = True) -> aiohttp.ClientSession:
+    """An aiohttp session for the server's side requests; ``verify_tls`` False (``--insecure``) takes
+    an https server's certificate unchecked, as the streams' connections do."""
+    return aiohttp.ClientSession(connector=None if verify_tls else aiohttp.TCPConnector(ssl=False))
+
+
 class MetricsScraper:
     """Reads ``BASE_URL/metrics`` at the window's start and end and every ``interval_s`` in between.
 
@@ -256,8 +262,9 @@ class MetricsScraper:
     """
 
     def __init__(self, base_url: str, *, interval_s: float = 2.0, api_key: str | None = None,
-                 timeout_s: float = 2.0) -> None:
+                 timeout_s: float = 2.0, verify_tls: bool = True) -> None:
         self.url = base_url.rstrip("/") + "/metrics"
+        self.verify_tls = verify_tls
         self.interval_asked_s = interval_s
         self.interval_s = interval_s  # doubled at each thinning
         self.timeout_s = timeout_s
@@ -279,7 +286,7 @@ class MetricsScraper:
 
     async def _scrape(self) -> Scrape | None:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = http_session(self.verify_tls)
         try:
             async with self._session.get(self.url, headers=self.headers,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:

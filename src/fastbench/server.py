@@ -1039,7 +1039,8 @@ class WindowMonitor:
                  on_server_death: Callable[[str], None]) -> None:
         self.server = server
         self.config = config
-        self.scraper = MetricsScraper(base_url, interval_s=config.metrics_interval_s, api_key=config.api_key)
+        self.scraper = MetricsScraper(base_url, interval_s=config.metrics_interval_s, api_key=config.api_key,
+                                      verify_tls=not config.insecure)
         self.on_server_death = on_server_death
         self.server_died: str | None = None
         self.window_start = "at the first request"
