@@ -213,3 +213,13 @@ def test_a_server_that_died_during_the_run_shows_the_summary_and_exits_1(
     assert rc == 1
     assert "Serving Benchmark Result" in out
     assert err.strip() == "fastbench: error: server exited with status 1 during the measured window"
+
+
+def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = cli.build_parser()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    assert cli.config_from_args(parser.parse_args([]), []).api_key == "sk-from-the-environment"
+    given = ["--api-key", "sk-from-the-flag"]
+    assert cli.config_from_args(parser.parse_args(given), given).api_key == "sk-from-the-flag"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert cli.config_from_args(parser.parse_args([]), []).api_key is None

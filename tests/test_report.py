@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from fastbench.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, 
 from fastbench.report import (
     RESULT_SCHEMA_VERSION,
     check_output_path,
+    detailed_records,
     redact_argv,
     redact_text,
     render_card,
@@ -367,3 +369,15 @@ def test_output_paths_are_checked_before_a_run(tmp_path: Path) -> None:
     check_output_path("--result-json", str(tmp_path / "new.json"))
     check_output_path("--result-json", str(a_file))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_detailed_jsonl_times_open_loop_requests_from_their_arrival() -> None:
+    """Open loop: ttft_ms and e2el_ms count from the scheduled arrival (as the result file's
+    figures), ttft_raw_ms from the send; in closed loop both count from the send."""
+    closed = build_run(2)
+    closed.rows[:, COL["sent_ns"]] += 5 * MS  # each request went out 5 ms after its slot freed
+    opened = dataclasses.replace(closed, open_loop=True)
+    (c, _), (o, _) = (list(detailed_records(d)) for d in (closed, opened))
+    assert c["ttft_ms"] == pytest.approx(45.0) and c["ttft_raw_ms"] == pytest.approx(45.0)
+    assert o["ttft_ms"] == pytest.approx(50.0) and o["ttft_raw_ms"] == pytest.approx(45.0)
+    assert o["e2el_ms"] - c["e2el_ms"] == pytest.approx(5.0)
