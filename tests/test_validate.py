@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from fastbench import report as report_files
 from fastbench import validate as fv
 from fastbench.exceptions import ServerError
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.records import COL, NCOLS
+from fastbench.records import COL, NCOLS, RunData
 from fastbench.synthetic import SyntheticServer
 
 LOOSE_SKEW_MS = 5.0
@@ -206,6 +207,9 @@ def test_reference_client_measures() -> None:
     (["--base-url", "foo"], "--base-url must look like http://host:port, got 'foo'"),
     (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: /nonexistent does not exist"),
     (["--json", "/"], "--json /: is a directory"),
+    (["--output-len", "1"], "--output-len must be at least 2 (chunk gaps are judged)"),
+    (["--num-requests", "100000000000"], "--concurrency must be at least 1, --num-requests between 1 and"),
+    (["--tokens-per-chunk", "1-99999999999999999999"], "argument --tokens-per-chunk: need 1 <= A <= B <= 1,000,000"),
 ])
 def test_validate_cli_bad_input_before_the_run(args: list[str], words: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -290,3 +294,36 @@ def test_the_timing_checks_follow_the_tolerance(tolerance_ms: float, passes: boo
     if not passes:
         assert report.verdict == "FAIL"
         assert "[FAIL] skew p99 (ms)" in report.render()
+
+
+def test_chunks_received_before_they_were_sent_fail_the_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative skew means the server's clock is not the client's (another host, VM or time
+    namespace behind --base-url): every skew figure is then meaningless, and the verdict says so
+    instead of passing on skews recorded as 0."""
+    real_run = fv.LoadGenerator.run
+
+    async def with_negative_skew(self: Any) -> RunData:
+        data = await real_run(self)
+        data.extra["skew_negative"] = 5
+        return data
+
+    monkeypatch.setattr(fv.LoadGenerator, "run", with_negative_skew)
+    report = fv.validate(2, num_requests=2, output_len=4, itl_ms=2, ttft_ms=2)
+    check = next(c for c in report.checks if c.name == "chunks with negative skew")
+    assert not check.passed and report.verdict == "FAIL"
+
+
+def test_an_output_longer_than_the_default_context_is_served() -> None:
+    """validate starts its own server with room for --output-len (its default context is 4096)."""
+    report = fv.validate(2, num_requests=2, output_len=5000, itl_ms=0, ttft_ms=0, warmup=False)
+    assert report.completed == 2 and report.failed == 0
+    assert report.tokens == 2 * 5000
+
+
+def test_server_cpu_is_shared_over_the_window_it_was_measured_in() -> None:
+    """The server's CPU used to run from before the connections and warm-ups were made, over the
+    measured window alone: 271 % of a core for this single-threaded server. (/proc counts in 10 ms
+    ticks: +-0.3 over this ~35 ms window.)"""
+    report = fv.validate(300, num_requests=300, output_len=2, itl_ms=1, ttft_ms=1)
+    assert report.server_cpu_share_of_core is not None
+    assert 0 <= report.server_cpu_share_of_core < 1.5

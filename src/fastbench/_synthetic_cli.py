@@ -12,6 +12,7 @@ import sys
 from fastbench._synthetic_engine import FAULTS, ServerConfig, serve
 
 HOUR_MS = 3_600_000.0
+MAX_TOKENS_PER_CHUNK = 1_000_000
 
 
 def _tokens_per_chunk(text: str) -> tuple[int, int]:
@@ -23,8 +24,8 @@ def _tokens_per_chunk(text: str) -> tuple[int, int]:
             lo = hi = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected N or A-B, got {text!r}") from None
-    if lo < 1 or hi < lo:
-        raise argparse.ArgumentTypeError(f"need 1 <= A <= B, got {text!r}")
+    if not 1 <= lo <= hi <= MAX_TOKENS_PER_CHUNK:
+        raise argparse.ArgumentTypeError(f"need 1 <= A <= B <= {MAX_TOKENS_PER_CHUNK:,}, got {text!r}")
     return lo, hi
 
 

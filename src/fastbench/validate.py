@@ -47,6 +47,7 @@ import orjson
 
 from . import report as report_files
 from ._synthetic_cli import HOUR_MS  # the longest delay the synthetic server takes
+from ._synthetic_cli import _tokens_per_chunk as _tokens_per_chunk_range
 from .cli import HelpFormatter
 from .exceptions import ConfigError, FastbenchError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
@@ -60,6 +61,7 @@ __all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate",
 
 DEFAULT_OUTPUT_LEN = 64
 DEFAULT_ROUNDS = 3  # default number of requests: this many per stream
+MAX_REQUESTS = 10_000_000  # as fastbench's --num-prompts
 STREAMS_OPEN_SHARE = 0.99  # verdict: streams kept open >= this share of the asked concurrency
 ENDPOINT = "/v1/completions"
 MODEL = "fastbench-synthetic"
@@ -75,10 +77,12 @@ DEFINITIONS: dict[str, str] = {
                        "0.5 % of chunks lie above it, so at most ~1 % of gaps (two chunks each) can be off by "
                        "more; for TTFT and TPOT the skew of all chunks stands in for that of first/last chunks.",
     "measured_minus_nominal": "Reported value minus the server's schedule (--ttft-ms, --itl-ms): includes "
-                              "the server's own write lateness, which is reported apart.",
+                              "the server's own lateness (its writes', reported apart, and its reading of "
+                              "the request) and, in open loop, the wait for a free slot under the cap.",
     "dispatch_lag": "Per request: sent_ns - scheduled_ns, as the client records it (closed loop: from the "
-                    "moment the worker saw its slot free; open loop: from the arrival time, so waiting "
-                    "for a free slot counts).",
+                    "kernel's receive stamp of the read that ended the slot's previous request, so the "
+                    "client's delay in reading that end counts; open loop: from the arrival time, so "
+                    "waiting for a free slot counts).",
     "slot_to_send": "An estimate of the client's lateness per request: send stamp minus the moment the "
                     "request could have gone, which is when a slot freed (closed loop, after the opening "
                     "ramp) or the later of its arrival and that (open loop). Requests take slots in order, "
@@ -95,8 +99,8 @@ DEFINITIONS: dict[str, str] = {
                   "wall time.",
     "multi_event_reads": "Socket reads that delivered more than one output event; those events share the "
                          "read's stamp. Their error is already inside the skew figures (each event's "
-                         "skew is against its own send stamp). Counted by the core over the whole run, "
-                         "warm-up included, as are reads and kernel_stamped_reads.",
+                         "skew is against its own send stamp). Counted over the measured window (the "
+                         "warm-up's reads are left out), as are reads and kernel_stamped_reads.",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }
@@ -317,13 +321,17 @@ async def avalidate(
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    if output_len < 1:
-        raise ValueError("output_len must be at least 1")
+    if output_len < 2:
+        raise ValueError("output_len must be at least 2 (chunk gaps are judged)")
     if request_rate is not None and not request_rate > 0:
         raise ValueError("request_rate must be > 0")
     n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
-    if n < 1:
-        raise ValueError("num_requests must be at least 1")
+    if not 1 <= n <= MAX_REQUESTS:
+        raise ValueError(f"num_requests must be between 1 and {MAX_REQUESTS:,}")
+    try:
+        _tokens_per_chunk_range(tokens_per_chunk)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"tokens_per_chunk: {exc}") from None
     # NaN passes no comparison, so each check is written as what must hold.
     if not (0 <= itl_ms <= HOUR_MS and 0 <= ttft_ms <= HOUR_MS):
         raise ValueError(f"itl_ms and ttft_ms must be between 0 and {HOUR_MS:.0f} (an hour), "
@@ -347,7 +355,8 @@ async def avalidate(
     if base_url is None:
         from .synthetic import SyntheticServer
 
-        server = SyntheticServer(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk)
+        server = SyntheticServer(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk,
+                                 max_model_len=max(4096, output_len + 64))  # room for any --output-len
         await asyncio.to_thread(server.start)
         base_url = server.base_url
         settings["server"] = "started: " + " ".join(server.argv)
@@ -356,6 +365,7 @@ async def avalidate(
     try:
         with _pinned(server.pid if server is not None else None, pin) as pinning:
             settings["pinning"] = pinning
+            window_cpu: list[float | None] = []  # the server's CPU seconds when the window opened
             plan = LoadPlan(
                 bodies=[request_body(output_len)] * n,
                 warmup_bodies=[request_body(1)] * (concurrency if warmup else 0),
@@ -364,14 +374,16 @@ async def avalidate(
                 max_seconds=max_seconds if max_seconds is not None else _safety_cap_s(settings),
                 coalesce_s=coalesce_ms / 1e3,
                 expected_output_tokens=[output_len] * n,
+                # the same span as the window's figures: not the connections' set-up and warm-up
+                on_window_start=(lambda: window_cpu.append(_process_cpu_s(server.pid)))
+                if server is not None else None,
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
-            server_cpu0 = _process_cpu_s(server.pid) if server is not None else None
             data = await LoadGenerator(Target.parse(base_url, ENDPOINT), plan).run()
-            if server_cpu0 is not None and server is not None:
+            if server is not None and window_cpu and window_cpu[0] is not None:
                 cpu = _process_cpu_s(server.pid)
                 if cpu is not None:
-                    settings["server_cpu_s"] = cpu - server_cpu0
+                    settings["server_cpu_s"] = cpu - window_cpu[0]
             server_stats = await asyncio.to_thread(_http_json, base_url, "/fb/stats")
     finally:
         if server is not None:
@@ -523,6 +535,10 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         Check("completed requests", float(completed), ">=", 1.0, completed > 0),
         Check("chunks without a server stamp", float(ok_chunks - skew.count), "<=", 0.0,
               ok_chunks == skew.count),
+        # Received before they were sent: the server's clock is not the client's (another host,
+        # VM or time namespace), and every skew figure above is meaningless.
+        Check("chunks with negative skew", float(data.extra.get("skew_negative", 0)), "<=", 0.0,
+              not data.extra.get("skew_negative", 0)),
     ]
     # Only a run that sends after its opening ramp shows whether the client keeps streams open.
     if closed and last_sent > ramp_end:
@@ -598,7 +614,9 @@ def _percentile_ms(hist: Any, p: float) -> float | None:
 
 
 def _percentile_ms_of(values_ns: np.ndarray, p: float) -> float | None:
-    return float(np.percentile(values_ns, p)) / 1e6 if values_ns.size else None
+    """The smallest sample with at most (100 - p) % of samples above it (so, under 200 samples
+    and p = 99.5, the max): a bound, not an interpolation."""
+    return float(np.percentile(values_ns, p, method="higher")) / 1e6 if values_ns.size else None
 
 
 def _add(a: float | None, b: float | None) -> float | None:
@@ -697,13 +715,7 @@ def render(r: ValidationReport) -> str:
 
 
 def _tokens_per_chunk(text: str) -> str:
-    lo_s, _, hi_s = text.partition("-")
-    try:
-        lo, hi = int(lo_s), int(hi_s or lo_s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or A-B, got {text!r}") from None
-    if not 1 <= lo <= hi:
-        raise argparse.ArgumentTypeError(f"need 1 <= A <= B, got {text!r}")
+    _tokens_per_chunk_range(text)  # the server's own rule; it takes the text
     return text
 
 
@@ -747,8 +759,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if ns.concurrency < 1 or ns.output_len < 1 or (ns.num_requests is not None and ns.num_requests < 1):
-        parser.error("--concurrency, --output-len and --num-requests must be at least 1")
+    if ns.concurrency < 1 or (ns.num_requests is not None and not 1 <= ns.num_requests <= MAX_REQUESTS):
+        parser.error(f"--concurrency must be at least 1, --num-requests between 1 and {MAX_REQUESTS:,}")
+    if ns.output_len < 2:
+        parser.error("--output-len must be at least 2 (chunk gaps are judged)")
     # written as what must hold, so that nan and inf fail them too
     if not (0 <= ns.itl_ms <= HOUR_MS and 0 <= ns.ttft_ms <= HOUR_MS and 0 < ns.tolerance_ms < math.inf):
         parser.error(f"--itl-ms and --ttft-ms must be between 0 and {HOUR_MS:.0f} (an hour), "
