@@ -16,8 +16,11 @@ How each figure is derived (also in :data:`DEFINITIONS`, written into the JSON r
   quantile of a series whose every element is off by at most ``d`` is off by at most ``d``.
   TTFT runs from the send in closed loop, so its error is one skew; in open loop it runs from the
   arrival, and adds the client's lateness past the later of the arrival and a free slot (waiting
-  for a slot under the cap is the load's queueing, not client error). Both leave out the upload of
-  the request (loopback, unmeasured: ~0.03 ms). TPOT spreads one gap error over ``tokens - 1``.
+  for a slot under the cap is the load's queueing, not client error). Both leave out the request's
+  way to the server, which is not the client's: the upload (loopback: ~0.03 ms) and the server's
+  delay in reading it (the Python server took ~0.5 ms at 16 streams and 2-3 ms at 128 streams with
+  5 ms gaps, measured 2026-11-30); "measured - nominal" holds it. TPOT spreads one gap error over
+  ``tokens - 1``.
 * "measured - nominal" is shown beside each series: it holds the server's own lateness too (its
   ``/fb/stats`` are reported apart: server lateness is not client error).
 
