@@ -683,3 +683,17 @@ def test_fault_usage_contradictory() -> None:
         used = [c["usage"]["completion_tokens"] for c in token_chunks(bad)]
         assert any(b < a for a, b in itertools.pairwise(used))
         assert bad.chunks()[-1]["usage"]["completion_tokens"] < len(token_chunks(bad))
+
+
+def test_receipts_keep_when_each_tagged_request_was_read(srv: SyntheticServer) -> None:
+    """A generation request tagged fb_row has its read time kept (CLOCK_MONOTONIC, as the client's
+    send stamp); untagged ones are not; /fb/reset forgets them."""
+    srv.reset_stats()
+    tagged = [post(srv.base_url, "/v1/completions", {**stream_body(2), "fb_row": row}) for row in (7, 3)]
+    post(srv.base_url, "/v1/completions", stream_body(2))
+    doc = get(srv.base_url, "/fb/receipts").json()
+    assert doc["rows"] == [7, 3]
+    for response, read_ns in zip(tagged, doc["read_ns"]):
+        assert response.sent_ns < read_ns < response.first_byte_ns
+    srv.reset_stats()
+    assert get(srv.base_url, "/fb/receipts").json() == {"rows": [], "read_ns": []}

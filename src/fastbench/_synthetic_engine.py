@@ -61,6 +61,7 @@ FAULTS: tuple[str, ...] = (
 _TEXT_TABLE_MAX = 65536
 _MAX_HEAD = 65536
 _MAX_BODY = 64 * 1024 * 1024
+_MAX_RECEIPTS = 1_000_000  # requests tagged "fb_row" whose read time is kept for /fb/receipts
 
 _STATUS: dict[int, bytes] = {
     100: b"100 Continue",
@@ -159,6 +160,10 @@ class SyntheticEngine:
         self.created = int(time.time())
         self.conns: set[_Conn] = set()
         self.req_no = 0
+        # "fb_row" of a request -> when its bytes were read (CLOCK_MONOTONIC ns): the client sent
+        # them at its own send stamp, so the difference is the request's way in, which no chunk
+        # stamp shows (validate reports it apart from the client's error)
+        self.receipts: dict[int, int] = {}
         self.faults_injected = 0
         self.chunks_sent = 0
         self.streams_open = 0
@@ -261,6 +266,7 @@ class SyntheticEngine:
 
     def reset_stats(self) -> None:
         self.lat.reset()
+        self.receipts.clear()
         self.chunks_sent = 0
         self.streams_max = self.streams_open
 
@@ -332,6 +338,10 @@ class SyntheticEngine:
 
     def h_stats(self, conn: _Conn, body: bytes, t: int) -> None:
         conn.respond(200, orjson.dumps(self.stats()))
+
+    def h_receipts(self, conn: _Conn, body: bytes, t: int) -> None:
+        rows = list(self.receipts)
+        conn.respond(200, orjson.dumps({"rows": rows, "read_ns": [self.receipts[r] for r in rows]}))
 
     def h_reset(self, conn: _Conn, body: bytes, t: int) -> None:
         self.reset_stats()
@@ -410,6 +420,9 @@ class SyntheticEngine:
                 f"Please reduce the length of the messages or completion.")))
             return
         self.req_no += 1
+        row = req.get("fb_row")
+        if type(row) is int and len(self.receipts) < _MAX_RECEIPTS:
+            self.receipts[row] = t
         fault = cfg.fault if (cfg.fault and self.req_no % cfg.fault_every == 0) else None
         if fault:
             self.faults_injected += 1
@@ -456,6 +469,7 @@ _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, _Conn, bytes, int], Non
     "/v1/chat/completions": ("POST", SyntheticEngine.h_chat),
     "/fb/stats": ("GET", SyntheticEngine.h_stats),
     "/fb/reset": ("POST", SyntheticEngine.h_reset),
+    "/fb/receipts": ("GET", SyntheticEngine.h_receipts),
 }
 
 

@@ -65,6 +65,7 @@ __all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate",
 DEFAULT_OUTPUT_LEN = 64
 DEFAULT_ROUNDS = 3  # default number of requests: this many per stream
 MAX_REQUESTS = 10_000_000  # as fastbench's --num-prompts
+TAGGED_REQUESTS = 100_000  # requests whose body names its row, for the server's read times (memory)
 STREAMS_OPEN_SHARE = 0.99  # verdict: streams kept open >= this share of the asked concurrency
 ENDPOINT = "/v1/completions"
 MODEL = "fastbench-synthetic"
@@ -104,6 +105,11 @@ DEFINITIONS: dict[str, str] = {
                          "read's stamp. Their error is already inside the skew figures (each event's "
                          "skew is against its own send stamp). Counted over the measured window (the "
                          "warm-up's reads are left out), as are reads and kernel_stamped_reads.",
+    "request_read_delay": "Per request: the synthetic server's read time of the request (it keeps one per "
+                          "request tagged fb_row) minus the client's send stamp, same clock: the upload and "
+                          "the server's delay in reading it. Inside TTFT as measured (so inside TTFT "
+                          "measured - nominal), outside every skew; the server's, not the client's. Null "
+                          "against a server that keeps no read times (bench/fast_server.c).",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }
@@ -191,6 +197,7 @@ class ValidationReport:
     series: list[SeriesCheck]
     dispatch_lag: Quantiles
     slot_to_send: Quantiles | None
+    request_read_delay: Quantiles | None  # client send stamp -> the server's read of the request
     streams_asked: int
     streams_open_mean: float  # all streams open (end of the opening ramp) to the last send
     streams_open_mean_from_start: float  # start of the window to the last send
@@ -237,16 +244,26 @@ def _peak_rss_kib() -> int:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
-def request_body(output_len: int, model: str = MODEL) -> bytes:
-    """A streamed /v1/completions body asking for per-chunk usage and exactly output_len tokens."""
-    return orjson.dumps({
+def request_body(output_len: int, model: str = MODEL, row: int | None = None) -> bytes:
+    """A streamed /v1/completions body asking for per-chunk usage and exactly output_len tokens;
+    with ``row``, tagged ``fb_row`` so that the synthetic server keeps when it read it."""
+    body: dict[str, Any] = {
         "model": model,
         "prompt": "hello world",
         "max_tokens": output_len,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    })
+    }
+    if row is not None:
+        body["fb_row"] = row
+    return orjson.dumps(body)
+
+
+def _request_bodies(output_len: int, n: int) -> list[bytes]:
+    """Each of the first TAGGED_REQUESTS bodies names its row; the rest share one untagged body."""
+    shared = request_body(output_len)
+    return [request_body(output_len, row=i) if i < TAGGED_REQUESTS else shared for i in range(n)]
 
 
 def _http_json(base_url: str, path: str, method: str = "GET") -> dict[str, Any]:
@@ -370,7 +387,7 @@ async def avalidate(
             settings["pinning"] = pinning
             window_cpu: list[float | None] = []  # the server's CPU seconds when the window opened
             plan = LoadPlan(
-                bodies=[request_body(output_len)] * n,
+                bodies=_request_bodies(output_len, n),
                 warmup_bodies=[request_body(1)] * (concurrency if warmup else 0),
                 concurrency=concurrency,
                 request_rate=request_rate,
@@ -388,6 +405,10 @@ async def avalidate(
                 if cpu is not None:
                     settings["server_cpu_s"] = cpu - window_cpu[0]
             server_stats = await asyncio.to_thread(_http_json, base_url, "/fb/stats")
+            try:
+                server_stats["receipts"] = await asyncio.to_thread(_http_json, base_url, "/fb/receipts")
+            except ServerError:  # the C twin (bench/fast_server.c) does not keep them
+                pass
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
@@ -593,6 +614,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         series=series,
         dispatch_lag=lag,
         slot_to_send=slot,
+        request_read_delay=_request_read_delay(rows, server_stats.pop("receipts", None)),
         streams_asked=concurrency,
         streams_open_mean=float(steady),
         streams_open_mean_from_start=float(from_start),
@@ -610,6 +632,20 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         server_saturated=server_saturated,
         notes=notes,
     )
+
+
+def _request_read_delay(rows: np.ndarray, receipts: dict[str, Any] | None) -> Quantiles | None:
+    """Per request the server kept a read time for: that time minus the client's send stamp (same
+    clock): the upload and the server's delay in reading the request, inside TTFT as measured and
+    outside every chunk's skew. None when the server keeps no read times."""
+    if not receipts or not receipts.get("rows"):
+        return None
+    tagged = np.asarray(receipts["rows"], dtype=np.int64)
+    read_ns = np.asarray(receipts["read_ns"], dtype=np.int64)
+    known = (tagged >= 0) & (tagged < len(rows))
+    tagged, read_ns = tagged[known], read_ns[known]
+    sent = rows[tagged, COL["sent_ns"]]
+    return Quantiles.from_ns((read_ns - sent)[sent > 0])
 
 
 def _percentile_ms(hist: Any, p: float) -> float | None:
@@ -680,6 +716,10 @@ def render(r: ValidationReport) -> str:
     out.append(f"  server write lateness (its own, not client error): p50 {_f(lat.get('p50_ms'))}  p99 "
                f"{_f(lat.get('p99_ms'))}  max {_f(lat.get('max_ms'))} ms over {lat.get('count', 0)} chunks"
                f"{server_cpu}")
+    if r.request_read_delay is not None:
+        d = r.request_read_delay
+        out.append(f"  request sent -> read by the server (its own, inside TTFT, not client error): p50 "
+                   f"{_f(d.p50)}  p99 {_f(d.p99)}  max {_f(d.max)} ms over {d.count} requests")
     out.append(f"  client CPU: {_f(r.client_cpu_us_per_chunk, 2)} us/chunk, "
                f"{_f(r.client_cpu_ms_per_request, 3)} ms/request, {_f(client_share, 1)} % of a core; "
                f"peak RSS {r.client_maxrss_kb / 1024:.0f} MiB")
