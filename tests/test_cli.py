@@ -164,7 +164,7 @@ def test_bad_synthetic_args_are_one_line_exit_2() -> None:
     proc = fastbench("--num-prompts", "2", "--synthetic-args", "--tokens-per-chunk 4-1")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("fastbench: error: --synthetic-args: argument --tokens-per-chunk: "
-                                   "need 1 <= A <= B, got '4-1'")
+                                   "need 1 <= A <= B <= 1,000,000, got '4-1'")
 
 
 def test_a_run_stopped_by_max_error_rate_exits_1(tmp_path: Path) -> None:
