@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write all runs here")
     p.add_argument("--wake-probe", nargs=2, metavar=("SECONDS", "PERIOD_US"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
-    if ns.output_len < 1:
-        p.error("--output-len must be at least 1")
+    if ns.output_len < 2:
+        p.error("--output-len must be at least 2 (validate judges the gaps between chunks)")
     if ns.wake_probe:  # the child that wake_costs() runs pinned
         print(json.dumps(wake_probe(float(ns.wake_probe[0]), int(ns.wake_probe[1]))))
         return 0

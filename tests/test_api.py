@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import json
 import os
 import resource
 import time
@@ -61,6 +62,10 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"result_json": "r\udce9sultat.json"}, "--result-json: not valid UTF-8 text"),
     ({"launch": LaunchConfig(model="m", engine_args=("--x\udce9",)), "base_url": None},
      "--engine-args: not valid UTF-8 text"),
+    ({"launch": LaunchConfig(model="m\udce9"), "base_url": None}, "--launch-model: not valid UTF-8 text"),
+    # named by its flag, and the value (it may hold a secret) not repeated
+    ({"launch": LaunchConfig(model="m", env=("HF_TOKEN=hf_secret\udce9",)), "base_url": None},
+     "--server-env: not valid UTF-8 text; result files are UTF-8"),
 ])
 def test_bad_options_are_refused_before_anything_is_sent(changes: dict[str, Any], words: str) -> None:
     config = BenchConfig(**{"base_url": UNREACHABLE, "num_prompts": 2, **changes})
@@ -279,10 +284,7 @@ def test_a_launch_with_a_bad_dataset_fails_before_the_engine_starts(tmp_path: Pa
     otherwise spend minutes loading a model only to be told the file is bad."""
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    marker = tmp_path / "engine-started"
-    engine = tmp_path / "engine.sh"
-    engine.write_text(f"#!/bin/sh\ntouch {marker}\nsleep 30\n")
-    engine.chmod(0o755)
+    engine, marker = _marking_engine(tmp_path)
     config = BenchConfig(num_prompts=2, dataset_name="sharegpt", dataset_path=str(bad), progress=False,
                          launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=5))
     with pytest.raises(ConfigError):
@@ -350,3 +352,68 @@ def test_insecure_takes_a_self_signed_server_for_every_request() -> None:
         server.close()
     assert result.counts.completed == 3
     assert result.server_info["model"] == "m"
+
+
+
+def _marking_engine(tmp_path: Path) -> tuple[Path, Path]:
+    """A fake engine that only marks that it was started (and never gets ready)."""
+    marker = tmp_path / "engine-started"
+    engine = tmp_path / "engine.sh"
+    engine.write_text(f"#!/bin/sh\ntouch {marker}\nexec sleep 30\n")
+    engine.chmod(0o755)
+    return engine, marker
+
+
+def test_a_launch_with_a_dataset_from_a_pipe_launches_the_engine(tmp_path: Path) -> None:
+    """A pipe is read once, by the run itself: no check before the launch, and the launch happens
+    (it used to be skipped, and the built-in synthetic server benchmarked instead)."""
+    import threading
+
+    from fastbench import FastbenchError
+
+    fifo = tmp_path / "prompts.jsonl"
+    os.mkfifo(fifo)
+    engine, marker = _marking_engine(tmp_path)
+    config = BenchConfig(num_prompts=2, dataset_name="jsonl", dataset_path=str(fifo), progress=False,
+                         launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=2))
+    with pytest.raises(FastbenchError):  # the fake never gets ready
+        run(config)
+    assert marker.exists()
+    unblock = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)  # no reader came
+    unblock.start()
+    open(fifo, "rb").close()
+    unblock.join(5)
+
+
+def test_a_stop_before_the_launch_starts_no_engine(tmp_path: Path) -> None:
+    engine, marker = _marking_engine(tmp_path)
+    config = BenchConfig(num_prompts=2, progress=False, launch=LaunchConfig(model="m", engine_bin=str(engine)))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        stop.set()
+        await api.arun(config, stop=stop)
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert not marker.exists()
+
+
+def test_the_check_before_a_launch_reads_the_file_but_does_not_filter_lengths(tmp_path: Path) -> None:
+    """Lengths need the server's /tokenize; estimated without it, these two-character prompts would
+    all fall to vLLM's length filter, so the check must not judge them (the run with the server may
+    count them otherwise)."""
+    from fastbench import workload
+    from fastbench.exceptions import DatasetError
+
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps([{"conversations": [{"from": "human", "value": "你好"},
+                                                    {"from": "gpt", "value": "好的"}]}] * 5))
+    config = BenchConfig(num_prompts=2, dataset_name="sharegpt", dataset_path=str(short))
+    workload.check_inputs(config)
+    with pytest.raises(DatasetError, match="no usable prompt"):
+        workload.build_workload_sync(config, "m", max_model_len=None)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DatasetError, match="not valid JSON"):
+        workload.check_inputs(config.replace(dataset_path=str(bad)))

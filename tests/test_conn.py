@@ -650,8 +650,13 @@ def _client_sockets_to(port: int) -> int:
     count = 0
     for name in os.listdir("/proc/self/fd"):
         try:
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except OSError:
+            fd = os.dup(int(name))
+        except OSError:  # the listing's own fd, gone by now
+            continue
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:  # not a socket
+            os.close(fd)
             continue
         try:
             count += sock.family == socket.AF_INET and sock.getpeername()[1] == port

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fastbench import cli, tomlconfig
+from fastbench import api, cli, tomlconfig
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 
@@ -118,3 +118,24 @@ def test_a_bad_key_in_the_files_launch_is_still_refused_when_attaching(tmp_path:
     path.write_text('[server]\nengine = "vllm"\nport = "x"\n')
     with pytest.raises(ConfigError, match="port must be an integer"):
         tomlconfig.expand(["--config", str(path), "--base-url", "http://h:9"], cli.build_parser())
+
+
+def test_the_command_line_replaces_the_files_dataset_and_server_wholesale(tmp_path: Path) -> None:
+    """Flags the command line makes idle are dropped from the file, not refused: a file's ShareGPT
+    path under --dataset-name random, a file's synthetic-server flags under --base-url."""
+    path = tmp_path / "run.toml"
+    dataset = tmp_path / "sg.json"
+    dataset.write_text("[]")
+    path.write_text(f'[benchmark]\ndataset_name = "sharegpt"\ndataset_path = "{dataset}"\n'
+                    'dataset_order = "file"\nsynthetic_args = ["--itl-ms", "5"]\nconcurrency = 3\n')
+    parser = cli.build_parser()
+    _, argv = tomlconfig.expand(["--config", str(path), "--dataset-name", "random", "--base-url", "http://h:9"],
+                                parser)
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert config.dataset_name == "random" and config.dataset_path is None and config.dataset_order == "random"
+    assert config.synthetic_args == () and config.concurrency == 3
+    api.validate(config)  # nothing idle is left to refuse
+    # without those flags on the command line, the file's choices stand
+    _, argv = tomlconfig.expand(["--config", str(path)], parser)
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert config.dataset_path == str(dataset) and config.synthetic_args == ("--itl-ms", "5")

@@ -214,7 +214,8 @@ def test_reference_client_measures() -> None:
     (["--base-url", "foo"], "--base-url must look like http://host:port, got 'foo'"),
     (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: /nonexistent does not exist"),
     (["--json", "/"], "--json /: is a directory"),
-    (["--output-len", "1"], "--output-len must be at least 2 (chunk gaps are judged)"),
+    (["--output-len", "1"], "--output-len must be between 2 (chunk gaps are judged) and 1,000,000"),
+    (["--output-len", "100000000000"], "--output-len must be between 2 (chunk gaps are judged) and 1,000,000"),
     (["--num-requests", "100000000000"], "--concurrency must be at least 1, --num-requests between 1 and"),
     (["--tokens-per-chunk", "1-99999999999999999999"], "argument --tokens-per-chunk: need 1 <= A <= B <= 1,000,000"),
 ])

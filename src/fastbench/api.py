@@ -176,11 +176,11 @@ def validate(config: BenchConfig) -> None:
 def _check_inputs(config: BenchConfig) -> None:
     """The dataset file is there, and no option is given that the others make idle: found out
     before a launched server spends minutes loading."""
-    for name, value in _texts(config):
+    for flag, value in _texts(config):
         try:
             value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(f"{name}: not valid UTF-8 text ({value!r}); result files are UTF-8") from None
+        except UnicodeEncodeError:  # the value is not repeated: it may hold a secret (--server-env)
+            raise ConfigError(f"{flag}: not valid UTF-8 text; result files are UTF-8") from None
     if config.save_outputs and not config.save_detailed:
         raise ConfigError("--save-outputs keeps the response texts in --save-detailed's file: give --save-detailed")
     if config.synthetic_args and (config.base_url is not None or config.launch is not None):
@@ -201,15 +201,23 @@ def _check_inputs(config: BenchConfig) -> None:
         raise ConfigError(f"--dataset-path {path}: not found")
 
 
+# Text fields whose flag is not "--" + the field's name with dashes.
+_FLAGS = {"config_file": "--config", "engine": "--launch", "model@launch": "--launch-model",
+          "env": "--server-env", "host": "--server-host", "log_path": "--server-log"}
+
+
 def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
-    """Every text option (flag name, value), those of the launch included; the command line that
+    """Every text option (its flag, its value), those of the launch included; the command line that
     holds them all last, so that a message names the option."""
-    for obj in (config, config.launch):
+    for obj, where in ((config, ""), (config.launch, "@launch")):
         for field in dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ():
+            if field.name == "command_line":
+                continue
+            flag = _FLAGS.get(field.name + where) or _FLAGS.get(field.name) or "--" + field.name.replace("_", "-")
             value = getattr(obj, field.name)
-            for text in value if isinstance(value, (tuple, list)) and field.name != "command_line" else (value,):
+            for text in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(text, str):
-                    yield f"--{field.name.replace('_', '-')}", text
+                    yield flag, text
     for text in config.command_line:
         if isinstance(text, str):
             yield "the command line", text
@@ -271,10 +279,14 @@ async def arun(
     # started before any launch, so that its baseline is the machine without the server
     memory = server.start_memory_sampler(config)
     try:
-        if config.launch is not None and (config.dataset_path is None or os.path.isfile(config.dataset_path)):
-            # A dry build first: a dataset, tokenizer or length option that cannot work is found
-            # before the engine spends minutes loading (counted without the server, then again with it).
-            await workload.build_workload(config, config.launch.model, max_model_len=None)
+        if config.launch is not None:
+            if config.dataset_path is None or os.path.isfile(config.dataset_path):  # a pipe is read once
+                # A dataset, tokenizer or length option that cannot work is found before the engine
+                # spends minutes loading.
+                await _unless_stopped(asyncio.to_thread(workload.check_inputs, config), stop,
+                                      "interrupted while reading the inputs")
+            if stop is not None and stop.is_set():
+                raise asyncio.CancelledError("interrupted before the launch")
             launched = server.make_server(config.launch, api_key=config.api_key,
                                           log_dir=server.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch

@@ -65,6 +65,7 @@ __all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate",
 DEFAULT_OUTPUT_LEN = 64
 DEFAULT_ROUNDS = 3  # default number of requests: this many per stream
 MAX_REQUESTS = 10_000_000  # as fastbench's --num-prompts
+MAX_OUTPUT_LEN = 1_000_000  # tokens per request; the server's context is made to fit it
 TAGGED_REQUESTS = 100_000  # requests whose body names its row, for the server's read times (memory)
 STREAMS_OPEN_SHARE = 0.99  # verdict: streams kept open >= this share of the asked concurrency
 ENDPOINT = "/v1/completions"
@@ -341,8 +342,9 @@ async def avalidate(
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    if output_len < 2:
-        raise ValueError("output_len must be at least 2 (chunk gaps are judged)")
+    if not 2 <= output_len <= MAX_OUTPUT_LEN:
+        raise ValueError(f"output_len must be between 2 (chunk gaps are judged) and {MAX_OUTPUT_LEN:,}")
+    tokens_per_chunk = str(tokens_per_chunk)  # 2 as well as "2"
     if request_rate is not None and not request_rate > 0:
         raise ValueError("request_rate must be > 0")
     n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
@@ -804,8 +806,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if ns.concurrency < 1 or (ns.num_requests is not None and not 1 <= ns.num_requests <= MAX_REQUESTS):
         parser.error(f"--concurrency must be at least 1, --num-requests between 1 and {MAX_REQUESTS:,}")
-    if ns.output_len < 2:
-        parser.error("--output-len must be at least 2 (chunk gaps are judged)")
+    if not 2 <= ns.output_len <= MAX_OUTPUT_LEN:
+        parser.error(f"--output-len must be between 2 (chunk gaps are judged) and {MAX_OUTPUT_LEN:,}")
     # written as what must hold, so that nan and inf fail them too
     if not (0 <= ns.itl_ms <= HOUR_MS and 0 <= ns.ttft_ms <= HOUR_MS and 0 < ns.tolerance_ms < math.inf):
         parser.error(f"--itl-ms and --ttft-ms must be between 0 and {HOUR_MS:.0f} (an hour), "

@@ -59,6 +59,7 @@ __all__ = (
     "RequestSpec",
     "Workload",
     "build_workload",
+    "check_inputs",
     "build_workload_sync",
     "fetch_model_info",
     "make_server_tokenize",
@@ -439,17 +440,40 @@ def _length_range(length: int, ratio: float, what: str) -> tuple[int, int]:
     return low, high
 
 
-async def _random_dataset(
-    config: BenchConfig, selector: _Selector, local: _LocalTokenizer | None, chat: bool, notes: list[str]
-) -> str:
+def _random_ranges(config: BenchConfig) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The random dataset's (input, output) length ranges; ConfigError for options that cannot work."""
     r = config.random_range_ratio
     if not 0.0 <= r < 1.0:
         raise ConfigError(f"--random-range-ratio must be in [0, 1), got {r}")
-    in_low, in_high = _length_range(config.random_input_len, r, "input")
+    inputs = _length_range(config.random_input_len, r, "input")
     if config.max_tokens is not None:
-        out_low = out_high = config.max_tokens
-    else:
-        out_low, out_high = _length_range(config.random_output_len, r, "output")
+        return inputs, (config.max_tokens, config.max_tokens)
+    return inputs, _length_range(config.random_output_len, r, "output")
+
+
+def check_inputs(config: BenchConfig) -> None:
+    """What can be checked of the workload without the server: the dataset file parses and has the
+    expected shape, the tokenizer loads, the random lengths can work. Blocking (it reads the file);
+    run before a launch, so that a bad input is found before the engine spends minutes loading.
+    Token counts and the filters on them need the server and are left to :func:`build_workload`.
+
+    :raises DatasetError: unreadable file, bad JSON, wrong shape.
+    :raises ConfigError: a tokenizer that cannot be read, lengths or ratio that cannot work.
+    """
+    if config.tokenizer:
+        _LocalTokenizer(os.fspath(config.tokenizer))
+    if config.dataset_name == "random":
+        _random_ranges(config)
+    elif config.dataset_name == "sharegpt" and config.dataset_path:
+        _load_sharegpt(os.fspath(config.dataset_path))
+    elif config.dataset_name == "jsonl" and config.dataset_path:
+        _load_jsonl(os.fspath(config.dataset_path), config.max_tokens)
+
+
+async def _random_dataset(
+    config: BenchConfig, selector: _Selector, local: _LocalTokenizer | None, chat: bool, notes: list[str]
+) -> str:
+    (in_low, in_high), (out_low, out_high) = _random_ranges(config)
     mml = selector.max_model_len
     if mml is not None and in_low + out_low > mml:
         raise ConfigError(
