@@ -12,7 +12,8 @@
  * the token counts of prompts and chats, whole (non-streaming) responses and the JSON error bodies
  * (only malformed JSON is worded differently: "invalid JSON body", not orjson's message).
  * Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /health, GET /v1/models,
- * GET /version, GET /fb/stats, POST /fb/reset (/metrics and /tokenize are not served: 404).
+ * GET /version, GET /fb/stats, POST /fb/reset, GET /fb/receipts (/metrics and /tokenize are not
+ * served: 404).
  * Every request gets max_tokens tokens (finish_reason "length"): the Python server's default, as it
  * has no --eos-prob here, so ignore_eos changes nothing. /fb/stats has the Python server's keys
  * (lateness histogram included, same buckets) plus spin_us and spin_idle_s (see --spin-us).
@@ -1260,6 +1261,8 @@ static void finish_whole(conn *c) {
 }
 
 /* POST /v1/completions and /v1/chat/completions: the Python server's generate(), checks in its order. */
+static void keep_receipt(const jv *row, int64_t t);
+
 static void generate(conn *c, const char *bp, size_t bn, int64_t t, bool chat) {
     const unsigned char *s = (const unsigned char *)bp, *e = s + bn;
     jv req, v, so;
@@ -1348,6 +1351,7 @@ static void generate(conn *c, const char *bp, size_t bn, int64_t t, bool chat) {
         return;
     }
     st.req_no++;
+    if (jget(&req, "fb_row", &v)) keep_receipt(&v, t);
     c->chat = chat;
     c->include_usage = include_usage;
     c->continuous = continuous;
@@ -1448,7 +1452,40 @@ static void h_stats(conn *c) {
     respond_json(c, 200, &body);
 }
 
+/* GET /fb/receipts: when each request tagged "fb_row" was read (CLOCK_MONOTONIC ns), as the Python
+ * server keeps them; validate takes the client's send stamp from it (the request's way in). */
+#define MAX_RECEIPTS 1000000
+static int64_t *receipt_row, *receipt_ns;
+static size_t receipts, receipts_cap;
+
+static void keep_receipt(const jv *row, int64_t t) {
+    if (row->t != JT_NUM || !row->is_int || row->mag > (uint64_t)INT64_MAX || receipts >= MAX_RECEIPTS) return;
+    if (receipts == receipts_cap) {
+        size_t cap = receipts_cap ? 2 * receipts_cap : 1024;
+        int64_t *rows = realloc(receipt_row, cap * sizeof *rows);
+        if (!rows) return;
+        receipt_row = rows;
+        int64_t *ns = realloc(receipt_ns, cap * sizeof *ns);
+        if (!ns) return;
+        receipt_ns = ns;
+        receipts_cap = cap;
+    }
+    receipt_row[receipts] = row->neg ? -(int64_t)row->mag : (int64_t)row->mag;
+    receipt_ns[receipts++] = t;
+}
+
+static void h_receipts(conn *c) {
+    body.len = 0;
+    PUT_LIT(&body, "{\"rows\":[");
+    for (size_t i = 0; i < receipts; i++) put_fmt(&body, i ? ",%" PRId64 : "%" PRId64, receipt_row[i]);
+    PUT_LIT(&body, "],\"read_ns\":[");
+    for (size_t i = 0; i < receipts; i++) put_fmt(&body, i ? ",%" PRId64 : "%" PRId64, receipt_ns[i]);
+    PUT_LIT(&body, "]}");
+    respond_json(c, 200, &body);
+}
+
 static void h_reset(conn *c) {
+    receipts = 0;
     memset(&lat, 0, sizeof lat);
     st.chunks_sent = 0;
     spin_idle_ns = 0;
@@ -1464,7 +1501,7 @@ static void dispatch(conn *c, const char *method, size_t mlen, const char *targe
     } routes[] = {
         {"/health", "GET", 0},   {"/v1/models", "GET", 1}, {"/version", "GET", 2},
         {"/fb/stats", "GET", 3}, {"/fb/reset", "POST", 4}, {"/v1/completions", "POST", 5},
-        {"/v1/chat/completions", "POST", 6},
+        {"/v1/chat/completions", "POST", 6}, {"/fb/receipts", "GET", 7},
     };
     st.requests_total++;
     const char *q = memchr(target, '?', tlen);
@@ -1490,6 +1527,7 @@ static void dispatch(conn *c, const char *method, size_t mlen, const char *targe
         case 2: h_version(c); return;
         case 3: h_stats(c); return;
         case 4: h_reset(c); return;
+        case 7: h_receipts(c); return;
         default: generate(c, bp, bn, t, routes[i].route == 6); return;
         }
     }

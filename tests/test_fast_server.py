@@ -452,3 +452,23 @@ def test_fastbench_validate_passes_against_it(built: Path) -> None:
     # /fb/reset zeroes the chunk count before the warm-up (one 1-token request per stream), so the
     # last round's warm-up counts too; the request count is never reset
     assert stats["chunks_sent"] == 16 * 16 + 16 and stats["generation_requests"] == rounds * (16 + 16)
+
+
+def test_receipts_match_the_python_server(built: Path) -> None:
+    """Both servers keep when each request tagged fb_row was read (validate's 'request sent -> read
+    by the server'), answer GET /fb/receipts alike and forget the receipts on /fb/reset."""
+    from _synthetic_helpers import request
+
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as py, start(ttft_ms=1, itl_ms=1) as c:
+        for server in (py, c):
+            server.reset_stats()
+            tagged = [run(request(server.base_url, "POST", "/v1/completions", {**stream_body(2), "fb_row": row}))
+                      for row in (7, 3)]
+            run(request(server.base_url, "POST", "/v1/completions", stream_body(2)))
+            receipts = run(request(server.base_url, "GET", "/fb/receipts"))
+            doc = receipts.json()
+            assert doc["rows"] == [7, 3], server
+            for response, read_ns in zip(tagged, doc["read_ns"]):
+                assert response.sent_ns < read_ns < response.first_byte_ns
+            server.reset_stats()
+            assert run(request(server.base_url, "GET", "/fb/receipts")).json() == {"rows": [], "read_ns": []}

@@ -110,7 +110,7 @@ DEFINITIONS: dict[str, str] = {
                           "request tagged fb_row) minus the client's send stamp, same clock: the upload and "
                           "the server's delay in reading it. Inside TTFT as measured (so inside TTFT "
                           "measured - nominal), outside every skew; the server's, not the client's. Null "
-                          "against a server that keeps no read times (bench/fast_server.c).",
+                          "against a server that keeps no read times.",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }
@@ -409,7 +409,7 @@ async def avalidate(
             server_stats = await asyncio.to_thread(_http_json, base_url, "/fb/stats")
             try:
                 server_stats["receipts"] = await asyncio.to_thread(_http_json, base_url, "/fb/receipts")
-            except ServerError:  # the C twin (bench/fast_server.c) does not keep them
+            except ServerError:  # a server that keeps no read times: the figure is left out
                 pass
     finally:
         if server is not None:
