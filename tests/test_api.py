@@ -286,7 +286,8 @@ def test_a_launch_with_a_bad_dataset_fails_before_the_engine_starts(tmp_path: Pa
     bad.write_text("{not json")
     engine, marker = _marking_engine(tmp_path)
     config = BenchConfig(num_prompts=2, dataset_name="sharegpt", dataset_path=str(bad), progress=False,
-                         launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=5))
+                         launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=5,
+                                             log_path=str(tmp_path / "server.log")))
     with pytest.raises(ConfigError):
         run(config)
     assert not marker.exists()
@@ -375,7 +376,8 @@ def test_a_launch_with_a_dataset_from_a_pipe_launches_the_engine(tmp_path: Path)
     os.mkfifo(fifo)
     engine, marker = _marking_engine(tmp_path)
     config = BenchConfig(num_prompts=2, dataset_name="jsonl", dataset_path=str(fifo), progress=False,
-                         launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=2))
+                         launch=LaunchConfig(model="m", engine_bin=str(engine), ready_timeout_s=2,
+                                             log_path=str(tmp_path / "server.log")))
     with pytest.raises(FastbenchError):  # the fake never gets ready
         run(config)
     assert marker.exists()
@@ -387,7 +389,8 @@ def test_a_launch_with_a_dataset_from_a_pipe_launches_the_engine(tmp_path: Path)
 
 def test_a_stop_before_the_launch_starts_no_engine(tmp_path: Path) -> None:
     engine, marker = _marking_engine(tmp_path)
-    config = BenchConfig(num_prompts=2, progress=False, launch=LaunchConfig(model="m", engine_bin=str(engine)))
+    config = BenchConfig(num_prompts=2, progress=False, launch=LaunchConfig(model="m", engine_bin=str(engine),
+                                                                        log_path=str(tmp_path / "server.log")))
 
     async def main() -> None:
         stop = asyncio.Event()
