@@ -320,6 +320,12 @@ def test_peaks_and_summary() -> None:
     assert "GPU1 (NVIDIA GB10, nvml): peak n/a used of n/a, utilisation peak n/a, power peak n/a" in lines
     assert lines[-1].startswith("Note: GPU1 memory")
     assert not any(re.search(r"\bGB\b", line) for line in lines)  # GiB, never GB
+    assert "taken before the server started" in lines[1]
+    # attached to a server already running: the drop is what the run added, and the card says so
+    attached = series.summary_lines(baseline_before_server=False)
+    assert attached[0].startswith("Peak memory: 5.21 GiB MemAvailable drop during the run, the server already loaded")
+    assert "taken with the server already running (attached)" in attached[1]
+    assert "before the server started" not in " ".join(attached)
 
 
 def test_to_dict_is_json_with_units_in_keys() -> None:

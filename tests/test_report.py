@@ -219,12 +219,13 @@ def test_card_sections_and_redaction(tmp_path: Path) -> None:
     config = make_config()
     card = render_card(make_result(config=config), config)
     lines = card.splitlines()
-    assert lines[0] == "google/gemma-4-31B-it · vLLM 0.32.0 · conc 1"
-    assert lines[1] == "status: done"
-    for section in ("Configuration", "Measured results", "Full run command", "Notes"):
+    assert lines[0] == "# google/gemma-4-31B-it · vLLM 0.32.0 · conc 1"
+    assert lines[2] == "status: done"
+    for section in ("## Configuration", "## Measured results", "## Full run command", "## Notes"):
         assert section in lines
-    assert lines.index("Configuration") < lines.index("Measured results") < lines.index("Full run command")
-    assert lines.index("Full run command") < lines.index("Notes")
+        assert lines[lines.index(section) - 1] == lines[lines.index(section) + 1] == ""  # Markdown blocks
+    assert lines.index("## Configuration") < lines.index("## Measured results") < lines.index("## Full run command")
+    assert lines.index("## Full run command") < lines.index("## Notes")
     assert "| Model | google/gemma-4-31B-it |" in lines
     assert "| Engine | vLLM 0.32.0 |" in lines
     assert "| Context window | 65536 |" in lines
@@ -268,9 +269,9 @@ def test_card_optional_sections() -> None:
     )
     card = render_card(result, config, status="running")
     lines = card.splitlines()
-    assert lines[0] == "google/gemma-4-31B-it · vLLM 0.32.0 · NVFP4 + EAGLE3 · rate 4 req/s"
-    assert lines[1] == "status: running"
-    for section in ("Load", "Speculative decoding", "Memory"):
+    assert lines[0] == "# google/gemma-4-31B-it · vLLM 0.32.0 · NVFP4 + EAGLE3 · rate 4 req/s"
+    assert lines[2] == "status: running"
+    for section in ("## Load", "## Speculative decoding", "## Memory"):
         assert section in lines
     assert "| Ready s | 404.0 |" in lines
     assert "| Quant / precision | NVFP4 |" in lines
@@ -282,8 +283,8 @@ def test_card_without_optional_sections_or_command_line() -> None:
     config = make_config(base_url=None, command_line=(), api_key=None)
     result = summarize(build_run(), config, workload_info={}, server_info={})
     card = render_card(result, config)
-    assert card.splitlines()[0] == "google/gemma-4-31B-it · fastbench synthetic · conc 1"
-    assert "Memory" not in card.splitlines() and "Load" not in card.splitlines()
+    assert card.splitlines()[0] == "# google/gemma-4-31B-it · fastbench synthetic · conc 1"
+    assert "## Memory" not in card.splitlines() and "## Load" not in card.splitlines()
     assert "run through the Python API" in card
 
 

@@ -404,7 +404,8 @@ async def _run_against(
             await monitor.finish()
         server_info.update(monitor.server_info())
         if memory is not None:  # stopped here, before teardown: the series covers launch to window end
-            server_info.update(server.memory_info(memory.stop(), watched))
+            attached = synthetic is None and not isinstance(watched, server.LaunchedServer)
+            server_info.update(server.memory_info(memory.stop(), watched, baseline_before_server=not attached))
         if isinstance(watched, server.LaunchedServer):
             await watched.astop()  # here, not only in arun's finally: the result says how the teardown went
             server.add_teardown(server_info, watched)

@@ -497,16 +497,19 @@ class MemorySeries:
             "notes": list(self.notes),
         }
 
-    def summary_lines(self) -> list[str]:
+    def summary_lines(self, baseline_before_server: bool = True) -> list[str]:
         """Lines for a run card, the first one the headline:
         ``Peak memory: 5.21 GiB MemAvailable drop (1 s sampling); server RSS peak 3.90 GiB; GPU0 79.1 GiB
-        used of 80.0 GiB``."""
+        used of 80.0 GiB``. ``baseline_before_server`` False: the server was already running when the
+        baseline was taken (fastbench attached to it), so the drop is only what the run added."""
         p = self.peaks()
         every = f"{self.interval_s:g} s sampling"
+        during = "" if baseline_before_server else " during the run, the server already loaded"
         if p["mem_available_drop_bytes"] is None:
             head = f"Peak memory: n/a (no sample recorded; {every})"
         else:
-            head = f"Peak memory: {p['mem_available_drop_bytes'] / GIB:.2f} GiB MemAvailable drop ({every})"
+            head = (f"Peak memory: {p['mem_available_drop_bytes'] / GIB:.2f} GiB MemAvailable drop{during} "
+                    f"({every})")
         if p["server_rss_bytes"] is not None:
             head += f"; server RSS peak {p['server_rss_bytes'] / GIB:.2f} GiB"
         for g in p["gpus"]:
@@ -519,8 +522,11 @@ class MemorySeries:
             head,
             (
                 f"MemAvailable drop: from a baseline of {b.mem_available / GIB:.2f} GiB available of "
-                f"{b.mem_total / GIB:.2f} GiB MemTotal, taken before the server started; "
-                f"reservations count, not only memory in use ({len(self.samples)} samples)"
+                f"{b.mem_total / GIB:.2f} GiB MemTotal, "
+                + ("taken before the server started; reservations count, not only memory in use"
+                   if baseline_before_server else
+                   "taken with the server already running (attached): its own footprint is not in the drop")
+                + f" ({len(self.samples)} samples)"
             ),
         ]
         if self.server_pid is None:

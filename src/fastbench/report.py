@@ -314,7 +314,8 @@ def _median_p99(dist: Distribution | None) -> str:
 
 
 def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
-    """Two-column Markdown table in the seeds' layout: the first row doubles as the header."""
+    """Two-column Markdown table in the seeds' layout: the first row doubles as the header, as the
+    seeds' cards have no header row of their own."""
     lines: list[str] = []
     for label, value in rows:
         cell = str(value).replace("|", "\\|").replace("\n", " ")
@@ -489,9 +490,11 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
 
     if result.collapsed:
         status = f"{status}, COLLAPSED: {result.collapse_reason}"
-    lines = [" · ".join(title_parts), f"status: {status}", "Configuration"]
+    # The seeds' layout, as Markdown: a heading and a blank line around each table, or a renderer
+    # runs the next line into the table above it.
+    lines = [f"# {' · '.join(title_parts)}", "", f"status: {status}", "", "## Configuration", ""]
     lines += _table(config_rows)
-    lines.append("Measured results")
+    lines += ["", "## Measured results", ""]
     lines += _table(measured)
     sections = (
         ("load", "Load"),
@@ -502,10 +505,10 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     for key, heading in sections:
         section = info.get(key)
         if isinstance(section, Mapping) and section:
-            lines.append(heading)
+            lines += ["", f"## {heading}", ""]
             lines += _table((_humanize(str(k)), v) for k, v in section.items())
 
-    lines.append("Full run command")
+    lines += ["", "## Full run command", ""]
     lines.append("```")
     launch = info.get("launch_command")
     if isinstance(launch, str) and launch:
@@ -516,7 +519,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         lines.append("# run through the Python API; configuration as above")
     lines.append("```")
 
-    lines.append("Notes")
+    lines += ["", "## Notes", ""]
     extra_notes = info.get("notes") or []
     for note in [*result.notes, *extra_notes]:
         lines.append(f"- {redact_text(str(note), config.api_key)}")

@@ -1251,14 +1251,16 @@ def start_memory_sampler(config: BenchConfig) -> MemoryRun | None:
     return MemoryRun(sampler)
 
 
-def memory_info(series: Any, server: LaunchedServer | ExternalServer) -> dict[str, Any]:
-    """The memory series for the result, its peaks and the vLLM footprint lines for the card."""
+def memory_info(series: Any, server: LaunchedServer | ExternalServer, *,
+                baseline_before_server: bool = True) -> dict[str, Any]:
+    """The memory series for the result, its peaks and the vLLM footprint lines for the card.
+    ``baseline_before_server`` False: fastbench attached to a server already running."""
     info: dict[str, Any] = {}
     section: dict[str, str] = {}
     if series is not None:
         info["memory_series"] = series.to_dict()
         info["memory_peaks"] = series.peaks()
-        for i, line in enumerate(series.summary_lines()):
+        for i, line in enumerate(series.summary_lines(baseline_before_server)):
             label, sep, value = str(line).partition(": ")
             key = label if sep else f"sample_{i}"
             if key in section:  # several lines of one kind (e.g. notes): keep them all
