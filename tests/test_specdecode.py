@@ -152,6 +152,10 @@ def test_window_figures_ranges_and_vllm_keys() -> None:
     assert gauges["kv_cache_metric"] == "vllm:kv_cache_usage_perc"
     assert gauges["kv_cache_usage"]["max"] == 0.7 and gauges["running"]["max"] == 8
     assert [s["t_s"] for s in gauges["samples"]] == [0.0, 2.0, 4.0, 6.0]
+    # the reads at the window's edges (0 running, before the first request and after the last) are
+    # kept as samples but left out of the figures over the window
+    assert gauges["running"] == {"mean": 8.0, "max": 8.0, "min": 8.0}
+    assert gauges["kv_cache_usage"]["mean"] == pytest.approx(0.6)
     rows = card_rows(spec, client_tokens_per_chunk=2.1)
     lo, hi = spec["acceptance_length_range"]
     assert rows["Mean acceptance length"] == f"{w['acceptance_length']:.2f} ({lo:.2f}-{hi:.2f})"
