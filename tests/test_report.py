@@ -382,3 +382,18 @@ def test_detailed_jsonl_times_open_loop_requests_from_their_arrival() -> None:
     assert c["ttft_ms"] == pytest.approx(45.0) and c["ttft_raw_ms"] == pytest.approx(45.0)
     assert o["ttft_ms"] == pytest.approx(50.0) and o["ttft_raw_ms"] == pytest.approx(45.0)
     assert o["e2el_ms"] - c["e2el_ms"] == pytest.approx(5.0)
+
+
+def test_an_attached_servers_engine_is_told_by_its_metrics() -> None:
+    """Attached (--base-url), fastbench launched nothing: the engine comes from the prefix of its
+    /metrics names; the synthetic server (which mimics vLLM's /metrics) is known by its version."""
+    config = make_config()
+
+    def title(**info: Any) -> str:
+        result = summarize(build_run(), config, workload_info={}, server_info=info)
+        return render_card(result, config).splitlines()[0]
+
+    assert "· vLLM 0.11.0 (told by its /metrics) ·" in title(version="0.11.0", server_metrics={"engine": "vLLM"})
+    assert "· SGLang (told by its /metrics) ·" in title(server_metrics={"engine": "SGLang"})
+    assert "· unknown engine (version 1.2) ·" in title(version="1.2", server_metrics={"engine": None})
+    assert "· fastbench synthetic ·" in title(version="fastbench-synthetic 0.1.0", server_metrics={"engine": "vLLM"})

@@ -167,6 +167,16 @@ def test_no_spec_counters_no_figures() -> None:
     scrapes = [Scrape(float(i), b"vllm:num_requests_running 2\n") for i in range(3)]
     out = analyze(scrapes, interval_s=1.0)
     assert out["spec_decode"] is None and out["gauges"]["running"]["max"] == 2
+    assert out["engine"] == "vLLM"  # told by the metric names' prefix
+
+
+def test_the_engine_is_told_by_the_metric_names() -> None:
+    def engine(body: bytes) -> str | None:
+        return analyze([Scrape(0.0, body)], interval_s=1.0)["engine"]
+
+    assert engine(b"sglang:num_running_reqs 1\n") == "SGLang"
+    assert engine(b"llamacpp:requests_processing 1\n") == "llama.cpp"
+    assert engine(b"process_cpu_seconds_total 3\n") is None
 
 
 # -- a misbehaving server's counters: recorded and flagged, never a crash nor an impossible figure ----------

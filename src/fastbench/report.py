@@ -329,9 +329,13 @@ def _engine(result: Result, config: BenchConfig) -> str:
     engine = result.server_info.get("engine")
     if engine:
         return str(engine)
-    if config.base_url is None:
-        return "fastbench synthetic"
     version = result.server_info.get("version")
+    if config.base_url is None or str(version or "").startswith("fastbench-synthetic"):
+        return "fastbench synthetic"
+    # attached: the engine its /metrics names are from, if any
+    family = (result.server_info.get("server_metrics") or {}).get("engine")
+    if family:
+        return f"{family} {version} (told by its /metrics)" if version else f"{family} (told by its /metrics)"
     return f"unknown engine (version {version})" if version else "unknown engine"
 
 

@@ -1154,6 +1154,7 @@ class WindowMonitor:
                 "available": True, "scrapes": self.analysis["scrapes"], "failures": self.scraper.failures,
                 "interval_s": self.analysis["interval_s"], "span_s": self.analysis["span_s"],
                 "window_start": self.window_start, "gauges": self.analysis["gauges"],
+                "engine": self.analysis.get("engine"),
             }
             if self.scraper.interval_s != self.scraper.interval_asked_s:
                 notes.append(f"server /metrics: the window outlasted {promscrape.MAX_KEPT_SCRAPES} reads "

@@ -57,6 +57,8 @@ KV_CACHE_GAUGES = (
     "sglang:token_usage",
 )
 GENERATED_COUNTERS = ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total")
+# The engine a /metrics body is from, by its metrics' prefix (for a server fastbench attached to).
+ENGINE_PREFIXES = (("vllm:", "vLLM"), ("sglang:", "SGLang"), ("llamacpp:", "llama.cpp"))
 RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
 WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
 
@@ -232,6 +234,7 @@ class _Reading:
     running: float | None
     waiting: float | None
     kv_names: frozenset[str]  # the KV_CACHE_GAUGES present
+    engine: str | None  # the engine its metric names are from (ENGINE_PREFIXES), if any
     prefix: str | None  # of the spec-decode counters present
     counters: SpecCounters | None
     problems: tuple[str, ...]  # what was wrong with the counters
@@ -247,6 +250,8 @@ class _Reading:
             running=_gauge(m, RUNNING_GAUGES, mean=False),
             waiting=_gauge(m, WAITING_GAUGES, mean=False),
             kv_names=frozenset(n for n in KV_CACHE_GAUGES if n in m),
+            engine=next((engine for prefix, engine in ENGINE_PREFIXES
+                         if any(name.startswith(prefix) for name in m.names())), None),
             prefix=_prefix_of(m),
             counters=counters,
             problems=tuple(problems),
@@ -293,6 +298,7 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
         "samples": samples,
     }
 
+    out["engine"] = next((r.engine for r in readings if r.engine is not None), None)
     out["spec_decode"] = _spec_decode(readings, t0)
     return out
 
