@@ -89,6 +89,10 @@ def serve(args):
         log(f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): "
             "address already in use")
         time.sleep(3600)
+    # the engine-config line vLLM logs at start (abridged from vLLM 0.11's)
+    log(f"(EngineCore pid={pid}) INFO {stamp()} [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+        "model='fake/model', speculative_config=None, tokenizer='fake/model', dtype=torch.bfloat16, "
+        "max_seq_len=2048, quantization=modelopt_fp4, quantization_config=None, enforce_eager=True")
     log(f"(Worker pid={pid}) INFO {stamp()} [gpu_model_runner.py:1] Model loading took 0.51 GiB memory and "
         "1.234567 seconds")
     log(f"(Worker pid={pid}) INFO {stamp()} [gpu_worker.py:2] Available KV cache memory: 2.25 GiB")

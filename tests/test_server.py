@@ -34,6 +34,7 @@ from fastbench.server import (
     make_server,
     memory_info,
     parse_vllm_footprint,
+    parse_vllm_precision,
     port_is_free,
     probe_ready,
     window_warnings,
@@ -171,7 +172,8 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
                    "Tokens per engine step",
                    "Server metrics", "Memory", "Model weights", "KV cache", "CUDA graphs", "Footprint vs reservation",
                    "Full run command", "vllm serve fake/model", "fastbench --launch vllm",
-                   "Consider increasing max_num_batched_tokens", "NGRAM speculative decoding"):
+                   "Consider increasing max_num_batched_tokens", "NGRAM speculative decoding",
+                   "| Quant / precision | modelopt_fp4 (bfloat16), from the engine's config line |"):
         assert needle in text, needle
     lo_text = f"{lo:.2f}-{hi:.2f}"
     assert lo_text in text  # "2.49 (2.31-2.67)"
@@ -777,3 +779,11 @@ def test_server_dies_with_a_killed_fastbench(fake: tuple[Path, Path], tmp_path: 
             os.kill(int(pid), signal.SIGKILL)
     assert left == [], "the server outlived a SIGKILLed fastbench"
     assert port_is_free("127.0.0.1", port)
+
+
+def test_precision_is_read_from_vllms_engine_config_line() -> None:
+    line = ("(EngineCore pid=7) INFO 11-30 03:12:01 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+            "model='m', dtype=torch.bfloat16, max_seq_len=2048, quantization={}, quantization_config=None")
+    assert parse_vllm_precision(line.format("modelopt_fp4")) == "modelopt_fp4 (bfloat16)"
+    assert parse_vllm_precision("noise\n" + line.format("None")) == "bfloat16 (no quantization)"
+    assert parse_vllm_precision("INFO nothing about the engine's config") is None

@@ -935,6 +935,29 @@ _FOOTPRINT = {
 }
 
 
+_ENGINE_CONFIG = re.compile(r"with config: (.*)")
+_CONFIG_VALUE = r"\b{}=(?:torch\.)?'?([A-Za-z0-9_.-]+)"
+
+
+def parse_vllm_precision(text: str) -> str | None:
+    """"Quant / precision" from the engine-config line vLLM logs at start ("... with config: ...,
+    dtype=torch.bfloat16, ..., quantization=modelopt_fp4, ..."): its quantization, with the dtype it
+    computes in; None when no such line was logged. A checkpoint's own quantization (NVFP4, AWQ) is
+    found there without --quantization on the command line."""
+    for line in text.splitlines():
+        config = _ENGINE_CONFIG.search(line)
+        if config is None:
+            continue
+        quant = re.search(_CONFIG_VALUE.format("quantization"), config.group(1))
+        dtype = re.search(_CONFIG_VALUE.format("dtype"), config.group(1))
+        dtype_text = dtype.group(1) if dtype else None
+        if quant and quant.group(1) != "None":
+            return f"{quant.group(1)} ({dtype_text})" if dtype_text else quant.group(1)
+        if dtype_text:
+            return f"{dtype_text} (no quantization)"
+    return None
+
+
 def parse_vllm_footprint(text: str) -> dict[str, Any]:
     """Model weights, KV-cache size (GiB and tokens) and CUDA-graph memory from a vLLM log, per worker
     (one value per line that says it); absent keys were not logged."""
@@ -1135,6 +1158,10 @@ class WindowMonitor:
             if server.launch.docker_image:
                 digest = server.image_digest or "unknown (docker inspect gave none)"
                 card_config["Image"] = f"{server.launch.docker_image} (digest {digest})"
+            if isinstance(server, VLLMServer):
+                precision = parse_vllm_precision(server.log_text(until_window=True))
+                if precision:
+                    card_config["Quant / precision"] = f"{precision}, from the engine's config line"
             info["card_config"] = card_config
             variant = _variant(server.launch.engine_args)
             if variant:
