@@ -60,6 +60,7 @@ def test_help_explains_flags() -> None:
     (["--base-url", "http://127.0.0.1:1", "--synthetic-args", "--itl-ms 5"], "--synthetic-args configures"),
     (["--label", "caf\udce9"], "--label: not valid UTF-8 text"),
     (["--conf", "run.toml"], "write --config in full"),
+    (["--card-row", "no label"], "--card-row takes LABEL=VALUE, got 'no label'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
     proc = fastbench(*args, timeout=60)

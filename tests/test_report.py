@@ -397,3 +397,13 @@ def test_an_attached_servers_engine_is_told_by_its_metrics() -> None:
     assert "· SGLang (told by its /metrics) ·" in title(server_metrics={"engine": "SGLang"})
     assert "· unknown engine (version 1.2) ·" in title(version="1.2", server_metrics={"engine": None})
     assert "· fastbench synthetic ·" in title(version="fastbench-synthetic 0.1.0", server_metrics={"engine": "vLLM"})
+
+
+def test_the_users_own_rows_and_notes_are_on_the_card() -> None:
+    """What only the user knows (--card-row, --card-note), in the Configuration and the Notes."""
+    config = make_config(card_rows=("Why this quant=NVFP4 base + EAGLE3 head", "Company = Google"),
+                         card_notes=("Conc-1 point of the EAGLE3 sweep.",))
+    lines = render_card(make_result(config=config), config).splitlines()
+    assert "| Why this quant | NVFP4 base + EAGLE3 head |" in lines and "| Company | Google |" in lines
+    assert lines.index("| Why this quant | NVFP4 base + EAGLE3 head |") < lines.index("## Measured results")
+    assert lines[lines.index("## Notes") + 2] == "- Conc-1 point of the EAGLE3 sweep."

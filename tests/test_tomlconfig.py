@@ -120,6 +120,16 @@ def test_a_bad_key_in_the_files_launch_is_still_refused_when_attaching(tmp_path:
         tomlconfig.expand(["--config", str(path), "--base-url", "http://h:9"], cli.build_parser())
 
 
+def test_card_rows_and_notes_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('[benchmark]\ncard_row = ["Family=Gemma", "Parameters=33B (dense)"]\ncard_note = "from the file"\n')
+    parser = cli.build_parser()
+    _, argv = tomlconfig.expand(["--config", str(path), "--card-note", "from the command line"], parser)
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert config.card_rows == ("Family=Gemma", "Parameters=33B (dense)")
+    assert config.card_notes == ("from the file", "from the command line")
+
+
 def test_the_command_line_replaces_the_files_dataset_and_server_wholesale(tmp_path: Path) -> None:
     """Flags the command line makes idle are dropped from the file, not refused: a file's ShareGPT
     path under --dataset-name random, a file's synthetic-server flags under --base-url."""

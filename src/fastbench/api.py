@@ -71,6 +71,7 @@ _BENCH_FIELDS: dict[str, tuple[str, bool]] = {
     "synthetic_args": ("strings", False),
     "metrics_interval_s": ("number", False), "memory_interval_s": ("number", True),
     "config_file": ("text", True), "command_line": ("strings", False), "label": ("text", True),
+    "card_rows": ("strings", False), "card_notes": ("strings", False),
 }
 _LAUNCH_FIELDS: dict[str, tuple[str, bool]] = {
     "engine": ("text", False), "model": ("text", False), "engine_args": ("strings", False),
@@ -181,6 +182,10 @@ def _check_inputs(config: BenchConfig) -> None:
             value.encode("utf-8")
         except UnicodeEncodeError:  # the value is not repeated: it may hold a secret (--server-env)
             raise ConfigError(f"{flag}: not valid UTF-8 text; result files are UTF-8") from None
+    for row in config.card_rows:
+        label, equals, _ = row.partition("=")
+        if not equals or not label.strip():
+            raise ConfigError(f"--card-row takes LABEL=VALUE, got {row!r}")
     if config.save_outputs and not config.save_detailed:
         raise ConfigError("--save-outputs keeps the response texts in --save-detailed's file: give --save-detailed")
     if config.synthetic_args and (config.base_url is not None or config.launch is not None):

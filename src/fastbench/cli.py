@@ -172,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep response texts and write them into --save-detailed records (off: memory stays "
                    "bounded)")
     g.add_argument("--label", default=None, help="a name for this run, kept in the result")
+    g.add_argument("--card-row", action="append", default=[], metavar="LABEL=VALUE",
+                   help="a row of the card's Configuration that only you know, e.g. --card-row 'Why this "
+                   "quant=NVFP4 base plus EAGLE3' (repeatable)")
+    g.add_argument("--card-note", action="append", default=[], metavar="TEXT",
+                   help="a line of the card's Notes (repeatable)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr (default: only when stderr is a terminal)")
     g.add_argument("--synthetic-args", default="",
@@ -303,6 +308,8 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         config_file=ns.config,
         command_line=("fastbench", *argv),
         label=ns.label,
+        card_rows=tuple(ns.card_row),
+        card_notes=tuple(ns.card_note),
     )
 
 

@@ -140,6 +140,10 @@ class BenchConfig:
     # the command line that built this config, recorded in the result
     command_line: tuple[str, ...] = ()
     label: str | None = None
+    # what only the user knows, for the run card: Configuration rows as "LABEL=VALUE" (e.g. "Why
+    # this quant=...") and lines for its Notes
+    card_rows: tuple[str, ...] = ()
+    card_notes: tuple[str, ...] = ()
 
     @property
     def effective_concurrency(self) -> int | None:

@@ -418,6 +418,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         )
     context = info.get("max_model_len") or config.max_model_len
     config_rows: list[tuple[str, Any]] = [("Model", model), ("Engine", engine)]
+    # the user's rows (--card-row) first: what only they know, as the published cards put it
+    config_rows += [(label.strip(), value.strip()) for label, _, value in (r.partition("=") for r in config.card_rows)]
     config_rows += [(str(k), v) for k, v in dict(info.get("card_config") or {}).items()]
     config_rows += [
         ("Endpoint", _endpoint(result, config)),
@@ -525,7 +527,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
 
     lines += ["", "## Notes", ""]
     extra_notes = info.get("notes") or []
-    for note in [*result.notes, *extra_notes]:
+    for note in [*config.card_notes, *result.notes, *extra_notes]:
         lines.append(f"- {redact_text(str(note), config.api_key)}")
     return "\n".join(lines) + "\n"
 

@@ -209,6 +209,12 @@ def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> 
         if isinstance(value, str):
             return [f"{flag}={value}"]
         raise wrong("an array of strings or one string of flags")
+    if flag in ("--card-row", "--card-note"):
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [f"{flag}={v}" for v in value]
+        if isinstance(value, str):
+            return [f"{flag}={value}"]
+        raise wrong("an array of strings or one string")
     if flag == "--server-env":
         if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()):
             return [f"{flag}={k}={v}" if v != "" else f"{flag}={k}" for k, v in value.items()]
