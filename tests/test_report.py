@@ -228,12 +228,13 @@ def test_card_sections_and_redaction(tmp_path: Path) -> None:
     assert lines.index("## Full run command") < lines.index("## Notes")
     assert "| Model | google/gemma-4-31B-it |" in lines
     assert "| Engine | vLLM 0.32.0 |" in lines
-    assert "| Context window | 65536 |" in lines
+    assert "| Context window | 65536 tokens |" in lines
     assert "| Endpoint | http://127.0.0.1:8000/v1/completions |" in lines
     assert "| Max tokens | 256 |" in lines
     assert "| Completed | 10/10 · " in card
     assert "| Errors | 0 |" in lines
-    assert "| Mean tokens per chunk | 2.50 (client-side estimate of acceptance length) |" in lines
+    assert ("| Mean tokens per chunk | 2.50 (with speculative decoding, a client-side estimate of acceptance "
+            "length) |") in lines
     assert "| Decode tok/s | 50.00 (aggregate: output tokens ÷ duration) |" in lines
     assert KEY not in card
     assert "--api-key *** --concurrency 1 --api-key=***" in card

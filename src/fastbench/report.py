@@ -430,7 +430,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         ),
         ("Concurrency / request rate", load),
         ("Max tokens", config.max_tokens if config.max_tokens is not None else "from the dataset"),
-        ("Context window", context if context else "unknown"),
+        ("Context window", f"{context} tokens" if context else "unknown"),
         ("Time cap", f"{config.max_seconds:g} s" if config.max_seconds is not None else "none"),
     ]
     if config.ignore_eos:
@@ -487,7 +487,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
         ("Errors", _errors_text(result)),
         (
             "Mean tokens per chunk",
-            f"{_num(result.mean_tokens_per_chunk)} (client-side estimate of acceptance length)"
+            f"{_num(result.mean_tokens_per_chunk)} (with speculative decoding, a client-side estimate of "
+            "acceptance length)"
             if result.mean_tokens_per_chunk is not None
             else "n/a (no server usage)",
         ),
