@@ -1453,7 +1453,8 @@ static void h_stats(conn *c) {
 }
 
 /* GET /fb/receipts: when each request tagged "fb_row" was read (CLOCK_MONOTONIC ns), as the Python
- * server keeps them; validate takes the client's send stamp from it (the request's way in). */
+ * server keeps them; validate takes the client's send stamp from it (the request's way in). A row
+ * tagged twice is kept twice here (the Python server keeps its last read): validate's rows are unique. */
 #define MAX_RECEIPTS 1000000
 static int64_t *receipt_row, *receipt_ns;
 static size_t receipts, receipts_cap;

@@ -61,6 +61,7 @@ def test_help_explains_flags() -> None:
     (["--label", "caf\udce9"], "--label: not valid UTF-8 text"),
     (["--conf", "run.toml"], "write --config in full"),
     (["--card-row", "no label"], "--card-row takes LABEL=VALUE, got 'no label'"),
+    (["--card-note", "caf\udce9"], "--card-note: not valid UTF-8 text"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
     proc = fastbench(*args, timeout=60)

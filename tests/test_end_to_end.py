@@ -157,5 +157,7 @@ def test_warmups_are_not_counted(spec_server: SyntheticServer) -> None:
     before = spec_server.stats()["generation_requests"]
     result = bench(spec_server, num_prompts=4, num_warmups=4, concurrency=4)
     assert spec_server.stats()["generation_requests"] - before == 8
+    # its /metrics mimic vLLM's names, yet it is not named vLLM
+    assert result.server_info["server_metrics"]["engine"] is None
     assert result.counts.completed == 4 and result.counts.warmups == 4
     assert result.distributions["ttft"].count == 4

@@ -408,3 +408,10 @@ def test_the_users_own_rows_and_notes_are_on_the_card() -> None:
     assert "| Why this quant | NVFP4 base + EAGLE3 head |" in lines and "| Company | Google |" in lines
     assert lines.index("| Why this quant | NVFP4 base + EAGLE3 head |") < lines.index("## Measured results")
     assert lines[lines.index("## Notes") + 2] == "- Conc-1 point of the EAGLE3 sweep."
+
+
+def test_the_users_rows_and_notes_cannot_break_the_cards_markdown() -> None:
+    config = make_config(card_rows=("KV|cache dtype=fp8", "Why\nthis=x"), card_notes=("first\n## Injected",))
+    lines = render_card(make_result(config=config), config).splitlines()
+    assert "| KV\\|cache dtype | fp8 |" in lines and "| Why this | x |" in lines
+    assert "- first ## Injected" in lines and "## Injected" not in lines

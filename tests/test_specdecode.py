@@ -168,6 +168,9 @@ def test_no_spec_counters_no_figures() -> None:
     out = analyze(scrapes, interval_s=1.0)
     assert out["spec_decode"] is None and out["gauges"]["running"]["max"] == 2
     assert out["engine"] == "vLLM"  # told by the metric names' prefix
+    # two reads are both at the window's edges: no figure over the window
+    two = analyze(scrapes[:2], interval_s=1.0)["gauges"]
+    assert two["running"] is None and len(two["samples"]) == 2
 
 
 def test_the_engine_is_told_by_the_metric_names() -> None:
@@ -284,8 +287,10 @@ def test_an_interval_that_contradicts_itself_is_left_out_of_the_ranges() -> None
 
 
 def test_gauges_that_are_no_numbers_are_left_out() -> None:
-    out = analyze(scrapes_of(vllm_text(0, 0, 0, [], running=3, kv=0.5), vllm_text(0, 0, 0, [], running="+Inf",
-                                                                                   kv="+Inf")), interval_s=2.0)
+    # three reads, so that the middle two count (the first and last are the window's edges)
+    out = analyze(scrapes_of(vllm_text(0, 0, 0, []), vllm_text(0, 0, 0, [], running=3, kv=0.5),
+                             vllm_text(0, 0, 0, [], running="+Inf", kv="+Inf"), vllm_text(0, 0, 0, [])),
+                  interval_s=2.0)
     assert out["gauges"]["kv_cache_usage"]["max"] == 0.5 and out["gauges"]["running"]["max"] == 3
 
 

@@ -207,7 +207,8 @@ def _check_inputs(config: BenchConfig) -> None:
 
 
 # Text fields whose flag is not "--" + the field's name with dashes.
-_FLAGS = {"config_file": "--config", "engine": "--launch", "model@launch": "--launch-model",
+_FLAGS = {"config_file": "--config", "card_rows": "--card-row", "card_notes": "--card-note",
+          "engine": "--launch", "model@launch": "--launch-model",
           "env": "--server-env", "host": "--server-host", "log_path": "--server-log"}
 
 
@@ -408,6 +409,10 @@ async def _run_against(
         finally:
             await monitor.finish()
         server_info.update(monitor.server_info())
+        scraped = server_info.get("server_metrics") or {}
+        if scraped.get("engine") and (synthetic is not None
+                                      or str(server_info.get("version") or "").startswith("fastbench-synthetic")):
+            scraped["engine"] = None  # the synthetic server's /metrics mimic vLLM's names
         if memory is not None:  # stopped here, before teardown: the series covers launch to window end
             attached = synthetic is None and not isinstance(watched, server.LaunchedServer)
             server_info.update(server.memory_info(memory.stop(), watched, baseline_before_server=not attached))

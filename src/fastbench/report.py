@@ -318,7 +318,7 @@ def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
     seeds' cards have no header row of their own."""
     lines: list[str] = []
     for label, value in rows:
-        cell = str(value).replace("|", "\\|").replace("\n", " ")
+        label, cell = (str(text).replace("|", "\\|").replace("\n", " ") for text in (label, value))
         lines.append(f"| {label} | {cell} |")
         if len(lines) == 1:
             lines.append("|---|---|")
@@ -529,7 +529,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     lines += ["", "## Notes", ""]
     extra_notes = info.get("notes") or []
     for note in [*config.card_notes, *result.notes, *extra_notes]:
-        lines.append(f"- {redact_text(str(note), config.api_key)}")
+        lines.append(f"- {redact_text(' '.join(str(note).splitlines()), config.api_key)}")  # one item each
     return "\n".join(lines) + "\n"
 
 

@@ -287,9 +287,9 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
                 "waiting": r.waiting} for r in readings]
     kv_name = next((n for n in KV_CACHE_GAUGES if any(n in r.kv_names for r in readings)), None)
     # The first and last reads are taken at the window's edges, before the first request and after
-    # the last: with reads between them, the figures over the window leave those two out (a
-    # 2-second run at 8 streams read 6.7 requests running on average, counting them; 8 without).
-    inside = samples[1:-1] if len(samples) >= 3 else samples
+    # the last: the figures over the window leave those two out (a 2-second run at 8 streams read
+    # 6.7 requests running on average, counting them; 8 without), and are null without reads between.
+    inside = samples[1:-1]
     out["gauges"] = {
         "kv_cache_metric": kv_name,
         "kv_cache_usage": _stats([s["kv_cache_usage"] for s in inside]),
@@ -510,5 +510,6 @@ def gauge_rows(gauges: dict[str, Any]) -> dict[str, str]:
         if g:
             rows[f"Requests {key}"] = f"max {g['max']:.0f} · mean {g['mean']:.1f}"
     if rows:
-        rows["Samples"] = f"{len(gauges['samples'])} /metrics reads over the measured window"
+        n = len(gauges["samples"])
+        rows["Samples"] = f"{n} /metrics reads over the measured window; figures over the {n - 2} between its edges"
     return rows
