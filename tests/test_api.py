@@ -420,3 +420,19 @@ def test_the_check_before_a_launch_reads_the_file_but_does_not_filter_lengths(tm
     bad.write_text("{not json")
     with pytest.raises(DatasetError, match="not valid JSON"):
         workload.check_inputs(config.replace(dataset_path=str(bad)))
+
+
+def test_the_environment_names_the_machine_and_its_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU model and RAM from /proc; GPUs from nvidia-smi when it is on the PATH (a fake one here)."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 570.86.15'\necho 'NVIDIA H200, 570.86.15'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    env = api.environment()
+    assert env["gpus"] == ["NVIDIA H200 (driver 570.86.15)"] * 2
+    assert env["cpu_model"] and env["mem_total_gib"] and env["mem_total_gib"] > 0
+    row = report._machine(env)
+    assert row.startswith(f"{os.cpu_count()} x {env['cpu_model']}, {env['mem_total_gib']:g} GiB RAM; GPU: NVIDIA H200")
+    fake.write_text("#!/bin/sh\nexit 9\n")  # a broken driver: no GPU named, no error
+    assert api.environment()["gpus"] == []
+    assert report._machine({"cpu_count": 2}) == "2 x unknown CPU; GPU: none found (nvidia-smi)"

@@ -9,7 +9,9 @@ import math
 import numbers
 import os
 import platform
+import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, get_args
@@ -467,7 +469,48 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": _proc_field("/proc/cpuinfo", "model name"),
+        "mem_total_gib": _mem_total_gib(),
+        "gpus": _nvidia_gpus(),
     }
+
+
+def _proc_field(path: str, name: str) -> str | None:
+    """The first ``name: value`` line's value in a /proc file (Linux), or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == name:
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return None
+
+
+def _mem_total_gib() -> float | None:
+    total = _proc_field("/proc/meminfo", "MemTotal")  # "24680000 kB"
+    try:
+        return round(int(total.split()[0]) / 2**20, 1) if total else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _nvidia_gpus() -> list[str]:
+    """"NAME (driver VERSION)" per NVIDIA GPU, from nvidia-smi when it is there; [] otherwise."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.splitlines():
+        name, _, driver = (part.strip() for part in line.rpartition(","))
+        if name:
+            gpus.append(f"{name} (driver {driver})")
+    return gpus
 
 
 def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
@@ -477,12 +520,13 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
     "could not write FLAG PATH: reason" line per failure (empty when all were written).
     """
     writers: list[tuple[str, Callable[[str], object]]] = []
+    env = environment()
     if config.result_json:
-        doc = report.result_to_json_dict(result, config, environment=environment())
+        doc = report.result_to_json_dict(result, config, environment=env)
         writers.append(("result_json", lambda path: report.write_json_atomic(path, doc)))
     if config.result_card:
         status = "partial (interrupted)" if result.stopped_reason == "interrupted" else "done"
-        card = report.render_card(result, config, status=status)
+        card = report.render_card(result, config, status=status, environment=env)
         writers.append(("result_card", lambda path: report.write_card_atomic(path, card)))
     if config.save_detailed:
         writers.append(("save_detailed", lambda path: report.write_detailed_jsonl(path, data)))

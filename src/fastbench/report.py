@@ -325,6 +325,17 @@ def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
     return lines
 
 
+def _machine(env: Mapping[str, Any]) -> str:
+    """"2 x Intel Xeon ..., 23.5 GiB RAM; GPU: NVIDIA H200 (driver 570.1)" from the result's environment."""
+    cpu = f"{env.get('cpu_count') or '?'} x {env.get('cpu_model') or env.get('machine') or 'unknown CPU'}"
+    parts = [cpu]
+    if env.get("mem_total_gib"):
+        parts[0] += f", {env['mem_total_gib']:g} GiB RAM"
+    gpus = env.get("gpus") or []
+    parts.append("GPU: " + (", ".join(gpus) if gpus else "none found (nvidia-smi)"))
+    return "; ".join(parts)
+
+
 def _engine(result: Result, config: BenchConfig) -> str:
     engine = result.server_info.get("engine")
     if engine:
@@ -387,7 +398,8 @@ def _errors_text(result: Result) -> str:
     return text
 
 
-def render_card(result: Result, config: BenchConfig, *, status: str = "done") -> str:
+def render_card(result: Result, config: BenchConfig, *, status: str = "done",
+                environment: Mapping[str, Any] | None = None) -> str:
     """The Markdown run card, in the layout of the published cards (title, Configuration,
     Measured results, optional Load / Speculative decoding / Memory sections, Full run command, Notes).
 
@@ -440,6 +452,10 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done") ->
     if config.label:
         config_rows.append(("Label", config.label))
     config_rows.append(("Client", f"fastbench {__version__}"))
+    if environment:
+        # the client's machine; a server fastbench started (or its synthetic one) ran on it too
+        local = config.launch is not None or config.base_url is None
+        config_rows.append(("Machine (client and server)" if local else "Client machine", _machine(environment)))
 
     prefill = d.get("prefill_rate")
     if prefill is not None and prefill.count:
