@@ -421,13 +421,19 @@ def test_ctrl_c_while_loading_tears_the_server_down(fake: tuple[Path, Path], tmp
     assert_gone(pid, port)
 
 
-def test_docker_launch_records_the_digest_and_stops_the_container(
-        fake: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _, docker = fake
+def fake_docker_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder where the fake docker client records its calls and containers, with its digest set."""
     state = tmp_path / "docker-state"
     state.mkdir()
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
     monkeypatch.setenv("FAKE_DIGEST", FAKE_DIGEST)
+    return state
+
+
+def test_docker_launch_records_the_digest_and_stops_the_container(
+        fake: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, docker = fake
+    state = fake_docker_state(tmp_path, monkeypatch)
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_123456")  # passed through by name: docker run --env HF_TOKEN
     port = free_port()
     # a value given here goes to the docker client's environment, not its command line (/proc, ps)
@@ -595,10 +601,7 @@ def test_hurry_turns_a_slow_docker_stop_into_docker_kill(
         fake: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docker stop -t 15 of a container slow to stop: a second Ctrl-C (hurry) runs docker kill now."""
     _, docker = fake
-    state = tmp_path / "docker-state"
-    state.mkdir()
-    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
-    monkeypatch.setenv("FAKE_DIGEST", FAKE_DIGEST)
+    state = fake_docker_state(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_DOCKER_STOP_WAITS", "1")
     server = VLLMServer(launch_config(docker, free_port(), tmp_path, SYNTH, docker_image="vllm/vllm-openai:v9.9",
                                       stop_grace_s=15.0))

@@ -520,7 +520,7 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
     "could not write FLAG PATH: reason" line per failure (empty when all were written).
     """
     writers: list[tuple[str, Callable[[str], object]]] = []
-    env = environment()
+    env = environment() if config.result_json or config.result_card else {}  # it may run nvidia-smi
     if config.result_json:
         doc = report.result_to_json_dict(result, config, environment=env)
         writers.append(("result_json", lambda path: report.write_json_atomic(path, doc)))

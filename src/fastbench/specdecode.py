@@ -287,8 +287,8 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
                 "waiting": r.waiting} for r in readings]
     kv_name = next((n for n in KV_CACHE_GAUGES if any(n in r.kv_names for r in readings)), None)
     # The first and last reads are taken at the window's edges, before the first request and after
-    # the last: the figures over the window leave those two out (a 2-second run at 8 streams read
-    # 6.7 requests running on average, counting them; 8 without), and are null without reads between.
+    # the last: the figures over the window leave those two out (counting them, a run that kept 8
+    # requests in flight read a mean of 6.7: a review, 2026-11-30), and are null without reads between.
     inside = samples[1:-1]
     out["gauges"] = {
         "kv_cache_metric": kv_name,

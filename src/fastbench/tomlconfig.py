@@ -97,27 +97,16 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
             # argparse took an abbreviation (--conf) that the split above does not know
             raise ConfigError("write --config in full: its file's flags are read before the others")
         return None, argv
-    given, _ = parser.parse_known_args(rest)
+    # dataset_name None unless the command line names it: argparse fills in only missing defaults
+    given, _ = parser.parse_known_args(rest, argparse.Namespace(dataset_name=None))
     skip = (LAUNCH_FLAGS if given.base_url and not given.launch
             else frozenset({"--base-url"}) if given.launch else frozenset())
     # What the file sets for a server or dataset the command line replaced would be refused as idle.
     if given.base_url or given.launch:
         skip |= {"--synthetic-args"}
-    if "--dataset-name" in _given_flags(rest, parser) and given.dataset_name == "random":
+    if given.dataset_name == "random":
         skip |= {"--dataset-path", "--dataset-order"}
     return path, [*toml_to_argv(path, parser, skip), *rest]
-
-
-def _given_flags(argv: list[str], parser: argparse.ArgumentParser) -> set[str]:
-    """The long flags named in argv (``--flag value`` or ``--flag=value``), as the parser spells them."""
-    actions = _actions(parser)
-    named = set()
-    for arg in argv:
-        if arg.startswith("--"):
-            action = actions.get(arg[2:].split("=", 1)[0])
-            if action is not None:
-                named.add(_long_flag(action))
-    return named
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -18,9 +18,10 @@ How each figure is derived (also in :data:`DEFINITIONS`, written into the JSON r
   arrival, and adds the client's lateness past the later of the arrival and a free slot (waiting
   for a slot under the cap is the load's queueing, not client error). Both leave out the request's
   way to the server, which is not the client's: the upload (loopback: ~0.03 ms) and the server's
-  delay in reading it (the Python server took ~0.5 ms at 16 streams and 2-3 ms at 128 streams with
-  5 ms gaps, measured 2026-11-30); "measured - nominal" holds it. TPOT spreads one gap error over
-  ``tokens - 1``.
+  delay in reading it (the Python server: p50 0.31 ms, p99 0.78 ms at 16 streams, and 2-3 ms at 128
+  streams with 5 ms gaps, on the VM of bench/RESULTS.md, 2026-11-30), which validate reports as
+  "request sent -> read by the server"; "measured - nominal" holds it. TPOT spreads one gap error
+  over ``tokens - 1``.
 * "measured - nominal" is shown beside each series: it holds the server's own lateness too (its
   ``/fb/stats`` are reported apart: server lateness is not client error).
 
@@ -51,6 +52,7 @@ import orjson
 from . import report as report_files
 from ._synthetic_cli import HOUR_MS  # the longest delay the synthetic server takes
 from ._synthetic_cli import _tokens_per_chunk as _tokens_per_chunk_range
+from .api import MAX_PROMPTS
 from .cli import HelpFormatter
 from .exceptions import ConfigError, FastbenchError, ServerError
 from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
@@ -64,7 +66,7 @@ __all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate",
 
 DEFAULT_OUTPUT_LEN = 64
 DEFAULT_ROUNDS = 3  # default number of requests: this many per stream
-MAX_REQUESTS = 10_000_000  # as fastbench's --num-prompts
+MAX_REQUESTS = MAX_PROMPTS  # as fastbench's --num-prompts
 MAX_OUTPUT_LEN = 1_000_000  # tokens per request; the server's context is made to fit it
 TAGGED_REQUESTS = 100_000  # requests whose body names its row, for the server's read times (memory)
 STREAMS_OPEN_SHARE = 0.99  # verdict: streams kept open >= this share of the asked concurrency
