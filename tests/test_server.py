@@ -333,6 +333,15 @@ def test_ctrl_c_tears_the_server_down(fake: tuple[Path, Path], tmp_path: Path) -
     assert_gone(orjson.loads(out.read_bytes())["fastbench"]["server"]["provenance"]["pid"], port)
 
 
+def launch_one_that_ignores_sigterm(vllm: Path, port: int, log: Path, *args: str) -> subprocess.Popen[str]:
+    """fastbench launching the fake vLLM in a mode that ignores SIGTERM, with a 30 s grace period."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
+         "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
+         "--server-stop-grace", "30", "--random-input-len", "8", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_ctrl_c_twice_during_teardown_kills_the_server_at_once(fake: tuple[Path, Path], tmp_path: Path) -> None:
     """The server ignores SIGTERM and the grace period is 30 s: a second Ctrl-C while fastbench waits
     it out sends SIGKILL at once (the teardown ran on the event loop's thread, so the signals
@@ -340,11 +349,7 @@ def test_ctrl_c_twice_during_teardown_kills_the_server_at_once(fake: tuple[Path,
     vllm, _ = fake
     port = free_port()
     log = tmp_path / "vllm.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
-         "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
-         "--server-stop-grace", "30", "--num-prompts", "2", "--random-input-len", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = launch_one_that_ignores_sigterm(vllm, port, log, "--num-prompts", "2")
     err, seconds = interrupt_when_logged(proc, log, "stopping: SIGTERM", again_after_s=0.3)
     assert seconds < 10, err
     assert proc.returncode == 130, err
@@ -378,11 +383,7 @@ def test_two_quick_ctrl_c_during_the_run_kill_a_server_that_ignores_sigterm(fake
     vllm, _ = fake
     port = free_port()
     log = tmp_path / "vllm.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastbench", "--launch", "vllm", "--launch-model", "m", "--engine-bin", str(vllm),
-         "--server-port", str(port), "--server-log", str(log), "--server-env", "FAKE_VLLM_MODE=ignore-term",
-         "--server-stop-grace", "30", "--num-prompts", "100000", "--concurrency", "2", "--random-input-len", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = launch_one_that_ignores_sigterm(vllm, port, log, "--num-prompts", "100000", "--concurrency", "2")
     err, seconds = interrupt_when_logged(proc, log, "measured window starts", again_after_s=0.2)
     assert seconds < 10, err
     assert proc.returncode == 130, err
