@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -436,3 +437,26 @@ def test_the_environment_names_the_machine_and_its_gpus(tmp_path: Path, monkeypa
     fake.write_text("#!/bin/sh\nexit 9\n")  # a broken driver: no GPU named, no error
     assert api.environment()["gpus"] == []
     assert report._machine({"cpu_count": 2}) == "2 x unknown CPU; GPU: none found (nvidia-smi)"
+
+
+def test_the_card_names_the_models_family_and_size_from_its_local_files(tmp_path: Path) -> None:
+    """An attached server whose model is a directory here: Family and Parameters come from its files;
+    a row the user gives (--card-row) is theirs."""
+    from safetensors.numpy import save_file
+
+    model_dir = tmp_path / "tiny-gemma"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text('{"model_type": "gemma3_text", "torch_dtype": "bfloat16"}')
+    save_file({"embed.weight": np.zeros((1000, 300), np.float16)}, str(model_dir / "model.safetensors"))
+    card = tmp_path / "card.md"
+    with SyntheticServer(ttft_ms=1, itl_ms=1, model=str(model_dir)) as server:
+        result = run(BenchConfig(base_url=server.base_url, concurrency=2, num_prompts=2, random_input_len=8,
+                                 random_output_len=2, result_card=str(card), card_rows=("Family=Gemma 3",)))
+    assert result.server_info["model_files"]["total_params"] == 300_000
+    lines = card.read_text().splitlines()
+    params = lines.index("| Parameters | 300K (dense), counted from the safetensors headers |")
+    engine = next(i for i, line in enumerate(lines) if line.startswith("| Engine |"))
+    assert lines[0].startswith("# ") and lines.index(f"| Model | {model_dir} |") < params < engine  # the seeds' order
+    assert "| Family | Gemma 3 |" in lines and not any(line.startswith("| Family | Gemma (") for line in lines)
+    assert "| Quant / precision | bfloat16, from config.json |" in lines
+    assert f"| Model files | {model_dir} |" in lines

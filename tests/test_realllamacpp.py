@@ -125,7 +125,9 @@ def test_real_llamacpp_with_ngram_speculation(real_llamacpp: tuple[Path, Path], 
     for needle in ("llama.cpp", "Load", "ready in", "Speculative decoding", "Mean acceptance length",
                    "Draft acceptance rate", "Per-position acceptance", "llamacpp:spec_decode_* counters",
                    "Server metrics", "Memory", "Full run command", "fastbench --launch llama.cpp",
-                   "--spec-type ngram-simple", "had usage only at the end"):
+                   "--spec-type ngram-simple", "had usage only at the end", "| Family | Gemma (gemma3) |",
+                   "| Parameters | 268M (dense), counted from the GGUF tensor table |",
+                   "| Quant / precision | Q4_K_M, from the GGUF |"):
         assert needle in text, needle
 
     # no orphan, the port free

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 import fastbench
@@ -43,6 +44,7 @@ OPAQUE = {
     "fastbench.config.extra_body",
     "fastbench.server.load",
     "fastbench.server.card_config",
+    "fastbench.server.model_card",
     "fastbench.server.spec_decode",
     "fastbench.server.server_metrics_card",
     "fastbench.server.memory",
@@ -139,9 +141,11 @@ def test_the_checker_catches_an_undocumented_key() -> None:
         "fastbench.errors.*.surprise"]
 
 
-def test_launched_server_sections_are_documented() -> None:
+def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     """What only a launched server (or memory sampling) writes, built by the code that writes it."""
-    from fastbench import memsampler, report, server, specdecode
+    from safetensors.numpy import save_file
+
+    from fastbench import memsampler, modelinfo, report, server, specdecode
 
     launch = LaunchConfig(model="org/model", docker_image="vllm/vllm-openai:latest", engine_bin=sys.executable,
                           engine_args=("--quantization", "awq", "--speculative-config", '{"method":"ngram"}'))
@@ -171,6 +175,11 @@ def test_launched_server_sections_are_documented() -> None:
     vllm.teardown = {"how": "SIGTERM", "seconds": 1.5, "exit": "exited with status 0", "port_free": True,
                      "processes_left": []}
     server.add_teardown(info, vllm)
+    (tmp_path / "config.json").write_text('{"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}')
+    save_file({"model.layers.0.experts.0.w1.weight": np.zeros((4, 4), np.float16)}, str(tmp_path / "model.safetensors"))
+    info.update(modelinfo.server_info(str(tmp_path)))
+    assert info["model_files"]["active_params"] == 4 and info["model_card"]["Family"] == "Mixtral (mixtral)"
+    assert undocumented({"server": {"model_files": {"error": "x"}}}, ("fastbench",)) == []
     assert {"engine", "launch_command", "load", "variant", "card_config", "teardown"} <= info.keys()
     assert len(info["footprint"]) == 5 and info["memory_series"]["series"]["gpus"]
     fastbench_part = {"server": info, "config": report.config_to_dict(config)}

@@ -17,8 +17,10 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
+from safetensors.numpy import save_file
 
 from _fakevllm import FAKE_DIGEST, free_port, write_fake_engines
 from fastbench import api, cli, tomlconfig
@@ -108,14 +110,20 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
         "--num-prompts", "24", "--concurrency", "4", "--random-input-len", "16", "--random-output-len", "40",
         "--ignore-eos", "--max-seconds", "30", "--result-json", str(out), "--result-card", str(card),
     ]
+    # the model's files where the server would have put them: this machine's hub cache
+    snapshot = tmp_path / "hub" / "models--fake--model" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "llama", "torch_dtype": "float16"}')
+    save_file({"w": np.zeros((1000, 1000), np.float16)}, str(snapshot / "model.safetensors"))
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "fastbench", *argv], capture_output=True, text=True, timeout=90,
-                          check=False)
+                          check=False, env={**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub")})
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - t0 < 30
     doc = orjson.loads(out.read_bytes())
     server = doc["fastbench"]["server"]
     prov = server["provenance"]
+    assert server["model_files"]["source"] == str(snapshot)
 
     # load time and provenance
     assert prov["launched"] and prov["engine"] == "vllm" and prov["launcher"] == "local process"
@@ -173,8 +181,10 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
                    "Server metrics", "Memory", "Model weights", "KV cache", "CUDA graphs", "Footprint vs reservation",
                    "Full run command", "vllm serve fake/model", "fastbench --launch vllm",
                    "Consider increasing max_num_batched_tokens", "NGRAM speculative decoding",
-                   "| Quant / precision | modelopt_fp4 (bfloat16), from the engine's config line |"):
+                   "| Quant / precision | modelopt_fp4 (bfloat16), from the engine's config line |",
+                   "| Family | Llama (llama) |", "| Parameters | 1.0M (dense), counted from the safetensors headers |"):
         assert needle in text, needle
+    assert "from config.json" not in text  # the engine's word on its precision wins
     lo_text = f"{lo:.2f}-{hi:.2f}"
     assert lo_text in text  # "2.49 (2.31-2.67)"
     for output in (proc.stdout, proc.stderr, out.read_text(), text):

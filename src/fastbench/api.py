@@ -19,7 +19,7 @@ from typing import Any, TypeVar, get_args
 import aiohttp
 import orjson
 
-from . import metrics, report, server, workload
+from . import metrics, modelinfo, report, server, workload
 from ._version import __version__
 from .config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
 from .exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
@@ -376,6 +376,9 @@ async def _run_against(
                               f"{', '.join(models[:5])})")
         server_info.update(model=model, max_model_len=max_model_len,
                            version=await _server_version(session, base_url))
+        if synthetic is None:  # the model's own files, where this machine has them: family, parameters
+            files = watched.launch.model if isinstance(watched, server.LaunchedServer) else model
+            server_info.update(await asyncio.to_thread(modelinfo.server_info, files))
         tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
         work = await _unless_stopped(

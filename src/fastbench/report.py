@@ -405,8 +405,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
 
     Optional parts come from ``result.server_info``: ``engine`` (e.g. "vLLM 0.32.0"), ``variant``
     (e.g. "NVFP4 + EAGLE3", added to the title), ``max_model_len``, ``card_config`` (extra
-    Configuration rows), ``load`` / ``spec_decode`` / ``server_metrics_card`` / ``memory`` (dicts
-    rendered as sections),
+    Configuration rows), ``model_card`` (Family, Parameters... from the model's files: modelinfo),
+    ``load`` / ``spec_decode`` / ``server_metrics_card`` / ``memory`` (dicts rendered as sections),
     ``launch_command`` (the server's command, shown redacted) and ``notes`` (extra note lines).
     """
     info = result.server_info
@@ -429,10 +429,21 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
             + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
         )
     context = info.get("max_model_len") or config.max_model_len
-    config_rows: list[tuple[str, Any]] = [("Model", model), ("Engine", engine)]
-    # the user's rows (--card-row) first: what only they know, as the published cards put it
-    config_rows += [(label.strip(), value.strip()) for label, _, value in (r.partition("=") for r in config.card_rows)]
-    config_rows += [(str(k), v) for k, v in dict(info.get("card_config") or {}).items()]
+    # the user's rows (--card-row) first: what only they know, as the published cards put it; a row
+    # fastbench derives gives way to the user's row of the same label
+    user_rows = [(label.strip(), value.strip()) for label, _, value in (r.partition("=") for r in config.card_rows)]
+    given = {label for label, _ in user_rows}
+    model_rows = {k: v for k, v in dict(info.get("model_card") or {}).items() if k not in given}
+    derived = {k: v for k, v in dict(info.get("card_config") or {}).items() if k not in given}
+    if "Quant / precision" in model_rows:  # the engine's own word (its config line) wins over config.json
+        derived.setdefault("Quant / precision", model_rows.pop("Quant / precision"))
+    files = model_rows.pop("Model files", None)
+    config_rows: list[tuple[str, Any]] = [("Model", model)]
+    config_rows += [(k, model_rows.pop(k)) for k in ("Family", "Parameters") if k in model_rows]
+    config_rows.append(("Engine", engine))
+    config_rows += user_rows + list(derived.items()) + list(model_rows.items())
+    if files:
+        config_rows.append(("Model files", files))
     config_rows += [
         ("Endpoint", _endpoint(result, config)),
         ("Dataset", _dataset(result, config)),
