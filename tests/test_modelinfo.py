@@ -198,3 +198,11 @@ def test_families() -> None:
                                          (9_960_000, "10M")])
 def test_sizes_as_model_cards_write_them(n: int, text: str) -> None:
     assert modelinfo._size(n) == text
+
+
+def test_a_header_nested_too_deep_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    directory = write_hf(tmp_path / "m", {"model_type": "llama"}, [{"w": zeros(4)}])
+    header = b"[" * 100_000 + b"]" * 100_000
+    (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    info = modelinfo.server_info(str(directory))
+    assert "model_card" not in info and info["model_files"]["error"].startswith(str(directory))

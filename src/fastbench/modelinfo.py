@@ -373,6 +373,8 @@ def server_info(model: str, environ: Mapping[str, str] | None = None) -> dict[st
         facts = describe(model, environ)
     except ModelInfoError as exc:
         return {"model_files": {"error": str(exc)}}
+    except (OSError, ValueError, RecursionError) as exc:  # an unreadable cache entry: the run goes on
+        return {"model_files": {"error": f"{model}: {exc}"}}
     if facts is None:
         return {}
     return {"model_files": {**dataclasses.asdict(facts), "parameters": facts.parameters_text()},
