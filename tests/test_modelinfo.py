@@ -86,26 +86,101 @@ def test_fused_expert_tensors_are_routed_too(tmp_path: Path) -> None:
     assert facts.active_params == 100 * 16 + 4 * 16 * 64 // 4
 
 
-def test_quantisation_scales_are_not_parameters_and_packed_weights_are_not_counted(tmp_path: Path) -> None:
+def test_quantisation_state_is_not_parameters(tmp_path: Path) -> None:
     scaled = {"model.layers.0.mlp.up_proj.weight": zeros(64, 64), "model.layers.0.mlp.up_proj.weight_scale": zeros(1),
-              "model.layers.0.mlp.up_proj.weight_scale_inv": zeros(2, 2), "model.layers.0.mlp.up_proj.input_scale":
-              zeros(1)}
-    facts = describe(str(write_hf(tmp_path / "fp8", {"model_type": "mistral", "quantization_config":
-                                                     {"quant_method": "fp8"}}, [scaled])))
-    assert facts is not None and facts.total_params == 64 * 64 and facts.precision == "fp8"
+              "model.layers.0.mlp.up_proj.weight_scale_inv": zeros(2, 2),
+              "model.layers.0.mlp.up_proj.input_scale": zeros(1), "model.layers.0.self_attn.k_scale": zeros(1),
+              "model.layers.0.mlp.down_proj.weight": zeros(64, 64, dtype=np.uint8)}  # a width fp8 does not state
+    config = {"model_type": "mistral", "quantization_config": {"quant_method": "fp8"}}
+    facts = describe(str(write_hf(tmp_path / "fp8", config, [scaled])))
+    # U8 with no weight width stated: refused, not guessed
+    assert facts is not None and facts.total_params is None and facts.precision == "fp8"
+    assert facts.why_no_count == ("U8 weights (model.layers.0.mlp.down_proj.weight) with no weight width in "
+                                  "quantization_config")
+    assert modelinfo.card_rows(facts)["Parameters"].startswith("not counted: U8 weights")
+    del scaled["model.layers.0.mlp.down_proj.weight"]
+    facts = describe(str(write_hf(tmp_path / "fp8b", config, [scaled])))
+    assert facts is not None and facts.total_params == 64 * 64
 
-    packed = {"model.layers.0.mlp.up_proj.qweight": zeros(8, 64, dtype=np.int32),
-              "model.layers.0.mlp.up_proj.scales": zeros(1, 64), "model.norm.weight": zeros(64)}
-    config = {"model_type": "llama", "quantization_config": {"quant_method": "gptq", "bits": 4}}
-    facts = describe(str(write_hf(tmp_path / "gptq", config, [packed])))
-    assert facts is not None and facts.total_params is None and facts.parameters_text() is None
-    assert facts.precision == "gptq 4-bit"
-    assert modelinfo.card_rows(facts)["Parameters"] == (
-        "not counted: I32 weights (model.layers.0.mlp.up_proj.qweight) may pack several parameters per element")
+
+# (quantization_config, packed tensors {name: (dtype, shape)}, parameters they hold)
+PACKED = {
+    "gptq 4-bit int32: 8 per element": (
+        {"quant_method": "gptq", "bits": 4},
+        {"l.qweight": (np.int32, (8, 64)), "l.qzeros": (np.int32, (1, 8)), "l.scales": (np.float16, (1, 64)),
+         "l.g_idx": (np.int32, (64,))}, 64 * 64),
+    "modelopt NVFP4 uint8: 2 per byte": (
+        {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+        {"l.weight": (np.uint8, (64, 32)), "l.weight_scale": (np.float16, (64, 4)),
+         "l.weight_scale_2": (np.float32, ()), "l.input_scale": (np.float32, ())}, 64 * 64),
+    "compressed-tensors W4A16 int32": (
+        {"quant_method": "compressed-tensors", "config_groups": {"g0": {"weights": {"num_bits": 4}}}},
+        {"l.weight_packed": (np.int32, (64, 8)), "l.weight_scale": (np.float16, (64, 1)),
+         "l.weight_shape": (np.int64, (2,)), "l.weight_zero_point": (np.int32, (64, 1))}, 64 * 64),
+    "W8A8 int8: 1 per element": (
+        {"quant_method": "compressed-tensors", "config_groups": {"g0": {"weights": {"num_bits": 8}}}},
+        {"l.weight": (np.int8, (64, 64)), "l.weight_scale": (np.float32, (64, 1))}, 64 * 64),
+    "gpt-oss MXFP4 blocks": (
+        {"quant_method": "mxfp4"},
+        {"l.mlp.experts.gate_up_proj_blocks": (np.uint8, (2, 64, 2, 16)),
+         "l.mlp.experts.gate_up_proj_scales": (np.uint8, (2, 64, 2))}, 2 * 64 * 64),
+    "bitsandbytes 4-bit": (
+        {"quant_method": "bitsandbytes", "load_in_4bit": True},
+        {"l.weight": (np.uint8, (2048, 1)), "l.weight.absmax": (np.float32, (64,)),
+         "l.weight.quant_map": (np.float32, (16,)), "l.weight.quant_state.bitsandbytes__nf4": (np.uint8, (90,))},
+        64 * 64),
+}
 
 
-def write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray], **meta: int) -> Path:
-    writer = gguf.GGUFWriter(str(path), arch)
+@pytest.mark.parametrize("case", PACKED)
+def test_packed_weights_count_the_parameters_they_hold(tmp_path: Path, case: str) -> None:
+    quant, packed, held = PACKED[case]
+    tensors = {"model.norm.weight": zeros(64), **{name: zeros(*shape, dtype=dtype)
+                                                  for name, (dtype, shape) in packed.items()}}
+    facts = describe(str(write_hf(tmp_path / "q", {"model_type": "llama", "quantization_config": quant}, [tensors])))
+    assert facts is not None and facts.why_no_count is None
+    assert facts.total_params == 64 + held
+
+
+def test_an_unquantised_models_integer_buffers_and_mtp_layers_are_not_counted(tmp_path: Path) -> None:
+    tensors = {"model.embed_tokens.weight": zeros(100, 8),
+               "vision.embeddings.position_ids": zeros(1, 50, dtype=np.int64),
+               "model.layers.0.mlp.up_proj.weight": zeros(8, 8), "model.layers.1.mlp.up_proj.weight": zeros(8, 8),
+               "model.layers.0.rotary_emb.inv_freq": zeros(4)}
+    config = {"model_type": "deepseek_v3", "num_hidden_layers": 1, "num_nextn_predict_layers": 1}
+    facts = describe(str(write_hf(tmp_path / "m", config, [tensors])))
+    assert facts is not None and facts.total_params == 100 * 8 + 8 * 8  # layer 1 is the MTP layer
+    del config["num_nextn_predict_layers"]
+    facts = describe(str(write_hf(tmp_path / "m2", config, [tensors])))
+    assert facts is not None and facts.total_params == 100 * 8 + 2 * 8 * 8
+
+
+@pytest.mark.parametrize(("config", "expert_name"), [
+    ({"model_type": "gemma4", "text_config": {"num_experts": 8, "top_k_experts": 2}}, "layers.0.experts.gate_up_proj"),
+    ({"model_type": "dbrx", "ffn_config": {"moe_num_experts": 8, "moe_top_k": 2}}, "blocks.0.ffn.experts.mlp.w1"),
+    ({"model_type": "ernie4_5_moe", "moe_num_experts": 8, "moe_k": 2}, "layers.0.mlp.experts.0.up_proj.weight"),
+    ({"model_type": "hunyuan_v1_moe", "num_experts": 8, "moe_topk": [2, 2]}, "layers.0.mlp.experts.0.up.weight"),
+    ({"model_type": "granitemoe", "num_local_experts": 8, "num_experts_per_tok": 2},
+     "layers.0.block_sparse_moe.input_linear.weight"),
+])
+def test_expert_counts_and_tensors_as_each_architecture_names_them(tmp_path: Path, config: dict[str, Any],
+                                                                   expert_name: str) -> None:
+    tensors = {"embed.weight": zeros(10, 10), expert_name: zeros(8, 10, 10)}
+    facts = describe(str(write_hf(tmp_path / "m", config, [tensors])))
+    assert facts is not None and facts.experts == (2, 8)
+    assert facts.active_params == 100 + 800 * 2 // 8
+
+
+def test_a_moe_whose_expert_tensors_are_not_recognised_is_not_called_dense(tmp_path: Path) -> None:
+    config = {"model_type": "newmoe", "num_local_experts": 8, "num_experts_per_tok": 2}
+    facts = describe(str(write_hf(tmp_path / "m", config, [{"layers.0.moe.w": zeros(8, 10, 10)}])))
+    assert facts is not None and facts.active_params is None
+    assert facts.parameters_text() == "800 (MoE; active not told by the tensor names)"
+
+
+def write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray], writer_args: dict[str, Any] | None = None,
+               **meta: int) -> Path:
+    writer = gguf.GGUFWriter(str(path), arch, **(writer_args or {}))
     writer.add_file_type(15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
     writer.add_token_list([f"tok{i}" for i in range(3000)])  # a string array the reader must skip over
     writer.add_token_scores([0.5] * 3000)
@@ -206,3 +281,74 @@ def test_a_header_nested_too_deep_is_an_error_not_a_crash(tmp_path: Path) -> Non
     (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     info = modelinfo.server_info(str(directory))
     assert "model_card" not in info and info["model_files"]["error"].startswith(str(directory))
+
+
+F32_TENSORS = {name: zeros(*shape, dtype=np.float32) for name, shape in (
+    ("token_embd.weight", (300, 16)), ("blk.0.attn_q.weight", (16, 16)), ("blk.0.ffn_up.weight", (64, 16)),
+    ("output.weight", (300, 16)))}
+F32_TOTAL = sum(a.size for a in F32_TENSORS.values())
+
+
+@pytest.mark.parametrize("small_first_shard", [False, True])
+def test_a_split_gguf_counts_every_shard(tmp_path: Path, small_first_shard: bool) -> None:
+    write_gguf(tmp_path / "m.gguf", "llama", F32_TENSORS,
+               {"split_max_tensors": 2, "small_first_shard": small_first_shard})
+    shards = sorted(tmp_path.glob("m-*-of-*.gguf"))
+    assert len(shards) >= 2
+    facts = describe(str(shards[0]))
+    assert facts is not None and facts.total_params == F32_TOTAL and facts.precision == "Q4_K_M"
+    shards[-1].unlink()
+    facts = describe(str(shards[0]))
+    assert facts is not None and facts.total_params is None
+    assert facts.why_no_count == f"shard {shards[-1].name} of the split GGUF is not there"
+    renamed = shards[0].rename(tmp_path / "first.gguf")
+    facts = describe(str(renamed))
+    assert facts is not None and facts.total_params is None and "whose name is not" in str(facts.why_no_count)
+
+
+def test_a_big_endian_gguf(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "be.gguf", "llama", F32_TENSORS, {"endianess": gguf.GGUFEndian.BIG}, expert_count=1)
+    facts = describe(str(path))
+    assert facts is not None and facts.total_params == F32_TOTAL and facts.precision == "Q4_K_M"
+
+
+def test_a_gguf_with_one_tensor_per_expert(tmp_path: Path) -> None:
+    """Mixtral GGUFs made before 2024 name each expert's tensor: blk.0.ffn_up.3.weight."""
+    tensors = {"token_embd.weight": zeros(100, 16, dtype=np.float32),
+               **{f"blk.0.ffn_up.{e}.weight": zeros(32, 16, dtype=np.float32) for e in range(8)}}
+    facts = describe(str(write_gguf(tmp_path / "mx.gguf", "llama", tensors, expert_count=8, expert_used_count=2)))
+    assert facts is not None and facts.experts == (2, 8)
+    assert facts.active_params == 100 * 16 + 8 * 32 * 16 * 2 // 8
+
+
+def test_gguf_file_type_names_are_llama_cpps() -> None:
+    for file_type in gguf.LlamaFileType:
+        if file_type.value in modelinfo._GGUF_FILE_TYPES:
+            assert file_type.name.endswith(modelinfo._GGUF_FILE_TYPES[file_type.value]), file_type
+        else:
+            assert file_type.name == "GUESSED", f"{file_type} is missing"
+
+
+def test_the_hub_cache_as_huggingface_hub_finds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    snapshot = write_hf(tmp_path / "hub" / "models--acme--m" / "snapshots" / "r1", {"model_type": "llama"},
+                        [{"w": zeros(2)}])
+    assert locate("acme/m", {"HUGGINGFACE_HUB_CACHE": str(tmp_path / "hub")}) == snapshot  # the older name
+    assert locate("acme/m", {"ROOT": str(tmp_path), "HF_HUB_CACHE": "${ROOT}/hub"}) == snapshot
+    assert locate("acme/m", {"XDG_CACHE_HOME": str(tmp_path / "x")}) is None
+    (tmp_path / "x" / "huggingface").mkdir(parents=True)
+    (tmp_path / "x" / "huggingface" / "hub").symlink_to(tmp_path / "hub")
+    xdg_snapshot = tmp_path / "x" / "huggingface" / "hub" / "models--acme--m" / "snapshots" / "r1"
+    assert locate("acme/m", {"XDG_CACHE_HOME": str(tmp_path / "x")}) == xdg_snapshot
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert modelinfo.hub_cache_dir({}) == tmp_path / "home" / ".cache" / "huggingface" / "hub"
+
+
+def test_server_info_never_raises(tmp_path: Path) -> None:
+    # an unknown ~user (pathlib raises RuntimeError for it) is just not a model here
+    assert modelinfo.server_info("~no-such-user-here/m") == {}
+    assert modelinfo.server_info("acme/m", {"HF_HUB_CACHE": "~no-such-user-here/hub"}) == {}
+    odd = write_hf(tmp_path / "odd", {"model_type": 7, "torch_dtype": ["x"]}, [{"w": zeros(2)}])
+    facts = describe(str(odd))
+    assert facts is not None and facts.family is None and facts.precision is None and facts.total_params == 2
+    (odd / "model.safetensors.index.json").write_text('{"weight_map": ["model.safetensors"]}')
+    assert "no weight_map" in modelinfo.server_info(str(odd))["model_files"]["error"]
