@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
                                 reason="no C compiler")
 
 
-@pytest.mark.parametrize("coalesce_us", [0, 2000])
+@pytest.mark.parametrize("coalesce_us", [0, 4000])
 def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coalesce_us: int) -> None:
     exe, _ = cpu_floor.build_floor_client(tmp_path)
     with SyntheticServer(ttft_ms=5, itl_ms=5) as server:
@@ -30,7 +30,9 @@ def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coale
     assert r["kernel_stamped_reads"] == r["reads"] > 0  # every read carried its kernel stamp
     assert r["cpu_us_per_chunk"] > 0
     if coalesce_us:
-        assert r["reads_per_wakeup"] > 1.5  # 2 ms windows gather reads from the 4 streams
+        # 4 ms windows gather ~800 / 250 = 3.2 reads from the 4 streams (2 ms windows gave 1.6-2.0,
+        # too near the bound on a busy host)
+        assert r["reads_per_wakeup"] > 2
 
 
 def test_uring_floor_reads_every_ready_socket_per_wake_up(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sanitizer import UNDER_SANITIZER
 from _synthetic_helpers import RawConn, Response, pct, request, stream_body
+from _timing import until_a_round_passes
 from fastbench.synthetic import (
     CHAT_MESSAGE_OVERHEAD,
     SyntheticServer,
@@ -406,13 +407,7 @@ def test_schedule_timing(timing_srv: SyntheticServer) -> None:
 
     # One stall of either process shifts all four streams at once (a CI run under ASan saw every
     # TTFT at 63.6 ms); a server that keeps the wrong schedule fails every round.
-    for _ in range(2):
-        try:
-            one_round()
-            return
-        except AssertionError:
-            pass
-    one_round()
+    until_a_round_passes(one_round)
 
 
 def test_prefill_rate_and_call_at_timer() -> None:
@@ -437,19 +432,24 @@ def test_load_lateness_and_stats(timing_srv: SyntheticServer) -> None:
             c.close()
         return list(rs)
 
-    timing_srv.reset_stats()
-    rs = run(go())
-    skew = []
-    for r in rs:
-        toks = token_chunks(r)
-        assert len(toks) == n and r.datas[-1] == b"[DONE]"
-        skew += [(t - c["fb_sent_ns"]) / 1e6 for (t, _), c in zip(r.events, toks)]
-    st = timing_srv.stats()
-    assert st["chunks_sent"] == streams * n and st["streams_max"] == streams and st["streams_open"] == 0
-    lat = st["lateness"]
-    assert lat["count"] == streams * n and lat["p50_ms"] < 2 and lat["p99_ms"] < 30, lat
-    if not UNDER_SANITIZER:  # this test's own Python client is what ASan slows down
-        assert pct(skew, 0.5) < 5
+    def one_round() -> None:
+        timing_srv.reset_stats()
+        skew = []
+        for r in run(go()):
+            toks = token_chunks(r)
+            assert len(toks) == n and r.datas[-1] == b"[DONE]"
+            skew += [(t - c["fb_sent_ns"]) / 1e6 for (t, _), c in zip(r.events, toks)]
+        st = timing_srv.stats()
+        assert st["chunks_sent"] == streams * n and st["streams_max"] == streams and st["streams_open"] == 0
+        lat = st["lateness"]
+        assert lat["count"] == streams * n and lat["p50_ms"] < 2 and lat["early"] == 0, lat
+        # p99 of 2,560 chunks is about the worst host stall of the round (21-56 ms with 20-60 ms
+        # stalls injected, 3.6-5.2 ms without): a round may be run again
+        assert lat["p99_ms"] < 30, lat
+        if not UNDER_SANITIZER:  # this test's own Python client is what ASan slows down
+            assert pct(skew, 0.5) < 5
+
+    until_a_round_passes(one_round)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -335,10 +335,30 @@ def test_an_output_longer_than_the_default_context_is_served() -> None:
 def test_server_cpu_is_shared_over_the_window_it_was_measured_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server's CPU used to run from before the connections and warm-ups were made, over the
     measured window alone: 271 % of a core for this single-threaded server. Here the server is
-    made to look busy all the time (its CPU seconds are the wall clock's), so a share over the
-    window's own span is ~1 (the last sample comes a little after the window ends), and one over
-    a longer span is well above it."""
-    monkeypatch.setattr(fv, "_process_cpu_s", lambda pid: time.monotonic())
+    made to look busy all the time (its CPU seconds are the wall clock's), so the share is the
+    span between the two samples over the window's, and the first sample is taken as the window
+    opens (not a tail-sensitive bound on the share: its last sample follows the closing of 300
+    connections, 3 ms here and more on a busy host)."""
+    samples: list[int] = []
+
+    def busy_server_cpu_s(pid: int) -> float:
+        samples.append(time.monotonic_ns())
+        return samples[-1] / 1e9
+
+    runs: list[RunData] = []
+    run = LoadGenerator.run
+
+    async def run_and_keep(self: LoadGenerator) -> RunData:
+        runs.append(await run(self))
+        return runs[-1]
+
+    monkeypatch.setattr(fv, "_process_cpu_s", busy_server_cpu_s)
+    monkeypatch.setattr(LoadGenerator, "run", run_and_keep)
     report = fv.validate(300, num_requests=600, output_len=8, itl_ms=2, ttft_ms=2)
-    assert report.server_cpu_share_of_core is not None
-    assert 0.95 < report.server_cpu_share_of_core < 1.4
+    data = runs[0]
+    assert len(samples) == 2 and report.server_cpu_share_of_core is not None
+    # the core's stamps and time.monotonic_ns are the same clock; the window opens after the
+    # connections and warm-ups (before the fix, the first sample came ~170 % of a window earlier)
+    assert abs(samples[0] - data.start_ns) < 10e6
+    assert samples[1] >= data.end_ns
+    assert report.server_cpu_share_of_core == pytest.approx((samples[1] - samples[0]) / (data.end_ns - data.start_ns))
