@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
-from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, report, run
+from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, report, run, workload
 from fastbench.config import LaunchConfig
 from fastbench.loadgen import LoadGenerator
 from fastbench.synthetic import SyntheticServer
@@ -460,3 +460,27 @@ def test_the_card_names_the_models_family_and_size_from_its_local_files(tmp_path
     assert "| Family | Gemma 3 |" in lines and not any(line.startswith("| Family | Gemma (") for line in lines)
     assert "| Quant / precision | bfloat16, from config.json |" in lines
     assert f"| Model files | {model_dir} |" in lines
+
+
+def test_an_attached_servers_model_files_are_found_by_the_root_it_names(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM serves a local directory under --served-model-name and gives the directory as the
+    model's ``root`` in /v1/models: that is where the files are."""
+    from safetensors.numpy import save_file
+
+    model_dir = tmp_path / "weights"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text('{"model_type": "qwen2"}')
+    save_file({"w": np.zeros((10, 10), np.float16)}, str(model_dir / "model.safetensors"))
+    fetch = workload.fetch_model_info
+
+    async def served_from_the_directory(*args: Any, **kwargs: Any) -> workload.ServedModels:
+        ids, max_model_len, _ = await fetch(*args, **kwargs)
+        return workload.ServedModels(ids, max_model_len, {ids[0]: str(model_dir)})
+
+    monkeypatch.setattr(workload, "fetch_model_info", served_from_the_directory)
+    with SyntheticServer(ttft_ms=1, itl_ms=1, model="qwen-small") as server:
+        result = run(BenchConfig(base_url=server.base_url, num_prompts=1, random_input_len=8, random_output_len=2))
+    assert result.server_info["model"] == "qwen-small"
+    assert result.server_info["model_files"]["source"] == str(model_dir)
+    assert result.server_info["model_card"]["Family"] == "Qwen (qwen2)"

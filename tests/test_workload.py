@@ -597,10 +597,10 @@ def _app(*, with_tokenize: bool = True, max_model_len: int | None = 4096) -> web
         if auth != f"Bearer {API_KEY}":
             # A careless server that echoes the credential back: it must not reach our messages.
             return web.json_response({"error": f"bad credential {auth}"}, status=401)
-        first: dict[str, Any] = {"id": "m1", "object": "model"}
+        first: dict[str, Any] = {"id": "m1", "object": "model", "root": "/models/m1"}
         if max_model_len is not None:
             first["max_model_len"] = max_model_len
-        return web.json_response({"object": "list", "data": [first, {"id": "m2", "object": "model"}]})
+        return web.json_response({"object": "list", "data": [first, {"id": "m2", "object": "model", "root": ""}]})
 
     async def tokenize(request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {API_KEY}":
@@ -641,12 +641,12 @@ def _free_port() -> int:
 def test_fetch_model_info_and_tokenize() -> None:
     async def main() -> None:
         async with serve(_app()) as url, aiohttp.ClientSession() as session:
-            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], 4096)
+            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], 4096, {"m1": "/models/m1"})
             assert await server_tokenize(url, session, API_KEY, "m1", "one two three") == 4
             count = make_server_tokenize(url, session, API_KEY, "m1")
             assert await count("a b") == 3
         async with serve(_app(max_model_len=None)) as url, aiohttp.ClientSession() as session:
-            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], None)
+            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], None, {"m1": "/models/m1"})
 
     asyncio.run(main())
 
@@ -675,7 +675,7 @@ def test_build_workload_with_server_tokenize(tmp_path: Path) -> None:
 
     async def main(app: web.Application) -> Workload:
         async with serve(app) as url, aiohttp.ClientSession() as session:
-            _, mml = await fetch_model_info(url, session, API_KEY)
+            mml = (await fetch_model_info(url, session, API_KEY)).max_model_len
             count = make_server_tokenize(url, session, API_KEY, "m1")
             return await build_workload(cfg, "m1", max_model_len=mml, tokenize=count)
 

@@ -367,7 +367,7 @@ async def _run_against(
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
     async with http_session(verify_tls=not config.insecure) as session:
-        models, max_model_len = await workload.fetch_model_info(base_url, session, config.api_key)
+        models, max_model_len, roots = await workload.fetch_model_info(base_url, session, config.api_key)
         model = config.model or (models[0] if models else None)
         if model is None:
             raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
@@ -377,7 +377,10 @@ async def _run_against(
         server_info.update(model=model, max_model_len=max_model_len,
                            version=await _server_version(session, base_url))
         if synthetic is None:  # the model's own files, where this machine has them: family, parameters
-            files = watched.launch.model if isinstance(watched, server.LaunchedServer) else model
+            if isinstance(watched, server.LaunchedServer):
+                files = watched.launch.model
+            else:  # what an attached server loaded (vLLM's root: the path behind a served name)
+                files = roots.get(model) or model
             server_info.update(await asyncio.to_thread(modelinfo.server_info, files))
         tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.

@@ -45,7 +45,7 @@ import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import aiohttp
 import numpy as np
@@ -61,6 +61,7 @@ __all__ = (
     "build_workload",
     "check_inputs",
     "build_workload_sync",
+    "ServedModels",
     "fetch_model_info",
     "make_server_tokenize",
     "server_tokenize",
@@ -199,11 +200,20 @@ async def _request_json(
         raise ServerError(f"{method} {url} answered with a body that is not JSON") from None
 
 
+class ServedModels(NamedTuple):
+    """What ``GET /v1/models`` says: the served ids, the first model's context length (vLLM gives
+    ``max_model_len``), and each id's ``root`` where given (vLLM: what it loaded, e.g. the local
+    directory behind a ``--served-model-name``)."""
+
+    ids: list[str]
+    max_model_len: int | None
+    roots: dict[str, str]
+
+
 async def fetch_model_info(
     base_url: str, session: aiohttp.ClientSession, api_key: str | None, *, timeout_s: float = 30.0
-) -> tuple[list[str], int | None]:
-    """Read ``GET /v1/models``: the served model ids, and the first model's ``max_model_len`` when the
-    server reports one (vLLM does).
+) -> ServedModels:
+    """Read ``GET /v1/models`` (see :class:`ServedModels`).
 
     :param base_url: server root, e.g. ``http://127.0.0.1:8000``.
     :param api_key: sent as a bearer token when given; never appears in an error message.
@@ -220,7 +230,9 @@ async def fetch_model_info(
         value = data[0].get("max_model_len")
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             max_model_len = value
-    return ids, max_model_len
+    roots = {str(m["id"]): m["root"] for m in data
+             if isinstance(m, dict) and "id" in m and isinstance(m.get("root"), str) and m["root"]}
+    return ServedModels(ids, max_model_len, roots)
 
 
 async def server_tokenize(
