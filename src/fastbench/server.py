@@ -1190,6 +1190,12 @@ class WindowMonitor:
             rows = specdecode.gauge_rows(self.analysis["gauges"])
             if rows:
                 info["server_metrics_card"] = rows
+            cache = self.analysis.get("cache_config")
+            if cache is not None:
+                info["server_metrics"]["cache_config"] = cache
+                row = specdecode.cache_config_row(cache)
+                if row:
+                    info.setdefault("card_config", {})["KV cache (server)"] = row
             if spec is not None:
                 info["spec_decode_stats"] = {**spec, "server_log": spec_log}
                 info["spec_decode"] = specdecode.card_rows(spec, log=spec_log)

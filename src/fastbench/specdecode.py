@@ -27,7 +27,7 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .promscrape import MAX_COUNT, Metrics, Scrape
@@ -300,7 +300,54 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
 
     out["engine"] = next((r.engine for r in readings if r.engine is not None), None)
     out["spec_decode"] = _spec_decode(readings, t0)
+    out["cache_config"] = cache_config(scrapes[0].metrics()) if scrapes else None
     return out
+
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+def cache_config(metrics: Metrics) -> dict[str, str] | None:
+    """vLLM's KV-cache settings as its ``vllm:cache_config_info`` labels give them (engine 0's
+    series; every engine of one server has the same), verbatim; None without the series."""
+    series = metrics.series.get(CACHE_CONFIG_INFO) or []
+    if not series:
+        return None
+    first = min(series, key=lambda s: s.labels.get("engine", ""))
+    return dict(first.labels)
+
+
+def cache_config_row(labels: Mapping[str, str]) -> str | None:
+    """The card's "KV cache (server)" row, from what the labels hold (names vary across vLLM
+    versions: the size in tokens is new in 0.11, blocks x block size before)."""
+
+    def number(key: str) -> float | None:
+        try:
+            value = float(labels[key])
+        except (KeyError, ValueError):
+            return None
+        return value if math.isfinite(value) and value >= 0 else None
+
+    parts = []
+    tokens, blocks, block = number("kv_cache_size_tokens"), number("num_gpu_blocks"), number("block_size")
+    if tokens is None and blocks is not None and block is not None:
+        tokens = blocks * block
+    size = number("kv_cache_memory_bytes")
+    detail = [f"{size / 2**30:.2f} GiB"] if size else []
+    if labels.get("cache_dtype"):
+        detail.append(f"dtype {labels['cache_dtype']}")
+    if block is not None:
+        detail.append(f"block {block:.0f}")
+    if tokens is not None:
+        parts.append(f"{tokens:,.0f} tokens" + (f" ({', '.join(detail)})" if detail else ""))
+    elif detail:
+        parts.append(", ".join(detail))
+    utilisation = number("gpu_memory_utilization")
+    if utilisation is not None:
+        parts.append(f"gpu-memory-utilization {utilisation:g}")
+    if labels.get("enable_prefix_caching") in ("True", "False"):
+        parts.append("prefix caching " + ("on" if labels["enable_prefix_caching"] == "True" else "off"))
+    return f"{'; '.join(parts)} ({CACHE_CONFIG_INFO})" if parts else None
 
 
 def _spec_decode(readings: Sequence[_Reading], t0: float) -> dict[str, Any] | None:
