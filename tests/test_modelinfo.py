@@ -230,6 +230,9 @@ def test_a_hub_id_is_found_in_the_local_cache_only(tmp_path: Path) -> None:
     assert locate(str(tmp_path / "missing"), env) is None
     info = modelinfo.server_info("acme/tiny-7b", env)
     assert info["model_files"]["total_params"] == 2 and info["model_card"]["Parameters"].startswith("2 (dense)")
+    assert (info["model_files"]["hub_repo"], info["model_files"]["revision"]) == ("acme/tiny-7b", "aaa")
+    assert info["model_card"]["Download"] == "acme/tiny-7b (revision aaa, from this machine's hub cache)"
+    assert "Download" not in modelinfo.server_info(str(tmp_path / "hub" / "models--acme--tiny-7b"))
 
 
 def test_broken_files_give_one_line_errors(tmp_path: Path) -> None:
@@ -352,3 +355,16 @@ def test_server_info_never_raises(tmp_path: Path) -> None:
     assert facts is not None and facts.family is None and facts.precision is None and facts.total_params == 2
     (odd / "model.safetensors.index.json").write_text('{"weight_map": ["model.safetensors"]}')
     assert "no weight_map" in modelinfo.server_info(str(odd))["model_files"]["error"]
+
+
+def test_input_modalities_are_the_towers_the_config_declares(tmp_path: Path) -> None:
+    config = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}, "vision_config": {"x": 1}}
+    facts = describe(str(write_hf(tmp_path / "mm", config, [{"w": zeros(2)}])))
+    assert facts is not None and facts.modalities == ("text", "image") and facts.family == "Gemma"
+    assert modelinfo.card_rows(facts)["Input modalities"] == "text, image (the towers config.json declares)"
+    config = {"model_type": "qwen2_5_omni", "vision_config": {}, "audio_config": {}}
+    facts = describe(str(write_hf(tmp_path / "omni", config, [{"w": zeros(2)}])))
+    assert facts is not None and facts.modalities == ("text", "image", "audio")
+    gguf_facts = describe(str(write_gguf(tmp_path / "t.gguf", "llama", {"t": zeros(4, dtype=np.float32)})))
+    assert gguf_facts is not None and gguf_facts.modalities is None
+    assert "Input modalities" not in modelinfo.card_rows(gguf_facts)

@@ -182,7 +182,8 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
                    "Full run command", "vllm serve fake/model", "fastbench --launch vllm",
                    "Consider increasing max_num_batched_tokens", "NGRAM speculative decoding",
                    "| Quant / precision | modelopt_fp4 (bfloat16), from the engine's config line |",
-                   "| Family | Llama (llama) |", "| Parameters | 1.0M (dense), counted from the safetensors headers |"):
+                   "| Family | Llama (llama) |", "| Parameters | 1.0M (dense), counted from the safetensors headers |",
+                   "| Download | fake/model (revision 0123abc, from this machine's hub cache) |"):
         assert needle in text, needle
     assert "from config.json" not in text  # the engine's word on its precision wins
     lo_text = f"{lo:.2f}-{hi:.2f}"

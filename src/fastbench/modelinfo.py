@@ -89,6 +89,9 @@ class ModelFacts:
     experts: tuple[int, int] | None  # (used per token, total) for a MoE
     precision: str | None  # "bfloat16", "fp8", "gptq 4-bit", "Q4_K_M"...
     why_no_count: str | None = None
+    modalities: tuple[str, ...] | None = None  # inputs config.json declares towers for: ("text", "image")
+    hub_repo: str | None = None  # "org/name" and its commit, where the files are a hub cache snapshot
+    revision: str | None = None
 
     def parameters_text(self) -> str | None:
         """``"268M (dense)"``, ``"26B / 4B (MoE)"``, or None without a count."""
@@ -339,7 +342,25 @@ def describe_hf_dir(directory: Path) -> ModelFacts:
             total += n
             if experts is not None and _EXPERT_TENSOR.search(name):
                 routed += n
-    return _facts(str(directory), model_type, None if why else total, routed, experts, _hf_precision(config), why)
+    facts = _facts(str(directory), model_type, None if why else total, routed, experts, _hf_precision(config), why)
+    return dataclasses.replace(facts, modalities=_modalities(config))
+
+
+def _modalities(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The inputs a config has towers for: text, plus image (``vision_config``) and audio (``audio_config``)."""
+    found = ["text"]
+    found += [kind for key, kind in (("vision_config", "image"), ("audio_config", "audio"))
+              if isinstance(config.get(key), dict)]
+    return tuple(found)
+
+
+def _hub_origin(path: Path) -> tuple[str, str] | None:
+    """("org/name", commit) for a path inside a hub cache snapshot (.../models--org--name/snapshots/C)."""
+    parts = path.parts
+    for i in range(len(parts) - 2):
+        if parts[i].startswith("models--") and parts[i + 1] == "snapshots" and parts[i].count("--") == 2:
+            return parts[i][len("models--"):].replace("--", "/"), parts[i + 2]
+    return None
 
 
 def _facts(source: str, model_type: str | None, total: int | None, routed: int,
@@ -464,9 +485,11 @@ def describe(model: str, environ: Mapping[str, str] | None = None) -> ModelFacts
     if found is None:
         return None
     try:
-        return describe_gguf(found) if found.is_file() else describe_hf_dir(found)
+        facts = describe_gguf(found) if found.is_file() else describe_hf_dir(found)
     except OSError as exc:
         raise ModelInfoError(f"{found}: {exc.strerror or exc}") from None
+    origin = _hub_origin(found)
+    return dataclasses.replace(facts, hub_repo=origin[0], revision=origin[1]) if origin else facts
 
 
 def card_rows(facts: ModelFacts) -> dict[str, str]:
@@ -483,6 +506,10 @@ def card_rows(facts: ModelFacts) -> dict[str, str]:
         rows["Parameters"] = f"not counted: {facts.why_no_count}"
     if facts.precision:
         rows["Quant / precision"] = f"{facts.precision}, from {'the GGUF' if gguf else 'config.json'}"
+    if facts.modalities:
+        rows["Input modalities"] = f"{', '.join(facts.modalities)} (the towers config.json declares)"
+    if facts.hub_repo:
+        rows["Download"] = f"{facts.hub_repo} (revision {facts.revision}, from this machine's hub cache)"
     rows["Model files"] = facts.source
     return rows
 
