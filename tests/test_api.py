@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import resource
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -484,3 +485,55 @@ def test_an_attached_servers_model_files_are_found_by_the_root_it_names(tmp_path
     assert result.server_info["model"] == "qwen-small"
     assert result.server_info["model_files"]["source"] == str(model_dir)
     assert result.server_info["model_card"]["Family"] == "Qwen (qwen2)"
+
+
+def test_a_launched_servers_model_files_are_read_with_its_environment_and_revision(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--server-env HF_HUB_CACHE=... and --engine-args '--revision B' are what the server loads from."""
+    from safetensors.numpy import save_file
+
+    from fastbench import server
+
+    repo = tmp_path / "hub" / "models--acme--m"
+    for commit, size in (("c1", 2), ("c2", 3)):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text('{"model_type": "llama"}')
+        save_file({"w": np.zeros(size, np.float16)}, str(repo / "snapshots" / commit / "model.safetensors"))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c1")
+    (repo / "refs" / "b").write_text("c2")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    launch = LaunchConfig(model="acme/m", env=(f"HF_HUB_CACHE={tmp_path / 'hub'}",),
+                          engine_args=("--max-model-len", "64", "--revision=b"))
+    info = asyncio.run(api._model_files(server.VLLMServer(launch), "served-name", None))
+    assert info["model_files"]["total_params"] == 3 and info["model_files"]["revision"] == "c2"
+    launch = dataclasses.replace(launch, engine_args=())
+    assert asyncio.run(api._model_files(server.VLLMServer(launch), "x", None))["model_files"]["revision"] == "c1"
+    assert asyncio.run(api._model_files(server.ExternalServer("http://127.0.0.1:1"), "acme/m", None)) == {}
+
+
+def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung network mount: the lookup is left behind (a daemon thread) after the timeout, and a
+    stop abandons it at once."""
+    from fastbench import modelinfo, server
+
+    release = threading.Event()
+    monkeypatch.setattr(modelinfo, "server_info", lambda *args: release.wait(10) and {})
+    monkeypatch.setattr(api, "MODEL_FILES_TIMEOUT_S", 0.2)
+    attached = server.ExternalServer("http://127.0.0.1:1")
+    t0 = time.monotonic()
+    info = asyncio.run(api._model_files(attached, "org/m", None))
+    assert info == {"model_files": {"error": "org/m: its files did not answer in 0.2 s"}}
+    assert time.monotonic() - t0 < 2
+
+    async def stopped_soon() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.05, stop.set)
+        await api._model_files(attached, "org/m", stop)
+
+    monkeypatch.setattr(api, "MODEL_FILES_TIMEOUT_S", 30.0)
+    t0 = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(stopped_soon())
+    assert time.monotonic() - t0 < 2
+    release.set()

@@ -368,3 +368,71 @@ def test_input_modalities_are_the_towers_the_config_declares(tmp_path: Path) -> 
     gguf_facts = describe(str(write_gguf(tmp_path / "t.gguf", "llama", {"t": zeros(4, dtype=np.float32)})))
     assert gguf_facts is not None and gguf_facts.modalities is None
     assert "Input modalities" not in modelinfo.card_rows(gguf_facts)
+
+
+def test_files_that_could_block_or_lead_outside_are_refused(tmp_path: Path) -> None:
+    directory = write_hf(tmp_path / "m", {"model_type": "llama"}, [{"w": zeros(2)}])
+    (directory / "model.safetensors").unlink()
+    os.mkfifo(directory / "model.safetensors")  # opening it would wait for a writer forever
+    with pytest.raises(ModelInfoError, match="not a regular file"):
+        describe(str(directory))
+    (directory / "model.safetensors").unlink()
+    (directory / "model.safetensors.index.json").write_text('{"weight_map": {"w": "/dev/stdin"}}')
+    with pytest.raises(ModelInfoError, match=r"outside the model's directory \(/dev/stdin\)"):
+        describe(str(directory))
+    (directory / "model.safetensors.index.json").write_text('{"weight_map": {"w": "model-1.safetensors"}}')
+    with pytest.raises(ModelInfoError, match=r"model-1.safetensors: missing"):
+        describe(str(directory))
+    fifo = tmp_path / "x.gguf"
+    os.mkfifo(fifo)
+    assert locate(str(fifo)) is None
+
+
+def test_only_the_models_own_weight_files_are_counted(tmp_path: Path) -> None:
+    directory = write_hf(tmp_path / "m", {"model_type": "llama", "tie_word_embeddings": True},
+                         [{"model.embed_tokens.weight": zeros(100, 10), "lm_head.weight": zeros(100, 10)}])
+    save_file({"lora_A": zeros(10, 10)}, str(directory / "adapter_model.safetensors"))
+    save_file({"fc": zeros(50, 10)}, str(directory / "eagle_head.safetensors"))
+    facts = describe(str(directory))
+    # tied: lm_head is the embedding, stored twice; the adapter and the draft head are not the model's
+    assert facts is not None and facts.total_params == 1000
+
+    weights_elsewhere = write_hf(tmp_path / "cfg-only", {"model_type": "llama"}, [{"w": zeros(2)}])
+    (weights_elsewhere / "model.safetensors").unlink()
+    facts = describe(str(weights_elsewhere))
+    assert facts is not None and facts.total_params is None
+    assert "Parameters" not in modelinfo.card_rows(facts) and modelinfo.card_rows(facts)["Family"] == "Llama (llama)"
+
+
+def test_a_lora_adapter_is_described_by_its_base_model(tmp_path: Path) -> None:
+    base = write_hf(tmp_path / "base", {"model_type": "qwen2"}, [{"w": zeros(1000)}])
+    adapter = tmp_path / "lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base), "r": 8}))
+    (adapter / "config.json").write_text('{"model_type": "qwen2"}')  # some adapters carry the base's config
+    save_file({"lora_A": zeros(8, 64)}, str(adapter / "adapter_model.safetensors"))
+    facts = describe(str(adapter))
+    assert facts is not None and facts.total_params == 1000 and facts.source == str(base)
+    assert facts.adapter == str(adapter)
+    assert modelinfo.card_rows(facts)["Parameters"] == (
+        f"1.0K (dense), counted from the safetensors headers (the base model of the LoRA adapter {adapter})")
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    with pytest.raises(ModelInfoError, match="names no base model"):
+        describe(str(adapter))
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/not-here"}))
+    assert describe(str(adapter)) is None
+
+
+def test_the_revision_the_server_loaded(tmp_path: Path) -> None:
+    repo = tmp_path / "hub" / "models--acme--m"
+    write_hf(repo / "snapshots" / "c-main", {"model_type": "llama"}, [{"w": zeros(2)}])
+    gptq = write_hf(repo / "snapshots" / "c-gptq", {"model_type": "llama"}, [{"w": zeros(3)}])
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c-main")
+    (repo / "refs" / "gptq-4bit").write_text("c-gptq")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    assert locate("acme/m", env, "gptq-4bit") == gptq  # a branch, through its ref
+    assert locate("acme/m", env, "c-gptq") == gptq  # a commit
+    assert locate("acme/m", env, "v9") is None  # not here: not another revision in its place
+    info = modelinfo.server_info("acme/m", env, "gptq-4bit")
+    assert info["model_files"]["total_params"] == 3 and info["model_files"]["revision"] == "c-gptq"

@@ -415,3 +415,24 @@ def test_the_users_rows_and_notes_cannot_break_the_cards_markdown() -> None:
     lines = render_card(make_result(config=config), config).splitlines()
     assert "| KV\\|cache dtype | fp8 |" in lines and "| Why this | x |" in lines
     assert "- first ## Injected" in lines and "## Injected" not in lines
+
+
+def test_rows_from_files_keep_the_seeds_order_and_cannot_break_the_table() -> None:
+    """Quant / precision follows Engine whoever gave it (the engine's config line, or config.json
+    beside another derived row); text from a model's files loses its line breaks, a bare CR too."""
+    config = make_config()
+    model_card = {"Family": "Llama (llama\rx)", "Parameters": "8.0B (dense)", "Quant / precision": "bfloat16",
+                  "Download": "org/m (revision c1)", "Model files": "/m|x"}
+    lines = render_card(make_result(config=config, model_card=model_card,
+                                    card_config={"KV cache (server)": "1,000 tokens"}), config).splitlines()
+    table = lines[lines.index("## Configuration") + 2:]
+    labels = [line.split(" | ")[0].removeprefix("| ") for line in table[:7] if line != "|---|---|"]
+    assert labels == ["Model", "Family", "Parameters", "Engine", "Quant / precision", "KV cache (server)"]
+    assert "| Family | Llama (llama x) |" in lines and "| Model files | /m\\|x |" in lines
+    assert not any("\r" in line for line in lines)
+    # the engine's own precision wins, in the same place
+    lines = render_card(make_result(config=config, model_card=model_card, card_config={
+        "Launched": "by fastbench", "Quant / precision": "fp8, from the engine's config line"}), config).splitlines()
+    engine = next(i for i, line in enumerate(lines) if line.startswith("| Engine |"))
+    assert lines[engine + 1] == "| Quant / precision | fp8, from the engine's config line |"
+    assert sum(line.startswith("| Quant / precision |") for line in lines) == 1

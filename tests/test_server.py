@@ -110,14 +110,15 @@ def test_launch_benchmark_and_teardown_through_the_cli(fake: tuple[Path, Path], 
         "--num-prompts", "24", "--concurrency", "4", "--random-input-len", "16", "--random-output-len", "40",
         "--ignore-eos", "--max-seconds", "30", "--result-json", str(out), "--result-card", str(card),
     ]
-    # the model's files where the server would have put them: this machine's hub cache
+    # the model's files where the server put them: the hub cache its environment names
+    argv += ["--server-env", f"HF_HUB_CACHE={tmp_path / 'hub'}"]
     snapshot = tmp_path / "hub" / "models--fake--model" / "snapshots" / "0123abc"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text('{"model_type": "llama", "torch_dtype": "float16"}')
     save_file({"w": np.zeros((1000, 1000), np.float16)}, str(snapshot / "model.safetensors"))
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "fastbench", *argv], capture_output=True, text=True, timeout=90,
-                          check=False, env={**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub")})
+                          check=False, env={k: v for k, v in os.environ.items() if k != "HF_HUB_CACHE"})
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - t0 < 30
     doc = orjson.loads(out.read_bytes())

@@ -446,8 +446,10 @@ def test_vllms_cache_config_is_read_from_its_info_series() -> None:
     two = ('vllm:cache_config_info{engine="1",block_size="16",num_gpu_blocks="99"} 1\n'
            'vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="100",cache_dtype="fp8"} 1\n')
     labels = cache_config(Metrics.parse(two))
-    assert labels is not None and cache_config_row(labels) == (
-        "1,600 tokens (dtype fp8, block 16) (vllm:cache_config_info)")
+    assert labels is not None and cache_config_row(labels, engines=2) == (
+        "1,600 tokens (dtype fp8, block 16) (engine 0 of 2, each with its own; vllm:cache_config_info)")
+    assert cache_config_row({"kv_cache_size_tokens": "1e300", "block_size": "-16", "num_gpu_blocks": "inf",
+                             "gpu_memory_utilization": "0.9"}) == "gpu-memory-utilization 0.9 (vllm:cache_config_info)"
     # labels that are no numbers are left out, not guessed
     assert cache_config_row({"num_gpu_blocks": "None", "block_size": "nan", "enable_prefix_caching": "maybe"}) is None
     assert cache_config(Metrics.parse("vllm:num_requests_running 1\n")) is None
@@ -480,4 +482,5 @@ def test_an_attached_vllms_cache_config_reaches_the_result_and_the_card() -> Non
 
     info = asyncio.run(main())
     assert info["server_metrics"]["cache_config"]["gpu_memory_utilization"] == "0.92"
+    assert info["server_metrics"]["cache_config_engines"] == 1
     assert info["card_config"]["KV cache (server)"].startswith("110,733 tokens (2.00 GiB")

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, get_args
 
@@ -356,6 +357,57 @@ async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None, why: s
     return task.result()
 
 
+# Reading a model's headers takes well under a second (a 262k-token GGUF: 0.5 s); a hung network
+# mount must not hold the run.
+MODEL_FILES_TIMEOUT_S = 30.0
+
+
+async def _model_files(watched: server.LaunchedServer | server.ExternalServer, served: str,
+                       stop: asyncio.Event | None) -> dict[str, Any]:
+    """modelinfo.server_info for the model the server loaded: a launched server's model, with the
+    environment and ``--revision`` it was given; else what an attached server names (vLLM's root:
+    the path behind a served name). In a daemon thread, so that files that never answer cost at
+    most MODEL_FILES_TIMEOUT_S and never the exit."""
+    environ: dict[str, str] | None = None
+    revision = None
+    if isinstance(watched, server.LaunchedServer):
+        model = watched.launch.model
+        environ = {**os.environ, **dict(e.split("=", 1) for e in watched.launch.env if "=" in e)}
+        revision = _flag_value(watched.launch.engine_args, "--revision")
+    else:
+        model = served
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    def work() -> None:
+        info = modelinfo.server_info(model, environ, revision)
+
+        def deliver() -> None:
+            if not answer.done():  # not timed out or abandoned meanwhile
+                answer.set_result(info)
+
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(deliver)
+
+    threading.Thread(target=work, name="fastbench-model-files", daemon=True).start()
+    try:
+        return await _unless_stopped(asyncio.wait_for(answer, MODEL_FILES_TIMEOUT_S), stop,
+                                     "interrupted while reading the model's files")
+    except asyncio.TimeoutError:
+        return {"model_files": {"error": f"{model}: its files did not answer in {MODEL_FILES_TIMEOUT_S:g} s"}}
+
+
+def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one wins), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
 async def _run_against(
     config: BenchConfig, base_url: str, synthetic: Any,
     on_progress: Callable[[dict[str, Any]], None] | None,
@@ -377,11 +429,7 @@ async def _run_against(
         server_info.update(model=model, max_model_len=max_model_len,
                            version=await _server_version(session, base_url))
         if synthetic is None:  # the model's own files, where this machine has them: family, parameters
-            if isinstance(watched, server.LaunchedServer):
-                files = watched.launch.model
-            else:  # what an attached server loaded (vLLM's root: the path behind a served name)
-                files = roots.get(model) or model
-            server_info.update(await asyncio.to_thread(modelinfo.server_info, files))
+            server_info.update(await _model_files(watched, roots.get(model) or model, stop))
         tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
         work = await _unless_stopped(

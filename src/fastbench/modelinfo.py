@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -73,6 +74,9 @@ _EXPERT_TENSOR = re.compile(
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|blk)\.(\d+)\.")
 
 
+NO_WEIGHTS = "no safetensors weights in the directory"
+
+
 class ModelInfoError(Exception):
     """A model file that is not what its name says (a bad header, a truncated table)."""
 
@@ -90,6 +94,7 @@ class ModelFacts:
     precision: str | None  # "bfloat16", "fp8", "gptq 4-bit", "Q4_K_M"...
     why_no_count: str | None = None
     modalities: tuple[str, ...] | None = None  # inputs config.json declares towers for: ("text", "image")
+    adapter: str | None = None  # the LoRA adapter served, when these are its base model's facts
     hub_repo: str | None = None  # "org/name" and its commit, where the files are a hub cache snapshot
     revision: str | None = None
 
@@ -150,30 +155,42 @@ def _expandvars(value: str, env: Mapping[str, str]) -> str:
     return re.sub(r"\$(\w+|\{(\w+)\})", lambda m: env.get(m.group(2) or m.group(1), m.group(0)), value)
 
 
-def locate(model: str, environ: Mapping[str, str] | None = None) -> Path | None:
+def locate(model: str, environ: Mapping[str, str] | None = None, revision: str | None = None) -> Path | None:
     """The local directory or GGUF file behind ``model`` (a path, or an ``org/name`` id in the hub
-    cache at the revision ``refs/main`` names), or None. Never touches the network."""
+    cache), or None. Never touches the network. In the hub cache: the snapshot ``revision`` names (a
+    branch or tag under ``refs/``, or a commit), else ``refs/main``'s, else the newest one."""
     path = Path(os.path.expanduser(model))  # (Path.expanduser raises for an unknown ~user)
-    if path.is_file() and path.suffix.lower() == ".gguf":
+    if _is_regular(path) and path.suffix.lower() == ".gguf":
         return path
-    if (path / "config.json").is_file():
+    if _is_regular(path / "config.json"):
         return path
     if model.count("/") != 1 or model.startswith(("/", ".", "~")):
         return None
     repo = hub_cache_dir(environ) / ("models--" + model.replace("/", "--"))
+    wanted = revision or "main"
     try:
-        revision = (repo / "refs" / "main").read_text().strip()
-    except OSError:
-        revision = ""
-    candidates = [repo / "snapshots" / revision] if revision else []
-    try:  # no refs/main (a pinned revision was fetched): the newest snapshot
-        candidates += sorted((repo / "snapshots").iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        pass
+        commit = (repo / "refs" / wanted).read_text().strip()
+    except (OSError, ValueError):
+        commit = wanted if revision else ""  # a revision given as a commit has no ref
+    candidates = [repo / "snapshots" / commit] if commit and "/" not in commit else []
+    if revision is None:
+        try:  # no refs/main (a pinned revision was fetched): the newest snapshot
+            candidates += sorted((repo / "snapshots").iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        except OSError:
+            pass
     for snapshot in candidates:
-        if (snapshot / "config.json").is_file():
+        if _is_regular(snapshot / "config.json"):
             return snapshot
     return None
+
+
+def _is_regular(path: Path) -> bool:
+    """A regular file (after symlinks, as the hub cache links its blobs): never a FIFO or a device,
+    whose open or read could block the run."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 # -- safetensors ---------------------------------------------------------------------------------------
@@ -208,19 +225,27 @@ def safetensors_tensors(path: Path) -> Iterator[tuple[str, str, tuple[int, ...]]
 
 
 def _weight_files(directory: Path) -> list[Path]:
+    """The model's own weight files: the shards the index names, else ``model*.safetensors``, else
+    Mistral's ``consolidated*.safetensors`` (which its repositories carry beside the HF files). Other
+    safetensors in the directory (an adapter, an EAGLE head) are not the model's."""
     index = directory / "model.safetensors.index.json"
-    if index.is_file():
+    if _is_regular(index):
         try:
             weight_map = json.loads(index.read_text()).get("weight_map")
         except (ValueError, AttributeError, OSError) as exc:
             raise ModelInfoError(f"{index}: {exc}") from None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ModelInfoError(f"{index}: no weight_map of tensor names to files")
-        return [directory / name for name in sorted(set(weight_map.values()))]
-    files = sorted(directory.glob("*.safetensors"))
-    # Mistral's repositories carry the same weights twice: consolidated.safetensors beside HF shards
-    if len(files) > 1:
-        files = [f for f in files if not f.name.startswith("consolidated")] or files
+        names = sorted(set(weight_map.values()))
+        outside = next((n for n in names if Path(n).is_absolute() or ".." in Path(n).parts), None)
+        if outside is not None:
+            raise ModelInfoError(f"{index}: names a shard outside the model's directory ({outside})")
+        files = [directory / name for name in names]
+    else:
+        files = sorted(directory.glob("model*.safetensors")) or sorted(directory.glob("consolidated*.safetensors"))
+    not_regular = next((f for f in files if not _is_regular(f)), None)
+    if not_regular is not None:
+        raise ModelInfoError(f"{not_regular}: missing, or not a regular file")
     return files
 
 
@@ -310,6 +335,8 @@ def describe_hf_dir(directory: Path) -> ModelFacts:
         raise ModelInfoError(f"{directory / 'config.json'}: not a JSON object")
     model_type = next((t for t in (config.get("model_type"), _text_config(config).get("model_type"))
                        if isinstance(t, str) and t), None)
+    # tied: lm_head shares the embedding; a checkpoint that stores it anyway holds it twice
+    tied = config.get("tie_word_embeddings", _text_config(config).get("tie_word_embeddings")) is True
     experts = _experts(config)
     quant = _quant_config(config)
     weight_bits = _weight_bits(quant)
@@ -318,13 +345,15 @@ def describe_hf_dir(directory: Path) -> ModelFacts:
     why = None
     files = _weight_files(directory)
     if not files:
-        why = "no safetensors weights in the directory"
+        why = NO_WEIGHTS
     for file in files:
         if why is not None:
             break
         for name, dtype, shape in safetensors_tensors(file):
             if _QUANT_BOOKKEEPING.search(name) or dtype in _SCALE_DTYPES:
                 continue  # scales and zero points of quantised weights are not parameters
+            if tied and name.endswith("lm_head.weight"):
+                continue
             layer = _LAYER_INDEX.search(name)
             if mtp_from is not None and layer is not None and int(layer.group(1)) >= mtp_from:
                 continue
@@ -476,20 +505,33 @@ def describe_gguf(path: Path) -> ModelFacts:
     return _facts(str(path), arch, None if why else total, routed, experts, precision, why)
 
 
-def describe(model: str, environ: Mapping[str, str] | None = None) -> ModelFacts | None:
-    """The facts of ``model``'s local files, or None where none are found.
+def describe(model: str, environ: Mapping[str, str] | None = None, revision: str | None = None,
+             _adapter_of: str | None = None) -> ModelFacts | None:
+    """The facts of ``model``'s local files (at ``revision`` in the hub cache, see :func:`locate`),
+    or None where none are found. A LoRA adapter's directory is described by its base model's files.
 
     :raises ModelInfoError: files found but unreadable as what they claim to be.
     """
-    found = locate(model, environ)
+    found = locate(model, environ, revision)
     if found is None:
         return None
+    adapter = found / "adapter_config.json"
+    if _adapter_of is None and _is_regular(adapter):
+        try:
+            base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ModelInfoError(f"{adapter}: {exc}") from None
+        if not isinstance(base, str) or not base:
+            raise ModelInfoError(f"{adapter}: a LoRA adapter that names no base model")
+        return describe(base, environ, _adapter_of=str(found))
     try:
         facts = describe_gguf(found) if found.is_file() else describe_hf_dir(found)
     except OSError as exc:
-        raise ModelInfoError(f"{found}: {exc.strerror or exc}") from None
+        raise ModelInfoError(f"{found}: {exc}") from None
     origin = _hub_origin(found)
-    return dataclasses.replace(facts, hub_repo=origin[0], revision=origin[1]) if origin else facts
+    if origin:
+        facts = dataclasses.replace(facts, hub_repo=origin[0], revision=origin[1])
+    return dataclasses.replace(facts, adapter=_adapter_of) if _adapter_of else facts
 
 
 def card_rows(facts: ModelFacts) -> dict[str, str]:
@@ -502,8 +544,10 @@ def card_rows(facts: ModelFacts) -> dict[str, str]:
     if params:
         how = "GGUF tensor table" if gguf else "safetensors headers"
         rows["Parameters"] = f"{params}, counted from the {how}"
-    elif facts.why_no_count:
+    elif facts.why_no_count and facts.why_no_count != NO_WEIGHTS:  # weights elsewhere: nothing to say
         rows["Parameters"] = f"not counted: {facts.why_no_count}"
+    if params and facts.adapter:
+        rows["Parameters"] += f" (the base model of the LoRA adapter {facts.adapter})"
     if facts.precision:
         rows["Quant / precision"] = f"{facts.precision}, from {'the GGUF' if gguf else 'config.json'}"
     if facts.modalities:
@@ -514,12 +558,12 @@ def card_rows(facts: ModelFacts) -> dict[str, str]:
     return rows
 
 
-def server_info(model: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def server_info(model: str, environ: Mapping[str, str] | None = None, revision: str | None = None) -> dict[str, Any]:
     """What goes into ``Result.server_info`` for ``model`` (the launch's model, or an attached server's
     model name): ``model_files`` (the facts, as JSON) and ``model_card`` (the card's rows), or a note
     where the files are there but unreadable; nothing where there are none."""
     try:
-        facts = describe(model, environ)
+        facts = describe(model, environ, revision)
     except ModelInfoError as exc:
         return {"model_files": {"error": str(exc)}}
     except Exception as exc:  # noqa: BLE001 - the card's extras never stop a measured run

@@ -313,12 +313,16 @@ def _median_p99(dist: Distribution | None) -> str:
     return f"median {_ms(dist.median)} · p99 {_ms(dist.p99)}"
 
 
+# a line break of any kind (CommonMark ends a line at a bare CR too) or another control character
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
 def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
     """Two-column Markdown table in the seeds' layout: the first row doubles as the header, as the
     seeds' cards have no header row of their own."""
     lines: list[str] = []
     for label, value in rows:
-        label, cell = (str(text).replace("|", "\\|").replace("\n", " ") for text in (label, value))
+        label, cell = (_CONTROL.sub(" ", str(text)).replace("|", "\\|") for text in (label, value))
         lines.append(f"| {label} | {cell} |")
         if len(lines) == 1:
             lines.append("|---|---|")
@@ -435,12 +439,16 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     given = {label for label, _ in user_rows}
     model_rows = {k: v for k, v in dict(info.get("model_card") or {}).items() if k not in given}
     derived = {k: v for k, v in dict(info.get("card_config") or {}).items() if k not in given}
-    if "Quant / precision" in model_rows:  # the engine's own word (its config line) wins over config.json
-        derived.setdefault("Quant / precision", model_rows.pop("Quant / precision"))
+    # the engine's own word on its precision (its config line) wins over config.json's; either
+    # follows Engine, as on the published cards
+    quant = derived.pop("Quant / precision", None) or model_rows.get("Quant / precision")
+    model_rows.pop("Quant / precision", None)
     files = model_rows.pop("Model files", None)
     config_rows: list[tuple[str, Any]] = [("Model", model)]
     config_rows += [(k, model_rows.pop(k)) for k in ("Family", "Parameters") if k in model_rows]
     config_rows.append(("Engine", engine))
+    if quant:
+        config_rows.append(("Quant / precision", quant))
     config_rows += user_rows + list(derived.items()) + list(model_rows.items())
     if files:
         config_rows.append(("Model files", files))

@@ -1193,7 +1193,8 @@ class WindowMonitor:
             cache = self.analysis.get("cache_config")
             if cache is not None:
                 info["server_metrics"]["cache_config"] = cache
-                row = specdecode.cache_config_row(cache)
+                info["server_metrics"]["cache_config_engines"] = self.analysis["cache_config_engines"]
+                row = specdecode.cache_config_row(cache, self.analysis["cache_config_engines"])
                 if row:
                     info.setdefault("card_config", {})["KV cache (server)"] = row
             if spec is not None:

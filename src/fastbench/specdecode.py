@@ -300,7 +300,9 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
 
     out["engine"] = next((r.engine for r in readings if r.engine is not None), None)
     out["spec_decode"] = _spec_decode(readings, t0)
-    out["cache_config"] = cache_config(scrapes[0].metrics()) if scrapes else None
+    first = scrapes[0].metrics() if scrapes else None
+    out["cache_config"] = cache_config(first) if first is not None else None
+    out["cache_config_engines"] = len(first.series.get(CACHE_CONFIG_INFO, ())) if first is not None else 0
     return out
 
 
@@ -309,7 +311,8 @@ CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
 def cache_config(metrics: Metrics) -> dict[str, str] | None:
     """vLLM's KV-cache settings as its ``vllm:cache_config_info`` labels give them (engine 0's
-    series; every engine of one server has the same), verbatim; None without the series."""
+    series: with data parallelism each engine has a cache of its own), verbatim; None without the
+    series."""
     series = metrics.series.get(CACHE_CONFIG_INFO) or []
     if not series:
         return None
@@ -317,16 +320,17 @@ def cache_config(metrics: Metrics) -> dict[str, str] | None:
     return dict(first.labels)
 
 
-def cache_config_row(labels: Mapping[str, str]) -> str | None:
+def cache_config_row(labels: Mapping[str, str], engines: int = 1) -> str | None:
     """The card's "KV cache (server)" row, from what the labels hold (names vary across vLLM
-    versions: the size in tokens is new in 0.11, blocks x block size before)."""
+    versions: the size in tokens is new in 0.11, blocks x block size before); with several engines,
+    it is engine 0's cache and says so."""
 
     def number(key: str) -> float | None:
         try:
             value = float(labels[key])
         except (KeyError, ValueError):
             return None
-        return value if math.isfinite(value) and value >= 0 else None
+        return value if 0 <= value <= MAX_COUNT else None  # NaN, infinities and nonsense left out
 
     parts = []
     tokens, blocks, block = number("kv_cache_size_tokens"), number("num_gpu_blocks"), number("block_size")
@@ -347,7 +351,10 @@ def cache_config_row(labels: Mapping[str, str]) -> str | None:
         parts.append(f"gpu-memory-utilization {utilisation:g}")
     if labels.get("enable_prefix_caching") in ("True", "False"):
         parts.append("prefix caching " + ("on" if labels["enable_prefix_caching"] == "True" else "off"))
-    return f"{'; '.join(parts)} ({CACHE_CONFIG_INFO})" if parts else None
+    if not parts:
+        return None
+    whose = f"engine 0 of {engines}, each with its own; " if engines > 1 else ""
+    return f"{'; '.join(parts)} ({whose}{CACHE_CONFIG_INFO})"
 
 
 def _spec_decode(readings: Sequence[_Reading], t0: float) -> dict[str, Any] | None:
