@@ -245,11 +245,26 @@ def write_fake_engines(directory: Path) -> tuple[Path, Path]:
 
 
 def free_port() -> int:
+    """A port free now, for a server started later. Taken below the kernel's ephemeral range: a
+    port from that range (what binding port 0 gives) can be handed to any outgoing connection or
+    port-0 server of the suite before the launched server binds it."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    for _ in range(100):
+        port = random.randrange(10000, max(ephemeral_low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in 10000-{ephemeral_low}")
 
 
 def fake_env(**extra: str) -> dict[str, str]:

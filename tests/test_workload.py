@@ -16,6 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from _fakevllm import free_port
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError, ServerError
 from fastbench.workload import (
@@ -631,13 +632,6 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_fetch_model_info_and_tokenize() -> None:
     async def main() -> None:
         async with serve(_app()) as url, aiohttp.ClientSession() as session:
@@ -663,7 +657,7 @@ def test_server_errors_never_show_the_key() -> None:
             assert API_KEY not in str(info.value)
         async with aiohttp.ClientSession() as session:
             with pytest.raises(ServerError) as info:
-                await fetch_model_info(f"http://127.0.0.1:{_free_port()}", session, API_KEY)
+                await fetch_model_info(f"http://127.0.0.1:{free_port()}", session, API_KEY)
             assert isinstance(info.value, ConnectionError) and API_KEY not in str(info.value)
 
     asyncio.run(main())
