@@ -11,9 +11,13 @@ every tensor's shape without reading the weights:
   config's ``quantization_config``; where it does not say, no count is given. Scales, zero points
   and other quantisation state are not parameters. Multi-token-prediction layers shipped beside
   the model (DeepSeek V3, GLM-4.5: ``num_nextn_predict_layers``) are left out, as their makers'
-  figures leave them out (DeepSeek V3: 671B).
+  figures leave them out (DeepSeek V3: 671B), and so is an ``lm_head`` stored again though tied.
+  Only the model's own files count (``model*.safetensors``, or what the index names), not an
+  adapter or a draft head beside them; a LoRA adapter's directory is described by its base model.
 - GGUF: the tensor table after the metadata (of every shard of a split file); its dimensions are
   logical elements whatever the quantisation, so quantised files are counted exactly.
+
+Only regular files are opened (a FIFO or a device named like a weight file would block the run).
 
 A mixture of experts (the config's expert count and top-k, under whichever of their names the
 architecture uses; GGUF ``expert_used_count`` of ``expert_count``) is given as total / active,
