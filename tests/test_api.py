@@ -476,8 +476,8 @@ def test_an_attached_servers_model_files_are_found_by_the_root_it_names(tmp_path
     fetch = workload.fetch_model_info
 
     async def served_from_the_directory(*args: Any, **kwargs: Any) -> workload.ServedModels:
-        ids, max_model_len, _ = await fetch(*args, **kwargs)
-        return workload.ServedModels(ids, max_model_len, {ids[0]: str(model_dir)})
+        ids, max_model_len, _, metas = await fetch(*args, **kwargs)
+        return workload.ServedModels(ids, max_model_len, {ids[0]: str(model_dir)}, metas)
 
     monkeypatch.setattr(workload, "fetch_model_info", served_from_the_directory)
     with SyntheticServer(ttft_ms=1, itl_ms=1, model="qwen-small") as server:

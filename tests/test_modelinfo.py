@@ -436,3 +436,19 @@ def test_the_revision_the_server_loaded(tmp_path: Path) -> None:
     assert locate("acme/m", env, "v9") is None  # not here: not another revision in its place
     info = modelinfo.server_info("acme/m", env, "gptq-4bit")
     assert info["model_files"]["total_params"] == 3 and info["model_files"]["revision"] == "c-gptq"
+
+
+def test_what_the_server_says_of_its_model_is_checked_against_our_count_or_stands_in_for_it() -> None:
+    """llama.cpp's /v1/models meta: n_params and ftype of the GGUF it loaded."""
+    ours = {"model_files": {"total_params": 268_098_176},
+            "model_card": {"Parameters": "268M (dense), counted from the GGUF tensor table"}}
+    same = modelinfo.with_server_meta(ours, {"n_params": 268_098_176, "ftype": "Q4_K - Medium"})
+    assert same["model_card"]["Parameters"].endswith("tensor table; the server reports the same")
+    assert same["model_card"]["Quant / precision"] == "Q4_K - Medium, as the server reports (ftype)"
+    other = modelinfo.with_server_meta(ours, {"n_params": 268_000_000})
+    assert other["model_card"]["Parameters"].endswith("; the server reports 268,000,000 (ours: 268,098,176)")
+    # no files here (a remote server): the server's figures, marked as its
+    remote = modelinfo.with_server_meta({}, {"n_params": 7_241_732_096, "ftype": "Q8_0"})
+    assert remote == {"model_card": {"Parameters": "7.2B total, as the server reports (n_params)",
+                                     "Quant / precision": "Q8_0, as the server reports (ftype)"}}
+    assert modelinfo.with_server_meta({}, {"n_params": "many", "ftype": 3}) == {}

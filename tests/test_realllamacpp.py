@@ -126,7 +126,8 @@ def test_real_llamacpp_with_ngram_speculation(real_llamacpp: tuple[Path, Path], 
                    "Draft acceptance rate", "Per-position acceptance", "llamacpp:spec_decode_* counters",
                    "Server metrics", "Memory", "Full run command", "fastbench --launch llama.cpp",
                    "--spec-type ngram-simple", "had usage only at the end", "| Family | Gemma (gemma3) |",
-                   "| Parameters | 268M (dense), counted from the GGUF tensor table |",
+                   # our count of the GGUF's tensor table against llama.cpp's own n_params
+                   "| Parameters | 268M (dense), counted from the GGUF tensor table; the server reports the same |",
                    "| Quant / precision | Q4_K_M, from the GGUF |"):
         assert needle in text, needle
 

@@ -45,6 +45,7 @@ OPAQUE = {
     "fastbench.server.load",
     "fastbench.server.card_config",
     "fastbench.server.model_card",
+    "fastbench.server.server_model_meta",
     "fastbench.server.server_metrics.cache_config",
     "fastbench.server.spec_decode",
     "fastbench.server.server_metrics_card",

@@ -601,7 +601,8 @@ def _app(*, with_tokenize: bool = True, max_model_len: int | None = 4096) -> web
         first: dict[str, Any] = {"id": "m1", "object": "model", "root": "/models/m1"}
         if max_model_len is not None:
             first["max_model_len"] = max_model_len
-        return web.json_response({"object": "list", "data": [first, {"id": "m2", "object": "model", "root": ""}]})
+        second = {"id": "m2", "object": "model", "root": "", "meta": {"n_params": 7}}  # llama.cpp's meta
+        return web.json_response({"object": "list", "data": [first, second]})
 
     async def tokenize(request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {API_KEY}":
@@ -635,12 +636,14 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
 def test_fetch_model_info_and_tokenize() -> None:
     async def main() -> None:
         async with serve(_app()) as url, aiohttp.ClientSession() as session:
-            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], 4096, {"m1": "/models/m1"})
+            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], 4096, {"m1": "/models/m1"},
+                                                                   {"m2": {"n_params": 7}})
             assert await server_tokenize(url, session, API_KEY, "m1", "one two three") == 4
             count = make_server_tokenize(url, session, API_KEY, "m1")
             assert await count("a b") == 3
         async with serve(_app(max_model_len=None)) as url, aiohttp.ClientSession() as session:
-            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], None, {"m1": "/models/m1"})
+            assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], None, {"m1": "/models/m1"},
+                                                                   {"m2": {"n_params": 7}})
 
     asyncio.run(main())
 

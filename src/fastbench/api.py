@@ -419,7 +419,7 @@ async def _run_against(
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
     async with http_session(verify_tls=not config.insecure) as session:
-        models, max_model_len, roots = await workload.fetch_model_info(base_url, session, config.api_key)
+        models, max_model_len, roots, metas = await workload.fetch_model_info(base_url, session, config.api_key)
         model = config.model or (models[0] if models else None)
         if model is None:
             raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
@@ -430,6 +430,9 @@ async def _run_against(
                            version=await _server_version(session, base_url))
         if synthetic is None:  # the model's own files, where this machine has them: family, parameters
             server_info.update(await _model_files(watched, roots.get(model) or model, stop))
+            if model in metas:  # the server's own account of what it loaded (llama.cpp)
+                server_info["server_model_meta"] = metas[model]
+                server_info.update(modelinfo.with_server_meta(server_info, metas[model]))
         tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
         work = await _unless_stopped(

@@ -576,3 +576,21 @@ def server_info(model: str, environ: Mapping[str, str] | None = None, revision: 
         return {}
     return {"model_files": {**dataclasses.asdict(facts), "parameters": facts.parameters_text()},
             "model_card": card_rows(facts)}
+
+
+def with_server_meta(info: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``model_card`` rows given what the server says of its model (llama.cpp's /v1/models ``meta``:
+    ``n_params``, ``ftype``): beside a count of our own, whether the server agrees; without one,
+    the server's figures, marked as its."""
+    rows = dict(info.get("model_card") or {})
+    n_params, ftype = meta.get("n_params"), meta.get("ftype")
+    counted = (info.get("model_files") or {}).get("total_params")
+    if _positive_int(n_params):
+        if counted is not None and "Parameters" in rows:
+            agree = "the same" if counted == n_params else f"{n_params:,} (ours: {counted:,})"
+            rows["Parameters"] += f"; the server reports {agree}"
+        elif counted is None:
+            rows["Parameters"] = f"{_size(n_params)} total, as the server reports (n_params)"
+    if isinstance(ftype, str) and ftype and "Quant / precision" not in rows:
+        rows["Quant / precision"] = f"{ftype}, as the server reports (ftype)"
+    return {"model_card": rows} if rows else {}

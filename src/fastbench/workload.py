@@ -202,12 +202,14 @@ async def _request_json(
 
 class ServedModels(NamedTuple):
     """What ``GET /v1/models`` says: the served ids, the first model's context length (vLLM gives
-    ``max_model_len``), and each id's ``root`` where given (vLLM: what it loaded, e.g. the local
-    directory behind a ``--served-model-name``)."""
+    ``max_model_len``), each id's ``root`` where given (vLLM: what it loaded, e.g. the local
+    directory behind a ``--served-model-name``) and ``meta`` where given (llama.cpp: ``n_params``,
+    ``ftype``, ``n_ctx``... of the loaded GGUF)."""
 
     ids: list[str]
     max_model_len: int | None
     roots: dict[str, str]
+    metas: dict[str, dict[str, Any]]
 
 
 async def fetch_model_info(
@@ -232,7 +234,9 @@ async def fetch_model_info(
             max_model_len = value
     roots = {str(m["id"]): m["root"] for m in data
              if isinstance(m, dict) and "id" in m and isinstance(m.get("root"), str) and m["root"]}
-    return ServedModels(ids, max_model_len, roots)
+    metas = {str(m["id"]): m["meta"] for m in data
+             if isinstance(m, dict) and "id" in m and isinstance(m.get("meta"), dict)}
+    return ServedModels(ids, max_model_len, roots, metas)
 
 
 async def server_tokenize(
