@@ -35,6 +35,9 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"coalesce_ms": None}, "BenchConfig.coalesce_ms must be a number, got None"),
     ({"metrics_interval_s": None}, "BenchConfig.metrics_interval_s must be a number, got None"),
     ({"extra_body": "x"}, "BenchConfig.extra_body must be a dict, got 'x' (str)"),
+    # a 400 for every request otherwise (vLLM: "Stream options can only be defined when stream=True")
+    ({"extra_body": {"stream": False}}, "--extra-body cannot set stream: fastbench always streams"),
+    ({"extra_body": {"stream_options": {"include_usage": False}}}, "--extra-body cannot set stream_options"),
     ({"goodput": {"ttft": -1}}, "--goodput ttft must be a number of milliseconds > 0, got -1"),
     ({"goodput": {"ttft": "abc"}}, "--goodput ttft must be a number of milliseconds > 0, got 'abc'"),
     ({"goodput": {"ttfb": 5}}, "--goodput takes ttft, tpot and e2el, got 'ttfb'"),

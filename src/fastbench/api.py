@@ -151,6 +151,11 @@ def validate(config: BenchConfig) -> None:
     if config.max_error_rate is not None and not 0 <= config.max_error_rate <= 1:
         raise ConfigError(f"--max-error-rate must be between 0 and 1, got {config.max_error_rate}")
     _check_goodput(config.goodput)
+    # fastbench streams every request, and its token counts come from the usage it asks for
+    fixed = [key for key in ("stream", "stream_options") if key in config.extra_body]
+    if fixed:
+        raise ConfigError(f"--extra-body cannot set {' or '.join(fixed)}: fastbench always streams, with "
+                          "stream_options {include_usage, continuous_usage_stats} (its token counts come from them)")
     check_api_key(config.api_key)
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
