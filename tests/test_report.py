@@ -436,3 +436,16 @@ def test_rows_from_files_keep_the_seeds_order_and_cannot_break_the_table() -> No
     engine = next(i for i, line in enumerate(lines) if line.startswith("| Engine |"))
     assert lines[engine + 1] == "| Quant / precision | fp8, from the engine's config line |"
     assert sum(line.startswith("| Quant / precision |") for line in lines) == 1
+
+
+def test_a_users_row_of_a_label_fastbench_fills_takes_that_rows_place() -> None:
+    config = make_config(card_rows=("Model=google/gemma-4-31B-it (base)", "Family=Gemma 4", "Company=Google",
+                                    "Context window=65536"))
+    lines = render_card(make_result(config=config, model_card={"Family": "Gemma (gemma4)"}), config).splitlines()
+    table = [line for line in lines[lines.index("## Configuration") + 2:lines.index("## Measured results")]
+             if line.startswith("| ") and line != "|---|---|"]
+    labels = [line.split(" | ")[0].removeprefix("| ") for line in table]
+    assert labels[:4] == ["Model", "Family", "Engine", "Company"]
+    assert len(labels) == len(set(labels))  # each label once
+    assert table[0] == "| Model | google/gemma-4-31B-it (base) |" and table[1] == "| Family | Gemma 4 |"
+    assert "| Context window | 65536 |" in table

@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--label", default=None, help="a name for this run, kept in the result")
     g.add_argument("--card-row", action="append", default=[], metavar="LABEL=VALUE",
                    help="a row of the card's Configuration that only you know, e.g. --card-row 'Why this "
-                   "quant=NVFP4 base plus EAGLE3' (repeatable)")
+                   "quant=NVFP4 base plus EAGLE3' (repeatable); a label the card fills itself (Model, "
+                   "Family, Parameters...) replaces that row")
     g.add_argument("--card-note", action="append", default=[], metavar="TEXT",
                    help="a line of the card's Notes (repeatable)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

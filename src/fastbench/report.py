@@ -329,6 +329,20 @@ def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
     return lines
 
 
+def _with_user_rows(rows: list[tuple[str, Any] | None], card_rows: Iterable[str]) -> list[tuple[str, Any]]:
+    """The Configuration rows with the user's (``--card-row LABEL=VALUE``): a row of a label fastbench
+    also fills takes that row's place, the others go where ``rows`` holds None."""
+    user = {label.strip(): value.strip() for label, _, value in (r.partition("=") for r in card_rows)}
+    known = {row[0] for row in rows if row is not None}
+    out: list[tuple[str, Any]] = []
+    for row in rows:
+        if row is None:
+            out += [(label, value) for label, value in user.items() if label not in known]
+        else:
+            out.append((row[0], user.get(row[0], row[1])))
+    return out
+
+
 def _machine(env: Mapping[str, Any]) -> str:
     """"2 x Intel Xeon ..., 23.5 GiB RAM; GPU: NVIDIA H200 (driver 570.1)" from the result's environment."""
     cpu = f"{env.get('cpu_count') or '?'} x {env.get('cpu_model') or env.get('machine') or 'unknown CPU'}"
@@ -433,26 +447,23 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
             + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
         )
     context = info.get("max_model_len") or config.max_model_len
-    # the user's rows (--card-row) first: what only they know, as the published cards put it; a row
-    # fastbench derives gives way to the user's row of the same label
-    user_rows = [(label.strip(), value.strip()) for label, _, value in (r.partition("=") for r in config.card_rows)]
-    given = {label for label, _ in user_rows}
-    model_rows = {k: v for k, v in dict(info.get("model_card") or {}).items() if k not in given}
-    derived = {k: v for k, v in dict(info.get("card_config") or {}).items() if k not in given}
     # the engine's own word on its precision (its config line) wins over config.json's; either
     # follows Engine, as on the published cards
+    model_rows = dict(info.get("model_card") or {})
+    derived = dict(info.get("card_config") or {})
     quant = derived.pop("Quant / precision", None) or model_rows.get("Quant / precision")
     model_rows.pop("Quant / precision", None)
     files = model_rows.pop("Model files", None)
-    config_rows: list[tuple[str, Any]] = [("Model", model)]
-    config_rows += [(k, model_rows.pop(k)) for k in ("Family", "Parameters") if k in model_rows]
-    config_rows.append(("Engine", engine))
+    rows: list[tuple[str, Any] | None] = [("Model", model)]
+    rows += [(k, model_rows.pop(k)) for k in ("Family", "Parameters") if k in model_rows]
+    rows.append(("Engine", engine))
     if quant:
-        config_rows.append(("Quant / precision", quant))
-    config_rows += user_rows + list(derived.items()) + list(model_rows.items())
+        rows.append(("Quant / precision", quant))
+    rows.append(None)  # the user's own rows go here: what only they know, as the published cards put it
+    rows += list(derived.items()) + list(model_rows.items())
     if files:
-        config_rows.append(("Model files", files))
-    config_rows += [
+        rows.append(("Model files", files))
+    rows += [
         ("Endpoint", _endpoint(result, config)),
         ("Dataset", _dataset(result, config)),
         (
@@ -465,16 +476,17 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         ("Time cap", f"{config.max_seconds:g} s" if config.max_seconds is not None else "none"),
     ]
     if config.ignore_eos:
-        config_rows.append(("Ignore EOS", "yes"))
+        rows.append(("Ignore EOS", "yes"))
     if config.goodput:
-        config_rows.append(("Goodput SLOs", ", ".join(f"{k} ≤ {v:g} ms" for k, v in config.goodput.items())))
+        rows.append(("Goodput SLOs", ", ".join(f"{k} ≤ {v:g} ms" for k, v in config.goodput.items())))
     if config.label:
-        config_rows.append(("Label", config.label))
-    config_rows.append(("Client", f"fastbench {__version__}"))
+        rows.append(("Label", config.label))
+    rows.append(("Client", f"fastbench {__version__}"))
     if environment:
         # the client's machine; a server fastbench started (or its synthetic one) ran on it too
         local = config.launch is not None or config.base_url is None
-        config_rows.append(("Machine (client and server)" if local else "Client machine", _machine(environment)))
+        rows.append(("Machine (client and server)" if local else "Client machine", _machine(environment)))
+    config_rows = _with_user_rows(rows, config.card_rows)
 
     prefill = d.get("prefill_rate")
     if prefill is not None and prefill.count:
