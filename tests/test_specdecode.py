@@ -455,14 +455,15 @@ def test_vllms_cache_config_is_read_from_its_info_series() -> None:
     assert cache_config(Metrics.parse("vllm:num_requests_running 1\n")) is None
 
 
-def test_an_attached_vllms_cache_config_reaches_the_result_and_the_card() -> None:
+def _monitor_info(status: int, body: str) -> dict[str, Any]:
+    """WindowMonitor.server_info for an attached server whose /metrics answers ``status``, ``body``."""
     from aiohttp import web
 
     from fastbench import server
 
     async def main() -> dict[str, Any]:
         async def metrics(request: web.Request) -> web.Response:
-            return web.Response(text=VLLM_CACHE_CONFIG_INFO + "\nvllm:num_requests_running 1\n")
+            return web.Response(text=body, status=status)
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
@@ -480,7 +481,19 @@ def test_an_attached_vllms_cache_config_reaches_the_result_and_the_card() -> Non
         finally:
             await runner.cleanup()
 
-    info = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_an_attached_vllms_cache_config_reaches_the_result_and_the_card() -> None:
+    info = _monitor_info(200, VLLM_CACHE_CONFIG_INFO + "\nvllm:num_requests_running 1\n")
     assert info["server_metrics"]["cache_config"]["gpu_memory_utilization"] == "0.92"
     assert info["server_metrics"]["cache_config_engines"] == 1
     assert info["card_config"]["KV cache (server)"].startswith("110,733 tokens (2.00 GiB")
+
+
+def test_a_llama_server_without_metrics_is_told_how_to_get_them() -> None:
+    """llama-server answers /metrics with 501 unless started with --metrics."""
+    info = _monitor_info(501, '{"error": {"code": 501, "message": "This server does not support metrics endpoint."}}')
+    assert info["server_metrics"]["available"] is False
+    assert any("llama.cpp serves it only with --metrics" in note for note in info["notes"])
+    assert not any("--metrics" in note for note in _monitor_info(404, "no")["notes"])

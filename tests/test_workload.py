@@ -592,7 +592,8 @@ def test_tokenizer_not_found(tmp_path: Path) -> None:
 API_KEY = "sk-test-SECRET-123"
 
 
-def _app(*, with_tokenize: bool = True, max_model_len: int | None = 4096) -> web.Application:
+def _app(*, with_tokenize: bool = True, max_model_len: int | None = 4096,
+         meta: dict[str, Any] | None = None) -> web.Application:
     async def models(request: web.Request) -> web.Response:
         auth = request.headers.get("Authorization", "")
         if auth != f"Bearer {API_KEY}":
@@ -601,6 +602,8 @@ def _app(*, with_tokenize: bool = True, max_model_len: int | None = 4096) -> web
         first: dict[str, Any] = {"id": "m1", "object": "model", "root": "/models/m1"}
         if max_model_len is not None:
             first["max_model_len"] = max_model_len
+        if meta is not None:
+            first["meta"] = meta
         second = {"id": "m2", "object": "model", "root": "", "meta": {"n_params": 7}}  # llama.cpp's meta
         return web.json_response({"object": "list", "data": [first, second]})
 
@@ -644,6 +647,10 @@ def test_fetch_model_info_and_tokenize() -> None:
         async with serve(_app(max_model_len=None)) as url, aiohttp.ClientSession() as session:
             assert await fetch_model_info(url, session, API_KEY) == (["m1", "m2"], None, {"m1": "/models/m1"},
                                                                    {"m2": {"n_params": 7}})
+        # llama.cpp: no max_model_len, a slot's context in meta.n_ctx (-c 2048 -np 2: 1024)
+        async with serve(_app(max_model_len=None, meta={"n_ctx": 1024, "n_ctx_train": 32768})) as url, \
+                aiohttp.ClientSession() as session:
+            assert (await fetch_model_info(url, session, API_KEY)).max_model_len == 1024
 
     asyncio.run(main())
 

@@ -272,6 +272,7 @@ class MetricsScraper:
         self.scrapes: list[Scrape] = []
         self.failures = 0
         self.last_error: str | None = None
+        self.last_status: int | None = None  # of the last answer, whatever it was
         self.available = False
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -290,6 +291,7 @@ class MetricsScraper:
         try:
             async with self._session.get(self.url, headers=self.headers,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+                self.last_status = resp.status
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
                                                       message=f"HTTP {resp.status}")

@@ -1175,6 +1175,9 @@ class WindowMonitor:
         spec_log = specdecode.spec_log_summary(lines)
         if not self.scraper.available:
             info["server_metrics"] = {"available": False, "error": self.scraper.last_error}
+            if self.scraper.last_status == 501:  # llama-server's answer without --metrics
+                notes.append("server /metrics answered 501 Not Implemented (llama.cpp serves it only with "
+                             "--metrics): no server gauges or speculative-decoding counters in this run")
         elif self.analysis:
             spec = self.analysis.get("spec_decode")
             info["server_metrics"] = {

@@ -202,9 +202,9 @@ async def _request_json(
 
 class ServedModels(NamedTuple):
     """What ``GET /v1/models`` says: the served ids, the first model's context length (vLLM gives
-    ``max_model_len``), each id's ``root`` where given (vLLM: what it loaded, e.g. the local
-    directory behind a ``--served-model-name``) and ``meta`` where given (llama.cpp: ``n_params``,
-    ``ftype``, ``n_ctx``... of the loaded GGUF)."""
+    ``max_model_len``, llama.cpp a slot's ``meta.n_ctx``), each id's ``root`` where given (vLLM:
+    what it loaded, e.g. the local directory behind a ``--served-model-name``) and ``meta`` where
+    given (llama.cpp: ``n_params``, ``ftype``, ``n_ctx``... of the loaded GGUF)."""
 
     ids: list[str]
     max_model_len: int | None
@@ -229,9 +229,13 @@ async def fetch_model_info(
     ids = [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
     max_model_len: int | None = None
     if data and isinstance(data[0], dict):
-        value = data[0].get("max_model_len")
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            max_model_len = value
+        meta = data[0].get("meta")
+        # vLLM's max_model_len; else llama.cpp's n_ctx, the context of one slot (-c / -np), which is
+        # what one request may fill
+        for value in (data[0].get("max_model_len"), meta.get("n_ctx") if isinstance(meta, dict) else None):
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                max_model_len = value
+                break
     roots = {str(m["id"]): m["root"] for m in data
              if isinstance(m, dict) and "id" in m and isinstance(m.get("root"), str) and m["root"]}
     metas = {str(m["id"]): m["meta"] for m in data
