@@ -300,6 +300,19 @@ def test_console_table() -> None:
     assert any(line.startswith("Mean tokens per chunk:") for line in lines)
     assert any(line.startswith("Request goodput (req/s):") for line in lines)
     assert "=" * 50 in lines
+    assert "Speculative Decoding" not in text
+
+
+def test_console_speculative_decoding_block() -> None:
+    keys = {"spec_decode_acceptance_rate": 44.0, "spec_decode_acceptance_length": 2.32, "spec_decode_num_drafts": 100,
+            "spec_decode_draft_tokens": 300, "spec_decode_accepted_tokens": 132,
+            "spec_decode_per_position_acceptance_rates": [0.707, 0.413, 0.2]}
+    lines = render_console(make_result(spec_decode_stats={"vllm_keys": keys})).splitlines()
+    start = lines.index("---------------Speculative Decoding---------------")
+    block = dict(line.rsplit(":", 1) for line in lines[start + 1:start + 7])
+    assert block["Acceptance rate (%)"].strip() == "44.00" and block["Acceptance length"].strip() == "2.32"
+    assert block["Drafts"].strip() == "100" and block["Accepted tokens"].strip() == "132"
+    assert block["Per-position acceptance (%)"].strip() == "70.70, 41.30, 20.00"
 
 
 def test_detailed_jsonl(tmp_path: Path) -> None:

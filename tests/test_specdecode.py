@@ -497,3 +497,14 @@ def test_a_llama_server_without_metrics_is_told_how_to_get_them() -> None:
     assert info["server_metrics"]["available"] is False
     assert any("llama.cpp serves it only with --metrics" in note for note in info["notes"])
     assert not any("--metrics" in note for note in _monitor_info(404, "no")["notes"])
+
+
+def test_counters_that_never_moved_give_no_card_section() -> None:
+    """llama-server exports its speculative-decoding counters, at zero, without a draft model."""
+    zeros = ("llamacpp:spec_decode_num_drafts_total 0\nllamacpp:spec_decode_num_draft_tokens_total 0\n"
+             "llamacpp:spec_decode_num_accepted_tokens_total 0\nllamacpp:tokens_predicted_total 10\n")
+    info = _monitor_info(200, zeros)
+    assert "spec_decode" not in info and info["spec_decode_stats"]["counters_last"]["accepted"] == 0
+    # drafted before the window but not in it: that is news, and the section says so
+    earlier = zeros.replace("drafts_total 0", "drafts_total 5").replace("draft_tokens_total 0", "draft_tokens_total 15")
+    assert "spec_decode" in _monitor_info(200, earlier)

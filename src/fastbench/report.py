@@ -651,6 +651,16 @@ def render_console(result: Result) -> str:
     ratio = result.timestamps.multi_event_read_ratio
     row("Multi-event reads (%):", None if ratio is None else 100 * ratio, 1)
     row("Client CPU per event (us):", result.client.cpu_per_event_us, 1)
+    spec = (result.server_info.get("spec_decode_stats") or {}).get("vllm_keys")
+    if spec:  # vllm bench serve's block, from the server's counters over the window
+        head("Speculative Decoding")
+        row("Acceptance rate (%):", spec["spec_decode_acceptance_rate"])
+        row("Acceptance length:", spec["spec_decode_acceptance_length"])
+        row("Drafts:", spec["spec_decode_num_drafts"])
+        row("Draft tokens:", spec["spec_decode_draft_tokens"])
+        row("Accepted tokens:", spec["spec_decode_accepted_tokens"])
+        rates = spec["spec_decode_per_position_acceptance_rates"]
+        row("Per-position acceptance (%):", ", ".join(f"{100 * r:.2f}" for r in rates) if rates else None)
     lines.append("=" * 50)
     lines += [f"* {note}" for note in result.notes]
     return "\n".join(lines) + "\n"

@@ -1202,8 +1202,13 @@ class WindowMonitor:
                     info.setdefault("card_config", {})["KV cache (server)"] = row
             if spec is not None:
                 info["spec_decode_stats"] = {**spec, "server_log": spec_log}
-                info["spec_decode"] = specdecode.card_rows(spec, log=spec_log)
-                notes += [f"Speculative decoding: {note}" for note in spec.get("notes") or []]
+                # llama.cpp exports its counters, at zero, without a draft model: no section of zeros
+                last = spec.get("counters_last") or {}
+                never_drafted = spec_log is None and bool(last) and \
+                    all(not last.get(key) for key in ("drafts", "draft_tokens", "accepted"))
+                if not never_drafted:
+                    info["spec_decode"] = specdecode.card_rows(spec, log=spec_log)
+                    notes += [f"Speculative decoding: {note}" for note in spec.get("notes") or []]
         if spec_log is not None and "spec_decode_stats" not in info:
             info["spec_decode_stats"] = {"server_log": spec_log}
         info["notes"] = notes
