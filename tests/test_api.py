@@ -540,3 +540,11 @@ def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch:
         asyncio.run(stopped_soon())
     assert time.monotonic() - t0 < 2
     release.set()
+
+
+def test_run_inside_a_running_loop_says_to_await_arun() -> None:
+    async def in_a_notebook() -> None:
+        run(BenchConfig(num_prompts=1))
+
+    with pytest.raises(RuntimeError, match=r"inside a running one .* use `await fastbench.arun\(config\)`"):
+        asyncio.run(in_a_notebook())

@@ -138,6 +138,8 @@ def test_unknown_endpoint_is_one_line() -> None:
 def test_help_says_how_to_pass_a_value_that_starts_with_a_dash() -> None:
     out = " ".join(fastbench("--help").stdout.split())
     assert '--engine-args="--enforce-eager"' in out and '--synthetic-args="--no-usage"' in out
+    assert "`fastbench validate --help`" in out and "`fastbench synthetic-server --help`" in out
+    assert fastbench("synthetic-server", "--help").stdout.startswith("usage: fastbench synthetic-server")
     proc = fastbench("--num-prompts", "2", "--random-input-len", "8", "--random-output-len", "4",
                      "--synthetic-args=--no-usage")
     assert proc.returncode == 0, proc.stderr

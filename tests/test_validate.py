@@ -362,3 +362,14 @@ def test_server_cpu_is_shared_over_the_window_it_was_measured_in(monkeypatch: py
     assert abs(samples[0] - data.start_ns) < 10e6
     assert samples[1] >= data.end_ns
     assert report.server_cpu_share_of_core == pytest.approx((samples[1] - samples[0]) / (data.end_ns - data.start_ns))
+
+
+def test_validate_quiet_prints_the_verdict_and_keeps_json_on_stdout_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--itl-ms", "2", "--ttft-ms", "2",
+            "--quiet"]
+    rc = fv.main(args)
+    out = capsys.readouterr().out
+    assert out.strip() == ("verdict: PASS" if rc == 0 else "verdict: FAIL")
+    rc = fv.main([*args, "--json", "-"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["verdict"] in ("PASS", "FAIL") and captured.err.startswith("verdict: ")

@@ -721,3 +721,14 @@ def test_server_tokenize_speaks_llama_cpp() -> None:
 ])
 def test_output_limit_known(extra_body: dict[str, Any], known: bool) -> None:
     assert output_limit_known(extra_body) is known
+
+
+def test_a_sharegpt_file_given_as_jsonl_gets_a_hint(tmp_path: Path) -> None:
+    path = tmp_path / "sg.json"
+    for text, problem in (('[\n  {"conversations": []}\n]\n', "not valid JSON .*"),  # pretty-printed
+                          ('[{"conversations": []}]\n', "expected a JSON object with a 'prompt', found a list")):
+        path.write_text(text)
+        with pytest.raises(DatasetError, match=rf"line 1: {problem}; a JSON array \(a ShareGPT file\) needs "
+                                               r"--dataset-name sharegpt$"):
+            build_workload_sync(BenchConfig(dataset_name="jsonl", dataset_path=str(path), num_prompts=1), "m",
+                                max_model_len=None)

@@ -11,7 +11,7 @@ Public API::
 
 from ._version import __version__
 from .api import arun, run
-from .config import BenchConfig
+from .config import BenchConfig, LaunchConfig
 from .exceptions import ConfigError, DatasetError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
 from .metrics import Result
 
@@ -33,6 +33,7 @@ __all__ = (
     "ConfigError",
     "DatasetError",
     "FastbenchError",
+    "LaunchConfig",
     "Result",
     "ResultWriteError",
     "ServerDiedError",

@@ -87,9 +87,9 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m fastbench.synthetic") -> int:
     """Run the synthetic server until SIGTERM or SIGINT; returns the exit status."""
-    parser = build_parser()
+    parser = build_parser(prog)
     ns = parser.parse_args(argv)
     if not 0 <= ns.port <= 65535:
         parser.error(f"--port must be between 0 and 65535, got {ns.port}")

@@ -265,6 +265,13 @@ def run(config: BenchConfig) -> Result:
     :raises ResultWriteError: the run finished but a result file could not be written (``.result``).
     """
     try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # none: as it should be
+        pass
+    else:
+        raise RuntimeError("fastbench.run() starts its own event loop: inside a running one (a notebook, an "
+                           "async harness) use `await fastbench.arun(config)`")
+    try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency, but the API does not need it
         return asyncio.run(arun(config))

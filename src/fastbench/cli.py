@@ -21,7 +21,8 @@ from .exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
-chunks) and benchmarks that. Subcommands: `fastbench synthetic-server --help`.
+chunks) and benchmarks that. Subcommands: `fastbench validate --help` (the client's own accuracy
+and overhead, against the synthetic server), `fastbench synthetic-server --help`.
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
 the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
@@ -336,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "synthetic-server":
         from . import synthetic
 
-        return synthetic.main(argv[1:])
+        return synthetic.main(argv[1:], prog="fastbench synthetic-server")
     if argv and argv[0] == "validate":
         from . import validate
 

@@ -799,7 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warmup", action="store_true",
                    help="skip the warm-up (one 1-token request per stream, opening the connections)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON ('-' for stdout)")
-    p.add_argument("--quiet", action="store_true", help="no table")
+    p.add_argument("--quiet", action="store_true", help="no table: only the verdict line (on stderr with --json -)")
     return p
 
 
@@ -842,6 +842,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if not ns.quiet:
         print(report.render())
+    else:  # stdout may be the JSON (--json -)
+        print(f"verdict: {report.verdict}", file=sys.stderr if ns.json == "-" else sys.stdout)
     if ns.json:
         text = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
         if ns.json == "-":
