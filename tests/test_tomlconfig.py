@@ -45,6 +45,8 @@ def parse(tmp_path: Path, text: str) -> BenchConfig:
     ('[server]\nport = "8000"\n', "[server] port must be an integer, got a string ('8000')"),
     ("[server]\nargs = 7\n", "[server] args must be an array of strings or one string of flags"),
     ("[server]\nengine = 1\n", "[server] engine must be a string, got an integer (1)"),
+    ('[server]\nengine = "tgi"\n', "[server] engine must be one of 'vllm', 'sglang', 'llama.cpp', got a string"),
+    ('[benchmark]\nendpoint = "/v1/x"\n', "[benchmark] endpoint must be one of '/v1/completions'"),
 ])
 def test_a_value_of_the_wrong_type_is_one_line_naming_the_key(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -149,3 +151,14 @@ def test_the_command_line_replaces_the_files_dataset_and_server_wholesale(tmp_pa
     _, argv = tomlconfig.expand(["--config", str(path)], parser)
     config = cli.config_from_args(parser.parse_args(argv), argv)
     assert config.dataset_path == str(dataset) and config.synthetic_args == ("--itl-ms", "5")
+
+
+def test_a_value_the_command_line_sets_again_appears_once_in_the_command(tmp_path: Path) -> None:
+    """argparse takes the last of a repeated flag; the card's Full run command should not show both."""
+    path = tmp_path / "run.toml"
+    path.write_text('[benchmark]\nconcurrency = 4\nnum_prompts = 9\ncard_row = ["Company=Acme"]\n')
+    _, argv = tomlconfig.expand(["--config", str(path), "--concurrency", "8", "--card-row", "Family=X"],
+                                cli.build_parser())
+    assert argv == ["--num-prompts=9", "--card-row=Company=Acme", "--concurrency", "8", "--card-row", "Family=X"]
+    config = cli.config_from_args(cli.build_parser().parse_args(argv), argv)
+    assert config.concurrency == 8 and config.card_rows == ("Company=Acme", "Family=X")

@@ -106,7 +106,23 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
         skip |= {"--synthetic-args"}
     if given.dataset_name == "random":
         skip |= {"--dataset-path", "--dataset-order"}
+    # A value the command line sets again replaces the file's: only one of them goes into the
+    # command (and the card's "Full run command"); repeatable flags add up, so both stay.
+    skip |= _set_again(rest, parser)
     return path, [*toml_to_argv(path, parser, skip), *rest]
+
+
+def _set_again(rest: list[str], parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The long flags of the single-valued options that ``rest`` gives (as written in full)."""
+    actions = {option: action for action in parser._actions for option in action.option_strings}
+    again = set()
+    for token in rest:
+        if token == "--":
+            break
+        action = actions.get(token.split("=", 1)[0])
+        if action is not None and not isinstance(action, (argparse._AppendAction, argparse._CountAction)):
+            again.add(_long_flag(action))
+    return frozenset(again)
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -220,6 +236,8 @@ def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> 
         ok = isinstance(value, str)
     if not ok:
         raise wrong(wanted)
+    if action.choices is not None and value not in action.choices:
+        raise wrong("one of " + ", ".join(repr(c) for c in action.choices))
     return [f"{flag}={value}"]
 
 
