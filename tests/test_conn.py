@@ -28,9 +28,10 @@ from _scripted import (
 )
 from fastbench import pacer
 from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_ns
+from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.metrics import new_histogram
+from fastbench.metrics import new_histogram, summarize
 from fastbench.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
@@ -487,6 +488,10 @@ def test_stale_keep_alive_connection_is_retried(loop_factory: Any) -> None:
     assert list(col(data, "error")) == [0, 0, 0]
     assert data.error_messages == {}
     assert server.connections == 3
+    # requests 2 and 3 each went out on the dropped connection first: both re-sends are counted
+    summary = summarize(data, BenchConfig(num_prompts=3, concurrency=1), workload_info={}, server_info={})
+    assert summary.counts.resent == data.stale_retries == 2
+    assert "2 requests were re-sent once on a new connection" in " ".join(summary.notes)
 
 
 def test_stream_cut_while_watched_as_ending(loop_factory: Any) -> None:

@@ -243,6 +243,8 @@ class Counts:
     cancelled: int  # in flight when the run stopped early, or arrived and waiting for a slot: incomplete
     not_started: int  # never scheduled before the run ended
     warmups: int  # warm-up requests sent before the window (not in total)
+    # sent again, once, on a new connection: the kept-alive one closed before any response byte
+    resent: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,6 +583,7 @@ def summarize(
         cancelled=int(cancelled.sum()),
         not_started=int((~started).sum()),
         warmups=data.warmups,
+        resent=data.stale_retries,
     )
     total_input = _exact_sum(np.maximum(c_prompt, 0))
     total_output = _exact_sum(np.maximum(out_tokens, 0))
