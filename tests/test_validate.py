@@ -373,3 +373,18 @@ def test_validate_quiet_prints_the_verdict_and_keeps_json_on_stdout_clean(capsys
     rc = fv.main([*args, "--json", "-"])
     captured = capsys.readouterr()
     assert json.loads(captured.out)["verdict"] in ("PASS", "FAIL") and captured.err.startswith("verdict: ")
+
+
+def test_progress_counts_the_tokens_of_requests_still_streaming() -> None:
+    """Tokens of finished requests alone read 0 tok/s until the first request ends (a new user saw
+    the progress rate climb and fall while the server's held steady)."""
+    seen: list[dict[str, Any]] = []
+    plan = LoadPlan(bodies=[fv.request_body(40)] * 2, warmup_bodies=[], concurrency=2,
+                    on_progress=seen.append, progress_interval_s=0.05)
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
+    assert (data.rows[:, COL["error"]] == 0).all()
+    streaming = [p for p in seen if p["completed"] == 0 and p["elapsed_s"] > 0.15]
+    assert streaming and all(p["output_tokens"] > 0 for p in streaming)
+    tokens = [p["output_tokens"] for p in seen]
+    assert tokens == sorted(tokens) and tokens[-1] <= 80  # never counted twice as a request ends

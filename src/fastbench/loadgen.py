@@ -508,7 +508,9 @@ class LoadGenerator:
                     "failed": c["failed"],
                     "total": len(plan.bodies),
                     "in_flight": len(self._busy),
-                    "output_tokens": c["output_tokens"],
+                    # finished requests' tokens, and what usage has counted so far of those in flight:
+                    # long requests would otherwise show no output until they end
+                    "output_tokens": c["output_tokens"] + sum(conn.tokens_in_flight for conn in self._busy),
                 })
 
     # -- the run -----------------------------------------------------------------------------

@@ -543,6 +543,15 @@ cdef class StreamConnection:
         """The request in flight (or the last one) went out on a connection that had served before."""
         return self.reused
 
+    @property
+    def tokens_in_flight(self):
+        """Output tokens the server's usage has counted so far for the request in flight; 0 once it
+        ended (its tokens are then in the run's ``output_tokens``) or with no usage yet. For the
+        progress display, read between drains: nothing on the hot path."""
+        if not self.busy or self.c.req.end_ns != 0:
+            return 0
+        return self.c.req.completion_tokens
+
     cdef _send(self, bytes request):
         cdef Py_ssize_t n
         cdef const char *p
