@@ -669,6 +669,7 @@ def test_server_errors_never_show_the_key() -> None:
             with pytest.raises(ServerError) as info:
                 await fetch_model_info(f"http://127.0.0.1:{free_port()}", session, API_KEY)
             assert isinstance(info.value, ConnectionError) and API_KEY not in str(info.value)
+            assert str(info.value).endswith("(Connection refused)") and "ssl:default" not in str(info.value)
 
     asyncio.run(main())
 

@@ -165,6 +165,21 @@ def _redact(text: str, api_key: str | None) -> str:
     return redact_secret(" ".join(text.split()), api_key)[:_SHORT_ERROR_CHARS]
 
 
+def _client_error_text(exc: aiohttp.ClientError, api_key: str | None) -> str:
+    """Why a request failed, in a line. A refused or unresolvable connection is said plainly
+    (aiohttp's own text names an "ssl:default" even for http); a TLS failure keeps aiohttp's text,
+    which says what was wrong with the certificate."""
+    tls = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)
+    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, tls):
+        os_error = exc.os_error
+        if isinstance(os_error, OSError) and os_error.errno and os_error.errno > 0:
+            why = os.strerror(os_error.errno)  # "Connection refused", not asyncio's "Connect call failed"
+        else:  # a name that does not resolve (socket.gaierror: its own text), or no errno at all
+            why = getattr(os_error, "strerror", None) or str(os_error)
+        return f"cannot connect to {exc.host}:{exc.port} ({why})"
+    return _redact(f"{type(exc).__name__}: {exc}", api_key)
+
+
 async def _request_json(
     session: aiohttp.ClientSession,
     method: str,
@@ -188,8 +203,7 @@ async def _request_json(
     except asyncio.TimeoutError:
         raise ServerError(f"{method} {url}: no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
-        reason = _redact(f"{type(exc).__name__}: {exc}", api_key)
-        raise ServerError(f"{method} {url} failed: {reason}") from None
+        raise ServerError(f"{method} {url} failed: {_client_error_text(exc, api_key)}") from None
     if status != 200:
         body = _redact(raw.decode("utf-8", "replace"), api_key)
         hint = " (check --api-key)" if status in (401, 403) else ""
