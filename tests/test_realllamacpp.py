@@ -76,6 +76,8 @@ def test_real_llamacpp_with_ngram_speculation(real_llamacpp: tuple[Path, Path], 
     assert prov["load_time_s"] is not None and 0 < prov["load_time_s"] < 120
     assert prov["engine_version"]  # /props build_info ("b0-unknown": the sdist has no git metadata)
     assert doc["completed"] > 0 and doc["failed"] == 0
+    # /v1/models meta.n_ctx is one slot's context: -c 4096 over -np 8 slots
+    assert server["max_model_len"] == 4096 // 8 and server["server_model_meta"]["n_ctx"] == 512
 
     # llama.cpp sends usage only in the last chunk (continuous_usage_stats is ignored): exact totals, and the
     # result says that the per-chunk split is an estimate

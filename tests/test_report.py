@@ -453,12 +453,13 @@ def test_rows_from_files_keep_the_seeds_order_and_cannot_break_the_table() -> No
 
 def test_a_users_row_of_a_label_fastbench_fills_takes_that_rows_place() -> None:
     config = make_config(card_rows=("Model=google/gemma-4-31B-it (base)", "Family=Gemma 4", "Company=Google",
-                                    "Context window=65536"))
+                                    "Context window=65536", "Note=first", "Note=second"))
     lines = render_card(make_result(config=config, model_card={"Family": "Gemma (gemma4)"}), config).splitlines()
     table = [line for line in lines[lines.index("## Configuration") + 2:lines.index("## Measured results")]
              if line.startswith("| ") and line != "|---|---|"]
     labels = [line.split(" | ")[0].removeprefix("| ") for line in table]
     assert labels[:4] == ["Model", "Family", "Engine", "Company"]
-    assert len(labels) == len(set(labels))  # each label once
+    assert len(labels) == len(set(labels)) + 1  # each label once, but the user's repeated Note
     assert table[0] == "| Model | google/gemma-4-31B-it (base) |" and table[1] == "| Family | Gemma 4 |"
     assert "| Context window | 65536 |" in table
+    assert table.index("| Note | first |") + 1 == table.index("| Note | second |")  # repeated: each kept

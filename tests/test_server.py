@@ -635,7 +635,10 @@ def test_a_missing_engine_is_a_config_error(tmp_path: Path) -> None:
     server = VLLMServer(LaunchConfig(model="m", engine_bin=str(tmp_path / "no-vllm"), port=free_port()))
     with pytest.raises(ConfigError) as info:
         server.start()
-    assert str(info.value) == f"--engine-bin {tmp_path / 'no-vllm'}: no such executable"
+    assert str(info.value) == f"--engine-bin {tmp_path / 'no-vllm'}: no such file"
+    (tmp_path / "no-vllm").write_text("#!/bin/sh\n")  # there, but not executable
+    with pytest.raises(ConfigError, match="no-vllm: not an executable file$"):
+        server.start()
 
 
 # -- attaching -------------------------------------------------------------------------------------------

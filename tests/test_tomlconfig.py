@@ -162,3 +162,9 @@ def test_a_value_the_command_line_sets_again_appears_once_in_the_command(tmp_pat
     assert argv == ["--num-prompts=9", "--card-row=Company=Acme", "--concurrency", "8", "--card-row", "Family=X"]
     config = cli.config_from_args(cli.build_parser().parse_args(argv), argv)
     assert config.concurrency == 8 and config.card_rows == ("Company=Acme", "Family=X")
+    # as argparse reads them: an abbreviation, the = form, an alias
+    for given in (["--num-p", "7"], ["--num-prompts=7"], ["--max-concurrency", "8", "--num-prompts", "7"]):
+        _, argv = tomlconfig.expand(["--config", str(path), *given], cli.build_parser())
+        assert not any(a.startswith("--num-prompts=9") for a in argv), argv
+    _, argv = tomlconfig.expand(["--config", str(path), "--max-concurrency", "8"], cli.build_parser())
+    assert "--concurrency=4" not in argv

@@ -733,3 +733,7 @@ def test_a_sharegpt_file_given_as_jsonl_gets_a_hint(tmp_path: Path) -> None:
                                                r"--dataset-name sharegpt$"):
             build_workload_sync(BenchConfig(dataset_name="jsonl", dataset_path=str(path), num_prompts=1), "m",
                                 max_model_len=None)
+    path.write_text('"just a string"\n')
+    with pytest.raises(DatasetError, match=r"found a str$"):
+        build_workload_sync(BenchConfig(dataset_name="jsonl", dataset_path=str(path), num_prompts=1), "m",
+                            max_model_len=None)

@@ -42,6 +42,7 @@ class LaunchConfig:
     :param docker_args: extra ``docker run`` flags (e.g. ``-v ~/.cache/huggingface:/root/.cache/huggingface``).
     :param env: the server's environment additions: ``NAME=VALUE``, or ``NAME`` to pass fastbench's
         own value through (docker: ``--env NAME``, so the value never appears in a command line).
+    :param host: the address the server listens on and fastbench connects to (default 127.0.0.1).
     :param port: the port to serve on; None: the engine's usual one (vLLM 8000, SGLang 30000,
         llama.cpp 8080).
     :param ready_timeout_s: most seconds from launch until /v1/models lists the model.

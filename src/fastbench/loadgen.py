@@ -262,11 +262,11 @@ class LoadGenerator:
             if (error == ErrorClass.CONNECT and conn.last_was_reused and conn.row != retried
                     and not self._stopping):
                 row = retried = conn.row
-                if row >= 0:
+                if row >= 0:  # a measured request (a warm-up's re-send is not counted)
                     scheduled_ns = int(self.rows[row, COL["scheduled_ns"]])
                     self._undo_failure(row)
                     request = self.state.request_bytes(row)
-                self._stale_retries += 1
+                    self._stale_retries += 1
                 continue
             if conn.is_usable:
                 self._idle.append(conn)

@@ -288,6 +288,7 @@ class MetricsScraper:
     async def _scrape(self) -> Scrape | None:
         if self._session is None:
             self._session = http_session(self.verify_tls)
+        self.last_status = None
         try:
             async with self._session.get(self.url, headers=self.headers,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:

@@ -330,16 +330,18 @@ def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
 
 
 def _with_user_rows(rows: list[tuple[str, Any] | None], card_rows: Iterable[str]) -> list[tuple[str, Any]]:
-    """The Configuration rows with the user's (``--card-row LABEL=VALUE``): a row of a label fastbench
-    also fills takes that row's place, the others go where ``rows`` holds None."""
-    user = {label.strip(): value.strip() for label, _, value in (r.partition("=") for r in card_rows)}
+    """The Configuration rows with the user's (``--card-row LABEL=VALUE``, each kept, in order): the
+    user's rows of a label fastbench also fills take that row's place, the others go where ``rows``
+    holds None."""
+    user = [(label.strip(), value.strip()) for label, _, value in (r.partition("=") for r in card_rows)]
     known = {row[0] for row in rows if row is not None}
     out: list[tuple[str, Any]] = []
     for row in rows:
         if row is None:
-            out += [(label, value) for label, value in user.items() if label not in known]
+            out += [(label, value) for label, value in user if label not in known]
         else:
-            out.append((row[0], user.get(row[0], row[1])))
+            mine = [(label, value) for label, value in user if label == row[0]]
+            out += mine or [row]
     return out
 
 

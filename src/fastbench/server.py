@@ -394,7 +394,8 @@ class LaunchedServer:
         if exe is None:
             what = "docker" if self.launch.docker_image else f"the {self.engine_name} executable"
             if self.launch.engine_bin is not None:
-                raise ConfigError(f"--engine-bin {self.launch.engine_bin}: no such executable")
+                why = "not an executable file" if os.path.exists(self.launch.engine_bin) else "no such file"
+                raise ConfigError(f"--engine-bin {self.launch.engine_bin}: {why}")
             raise ConfigError(f"cannot find {what} {argv[0]!r} on PATH; pass --engine-bin PATH")
         if not port_is_free(self.host, self.port):
             raise ServerLaunchError(

@@ -113,16 +113,13 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
 
 
 def _set_again(rest: list[str], parser: argparse.ArgumentParser) -> frozenset[str]:
-    """The long flags of the single-valued options that ``rest`` gives (as written in full)."""
-    actions = {option: action for action in parser._actions for option in action.option_strings}
-    again = set()
-    for token in rest:
-        if token == "--":
-            break
-        action = actions.get(token.split("=", 1)[0])
-        if action is not None and not isinstance(action, (argparse._AppendAction, argparse._CountAction)):
-            again.add(_long_flag(action))
-    return frozenset(again)
+    """The long flags of the single-valued options that ``rest`` gives, as argparse reads them
+    (abbreviations and aliases included): those it leaves at a marker were not given."""
+    unset = object()
+    single = [a for a in parser._actions if a.option_strings and a.dest != "help"
+              and not isinstance(a, (argparse._AppendAction, argparse._CountAction))]  # repeatable ones add up
+    given, _ = parser.parse_known_args(rest, argparse.Namespace(**{a.dest: unset for a in single}))
+    return frozenset(_long_flag(a) for a in single if getattr(given, a.dest) is not unset)
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

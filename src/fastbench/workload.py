@@ -673,7 +673,8 @@ def _load_jsonl(path: str, max_tokens: int | None) -> list[_JsonlLine]:
                     if lineno == 1 and line.lstrip().startswith(b"[") else "")
             raise DatasetError(f"{where}: not valid JSON ({exc}){hint}") from None
         if not isinstance(obj, dict):
-            hint = "; a JSON array (a ShareGPT file) needs --dataset-name sharegpt" if lineno == 1 else ""
+            hint = ("; a JSON array (a ShareGPT file) needs --dataset-name sharegpt"
+                    if lineno == 1 and isinstance(obj, list) else "")
             raise DatasetError(
                 f"{where}: expected a JSON object with a 'prompt', found a {type(obj).__name__}{hint}"
             )
