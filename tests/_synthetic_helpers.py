@@ -231,7 +231,7 @@ async def load(base_url: str, streams: int, chunks: int, stagger_ms: float = 0.0
     async def one(i: int, c: RawConn) -> Response:
         if stagger_ms:
             await asyncio.sleep(stagger_ms / 1000.0 * i / streams)
-        return await c.request("POST", "/v1/completions", body) if False else await _go(c)
+        return await _go(c)
 
     async def _go(c: RawConn) -> Response:
         sent = await c.send(raw)

@@ -385,7 +385,7 @@ async def _model_files(watched: server.LaunchedServer | server.ExternalServer, s
     if isinstance(watched, server.LaunchedServer):
         model = watched.launch.model
         environ = {**os.environ, **dict(e.split("=", 1) for e in watched.launch.env if "=" in e)}
-        revision = _flag_value(watched.launch.engine_args, "--revision")
+        revision = server.engine_option(watched.launch.engine_args, "--revision")
     else:
         model = served
     loop = asyncio.get_running_loop()
@@ -407,17 +407,6 @@ async def _model_files(watched: server.LaunchedServer | server.ExternalServer, s
                                      "interrupted while reading the model's files")
     except asyncio.TimeoutError:
         return {"model_files": {"error": f"{model}: its files did not answer in {MODEL_FILES_TIMEOUT_S:g} s"}}
-
-
-def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
-    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one wins), or None."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
-    return value
 
 
 async def _run_against(

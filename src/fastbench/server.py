@@ -216,8 +216,8 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _option(args: Sequence[str], *names: str) -> str | None:
-    """The value of the last ``--name VALUE`` or ``--name=VALUE`` in args."""
+def engine_option(args: Sequence[str], *names: str) -> str | None:
+    """The value of the last ``--name VALUE`` or ``--name=VALUE`` in args (an engine's arguments)."""
     value = None
     for i, arg in enumerate(args):
         for name in names:
@@ -333,7 +333,7 @@ class LaunchedServer:
     @property
     def served_model(self) -> str:
         """The name /v1/models will list: --served-model-name (first), else the model argument."""
-        name = _option(self.launch.engine_args, "--served-model-name")
+        name = engine_option(self.launch.engine_args, "--served-model-name")
         return name.split()[0] if name else self.launch.model
 
     @property
@@ -849,7 +849,7 @@ class LlamaCppServer(LaunchedServer):
 
     @property
     def served_model(self) -> str:
-        return _option(self.launch.engine_args, "--alias", "-a") or self.launch.model
+        return engine_option(self.launch.engine_args, "--alias", "-a") or self.launch.model
 
     def _expected_models(self) -> tuple[str, ...] | None:
         return None  # one model per server; its id is the alias or a path llama.cpp chooses
@@ -1007,7 +1007,7 @@ def footprint_rows(footprint: dict[str, Any], engine_args: Sequence[str]) -> dic
     logged = [name for name, key in keys.items() if key in footprint]
     total = sum(sum(footprint.get(key, [])) for key in keys.values())
     if total:
-        util = _option(engine_args, "--gpu-memory-utilization")
+        util = engine_option(engine_args, "--gpu-memory-utilization")
         text = f"{total:.2f} GiB = {' + '.join(logged)}"
         missing = [name for name in keys if name not in logged]
         if missing:
@@ -1042,10 +1042,10 @@ def window_warnings(lines: Sequence[str], limit: int = 8) -> list[str]:
 def _variant(engine_args: Sequence[str]) -> str:
     """The card title's variant from the engine arguments, e.g. "awq + NGRAM" (quantisation, speculation)."""
     parts = []
-    quant = _option(engine_args, "--quantization", "-q")
+    quant = engine_option(engine_args, "--quantization", "-q")
     if quant:
         parts.append(quant)
-    spec = _option(engine_args, "--speculative-config")
+    spec = engine_option(engine_args, "--speculative-config")
     if spec:
         try:
             method = orjson.loads(spec).get("method")

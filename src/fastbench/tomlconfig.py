@@ -97,29 +97,28 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
             # argparse took an abbreviation (--conf) that the split above does not know
             raise ConfigError("write --config in full: its file's flags are read before the others")
         return None, argv
-    # dataset_name None unless the command line names it: argparse fills in only missing defaults
-    given, _ = parser.parse_known_args(rest, argparse.Namespace(dataset_name=None))
-    skip = (LAUNCH_FLAGS if given.base_url and not given.launch
-            else frozenset({"--base-url"}) if given.launch else frozenset())
+    single, given = _given(rest, parser)
+    skip = (LAUNCH_FLAGS if given.get("base_url") and not given.get("launch")
+            else frozenset({"--base-url"}) if given.get("launch") else frozenset())
     # What the file sets for a server or dataset the command line replaced would be refused as idle.
-    if given.base_url or given.launch:
+    if given.get("base_url") or given.get("launch"):
         skip |= {"--synthetic-args"}
-    if given.dataset_name == "random":
+    if given.get("dataset_name") == "random":
         skip |= {"--dataset-path", "--dataset-order"}
     # A value the command line sets again replaces the file's: only one of them goes into the
     # command (and the card's "Full run command"); repeatable flags add up, so both stay.
-    skip |= _set_again(rest, parser)
+    skip |= {_long_flag(a) for a in single if a.dest in given}
     return path, [*toml_to_argv(path, parser, skip), *rest]
 
 
-def _set_again(rest: list[str], parser: argparse.ArgumentParser) -> frozenset[str]:
-    """The long flags of the single-valued options that ``rest`` gives, as argparse reads them
-    (abbreviations and aliases included): those it leaves at a marker were not given."""
+def _given(rest: list[str], parser: argparse.ArgumentParser) -> tuple[list[argparse.Action], dict[str, Any]]:
+    """The single-valued options, and the values of those ``rest`` gives, by dest, as argparse reads
+    them (abbreviations and aliases included): an option it leaves at a marker was not given."""
     unset = object()
     single = [a for a in parser._actions if a.option_strings and a.dest != "help"
               and not isinstance(a, (argparse._AppendAction, argparse._CountAction))]  # repeatable ones add up
-    given, _ = parser.parse_known_args(rest, argparse.Namespace(**{a.dest: unset for a in single}))
-    return frozenset(_long_flag(a) for a in single if getattr(given, a.dest) is not unset)
+    ns, _ = parser.parse_known_args(rest, argparse.Namespace(**{a.dest: unset for a in single}))
+    return single, {a.dest: getattr(ns, a.dest) for a in single if getattr(ns, a.dest) is not unset}
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

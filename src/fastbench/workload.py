@@ -247,7 +247,7 @@ async def fetch_model_info(
         # vLLM's max_model_len; else llama.cpp's n_ctx, the context of one slot (-c / -np), which is
         # what one request may fill
         for value in (data[0].get("max_model_len"), meta.get("n_ctx") if isinstance(meta, dict) else None):
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if _is_count(value):
                 max_model_len = value
                 break
     roots = {str(m["id"]): m["root"] for m in data
