@@ -116,8 +116,7 @@ def wake_probe(seconds: float, period_us: int) -> dict[str, Any]:
     import uvloop
 
     from fastbench._core import Recorder, RunState
-    from fastbench.metrics import new_histogram
-    from fastbench.records import NCOLS
+    from fastbench.results.records import NCOLS, new_histogram
 
     async def probe() -> dict[str, Any]:
         state = RunState(np.zeros((1, NCOLS), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))

@@ -1,5 +1,5 @@
 /*
- * fast_server.c: a C twin of fastbench's synthetic server (src/fastbench/_synthetic_engine.py) in its
+ * fast_server.c: a C twin of fastbench's synthetic server (src/fastbench/synthetic/engine.py) in its
  * plain mode (no faults, no jitter, no EOS, no reasoning tokens), fast enough to be the yardstick for
  * a client that takes >= 200,000 chunks/s. The Python server saturates one core at ~138k chunks/s.
  *
@@ -1074,7 +1074,7 @@ static void model_json_from(const jv *s) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Token counts of the synthetic token model (_synthetic_util.count_*_tokens); -1 and *err on error */
+/* Token counts of the synthetic token model (fastbench.synthetic.model.count_*_tokens); -1 and *err on error */
 
 static long count_prompt(const jv *prompt, const char **err) {
     jv p = *prompt, only;

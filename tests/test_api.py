@@ -17,9 +17,11 @@ import numpy as np
 import orjson
 import pytest
 
-from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, report, run, workload
+from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, run
 from fastbench.config import LaunchConfig
-from fastbench.loadgen import LoadGenerator
+from fastbench.load import datasets as workload
+from fastbench.load.driver import LoadGenerator
+from fastbench.results import writers as report
 from fastbench.synthetic import SyntheticServer
 
 # Nothing listens on port 1: a config that got past validation would fail there with a ServerError.
@@ -411,8 +413,8 @@ def test_the_check_before_a_launch_reads_the_file_but_does_not_filter_lengths(tm
     """Lengths need the server's /tokenize; estimated without it, these two-character prompts would
     all fall to vLLM's length filter, so the check must not judge them (the run with the server may
     count them otherwise)."""
-    from fastbench import workload
     from fastbench.exceptions import DatasetError
+    from fastbench.load import datasets as workload
 
     short = tmp_path / "short.json"
     short.write_text(json.dumps([{"conversations": [{"from": "human", "value": "你好"},
@@ -495,7 +497,7 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     """--server-env HF_HUB_CACHE=... and --engine-args '--revision B' are what the server loads from."""
     from safetensors.numpy import save_file
 
-    from fastbench import server
+    from fastbench.server import launch as server
 
     repo = tmp_path / "hub" / "models--acme--m"
     for commit, size in (("c1", 2), ("c2", 3)):
@@ -518,7 +520,8 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
 def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hung network mount: the lookup is left behind (a daemon thread) after the timeout, and a
     stop abandons it at once."""
-    from fastbench import modelinfo, server
+    from fastbench.server import launch as server
+    from fastbench.server import modelinfo
 
     release = threading.Event()
     monkeypatch.setattr(modelinfo, "server_info", lambda *args: release.wait(10) and {})

@@ -11,7 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fastbench import BenchConfig, ServerDiedError, api, cli, report, run
+from fastbench import BenchConfig, ServerDiedError, api, run
+from fastbench.cli import command as cli
+from fastbench.results import writers as report
 from fastbench.synthetic import SyntheticServer
 
 

@@ -26,13 +26,13 @@ from _scripted import (
     sse,
     stream_script,
 )
-from fastbench import pacer
 from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_ns
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
-from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.metrics import new_histogram, summarize
-from fastbench.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource
+from fastbench.load import pacer
+from fastbench.load.driver import LoadGenerator, LoadPlan, Target
+from fastbench.results.figures import summarize
+from fastbench.results.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource, new_histogram
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 

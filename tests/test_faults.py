@@ -13,8 +13,8 @@ import pytest
 import uvloop
 
 from fastbench import BenchConfig, SyntheticServer, run
-from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.records import COL, ErrorClass, RunData, UsageSource
+from fastbench.load.driver import LoadGenerator, LoadPlan, Target
+from fastbench.results.records import COL, ErrorClass, RunData, UsageSource
 
 TOKENS = 8
 BODY = orjson.dumps({
@@ -117,7 +117,7 @@ def test_max_error_rate_stops_early_and_marks_the_run_collapsed() -> None:
 
 
 def test_collapsed_run_card_says_so_instead_of_a_throughput(tmp_path: Any) -> None:
-    from fastbench.report import render_card, render_console
+    from fastbench.results.writers import render_card, render_console
 
     with SyntheticServer("--ttft-ms", "1", "--itl-ms", "1", "--fault", "http-500", "--fault-every", "1") as server:
         config = BenchConfig(base_url=server.base_url, concurrency=2, num_prompts=30, random_input_len=8,

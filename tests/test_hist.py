@@ -6,7 +6,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from fastbench._core import Recorder
-from fastbench.metrics import new_histogram
+from fastbench.results.records import new_histogram
 
 
 def test_recorder_matches_hdrh_record_value() -> None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import fastbench.memsampler as ms
-from fastbench.memsampler import (
+import fastbench.server.memory as ms
+from fastbench.server.memory import (
     GIB,
     Baseline,
     GpuInfo,

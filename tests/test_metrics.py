@@ -11,9 +11,9 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from fastbench.config import BenchConfig
-from fastbench.metrics import DEFINITIONS, RATE_METRICS, TIME_METRICS, Result, summarize, to_vllm_keys
-from fastbench.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
-from fastbench.report import render_card
+from fastbench.results.figures import DEFINITIONS, RATE_METRICS, TIME_METRICS, Result, summarize, to_vllm_keys
+from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
+from fastbench.results.writers import render_card
 
 T0 = 10**12  # an arbitrary CLOCK_MONOTONIC origin, ns
 MS = 1_000_000

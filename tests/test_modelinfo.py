@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from fastbench import modelinfo
-from fastbench.modelinfo import ModelInfoError, describe, family_of, locate
+from fastbench.server import modelinfo
+from fastbench.server.modelinfo import ModelInfoError, describe, family_of, locate
 
 
 def write_hf(directory: Path, config: dict[str, Any], shards: list[dict[str, np.ndarray]]) -> Path:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fastbench.pacer import arrival_offsets_ns
+from fastbench.load.pacer import arrival_offsets_ns
 
 N = 200_000
 

@@ -15,8 +15,9 @@ from typing import TypeVar
 import pytest
 from aiohttp import web
 
-from fastbench import promscrape, specdecode
-from fastbench.promscrape import MAX_COUNT, Metrics, MetricsScraper, counter_problem
+from fastbench.server import prom as promscrape
+from fastbench.server import specdecode
+from fastbench.server.prom import MAX_COUNT, Metrics, MetricsScraper, counter_problem
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import re
 
-from fastbench.metrics import DEFINITIONS
+from fastbench.results.figures import DEFINITIONS
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
@@ -37,7 +37,8 @@ def test_readme_commands_match_ci() -> None:
 
 
 def test_toml_example_expands_to_flags(tmp_path: pathlib.Path) -> None:
-    from fastbench import cli, tomlconfig
+    from fastbench.cli import command as cli
+    from fastbench.cli import tomlconfig
 
     section = README.read_text().split("## Launching the server too", 1)[1]
     block = re.search(r"```toml\n(.*?)```", section, re.S)

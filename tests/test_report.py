@@ -14,14 +14,13 @@ from hdrh.histogram import HdrHistogram
 
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
-from fastbench.metrics import Result, summarize
-from fastbench.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
-from fastbench.report import (
+from fastbench.redact import redact_argv, redact_text
+from fastbench.results.figures import Result, summarize
+from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
+from fastbench.results.writers import (
     RESULT_SCHEMA_VERSION,
     check_output_path,
     detailed_records,
-    redact_argv,
-    redact_text,
     render_card,
     render_console,
     result_to_json_dict,

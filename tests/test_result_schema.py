@@ -147,7 +147,10 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     """What only a launched server (or memory sampling) writes, built by the code that writes it."""
     from safetensors.numpy import save_file
 
-    from fastbench import memsampler, modelinfo, report, server, specdecode
+    from fastbench.results import writers as report
+    from fastbench.server import launch as server
+    from fastbench.server import memory as memsampler
+    from fastbench.server import modelinfo, specdecode
 
     launch = LaunchConfig(model="org/model", docker_image="vllm/vllm-openai:latest", engine_bin=sys.executable,
                           engine_args=("--quantization", "awq", "--speculative-config", '{"method":"ngram"}'))
@@ -189,7 +192,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
 
 
 def test_definitions_are_in_the_doc_verbatim() -> None:
-    from fastbench.metrics import DEFINITIONS
+    from fastbench.results.figures import DEFINITIONS
 
     text = DOC.read_text()
     for name, definition in DEFINITIONS.items():

@@ -23,11 +23,13 @@ import pytest
 from safetensors.numpy import save_file
 
 from _fakevllm import FAKE_DIGEST, free_port, write_fake_engines
-from fastbench import api, cli, tomlconfig
-from fastbench import server as server_module
+from fastbench import api
+from fastbench.cli import command as cli
+from fastbench.cli import tomlconfig
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.server import (
+from fastbench.server import launch as server_module
+from fastbench.server.launch import (
     ExternalServer,
     ServerLaunchError,
     VLLMServer,

@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from fastbench import api, promscrape
+from fastbench import api
 from fastbench.config import BenchConfig
-from fastbench.promscrape import Metrics, MetricsScraper, Scrape, parse_prometheus
-from fastbench.specdecode import (
+from fastbench.server import prom as promscrape
+from fastbench.server.prom import Metrics, MetricsScraper, Scrape, parse_prometheus
+from fastbench.server.specdecode import (
     MAX_DRAFT_POSITIONS,
     MIN_INTERVAL_DRAFTS,
     SpecCounters,
@@ -394,7 +395,7 @@ def test_window_figure_lies_inside_its_interval_range() -> None:
     """A short last interval is merged into the one before, not dropped, so the intervals tie up the
     window and the window's acceptance length lies inside their range (a llama.cpp run showed 12.87
     outside 12.09-12.64 before)."""
-    from fastbench.specdecode import MIN_INTERVAL_DRAFTS, SpecCounters, _interval_figures
+    from fastbench.server.specdecode import MIN_INTERVAL_DRAFTS, SpecCounters, _interval_figures
 
     def at(drafts: float, accepted: float) -> SpecCounters:
         return SpecCounters("vllm:", drafts, 3 * drafts, accepted, ())
@@ -412,7 +413,7 @@ def test_window_figure_lies_inside_its_interval_range() -> None:
 def test_vllm_keys_without_a_drafts_counter_say_null_not_zero() -> None:
     """A server that counts draft tokens and accepted ones but not drafts: no acceptance length, and
     no 0.0 that would read as measured."""
-    from fastbench.specdecode import SpecFigures, vllm_keys
+    from fastbench.server.specdecode import SpecFigures, vllm_keys
 
     keys = vllm_keys(SpecFigures.of(SpecCounters("llamacpp:", None, 90.0, 63.0, ())))
     assert keys["spec_decode_acceptance_length"] is None and keys["spec_decode_num_drafts"] is None
@@ -459,7 +460,7 @@ def _monitor_info(status: int, body: str) -> dict[str, Any]:
     """WindowMonitor.server_info for an attached server whose /metrics answers ``status``, ``body``."""
     from aiohttp import web
 
-    from fastbench import server
+    from fastbench.server import launch as server
 
     async def main() -> dict[str, Any]:
         async def metrics(request: web.Request) -> web.Response:

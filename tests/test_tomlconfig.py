@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fastbench import api, cli, tomlconfig
+from fastbench import api
+from fastbench.cli import command as cli
+from fastbench.cli import tomlconfig
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 

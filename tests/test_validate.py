@@ -26,11 +26,11 @@ import uvloop
 
 from _bench import load_bench_module
 from _sanitizer import UNDER_SANITIZER
-from fastbench import report as report_files
-from fastbench import validate as fv
+from fastbench.cli import validate as fv
 from fastbench.exceptions import ServerError
-from fastbench.loadgen import LoadGenerator, LoadPlan, Target
-from fastbench.records import COL, NCOLS, RunData
+from fastbench.load.driver import LoadGenerator, LoadPlan, Target
+from fastbench.results import writers as report_files
+from fastbench.results.records import COL, NCOLS, RunData
 from fastbench.synthetic import SyntheticServer
 
 LOOSE_SKEW_MS = 5.0

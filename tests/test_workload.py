@@ -19,7 +19,7 @@ from aiohttp import web
 from _fakevllm import free_port
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError, ServerError
-from fastbench.workload import (
+from fastbench.load.datasets import (
     RequestSpec,
     Workload,
     build_workload,

@@ -3,27 +3,34 @@
 Public API::
 
     from fastbench import BenchConfig, run
-    from fastbench.metrics import to_vllm_keys
+    from fastbench.results.figures import to_vllm_keys
 
     result = run(BenchConfig(base_url="http://127.0.0.1:8000", concurrency=64, num_prompts=500))
     print(result.distributions["ttft"].median, to_vllm_keys(result)["p99_tpot_ms"])
 """
 
-from ._version import __version__
-from .api import arun, run
-from .config import BenchConfig, LaunchConfig
-from .exceptions import ConfigError, DatasetError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
-from .metrics import Result
+from fastbench._version import __version__
+from fastbench.api import arun, run
+from fastbench.config import BenchConfig, LaunchConfig
+from fastbench.exceptions import (
+    ConfigError,
+    DatasetError,
+    FastbenchError,
+    ResultWriteError,
+    ServerDiedError,
+    ServerError,
+)
+from fastbench.results.figures import Result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .synthetic import SyntheticServer
+    from fastbench.synthetic import SyntheticServer
 
 
 def __getattr__(name: str) -> object:
     # Lazy, so that `python -m fastbench.synthetic` does not import itself twice.
     if name == "SyntheticServer":
-        from .synthetic import SyntheticServer
+        from fastbench.synthetic import SyntheticServer
 
         return SyntheticServer
     raise AttributeError(f"module 'fastbench' has no attribute {name!r}")

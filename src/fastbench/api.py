@@ -20,13 +20,15 @@ from typing import Any, TypeVar, get_args
 import aiohttp
 import orjson
 
-from . import metrics, modelinfo, report, server, workload
-from ._version import __version__
-from .config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
-from .exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
-from .loadgen import LoadGenerator, LoadPlan, Target, check_api_key
-from .metrics import Result
-from .promscrape import http_session
+from fastbench._version import __version__
+from fastbench.config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
+from fastbench.exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
+from fastbench.load import datasets
+from fastbench.load.driver import LoadGenerator, LoadPlan, Target, check_api_key
+from fastbench.results import figures, writers
+from fastbench.results.figures import Result
+from fastbench.server import launch, modelinfo
+from fastbench.server.prom import http_session
 
 __all__ = ("arun", "run")
 
@@ -247,7 +249,7 @@ def _check_outputs(config: BenchConfig) -> None:
         path = getattr(config, name)
         if path is None:
             continue
-        report.check_output_path(flag, path)
+        writers.check_output_path(flag, path)
         where = os.path.realpath(path)
         if where in seen:
             raise ConfigError(f"{seen[where]} and {flag} name the same file {path}; give each its own")
@@ -298,23 +300,23 @@ async def arun(
     launched = None
     base_url = config.base_url
     # started before any launch, so that its baseline is the machine without the server
-    memory = server.start_memory_sampler(config)
+    memory = launch.start_memory_sampler(config)
     try:
         if config.launch is not None:
             if config.dataset_path is None or os.path.isfile(config.dataset_path):  # a pipe is read once
                 # A dataset, tokenizer or length option that cannot work is found before the engine
                 # spends minutes loading.
-                await _unless_stopped(asyncio.to_thread(workload.check_inputs, config), stop,
+                await _unless_stopped(asyncio.to_thread(datasets.check_inputs, config), stop,
                                       "interrupted while reading the inputs")
             if stop is not None and stop.is_set():
                 raise asyncio.CancelledError("interrupted before the launch")
-            launched = server.make_server(config.launch, api_key=config.api_key,
-                                          log_dir=server.log_dir_for(config))
+            launched = launch.make_server(config.launch, api_key=config.api_key,
+                                          log_dir=launch.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
             await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
             base_url = launched.base_url
         elif base_url is None:
-            from .synthetic import SyntheticServer, SyntheticStartError
+            from fastbench.synthetic import SyntheticServer, SyntheticStartError
 
             synthetic = SyntheticServer(*config.synthetic_args)
             try:
@@ -329,7 +331,7 @@ async def arun(
             # The server's root, where /v1/models, /metrics and /tokenize are: --base-url may end in
             # /v1 (as OpenAI clients take it) or carry credentials, which fastbench never sends.
             base_url = Target.parse(base_url, config.endpoint).base_url
-        watched = launched or server.ExternalServer(
+        watched = launched or launch.ExternalServer(
             base_url, api_key=config.api_key, pid=synthetic.pid if synthetic is not None else None)
         if memory is not None and watched.pid is not None and (launched is None or launched.launch.docker_image):
             memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
@@ -374,7 +376,7 @@ async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None, why: s
 MODEL_FILES_TIMEOUT_S = 30.0
 
 
-async def _model_files(watched: server.LaunchedServer | server.ExternalServer, served: str,
+async def _model_files(watched: launch.LaunchedServer | launch.ExternalServer, served: str,
                        stop: asyncio.Event | None) -> dict[str, Any]:
     """modelinfo.server_info for the model the server loaded: a launched server's model, with the
     environment and ``--revision`` it was given; else what an attached server names (vLLM's root:
@@ -382,10 +384,10 @@ async def _model_files(watched: server.LaunchedServer | server.ExternalServer, s
     most MODEL_FILES_TIMEOUT_S and never the exit."""
     environ: dict[str, str] | None = None
     revision = None
-    if isinstance(watched, server.LaunchedServer):
+    if isinstance(watched, launch.LaunchedServer):
         model = watched.launch.model
         environ = {**os.environ, **dict(e.split("=", 1) for e in watched.launch.env if "=" in e)}
-        revision = server.engine_option(watched.launch.engine_args, "--revision")
+        revision = launch.engine_option(watched.launch.engine_args, "--revision")
     else:
         model = served
     loop = asyncio.get_running_loop()
@@ -414,13 +416,13 @@ async def _run_against(
     on_progress: Callable[[dict[str, Any]], None] | None,
     stop: asyncio.Event | None = None,
     *,
-    watched: server.LaunchedServer | server.ExternalServer,
-    memory: server.MemoryRun | None = None,
+    watched: launch.LaunchedServer | launch.ExternalServer,
+    memory: launch.MemoryRun | None = None,
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
     async with http_session(verify_tls=not config.insecure) as session:
-        models, max_model_len, roots, metas = await workload.fetch_model_info(base_url, session, config.api_key)
+        models, max_model_len, roots, metas = await datasets.fetch_model_info(base_url, session, config.api_key)
         model = config.model or (models[0] if models else None)
         if model is None:
             raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
@@ -434,10 +436,10 @@ async def _run_against(
             if model in metas:  # the server's own account of what it loaded (llama.cpp)
                 server_info["server_model_meta"] = metas[model]
                 server_info.update(modelinfo.with_server_meta(server_info, metas[model]))
-        tokenize = workload.make_server_tokenize(base_url, session, config.api_key, model)
+        tokenize = datasets.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
         work = await _unless_stopped(
-            workload.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize), stop,
+            datasets.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize), stop,
             "interrupted while preparing the workload")
         plan = LoadPlan(
             bodies=[spec.body for spec in work.requests],
@@ -453,14 +455,14 @@ async def _run_against(
             coalesce_s=config.coalesce_ms / 1e3,
             # max_tokens bounds the usage the core trusts: only where it is the server's real limit
             expected_output_tokens=[spec.max_tokens for spec in work.requests]
-            if workload.output_limit_known(config.extra_body) else None,
+            if datasets.output_limit_known(config.extra_body) else None,
             verify_tls=not config.insecure,
             save_outputs=config.save_outputs,
             on_progress=on_progress,
             stop_event=stop,
         )
         generator = LoadGenerator(target, plan, config.api_key)
-        monitor = server.WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
+        monitor = launch.WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
             plan.on_window_start = monitor.restart_window_soon
         await monitor.start()
@@ -474,11 +476,11 @@ async def _run_against(
                                       or str(server_info.get("version") or "").startswith("fastbench-synthetic")):
             scraped["engine"] = None  # the synthetic server's /metrics mimic vLLM's names
         if memory is not None:  # stopped here, before teardown: the series covers launch to window end
-            attached = synthetic is None and not isinstance(watched, server.LaunchedServer)
-            server_info.update(server.memory_info(memory.stop(), watched, baseline_before_server=not attached))
-        if isinstance(watched, server.LaunchedServer):
+            attached = synthetic is None and not isinstance(watched, launch.LaunchedServer)
+            server_info.update(launch.memory_info(memory.stop(), watched, baseline_before_server=not attached))
+        if isinstance(watched, launch.LaunchedServer):
             await watched.astop()  # here, not only in arun's finally: the result says how the teardown went
-            server.add_teardown(server_info, watched)
+            launch.add_teardown(server_info, watched)
         died = monitor.server_died
         if synthetic is not None:
             try:
@@ -496,8 +498,8 @@ async def _run_against(
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
     }
-    result = metrics.summarize(data, config, workload_info=workload_info, server_info=server_info)
-    server.annotate(result)
+    result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
+    launch.annotate(result)
     unwritten = write_outputs(result, config, data)
     if died is not None:  # what was measured is written; the run itself failed
         raise ServerDiedError("; ".join([died, *unwritten]), result)
@@ -577,19 +579,19 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
     A file that cannot be written does not keep the others from being written: returns one
     "could not write FLAG PATH: reason" line per failure (empty when all were written).
     """
-    writers: list[tuple[str, Callable[[str], object]]] = []
+    jobs: list[tuple[str, Callable[[str], object]]] = []
     env = environment() if config.result_json or config.result_card else {}  # it may run nvidia-smi
     if config.result_json:
-        doc = report.result_to_json_dict(result, config, environment=env)
-        writers.append(("result_json", lambda path: report.write_json_atomic(path, doc)))
+        doc = writers.result_to_json_dict(result, config, environment=env)
+        jobs.append(("result_json", lambda path: writers.write_json_atomic(path, doc)))
     if config.result_card:
         status = "partial (interrupted)" if result.stopped_reason == "interrupted" else "done"
-        card = report.render_card(result, config, status=status, environment=env)
-        writers.append(("result_card", lambda path: report.write_card_atomic(path, card)))
+        card = writers.render_card(result, config, status=status, environment=env)
+        jobs.append(("result_card", lambda path: writers.write_card_atomic(path, card)))
     if config.save_detailed:
-        writers.append(("save_detailed", lambda path: report.write_detailed_jsonl(path, data)))
+        jobs.append(("save_detailed", lambda path: writers.write_detailed_jsonl(path, data)))
     unwritten = []
-    for name, write in writers:
+    for name, write in jobs:
         path = getattr(config, name)
         try:
             write(path)

@@ -1,47 +1,4 @@
-"""The built-in synthetic OpenAI-compatible streaming server: the yardstick fastbench is measured against.
-
-Run it on its own (``python -m fastbench.synthetic --port 8000``, or ``fastbench synthetic-server``) or
-from Python with :class:`SyntheticServer`, which starts it as a subprocess. It shares no code with the
-fastbench client (a bug common to both would hide itself) and runs in its own process, on uvloop, with
-a hand-written HTTP/1.1 protocol.
-
-Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (vLLM's stream shapes, including
-``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /health``, ``GET /v1/models``,
-``GET /version``, ``GET /metrics`` (vLLM-style Prometheus text, with speculative-decoding counters when
-``--tokens-per-chunk`` allows more than one token per chunk), ``POST /tokenize``, and its own
-``GET /fb/stats`` (self-measured write lateness, chunk and stream counts) and ``POST /fb/reset``.
-
-Token model (deterministic, documented):
-
-* a string prompt has one token per whitespace-separated word; a token-id prompt one per id;
-* a chat request has, per message, the words of its content (text parts joined) plus 4 tokens;
-* output tokens are single words (" tok", " the", ...): the same sequence for every response of a
-  server with a given ``--seed``; the server always produces ``max_tokens`` tokens (default 16) unless
-  ``--eos-prob P`` stops a request early (each token ends it with probability P when the request does
-  not set ``ignore_eos``; finish_reason "stop").
-
-Timing: chunk ``i`` (``i`` = 0 is the first token) of a request received at ``t`` is due at
-``t + TTFT + i * ITL (+ uniform jitter)``, an absolute schedule, so lateness never accumulates.
-TTFT = ``--ttft-ms`` (default 50) + ``prompt_tokens / --prefill-tok-s`` when that is given (then
-``--ttft-ms`` defaults to 0). ``t`` is the time the request's last bytes were read. Every SSE data
-event except ``[DONE]`` carries ``"fb_sent_ns"``: ``time.monotonic_ns()`` taken just before the write.
-The first chunk holds one token (the prefill's); each later chunk is one decode step emitting
-``1 + accepted`` tokens, with ``K = max tokens per chunk - 1`` draft tokens per step (see /metrics).
-Whole (non-streaming) responses are sent when the last chunk would have been.
-
-Fault modes (``--fault``; every ``--fault-every``-th generation request, counting from 1, gets it):
-``refuse`` (the port is bound but never listened on: every connection is refused; ignores
---fault-every), ``reset-before-headers`` (TCP RST on receipt), ``reset-mid-stream`` (RST at the
-middle of the stream), ``http-500``, ``http-429`` (with Retry-After: 1), ``not-sse`` (200 with the
-JSON body of a whole response to a streaming request), ``malformed-sse`` (the middle chunk is
-``data: {not json``), ``oversized-event`` (one extra 10 MiB data event before the first chunk),
-``no-done`` (the chunked body ends without ``[DONE]``), ``error-event`` (vLLM's
-``{"error": {...}}`` event at the middle, then ``[DONE]``), ``stall`` (the schedule from the middle
-on shifts by ``--stall-s``), ``trickle`` (the whole response is written one byte at a time,
-``--trickle-us`` apart), ``close-after-response`` (``Connection: close`` and a close after the
-response), ``usage-contradictory`` (per-chunk usage decreases from the middle on; the final usage
-reports half the tokens streamed). Mid-stream faults need at least two chunks.
-"""
+"""SyntheticServer: the synthetic server started from Python, as a subprocess that imports nothing of the client."""
 
 from __future__ import annotations
 
@@ -63,38 +20,16 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-from fastbench._synthetic_cli import build_parser, config_from_args, main
-from fastbench._synthetic_engine import FAULTS, ServerConfig
-from fastbench._synthetic_util import (
-    CHAT_MESSAGE_OVERHEAD,
-    count_messages_tokens,
-    count_prompt_tokens,
-    count_text_tokens,
-    output_words,
-)
 
-__all__ = [
-    "CHAT_MESSAGE_OVERHEAD",
-    "FAULTS",
-    "ServerConfig",
-    "SyntheticServer",
-    "SyntheticStartError",
-    "build_parser",
-    "config_from_args",
-    "count_messages_tokens",
-    "count_prompt_tokens",
-    "count_text_tokens",
-    "main",
-    "output_words",
-]
+__all__ = ["SyntheticServer", "SyntheticStartError"]
 
 
 # --------------------------------------------------------------------------------------------------
 # Python helper: run it as a subprocess
 
 
-# The subprocess's entry. It registers a bare ``fastbench`` package (no __init__) whose modules are the
-# files next to this one, so the server process loads the ``_synthetic_*`` modules and ``_version`` and
+# The subprocess's entry. It registers a bare ``fastbench`` package (no __init__) over the package's
+# directory, so the server process loads ``fastbench.synthetic`` and ``fastbench._version`` and
 # nothing of the fastbench client; sys.path[0] ('' for -c) is dropped so the caller's cwd cannot shadow.
 BOOTSTRAP = (
     "import sys, types\n"
@@ -102,7 +37,7 @@ BOOTSTRAP = (
     "pkg = types.ModuleType('fastbench')\n"
     "pkg.__path__ = [sys.argv[1]]\n"
     "sys.modules['fastbench'] = pkg\n"
-    "from fastbench._synthetic_cli import main\n"
+    "from fastbench.synthetic.cli import main\n"
     "sys.argv = ['fastbench-synthetic'] + sys.argv[2:]\n"
     "sys.exit(main())\n"
 )
@@ -166,7 +101,7 @@ class SyntheticServer:
     def command(self) -> list[str]:
         """The subprocess's argv: the same as ``python -m fastbench.synthetic --host H --port 0 ...``,
         through ``BOOTSTRAP`` so that the server process does not import the fastbench client."""
-        pkg_dir = str(Path(__file__).resolve().parent)
+        pkg_dir = str(Path(__file__).resolve().parent.parent)  # fastbench/
         return [sys.executable, "-c", BOOTSTRAP, pkg_dir, "--host", self.host, "--port", "0", *self.argv]
 
     def start(self) -> Self:
@@ -289,6 +224,3 @@ class SyntheticServer:
     def __repr__(self) -> str:
         return f"SyntheticServer({self.base_url or 'not started'}, args={self.argv!r})"
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .promscrape import MAX_COUNT, Metrics, Scrape
+from fastbench.server.prom import MAX_COUNT, Metrics, Scrape
 
 __all__ = (
     "SpecCounters",

@@ -32,9 +32,9 @@ Why a separate interpreter and not a task in the client's event loop, nor ``mult
 must not steal the loop's time or touch the client's heap, and a "spawn" child would re-import the
 parent's ``__main__`` and the whole ``fastbench`` package (aiohttp, the compiled core: ~0.3 s and tens
 of MB) to unpickle its target. Instead this file runs on its own, with the standard library only:
-``python -I .../memsampler.py`` (``-I`` keeps the package directory off ``sys.path``, and ignores
+``python -I .../server/memory.py`` (``-I`` keeps the package directory off ``sys.path``, and ignores
 ``PYTHONPATH``: ``pynvml`` is looked for in the interpreter's site-packages; ``python -m
-fastbench.memsampler`` works too). It talks through its pipes: commands in on stdin (``pid N``,
+fastbench.server.memory`` works too). It talks through its pipes: commands in on stdin (``pid N``,
 ``stop``), one JSON line per sample out on stdout. In the parent a daemon thread reads those lines
 (blocking reads, GIL released; one small message per interval). The child exits on ``stop``, or when
 its stdin closes because the parent is gone; it ignores SIGINT so that Ctrl-C in a terminal reaches the

@@ -34,8 +34,9 @@ from typing import Any
 
 import orjson
 
-from .config import GOODPUT_METRICS
-from .exceptions import ConfigError
+from fastbench.cli.argtypes import value_kind
+from fastbench.config import GOODPUT_METRICS
+from fastbench.exceptions import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -154,19 +155,6 @@ def _toml_type(value: Any) -> str:
     return f"a date/time ({value})"
 
 
-def _wanted(action: argparse.Action) -> str:
-    """The TOML type an option takes, from the converter argparse runs on its text."""
-    from . import cli  # here, not at the top: cli imports this module
-
-    if action.nargs == 0:  # store_true, --x/--no-x
-        return "true or false"
-    if action.type in (int, cli._positive_int, cli._non_negative_int):
-        return "an integer"
-    if action.type in (float, cli._rate):
-        return "a number"
-    return "a string"
-
-
 def _is_scalar(value: Any) -> bool:
     """A string or a number: what an engine argument or an environment value may be written as."""
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
@@ -189,7 +177,7 @@ def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> 
     def wrong(wanted: str) -> ConfigError:
         return ConfigError(f"{where} must be {wanted}, got {_toml_type(value)}")
 
-    wanted = _wanted(action)
+    wanted = value_kind(action)
     if wanted == "true or false":
         if not isinstance(value, bool):
             raise wrong(wanted)

@@ -43,11 +43,11 @@ from typing import IO, Any
 
 import orjson
 
-from . import promscrape, specdecode
-from .config import BenchConfig, LaunchConfig
-from .exceptions import ConfigError, ServerError
-from .promscrape import MetricsScraper
-from .report import redact_argv, redact_secret, redact_text, shell_join
+from fastbench.config import BenchConfig, LaunchConfig
+from fastbench.exceptions import ConfigError, ServerError
+from fastbench.redact import redact_argv, redact_secret, redact_text, shell_join
+from fastbench.server import prom, specdecode
+from fastbench.server.prom import MetricsScraper
 
 # If fastbench itself is killed (SIGKILL leaves no chance to tear down), the kernel sends the
 # server SIGTERM: prctl(PR_SET_PDEATHSIG) in the child, armed between fork and exec. libc is
@@ -168,7 +168,7 @@ def _start_time(pid: int) -> int | None:
 def strays_of(root: int, pgid: int) -> list[tuple[int, int]]:
     """Descendants of ``root`` that left its process group (setsid: Ray-style helpers, a
     daemonised child), as (pid, start time): a signal to the group does not reach them."""
-    from .memsampler import process_tree
+    from fastbench.server.memory import process_tree
 
     out = []
     for pid in process_tree(root)[1:]:
@@ -1190,7 +1190,7 @@ class WindowMonitor:
                 "engine": self.analysis.get("engine"),
             }
             if self.scraper.interval_s != self.scraper.interval_asked_s:
-                notes.append(f"server /metrics: the window outlasted {promscrape.MAX_KEPT_SCRAPES} reads "
+                notes.append(f"server /metrics: the window outlasted {prom.MAX_KEPT_SCRAPES} reads "
                              f"{self.scraper.interval_asked_s:g} s apart, so every other read was dropped "
                              f"until those kept were {self.scraper.interval_s:g} s apart")
             rows = specdecode.gauge_rows(self.analysis["gauges"])
@@ -1254,11 +1254,11 @@ def annotate(result: Any) -> None:
         info.setdefault("notes", []).append(text)
 
 
-# -- the memory sampler (src/fastbench/memsampler.py) ------------------------------------------------
+# -- the memory sampler (src/fastbench/server/memory.py) ------------------------------------------------
 
 
 class MemoryRun:
-    """The memory sampler of one run (src/fastbench/memsampler.py); ``stop()`` may be called twice."""
+    """The memory sampler of one run (src/fastbench/server/memory.py); ``stop()`` may be called twice."""
 
     def __init__(self, sampler: Any) -> None:
         self.sampler = sampler
@@ -1285,7 +1285,7 @@ def start_memory_sampler(config: BenchConfig) -> MemoryRun | None:
     if not interval > 0:
         return None
     try:
-        from .memsampler import MemorySampler, SamplerError
+        from fastbench.server.memory import MemorySampler, SamplerError
     except ImportError:  # pragma: no cover - the module ships with fastbench
         return None
     sampler = MemorySampler(interval_s=interval, server_pid=None)

@@ -1,8 +1,9 @@
 """What the native core hands over: one row per request, a few chunk-level histograms, counters.
 
 This module is the contract between the compiled client core (``_core``), which fills these
-structures, and the Python layer (``metrics``, ``report``), which reads them. It holds no
-logic beyond naming things.
+structures, and the Python layer (``figures``, ``writers``), which reads them: the request table's
+columns, the error and source codes, and the one HDR histogram layout every histogram of a run shares
+(so that they merge, across processes too). It holds no logic beyond naming things.
 
 All times are CLOCK_MONOTONIC nanoseconds (``time.monotonic_ns()`` in Python,
 ``fb_now_ns()`` in C); 0 means "did not happen".
@@ -15,6 +16,18 @@ import enum
 from typing import Any
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
+
+# HDR histogram shape shared by every histogram of a run (so they merge): 1 ns .. 1 hour, 3 digits.
+HDR_LOWEST = 1
+HDR_HIGHEST = 3_600_000_000_000
+HDR_DIGITS = 3
+
+
+def new_histogram() -> Any:
+    """An empty histogram in the one layout fastbench uses: 1 ns to 1 hour, 3 significant digits."""
+    return HdrHistogram(HDR_LOWEST, HDR_HIGHEST, HDR_DIGITS)
+
 
 # Columns of the int64 request table, in order. The core writes row ``i`` for request ``i``.
 COLUMNS: tuple[str, ...] = (

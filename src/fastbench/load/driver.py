@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import pacer
-from ._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
-from .exceptions import ConfigError, ServerError
-from .metrics import new_histogram  # one HDR layout for what the core records and what metrics reads
-from .records import COL, NCOLS, ErrorClass, RunData, TimestampSource
+from fastbench._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
+from fastbench.exceptions import ConfigError, ServerError
+from fastbench.load import pacer
+from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
 
 
 @dataclasses.dataclass(frozen=True)

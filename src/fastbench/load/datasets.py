@@ -51,9 +51,9 @@ import aiohttp
 import numpy as np
 import orjson
 
-from .config import BenchConfig
-from .exceptions import ConfigError, DatasetError, ServerError
-from .report import redact_secret
+from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError, DatasetError, ServerError
+from fastbench.redact import redact_secret
 
 __all__ = (
     "RequestSpec",

@@ -9,13 +9,14 @@ import argparse
 import math
 import sys
 
-from fastbench._synthetic_engine import FAULTS, ServerConfig, serve
+from fastbench.synthetic.engine import FAULTS, ServerConfig, serve
 
 HOUR_MS = 3_600_000.0
 MAX_TOKENS_PER_CHUNK = 1_000_000
 
 
-def _tokens_per_chunk(text: str) -> tuple[int, int]:
+def tokens_per_chunk_range(text: str) -> tuple[int, int]:
+    """``--tokens-per-chunk``'s value, N or A-B, as (least, most)."""
     try:
         if "-" in text:
             lo_s, hi_s = text.split("-", 1)
@@ -45,7 +46,7 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     t.add_argument("--prefill-tok-s", type=float, default=None, help="adds prompt_tokens / rate to TTFT")
     t.add_argument("--itl-ms", type=float, default=20.0, help="time between chunks (default 20)")
     t.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each due time")
-    t.add_argument("--tokens-per-chunk", type=_tokens_per_chunk, default=(1, 1), metavar="N|A-B",
+    t.add_argument("--tokens-per-chunk", type=tokens_per_chunk_range, default=(1, 1), metavar="N|A-B",
                    help="tokens per decode step after the first chunk: fixed N or uniform A..B (default 1)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--eos-prob", type=float, default=0.0,

@@ -1,7 +1,7 @@
 """``fastbench validate``: prove that fastbench's figures are the server's, not the client's own.
 
 It starts the built-in synthetic server in its own process with a known schedule (TTFT, time between
-chunks, tokens per chunk), drives it with the real client (:class:`~fastbench.loadgen.LoadGenerator`),
+chunks, tokens per chunk), drives it with the real client (:class:`~fastbench.load.driver.LoadGenerator`),
 and compares what the client measured with what the server did. The server writes its send time
 (``fb_sent_ns``, CLOCK_MONOTONIC, the client's clock too) into every chunk, so each chunk's *skew*
 (client receive stamp minus server send stamp) is the client's own timing error for that chunk.
@@ -49,15 +49,17 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import orjson
 
-from . import report as report_files
-from ._synthetic_cli import HOUR_MS  # the longest delay the synthetic server takes
-from ._synthetic_cli import _tokens_per_chunk as _tokens_per_chunk_range
-from .api import MAX_PROMPTS
-from .cli import HelpFormatter
-from .exceptions import ConfigError, FastbenchError, ServerError
-from .loadgen import LoadGenerator, LoadPlan, Target, mean_in_flight
-from .metrics import slot_grants
-from .records import COL, ErrorClass, RunData, TimestampSource
+from fastbench.api import MAX_PROMPTS
+from fastbench.cli.argtypes import HelpFormatter
+from fastbench.exceptions import ConfigError, FastbenchError, ServerError
+from fastbench.load.driver import LoadGenerator, LoadPlan, Target, mean_in_flight
+from fastbench.results import writers
+from fastbench.results.figures import slot_grants
+from fastbench.results.records import COL, ErrorClass, RunData, TimestampSource
+from fastbench.synthetic.cli import (
+    HOUR_MS,  # the longest delay the synthetic server takes
+    tokens_per_chunk_range,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -353,7 +355,7 @@ async def avalidate(
     if not 1 <= n <= MAX_REQUESTS:
         raise ValueError(f"num_requests must be between 1 and {MAX_REQUESTS:,}")
     try:
-        _tokens_per_chunk_range(tokens_per_chunk)
+        tokens_per_chunk_range(tokens_per_chunk)
     except argparse.ArgumentTypeError as exc:
         raise ValueError(f"tokens_per_chunk: {exc}") from None
     # NaN passes no comparison, so each check is written as what must hold.
@@ -377,7 +379,7 @@ async def avalidate(
     }
     server = None
     if base_url is None:
-        from .synthetic import SyntheticServer
+        from fastbench.synthetic import SyntheticServer
 
         server = SyntheticServer(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk,
                                  max_model_len=max(4096, output_len + 64))  # room for any --output-len
@@ -762,7 +764,7 @@ def render(r: ValidationReport) -> str:
 
 
 def _tokens_per_chunk(text: str) -> str:
-    _tokens_per_chunk_range(text)  # the server's own rule; it takes the text
+    tokens_per_chunk_range(text)  # the server's own rule; it takes the text
     return text
 
 
@@ -824,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.base_url is not None:
             Target.parse(ns.base_url, ENDPOINT)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
-            report_files.check_output_path("--json", ns.json)
+            writers.check_output_path("--json", ns.json)
     except ConfigError as exc:
         parser.error(str(exc))
     try:
@@ -850,7 +852,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(text.decode() + "\n")
         else:
             try:
-                report_files.write_bytes_atomic(ns.json, text + b"\n")
+                writers.write_bytes_atomic(ns.json, text + b"\n")
             except OSError as exc:  # disk full, the directory gone: the table at least is shown
                 if ns.quiet:
                     print(report.render())

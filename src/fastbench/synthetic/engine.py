@@ -1,7 +1,7 @@
 """The synthetic server's HTTP/1.1 protocol, request handling and chunk writer (see fastbench.synthetic).
 
 It is the yardstick the client is measured against, so it shares no code with the client: it imports
-nothing from fastbench but ``_version`` and its own ``_synthetic_*`` modules, and runs in its own
+nothing from fastbench but ``_version`` and the modules of ``fastbench.synthetic``, and runs in its own
 process (``SyntheticServer`` starts it without importing the ``fastbench`` package at all).
 
 * ``ServerConfig``: every option, frozen.
@@ -28,7 +28,8 @@ from typing import Any, cast
 
 import orjson
 
-from fastbench._synthetic_util import (
+from fastbench._version import __version__
+from fastbench.synthetic.model import (
     Lateness,
     Scheduler,
     count_messages_tokens,
@@ -37,7 +38,6 @@ from fastbench._synthetic_util import (
     tokenize_messages,
     tokenize_prompt,
 )
-from fastbench._version import __version__
 
 _now = time.monotonic_ns
 

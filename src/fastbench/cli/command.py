@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import shlex
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-import orjson
-
-from . import tomlconfig
-from ._version import __version__
-from .config import ENGINES, GOODPUT_METRICS, BenchConfig, LaunchConfig
-from .exceptions import FastbenchError, ResultWriteError, ServerDiedError
+from fastbench._version import __version__
+from fastbench.cli import tomlconfig
+from fastbench.cli.argtypes import (
+    HelpFormatter,
+    Parser,
+    goodput_slos,
+    json_object,
+    non_negative_int,
+    positive_int,
+    request_rate,
+)
+from fastbench.config import ENGINES, BenchConfig, LaunchConfig
+from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
@@ -30,80 +36,8 @@ server or a result file that could not be written, 130 interrupted.
 """
 
 
-def _goodput(values: list[str]) -> dict[str, float]:
-    slos = {}
-    for item in values:
-        key, sep, value = item.partition(":")
-        try:
-            ms = float(value)
-        except ValueError:
-            ms = math.nan
-        if not sep or key not in GOODPUT_METRICS or not ms > 0:
-            raise argparse.ArgumentTypeError(
-                f"--goodput takes KEY:MS pairs with KEY in ttft, tpot, e2el and MS > 0, got {item!r}")
-        slos[key] = ms
-    return slos
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--extra-body is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--extra-body must be a JSON object, e.g. '{\"temperature\": 0}'")
-    return value
-
-
-def _rate(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--request-rate must be a number or inf, got {text!r}") from None
-    if math.isinf(value) and value > 0:
-        return None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"--request-rate must be > 0 (or inf), got {text!r}")
-    return value
-
-
-def _whole_number(text: str, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    return _whole_number(text, 1)
-
-
-def _non_negative_int(text: str) -> int:
-    return _whole_number(text, 0)
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows a flag's default unless its help already says it, or there is none to show."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        # "is", not "in": 0 == False, and a default of 0 is worth showing
-        if ("default" in text or action.default is None or action.default is False
-                or action.default == argparse.SUPPRESS or not action.option_strings):
-            return text
-        return text + " (default: %(default)s)"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not the whole usage block
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="fastbench",
         description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
         "timestamps taken at socket read.",
@@ -121,20 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bearer token (default: $OPENAI_API_KEY); never printed or stored")
     g.add_argument("--insecure", action="store_true", help="https: skip certificate verification")
     g = p.add_argument_group("load")
-    g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=_positive_int,
+    g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=positive_int,
                    default=None, help="most requests in flight at once: without --request-rate (closed "
                    "loop) this many are kept in flight (default 16); with it, a cap (default none, as "
                    "vllm bench serve without --max-concurrency)")
-    g.add_argument("--request-rate", type=_rate, default=None,
+    g.add_argument("--request-rate", type=request_rate, default=None,
                    help="open loop: arrivals per second (Poisson; see --burstiness); default inf = closed loop")
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of inter-arrival times: 1 is Poisson, <1 burstier, >1 steadier")
-    g.add_argument("--num-prompts", type=_positive_int, default=200, help="measured requests to send")
+    g.add_argument("--num-prompts", type=positive_int, default=200, help="measured requests to send")
     g.add_argument("--max-seconds", type=float, default=None,
                    help="hard cap on the measured window in seconds; requests in flight then are cancelled")
-    g.add_argument("--num-warmups", type=_non_negative_int, default=0,
+    g.add_argument("--num-warmups", type=non_negative_int, default=0,
                    help="requests sent and discarded before measuring")
-    g.add_argument("--seed", type=_non_negative_int, default=0, help="seed for datasets and arrivals (>= 0)")
+    g.add_argument("--seed", type=non_negative_int, default=0, help="seed for datasets and arrivals (>= 0)")
     g.add_argument("--request-timeout", type=float, default=None,
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
@@ -144,10 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "end are still watched on every arrival): less client CPU per chunk at many streams; "
                    "kernel stamps keep arrival times; keep it under half the chunk gap (default 0: off)")
     g = p.add_argument_group("requests")
-    g.add_argument("--max-tokens", type=_positive_int, default=None,
+    g.add_argument("--max-tokens", type=positive_int, default=None,
                    help="output tokens per request (default: the dataset's output length)")
     g.add_argument("--ignore-eos", action="store_true", help="ask the server to ignore EOS (vLLM)")
-    g.add_argument("--extra-body", type=_json_object, default={},
+    g.add_argument("--extra-body", type=json_object, default={},
                    help="JSON object merged into every request body, e.g. '{\"temperature\":0}'")
     g = p.add_argument_group("dataset")
     g.add_argument("--dataset-name", default="random", choices=("random", "sharegpt", "jsonl"),
@@ -155,13 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dataset-path", default=None, help="ShareGPT V3 JSON or JSONL file")
     g.add_argument("--dataset-order", default="random", choices=("random", "file"),
                    help="sharegpt: sample as vllm bench serve does, or take in file order")
-    g.add_argument("--random-input-len", type=_positive_int, default=1024, help="random: prompt tokens")
-    g.add_argument("--random-output-len", type=_positive_int, default=128, help="random: output tokens")
+    g.add_argument("--random-input-len", type=positive_int, default=1024, help="random: prompt tokens")
+    g.add_argument("--random-output-len", type=positive_int, default=128, help="random: output tokens")
     g.add_argument("--random-range-ratio", type=float, default=0.0,
                    help="random: lengths drawn uniformly in [len*(1-r), len*(1+r)]")
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
-    g.add_argument("--max-model-len", type=_positive_int, default=None,
+    g.add_argument("--max-model-len", type=positive_int, default=None,
                    help="context length to screen prompts against (default: what /v1/models reports)")
     g = p.add_argument_group("results")
     g.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
@@ -209,7 +143,7 @@ def _add_launch_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--server-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="environment for the server; NAME alone passes fastbench's own value (repeatable)")
     g.add_argument("--server-host", default="127.0.0.1", help="address the launched server listens on")
-    g.add_argument("--server-port", type=_positive_int, default=None,
+    g.add_argument("--server-port", type=positive_int, default=None,
                    help="port of the launched server (default: vLLM 8000, SGLang 30000, llama.cpp 8080)")
     g.add_argument("--ready-timeout", type=float, default=1800.0,
                    help="seconds from launch until the model must be served")
@@ -263,7 +197,7 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
 
 def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
     try:
-        goodput = _goodput(ns.goodput)
+        goodput = goodput_slos(ns.goodput)
     except argparse.ArgumentTypeError as exc:
         raise FastbenchError(str(exc)) from None
     try:
@@ -335,11 +269,11 @@ class _ProgressLine:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "synthetic-server":
-        from . import synthetic
+        from fastbench import synthetic
 
         return synthetic.main(argv[1:], prog="fastbench synthetic-server")
     if argv and argv[0] == "validate":
-        from . import validate
+        from fastbench.cli import validate
 
         return validate.main(argv[1:])
     parser = build_parser()
@@ -364,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None) -> Any:
     """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
     files are written, marked partial); a second one abandons it."""
-    from . import api
+    from fastbench import api
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -399,7 +333,7 @@ def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
 def _run(config: BenchConfig) -> int:
     import uvloop
 
-    from . import report
+    from fastbench.results import writers
 
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show else None
@@ -413,7 +347,7 @@ def _run(config: BenchConfig) -> int:
     finally:
         if progress is not None:
             progress.close()
-    print(report.render_console(result))
+    print(writers.render_console(result))
     if failure is not None:
         print(f"fastbench: error: {failure}", file=sys.stderr)
         return 2 if isinstance(failure, ResultWriteError) else 1

@@ -1,0 +1,7 @@
+"""``python -m fastbench.synthetic``: the synthetic server on its own."""
+
+import sys
+
+from fastbench.synthetic.cli import main
+
+sys.exit(main())
