@@ -30,7 +30,8 @@ from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.load import pacer
-from fastbench.load.driver import LoadGenerator, LoadPlan, Target
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.figures import summarize
 from fastbench.results.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource, new_histogram
 

@@ -13,7 +13,8 @@ import pytest
 import uvloop
 
 from fastbench import BenchConfig, SyntheticServer, run
-from fastbench.load.driver import LoadGenerator, LoadPlan, Target
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import COL, ErrorClass, RunData, UsageSource
 
 TOKENS = 8

@@ -28,7 +28,8 @@ from _bench import load_bench_module
 from _sanitizer import UNDER_SANITIZER
 from fastbench.cli import validate as fv
 from fastbench.exceptions import ServerError
-from fastbench.load.driver import LoadGenerator, LoadPlan, Target
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
 from fastbench.results import writers as report_files
 from fastbench.results.records import COL, NCOLS, RunData
 from fastbench.synthetic import SyntheticServer

@@ -24,7 +24,8 @@ from fastbench._version import __version__
 from fastbench.config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
 from fastbench.exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
 from fastbench.load import datasets
-from fastbench.load.driver import LoadGenerator, LoadPlan, Target, check_api_key
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import figures, writers
 from fastbench.results.figures import Result
 from fastbench.server import launch, modelinfo

@@ -52,7 +52,8 @@ import orjson
 from fastbench.api import MAX_PROMPTS
 from fastbench.cli.argtypes import HelpFormatter
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.load.driver import LoadGenerator, LoadPlan, Target, mean_in_flight
+from fastbench.load.driver import LoadGenerator, mean_in_flight
+from fastbench.load.plan import LoadPlan, Target
 from fastbench.results import writers
 from fastbench.results.figures import slot_grants
 from fastbench.results.records import COL, ErrorClass, RunData, TimestampSource

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import gc
 import os
@@ -14,104 +13,17 @@ import resource
 import socket
 import ssl
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import orjson
 
 from fastbench._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
+from fastbench.load.outputs import decode_outputs
+from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """Where requests go, parsed once from --base-url and --endpoint."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str  # the endpoint path, including any prefix from the base URL
-    prefix: str = ""  # the base URL's path, less a trailing /v1: the server's root
-
-    @classmethod
-    def parse(cls, base_url: str, endpoint: str) -> Target:
-        try:
-            url = urllib.parse.urlsplit(base_url)
-        except ValueError as exc:  # e.g. an unclosed IPv6 bracket
-            raise ConfigError(f"--base-url is not a valid URL ({exc}): {base_url!r}") from None
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ConfigError(f"--base-url must look like http://host:port, got {base_url!r}")
-        try:
-            port = url.port or (443 if url.scheme == "https" else 80)
-        except ValueError:
-            raise ConfigError(f"--base-url has a bad port: {base_url!r}") from None
-        if not endpoint.startswith("/"):
-            raise ConfigError(f"--endpoint must start with '/', got {endpoint!r}")
-        prefix = url.path.rstrip("/")
-        if prefix.endswith("/v1") and endpoint.startswith("/v1/"):
-            prefix = prefix[: -len("/v1")]  # accept --base-url http://h:8000/v1 as OpenAI clients do
-        return cls(url.scheme, url.hostname, port, prefix + endpoint, prefix)
-
-    @property
-    def base_url(self) -> str:
-        """The server's root: scheme://host:port and the base URL's path, without credentials or a
-        trailing /v1; where /v1/models, /metrics and /tokenize are asked for."""
-        host = self.host if ":" not in self.host else f"[{self.host}]"
-        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
-
-    def request_head(self, api_key: str | None) -> bytes:
-        host = self.host if ":" not in self.host else f"[{self.host}]"
-        lines = [
-            f"POST {self.path} HTTP/1.1",
-            f"Host: {host}:{self.port}",
-            "User-Agent: fastbench",
-            "Content-Type: application/json",
-            "Accept: text/event-stream",
-        ]
-        if api_key:
-            lines.append(f"Authorization: Bearer {api_key}")
-        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
-
-
-def check_api_key(api_key: str | None) -> None:
-    """The key travels in an HTTP header, which carries printable ASCII only (a key read from a
-    file often brings its trailing newline). The message never shows the key."""
-    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
-        raise ConfigError("the API key holds a character an HTTP header cannot carry (a trailing newline?); "
-                          "it must be printable ASCII")
-
-
-@dataclasses.dataclass
-class LoadPlan:
-    """What to send and how: built by the caller from a BenchConfig and a Workload."""
-
-    bodies: Sequence[bytes]
-    warmup_bodies: Sequence[bytes]
-    concurrency: int
-    request_rate: float | None = None
-    burstiness: float = 1.0
-    seed: int = 0
-    max_seconds: float | None = None
-    request_timeout_s: float | None = None
-    max_error_rate: float | None = None
-    verify_tls: bool = True
-    kernel_timestamps: bool = True
-    coalesce_s: float = 0.0
-    # Per request, the output tokens it asks for (max_tokens): usage beyond it is not trusted; with
-    # coalescing, a stream that may end with its next chunk is watched on every arrival, so a
-    # closed loop's turnover stays prompt.
-    expected_output_tokens: Sequence[int] | None = None
-    save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
-    on_progress: Callable[[dict[str, Any]], None] | None = None
-    progress_interval_s: float = 0.5
-    # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.
-    on_window_start: Callable[[], None] | None = None
-    # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
-    stop_event: asyncio.Event | None = None
 
 
 @contextlib.contextmanager
@@ -651,49 +563,6 @@ def mean_in_flight(rows: np.ndarray, start_ns: int, end_ns: int) -> float:
     hi = np.minimum(end[started], end_ns)
     busy = np.clip(hi - lo, 0, None).sum()
     return float(busy) / (end_ns - start_ns)
-
-
-def decode_outputs(raw: dict[int, bytes]) -> tuple[dict[int, tuple[str, str] | tuple[None, None]], int]:
-    """Row -> (answer text, reasoning text) from the output events the core kept (NUL-separated
-    JSON chunks), and how many rows had an event that is not a readable OpenAI chunk (their texts
-    are None: the core counted their tokens, but no text can be told from them). Runs once per
-    request after the run, never on the hot path."""
-    decoded: dict[int, tuple[str, str] | tuple[None, None]] = {}
-    unreadable = 0
-    for row, blob in raw.items():
-        try:
-            decoded[row] = _decode_events(blob)
-        except (ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
-            decoded[row] = (None, None)
-            unreadable += 1
-    return decoded, unreadable
-
-
-def _decode_events(blob: bytes) -> tuple[str, str]:
-    answer: list[str] = []
-    reasoning: list[str] = []
-    for event in blob.split(b"\0"):
-        if not event:
-            continue
-        chunk = orjson.loads(event)
-        choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        for choice in choices if isinstance(choices, list) else ():
-            if not isinstance(choice, dict):
-                raise TypeError("a choice is not an object")
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise TypeError("a delta is not an object")
-            answer.append(_text(choice.get("text") or delta.get("content")))
-            reasoning.append(_text(delta.get("reasoning") or delta.get("reasoning_content")))
-    return "".join(answer), "".join(reasoning)
-
-
-def _text(value: object) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise TypeError("a text field is not a string")
-    return value
 
 
 async def _handshake(

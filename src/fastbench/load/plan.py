@@ -1,0 +1,99 @@
+"""What the driver sends and where: the target parsed once from --base-url and --endpoint, the request
+head every request shares, and the plan (bodies, load shape, limits, callbacks) a caller hands over."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastbench.exceptions import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where requests go, parsed once from --base-url and --endpoint."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # the endpoint path, including any prefix from the base URL
+    prefix: str = ""  # the base URL's path, less a trailing /v1: the server's root
+
+    @classmethod
+    def parse(cls, base_url: str, endpoint: str) -> Target:
+        try:
+            url = urllib.parse.urlsplit(base_url)
+        except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+            raise ConfigError(f"--base-url is not a valid URL ({exc}): {base_url!r}") from None
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ConfigError(f"--base-url must look like http://host:port, got {base_url!r}")
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+        except ValueError:
+            raise ConfigError(f"--base-url has a bad port: {base_url!r}") from None
+        if not endpoint.startswith("/"):
+            raise ConfigError(f"--endpoint must start with '/', got {endpoint!r}")
+        prefix = url.path.rstrip("/")
+        if prefix.endswith("/v1") and endpoint.startswith("/v1/"):
+            prefix = prefix[: -len("/v1")]  # accept --base-url http://h:8000/v1 as OpenAI clients do
+        return cls(url.scheme, url.hostname, port, prefix + endpoint, prefix)
+
+    @property
+    def base_url(self) -> str:
+        """The server's root: scheme://host:port and the base URL's path, without credentials or a
+        trailing /v1; where /v1/models, /metrics and /tokenize are asked for."""
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
+
+    def request_head(self, api_key: str | None) -> bytes:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        lines = [
+            f"POST {self.path} HTTP/1.1",
+            f"Host: {host}:{self.port}",
+            "User-Agent: fastbench",
+            "Content-Type: application/json",
+            "Accept: text/event-stream",
+        ]
+        if api_key:
+            lines.append(f"Authorization: Bearer {api_key}")
+        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+
+
+def check_api_key(api_key: str | None) -> None:
+    """The key travels in an HTTP header, which carries printable ASCII only (a key read from a
+    file often brings its trailing newline). The message never shows the key."""
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+        raise ConfigError("the API key holds a character an HTTP header cannot carry (a trailing newline?); "
+                          "it must be printable ASCII")
+
+
+@dataclasses.dataclass
+class LoadPlan:
+    """What to send and how: built by the caller from a BenchConfig and a Workload."""
+
+    bodies: Sequence[bytes]
+    warmup_bodies: Sequence[bytes]
+    concurrency: int
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    seed: int = 0
+    max_seconds: float | None = None
+    request_timeout_s: float | None = None
+    max_error_rate: float | None = None
+    verify_tls: bool = True
+    kernel_timestamps: bool = True
+    coalesce_s: float = 0.0
+    # Per request, the output tokens it asks for (max_tokens): usage beyond it is not trusted; with
+    # coalescing, a stream that may end with its next chunk is watched on every arrival, so a
+    # closed loop's turnover stays prompt.
+    expected_output_tokens: Sequence[int] | None = None
+    save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
+    on_progress: Callable[[dict[str, Any]], None] | None = None
+    progress_interval_s: float = 0.5
+    # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.
+    on_window_start: Callable[[], None] | None = None
+    # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
+    stop_event: asyncio.Event | None = None
