@@ -30,14 +30,13 @@ import orjson
 
 from fastbench._version import __version__
 from fastbench.synthetic.model import (
-    Lateness,
-    Scheduler,
     count_messages_tokens,
     count_prompt_tokens,
     output_words,
     tokenize_messages,
     tokenize_prompt,
 )
+from fastbench.synthetic.sched import Lateness, Scheduler
 
 _now = time.monotonic_ns
 
