@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import math
-import numbers
 import os
 import platform
 import shutil
@@ -14,14 +11,15 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar, get_args
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
 
 from fastbench._version import __version__
-from fastbench.config import GOODPUT_METRICS, BenchConfig, DatasetName, DatasetOrder, Endpoint, LaunchConfig
+from fastbench.checks import check_config
+from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
 from fastbench.load import datasets
 from fastbench.load.driver import LoadGenerator
@@ -35,209 +33,32 @@ __all__ = ("arun", "run")
 
 T = TypeVar("T")
 
-
-def _is_whole(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _is_strings(value: Any) -> bool:
-    return isinstance(value, (tuple, list)) and all(isinstance(item, str) for item in value)
-
-
-# What each kind of field must hold, and how a message names it.
-_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "whole": (_is_whole, "a whole number"),
-    "number": (_is_number, "a number"),
-    "bool": (lambda value: isinstance(value, bool), "True or False"),
-    "text": (lambda value: isinstance(value, str), "a string"),
-    "strings": (_is_strings, "a tuple of strings, e.g. ('--itl-ms', '5')"),
-    "dict": (lambda value: isinstance(value, dict), "a dict"),
-}
-
-# field -> (kind, None allowed). Checked before the values, so that a wrong type gets a message
-# naming the field instead of a TypeError from deep inside the run.
-_BENCH_FIELDS: dict[str, tuple[str, bool]] = {
-    "base_url": ("text", True), "model": ("text", True), "endpoint": ("text", False),
-    "api_key": ("text", True), "insecure": ("bool", False),
-    "concurrency": ("whole", True), "request_rate": ("number", True), "burstiness": ("number", False),
-    "num_prompts": ("whole", False), "max_seconds": ("number", True), "num_warmups": ("whole", False),
-    "seed": ("whole", False), "request_timeout_s": ("number", True), "max_error_rate": ("number", True),
-    "coalesce_ms": ("number", False),
-    "max_tokens": ("whole", True), "ignore_eos": ("bool", False), "extra_body": ("dict", False),
-    "dataset_name": ("text", False), "dataset_path": ("text", True), "dataset_order": ("text", False),
-    "random_input_len": ("whole", False), "random_output_len": ("whole", False),
-    "random_range_ratio": ("number", False), "tokenizer": ("text", True), "max_model_len": ("whole", True),
-    "goodput": ("dict", False),
-    "result_json": ("text", True), "result_card": ("text", True), "save_detailed": ("text", True),
-    "save_outputs": ("bool", False), "progress": ("bool", True),
-    "synthetic_args": ("strings", False),
-    "metrics_interval_s": ("number", False), "memory_interval_s": ("number", True),
-    "config_file": ("text", True), "command_line": ("strings", False), "label": ("text", True),
-    "card_rows": ("strings", False), "card_notes": ("strings", False),
-}
-_LAUNCH_FIELDS: dict[str, tuple[str, bool]] = {
-    "engine": ("text", False), "model": ("text", False), "engine_args": ("strings", False),
-    "docker_image": ("text", True), "docker_args": ("strings", False), "env": ("strings", False),
-    "host": ("text", False), "port": ("whole", True), "ready_timeout_s": ("number", False),
-    "log_path": ("text", True), "engine_bin": ("text", True), "stop_grace_s": ("number", False),
-}
-# The fields that name one of a few choices, with the choices.
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "endpoint": get_args(Endpoint), "dataset_name": get_args(DatasetName), "dataset_order": get_args(DatasetOrder),
-}
-# One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
-MAX_PROMPTS = 10_000_000
-MAX_SPAN_S = 1e7  # about four months of arrivals
 OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--save-detailed"}
-
-
-def _check_types(obj: object, fields: dict[str, tuple[str, bool]], owner: str) -> None:
-    for name, (kind, optional) in fields.items():
-        value = getattr(obj, name)
-        if value is None and optional:
-            continue
-        accepts, what = _KINDS[kind]
-        if not accepts(value):
-            if isinstance(value, str) and kind == "strings":
-                what += ", not one string"
-            shown = "" if name == "api_key" else f"{value!r} "  # the key itself is never shown
-            raise ConfigError(f"{owner}.{name} must be {what}{' or None' if optional else ''}, "
-                              f"got {shown}({type(value).__name__})")
-
-
-def _check_goodput(goodput: dict[Any, Any]) -> None:
-    for key, value in goodput.items():
-        if key not in GOODPUT_METRICS:
-            raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
-        if not _is_number(value) or not value > 0:
-            raise ConfigError(f"--goodput {key} must be a number of milliseconds > 0, got {value!r}")
 
 
 def validate(config: BenchConfig) -> None:
     """Reject options that cannot work, with a one-line message saying what to fix.
 
     Everything here is checked before anything is started or sent, the output paths included, so
-    that a finished run is not thrown away for want of a place to write its result.
+    that a finished run is not thrown away for want of a place to write its result. The values are
+    checked by :func:`fastbench.checks.check_config`; here, what needs more than the values.
     """
-    if not isinstance(config, BenchConfig):
-        raise ConfigError(f"expected a BenchConfig, got {type(config).__name__}")
-    _check_types(config, _BENCH_FIELDS, "BenchConfig")
-    for name, choices in _CHOICES.items():
-        if getattr(config, name) not in choices:
-            raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
-                              f"got {getattr(config, name)!r}")
-    if config.concurrency is not None and config.concurrency < 1:
-        raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
-    if config.request_rate is not None and not config.request_rate > 0:
-        raise ConfigError(f"--request-rate must be a positive number of requests/s, got {config.request_rate}")
-    if not 0 < config.burstiness < math.inf:
-        raise ConfigError(f"--burstiness must be > 0, got {config.burstiness}")
-    if not 1 <= config.num_prompts <= MAX_PROMPTS:
-        raise ConfigError(f"--num-prompts must be between 1 and {MAX_PROMPTS:,}, got {config.num_prompts}")
-    if config.request_rate is not None and config.num_prompts / config.request_rate > MAX_SPAN_S:
-        raise ConfigError(f"--request-rate {config.request_rate:g} spreads {config.num_prompts} arrivals over "
-                          f"{config.num_prompts / config.request_rate / 86400:,.0f} days; give a higher rate")
-    if config.num_warmups < 0:
-        raise ConfigError(f"--num-warmups must be >= 0, got {config.num_warmups}")
-    if config.seed < 0:
-        raise ConfigError(f"--seed must be >= 0, got {config.seed}")
-    if config.max_seconds is not None and not config.max_seconds > 0:
-        raise ConfigError(f"--max-seconds must be > 0, got {config.max_seconds}")
-    if config.request_timeout_s is not None and not 0 < config.request_timeout_s < math.inf:
-        raise ConfigError(f"--request-timeout must be > 0, got {config.request_timeout_s}")
-    if not 0 <= config.coalesce_ms <= 1000:
-        raise ConfigError(f"--coalesce-ms must be between 0 and 1000, got {config.coalesce_ms}")
-    if config.max_error_rate is not None and not 0 <= config.max_error_rate <= 1:
-        raise ConfigError(f"--max-error-rate must be between 0 and 1, got {config.max_error_rate}")
-    _check_goodput(config.goodput)
-    # fastbench streams every request, and its token counts come from the usage it asks for
-    fixed = [key for key in ("stream", "stream_options") if key in config.extra_body]
-    if fixed:
-        raise ConfigError(f"--extra-body cannot set {' or '.join(fixed)}: fastbench always streams, with "
-                          "stream_options {include_usage, continuous_usage_stats} (its token counts come from them)")
+    check_config(config)
     check_api_key(config.api_key)
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
-    if not 0 <= config.metrics_interval_s <= 3600:
-        raise ConfigError(f"--metrics-interval must be between 0 and 3600 s, got {config.metrics_interval_s}")
-    if config.memory_interval_s is not None and not 0 <= config.memory_interval_s <= 3600:
-        raise ConfigError(f"--memory-interval must be between 0 and 3600 s, got {config.memory_interval_s}")
-    _check_inputs(config)
+    _check_dataset_file(config)
     _check_outputs(config)
-    launch = config.launch
-    if launch is not None:
-        if not isinstance(launch, LaunchConfig):
-            raise ConfigError(f"BenchConfig.launch must be a LaunchConfig or None, got {type(launch).__name__}")
-        _check_types(launch, _LAUNCH_FIELDS, "LaunchConfig")
-        if config.base_url is not None:
-            raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")
-        if not launch.model:
-            raise ConfigError("--launch needs --launch-model MODEL")
-        if launch.port is not None and not 1 <= launch.port <= 65535:
-            raise ConfigError(f"--server-port must be between 1 and 65535, got {launch.port}")
-        if not launch.ready_timeout_s > 0:
-            raise ConfigError(f"--ready-timeout must be > 0, got {launch.ready_timeout_s}")
-        if not 0 <= launch.stop_grace_s < math.inf:
-            raise ConfigError(f"--server-stop-grace must be >= 0, got {launch.stop_grace_s}")
 
 
-def _check_inputs(config: BenchConfig) -> None:
-    """The dataset file is there, and no option is given that the others make idle: found out
-    before a launched server spends minutes loading."""
-    for flag, value in _texts(config):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # the value is not repeated: it may hold a secret (--server-env)
-            raise ConfigError(f"{flag}: not valid UTF-8 text; result files are UTF-8") from None
-    for row in config.card_rows:
-        label, equals, _ = row.partition("=")
-        if not equals or not label.strip():
-            raise ConfigError(f"--card-row takes LABEL=VALUE, got {row!r}")
-    if config.save_outputs and not config.save_detailed:
-        raise ConfigError("--save-outputs keeps the response texts in --save-detailed's file: give --save-detailed")
-    if config.synthetic_args and (config.base_url is not None or config.launch is not None):
-        raise ConfigError("--synthetic-args configures the built-in server, which --base-url and --launch replace")
-    if config.dataset_name == "random":
-        for flag, idle in (("--dataset-path", config.dataset_path), ("--dataset-order file",
-                                                                     config.dataset_order == "file")):
-            if idle:
-                raise ConfigError(f"{flag} is for --dataset-name sharegpt or jsonl; the dataset is random "
-                                  "(vllm bench serve's default once was sharegpt: give --dataset-name)")
-        return
+def _check_dataset_file(config: BenchConfig) -> None:
     path = config.dataset_path
-    if not path:
-        raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    if config.dataset_name == "random" or not path:
+        return
     if os.path.isdir(path):
         raise ConfigError(f"--dataset-path {path}: is a directory; give the file itself")
     if not os.path.exists(path):
         raise ConfigError(f"--dataset-path {path}: not found")
-
-
-# Text fields whose flag is not "--" + the field's name with dashes.
-_FLAGS = {"config_file": "--config", "card_rows": "--card-row", "card_notes": "--card-note",
-          "engine": "--launch", "model@launch": "--launch-model",
-          "env": "--server-env", "host": "--server-host", "log_path": "--server-log"}
-
-
-def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
-    """Every text option (its flag, its value), those of the launch included; the command line that
-    holds them all last, so that a message names the option."""
-    for obj, where in ((config, ""), (config.launch, "@launch")):
-        for field in dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ():
-            if field.name == "command_line":
-                continue
-            flag = _FLAGS.get(field.name + where) or _FLAGS.get(field.name) or "--" + field.name.replace("_", "-")
-            value = getattr(obj, field.name)
-            for text in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(text, str):
-                    yield flag, text
-    for text in config.command_line:
-        if isinstance(text, str):
-            yield "the command line", text
 
 
 def _check_outputs(config: BenchConfig) -> None:

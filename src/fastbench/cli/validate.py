@@ -49,7 +49,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import orjson
 
-from fastbench.api import MAX_PROMPTS
+from fastbench.checks import MAX_PROMPTS
 from fastbench.cli.argtypes import HelpFormatter
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight

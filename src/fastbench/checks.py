@@ -1,0 +1,256 @@
+"""What each option may hold, stated once: the checks on a run's options and on ``fastbench validate``'s.
+
+Where the values enter:
+
+* :class:`~fastbench.config.BenchConfig` (with its :class:`~fastbench.config.LaunchConfig`) is checked
+  when a run starts (:func:`fastbench.api.validate` calls :func:`check_config` first), not when it is
+  built: an embedder builds a config, ``replace()``\\ s fields, and gets the ConfigError from ``run()``.
+  The command line and ``--config`` files build a BenchConfig too, so they meet the same checks:
+  their argument types only turn text into values (cli/argtypes.py).
+* ``fastbench validate`` checks its own settings (:func:`fastbench.cli.validate.check_settings`), the
+  ones it shares with a run (concurrency, request rate, max seconds, coalescing) by :func:`check_value`.
+
+Each field's type is read from the dataclass's own annotations (:data:`FIELD_KINDS`), so a new field
+is checked as it is declared; an annotation this module cannot check fails at import. Messages name
+the command-line flag, the name users know from --help, the README and config files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import os
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, NamedTuple
+
+from fastbench.config import GOODPUT_METRICS, BenchConfig, LaunchConfig
+from fastbench.exceptions import ConfigError
+
+__all__ = ("FIELD_KINDS", "MAX_PROMPTS", "RANGES", "check_config", "check_value", "flag")
+
+# One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
+MAX_PROMPTS = 10_000_000
+MAX_SPAN_S = 1e7  # about four months of arrivals
+
+# Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME".
+_FLAGS = {
+    "request_timeout_s": "--request-timeout", "metrics_interval_s": "--metrics-interval",
+    "memory_interval_s": "--memory-interval", "config_file": "--config", "card_rows": "--card-row",
+    "card_notes": "--card-note", "launch.engine": "--launch", "launch.model": "--launch-model",
+    "launch.env": "--server-env", "launch.host": "--server-host", "launch.port": "--server-port",
+    "launch.ready_timeout_s": "--ready-timeout", "launch.log_path": "--server-log",
+    "launch.stop_grace_s": "--server-stop-grace",
+}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a BenchConfig field (``"seed"``), or of a LaunchConfig field
+    written ``"launch.NAME"``."""
+    return _FLAGS.get(name) or "--" + name.rpartition(".")[2].replace("_", "-")
+
+
+# Each number's range: a test written as what must hold (so that NaN fails it), and what the message
+# says. A None that the field allows is not checked.
+RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "concurrency": (lambda v: v >= 1, "must be at least 1"),
+    "request_rate": (lambda v: v > 0, "must be a positive number of requests/s"),
+    "burstiness": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "num_prompts": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
+    "max_seconds": (lambda v: v > 0, "must be > 0"),
+    "num_warmups": (lambda v: v >= 0, "must be >= 0"),
+    "seed": (lambda v: v >= 0, "must be >= 0"),
+    "request_timeout_s": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "max_error_rate": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "coalesce_ms": (lambda v: 0 <= v <= 1000, "must be between 0 and 1000"),
+    "max_tokens": (lambda v: v >= 1, "must be >= 1"),
+    "random_input_len": (lambda v: v >= 1, "must be >= 1"),
+    "random_output_len": (lambda v: v >= 1, "must be >= 1"),
+    "random_range_ratio": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "max_model_len": (lambda v: v >= 1, "must be >= 1"),
+    "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
+    "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
+    "launch.port": (lambda v: 1 <= v <= 65535, "must be between 1 and 65535"),
+    "launch.ready_timeout_s": (lambda v: v > 0, "must be > 0"),
+    "launch.stop_grace_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
+}
+
+
+def check_value(name: str, value: Any) -> None:
+    """Refuse a number outside the range :data:`RANGES` gives ``name``; None passes."""
+    holds, rule = RANGES[name]
+    if value is not None and not holds(value):
+        raise ConfigError(f"{flag(name)} {rule}, got {value}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Types, read from the annotations
+
+
+Kind = Literal["whole", "number", "bool", "text", "strings", "dict", "launch"]
+
+
+class FieldKind(NamedTuple):
+    kind: Kind
+    optional: bool  # None allowed
+    choices: tuple[str, ...] = ()  # a Literal's values
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and all(isinstance(item, str) for item in value)
+
+
+# What each kind of field must hold, and how a message names it.
+_KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
+    "whole": (_is_whole, "a whole number"),
+    "number": (_is_number, "a number"),
+    "bool": (lambda value: isinstance(value, bool), "True or False"),
+    "text": (lambda value: isinstance(value, str), "a string"),
+    "strings": (_is_strings, "a tuple of strings, e.g. ('--itl-ms', '5')"),
+    "dict": (lambda value: isinstance(value, dict), "a dict"),
+    "launch": (lambda value: isinstance(value, LaunchConfig), "a LaunchConfig"),
+}
+_SIMPLE: dict[Any, Kind] = {bool: "bool", int: "whole", float: "number", str: "text", LaunchConfig: "launch"}
+
+
+def _field_kind(annotation: Any) -> FieldKind:
+    members = (typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+               else (annotation,))
+    optional = type(None) in members
+    members = tuple(m for m in members if m is not type(None))
+    if str in members and all(m is str or typing.get_origin(m) is os.PathLike for m in members):
+        return FieldKind("text", optional)  # a path: a PathLike given is stored as its str
+    if len(members) == 1:
+        (kind,) = members
+        origin = typing.get_origin(kind)
+        if origin is Literal:
+            return FieldKind("text", optional, typing.get_args(kind))
+        if origin is tuple and typing.get_args(kind) == (str, ...):
+            return FieldKind("strings", optional)
+        if origin is dict:
+            return FieldKind("dict", optional)
+        if kind in _SIMPLE:
+            return FieldKind(_SIMPLE[kind], optional)
+    raise TypeError(f"fastbench.checks has no check for a field of type {annotation}")
+
+
+def _field_kinds(cls: type) -> dict[str, FieldKind]:
+    hints = typing.get_type_hints(cls)
+    return {field.name: _field_kind(hints[field.name]) for field in dataclasses.fields(cls)}
+
+
+# field -> its kind, from the annotations: checked before the values, so that a wrong type gets a
+# message naming the field instead of a TypeError from deep inside the run.
+FIELD_KINDS: dict[type, dict[str, FieldKind]] = {cls: _field_kinds(cls) for cls in (BenchConfig, LaunchConfig)}
+
+
+def _check_types(obj: BenchConfig | LaunchConfig) -> None:
+    owner = type(obj).__name__
+    for name, (kind, optional, _) in FIELD_KINDS[type(obj)].items():
+        value = getattr(obj, name)
+        if value is None and optional:
+            continue
+        accepts, what = _KINDS[kind]
+        if not accepts(value):
+            if isinstance(value, str) and kind == "strings":
+                what += ", not one string"
+            shown = "" if name == "api_key" else f"{value!r} "  # the key itself is never shown
+            raise ConfigError(f"{owner}.{name} must be {what}{' or None' if optional else ''}, "
+                              f"got {shown}({type(value).__name__})")
+
+
+def _check_choices_and_ranges(obj: BenchConfig | LaunchConfig, prefix: str) -> None:
+    for name, (_, _, choices) in FIELD_KINDS[type(obj)].items():
+        value = getattr(obj, name)
+        if choices and value not in choices:
+            raise ConfigError(f"{flag(prefix + name)} must be one of {', '.join(choices)}, got {value!r}")
+        if prefix + name in RANGES:
+            check_value(prefix + name, value)
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole config
+
+
+def check_config(config: BenchConfig) -> None:
+    """Refuse options that cannot work, from their values alone: types, choices, ranges, and options
+    that the others make idle or need. One line that says what to fix (:class:`ConfigError`)."""
+    if not isinstance(config, BenchConfig):
+        raise ConfigError(f"expected a BenchConfig, got {type(config).__name__}")
+    _check_types(config)
+    if config.launch is not None:
+        _check_types(config.launch)
+    _check_choices_and_ranges(config, "")
+    if config.launch is not None:
+        _check_choices_and_ranges(config.launch, "launch.")
+    if config.request_rate is not None and config.num_prompts / config.request_rate > MAX_SPAN_S:
+        raise ConfigError(f"--request-rate {config.request_rate:g} spreads {config.num_prompts} arrivals over "
+                          f"{config.num_prompts / config.request_rate / 86400:,.0f} days; give a higher rate")
+    for key, value in config.goodput.items():
+        if key not in GOODPUT_METRICS:
+            raise ConfigError(f"--goodput takes ttft, tpot and e2el, got {key!r}")
+        if not _is_number(value) or not value > 0:
+            raise ConfigError(f"--goodput {key} must be a number of milliseconds > 0, got {value!r}")
+    # fastbench streams every request, and its token counts come from the usage it asks for
+    fixed = [key for key in ("stream", "stream_options") if key in config.extra_body]
+    if fixed:
+        raise ConfigError(f"--extra-body cannot set {' or '.join(fixed)}: fastbench always streams, with "
+                          "stream_options {include_usage, continuous_usage_stats} (its token counts come from them)")
+    for name, text in _texts(config):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # the value is not repeated: it may hold a secret (--server-env)
+            raise ConfigError(f"{name}: not valid UTF-8 text; result files are UTF-8") from None
+    for row in config.card_rows:
+        label, equals, _ = row.partition("=")
+        if not equals or not label.strip():
+            raise ConfigError(f"--card-row takes LABEL=VALUE, got {row!r}")
+    _check_idle_and_needed(config)
+
+
+def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
+    """Every text option (its flag, its value), those of the launch included; the command line that
+    holds them all last, so that a message names the option."""
+    for obj, prefix in ((config, ""), (config.launch, "launch.")):
+        for field in dataclasses.fields(obj) if isinstance(obj, (BenchConfig, LaunchConfig)) else ():
+            if field.name == "command_line":
+                continue
+            value = getattr(obj, field.name)
+            for text in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(text, str):
+                    yield flag(prefix + field.name), text
+    for text in config.command_line:
+        if isinstance(text, str):
+            yield "the command line", text
+
+
+def _check_idle_and_needed(config: BenchConfig) -> None:
+    """No option is given that the others make idle, and none is missing that another needs: found
+    out before a launched server spends minutes loading."""
+    if config.save_outputs and not config.save_detailed:
+        raise ConfigError("--save-outputs keeps the response texts in --save-detailed's file: give --save-detailed")
+    if config.synthetic_args and (config.base_url is not None or config.launch is not None):
+        raise ConfigError("--synthetic-args configures the built-in server, which --base-url and --launch replace")
+    if config.dataset_name == "random":
+        for option, idle in (("--dataset-path", config.dataset_path),
+                             ("--dataset-order file", config.dataset_order == "file")):
+            if idle:
+                raise ConfigError(f"{option} is for --dataset-name sharegpt or jsonl; the dataset is random "
+                                  "(vllm bench serve's default once was sharegpt: give --dataset-name)")
+    elif not config.dataset_path:
+        raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    if config.launch is not None:
+        if config.base_url is not None:
+            raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")
+        if not config.launch.model:
+            raise ConfigError("--launch needs --launch-model MODEL")
