@@ -1,5 +1,5 @@
 /*
- * fast_server.c: a C twin of fastbench's synthetic server (src/fastbench/synthetic/engine.py) in its
+ * fast_server.c: a C twin of fastbench's synthetic server (src/fastbench/synthetic/) in its
  * plain mode (no faults, no jitter, no EOS, no reasoning tokens), fast enough to be the yardstick for
  * a client that takes >= 200,000 chunks/s. The Python server saturates one core at ~138k chunks/s.
  *

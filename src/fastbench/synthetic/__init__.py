@@ -41,6 +41,12 @@ on shifts by ``--stall-s``), ``trickle`` (the whole response is written one byte
 ``--trickle-us`` apart), ``close-after-response`` (``Connection: close`` and a close after the
 response), ``usage-contradictory`` (per-chunk usage decreases from the middle on; the final usage
 reports half the tokens streamed). Mid-stream faults need at least two chunks.
+
+Modules, low to high: ``model`` (the token model), ``sched`` (the scheduler of timed writes and its
+lateness histogram), ``protocol`` (HTTP/1.1: one connection's requests and responses), ``generation``
+(one request's schedule, chunks and fault modes), ``engine`` (options, shared state and counters,
+routes, the process's coroutine), ``cli`` (the command line) and ``server`` (``SyntheticServer``, which
+starts the process).
 """
 
 from fastbench.synthetic.cli import build_parser, config_from_args, main

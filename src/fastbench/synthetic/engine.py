@@ -1,13 +1,12 @@
-"""The synthetic server's HTTP/1.1 protocol, request handling and chunk writer (see fastbench.synthetic).
+"""The synthetic server's engine: its options, the state all connections share, its routes and its entry.
 
 It is the yardstick the client is measured against, so it shares no code with the client: it imports
 nothing from fastbench but ``_version`` and the modules of ``fastbench.synthetic``, and runs in its own
 process (``SyntheticServer`` starts it without importing the ``fastbench`` package at all).
 
 * ``ServerConfig``: every option, frozen.
-* ``SyntheticEngine``: state shared by all connections: routes, counters, the scheduler.
-* ``_Conn``: a minimal HTTP/1.1 server protocol (keep-alive, sequential requests, split reads).
-* ``_Gen``: one generation request: its absolute schedule and its preformatted chunk templates.
+* ``SyntheticEngine``: state shared by all connections: routes, counters (``/metrics``, ``/fb/stats``),
+  the scheduler; it reads each generation request and starts its ``Generation``.
 * ``serve``: the process's coroutine (prints ``READY http://HOST:PORT``, stops on SIGTERM/SIGINT).
 """
 
@@ -15,20 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import heapq
 import math
 import random
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
 from fastbench._version import __version__
+from fastbench.synthetic.generation import Generation
 from fastbench.synthetic.model import (
     count_messages_tokens,
     count_prompt_tokens,
@@ -36,6 +34,7 @@ from fastbench.synthetic.model import (
     tokenize_messages,
     tokenize_prompt,
 )
+from fastbench.synthetic.protocol import Connection, error_body
 from fastbench.synthetic.sched import Lateness, Scheduler
 
 _now = time.monotonic_ns
@@ -58,32 +57,7 @@ FAULTS: tuple[str, ...] = (
 )
 
 _TEXT_TABLE_MAX = 65536
-_MAX_HEAD = 65536
-_MAX_BODY = 64 * 1024 * 1024
 _MAX_RECEIPTS = 1_000_000  # requests tagged "fb_row" whose read time is kept for /fb/receipts
-
-_STATUS: dict[int, bytes] = {
-    100: b"100 Continue",
-    200: b"200 OK",
-    400: b"400 Bad Request",
-    404: b"404 Not Found",
-    405: b"405 Method Not Allowed",
-    413: b"413 Content Too Large",
-    429: b"429 Too Many Requests",
-    431: b"431 Request Header Fields Too Large",
-    500: b"500 Internal Server Error",
-    501: b"501 Not Implemented",
-}
-_ERROR_TYPE: dict[int, str] = {
-    400: "BadRequestError",
-    404: "NotFoundError",
-    405: "MethodNotAllowedError",
-    413: "BadRequestError",
-    429: "RateLimitError",
-    431: "BadRequestError",
-    500: "InternalServerError",
-    501: "NotImplementedError",
-}
 
 
 @dataclass(frozen=True)
@@ -121,30 +95,6 @@ class ServerConfig:
         return self.tpc_max - 1
 
 
-# --------------------------------------------------------------------------------------------------
-# The server
-
-
-def _frame(ev: bytes) -> bytes:
-    """One HTTP/1.1 chunk."""
-    return b"%x\r\n%b\r\n" % (len(ev), ev)
-
-
-_DONE = _frame(b"data: [DONE]\n\n")
-_END = b"0\r\n\r\n"
-_USAGE = b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}'
-_TAIL = b',"fb_sent_ns":%d}\n\n'
-_ERROR_EVENT = (b'data: {"error":{"message":"synthetic fault: error mid-stream","type":"InternalServerError",'
-                b'"param":null,"code":500}}\n\n')
-
-
-def _error_body(status: int, message: str, etype: str | None = None) -> bytes:
-    return orjson.dumps(
-        {"error": {"message": message, "type": etype or _ERROR_TYPE.get(status, "Error"), "param": None,
-                   "code": status}}
-    )
-
-
 class SyntheticEngine:
     """State shared by all connections of one server process."""
 
@@ -157,7 +107,7 @@ class SyntheticEngine:
         n = min(cfg.max_model_len, _TEXT_TABLE_MAX)
         self.words = [w.encode() for w in output_words(cfg.seed, n)]
         self.created = int(time.time())
-        self.conns: set[_Conn] = set()
+        self.conns: set[Connection] = set()
         self.req_no = 0
         # "fb_row" of a request -> when its bytes were read (CLOCK_MONOTONIC ns): the client sent
         # them at its own send stamp, so the difference is the request's way in, which no chunk
@@ -306,47 +256,47 @@ class SyntheticEngine:
 
     # -- request routing ------------------------------------------------------------------------
 
-    def dispatch(self, conn: _Conn, method: str, target: str, body: bytes, t: int) -> None:
+    def dispatch(self, conn: Connection, method: str, target: str, body: bytes, t: int) -> None:
         self.requests_total += 1
         path = target.split("?", 1)[0]
         route = _ROUTES.get(path)
         if route is None:
-            conn.respond(404, _error_body(404, f"Not Found: {path}"))
+            conn.respond(404, error_body(404, f"Not Found: {path}"))
             return
         allowed, handler = route
         if method != allowed:
-            conn.respond(405, _error_body(405, f"Method Not Allowed: {method} {path}"),
+            conn.respond(405, error_body(405, f"Method Not Allowed: {method} {path}"),
                          extra=b"allow: %b\r\n" % allowed.encode())
             return
         handler(self, conn, body, t)
 
-    def h_health(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_health(self, conn: Connection, body: bytes, t: int) -> None:
         conn.respond(200, b"", ctype=b"text/plain; charset=utf-8")
 
-    def h_models(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_models(self, conn: Connection, body: bytes, t: int) -> None:
         m = self.cfg.model
         conn.respond(200, orjson.dumps({"object": "list", "data": [
             {"id": m, "object": "model", "created": self.created, "owned_by": "fastbench", "root": m,
              "parent": None, "max_model_len": self.cfg.max_model_len, "permission": []}]}))
 
-    def h_version(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_version(self, conn: Connection, body: bytes, t: int) -> None:
         conn.respond(200, orjson.dumps({"version": f"fastbench-synthetic {__version__}"}))
 
-    def h_metrics(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_metrics(self, conn: Connection, body: bytes, t: int) -> None:
         conn.respond(200, self.metrics_text(), ctype=b"text/plain; version=0.0.4; charset=utf-8")
 
-    def h_stats(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_stats(self, conn: Connection, body: bytes, t: int) -> None:
         conn.respond(200, orjson.dumps(self.stats()))
 
-    def h_receipts(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_receipts(self, conn: Connection, body: bytes, t: int) -> None:
         rows = list(self.receipts)
         conn.respond(200, orjson.dumps({"rows": rows, "read_ns": [self.receipts[r] for r in rows]}))
 
-    def h_reset(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_reset(self, conn: Connection, body: bytes, t: int) -> None:
         self.reset_stats()
         conn.respond(200, orjson.dumps(self.stats()))
 
-    def h_tokenize(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_tokenize(self, conn: Connection, body: bytes, t: int) -> None:
         try:
             req = orjson.loads(body)
             if not isinstance(req, dict):
@@ -358,20 +308,20 @@ class SyntheticEngine:
             else:
                 raise ValueError("give 'prompt' or 'messages'")
         except (ValueError, TypeError) as e:  # orjson.JSONDecodeError is a ValueError
-            conn.respond(400, _error_body(400, str(e)))
+            conn.respond(400, error_body(400, str(e)))
             return
         conn.respond(200, orjson.dumps({"count": len(ids), "max_model_len": self.cfg.max_model_len,
                                         "tokens": ids, "token_strs": None}))
 
-    def h_completions(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_completions(self, conn: Connection, body: bytes, t: int) -> None:
         self.generate(conn, body, t, chat=False)
 
-    def h_chat(self, conn: _Conn, body: bytes, t: int) -> None:
+    def h_chat(self, conn: Connection, body: bytes, t: int) -> None:
         self.generate(conn, body, t, chat=True)
 
     # -- generation -----------------------------------------------------------------------------
 
-    def generate(self, conn: _Conn, body: bytes, t: int, chat: bool) -> None:
+    def generate(self, conn: Connection, body: bytes, t: int, chat: bool) -> None:
         cfg = self.cfg
         try:
             req = orjson.loads(body)
@@ -406,14 +356,14 @@ class SyntheticEngine:
             if not isinstance(model, str):
                 raise TypeError("model must be a string")
         except (ValueError, TypeError) as e:  # orjson.JSONDecodeError is a ValueError
-            conn.respond(400, _error_body(400, str(e)))
+            conn.respond(400, error_body(400, str(e)))
             return
         if cfg.strict_model and model != cfg.model:
-            conn.respond(404, _error_body(404, f"The model `{model}` does not exist."))
+            conn.respond(404, error_body(404, f"The model `{model}` does not exist."))
             return
         total = prompt_tokens + max_tokens
         if total > cfg.max_model_len:
-            conn.respond(400, _error_body(400, (
+            conn.respond(400, error_body(400, (
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
                 f"{total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
                 f"Please reduce the length of the messages or completion.")))
@@ -431,7 +381,7 @@ class SyntheticEngine:
         if fault in ("http-500", "http-429"):
             status = 500 if fault == "http-500" else 429
             msg = "synthetic fault: internal error" if status == 500 else "synthetic fault: rate limited"
-            conn.respond(status, _error_body(status, msg),
+            conn.respond(status, error_body(status, msg),
                          extra=b"retry-after: 1\r\n" if status == 429 else b"")
             return
         if fault == "close-after-response":
@@ -446,7 +396,7 @@ class SyntheticEngine:
         ttft = self.ttft_base_ns
         if cfg.prefill_tok_s:
             ttft += int(prompt_tokens / cfg.prefill_tok_s * 1e9)
-        g = _Gen(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
+        g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
                  t, t + ttft, include_usage, continuous, fault)
         conn.gen = g
         self.gen_started()
@@ -458,7 +408,7 @@ class SyntheticEngine:
             g.start_whole()
 
 
-_ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, _Conn, bytes, int], None]]] = {
+_ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Connection, bytes, int], None]]] = {
     "/health": ("GET", SyntheticEngine.h_health),
     "/v1/models": ("GET", SyntheticEngine.h_models),
     "/version": ("GET", SyntheticEngine.h_version),
@@ -470,524 +420,6 @@ _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, _Conn, bytes, int], Non
     "/fb/reset": ("POST", SyntheticEngine.h_reset),
     "/fb/receipts": ("GET", SyntheticEngine.h_receipts),
 }
-
-
-class _Gen:
-    """One generation request. Chunk i is due at base + i * itl (+ jitter), base = arrival + TTFT."""
-
-    __slots__ = (
-        "R",
-        "base",
-        "chat",
-        "conn",
-        "continuous",
-        "emitted",
-        "ended",
-        "eng",
-        "fast",
-        "fault",
-        "fault_done",
-        "finish",
-        "idx",
-        "include_usage",
-        "n_out",
-        "pre",
-        "prev_due",
-        "prompt_tokens",
-        "reported",
-        "sizes",
-        "streamed",
-        "tmpl",
-    )
-
-    def __init__(self, eng: SyntheticEngine, conn: _Conn, chat: bool, model: str, prompt_tokens: int,
-                 n_out: int, finish: str, arrival: int, base: int, include_usage: bool, continuous: bool,
-                 fault: str | None) -> None:
-        cfg = eng.cfg
-        self.eng = eng
-        self.conn: _Conn | None = conn
-        self.chat = chat
-        self.prompt_tokens = prompt_tokens
-        self.n_out = n_out
-        self.finish = finish
-        self.base = base
-        self.prev_due = arrival  # jitter may move chunk 0 before base, never before the request
-        usage_ok = not cfg.no_usage and not cfg.final_usage_only
-        self.include_usage = include_usage and usage_ok
-        self.continuous = continuous and usage_ok
-        self.fault = fault
-        self.idx = 0
-        self.emitted = 0
-        self.reported = 0
-        self.ended = False
-        self.fault_done = False
-        self.sizes: list[int] = []
-        self.streamed = False
-        rid = b"%08x%024x" % (cfg.seed & 0xFFFFFFFF, eng.req_no)
-        if chat:
-            head = b'data: {"id":"chatcmpl-%b","object":"chat.completion.chunk"' % rid
-        else:
-            head = b'data: {"id":"cmpl-%b","object":"text_completion"' % rid
-        self.pre = head + b',"created":%d,"model":%b,"choices":[' % (int(time.time()), orjson.dumps(model))
-        # Template of a middle chunk (not first, not last, no fault, past the reasoning tokens), up to
-        # the value of fb_sent_ns: "%b" takes the text, then total/completion token counts.
-        self.R = cfg.reasoning_tokens if chat else 0
-        self.fast = fault is None
-        esc = self.pre.replace(b"%", b"%%")
-        if chat:
-            t = esc + b'{"index":0,"delta":{"content":"%b"},"logprobs":null,"finish_reason":null}]'
-        else:
-            t = esc + b'{"index":0,"text":"%b","logprobs":null,"finish_reason":null,"stop_reason":null}]'
-        if self.continuous:
-            t += b',"usage":{"prompt_tokens":%d,"total_tokens":%%d,"completion_tokens":%%d}' % prompt_tokens
-        self.tmpl = t + b',"fb_sent_ns":'
-
-    # -- plan -------------------------------------------------------------------------------------
-
-    def _next_size(self) -> int:
-        cfg = self.eng.cfg
-        if self.idx == 0:
-            k = 1
-        elif cfg.tpc_min == cfg.tpc_max:
-            k = cfg.tpc_max
-        else:
-            k = cfg.tpc_min + int(self.eng.rng.random() * (cfg.tpc_max - cfg.tpc_min + 1))
-        return min(k, self.n_out - self.emitted)
-
-    def _due(self, i: int) -> int:
-        eng = self.eng
-        due = self.base + i * eng.itl_ns
-        if eng.jitter_ns:
-            due += int(eng.rng.uniform(-eng.jitter_ns, eng.jitter_ns))
-        due = max(due, self.prev_due)
-        self.prev_due = due
-        return due
-
-    # -- streaming --------------------------------------------------------------------------------
-
-    def start_stream(self) -> None:
-        conn = self.conn
-        assert conn is not None
-        self.streamed = True
-        conn.write(b"HTTP/1.1 200 OK\r\nserver: fastbench-synthetic\r\n"
-                   b"content-type: text/event-stream; charset=utf-8\r\ncache-control: no-cache\r\n"
-                   b"transfer-encoding: chunked\r\n%b\r\n" % (b"connection: close\r\n" if conn.close_after else b""))
-        self.eng.sched.push(self._due(0), self.step)
-
-    def _delta(self, a: int, b: int) -> bytes:
-        eng = self.eng
-        R = eng.cfg.reasoning_tokens
-        if not self.chat:
-            return b'"text":"%b"' % eng.text(a, b)
-        if a >= R:
-            return b'"delta":{"content":"%b"}' % eng.text(a, b)
-        f = eng.cfg.reasoning_field.encode()
-        if b <= R:
-            return b'"delta":{"%b":"%b"}' % (f, eng.text(a, b))
-        return b'"delta":{"%b":"%b","content":"%b"}' % (f, eng.text(a, R), eng.text(R, b))
-
-    def _usage(self, completion: int) -> bytes:
-        p = self.prompt_tokens
-        return _USAGE % (p, p + completion, completion)
-
-    def step(self, due: int) -> None:
-        """Write chunk self.idx (called by the scheduler at its due time)."""
-        conn = self.conn
-        if conn is None:
-            return
-        tr = conn.transport
-        if tr is None:
-            return
-        i = self.idx
-        a = self.emitted
-        if i == 0 or not self.fast or a < self.R:
-            self._step_general(due)
-            return
-        eng = self.eng
-        cfg = eng.cfg
-        if cfg.tpc_min == cfg.tpc_max:
-            k = cfg.tpc_max
-        else:
-            k = cfg.tpc_min + int(eng.rng.random() * (cfg.tpc_max - cfg.tpc_min + 1))
-        b = a + k
-        if b >= self.n_out:  # the last chunk
-            self._step_general(due)
-            return
-        w = eng.words
-        if b <= len(w):
-            text = w[a] if k == 1 else b"".join(w[a:b])
-        else:
-            text = eng.text(a, b)
-        if self.continuous:
-            body = self.tmpl % (text, self.prompt_tokens + b, b)
-        else:
-            body = self.tmpl % text
-        ns = _now()
-        nsb = b"%d" % ns
-        tr.write(b"%x\r\n%b%b}\n\n\r\n" % (len(body) + len(nsb) + 3, body, nsb))
-        # bookkeeping, inlined (this runs 10k+ times a second)
-        late = ns - due
-        lat = eng.lat
-        if 0 <= late < 10_000_000:
-            lat.counts[late // 10_000] += 1
-            lat.n += 1
-            lat.sum_ns += late
-            lat.max_ns = max(lat.max_ns, late)
-        else:
-            lat.record(late)
-        eng.chunks_sent += 1
-        eng.generation_tokens_total += k
-        pp = eng.spec_per_pos
-        if pp:
-            eng.spec_drafts += 1
-            eng.spec_draft_tokens += len(pp)
-            eng.spec_accepted += k - 1
-            for j in range(k - 1):
-                pp[j] += 1
-        self.idx = i = i + 1
-        self.emitted = b
-        if eng.jitter_ns:
-            nd = self._due(i)
-        else:
-            nd = self.base + i * eng.itl_ns
-        sched = eng.sched
-        sched.seq += 1
-        heapq.heappush(sched.heap, (nd, sched.seq, self.step))
-        if not sched.running and (sched.armed == 0 or nd < sched.armed):
-            sched._arm(nd)
-
-    def _step_general(self, due: int) -> None:
-        conn = self.conn
-        if self.ended or conn is None or conn.transport is None:
-            return
-        eng = self.eng
-        i = self.idx
-        a = self.emitted
-        fault = self.fault
-        malformed = False
-        if fault and not self.fault_done and i > 0 and a >= self.n_out // 2:  # mid-stream faults fire here
-            self.fault_done = True
-            if fault == "stall":
-                stall = int(eng.cfg.stall_s * 1e9)
-                self.base += stall
-                self.prev_due = due + stall
-                eng.sched.push(due + stall, self.step)
-                return
-            if fault == "reset-mid-stream":
-                self.end("abort")
-                conn.reset()
-                return
-            if fault == "error-event":
-                conn.write(_frame(_ERROR_EVENT) + _DONE + _END)
-                self.end("abort")
-                conn.response_done()
-                return
-            malformed = fault == "malformed-sse"
-        k = self._next_size()
-        b = a + k
-        last = b == self.n_out
-        pre = self.pre
-        if last:
-            fin = b'"length"' if self.finish == "length" else b'"stop"'
-            choice = pre + b'{"index":0,%b,"logprobs":null,"finish_reason":%b,"stop_reason":null}]' % (
-                self._delta(a, b), fin)
-        elif self.chat:
-            choice = pre + b'{"index":0,%b,"logprobs":null,"finish_reason":null}]' % self._delta(a, b)
-        else:
-            choice = pre + b'{"index":0,%b,"logprobs":null,"finish_reason":null,"stop_reason":null}]' % (
-                self._delta(a, b))
-        usage = b""
-        if self.continuous:
-            if fault == "usage-contradictory" and self.fault_done:
-                self.reported = max(0, self.reported - 1)  # usage that goes down
-            else:
-                self.reported = b
-            usage = self._usage(self.reported)
-        elif last and eng.cfg.final_usage_only:
-            usage = self._usage(b)
-        firsts: list[bytes] = []
-        if i == 0:
-            if fault == "oversized-event":
-                firsts.append(pre + b'],"fb_pad":"%b"' % (b"x" * eng.cfg.oversized_bytes))
-            if self.chat:
-                role = pre + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,' \
-                             b'"finish_reason":null}]'
-                firsts.append(role + self._usage(0) if self.continuous else role)
-        ns = _now()
-        out = _frame(b"data: {not json\n\n") if malformed else _frame(choice + usage + _TAIL % ns)
-        if firsts:
-            out = b"".join([_frame(e + _TAIL % ns) for e in firsts]) + out
-        if last:
-            if self.include_usage:
-                c = self.n_out // 2 if fault == "usage-contradictory" else b
-                out += _frame(pre + b"]" + self._usage(c) + _TAIL % ns)
-            if fault != "no-done":
-                out += _DONE
-            out += _END
-        conn.write(out)
-        eng.lat.record(ns - due)
-        eng.chunks_sent += 1
-        if i == 0:
-            eng.prompt_tokens_total += self.prompt_tokens
-        eng.account_step(i, k)
-        self.idx = i + 1
-        self.emitted = b
-        if last:
-            self.end(self.finish)
-            conn.response_done()
-        else:
-            eng.sched.push(self._due(i + 1), self.step)
-
-    def end(self, reason: str) -> None:
-        """The request is over (finished, failed or its connection gone)."""
-        if self.ended:
-            return
-        self.ended = True
-        conn = self.conn
-        self.conn = None  # breaks the conn <-> gen cycle
-        if conn is not None and conn.gen is self:
-            conn.gen = None
-        self.eng.gen_ended(reason, self.streamed)
-
-    # -- whole (non-streaming) response ------------------------------------------------------------
-
-    def start_whole(self) -> None:
-        while self.emitted < self.n_out:
-            k = self._next_size()
-            self.sizes.append(k)
-            self.emitted += k
-            self.idx += 1
-        self.emitted = 0
-        self.idx = 0
-        self.eng.sched.push(self._due(len(self.sizes) - 1), self.finish_whole)
-
-    def finish_whole(self, due: int) -> None:
-        conn = self.conn
-        if self.ended or conn is None or conn.transport is None:
-            return
-        eng = self.eng
-        cfg = eng.cfg
-        n = self.n_out
-        R = cfg.reasoning_tokens if self.chat else 0
-        reasoning = eng.text(0, min(R, n)).decode() if R else None
-        content = eng.text(min(R, n), n).decode()
-        choice: dict[str, Any]
-        if self.chat:
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
-            if R:
-                msg[cfg.reasoning_field] = reasoning
-            msg["tool_calls"] = []
-            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": self.finish,
-                      "stop_reason": None}
-        else:
-            choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": self.finish,
-                      "stop_reason": None, "prompt_logprobs": None}
-        pre = orjson.loads(self.pre[6:] + b"]}")
-        pre["object"] = "chat.completion" if self.chat else "text_completion"
-        pre["choices"] = [choice]
-        if not cfg.no_usage:
-            c = n // 2 if self.fault == "usage-contradictory" else n
-            pre["usage"] = {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + c,
-                            "completion_tokens": c}
-        ns = _now()
-        pre["fb_sent_ns"] = ns
-        eng.lat.record(ns - due)
-        eng.prompt_tokens_total += self.prompt_tokens
-        for i, k in enumerate(self.sizes):
-            eng.account_step(i, k)
-        self.idx = len(self.sizes)
-        self.emitted = n
-        self.end(self.finish)
-        conn.respond(200, orjson.dumps(pre))
-
-
-class _Conn(asyncio.Protocol):
-    """One client connection: parses requests one after another, hands each to the engine."""
-
-    def __init__(self, eng: SyntheticEngine) -> None:
-        self.eng = eng
-        self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        self.busy = False
-        self.in_process = False
-        self.close_after = False
-        self.eof = False
-        self.paused = False
-        self.sent_continue = False
-        self.gen: _Gen | None = None
-        self.trickle = False
-        self.tq = bytearray()
-        self.trickling = False
-        self.finish_pending = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's TCPTransport is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        self.eng.conns.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.eng.conns.discard(self)
-        self.transport = None  # breaks the transport <-> protocol cycle (the collector is off)
-        g = self.gen
-        if g is not None:
-            g.end("abort")
-        self.gen = None
-        self.tq.clear()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        return self.busy  # True: keep writing the response in progress, close after it
-
-    def data_received(self, data: bytes) -> None:
-        t = _now()
-        self.buf += data
-        if not self.busy:
-            self.process(t)
-        elif len(self.buf) > _MAX_HEAD and not self.paused and self.transport is not None:
-            self.transport.pause_reading()
-            self.paused = True
-
-    # -- output -----------------------------------------------------------------------------------
-
-    def write(self, data: bytes) -> None:
-        tr = self.transport
-        if tr is None:
-            return
-        if self.trickle:
-            self.tq += data
-            if not self.trickling:
-                self.trickling = True
-                self.eng.sched.push(_now(), self._trickle_tick)
-            return
-        tr.write(data)
-
-    def _trickle_tick(self, due: int) -> None:
-        tr = self.transport
-        if tr is None:
-            self.trickling = False
-            return
-        tr.write(bytes(self.tq[:1]))
-        del self.tq[:1]
-        if self.tq:
-            self.eng.sched.push(due + self.eng.cfg.trickle_us * 1000, self._trickle_tick)
-            return
-        self.trickling = False
-        if self.finish_pending:
-            self.finish_pending = False
-            self.trickle = False
-            self.response_done()
-
-    def respond(self, status: int, body: bytes, ctype: bytes = b"application/json",
-                extra: bytes = b"") -> None:
-        self.write(b"HTTP/1.1 %b\r\nserver: fastbench-synthetic\r\ncontent-type: %b\r\ncontent-length: %d\r\n"
-                   b"%b%b\r\n%b" % (_STATUS[status], ctype, len(body), extra,
-                                    b"connection: close\r\n" if self.close_after else b"", body))
-        self.response_done()
-
-    def reset(self) -> None:
-        """Abort the connection with a TCP RST."""
-        tr = self.transport
-        if tr is None:
-            return
-        sock = tr.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            except OSError:
-                pass
-        g = self.gen
-        if g is not None:
-            g.end("abort")
-        tr.abort()
-
-    def response_done(self) -> None:
-        """The current response is complete: close, or go on with the next buffered request."""
-        if self.trickle and (self.trickling or self.tq):
-            self.finish_pending = True
-            return
-        self.trickle = False
-        self.busy = False
-        self.gen = None
-        tr = self.transport
-        if tr is None:
-            return
-        if self.close_after or (self.eof and not self.buf):
-            tr.close()
-            self.transport = None
-            return
-        if self.paused:
-            self.paused = False
-            tr.resume_reading()
-        if self.buf and not self.in_process:
-            self.process(_now())
-
-    # -- input ------------------------------------------------------------------------------------
-
-    def _fail(self, status: int, message: str) -> None:
-        self.close_after = True
-        self.busy = True
-        self.respond(status, _error_body(status, message))
-
-    def process(self, t: int) -> None:
-        self.in_process = True
-        try:
-            while not self.busy and self.transport is not None and self.buf:
-                buf = self.buf
-                while buf[:2] == b"\r\n":
-                    del buf[:2]
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buf) > _MAX_HEAD:
-                        self._fail(431, "request head too large")
-                    return
-                lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-                parts = lines[0].split(" ")
-                if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                    self._fail(400, "malformed request line")
-                    return
-                method, target, version = parts
-                headers: dict[str, str] = {}
-                for ln in lines[1:]:
-                    k, sep, v = ln.partition(":")
-                    if not sep:
-                        self._fail(400, "malformed header line")
-                        return
-                    headers[k.strip().lower()] = v.strip()
-                if "transfer-encoding" in headers:
-                    self._fail(501, "chunked request bodies are not supported; send Content-Length")
-                    return
-                try:
-                    cl = int(headers.get("content-length", "0"))
-                    if cl < 0:
-                        raise ValueError
-                except ValueError:
-                    self._fail(400, "bad Content-Length")
-                    return
-                if cl > _MAX_BODY:
-                    self._fail(413, "request body too large")
-                    return
-                total = end + 4 + cl
-                if len(buf) < total:
-                    if not self.sent_continue and headers.get("expect", "").lower() == "100-continue":
-                        self.sent_continue = True
-                        if self.transport is not None:
-                            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    return
-                body = bytes(buf[end + 4:total])
-                del buf[:total]
-                self.sent_continue = False
-                ch = headers.get("connection", "").lower()
-                self.close_after = "close" in ch or (version == "HTTP/1.0" and "keep-alive" not in ch)
-                self.busy = True
-                self.eng.dispatch(self, method, target, body, t)
-                t = _now()
-        finally:
-            self.in_process = False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1018,7 +450,7 @@ async def serve(cfg: ServerConfig) -> int:
         sock.close()
         return 0
     eng = SyntheticEngine(cfg, loop)
-    server = await loop.create_server(lambda: _Conn(eng), cfg.host, cfg.port, backlog=4096,
+    server = await loop.create_server(lambda: Connection(eng), cfg.host, cfg.port, backlog=4096,
                                       reuse_address=True)
     port = server.sockets[0].getsockname()[1]
     gc.collect()
