@@ -11,7 +11,7 @@ import pytest
 
 from _timing import until_a_round_passes
 from fastbench import BenchConfig, SyntheticServer, arun, run
-from fastbench.results.figures import to_vllm_keys
+from fastbench.results.vllm_keys import to_vllm_keys
 
 
 def bench(server: SyntheticServer, **options: Any) -> Any:

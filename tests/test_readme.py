@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import re
 
-from fastbench.results.figures import DEFINITIONS
+from fastbench.results.definitions import DEFINITIONS
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 

@@ -15,8 +15,9 @@ from hdrh.histogram import HdrHistogram
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_text
-from fastbench.results.figures import Result, summarize
+from fastbench.results.figures import summarize
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
+from fastbench.results.result import Result
 from fastbench.results.writers import (
     RESULT_SCHEMA_VERSION,
     check_output_path,

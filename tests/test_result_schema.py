@@ -192,7 +192,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
 
 
 def test_definitions_are_in_the_doc_verbatim() -> None:
-    from fastbench.results.figures import DEFINITIONS
+    from fastbench.results.definitions import DEFINITIONS
 
     text = DOC.read_text()
     for name, definition in DEFINITIONS.items():

@@ -3,7 +3,7 @@
 Public API::
 
     from fastbench import BenchConfig, run
-    from fastbench.results.figures import to_vllm_keys
+    from fastbench.metrics import to_vllm_keys
 
     result = run(BenchConfig(base_url="http://127.0.0.1:8000", concurrency=64, num_prompts=500))
     print(result.distributions["ttft"].median, to_vllm_keys(result)["p99_tpot_ms"])
@@ -20,7 +20,7 @@ from fastbench.exceptions import (
     ServerDiedError,
     ServerError,
 )
-from fastbench.results.figures import Result
+from fastbench.results.result import Result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

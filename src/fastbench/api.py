@@ -25,7 +25,7 @@ from fastbench.load import datasets
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import figures, writers
-from fastbench.results.figures import Result
+from fastbench.results.result import Result
 from fastbench.server import launch, modelinfo
 from fastbench.server.prom import http_session
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fastbench.results.figures import Result
+    from fastbench.results.result import Result
 
 __all__ = ("ConfigError", "DatasetError", "FastbenchError", "ResultWriteError", "ServerDiedError", "ServerError")
 

@@ -1,6 +1,6 @@
 """``from fastbench.metrics import to_vllm_keys``, as documented: the result's figures under the flat
-key names of ``vllm bench serve``. The figures themselves live in ``fastbench.results.figures``."""
+key names of ``vllm bench serve``. The adapter lives in ``fastbench.results.vllm_keys``."""
 
-from fastbench.results.figures import to_vllm_keys
+from fastbench.results.vllm_keys import to_vllm_keys
 
 __all__ = ("to_vllm_keys",)

@@ -1,9 +1,7 @@
 """Derived figures of a run, each with one written definition, computed from RunData off the hot path.
 
-``summarize`` turns what the native core measured (:class:`~fastbench.records.RunData`) into a
-:class:`Result`; ``to_vllm_keys`` gives the flat keys ``vllm bench serve`` writes, with the
-same meaning and units. The strings in :data:`DEFINITIONS` go verbatim into the README and the
-result file.
+``summarize`` turns what the native core measured (:class:`~fastbench.results.records.RunData`) into a
+:class:`~fastbench.results.result.Result`; each figure's definition is in ``definitions.DEFINITIONS``.
 
 Per-request distributions (TTFT, TPOT, E2EL, rates, ...) are exact, computed from the rows of
 completed requests as ``vllm bench serve`` computes them (numpy: linear-interpolated percentiles,
@@ -14,7 +12,6 @@ within 0.1 % of the exact value, percentiles the highest value equivalent to tha
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import heapq
 from collections.abc import Mapping, Sequence
@@ -23,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import GOODPUT_METRICS, BenchConfig
+from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.records import (
     COL,
     HDR_HIGHEST,
@@ -32,333 +30,22 @@ from fastbench.results.records import (
     UsageSource,
     new_histogram,
 )
+from fastbench.results.result import (
+    ClientSummary,
+    Counts,
+    Distribution,
+    ErrorSummary,
+    PerRequest,
+    Result,
+    Throughput,
+    TimestampSummary,
+    UsageSummary,
+)
 
-# Rates (tokens/s) are recorded in HDR histograms as milli-tokens per second.
-RATE_SCALE = 1000
 # Below this many samples p99 / p99.9 are just the slowest request or two; the notes say so.
 FEW_SAMPLES = 100
 # Per-request lists in workload_info, used here but not copied into the result.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens")
-
-DEFINITIONS: dict[str, str] = {
-    # latency, per request (completed requests only)
-    "ttft": (
-        "Time to first token: receive stamp of the first event carrying output of any kind "
-        "(reasoning or answer) minus the request's start. The start is its scheduled arrival time "
-        "in open loop (coordinated-omission-correct: client lateness and waiting for a concurrency "
-        "slot count) and the time its bytes went to the kernel in closed loop, as in vllm bench "
-        "serve (the client's turnaround from a freed slot to the send is reported as lateness), "
-        "except that a new connection's setup is not in it (vllm bench serve's clock starts before "
-        "connecting: ~1 ms more on the first request of each connection on loopback). "
-        "This is what the vllm keys *_ttft_ms hold."
-    ),
-    "ttft_raw": (
-        "Raw TTFT: the same first-output stamp minus the time the request's bytes were handed to "
-        "the kernel (after any connect). Equal to TTFT in closed loop; in open loop the two differ "
-        "when the client was late or requests waited for a slot."
-    ),
-    "ttfa": (
-        "Time to first answer token: receive stamp of the first event carrying answer text (not "
-        "reasoning) minus the request's start (as for TTFT). Equals TTFT for models without "
-        "reasoning output."
-    ),
-    "tpot": (
-        "Time per output token: (E2E latency - TTFT) / (output tokens - 1), per request with at "
-        "least 2 output tokens (the first token is excluded). Output tokens are the server's count."
-    ),
-    "itl": (
-        "Inter-chunk latency: gap between the receive stamps of consecutive output chunks of one "
-        "request, once per gap. This is what vllm bench serve calls ITL (*_itl_ms); with "
-        "speculative decoding one chunk carries several tokens. Per-request ITL arrays are not "
-        "kept, only this histogram."
-    ),
-    "itl_token": (
-        "Per-token inter-token latency: each chunk gap divided by the number of tokens in that "
-        "chunk, recorded once per token. Needs per-chunk usage; otherwise every chunk counts as "
-        "1 token and it equals the chunk ITL."
-    ),
-    "e2el": (
-        "End-to-end latency: receive stamp of the read that completed the response minus the "
-        "request's start (as for TTFT; vllm's *_e2el_ms)."
-    ),
-    "e2el_raw": "Raw end-to-end latency: the same end stamp minus the send time.",
-    "lateness": (
-        "Client lateness: send time minus scheduled time, per request: in open loop the arrival "
-        "time, in closed loop the moment the request's slot freed (the previous response's end "
-        "stamp). Includes opening a new connection and, in open loop, waiting for a free "
-        "concurrency slot."
-    ),
-    "connect": "Connect time: time spent opening a new connection, for requests that opened one.",
-    "skew": (
-        "Client skew: receive stamp minus the send stamp the synthetic server writes into each "
-        "chunk, per chunk; only in runs against the built-in synthetic server. It measures the "
-        "client's own delay."
-    ),
-    # rates, per request
-    "decode_rate": (
-        "Per-stream decode rate: (output tokens - 1) / (E2E latency - TTFT), in tokens/s, per "
-        "request with at least 2 output tokens; the decode speed one client sees."
-    ),
-    "prefill_rate": (
-        "Prefill rate: prompt tokens / raw TTFT (from the send time), in tokens/s, per request; "
-        "reported as a distribution. Includes connect time and any queueing in the server, so it "
-        "is a lower bound on the engine's prefill speed. Never total prompt tokens / run time."
-    ),
-    # throughputs
-    "duration": (
-        "Measured window in seconds: from the first scheduled request (after warm-ups) to the "
-        "last completion or the time cap."
-    ),
-    "request_throughput": "Completed requests / duration, in requests/s.",
-    "input_throughput": (
-        "Prompt tokens of completed requests / duration, in tokens/s. A load figure, not a prefill "
-        "speed: with few or slow requests it says little about prefill."
-    ),
-    "output_throughput": (
-        "Aggregate decode throughput: output tokens of completed requests / duration, in tokens/s "
-        "(vllm's output_throughput)."
-    ),
-    "total_token_throughput": "(Prompt + output tokens of completed requests) / duration, in tokens/s.",
-    "prefill_throughput": (
-        "Aggregate prefill throughput: prompt tokens of completed requests / the wall time during "
-        "which at least one of them was between send and first output, in tokens/s."
-    ),
-    "request_goodput": (
-        "Goodput: completed requests meeting every SLO in the goodput setting (TTFT, TPOT, E2E "
-        "latency, each <= its limit in ms; a request with fewer than 2 output tokens meets any "
-        "TPOT limit) / duration, in requests/s. Absent when no SLO was set."
-    ),
-    # counts and client figures
-    "completed": "Requests that finished without error inside the measured window.",
-    "failed": "Requests that ended with an error (any class but CANCELLED), by ErrorClass name.",
-    "cancelled": ("Requests in flight when the run stopped early (time cap, interrupt, error-rate stop), and in "
-                  "open loop those that had arrived but still waited for a free slot: incomplete, not failed."),
-    "not_started": "Requests of the workload never scheduled before the run ended.",
-    "mean_tokens_per_chunk": (
-        "Output tokens / output chunks over completed requests with server usage: a client-side "
-        "estimate of the speculative-decoding acceptance length (the server may merge steps into "
-        "one chunk under load)."
-    ),
-    "max_concurrent_requests": "Most requests in flight at once (between send and end), exact.",
-    "mean_in_flight": "Time-weighted mean of requests in flight over the measured window.",
-    "client_cpu_per_event": "Client process CPU time (user + system) in the window / output events received, in us.",
-    "multi_event_read_ratio": (
-        "Socket reads that delivered more than one output event / reads that delivered bytes. "
-        "Events of one read share its timestamp."
-    ),
-    "distribution": (
-        "mean, median, p90, p99, p99.9, min, max, std. Per-request series (ttft, tpot, e2el, rates, ...) "
-        "are exact, as vllm bench serve computes them: numpy's linear-interpolated percentiles and "
-        "population standard deviation. Chunk-level series (itl, itl_token, skew) are read from the "
-        "core's HDR histogram with 3 significant digits (within 0.1 % of exact); their percentiles are "
-        "the highest value equivalent to that rank."
-    ),
-}
-
-TIME_METRICS: tuple[str, ...] = (
-    "ttft",
-    "ttft_raw",
-    "ttfa",
-    "tpot",
-    "itl",
-    "itl_token",
-    "e2el",
-    "e2el_raw",
-    "lateness",
-    "connect",
-    "skew",
-)
-RATE_METRICS: tuple[str, ...] = ("prefill_rate", "decode_rate")
-# Names of RunData.histograms -> names of distributions.
-CORE_HISTOGRAMS: dict[str, str] = {"itl_chunk": "itl", "itl_token": "itl_token", "skew": "skew"}
-
-
-def histogram_unit(name: str) -> str:
-    """Unit of the values recorded in the HDR histogram of a distribution."""
-    return "mtok/s" if name in RATE_METRICS else "ns"
-
-
-@dataclasses.dataclass(frozen=True)
-class Distribution:
-    """Summary of one histogram, in ``unit`` ("ms" or "tok/s"); the figures are None when count is 0."""
-
-    unit: str
-    count: int
-    mean: float | None
-    std: float | None
-    min: float | None
-    median: float | None
-    p90: float | None
-    p99: float | None
-    p99_9: float | None
-    max: float | None
-
-    @classmethod
-    def empty(cls, unit: str) -> Distribution:
-        return cls(unit, 0, None, None, None, None, None, None, None, None)
-
-    @classmethod
-    def from_values(cls, values: np.ndarray, unit: str, scale: float = 1e6) -> Distribution:
-        """Exact figures of per-request values (ns, or tok/s with ``scale`` 1), as vllm bench serve
-        computes them: numpy's linear-interpolated percentiles, population standard deviation."""
-        if values.size == 0:
-            return cls.empty(unit)
-        v = np.asarray(values, dtype=np.float64) / scale
-        median, p90, p99, p99_9 = (float(x) for x in np.percentile(v, [50.0, 90.0, 99.0, 99.9]))
-        return cls(unit=unit, count=int(v.size), mean=float(v.mean()), std=float(v.std()), min=float(v.min()),
-                   median=median, p90=p90, p99=p99, p99_9=p99_9, max=float(v.max()))
-
-    @classmethod
-    def from_histogram(cls, hist: Any, unit: str) -> Distribution:
-        count = int(hist.get_total_count())
-        if count == 0:
-            return cls.empty(unit)
-        scale = 1e6 if unit == "ms" else float(RATE_SCALE)
-
-        def at(p: float) -> float:
-            return float(hist.get_value_at_percentile(p)) / scale
-
-        mean, std = _mean_std(hist)
-        return cls(
-            unit=unit,
-            count=count,
-            mean=mean / scale,
-            std=std / scale,
-            min=float(hist.get_min_value()) / scale,
-            median=at(50.0),
-            p90=at(90.0),
-            p99=at(99.0),
-            p99_9=at(99.9),
-            max=float(hist.get_max_value()) / scale,
-        )
-
-    def percentiles(self) -> dict[str, float | None]:
-        """Percentiles keyed as vllm names them: "p90", "p99", "p99.9"."""
-        return {"p90": self.p90, "p99": self.p99, "p99.9": self.p99_9}
-
-
-@dataclasses.dataclass(frozen=True)
-class Counts:
-    total: int  # rows of the request table: the requests the workload asked for (warm-ups excluded)
-    completed: int
-    failed: int  # ended with an error other than CANCELLED
-    failed_by_class: dict[str, int]  # ErrorClass name -> count, failed requests only
-    cancelled: int  # in flight when the run stopped early, or arrived and waiting for a slot: incomplete
-    not_started: int  # never scheduled before the run ended
-    warmups: int  # warm-up requests sent before the window (not in total)
-    # sent again, once, on a new connection: the kept-alive one closed before any response byte
-    resent: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Throughput:
-    """Rates over the measured window, per second."""
-
-    request_throughput: float
-    request_goodput: float | None  # None when no goodput SLO was set
-    good_requests: int | None
-    input_throughput: float
-    output_throughput: float
-    total_token_throughput: float
-    prefill_throughput: float | None  # aggregate; None when no prompt token counts are known
-
-
-@dataclasses.dataclass(frozen=True)
-class ErrorSummary:
-    count: int
-    examples: list[str]  # up to 5 distinct messages
-
-
-@dataclasses.dataclass(frozen=True)
-class UsageSummary:
-    by_source: dict[str, int]  # UsageSource name -> completed requests whose counts came from it
-    all_per_chunk: bool
-    statement: str  # where token counts came from, and the fallback when not all PER_CHUNK
-
-
-@dataclasses.dataclass(frozen=True)
-class TimestampSummary:
-    source: str  # TimestampSource name
-    statement: str
-    reads: int
-    multi_event_reads: int
-    output_events: int
-    kernel_stamped_reads: int
-    multi_event_read_ratio: float | None
-    events_per_read: float | None
-    kernel_stamped_ratio: float | None
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientSummary:
-    mean_in_flight: float
-    max_concurrent_requests: int
-    cpu_s: float
-    cpu_per_event_us: float | None
-    connections_opened: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PerRequest:
-    """vllm's per-request arrays, for every started request in index order."""
-
-    index: list[int]
-    input_lens: list[int]  # prompt tokens (0 when unknown)
-    output_lens: list[int]  # output tokens of completed requests, 0 otherwise (as vllm)
-    ttfts: list[float]  # TTFT in seconds, 0.0 where no output arrived (as vllm)
-    errors: list[str]  # "" for completed requests, else "CLASS: message"
-
-
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """Everything derived from one run; ``writers`` renders it, ``to_vllm_keys`` flattens it."""
-
-    config: BenchConfig
-    created_at: str  # local wall-clock time of the summary, ISO 8601 with offset
-    duration_s: float
-    counts: Counts
-    total_input_tokens: int  # completed requests only
-    total_output_tokens: int  # completed requests only
-    throughput: Throughput
-    distributions: dict[str, Distribution]  # metric name (see DEFINITIONS) -> summary
-    histograms: dict[str, Any]  # metric name -> HdrHistogram, values in histogram_unit(name)
-    mean_tokens_per_chunk: float | None
-    errors: dict[str, ErrorSummary]  # ErrorClass name -> count and examples (failed and cancelled)
-    usage: UsageSummary
-    timestamps: TimestampSummary
-    client: ClientSummary
-    per_request: PerRequest
-    cap_hit: bool
-    stopped_reason: str
-    collapsed: bool  # the run did not measure a working server (see collapse_reason)
-    collapse_reason: str | None
-    notes: list[str]
-    workload_info: dict[str, Any]
-    server_info: dict[str, Any]
-
-
-def _mean_std(hist: Any) -> tuple[float, float]:
-    """Mean and standard deviation of an HDR histogram, as hdrh computes them (each bucket at its
-    median-equivalent value), but vectorised: hdrh's own loop takes ~0.1 s per call."""
-    raw = np.ctypeslib.as_array(hist.counts)
-    counts = raw[: min(len(raw), int(hist.counts_len))].astype(np.float64)
-    index = np.flatnonzero(counts)
-    if len(index) == 0:
-        return 0.0, 0.0
-    half_magnitude = int(hist.sub_bucket_half_count_magnitude)
-    half = int(hist.sub_bucket_half_count)
-    bucket = (index >> half_magnitude) - 1
-    sub_bucket = (index & (half - 1)) + half
-    first = bucket < 0
-    sub_bucket[first] -= half
-    bucket[first] = 0
-    shift = bucket + int(hist.unit_magnitude)
-    median_equivalent = ((sub_bucket << shift) + ((1 << shift) >> 1)).astype(np.float64)
-    weights = counts[index]
-    total = weights.sum()
-    mean = float((weights * median_equivalent).sum() / total)
-    std = float(np.sqrt((weights * (median_equivalent - mean) ** 2).sum() / total))
-    return mean, std
 
 
 def histogram_of(values: np.ndarray) -> Any:
@@ -840,55 +527,3 @@ def _notes(result: Result, data: RunData, *, no_tpot: int, unknown_prompt: int, 
     notes.append(in_flight)
     notes.extend(str(note) for note in result.workload_info.get("notes") or [])
     return notes
-
-
-def _vllm_backend(config: BenchConfig) -> str:
-    return "openai-chat" if config.endpoint == "/v1/chat/completions" else "openai"
-
-
-def to_vllm_keys(result: Result) -> dict[str, Any]:
-    """The flat keys ``vllm bench serve`` saves, with its meaning and units (ms, s, per second).
-
-    Differences: in open loop TTFT / E2EL count from the scheduled arrival time
-    (coordinated-omission-correct; in closed loop from the send, as vllm); ITL percentiles and means
-    come from HDR histograms (within 0.1 %); the per-request ``itls`` and ``generated_texts`` arrays are not kept, and
-    ``max_output_tokens_per_s`` (needs per-token times) is absent.
-    """
-    cfg = result.config
-    backend = _vllm_backend(cfg)
-    model = cfg.model if cfg.model is not None else result.server_info.get("model")
-    keys: dict[str, Any] = {
-        "date": datetime.datetime.fromisoformat(result.created_at).strftime("%Y%m%d-%H%M%S"),
-        "endpoint_type": backend,
-        "backend": backend,
-        "label": cfg.label if cfg.label is not None else backend,
-        "model_id": model,
-        "tokenizer_id": cfg.tokenizer if cfg.tokenizer is not None else model,
-        "num_prompts": cfg.num_prompts,
-        "request_rate": cfg.request_rate if cfg.request_rate is not None else "inf",
-        "burstiness": cfg.burstiness,
-        "max_concurrency": cfg.effective_concurrency,
-        "duration": result.duration_s,
-        "completed": result.counts.completed,
-        "failed": result.counts.failed,
-        "total_input_tokens": result.total_input_tokens,
-        "total_output_tokens": result.total_output_tokens,
-        "request_throughput": result.throughput.request_throughput,
-        "request_goodput": result.throughput.request_goodput,
-        "output_throughput": result.throughput.output_throughput,
-        "total_token_throughput": result.throughput.total_token_throughput,
-        "max_concurrent_requests": result.client.max_concurrent_requests,
-    }
-    for metric in ("ttft", "tpot", "itl", "e2el"):
-        dist = result.distributions.get(metric) or Distribution.empty("ms")
-        # vllm writes 0 for a metric without samples (numpy over an empty list, "or 0")
-        keys[f"mean_{metric}_ms"] = dist.mean or 0.0
-        keys[f"median_{metric}_ms"] = dist.median or 0.0
-        keys[f"std_{metric}_ms"] = dist.std or 0.0
-        for name, value in dist.percentiles().items():
-            keys[f"{name}_{metric}_ms"] = value or 0.0
-    keys["input_lens"] = list(result.per_request.input_lens)
-    keys["output_lens"] = list(result.per_request.output_lens)
-    keys["ttfts"] = list(result.per_request.ttfts)
-    keys["errors"] = list(result.per_request.errors)
-    return keys

@@ -23,15 +23,11 @@ from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_text, scrub, shell_join
-from fastbench.results.figures import (
-    DEFINITIONS,
-    Distribution,
-    Result,
-    error_name,
-    histogram_unit,
-    to_vllm_keys,
-)
+from fastbench.results.definitions import DEFINITIONS, histogram_unit
+from fastbench.results.figures import error_name
 from fastbench.results.records import COL, HDR_DIGITS, HDR_HIGHEST, HDR_LOWEST, ErrorClass, RunData, UsageSource
+from fastbench.results.result import Distribution, Result
+from fastbench.results.vllm_keys import to_vllm_keys
 
 RESULT_SCHEMA_VERSION = 1
 HISTOGRAM_ENCODING = "HdrHistogram V2 compressed, base64 (hdrh HdrHistogram.encode / decode)"

@@ -1,0 +1,148 @@
+"""The written definition of every figure a run reports, and the units its histograms hold.
+
+The strings in :data:`DEFINITIONS` go verbatim into the README, docs/result-schema.md and every
+result file (tests check that the three agree); :data:`TIME_METRICS` and :data:`RATE_METRICS` name
+the distributions, :data:`CORE_HISTOGRAMS` the ones the native core records itself.
+"""
+
+from __future__ import annotations
+
+# Rates (tokens/s) are recorded in HDR histograms as milli-tokens per second.
+RATE_SCALE = 1000
+
+DEFINITIONS: dict[str, str] = {
+    # latency, per request (completed requests only)
+    "ttft": (
+        "Time to first token: receive stamp of the first event carrying output of any kind "
+        "(reasoning or answer) minus the request's start. The start is its scheduled arrival time "
+        "in open loop (coordinated-omission-correct: client lateness and waiting for a concurrency "
+        "slot count) and the time its bytes went to the kernel in closed loop, as in vllm bench "
+        "serve (the client's turnaround from a freed slot to the send is reported as lateness), "
+        "except that a new connection's setup is not in it (vllm bench serve's clock starts before "
+        "connecting: ~1 ms more on the first request of each connection on loopback). "
+        "This is what the vllm keys *_ttft_ms hold."
+    ),
+    "ttft_raw": (
+        "Raw TTFT: the same first-output stamp minus the time the request's bytes were handed to "
+        "the kernel (after any connect). Equal to TTFT in closed loop; in open loop the two differ "
+        "when the client was late or requests waited for a slot."
+    ),
+    "ttfa": (
+        "Time to first answer token: receive stamp of the first event carrying answer text (not "
+        "reasoning) minus the request's start (as for TTFT). Equals TTFT for models without "
+        "reasoning output."
+    ),
+    "tpot": (
+        "Time per output token: (E2E latency - TTFT) / (output tokens - 1), per request with at "
+        "least 2 output tokens (the first token is excluded). Output tokens are the server's count."
+    ),
+    "itl": (
+        "Inter-chunk latency: gap between the receive stamps of consecutive output chunks of one "
+        "request, once per gap. This is what vllm bench serve calls ITL (*_itl_ms); with "
+        "speculative decoding one chunk carries several tokens. Per-request ITL arrays are not "
+        "kept, only this histogram."
+    ),
+    "itl_token": (
+        "Per-token inter-token latency: each chunk gap divided by the number of tokens in that "
+        "chunk, recorded once per token. Needs per-chunk usage; otherwise every chunk counts as "
+        "1 token and it equals the chunk ITL."
+    ),
+    "e2el": (
+        "End-to-end latency: receive stamp of the read that completed the response minus the "
+        "request's start (as for TTFT; vllm's *_e2el_ms)."
+    ),
+    "e2el_raw": "Raw end-to-end latency: the same end stamp minus the send time.",
+    "lateness": (
+        "Client lateness: send time minus scheduled time, per request: in open loop the arrival "
+        "time, in closed loop the moment the request's slot freed (the previous response's end "
+        "stamp). Includes opening a new connection and, in open loop, waiting for a free "
+        "concurrency slot."
+    ),
+    "connect": "Connect time: time spent opening a new connection, for requests that opened one.",
+    "skew": (
+        "Client skew: receive stamp minus the send stamp the synthetic server writes into each "
+        "chunk, per chunk; only in runs against the built-in synthetic server. It measures the "
+        "client's own delay."
+    ),
+    # rates, per request
+    "decode_rate": (
+        "Per-stream decode rate: (output tokens - 1) / (E2E latency - TTFT), in tokens/s, per "
+        "request with at least 2 output tokens; the decode speed one client sees."
+    ),
+    "prefill_rate": (
+        "Prefill rate: prompt tokens / raw TTFT (from the send time), in tokens/s, per request; "
+        "reported as a distribution. Includes connect time and any queueing in the server, so it "
+        "is a lower bound on the engine's prefill speed. Never total prompt tokens / run time."
+    ),
+    # throughputs
+    "duration": (
+        "Measured window in seconds: from the first scheduled request (after warm-ups) to the "
+        "last completion or the time cap."
+    ),
+    "request_throughput": "Completed requests / duration, in requests/s.",
+    "input_throughput": (
+        "Prompt tokens of completed requests / duration, in tokens/s. A load figure, not a prefill "
+        "speed: with few or slow requests it says little about prefill."
+    ),
+    "output_throughput": (
+        "Aggregate decode throughput: output tokens of completed requests / duration, in tokens/s "
+        "(vllm's output_throughput)."
+    ),
+    "total_token_throughput": "(Prompt + output tokens of completed requests) / duration, in tokens/s.",
+    "prefill_throughput": (
+        "Aggregate prefill throughput: prompt tokens of completed requests / the wall time during "
+        "which at least one of them was between send and first output, in tokens/s."
+    ),
+    "request_goodput": (
+        "Goodput: completed requests meeting every SLO in the goodput setting (TTFT, TPOT, E2E "
+        "latency, each <= its limit in ms; a request with fewer than 2 output tokens meets any "
+        "TPOT limit) / duration, in requests/s. Absent when no SLO was set."
+    ),
+    # counts and client figures
+    "completed": "Requests that finished without error inside the measured window.",
+    "failed": "Requests that ended with an error (any class but CANCELLED), by ErrorClass name.",
+    "cancelled": ("Requests in flight when the run stopped early (time cap, interrupt, error-rate stop), and in "
+                  "open loop those that had arrived but still waited for a free slot: incomplete, not failed."),
+    "not_started": "Requests of the workload never scheduled before the run ended.",
+    "mean_tokens_per_chunk": (
+        "Output tokens / output chunks over completed requests with server usage: a client-side "
+        "estimate of the speculative-decoding acceptance length (the server may merge steps into "
+        "one chunk under load)."
+    ),
+    "max_concurrent_requests": "Most requests in flight at once (between send and end), exact.",
+    "mean_in_flight": "Time-weighted mean of requests in flight over the measured window.",
+    "client_cpu_per_event": "Client process CPU time (user + system) in the window / output events received, in us.",
+    "multi_event_read_ratio": (
+        "Socket reads that delivered more than one output event / reads that delivered bytes. "
+        "Events of one read share its timestamp."
+    ),
+    "distribution": (
+        "mean, median, p90, p99, p99.9, min, max, std. Per-request series (ttft, tpot, e2el, rates, ...) "
+        "are exact, as vllm bench serve computes them: numpy's linear-interpolated percentiles and "
+        "population standard deviation. Chunk-level series (itl, itl_token, skew) are read from the "
+        "core's HDR histogram with 3 significant digits (within 0.1 % of exact); their percentiles are "
+        "the highest value equivalent to that rank."
+    ),
+}
+
+TIME_METRICS: tuple[str, ...] = (
+    "ttft",
+    "ttft_raw",
+    "ttfa",
+    "tpot",
+    "itl",
+    "itl_token",
+    "e2el",
+    "e2el_raw",
+    "lateness",
+    "connect",
+    "skew",
+)
+RATE_METRICS: tuple[str, ...] = ("prefill_rate", "decode_rate")
+# Names of RunData.histograms -> names of distributions.
+CORE_HISTOGRAMS: dict[str, str] = {"itl_chunk": "itl", "itl_token": "itl_token", "skew": "skew"}
+
+
+def histogram_unit(name: str) -> str:
+    """Unit of the values recorded in the HDR histogram of a distribution."""
+    return "mtok/s" if name in RATE_METRICS else "ns"
