@@ -40,7 +40,7 @@ fastbench.server.memory`` works too). It talks through its pipes: commands in on
 its stdin closes because the parent is gone; it ignores SIGINT so that Ctrl-C in a terminal reaches the
 benchmark, which then calls ``stop()``.
 
-Why one module of about 950 lines: run by path under ``-I``, the co-process can import nothing but the
+One module of ~960 lines because, run by path under ``-I``, the co-process can import nothing but the
 standard library, not even this file's neighbours, so the records, the readers and the sampling loop
 (about half the file) must live here. The parent's side (``MemorySampler``, ``MemorySeries``) could
 move out, but it reads the JSON lines the loop writes: kept in one file, both ends of that pipe's
