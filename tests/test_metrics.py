@@ -1,4 +1,4 @@
-"""metrics.summarize on hand-built RunData with known schedules."""
+"""figures.summarize on hand-built RunData with known schedules."""
 
 from __future__ import annotations
 

@@ -1,0 +1,213 @@
+"""What a run's text says about it: the notes, where token counts and timestamps came from, why it collapsed.
+
+Every sentence ``figures.summarize`` puts into a :class:`~fastbench.results.result.Result` is worded
+here, from the result's own fields and the few counts in :class:`NoteFacts`. The notes go into the
+run card's Notes and the result file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from fastbench.results.records import TimestampSource
+from fastbench.results.result import Counts, Result
+
+# Below this many samples p99 / p99.9 are just the slowest request or two; the notes say so.
+FEW_SAMPLES = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotWaits:
+    """Open loop under a concurrency cap of ``cap`` slots: the requests that found every slot busy."""
+
+    cap: int
+    granted: int  # started requests, each granted a slot
+    waited_ms: np.ndarray  # arrival to send, per request that arrived with every slot busy
+    still_waiting_ms: np.ndarray  # arrival to the stop, per request still waiting for a slot when the run stopped
+
+
+@dataclasses.dataclass(frozen=True)
+class NoteFacts:
+    """What the notes state beyond the Result's own fields, counted by ``figures`` from the request table."""
+
+    no_tpot: int  # completed requests with fewer than 2 output tokens
+    unknown_prompt: int  # completed requests without a prompt token count
+    over_context: int  # completed requests reporting more prompt tokens than the server's max_model_len
+    cut_short: int  # requests sent but cancelled when the run stopped
+    cut_short_tokens: int  # output tokens those had received
+    unreadable_outputs: int  # --save-outputs: requests whose events were not readable OpenAI chunks
+    slot_waits: SlotWaits | None  # open loop under a concurrency cap only
+
+
+def usage_statement(by_source: dict[str, int], completed: int) -> str:
+    """Where the token counts came from (UsageSource name -> completed requests), and each fallback."""
+    per_chunk = by_source.get("PER_CHUNK", 0)
+    final = by_source.get("FINAL", 0)
+    none = by_source.get("NONE", 0)
+    inconsistent = by_source.get("INCONSISTENT", 0)
+    if completed == 0:
+        return "no completed request: no token counts"
+    if per_chunk == completed:
+        return "token counts from the server's per-chunk usage (exact per chunk)"
+    parts = []
+    if per_chunk:
+        parts.append(f"{per_chunk}/{completed} requests had per-chunk usage")
+    if final:
+        parts.append(
+            f"{final}/{completed} had usage only at the end: their totals (and so tokens per chunk) "
+            "are exact, but per-token ITL counts each of their chunks as 1 token"
+        )
+    if none:
+        parts.append(
+            f"{none}/{completed} had no usage at all: their output tokens are the chunks with text "
+            "(undercounts with speculative decoding) and their prompt tokens come from the workload, if known"
+        )
+    if inconsistent:
+        parts.append(
+            f"{inconsistent}/{completed} had usage that cannot be right (malformed, going backwards, past "
+            "max_tokens, or no token for text) and is not trusted: their output tokens are the chunks with text"
+        )
+    return "token counts fall back: " + "; ".join(parts)
+
+
+def timestamp_statement(source: TimestampSource, kernel_stamped_ratio: float | None) -> str:
+    """Which clock stamped the reads, and how many reads lacked a kernel stamp."""
+    if source == TimestampSource.KERNEL:
+        statement = "receive timestamps: kernel (SO_TIMESTAMPNS)"
+        if kernel_stamped_ratio is not None and kernel_stamped_ratio < 1.0:
+            statement += f"; {100 * (1 - kernel_stamped_ratio):.1f}% of reads had none and used the user-space clock"
+        return statement
+    return "receive timestamps: user space (clock read after each socket read returned)"
+
+
+def collapse_reason(counts: Counts, stopped_reason: str, max_error_rate: float | None) -> str | None:
+    """Why the run did not measure a working server, or None when it did."""
+    finished = counts.completed + counts.failed
+    if stopped_reason == "max error rate":
+        return f"stopped early: failed/finished passed max_error_rate {max_error_rate}"
+    if counts.completed == 0:
+        return "no request completed"
+    if finished and counts.failed / finished > 0.5:
+        return f"most requests failed ({counts.failed}/{finished})"
+    return None
+
+
+def run_notes(result: Result, facts: NoteFacts) -> list[str]:
+    """Short statements about the run, for the card's Notes and the result file."""
+    cfg, n, d = result.config, result.counts, result.distributions
+    notes: list[str] = []
+    failed = ", ".join(f"{name} {k}" for name, k in n.failed_by_class.items())
+    failed_text = f"{n.failed} failed ({failed})" if n.failed else "0 errors"
+    left = n.cancelled + n.not_started
+    if result.cap_hit:
+        cap = f"{cfg.max_seconds:g} s " if cfg.max_seconds is not None else ""
+        notes.append(
+            f"{n.completed}/{n.total} completed before the {cap}time cap, {failed_text}; "
+            f"{left} not started/cancelled"
+        )
+    else:
+        text = f"{n.completed}/{n.total} completed, {failed_text}, in {result.duration_s:.1f} s"
+        if left:
+            text += f"; {left} not started/cancelled"
+        notes.append(text)
+    if result.stopped_reason == "interrupted":
+        notes.append("interrupted before the workload finished")
+    if result.collapse_reason:
+        notes.append(f"collapsed run: {result.collapse_reason}")
+    if n.resent:
+        notes.append(
+            f"{n.resent} requests were re-sent once on a new connection: their kept-alive "
+            "connection closed or reset before any response byte"
+        )
+    if facts.slot_waits is not None:
+        notes += _slot_wait_notes(facts.slot_waits)
+    if facts.cut_short_tokens:
+        notes.append(f"{facts.cut_short} requests cut short when the run stopped had received "
+                     f"{facts.cut_short_tokens:,} output tokens: like vllm bench serve, token counts and throughputs "
+                     "cover completed requests only")
+    if facts.unreadable_outputs:
+        notes.append(f"--save-outputs: {facts.unreadable_outputs} requests streamed events that are not "
+                     "readable OpenAI chunks (bad JSON or types); their output_text and reasoning_text are null")
+    if n.warmups:
+        notes.append(f"{n.warmups} warm-up requests sent before the measured window, not counted")
+    if 0 < n.completed < FEW_SAMPLES:
+        notes.append(
+            f"only {n.completed} requests completed: p99 and p99.9 are the slowest one or two requests"
+        )
+    notes.append(result.usage.statement)
+    if facts.unknown_prompt:
+        notes.append(f"{facts.unknown_prompt} completed requests have no prompt token count (counted as 0)")
+    if facts.over_context:
+        notes.append(f"{facts.over_context} completed requests report more prompt tokens than the server's "
+                     f"max_model_len ({result.server_info['max_model_len']}): its usage cannot be right there")
+    if facts.no_tpot:
+        notes.append(f"{facts.no_tpot} completed requests had fewer than 2 output tokens: no TPOT for them")
+    ts = result.timestamps
+    notes.append(ts.statement)
+    if ts.multi_event_read_ratio is not None:
+        notes.append(
+            f"{100 * ts.multi_event_read_ratio:.1f}% of reads carried more than one event "
+            f"({ts.events_per_read:.2f} output events per read; events of one read share its timestamp)"
+        )
+    if cfg.coalesce_ms:
+        text = (f"reads coalesced (--coalesce-ms {cfg.coalesce_ms:g}): each socket drained at least every "
+                f"{cfg.coalesce_ms:g} ms, a stream about to end on every arrival; times from kernel stamps")
+        gap = d["itl"].median
+        if gap is not None and 2 * cfg.coalesce_ms > gap:
+            text += (f"; the window is over half the median chunk gap ({_fmt_ms(gap)} ms): chunks of one "
+                     "stream can share a read and its stamp, and a server that leaves Nagle on waits for "
+                     "the read's ACK: use a smaller window or none")
+        notes.append(text)
+    prefill = d.get("prefill_rate")
+    if prefill is not None and prefill.count:
+        notes.append(
+            f"prefill rate is the median of per-request prompt tokens / raw TTFT (n={prefill.count}), "
+            "not total prompt tokens / run time"
+        )
+    if cfg.request_rate is not None:
+        ttft, raw, late = d["ttft"], d["ttft_raw"], d["lateness"]
+        notes.append(
+            f"open loop at {cfg.request_rate:g} req/s (burstiness {cfg.burstiness:g}): TTFT and E2E count "
+            f"from the scheduled time; median TTFT {_fmt_ms(ttft.median)} ms vs {_fmt_ms(raw.median)} ms "
+            f"from the send time; client lateness p99 {_fmt_ms(late.p99)} ms"
+        )
+    ttfa_median, ttft_median = d["ttfa"].median, d["ttft"].median
+    if ttfa_median is not None and ttft_median is not None and ttfa_median > ttft_median * 1.01:
+        notes.append(f"reasoning output first: median TTFA {_fmt_ms(ttfa_median)} ms")
+    skew = d.get("skew")
+    if skew is not None and skew.count:
+        notes.append(
+            f"client skew vs the synthetic server's send stamps: p99 {skew.p99:.3f} ms, max {skew.max:.3f} ms"
+        )
+    cl = result.client
+    slots = cfg.effective_concurrency
+    in_flight = f"mean in flight {cl.mean_in_flight:.1f} ({'no cap' if slots is None else f'concurrency {slots}'}"
+    in_flight += f", peak {cl.max_concurrent_requests})"
+    if cl.cpu_per_event_us is not None:
+        in_flight += f"; client CPU {cl.cpu_per_event_us:.1f} us per output event"
+    notes.append(in_flight)
+    notes.extend(str(note) for note in result.workload_info.get("notes") or [])
+    return notes
+
+
+def _slot_wait_notes(waits: SlotWaits) -> list[str]:
+    """Open loop under a cap: how many requests arrived with every slot busy and waited for one
+    (the wait is in their TTFT and E2EL, which run from the arrival), and how many were still
+    waiting when the run stopped (cancelled, so left out of every latency figure)."""
+    notes = []
+    if waits.waited_ms.size:
+        notes.append(f"{waits.waited_ms.size} of {waits.granted} requests arrived with all {waits.cap} slots busy "
+                     f"and waited for one (median {np.median(waits.waited_ms):.1f} ms, max "
+                     f"{waits.waited_ms.max():.1f} ms): the wait is in their TTFT and E2EL, which run from the "
+                     "arrival; without --concurrency there is no cap")
+    if waits.still_waiting_ms.size:
+        notes.append(f"{waits.still_waiting_ms.size} requests were still waiting for a slot when the run stopped "
+                     f"(median {np.median(waits.still_waiting_ms):.1f} ms waited so far): cancelled, so no latency "
+                     "figure counts them")
+    return notes
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}" if value < 10 else f"{value:.1f}"
