@@ -19,9 +19,9 @@ import pytest
 
 from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, checks, run
 from fastbench.config import LaunchConfig
-from fastbench.load import datasets as workload
 from fastbench.load.driver import LoadGenerator
 from fastbench.results import writers as report
+from fastbench.server import control
 from fastbench.synthetic import SyntheticServer
 
 # Nothing listens on port 1: a config that got past validation would fail there with a ServerError.
@@ -503,13 +503,13 @@ def test_an_attached_servers_model_files_are_found_by_the_root_it_names(tmp_path
     model_dir.mkdir()
     (model_dir / "config.json").write_text('{"model_type": "qwen2"}')
     save_file({"w": np.zeros((10, 10), np.float16)}, str(model_dir / "model.safetensors"))
-    fetch = workload.fetch_model_info
+    fetch = control.fetch_model_info
 
-    async def served_from_the_directory(*args: Any, **kwargs: Any) -> workload.ServedModels:
+    async def served_from_the_directory(*args: Any, **kwargs: Any) -> control.ServedModels:
         ids, max_model_len, _, metas = await fetch(*args, **kwargs)
-        return workload.ServedModels(ids, max_model_len, {ids[0]: str(model_dir)}, metas)
+        return control.ServedModels(ids, max_model_len, {ids[0]: str(model_dir)}, metas)
 
-    monkeypatch.setattr(workload, "fetch_model_info", served_from_the_directory)
+    monkeypatch.setattr(control, "fetch_model_info", served_from_the_directory)
     with SyntheticServer(ttft_ms=1, itl_ms=1, model="qwen-small") as server:
         result = run(BenchConfig(base_url=server.base_url, num_prompts=1, random_input_len=8, random_output_len=2))
     assert result.server_info["model"] == "qwen-small"

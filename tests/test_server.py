@@ -29,6 +29,7 @@ from fastbench.cli import tomlconfig
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.server import launch as server_module
+from fastbench.server.control import probe_ready
 from fastbench.server.launch import (
     ExternalServer,
     ServerLaunchError,
@@ -40,7 +41,6 @@ from fastbench.server.launch import (
     parse_vllm_footprint,
     parse_vllm_precision,
     port_is_free,
-    probe_ready,
     window_warnings,
 )
 from fastbench.synthetic import SyntheticServer

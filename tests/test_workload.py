@@ -24,11 +24,9 @@ from fastbench.load.datasets import (
     Workload,
     build_workload,
     build_workload_sync,
-    fetch_model_info,
-    make_server_tokenize,
     output_limit_known,
-    server_tokenize,
 )
+from fastbench.server.control import fetch_model_info, make_server_tokenize, server_tokenize
 
 try:
     import tokenizers  # noqa: F401

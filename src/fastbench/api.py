@@ -14,9 +14,6 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import aiohttp
-import orjson
-
 from fastbench._version import __version__
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
@@ -26,8 +23,7 @@ from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import figures, writers
 from fastbench.results.result import Result
-from fastbench.server import launch, modelinfo
-from fastbench.server.prom import http_session
+from fastbench.server import control, launch, modelinfo
 
 __all__ = ("arun", "run")
 
@@ -243,8 +239,8 @@ async def _run_against(
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
-    async with http_session(verify_tls=not config.insecure) as session:
-        models, max_model_len, roots, metas = await datasets.fetch_model_info(base_url, session, config.api_key)
+    async with control.http_session(verify_tls=not config.insecure) as session:
+        models, max_model_len, roots, metas = await control.fetch_model_info(base_url, session, config.api_key)
         model = config.model or (models[0] if models else None)
         if model is None:
             raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
@@ -252,13 +248,13 @@ async def _run_against(
             raise ConfigError(f"--model {config.model!r} is not served at {base_url} (it serves: "
                               f"{', '.join(models[:5])})")
         server_info.update(model=model, max_model_len=max_model_len,
-                           version=await _server_version(session, base_url))
+                           version=await control.server_version(base_url, session, config.api_key))
         if synthetic is None:  # the model's own files, where this machine has them: family, parameters
             server_info.update(await _model_files(watched, roots.get(model) or model, stop))
             if model in metas:  # the server's own account of what it loaded (llama.cpp)
                 server_info["server_model_meta"] = metas[model]
                 server_info.update(modelinfo.with_server_meta(server_info, metas[model]))
-        tokenize = datasets.make_server_tokenize(base_url, session, config.api_key, model)
+        tokenize = control.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
         work = await _unless_stopped(
             datasets.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize), stop,
@@ -328,18 +324,6 @@ async def _run_against(
     if unwritten:
         raise ResultWriteError("; ".join(unwritten), result)
     return result
-
-
-async def _server_version(session: aiohttp.ClientSession, base_url: str) -> str | None:
-    try:
-        async with session.get(base_url.rstrip("/") + "/version",
-                               timeout=aiohttp.ClientTimeout(total=5)) as resp:
-            if resp.status == 200:
-                version = orjson.loads(await resp.read()).get("version")
-                return str(version) if version is not None else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
-        pass
-    return None
 
 
 def environment() -> dict[str, Any]:

@@ -45,15 +45,13 @@ import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, TypeGuard
 
-import aiohttp
 import numpy as np
 import orjson
 
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError, DatasetError, ServerError
-from fastbench.redact import redact_secret
+from fastbench.exceptions import ConfigError, DatasetError
 
 __all__ = (
     "RequestSpec",
@@ -61,10 +59,6 @@ __all__ = (
     "build_workload",
     "check_inputs",
     "build_workload_sync",
-    "ServedModels",
-    "fetch_model_info",
-    "make_server_tokenize",
-    "server_tokenize",
 )
 
 Prompt = str | list[int]
@@ -86,7 +80,6 @@ _MIN_OUTPUT_LEN = 4  # least output length taken from a ShareGPT reply
 _TOKEN_ID_LOW, _TOKEN_ID_HIGH = 1000, 30000
 _TOKENIZE_CONCURRENCY = 32  # concurrent /tokenize calls
 _RANDOM_DRAW_FACTOR = 100  # random dataset: give up after this many draws per needed request
-_SHORT_ERROR_CHARS = 200
 
 # Common English words that most BPE vocabularies hold as one token (with the leading space).
 _WORD_TEXT = """
@@ -150,153 +143,6 @@ class Workload:
     screened_reason: str
     max_model_len: int | None
     notes: list[str]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Server helpers
-
-
-def _auth_headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def _redact(text: str, api_key: str | None) -> str:
-    """One line, with the API key removed even if a server echoed it back."""
-    return redact_secret(" ".join(text.split()), api_key)[:_SHORT_ERROR_CHARS]
-
-
-def _client_error_text(exc: aiohttp.ClientError, api_key: str | None) -> str:
-    """Why a request failed, in a line. A refused or unresolvable connection is said plainly
-    (aiohttp's own text names an "ssl:default" even for http); a TLS failure keeps aiohttp's text,
-    which says what was wrong with the certificate."""
-    tls = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)
-    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, tls):
-        os_error = exc.os_error
-        if isinstance(os_error, OSError) and os_error.errno and os_error.errno > 0:
-            why = os.strerror(os_error.errno)  # "Connection refused", not asyncio's "Connect call failed"
-        else:  # a name that does not resolve (socket.gaierror: its own text), or no errno at all
-            why = getattr(os_error, "strerror", None) or str(os_error)
-        return f"cannot connect to {exc.host}:{exc.port} ({why})"
-    return _redact(f"{type(exc).__name__}: {exc}", api_key)
-
-
-async def _request_json(
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    api_key: str | None,
-    payload: dict[str, Any] | None,
-    timeout_s: float,
-) -> Any:
-    """One JSON request. Every failure becomes a ServerError whose message never holds the key."""
-    headers = _auth_headers(api_key)
-    data = None
-    if payload is not None:
-        headers["Content-Type"] = "application/json"
-        data = orjson.dumps(payload)
-    try:
-        async with session.request(
-            method, url, data=data, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            raw = await resp.read()
-            status = resp.status
-    except asyncio.TimeoutError:
-        raise ServerError(f"{method} {url}: no answer within {timeout_s:g} s") from None
-    except aiohttp.ClientError as exc:
-        raise ServerError(f"{method} {url} failed: {_client_error_text(exc, api_key)}") from None
-    if status != 200:
-        body = _redact(raw.decode("utf-8", "replace"), api_key)
-        hint = " (check --api-key)" if status in (401, 403) else ""
-        raise ServerError(f"{method} {url} answered HTTP {status}{hint}: {body}")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise ServerError(f"{method} {url} answered with a body that is not JSON") from None
-
-
-class ServedModels(NamedTuple):
-    """What ``GET /v1/models`` says: the served ids, the first model's context length (vLLM gives
-    ``max_model_len``, llama.cpp a slot's ``meta.n_ctx``), each id's ``root`` where given (vLLM:
-    what it loaded, e.g. the local directory behind a ``--served-model-name``) and ``meta`` where
-    given (llama.cpp: ``n_params``, ``ftype``, ``n_ctx``... of the loaded GGUF)."""
-
-    ids: list[str]
-    max_model_len: int | None
-    roots: dict[str, str]
-    metas: dict[str, dict[str, Any]]
-
-
-async def fetch_model_info(
-    base_url: str, session: aiohttp.ClientSession, api_key: str | None, *, timeout_s: float = 30.0
-) -> ServedModels:
-    """Read ``GET /v1/models`` (see :class:`ServedModels`).
-
-    :param base_url: server root, e.g. ``http://127.0.0.1:8000``.
-    :param api_key: sent as a bearer token when given; never appears in an error message.
-    :raises ServerError: unreachable server, non-200 answer, or a body of the wrong shape.
-    """
-    url = base_url.rstrip("/") + "/v1/models"
-    doc = await _request_json(session, "GET", url, api_key, None, timeout_s)
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(data, list):
-        raise ServerError(f"GET {url}: expected an OpenAI model list ({{'data': [...]}})")
-    ids = [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
-    max_model_len: int | None = None
-    if data and isinstance(data[0], dict):
-        meta = data[0].get("meta")
-        # vLLM's max_model_len; else llama.cpp's n_ctx, the context of one slot (-c / -np), which is
-        # what one request may fill
-        for value in (data[0].get("max_model_len"), meta.get("n_ctx") if isinstance(meta, dict) else None):
-            if _is_count(value):
-                max_model_len = value
-                break
-    roots = {str(m["id"]): m["root"] for m in data
-             if isinstance(m, dict) and "id" in m and isinstance(m.get("root"), str) and m["root"]}
-    metas = {str(m["id"]): m["meta"] for m in data
-             if isinstance(m, dict) and "id" in m and isinstance(m.get("meta"), dict)}
-    return ServedModels(ids, max_model_len, roots, metas)
-
-
-async def server_tokenize(
-    base_url: str,
-    session: aiohttp.ClientSession,
-    api_key: str | None,
-    model: str,
-    prompt: str,
-    *,
-    timeout_s: float = 30.0,
-) -> int:
-    """Count the tokens of ``prompt`` with the server's ``POST /tokenize`` (vLLM): ``{"model", "prompt"}``
-    in, ``"count"`` out. The count includes the special tokens the server adds (e.g. BOS).
-
-    :raises ServerError: unreachable server, no /tokenize endpoint, or an answer without a count.
-    """
-    url = base_url.rstrip("/") + "/tokenize"
-    doc = await _request_json(session, "POST", url, api_key, {"model": model, "prompt": prompt}, timeout_s)
-    if isinstance(doc, dict):
-        count = doc.get("count")
-        if isinstance(count, int) and not isinstance(count, bool):
-            return count
-        tokens = doc.get("tokens")
-        if isinstance(tokens, list) and (tokens or not prompt):
-            return len(tokens)
-    # llama.cpp's /tokenize reads "content" and answers {"tokens": []} to a "prompt".
-    doc = await _request_json(session, "POST", url, api_key, {"content": prompt}, timeout_s)
-    tokens = doc.get("tokens") if isinstance(doc, dict) else None
-    if isinstance(tokens, list) and (tokens or not prompt):
-        return len(tokens)
-    raise ServerError(f"POST {url}: answer has no token count")
-
-
-def make_server_tokenize(
-    base_url: str, session: aiohttp.ClientSession, api_key: str | None, model: str
-) -> TokenizeFn:
-    """The ``tokenize`` argument of :func:`build_workload`, bound to one server and model."""
-
-    async def tokenize(prompt: str) -> int:
-        return await server_tokenize(base_url, session, api_key, model, prompt)
-
-    return tokenize
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -821,7 +667,7 @@ async def build_workload(
     :param model: the model name to put in each body.
     :param max_model_len: the context length the server reported; ``config.max_model_len`` overrides it.
         None (and no override) means no screening.
-    :param tokenize: counts a text's tokens with the server (see :func:`make_server_tokenize`); used only
+    :param tokenize: counts a text's tokens with the server (see ``control.make_server_tokenize``); used only
         when no local tokenizer is given. If it raises, the workload falls back to characters / 4 and a
         note says why.
     :raises DatasetError: missing or unreadable file, bad JSON, wrong shape, nothing usable, unknown dataset.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import datetime
-import http.client
 import os
 import re
 import shutil
@@ -32,8 +31,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 import warnings
 import weakref
@@ -46,7 +43,7 @@ import orjson
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.redact import redact_argv, redact_secret, redact_text, shell_join
-from fastbench.server import prom, specdecode
+from fastbench.server import control, prom, specdecode
 from fastbench.server.prom import MetricsScraper
 
 # If fastbench itself is killed (SIGKILL leaves no chance to tear down), the kernel sends the
@@ -80,7 +77,6 @@ __all__ = (
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "llama.cpp": 8080}
 LOG_TAIL_LINES = 25
-PROBE_TIMEOUT_S = 2.0
 POLL_S = 0.25
 
 # A line that means loading has failed even if the process has not exited (yet).
@@ -261,9 +257,9 @@ class ExternalServer:
         t0 = time.monotonic()
         state = "not polled"
         while time.monotonic() - t0 < timeout_s:
-            ready, state = probe_ready(self.base_url, None, self.api_key)
+            ready, state = control.probe_ready(self.base_url, None, self.api_key)
             if ready:
-                self.version = fetch_version(self.base_url, self.api_key)
+                self.version = control.engine_version(self.base_url, self.api_key)
                 return time.monotonic() - t0
             time.sleep(POLL_S)
         raise ServerError(f"{self.base_url} is not ready after {timeout_s:g} s ({state})")
@@ -521,7 +517,7 @@ class LaunchedServer:
             self._fatal = f"a Python traceback at top level: {self._traceback_line or 'Traceback ...'}"
         if self._fatal is not None:
             raise self._failure(f"failed while loading: {self._fatal}")
-        return probe_ready(self.base_url, self._expected_models(), self.api_key)
+        return control.probe_ready(self.base_url, self._expected_models(), self.api_key)
 
     def _expected_models(self) -> tuple[str, ...] | None:
         return (self.served_model,)
@@ -529,7 +525,7 @@ class LaunchedServer:
     def _on_ready(self) -> float:
         self.load_time_s = self._elapsed()
         self._note(f"ready after {self.load_time_s:.1f} s")
-        self.version = fetch_version(self.base_url, self.api_key)
+        self.version = control.engine_version(self.base_url, self.api_key)
         if self.launch.docker_image:
             self._inspect_image()
         return self.load_time_s
@@ -874,56 +870,6 @@ def make_server(launch: LaunchConfig, *, api_key: str | None = None,
     except KeyError:
         raise ConfigError(f"--launch takes {', '.join(_SERVERS)}, got {launch.engine!r}") from None
     return cls(launch, api_key=api_key, log_dir=log_dir)
-
-
-# -- HTTP probes (stdlib, blocking, short timeouts) -----------------------------------------------
-
-
-def _get(url: str, api_key: str | None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-    try:
-        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-
-
-def probe_ready(base_url: str, expected: Sequence[str] | None, api_key: str | None) -> tuple[bool, str]:
-    """/health answers 200 and /v1/models lists an expected model (any model when expected is None)."""
-    try:
-        status, _ = _get(base_url + "/health", api_key)
-        if status != 200:
-            return False, f"/health answers {status}"
-        status, body = _get(base_url + "/v1/models", api_key)
-    except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:  # HTTPException: not HTTP
-        reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-        return False, f"not answering HTTP ({reason})"
-    if status != 200:
-        return False, f"/v1/models answers {status}"
-    try:
-        listed = [str(m.get("id")) for m in orjson.loads(body).get("data", [])]
-    except (orjson.JSONDecodeError, AttributeError, TypeError):  # TypeError: {"data": null}
-        return False, "/v1/models answers something other than a model list"
-    if not listed:
-        return False, "/v1/models lists no model yet"
-    if expected is not None and not set(expected) & set(listed):
-        return False, f"/v1/models lists {', '.join(listed[:5])} but not {', '.join(expected)}"
-    return True, "ready"
-
-
-def fetch_version(base_url: str, api_key: str | None) -> str | None:
-    """The engine's version: /version (vLLM, SGLang), else llama.cpp's /props build_info."""
-    for path, key in (("/version", "version"), ("/props", "build_info"), ("/get_server_info", "version")):
-        try:
-            status, body = _get(base_url + path, api_key)
-            if status == 200:
-                value = orjson.loads(body).get(key)
-                if value:
-                    return str(value)
-        except (OSError, urllib.error.URLError, http.client.HTTPException, orjson.JSONDecodeError,
-                AttributeError):
-            continue
-    return None
 
 
 # -- vLLM's log: footprint against reservation -----------------------------------------------------

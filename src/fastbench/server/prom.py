@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 
 import aiohttp
 
+from fastbench.server import control
+
 __all__ = ("MAX_COUNT", "Metrics", "MetricsScraper", "PromSample", "Scrape", "counter_problem", "parse_prometheus")
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -246,12 +248,6 @@ async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def http_session(verify_tls: bool = True) -> aiohttp.ClientSession:
-    """An aiohttp session for the server's side requests; ``verify_tls`` False (``--insecure``) takes
-    an https server's certificate unchecked, as the streams' connections do."""
-    return aiohttp.ClientSession(connector=None if verify_tls else aiohttp.TCPConnector(ssl=False))
-
-
 class MetricsScraper:
     """Reads ``BASE_URL/metrics`` at the window's start and end and every ``interval_s`` in between.
 
@@ -262,13 +258,13 @@ class MetricsScraper:
     """
 
     def __init__(self, base_url: str, *, interval_s: float = 2.0, api_key: str | None = None,
-                 timeout_s: float = 2.0, verify_tls: bool = True) -> None:
-        self.url = base_url.rstrip("/") + "/metrics"
+                 timeout_s: float = control.METRICS_TIMEOUT_S, verify_tls: bool = True) -> None:
+        self.url = control.url(base_url, "/metrics")
         self.verify_tls = verify_tls
         self.interval_asked_s = interval_s
         self.interval_s = interval_s  # doubled at each thinning
         self.timeout_s = timeout_s
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = control.auth_headers(api_key)
         self.scrapes: list[Scrape] = []
         self.failures = 0
         self.last_error: str | None = None
@@ -287,7 +283,7 @@ class MetricsScraper:
 
     async def _scrape(self) -> Scrape | None:
         if self._session is None:
-            self._session = http_session(self.verify_tls)
+            self._session = control.http_session(self.verify_tls)
         self.last_status = None
         try:
             async with self._session.get(self.url, headers=self.headers,
