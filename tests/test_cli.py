@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import subprocess
@@ -11,8 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fastbench import BenchConfig, ServerDiedError, api, run
+from fastbench import BenchConfig, LaunchConfig, ServerDiedError, api, checks, run
 from fastbench.cli import command as cli
+from fastbench.cli.argtypes import options
 from fastbench.results import writers as report
 from fastbench.synthetic import SyntheticServer
 
@@ -38,8 +40,16 @@ def test_help_explains_flags() -> None:
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--concurrency", "0"], "at least 1"),
-    (["--request-rate", "-3"], "request-rate"),
+    # a flag, a config file and the Python API meet the same check, with the same message
+    (["--concurrency", "0"], "fastbench: error: --concurrency must be at least 1, got 0"),
+    (["--concurrency", "1.5"], "argument --concurrency/--max-concurrency: expected a whole number, got '1.5'"),
+    (["--request-rate", "-3"], "--request-rate must be a positive number of requests/s, got -3.0"),
+    (["--server-port", "0"], "--server-port: only with --launch ENGINE"),
+    (["--launch", "vllm", "--launch-model", "m", "--server-port", "0"], "--server-port must be between 1 and 65535"),
+    (["--launch", "vllm"], "--launch needs --launch-model MODEL"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+    (["--goodput", "ttft:-1"], "--goodput ttft must be a number of milliseconds > 0, got -1.0"),
+    (["--goodput", "ttfb:5"], "--goodput takes ttft, tpot and e2el, got 'ttfb'"),
     (["--extra-body", "{bad"], "not valid JSON"),
     (["--extra-body", "[1]"], "JSON object"),
     (["--goodput", "ttft:abc"], "KEY:MS"),
@@ -47,9 +57,10 @@ def test_help_explains_flags() -> None:
     (["--base-url", "ftp://x"], "http://host:port"),
     (["--base-url", "http://127.0.0.1:1", "--num-prompts", "1"], "127.0.0.1"),
     (["--dataset-name", "sharegpt", "--dataset-path", "/nonexistent.json", "--num-prompts", "1"], "nonexistent"),
-    (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
-    (["--num-warmups", "-2"], "argument --num-warmups: must be at least 0, got -2"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--num-warmups", "-2"], "--num-warmups must be >= 0, got -2"),
     (["--synthetic-args", "--itl-ms '5"], "--synthetic-args: No closing quotation"),
+    (["--launch", "vllm", "--launch-model", "m", "--engine-args", "--x '"], "--engine-args: No closing quotation"),
     # output paths that cannot be written are refused before the run, not after it
     (["--result-json", "/nonexistent/x.json"], "--result-json /nonexistent/x.json: /nonexistent does not exist"),
     (["--result-card", "/"], "--result-card /: is a directory"),
@@ -219,6 +230,22 @@ def test_a_server_that_died_during_the_run_shows_the_summary_and_exits_1(
     assert rc == 1
     assert "Serving Benchmark Result" in out
     assert err.strip() == "fastbench: error: server exited with status 1 during the measured window"
+
+
+def test_every_field_is_named_by_a_flag_of_the_command() -> None:
+    """Messages about a field name its flag: each one is a flag the command takes, for that field."""
+    by_dest = {option.dest: option.flags for option in options(cli.build_parser())}
+    ns_field = {"request_timeout_s": "request_timeout", "metrics_interval_s": "metrics_interval",
+                "memory_interval_s": "memory_interval", "config_file": "config", "card_rows": "card_row",
+                "card_notes": "card_note", "launch.engine": "launch", "launch.model": "launch_model",
+                "launch.env": "server_env", "launch.host": "server_host", "launch.port": "server_port",
+                "launch.ready_timeout_s": "ready_timeout", "launch.log_path": "server_log",
+                "launch.stop_grace_s": "server_stop_grace"}
+    names = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("command_line", "launch")]
+    names += ["launch." + f.name for f in dataclasses.fields(LaunchConfig)]
+    for name in names:
+        dest = ns_field.get(name, name.removeprefix("launch."))
+        assert checks.flag(name) in by_dest[dest], name
 
 
 def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:

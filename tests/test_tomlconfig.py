@@ -9,6 +9,7 @@ import pytest
 from fastbench import api
 from fastbench.cli import command as cli
 from fastbench.cli import tomlconfig
+from fastbench.cli.argtypes import options
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 
@@ -170,3 +171,32 @@ def test_a_value_the_command_line_sets_again_appears_once_in_the_command(tmp_pat
         assert not any(a.startswith("--num-prompts=9") for a in argv), argv
     _, argv = tomlconfig.expand(["--config", str(path), "--max-concurrency", "8"], cli.build_parser())
     assert "--concurrency=4" not in argv
+
+
+def test_every_option_can_be_set_from_the_file_by_its_name(tmp_path: Path) -> None:
+    """The file's keys and their types come from the parser's options: each one, written in [benchmark]
+    as the kind of value it takes, reaches argparse as that value."""
+    parser = cli.build_parser()
+    samples: dict[str, tuple[str, object]] = {
+        "true or false": ("true", True), "an integer": ("3", 3), "a number": ("2.5", 2.5),
+        "a JSON object": ("{ a = 1 }", {"a": 1}), "flags": ('["--x", "1"]', ("--x", "1")),
+        "KEY:MS": ("{ ttft = 5 }", [("ttft", 5.0)]),
+    }
+    known = [option for option in options(parser) if option.dest != "config"]
+    assert len(known) > 40
+    for option in known:
+        if option.choices:
+            text, value = f'"{option.choices[-1]}"', option.choices[-1]
+        elif option.repeatable:
+            text, value = '["A=1", "B=2"]', ["A=1", "B=2"]
+        else:
+            text, value = samples.get(option.kind, ('"x"', "x"))
+        argv = expand(tmp_path, f"[benchmark]\n{option.dest} = {text}\n")
+        assert getattr(parser.parse_args(argv), option.dest) == value, (option, argv)
+
+
+def test_a_negated_switch_is_not_a_key(tmp_path: Path) -> None:
+    """progress = false writes --no-progress; no_progress is no option of its own (it read as --progress)."""
+    assert expand(tmp_path, "[benchmark]\nprogress = false\n") == ["--no-progress"]
+    with pytest.raises(ConfigError, match="has no option 'no_progress'"):
+        expand(tmp_path, "[benchmark]\nno_progress = true\n")

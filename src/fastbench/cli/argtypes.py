@@ -1,30 +1,26 @@
 """The command line's argument types and parser class, shared by ``fastbench``, ``fastbench validate``
-and ``--config`` files. A leaf: it imports nothing of fastbench but the goodput metric names."""
+and ``--config`` files. A leaf: it imports nothing of fastbench.
+
+The types turn text into values and check nothing else: what a value may be is checked once, where
+every way in meets (fastbench/checks.py), so that a flag, a config file's key and the Python API get
+the same message. :func:`options` is all a config file needs to know of a parser.
+"""
 
 from __future__ import annotations
 
 import argparse
-import math
-from typing import Any, NoReturn
+import dataclasses
+import shlex
+from typing import Any, Literal, NoReturn
 
 import orjson
 
-from fastbench.config import GOODPUT_METRICS
 
-
-def goodput_slos(values: list[str]) -> dict[str, float]:
-    slos = {}
-    for item in values:
-        key, sep, value = item.partition(":")
-        try:
-            ms = float(value)
-        except ValueError:
-            ms = math.nan
-        if not sep or key not in GOODPUT_METRICS or not ms > 0:
-            raise argparse.ArgumentTypeError(
-                f"--goodput takes KEY:MS pairs with KEY in ttft, tpot, e2el and MS > 0, got {item!r}")
-        slos[key] = ms
-    return slos
+def whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -37,34 +33,24 @@ def json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def request_rate(text: str) -> float | None:
+def shell_words(text: str) -> tuple[str, ...]:
+    """Flags for another program in one string, split as a shell would: ``"--itl-ms 10 --no-usage"``."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--request-rate must be a number or inf, got {text!r}") from None
-    if math.isinf(value) and value > 0:
-        return None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"--request-rate must be > 0 (or inf), got {text!r}")
-    return value
+        return tuple(shlex.split(text))
+    except ValueError as exc:  # No closing quotation, No escaped character
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def whole_number(text: str, least: int) -> int:
+def goodput_slo(text: str) -> tuple[str, float]:
+    """One ``KEY:MS`` of --goodput, e.g. ``ttft:500``; which keys and values are taken is checked
+    with the rest of the config."""
+    key, sep, value = text.partition(":")
     try:
-        value = int(text)
+        if sep:
+            return key, float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    return whole_number(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return whole_number(text, 0)
+        pass
+    raise argparse.ArgumentTypeError(f"expected KEY:MS (KEY ttft, tpot or e2el; MS milliseconds > 0), got {text!r}")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -86,13 +72,46 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def value_kind(action: argparse.Action) -> str:
-    """What a config file must write for ``action``'s value: "true or false", "an integer", "a number"
-    or "a string", from the converter argparse runs on the command line's text."""
-    if action.nargs == 0:  # store_true, --x/--no-x
-        return "true or false"
-    if action.type in (int, positive_int, non_negative_int):
-        return "an integer"
-    if action.type in (float, request_rate):
-        return "a number"
-    return "a string"
+# What a config file writes for an option: the plain kinds as a message names them, and the option
+# types above that take more than one TOML form.
+ValueKind = Literal["true or false", "an integer", "a number", "a string", "a JSON object", "flags", "KEY:MS"]
+_KIND_OF_TYPE: dict[Any, ValueKind] = {
+    int: "an integer", whole_number: "an integer", float: "a number",
+    json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One long option of a parser, as a config file sees it."""
+
+    flags: tuple[str, ...]  # its long flags, the first the one it is written with
+    dest: str  # the Namespace attribute argparse stores it in
+    kind: ValueKind
+    choices: tuple[Any, ...] | None
+    repeatable: bool  # each use adds a value (action="append")
+    negatable: bool  # --x and --no-x (argparse.BooleanOptionalAction)
+
+
+def options(parser: argparse.ArgumentParser) -> list[Option]:
+    """The parser's long options that set a value (--help and --version set none).
+
+    The one place that reads argparse's list of actions, which argparse does not make public;
+    the kind of value comes from the type the option converts its text with (nargs=0: a switch).
+    """
+    found = []
+    for action in parser._actions:
+        negatable = isinstance(action, argparse.BooleanOptionalAction)
+        flags = tuple(o for o in action.option_strings
+                      if o.startswith("--") and not (negatable and o.startswith("--no-")))
+        if not flags or action.default == argparse.SUPPRESS:
+            continue
+        found.append(Option(
+            flags=flags,
+            dest=action.dest,
+            kind="true or false" if action.nargs == 0 else _KIND_OF_TYPE.get(action.type, "a string"),
+            choices=tuple(action.choices) if action.choices is not None else None,
+            repeatable=isinstance(action, (argparse._AppendAction, argparse._CountAction)),
+            negatable=negatable,
+        ))
+    return found

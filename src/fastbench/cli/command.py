@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -13,15 +12,7 @@ from typing import Any
 
 from fastbench._version import __version__
 from fastbench.cli import tomlconfig
-from fastbench.cli.argtypes import (
-    HelpFormatter,
-    Parser,
-    goodput_slos,
-    json_object,
-    non_negative_int,
-    positive_int,
-    request_rate,
-)
+from fastbench.cli.argtypes import HelpFormatter, Parser, goodput_slo, json_object, shell_words, whole_number
 from fastbench.config import ENGINES, BenchConfig, LaunchConfig
 from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
@@ -55,20 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bearer token (default: $OPENAI_API_KEY); never printed or stored")
     g.add_argument("--insecure", action="store_true", help="https: skip certificate verification")
     g = p.add_argument_group("load")
-    g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=positive_int,
+    g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=whole_number,
                    default=None, help="most requests in flight at once: without --request-rate (closed "
                    "loop) this many are kept in flight (default 16); with it, a cap (default none, as "
                    "vllm bench serve without --max-concurrency)")
-    g.add_argument("--request-rate", type=request_rate, default=None,
+    g.add_argument("--request-rate", type=float, default=None,
                    help="open loop: arrivals per second (Poisson; see --burstiness); default inf = closed loop")
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of inter-arrival times: 1 is Poisson, <1 burstier, >1 steadier")
-    g.add_argument("--num-prompts", type=positive_int, default=200, help="measured requests to send")
+    g.add_argument("--num-prompts", type=whole_number, default=200, help="measured requests to send")
     g.add_argument("--max-seconds", type=float, default=None,
                    help="hard cap on the measured window in seconds; requests in flight then are cancelled")
-    g.add_argument("--num-warmups", type=non_negative_int, default=0,
+    g.add_argument("--num-warmups", type=whole_number, default=0,
                    help="requests sent and discarded before measuring")
-    g.add_argument("--seed", type=non_negative_int, default=0, help="seed for datasets and arrivals (>= 0)")
+    g.add_argument("--seed", type=whole_number, default=0, help="seed for datasets and arrivals (>= 0)")
     g.add_argument("--request-timeout", type=float, default=None,
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
@@ -78,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "end are still watched on every arrival): less client CPU per chunk at many streams; "
                    "kernel stamps keep arrival times; keep it under half the chunk gap (default 0: off)")
     g = p.add_argument_group("requests")
-    g.add_argument("--max-tokens", type=positive_int, default=None,
+    g.add_argument("--max-tokens", type=whole_number, default=None,
                    help="output tokens per request (default: the dataset's output length)")
     g.add_argument("--ignore-eos", action="store_true", help="ask the server to ignore EOS (vLLM)")
     g.add_argument("--extra-body", type=json_object, default={},
@@ -89,16 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dataset-path", default=None, help="ShareGPT V3 JSON or JSONL file")
     g.add_argument("--dataset-order", default="random", choices=("random", "file"),
                    help="sharegpt: sample as vllm bench serve does, or take in file order")
-    g.add_argument("--random-input-len", type=positive_int, default=1024, help="random: prompt tokens")
-    g.add_argument("--random-output-len", type=positive_int, default=128, help="random: output tokens")
+    g.add_argument("--random-input-len", type=whole_number, default=1024, help="random: prompt tokens")
+    g.add_argument("--random-output-len", type=whole_number, default=128, help="random: output tokens")
     g.add_argument("--random-range-ratio", type=float, default=0.0,
                    help="random: lengths drawn uniformly in [len*(1-r), len*(1+r)]")
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
-    g.add_argument("--max-model-len", type=positive_int, default=None,
+    g.add_argument("--max-model-len", type=whole_number, default=None,
                    help="context length to screen prompts against (default: what /v1/models reports)")
     g = p.add_argument_group("results")
-    g.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+    g.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="KEY:MS",
                    help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
     g.add_argument("--result-json", default=None, help="write the result (versioned JSON schema) here")
     g.add_argument("--result-card", default=None, help="write a Markdown run card here")
@@ -115,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a line of the card's Notes (repeatable)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr (default: only when stderr is a terminal)")
-    g.add_argument("--synthetic-args", default="",
+    g.add_argument("--synthetic-args", type=shell_words, default="",
                    help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"; one flag "
                    "alone needs the = form: --synthetic-args=\"--no-usage\"")
     _add_launch_args(p)
@@ -132,18 +123,18 @@ def _add_launch_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launch", choices=ENGINES, default=None, help="the engine to start")
     g.add_argument("--launch-model", metavar="MODEL", default=None,
                    help="what the engine loads (Hugging Face id, directory, GGUF file)")
-    g.add_argument("--engine-args", default="", metavar="\"ARGS\"",
+    g.add_argument("--engine-args", type=shell_words, default="", metavar="\"ARGS\"",
                    help="engine flags passed through, e.g. \"--max-model-len 8192 --gpu-memory-utilization 0.85 "
                    "--speculative-config '{...}'\"; one flag alone needs the = form: --engine-args=\"--enforce-eager\"")
     g.add_argument("--docker-image", metavar="IMAGE[@sha256:...]", default=None,
                    help="run the engine in this image (docker run --gpus all --ipc=host -p PORT:PORT)")
-    g.add_argument("--docker-args", default="", metavar="\"ARGS\"",
+    g.add_argument("--docker-args", type=shell_words, default="", metavar="\"ARGS\"",
                    help="extra docker run flags, e.g. \"-v ~/.cache/huggingface:/root/.cache/huggingface\" (a value "
                    "starting with a dash alone: --docker-args=\"--rm\")")
     g.add_argument("--server-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="environment for the server; NAME alone passes fastbench's own value (repeatable)")
     g.add_argument("--server-host", default="127.0.0.1", help="address the launched server listens on")
-    g.add_argument("--server-port", type=positive_int, default=None,
+    g.add_argument("--server-port", type=whole_number, default=None,
                    help="port of the launched server (default: vLLM 8000, SGLang 30000, llama.cpp 8080)")
     g.add_argument("--ready-timeout", type=float, default=1800.0,
                    help="seconds from launch until the model must be served")
@@ -166,25 +157,16 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
             raise FastbenchError("--launch-model, --engine-args and --docker-image need --launch ENGINE")
         given = [flag for flag, value in (("--docker-args", ns.docker_args), ("--server-env", ns.server_env),
                                           ("--server-port", ns.server_port), ("--server-log", ns.server_log),
-                                          ("--engine-bin", ns.engine_bin)) if value]
+                                          ("--engine-bin", ns.engine_bin)) if value not in (None, (), [])]
         if given:
             raise FastbenchError(f"{', '.join(given)}: only with --launch ENGINE (they configure a launched server)")
         return None
-    if not ns.launch_model:
-        raise FastbenchError(f"--launch {ns.launch} needs --launch-model MODEL")
-    if ns.base_url:
-        raise FastbenchError("--base-url attaches to a running server and --launch starts one: give one of them")
-    try:
-        engine_args = tuple(shlex.split(ns.engine_args))
-        docker_args = tuple(shlex.split(ns.docker_args))
-    except ValueError as exc:
-        raise FastbenchError(f"--engine-args / --docker-args: {exc}") from None
     return LaunchConfig(
         engine=ns.launch,
-        model=ns.launch_model,
-        engine_args=engine_args,
+        model=ns.launch_model or "",  # none: refused with the config's other values
+        engine_args=ns.engine_args,
         docker_image=ns.docker_image,
-        docker_args=docker_args,
+        docker_args=ns.docker_args,
         env=tuple(ns.server_env),
         host=ns.server_host,
         port=ns.server_port,
@@ -196,14 +178,7 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
 
 
 def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
-    try:
-        goodput = goodput_slos(ns.goodput)
-    except argparse.ArgumentTypeError as exc:
-        raise FastbenchError(str(exc)) from None
-    try:
-        synthetic_args = tuple(shlex.split(ns.synthetic_args))
-    except ValueError as exc:
-        raise FastbenchError(f"--synthetic-args: {exc}") from None
+    """The BenchConfig the parsed command line stands for; its values are checked when it runs."""
     return BenchConfig(
         base_url=ns.base_url,
         model=ns.model,
@@ -231,13 +206,13 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         random_range_ratio=ns.random_range_ratio,
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,
-        goodput=goodput,
+        goodput=dict(ns.goodput),
         result_json=ns.result_json,
         result_card=ns.result_card,
         save_detailed=ns.save_detailed,
         save_outputs=ns.save_outputs,
         progress=ns.progress,
-        synthetic_args=synthetic_args,
+        synthetic_args=ns.synthetic_args,
         launch=_launch_config(ns),
         metrics_interval_s=ns.metrics_interval,
         memory_interval_s=ns.memory_interval,

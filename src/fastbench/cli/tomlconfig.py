@@ -21,6 +21,11 @@ given twice argparse keeps the last. A server given on the command line replaces
 ``--base-url`` the file's launch keys are left out (attach to a running server instead), with
 ``--launch`` its ``base_url``. The expanded command line is what the result and the card record,
 so the card's "Full run command" reproduces the run without the file.
+
+The keys and their types come from the parser, through :func:`fastbench.cli.argtypes.options`: a
+[benchmark] key is any long option, and its value is the kind the option's type converts (a whole
+number, a number, a switch, flags for another program, ...). The values themselves are checked with
+the rest of the config, as the command line's are.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from fastbench.cli.argtypes import value_kind
+from fastbench.cli.argtypes import Option, options
 from fastbench.config import GOODPUT_METRICS
 from fastbench.exceptions import ConfigError
 
@@ -98,7 +103,7 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
             # argparse took an abbreviation (--conf) that the split above does not know
             raise ConfigError("write --config in full: its file's flags are read before the others")
         return None, argv
-    single, given = _given(rest, parser)
+    single, given = _given(rest, options(parser), parser)
     skip = (LAUNCH_FLAGS if given.get("base_url") and not given.get("launch")
             else frozenset({"--base-url"}) if given.get("launch") else frozenset())
     # What the file sets for a server or dataset the command line replaced would be refused as idle.
@@ -108,34 +113,29 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
         skip |= {"--dataset-path", "--dataset-order"}
     # A value the command line sets again replaces the file's: only one of them goes into the
     # command (and the card's "Full run command"); repeatable flags add up, so both stay.
-    skip |= {_long_flag(a) for a in single if a.dest in given}
+    skip |= {option.flags[0] for option in single if option.dest in given}
     return path, [*toml_to_argv(path, parser, skip), *rest]
 
 
-def _given(rest: list[str], parser: argparse.ArgumentParser) -> tuple[list[argparse.Action], dict[str, Any]]:
+def _given(rest: list[str], known: list[Option],
+           parser: argparse.ArgumentParser) -> tuple[list[Option], dict[str, Any]]:
     """The single-valued options, and the values of those ``rest`` gives, by dest, as argparse reads
     them (abbreviations and aliases included): an option it leaves at a marker was not given."""
     unset = object()
-    single = [a for a in parser._actions if a.option_strings and a.dest != "help"
-              and not isinstance(a, (argparse._AppendAction, argparse._CountAction))]  # repeatable ones add up
-    ns, _ = parser.parse_known_args(rest, argparse.Namespace(**{a.dest: unset for a in single}))
-    return single, {a.dest: getattr(ns, a.dest) for a in single if getattr(ns, a.dest) is not unset}
+    single = [option for option in known if not option.repeatable]  # repeatable ones add up
+    ns, _ = parser.parse_known_args(rest, argparse.Namespace(**{option.dest: unset for option in single}))
+    return single, {o.dest: getattr(ns, o.dest) for o in single if getattr(ns, o.dest) is not unset}
 
 
-def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """Every long option by its name without dashes, with dashes as underscores, and by its dest."""
-    out: dict[str, argparse.Action] = {}
-    for action in parser._actions:  # argparse offers no public list of its actions
-        for option in action.option_strings:
-            if option.startswith("--"):
-                out[option[2:]] = action
-                out[option[2:].replace("-", "_")] = action
-        out.setdefault(action.dest, action)
+def _by_key(known: list[Option]) -> dict[str, Option]:
+    """Every option by each of its long flags without dashes, with dashes as underscores, and by its dest."""
+    out: dict[str, Option] = {}
+    for option in known:
+        for flag in option.flags:
+            out[flag[2:]] = out[flag[2:].replace("-", "_")] = option
+    for option in known:
+        out.setdefault(option.dest, option)
     return out
-
-
-def _long_flag(action: argparse.Action) -> str:
-    return next(o for o in action.option_strings if o.startswith("--"))
 
 
 def _toml_type(value: Any) -> str:
@@ -167,8 +167,8 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> list[str]:
-    """The flags that set ``action`` to ``value`` (a TOML value), type-checked.
+def _value_flags(option: Option, value: Any, where: str) -> list[str]:
+    """The flags that set ``option`` to ``value`` (a TOML value), type-checked.
 
     Always ``--flag=value``, never ``--flag value``: argparse takes a separate value that starts with
     a dash (``args = ["--enforce-eager"]``, ``label = "-x"``) for a flag of its own.
@@ -177,34 +177,28 @@ def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> 
     def wrong(wanted: str) -> ConfigError:
         return ConfigError(f"{where} must be {wanted}, got {_toml_type(value)}")
 
-    wanted = value_kind(action)
-    if wanted == "true or false":
+    flag, kind = option.flags[0], option.kind
+    if kind == "true or false":
         if not isinstance(value, bool):
-            raise wrong(wanted)
-        if isinstance(action, argparse.BooleanOptionalAction):
+            raise wrong(kind)
+        if option.negatable:
             return [flag if value else "--no-" + flag[2:]]
         return [flag] if value else []
-    if flag == "--goodput":
+    if kind == "KEY:MS":
         return _goodput_flags(value, where, wrong)
-    if flag == "--extra-body":
+    if kind == "a JSON object":
         if isinstance(value, dict):
             return [f"{flag}={orjson.dumps(value).decode()}"]
         if isinstance(value, str) and _is_json_object(value):
             return [f"{flag}={value}"]
         raise wrong("a table or a JSON object in a string")
-    if flag in ("--engine-args", "--docker-args", "--synthetic-args"):
+    if kind == "flags":
         if isinstance(value, list) and all(_is_scalar(v) for v in value):
             return [f"{flag}={shlex.join(str(v) for v in value)}"]
         if isinstance(value, str):
             return [f"{flag}={value}"]
         raise wrong("an array of strings or one string of flags")
-    if flag in ("--card-row", "--card-note"):
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [f"{flag}={v}" for v in value]
-        if isinstance(value, str):
-            return [f"{flag}={value}"]
-        raise wrong("an array of strings or one string")
-    if flag == "--server-env":
+    if flag == "--server-env":  # [server] env = { NAME = "VALUE" }, as the file's docstring shows
         if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()):
             return [f"{flag}={k}={v}" if v != "" else f"{flag}={k}" for k, v in value.items()]
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -212,16 +206,22 @@ def _value_flags(flag: str, action: argparse.Action, value: Any, where: str) -> 
         if isinstance(value, str):
             return [f"{flag}={value}"]
         raise wrong('a table of NAME = "VALUE", an array of "NAME=VALUE" strings or one such string')
-    if wanted == "an integer":
+    if option.repeatable and kind == "a string":
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [f"{flag}={v}" for v in value]
+        if isinstance(value, str):
+            return [f"{flag}={value}"]
+        raise wrong("an array of strings or one string")
+    if kind == "an integer":
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif wanted == "a number":
+    elif kind == "a number":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise wrong(wanted)
-    if action.choices is not None and value not in action.choices:
-        raise wrong("one of " + ", ".join(repr(c) for c in action.choices))
+        raise wrong(kind)
+    if option.choices is not None and value not in option.choices:
+        raise wrong("one of " + ", ".join(repr(c) for c in option.choices))
     return [f"{flag}={value}"]
 
 
@@ -264,19 +264,18 @@ def toml_to_argv(path: str, parser: argparse.ArgumentParser, skip: frozenset[str
     unknown_tables = sorted(set(doc) - {"server", "benchmark"})
     if unknown_tables:
         raise ConfigError(f"{name}: unknown table(s) {', '.join(unknown_tables)}; use [server] and [benchmark]")
-    actions = _actions(parser)
+    by_key = _by_key(options(parser))
     argv: list[str] = []
     for key, value in _table(doc, name, "server").items():
         flag = SERVER_KEYS.get(key)
         if flag is None:
             raise ConfigError(f"{name}: [server] has no key {key!r} (it takes {', '.join(SERVER_KEYS)})")
-        flags = _value_flags(flag, actions[flag[2:]], value, f"{name}: [server] {key}")
+        flags = _value_flags(by_key[flag[2:]], value, f"{name}: [server] {key}")
         argv += [] if flag in skip else flags
     for key, value in _table(doc, name, "benchmark").items():
-        action = actions.get(key)
-        if action is None or not action.option_strings or key in ("config", "help", "version"):
+        option = by_key.get(key)
+        if option is None or option.dest == "config":
             raise ConfigError(f"{name}: [benchmark] has no option {key!r} (see fastbench --help)")
-        flag = _long_flag(action)
-        flags = _value_flags(flag, action, value, f"{name}: [benchmark] {key}")
-        argv += [] if flag in skip else flags
+        flags = _value_flags(option, value, f"{name}: [benchmark] {key}")
+        argv += [] if option.flags[0] in skip else flags
     return argv
