@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fastbench import BenchConfig, LaunchConfig, ServerDiedError, api, checks, run
+from fastbench import BenchConfig, ConfigError, LaunchConfig, ServerDiedError, api, checks, run
 from fastbench.cli import command as cli
 from fastbench.cli.argtypes import options
 from fastbench.results import writers as report
@@ -256,3 +256,17 @@ def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch: pytest
     assert cli.config_from_args(parser.parse_args(given), given).api_key == "sk-from-the-flag"
     monkeypatch.delenv("OPENAI_API_KEY")
     assert cli.config_from_args(parser.parse_args([]), []).api_key is None
+
+
+@pytest.mark.parametrize("name,value", [("concurrency", 0), ("request_rate", -1.0), ("max_seconds", 0.0),
+                                        ("coalesce_ms", 1001.0)])
+def test_validate_and_a_run_refuse_a_shared_setting_alike(name: str, value: float) -> None:
+    """fastbench validate's settings that a run takes too meet the run's rule, with its message,
+    before anything is started."""
+    from fastbench.cli import validate as fv
+
+    with pytest.raises(ConfigError) as run_refused:
+        api.validate(BenchConfig(**{name: value}))
+    with pytest.raises(ConfigError) as validate_refused:
+        fv.validate(**{"concurrency": 2, name: value})
+    assert str(validate_refused.value) == str(run_refused.value)

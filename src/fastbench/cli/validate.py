@@ -6,7 +6,8 @@ and compares what the client measured with what the server did. The server write
 (``fb_sent_ns``, CLOCK_MONOTONIC, the client's clock too) into every chunk, so each chunk's *skew*
 (client receive stamp minus server send stamp) is the client's own timing error for that chunk.
 
-How each figure is derived (also in :data:`DEFINITIONS`, written into the JSON report):
+How each figure is derived (also in :data:`~fastbench.cli.validation_report.DEFINITIONS`, written into the
+JSON report):
 
 * Skew is exact per chunk (an HDR histogram filled by the core, 3 significant digits).
 * The core keeps chunk-level figures only as histograms, so truth-versus-measured errors of the
@@ -27,13 +28,17 @@ How each figure is derived (also in :data:`DEFINITIONS`, written into the JSON r
 
 Python API: :func:`validate` (sync) and :func:`avalidate` (inside a running loop) return a
 :class:`ValidationReport`; ``report.render()`` is the console table, ``report.to_dict()`` the JSON.
+
+This module is the command: its settings, the run, the derivation above (:func:`build_report`) and
+the command line, kept in one module past 600 lines because the derivation is read against this text
+and the run's settings. What the report holds (its types, the definitions, the console table) is in
+:mod:`fastbench.cli.validation_report`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import math
@@ -49,8 +54,9 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import orjson
 
-from fastbench.checks import MAX_PROMPTS
+from fastbench.checks import MAX_PROMPTS, check_value
 from fastbench.cli.argtypes import HelpFormatter
+from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, ValidationReport
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
 from fastbench.load.plan import LoadPlan, Target
@@ -65,7 +71,8 @@ from fastbench.synthetic.cli import (
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate", "main", "validate")
+__all__ = ("Check", "Quantiles", "SeriesCheck", "ValidationReport", "avalidate", "checked_settings", "main",
+           "validate")
 
 DEFAULT_OUTPUT_LEN = 64
 DEFAULT_ROUNDS = 3  # default number of requests: this many per stream
@@ -76,166 +83,9 @@ STREAMS_OPEN_SHARE = 0.99  # verdict: streams kept open >= this share of the ask
 ENDPOINT = "/v1/completions"
 MODEL = "fastbench-synthetic"
 
-DEFINITIONS: dict[str, str] = {
-    "skew": "Per output chunk: client receive stamp minus the synthetic server's send stamp (fb_sent_ns, "
-            "taken just before its write), exact per chunk, from the core's HDR histogram.",
-    "error_bound_worst": "Bound on the client's part of a series' error, from all chunks: chunk gap "
-                         "= skew max - skew min; TTFT = skew max (closed loop: TTFT runs from the send), "
-                         "or slot_to_send max + skew max (open loop: it runs from the arrival); TPOT = "
-                         "(skew max - skew min) / (fewest output tokens - 1).",
-    "error_bound_p99": "The same bound with skew p99.5 instead of skew max (and slot_to_send p99.5): at most "
-                       "0.5 % of chunks lie above it, so at most ~1 % of gaps (two chunks each) can be off by "
-                       "more; for TTFT and TPOT the skew of all chunks stands in for that of first/last chunks.",
-    "measured_minus_nominal": "Reported value minus the server's schedule (--ttft-ms, --itl-ms): includes "
-                              "the server's own lateness (its writes', reported apart, and its reading of "
-                              "the request) and, in open loop, the wait for a free slot under the cap.",
-    "dispatch_lag": "Per request: sent_ns - scheduled_ns, as the client records it (closed loop: from the "
-                    "kernel's receive stamp of the read that ended the slot's previous request, so the "
-                    "client's delay in reading that end counts; open loop: from the arrival time, so "
-                    "waiting for a free slot counts).",
-    "slot_to_send": "An estimate of the client's lateness per request: send stamp minus the moment the "
-                    "request could have gone, which is when a slot freed (closed loop, after the opening "
-                    "ramp) or the later of its arrival and that (open loop). Requests take slots in order, "
-                    "each the one that freed first, at its request's end stamp. Includes the loop's delay "
-                    "in noticing the completion.",
-    "streams_open": "Time-weighted mean of requests in flight (send stamp to end stamp) from the moment "
-                    "all asked streams were first open (closed loop: the concurrency-th send; open loop: "
-                    "the start of the window) to the last send (after it the run drains by design).",
-    "opening_ramp": "Closed loop: from the start of the window to the concurrency-th send, while the "
-                    "first request of every stream goes out one send after another. "
-                    "streams_open_mean_from_start counts it in.",
-    "client_cpu": "Process CPU time (user + system) of the client over the measured window, per output "
-                  "chunk of the measured requests and per completed request; share_of_a_core = CPU time / "
-                  "wall time.",
-    "multi_event_reads": "Socket reads that delivered more than one output event; those events share the "
-                         "read's stamp. Their error is already inside the skew figures (each event's "
-                         "skew is against its own send stamp). Counted over the measured window (the "
-                         "warm-up's reads are left out), as are reads and kernel_stamped_reads.",
-    "request_read_delay": "Per request: the synthetic server's read time of the request (it keeps one per "
-                          "request tagged fb_row) minus the client's send stamp, same clock: the upload and "
-                          "the server's delay in reading it. Inside TTFT as measured (so inside TTFT "
-                          "measured - nominal), outside every skew; the server's, not the client's. Null "
-                          "against a server that keeps no read times.",
-    "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
-                       "over the run including warm-up chunks. Not client error.",
-}
-
-
-# --------------------------------------------------------------------------------------------------
-# Report types
-
-
-@dataclasses.dataclass(frozen=True)
-class Quantiles:
-    """A distribution in ms: count, min, p50, p99, p99.9, max (None when empty)."""
-
-    count: int
-    min: float | None
-    p50: float | None
-    p99: float | None
-    p999: float | None
-    max: float | None
-
-    @classmethod
-    def from_histogram(cls, hist: Any) -> Quantiles:
-        n = int(hist.get_total_count())
-        if n == 0:
-            return cls(0, None, None, None, None, None)
-
-        def at(p: float) -> float:
-            return float(hist.get_value_at_percentile(p)) / 1e6
-
-        return cls(n, float(hist.get_min_value()) / 1e6, at(50.0), at(99.0), at(99.9),
-                   float(hist.get_max_value()) / 1e6)
-
-    @classmethod
-    def from_ns(cls, values: np.ndarray) -> Quantiles:
-        if values.size == 0:
-            return cls(0, None, None, None, None, None)
-        p50, p99, p999 = (float(v) / 1e6 for v in np.percentile(values, [50.0, 99.0, 99.9]))
-        return cls(int(values.size), float(values.min()) / 1e6, p50, p99, p999, float(values.max()) / 1e6)
-
-
-@dataclasses.dataclass(frozen=True)
-class SeriesCheck:
-    """One reported series against the server's schedule, with bounds on the client's part of the error."""
-
-    name: str
-    measured_p50_ms: float | None
-    measured_p99_ms: float | None
-    nominal_ms: float | None  # the server's schedule (median of per-request nominal for TPOT)
-    p50_minus_nominal_ms: float | None
-    p99_minus_nominal_ms: float | None
-    error_bound_p99_ms: float | None
-    error_bound_worst_ms: float | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    name: str
-    value: float | None
-    op: str  # "<=" or ">="
-    limit: float
-    passed: bool
-
-
-@dataclasses.dataclass
-class ValidationReport:
-    settings: dict[str, Any]
-    verdict: str  # "PASS" or "FAIL"
-    checks: list[Check]
-    timestamp_source: str
-    completed: int
-    failed: int
-    cancelled: int
-    chunks: int
-    tokens: int
-    tokens_per_chunk_mean: float | None
-    reads: int
-    kernel_stamped_reads: int
-    multi_event_reads: int
-    wakeups: int  # event-loop wake-ups in the window (each drains every ready connection)
-    ends_watched: int  # coalescing: requests whose last chunk was watched for on every arrival
-    multi_event_read_share: float | None  # of reads that delivered bytes
-    skew: Quantiles
-    skew_negative: int  # chunks received "before" they were sent (recorded as 0): clocks disagree
-    skew_missing: int  # output chunks without a server send stamp
-    series: list[SeriesCheck]
-    dispatch_lag: Quantiles
-    slot_to_send: Quantiles | None
-    request_read_delay: Quantiles | None  # client send stamp -> the server's read of the request
-    streams_asked: int
-    streams_open_mean: float  # all streams open (end of the opening ramp) to the last send
-    streams_open_mean_from_start: float  # start of the window to the last send
-    streams_open_mean_window: float  # whole window, drain included
-    opening_ramp_ms: float | None  # closed loop: start of the window to the concurrency-th send
-    client_cpu_us_per_chunk: float | None
-    client_cpu_ms_per_request: float | None
-    client_cpu_share_of_core: float | None
-    client_maxrss_kb: int
-    duration_s: float
-    chunks_per_s: float
-    window: dict[str, int]
-    server: dict[str, Any]  # /fb/stats after the run
-    server_cpu_share_of_core: float | None  # server CPU time / window (only when validate started it)
-    server_saturated: bool
-    notes: list[str]
-    definitions: dict[str, str] = dataclasses.field(default_factory=lambda: dict(DEFINITIONS))
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "PASS"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def render(self) -> str:
-        return render(self)
-
 
 # --------------------------------------------------------------------------------------------------
 # Running it
-
 
 
 def _peak_rss_kib() -> int:
@@ -249,6 +99,7 @@ def _peak_rss_kib() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 
 def request_body(output_len: int, model: str = MODEL, row: int | None = None) -> bytes:
     """A streamed /v1/completions body asking for per-chunk usage and exactly output_len tokens;
@@ -313,6 +164,53 @@ def _pinned(server_pid: int | None, pin: bool) -> Iterator[str]:
         os.sched_setaffinity(0, mine)
 
 
+def checked_settings(
+    concurrency: int,
+    request_rate: float | None,
+    tokens_per_chunk: str,
+    itl_ms: float,
+    ttft_ms: float,
+    num_requests: int | None,
+    output_len: int,
+    tolerance_ms: float,
+    *,
+    warmup: bool,
+    max_seconds: float | None,
+    coalesce_ms: float,
+) -> dict[str, Any]:
+    """The run's settings as the report records them, or a ConfigError naming the flag of one that
+    cannot work: the one statement of validate's checks, for the Python API and the command line.
+    Those a benchmark run takes too (concurrency, request rate, max seconds, coalescing) are checked
+    by its rules (:mod:`fastbench.checks`)."""
+    for name, value in (("concurrency", concurrency), ("request_rate", request_rate),
+                        ("max_seconds", max_seconds), ("coalesce_ms", coalesce_ms)):
+        check_value(name, value)
+    n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
+    if not 1 <= n <= MAX_REQUESTS:
+        raise ConfigError(f"--concurrency must be at least 1, --num-requests between 1 and {MAX_REQUESTS:,} "
+                          f"(default {DEFAULT_ROUNDS} x --concurrency), got {n}")
+    if not 2 <= output_len <= MAX_OUTPUT_LEN:
+        raise ConfigError(f"--output-len must be between 2 (chunk gaps are judged) and {MAX_OUTPUT_LEN:,}, "
+                          f"got {output_len}")
+    tokens_per_chunk = str(tokens_per_chunk)  # 2 as well as "2"
+    try:
+        tokens_per_chunk_range(tokens_per_chunk)  # the synthetic server's own rule
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"--tokens-per-chunk: {exc}") from None
+    # NaN passes no comparison, so each check is written as what must hold.
+    if not (0 <= itl_ms <= HOUR_MS and 0 <= ttft_ms <= HOUR_MS):
+        raise ConfigError(f"--itl-ms and --ttft-ms must be between 0 and {HOUR_MS:.0f} (an hour), "
+                          f"got {itl_ms} and {ttft_ms}")
+    if not 0 < tolerance_ms < math.inf:
+        raise ConfigError(f"--tolerance-ms must be a finite number > 0, got {tolerance_ms}")
+    return {
+        "concurrency": concurrency, "request_rate": request_rate, "tokens_per_chunk": tokens_per_chunk,
+        "itl_ms": itl_ms, "ttft_ms": ttft_ms, "num_requests": n, "output_len": output_len,
+        "tolerance_ms": tolerance_ms, "warmup": warmup, "max_seconds": max_seconds,
+        "coalesce_ms": coalesce_ms,
+    }
+
+
 async def avalidate(
     concurrency: int,
     request_rate: float | None = None,
@@ -344,40 +242,15 @@ async def avalidate(
     :param coalesce_ms: drain the client's sockets at least every this many ms, not on every arrival,
         so that one wake-up reads many sockets (kernel stamps keep arrival times; a stream about
         to end is watched on every arrival; chunks of one stream closer than this share a read).
+    :raises ConfigError: settings that cannot work (see :func:`checked_settings`), before anything starts.
     """
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    if not 2 <= output_len <= MAX_OUTPUT_LEN:
-        raise ValueError(f"output_len must be between 2 (chunk gaps are judged) and {MAX_OUTPUT_LEN:,}")
-    tokens_per_chunk = str(tokens_per_chunk)  # 2 as well as "2"
-    if request_rate is not None and not request_rate > 0:
-        raise ValueError("request_rate must be > 0")
-    n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
-    if not 1 <= n <= MAX_REQUESTS:
-        raise ValueError(f"num_requests must be between 1 and {MAX_REQUESTS:,}")
-    try:
-        tokens_per_chunk_range(tokens_per_chunk)
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(f"tokens_per_chunk: {exc}") from None
-    # NaN passes no comparison, so each check is written as what must hold.
-    if not (0 <= itl_ms <= HOUR_MS and 0 <= ttft_ms <= HOUR_MS):
-        raise ValueError(f"itl_ms and ttft_ms must be between 0 and {HOUR_MS:.0f} (an hour), "
-                         f"got {itl_ms} and {ttft_ms}")
-    if not 0 < tolerance_ms < math.inf:
-        raise ValueError(f"tolerance_ms must be > 0, got {tolerance_ms}")
-    if not 0 <= coalesce_ms <= 1000:
-        raise ValueError(f"coalesce_ms must be between 0 and 1000, got {coalesce_ms}")
-    if max_seconds is not None and not max_seconds > 0:
-        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    settings = checked_settings(concurrency, request_rate, tokens_per_chunk, itl_ms, ttft_ms, num_requests,
+                                output_len, tolerance_ms, warmup=warmup, max_seconds=max_seconds,
+                                coalesce_ms=coalesce_ms)
+    tokens_per_chunk, n = settings["tokens_per_chunk"], settings["num_requests"]
     if base_url is not None:
         # also drops a trailing /v1, as the client does, for the server's own /fb/ endpoints
         base_url = Target.parse(base_url, ENDPOINT).base_url
-    settings: dict[str, Any] = {
-        "concurrency": concurrency, "request_rate": request_rate, "tokens_per_chunk": tokens_per_chunk,
-        "itl_ms": itl_ms, "ttft_ms": ttft_ms, "num_requests": n, "output_len": output_len,
-        "tolerance_ms": tolerance_ms, "warmup": warmup, "max_seconds": max_seconds,
-        "coalesce_ms": coalesce_ms,
-    }
     server = None
     if base_url is None:
         from fastbench.synthetic import SyntheticServer
@@ -422,7 +295,6 @@ async def avalidate(
     return build_report(data, settings, server_stats)
 
 
-
 def _on_uvloop(coro_fn: Callable[P, Coroutine[Any, Any, R]], name: str) -> Callable[P, R]:
     """The same function, run to the end on a new uvloop; one signature for both forms."""
 
@@ -437,6 +309,7 @@ def _on_uvloop(coro_fn: Callable[P, Coroutine[Any, Any, R]], name: str) -> Calla
 
 
 validate = _on_uvloop(avalidate, "validate")
+
 
 def _safety_cap_s(settings: dict[str, Any]) -> float:
     """A time cap far beyond the run's expected length, so that a stuck server cannot hang validate."""
@@ -674,93 +547,6 @@ def _div(a: float | None, d: int) -> float | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Console table
-
-
-def _f(v: float | None, digits: int = 3) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _cell(value: float | None, width: int = 9) -> str:
-    """A table cell: right-aligned, and never run into its neighbour (TTFT past 10 s is 9 wide)."""
-    return (" " + _f(value)).rjust(width)
-
-
-def render(r: ValidationReport) -> str:
-    """The console table: settings, skew, each series against the schedule, overhead, checks, verdict."""
-    s = r.settings
-    if s["request_rate"]:
-        mode = f"rate {s['request_rate']:g}/s, cap {s['concurrency']}"
-    else:
-        mode = f"closed loop, {s['concurrency']} streams"
-    lat = r.server.get("lateness", {})
-    server_cpu = ("" if r.server_cpu_share_of_core is None
-                  else f"; server CPU {100 * r.server_cpu_share_of_core:.0f} % of a core")
-    client_share = None if r.client_cpu_share_of_core is None else 100 * r.client_cpu_share_of_core
-    k = r.skew
-    out = [
-        (f"fastbench validate: {mode}; server TTFT {s['ttft_ms']:g} ms, {s['itl_ms']:g} ms between chunks, "
-         f"{s['tokens_per_chunk']} tokens/chunk; {s['num_requests']} requests x {s['output_len']} tokens"),
-        f"  {s['server']}; {s['pinning']}",
-        (f"  {r.completed} completed, {r.failed} failed, {r.cancelled} cancelled; {r.chunks} chunks in "
-         f"{r.duration_s:.2f} s ({r.chunks_per_s:,.0f} chunks/s); mean tokens/chunk "
-         f"{_f(r.tokens_per_chunk_mean, 2)}"),
-        "",
-        f"  {'client skew (recv - server send), ms':<40}{'p50':>9}{'p99':>9}{'p99.9':>9}{'max':>9}",
-        f"  {'':<40}{_cell(k.p50)}{_cell(k.p99)}{_cell(k.p999)}{_cell(k.max)}",
-        "",
-        (f"  {'series, ms':<14}{'p50':>9}{'p99':>9}{'nominal':>9}{'p50-nom':>9}{'p99-nom':>9}"
-         f"{'bound p99':>11}{'bound max':>11}"),
-    ]
-    for x in r.series:
-        out.append(
-            f"  {x.name:<14}{_cell(x.measured_p50_ms)}{_cell(x.measured_p99_ms)}{_cell(x.nominal_ms)}"
-            f"{_cell(x.p50_minus_nominal_ms)}{_cell(x.p99_minus_nominal_ms)}"
-            f"{_cell(x.error_bound_p99_ms, 11)}{_cell(x.error_bound_worst_ms, 11)}")
-    out.append("  (bound: the most the client can be off from the server's truth, derived from the skew; "
-               "p*-nom also holds the server's lateness)")
-    out.append("")
-    out.append(f"  server write lateness (its own, not client error): p50 {_f(lat.get('p50_ms'))}  p99 "
-               f"{_f(lat.get('p99_ms'))}  max {_f(lat.get('max_ms'))} ms over {lat.get('count', 0)} chunks"
-               f"{server_cpu}")
-    if r.request_read_delay is not None:
-        d = r.request_read_delay
-        out.append(f"  request sent -> read by the server (its own, inside TTFT, not client error): p50 "
-                   f"{_f(d.p50)}  p99 {_f(d.p99)}  max {_f(d.max)} ms over {d.count} requests")
-    out.append(f"  client CPU: {_f(r.client_cpu_us_per_chunk, 2)} us/chunk, "
-               f"{_f(r.client_cpu_ms_per_request, 3)} ms/request, {_f(client_share, 1)} % of a core; "
-               f"peak RSS {r.client_maxrss_kb / 1024:.0f} MiB")
-    out.append(f"  dispatch lag (sent - scheduled), ms: p50 {_f(r.dispatch_lag.p50)}  "
-               f"p99 {_f(r.dispatch_lag.p99)}  max {_f(r.dispatch_lag.max)}")
-    if r.slot_to_send is not None:
-        ready = "slot free" if r.settings["request_rate"] is None else "arrival or slot free, if later,"
-        out.append(f"  {ready} -> sent (estimate), ms: p50 {_f(r.slot_to_send.p50)}  "
-                   f"p99 {_f(r.slot_to_send.p99)}  max {_f(r.slot_to_send.max)}")
-    ramp = "" if r.opening_ramp_ms is None else (
-        f" (opening ramp {r.opening_ramp_ms:.3f} ms: {r.streams_open_mean_from_start:.2f} counting it)")
-    if r.opening_ramp_ms is not None and r.window["all_open_ns"] >= r.window["last_sent_ns"]:
-        out.append(f"  streams kept open: not judged (no request went out after all {r.streams_asked} were "
-                   f"open); {r.streams_open_mean_window:.2f} over the whole window")
-    else:
-        out.append(f"  streams kept open: {r.streams_open_mean:.2f} of {r.streams_asked} asked, from all open "
-                   f"to the last send{ramp}; {r.streams_open_mean_window:.2f} over the whole window")
-    out.append(f"  timestamps: {r.timestamp_source} ({r.kernel_stamped_reads} of {r.reads} reads "
-               f"kernel-stamped); multi-event reads: {r.multi_event_reads} "
-               f"({_f(100 * (r.multi_event_read_share or 0.0), 2)} % of reads; their error is inside the skew)")
-    if r.wakeups:
-        ends = (f"; {r.ends_watched} requests' ends watched on every arrival"
-                if r.settings.get("coalesce_ms") else "")
-        out.append(f"  event-loop wake-ups: {r.wakeups} ({r.reads / r.wakeups:.2f} reads per wake-up){ends}")
-    out.append("")
-    for c in r.checks:
-        out.append(f"  [{'ok' if c.passed else 'FAIL'}] {c.name}: {_f(c.value)} {c.op} {c.limit:g}")
-    for note in r.notes:
-        out.append(f"  note: {note}")
-    out.append(f"verdict: {r.verdict}")
-    return "\n".join(out)
-
-
-# --------------------------------------------------------------------------------------------------
 # CLI
 
 
@@ -809,21 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if ns.concurrency < 1 or (ns.num_requests is not None and not 1 <= ns.num_requests <= MAX_REQUESTS):
-        parser.error(f"--concurrency must be at least 1, --num-requests between 1 and {MAX_REQUESTS:,}")
-    if not 2 <= ns.output_len <= MAX_OUTPUT_LEN:
-        parser.error(f"--output-len must be between 2 (chunk gaps are judged) and {MAX_OUTPUT_LEN:,}")
-    # written as what must hold, so that nan and inf fail them too
-    if not (0 <= ns.itl_ms <= HOUR_MS and 0 <= ns.ttft_ms <= HOUR_MS and 0 < ns.tolerance_ms < math.inf):
-        parser.error(f"--itl-ms and --ttft-ms must be between 0 and {HOUR_MS:.0f} (an hour), "
-                     "and --tolerance-ms a finite number > 0")
-    if ns.request_rate is not None and not ns.request_rate > 0:
-        parser.error("--request-rate must be > 0")
-    if ns.max_seconds is not None and not ns.max_seconds > 0:
-        parser.error(f"--max-seconds must be > 0, got {ns.max_seconds}")
-    if not 0 <= ns.coalesce_ms <= 1000:
-        parser.error(f"--coalesce-ms must be between 0 and 1000, got {ns.coalesce_ms}")
-    try:
+    try:  # before the run, so that nothing is started for settings that cannot work
+        checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
+                         ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
+                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms)
         if ns.base_url is not None:
             Target.parse(ns.base_url, ENDPOINT)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
