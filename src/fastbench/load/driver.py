@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fastbench._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
+from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
 from fastbench.load.outputs import decode_outputs
@@ -54,8 +55,9 @@ class LoadGenerator:
     """Runs one LoadPlan against one Target and returns RunData."""
 
     def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None) -> None:
-        if plan.concurrency < 1:
-            raise ConfigError("--concurrency must be at least 1")
+        # A run's options were checked where they entered (fastbench.checks); a plan built directly
+        # meets the same rule for its slots, and the core's own for its drain tick.
+        check_value("concurrency", plan.concurrency)
         if not plan.coalesce_s >= 0:
             raise ConfigError(f"--coalesce-ms must be >= 0, got {plan.coalesce_s * 1e3:g}")
         check_api_key(api_key)
