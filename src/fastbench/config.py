@@ -1,4 +1,9 @@
-"""BenchConfig: every option of a run, frozen. The CLI builds one; embedders build one directly."""
+"""BenchConfig: every option of a run, frozen. The CLI builds one; embedders build one directly.
+
+Building one checks nothing: the values are checked when a run starts (:mod:`fastbench.checks`,
+which reads each field's type from the annotations here), so that a config can be built and
+``replace()``\ d freely and ``run()`` raises the ConfigError.
+"""
 
 from __future__ import annotations
 
