@@ -19,13 +19,8 @@ from aiohttp import web
 from _fakevllm import free_port
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError, ServerError
-from fastbench.load.datasets import (
-    RequestSpec,
-    Workload,
-    build_workload,
-    build_workload_sync,
-    output_limit_known,
-)
+from fastbench.load.datasets import RequestSpec, Workload, build_workload, build_workload_sync
+from fastbench.load.screening import output_limit_known
 from fastbench.server.control import fetch_model_info, make_server_tokenize, server_tokenize
 
 try:

@@ -1,0 +1,90 @@
+"""Screening against the context: which prompts fit ``max_model_len`` with the output they ask for.
+
+When ``max_model_len`` is known, requests whose ``prompt_len + max_tokens`` exceeds it are screened
+out and replaced by further draws from the dataset (``max_tokens`` here is the largest output limit
+the body carries, ``extra_body``'s included; with ``max_tokens`` null and no other limit, only prompts
+of ``max_model_len`` tokens or more are screened out).
+
+A dataset source offers ``Candidate`` prompts to a ``Selector``, which keeps them until it has as many
+as the run needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, TypeGuard
+
+Prompt = str | list[int]
+
+# Other names servers take for the output limit, which win over max_tokens where they are honoured
+# (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).
+OTHER_OUTPUT_LIMITS = ("max_completion_tokens", "n_predict", "max_new_tokens")
+
+
+def output_limit_known(extra_body: dict[str, Any]) -> bool:
+    """Whether each request's max_tokens is the limit the server applies: not when --extra-body
+    sets max_tokens to something else than a count (null lifts it), or sets a limit of another name."""
+    if "max_tokens" in extra_body and max_tokens_override(extra_body) is None:
+        return False
+    return not any(key in extra_body for key in OTHER_OUTPUT_LIMITS)
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def screening_limit(max_tokens: int, extra_body: dict[str, Any]) -> int:
+    """The output tokens a request is screened for against max_model_len: the largest limit its body
+    carries (the dataset's max_tokens, or --extra-body's, and any limit of another name: which one a
+    server applies differs, so none may overflow the context), or 1 when --extra-body lifts
+    max_tokens (null) and sets no other: the server then fills what the prompt leaves."""
+    sent = extra_body.get("max_tokens") if "max_tokens" in extra_body else max_tokens
+    limits = [v for v in (sent, *(extra_body.get(k) for k in OTHER_OUTPUT_LIMITS)) if _is_count(v)]
+    return max(limits, default=1)
+
+
+def max_tokens_override(extra_body: dict[str, Any]) -> int | None:
+    """extra_body's ``max_tokens``, which replaces the dataset's in the body."""
+    value = extra_body.get("max_tokens")
+    return value if _is_count(value) else None
+
+
+@dataclasses.dataclass
+class Candidate:
+    """A prompt a dataset offers, with its length (None: unknown), its output tokens and where its
+    length came from (a ``fastbench.load.tokens`` source)."""
+
+    prompt: Prompt
+    prompt_len: int | None
+    max_tokens: int
+    source: str
+
+
+class Selector:
+    """Accepts candidates until ``need`` are in hand, screening against ``max_model_len``."""
+
+    def __init__(self, need: int, max_model_len: int | None, extra_body: dict[str, Any]) -> None:
+        self.need = need
+        self.max_model_len = max_model_len
+        self.extra_body = extra_body
+        self.accepted: list[Candidate] = []
+        self.screened_out = 0
+        self.sources: list[str] = []
+
+    @property
+    def remaining(self) -> int:
+        return self.need - len(self.accepted)
+
+    def offer(self, candidates: Sequence[Candidate]) -> None:
+        for c in candidates:
+            if self.remaining <= 0:
+                return
+            mml = self.max_model_len
+            max_tokens = screening_limit(c.max_tokens, self.extra_body)
+            if mml is not None and c.prompt_len is not None and c.prompt_len + max_tokens > mml:
+                self.screened_out += 1
+                continue
+            self.accepted.append(c)
+            if c.source not in self.sources:
+                self.sources.append(c.source)

@@ -1,0 +1,56 @@
+"""The datasets: each module here draws or reads one dataset's prompts and offers them for screening.
+
+A dataset module has two functions, listed by ``--dataset-name`` in ``fastbench.load.datasets``:
+
+* ``check(config)``: what can be checked without the server (the file parses and has the expected
+  shape, the lengths can work). Blocking: it may read the file.
+* ``offer(ctx)`` (a coroutine): offers ``Candidate`` prompts to ``ctx.selector`` until it holds enough
+  or the dataset runs out, notes in ``ctx.notes`` what the reader of the result should know, and returns
+  the dataset's name for ``Workload.dataset``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+from fastbench.config import BenchConfig
+from fastbench.exceptions import DatasetError
+from fastbench.load.screening import Selector
+from fastbench.load.tokens import LocalTokenizer, TokenCounter
+
+
+@dataclasses.dataclass
+class Context:
+    """What a dataset is given to fill a run."""
+
+    config: BenchConfig
+    chat: bool  # the chat endpoint: each prompt goes out as one user message
+    selector: Selector  # takes the prompts offered, screened against max_model_len
+    counter: TokenCounter  # counts text prompts
+    local: LocalTokenizer | None  # --tokenizer, where given: random text, decoding token ids
+    notes: list[str]
+
+
+class Dataset(NamedTuple):
+    """One dataset's two functions (see the module's docstring)."""
+
+    check: Callable[[BenchConfig], None]
+    offer: Callable[[Context], Awaitable[str]]
+
+
+def read_dataset_file(path: str | None, name: str) -> bytes:
+    """The bytes of dataset ``name``'s file; a DatasetError that says what to fix when it cannot be read."""
+    if not path:
+        raise DatasetError(f"--dataset-name {name} needs --dataset-path (the {name} file to read)")
+    if os.path.isdir(path):
+        raise DatasetError(f"dataset path {path} is a directory; give the {name} file itself")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror}") from None
