@@ -522,7 +522,8 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     """--server-env HF_HUB_CACHE=... and --engine-args '--revision B' are what the server loads from."""
     from safetensors.numpy import save_file
 
-    from fastbench.server import launch as server
+    from fastbench.server.engines import VLLMServer
+    from fastbench.server.external import ExternalServer
 
     repo = tmp_path / "hub" / "models--acme--m"
     for commit, size in (("c1", 2), ("c2", 3)):
@@ -535,23 +536,23 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     launch = LaunchConfig(model="acme/m", env=(f"HF_HUB_CACHE={tmp_path / 'hub'}",),
                           engine_args=("--max-model-len", "64", "--revision=b"))
-    info = asyncio.run(api._model_files(server.VLLMServer(launch), "served-name", None))
+    info = asyncio.run(api._model_files(VLLMServer(launch), "served-name", None))
     assert info["model_files"]["total_params"] == 3 and info["model_files"]["revision"] == "c2"
     launch = dataclasses.replace(launch, engine_args=())
-    assert asyncio.run(api._model_files(server.VLLMServer(launch), "x", None))["model_files"]["revision"] == "c1"
-    assert asyncio.run(api._model_files(server.ExternalServer("http://127.0.0.1:1"), "acme/m", None)) == {}
+    assert asyncio.run(api._model_files(VLLMServer(launch), "x", None))["model_files"]["revision"] == "c1"
+    assert asyncio.run(api._model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) == {}
 
 
 def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hung network mount: the lookup is left behind (a daemon thread) after the timeout, and a
     stop abandons it at once."""
-    from fastbench.server import launch as server
     from fastbench.server import modelinfo
+    from fastbench.server.external import ExternalServer
 
     release = threading.Event()
     monkeypatch.setattr(modelinfo, "server_info", lambda *args: release.wait(10) and {})
     monkeypatch.setattr(api, "MODEL_FILES_TIMEOUT_S", 0.2)
-    attached = server.ExternalServer("http://127.0.0.1:1")
+    attached = ExternalServer("http://127.0.0.1:1")
     t0 = time.monotonic()
     info = asyncio.run(api._model_files(attached, "org/m", None))
     assert info == {"model_files": {"error": "org/m: its files did not answer in 0.2 s"}}

@@ -21,7 +21,7 @@ import pytest
 
 from _fakevllm import free_port
 from _realserver import run_fastbench, run_setup
-from fastbench.server.launch import group_members, port_is_free
+from fastbench.server.processes import group_members, port_is_free
 
 pytestmark = pytest.mark.llamacpp
 

@@ -18,6 +18,7 @@ log fields) are not entered at all.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import sys
@@ -147,18 +148,21 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     """What only a launched server (or memory sampling) writes, built by the code that writes it."""
     from safetensors.numpy import save_file
 
+    from fastbench.results import card
     from fastbench.results import writers as report
-    from fastbench.server import launch as server
     from fastbench.server import memory as memsampler
-    from fastbench.server import modelinfo, specdecode
+    from fastbench.server import modelinfo
+    from fastbench.server.engines import VLLMServer
+    from fastbench.server.monitor import WindowMonitor
+    from fastbench.server.observations import MemoryReport, Teardown
+    from fastbench.server.serverlog import parse_vllm_footprint, spec_log_summary
 
     launch = LaunchConfig(model="org/model", docker_image="vllm/vllm-openai:latest", engine_bin=sys.executable,
                           engine_args=("--quantization", "awq", "--speculative-config", '{"method":"ngram"}'))
     config = BenchConfig(launch=launch)
-    vllm = server.VLLMServer(launch)
+    vllm = VLLMServer(launch)
     vllm.load_time_s = 1.0
-    monitor = server.WindowMonitor("http://127.0.0.1:1", config, vllm, on_server_death=lambda _: None)
-    info = monitor.server_info()  # /metrics never read: server_metrics says it is unavailable
+    window = WindowMonitor("http://127.0.0.1:1", config, vllm, on_server_death=lambda _: None).report()
     series = memsampler.MemorySeries(
         interval_s=1.0, baseline=memsampler.Baseline(t_ns=0, mem_total=2 << 30, mem_available=1 << 30),
         samples=[memsampler.Sample(t_ns=10**9, mem_total=2 << 30, mem_available=1 << 29, mem_available_drop=1 << 29,
@@ -172,14 +176,13 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
            "Graph capturing finished in 3 secs, took 0.25 GiB\n")
     spec_line = ("SpecDecoding metrics: Mean acceptance length: 2.32, Accepted: 342 tokens, Drafted: 777 tokens, "
                  "Per-position acceptance rate: 0.707, 0.413, Avg Draft acceptance rate: 44.0%")
-    info.update(
-        memory_series=series.to_dict(), memory_peaks=series.peaks(), footprint=server.parse_vllm_footprint(log),
-        spec_decode_stats={"server_log": specdecode.spec_log_summary([spec_line])},
-        server_warnings=["WARNING: something"],
-    )
-    vllm.teardown = {"how": "SIGTERM", "seconds": 1.5, "exit": "exited with status 0", "port_free": True,
-                     "processes_left": []}
-    server.add_teardown(info, vllm)
+    # /metrics never read: server_metrics says it is unavailable
+    window = dataclasses.replace(window, warnings=["WARNING: something"], spec_log=spec_log_summary([spec_line]))
+    memory = MemoryReport(series=series.to_dict(), peaks=series.peaks(), summary=series.summary_lines(),
+                          footprint=parse_vllm_footprint(log))
+    teardown = Teardown(how="SIGTERM", seconds=1.5, exit="exited with status 0", port_free=True, processes_left=[],
+                        left_the_group=[])
+    info = card.server_sections(window, memory=memory, teardown=teardown, client_tokens_per_chunk=1.2)
     (tmp_path / "config.json").write_text('{"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}')
     save_file({"model.layers.0.experts.0.w1.weight": np.zeros((4, 4), np.float16)}, str(tmp_path / "model.safetensors"))
     info.update(modelinfo.server_info(str(tmp_path)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -28,21 +29,16 @@ from fastbench.cli import command as cli
 from fastbench.cli import tomlconfig
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.server import launch as server_module
+from fastbench.results import card
+from fastbench.server import processes
 from fastbench.server.control import probe_ready
-from fastbench.server.launch import (
-    ExternalServer,
-    ServerLaunchError,
-    VLLMServer,
-    add_teardown,
-    group_members,
-    make_server,
-    memory_info,
-    parse_vllm_footprint,
-    parse_vllm_precision,
-    port_is_free,
-    window_warnings,
-)
+from fastbench.server.engines import VLLMServer, make_server
+from fastbench.server.external import ExternalServer
+from fastbench.server.launch import ServerLaunchError
+from fastbench.server.memoryrun import memory_report
+from fastbench.server.monitor import WindowMonitor
+from fastbench.server.processes import group_members, port_is_free
+from fastbench.server.serverlog import parse_vllm_footprint, parse_vllm_precision, window_warnings
 from fastbench.synthetic import SyntheticServer
 
 SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
@@ -253,8 +249,8 @@ def test_processes_that_left_the_servers_group_are_stopped_too(fake: tuple[Path,
         finally:
             server.stop()
         assert server.teardown is not None
-        strays = server.teardown["left_the_group"]
-        assert len(strays) == 1 and server.teardown["processes_left"] == []
+        strays = server.teardown.left_the_group
+        assert len(strays) == 1 and server.teardown.processes_left == []
         stat = Path(f"/proc/{strays[0]}/stat")
         assert not stat.exists() or "Z" in stat.read_text().split()[2]
         assert "left the server's process group: signalled too" in server.log_text()
@@ -269,7 +265,7 @@ def test_no_strays_are_looked_for_under_a_reaped_engines_pid(fake: tuple[Path, P
     not signal that process's descendants as the server's strays."""
     vllm, _ = fake
     looked: list[int] = []
-    monkeypatch.setattr(server_module, "strays_of", lambda root, pgid: looked.append(root) or [])
+    monkeypatch.setattr(processes, "strays_of", lambda root, pgid: looked.append(root) or [])
     server = VLLMServer(launch_config(vllm, free_port(), tmp_path, SYNTH))
     server.start()
     try:
@@ -279,7 +275,7 @@ def test_no_strays_are_looked_for_under_a_reaped_engines_pid(fake: tuple[Path, P
         server.process.wait(10)  # reaped, as the exit watcher does
     finally:
         server.stop()
-    assert looked == [] and server.teardown is not None and server.teardown["left_the_group"] == []
+    assert looked == [] and server.teardown is not None and server.teardown.left_the_group == []
 
 
 def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_path: Path) -> None:
@@ -297,13 +293,15 @@ def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_pa
     assert server.exit_status == -signal.SIGKILL
     assert server.port_free_after_stop is True
     assert server.teardown is not None
-    assert server.teardown["how"] == "SIGKILL, 1 s after SIGTERM"
-    assert server.teardown["exit"] == f"was killed by signal {signal.SIGKILL}"
-    assert 1.0 <= server.teardown["seconds"] < 8
-    info: dict[str, object] = {}
-    add_teardown(info, server)
-    assert info["teardown"] is server.teardown
-    assert info["notes"] == [f"Teardown: {info['load']['Teardown']}"]  # a SIGKILL is news
+    assert server.teardown.how == "SIGKILL, 1 s after SIGTERM"
+    assert server.teardown.exit == f"was killed by signal {signal.SIGKILL}"
+    assert 1.0 <= server.teardown.seconds < 8
+    window = WindowMonitor(server.base_url, BenchConfig(launch=server.launch), server, print).report()
+    info = card.server_sections(window, teardown=server.teardown)
+    assert info["teardown"] == dataclasses.asdict(server.teardown)
+    assert info["load"]["Teardown"].startswith("SIGKILL, 1 s after SIGTERM; was killed by signal 9 after ")
+    # a SIGKILL is news
+    assert info["notes"] == [f"Load: ready in {load:.1f} s", f"Teardown: {info['load']['Teardown']}"]
     assert "SIGKILL" in server.log_text()
     assert server.pgid is not None
     assert_gone(server.pgid, port)
@@ -549,7 +547,7 @@ def test_a_long_windows_log_is_read_a_block_at_a_time(tmp_path: Path) -> None:
         f.write(b"# fastbench 2026-11-30T12:00:02: a WARNING in fastbench's own line\n")
         f.write(b"INFO 11-30 12:00:03 [metrics.py:1] SpecDecoding metrics: Draft acceptance rate: 50.0%")
     server = VLLMServer(LaunchConfig(model="m", log_path=str(log), port=free_port()))
-    server.window = (start, None)
+    server.log.window = (start, None)
     tracemalloc.start()
     lines = server.window_log_lines()
     peak = tracemalloc.get_traced_memory()[1]
@@ -569,12 +567,12 @@ def test_the_footprint_is_parsed_from_the_loading_phase_only(tmp_path: Path) -> 
         f.write((b"INFO request line " + b"x" * 400 + b"\n") * 40_000)
         f.write(b"INFO 11-30 12:00:09 [gpu_model_runner.py:1] Model loading took 9.99 GiB and 1 seconds\n")
     server = VLLMServer(LaunchConfig(model="m", log_path=str(log), port=free_port()))
-    server.window = (start, None)
+    server.log.window = (start, None)
     tracemalloc.start()
-    info = memory_info(None, server)
+    info = memory_report(None, server)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert info["footprint"]["weights_gib"] == [0.51]
+    assert info is not None and info.footprint is not None and info.footprint["weights_gib"] == [0.51]
     assert peak < 4 << 20, peak  # the window is ~17 MB
 
 
@@ -630,7 +628,7 @@ def test_hurry_turns_a_slow_docker_stop_into_docker_kill(
     assert time.monotonic() - t0 < 8
     assert "kill" in (state / "calls").read_text().split()
     assert "asked again: docker kill" in server.log_text()
-    assert server.teardown is not None and server.teardown["how"] == "docker kill (asked again)"
+    assert server.teardown is not None and server.teardown.how == "docker kill (asked again)"
 
 
 def test_a_missing_engine_is_a_config_error(tmp_path: Path) -> None:

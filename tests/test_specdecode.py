@@ -13,18 +13,17 @@ import pytest
 
 from fastbench import api
 from fastbench.config import BenchConfig
+from fastbench.results import card
+from fastbench.results.card import cache_config_row, spec_decode_rows
 from fastbench.server import prom as promscrape
 from fastbench.server.prom import Metrics, MetricsScraper, Scrape, parse_prometheus
+from fastbench.server.serverlog import parse_spec_log_line, spec_log_summary
 from fastbench.server.specdecode import (
     MAX_DRAFT_POSITIONS,
     MIN_INTERVAL_DRAFTS,
     SpecCounters,
     analyze,
     cache_config,
-    cache_config_row,
-    card_rows,
-    parse_spec_log_line,
-    spec_log_summary,
 )
 from fastbench.synthetic import SyntheticServer
 
@@ -160,7 +159,7 @@ def test_window_figures_ranges_and_vllm_keys() -> None:
     # kept as samples but left out of the figures over the window
     assert gauges["running"] == {"mean": 8.0, "max": 8.0, "min": 8.0}
     assert gauges["kv_cache_usage"]["mean"] == pytest.approx(0.6)
-    rows = card_rows(spec, client_tokens_per_chunk=2.1)
+    rows = spec_decode_rows(spec, client_tokens_per_chunk=2.1)
     lo, hi = spec["acceptance_length_range"]
     assert rows["Mean acceptance length"] == f"{w['acceptance_length']:.2f} ({lo:.2f}-{hi:.2f})"
     assert rows["Per-position acceptance"].count("/") == 2
@@ -207,7 +206,7 @@ def test_a_read_whose_counters_are_no_counts_is_left_out_and_said(bad: str, bad_
     (note,) = spec["notes"]
     assert note.startswith("1 of 4 /metrics reads: vllm:spec_decode_num_draft_tokens_total is ")
     assert "left out" in note
-    assert "Counter problems" in card_rows(spec)
+    assert "Counter problems" in spec_decode_rows(spec)
 
 
 def test_one_engines_bad_series_is_not_summed_around() -> None:
@@ -236,7 +235,7 @@ def test_no_usable_window_is_said_not_hidden() -> None:
     spec = analyze(scrapes_of(good, vllm_text(200, "+Inf", 300, [200, 100])), interval_s=2.0)["spec_decode"]
     assert "window" not in spec and "vllm_keys" not in spec
     assert spec["notes"][-1] == "fewer than 2 reads with usable counters: no figures over the window"
-    rows = card_rows(spec)
+    rows = spec_decode_rows(spec)
     assert rows["Source"] == "vllm:spec_decode_* counters: no figures over the window"
     assert "+Inf" in rows["Counter problems"]
     # counters going down between the window's ends (a restart) are said too, not silently dropped
@@ -269,7 +268,7 @@ def test_counters_that_contradict_each_other_give_no_rate() -> None:
     assert w["inconsistent"] == "accepted 300 > drafted 90 draft tokens"
     assert spec["vllm_keys"] == {} and spec["acceptance_rate_range"] is None
     assert "contradict each other over the window (accepted 300 > drafted 90 draft tokens)" in spec["notes"][0]
-    rows = card_rows(spec)
+    rows = spec_decode_rows(spec)
     assert rows["Draft acceptance rate"] == "n/a" and rows["Mean acceptance length"] == "n/a"
     assert "accepted 300 > drafted 90" in rows["Counter problems"]
     # a per-position rate above 1: more accepted at position 0 than there were drafts
@@ -327,7 +326,7 @@ def test_spec_log_line_parsed_by_key() -> None:
     contradicting = spec_log_summary([VLLM_LINE.replace("Accepted: 601", "Accepted: 6010")])
     assert contradicting is not None and contradicting["acceptance_rate"] is None
     spec = analyze(scrapes_of(vllm_text(0, 0, 0, []), vllm_text(100, 300, 100, [])), interval_s=2.0)["spec_decode"]
-    assert "accepted 6,010 > drafted 636" in card_rows(spec, log=contradicting)["Server log cross-check"]
+    assert "accepted 6,010 > drafted 636" in spec_decode_rows(spec, log=contradicting)["Server log cross-check"]
 
 
 # -- scraping over a run -------------------------------------------------------------------------------------
@@ -457,10 +456,11 @@ def test_vllms_cache_config_is_read_from_its_info_series() -> None:
 
 
 def _monitor_info(status: int, body: str) -> dict[str, Any]:
-    """WindowMonitor.server_info for an attached server whose /metrics answers ``status``, ``body``."""
+    """The server sections of the result for an attached server whose /metrics answers ``status``, ``body``."""
     from aiohttp import web
 
-    from fastbench.server import launch as server
+    from fastbench.server.external import ExternalServer
+    from fastbench.server.monitor import WindowMonitor
 
     async def main() -> dict[str, Any]:
         async def metrics(request: web.Request) -> web.Response:
@@ -473,12 +473,12 @@ def _monitor_info(status: int, body: str) -> dict[str, Any]:
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         try:
-            monitor = server.WindowMonitor(url, BenchConfig(base_url=url, metrics_interval_s=0.01),
-                                           server.ExternalServer(url), on_server_death=lambda _: None)
+            monitor = WindowMonitor(url, BenchConfig(base_url=url, metrics_interval_s=0.01),
+                                    ExternalServer(url), on_server_death=lambda _: None)
             await monitor.start()
             await asyncio.sleep(0.05)
             await monitor.finish()
-            return monitor.server_info()
+            return card.server_sections(monitor.report(), client_tokens_per_chunk=1.5)
         finally:
             await runner.cleanup()
 

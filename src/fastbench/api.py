@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import platform
 import shutil
@@ -21,9 +22,14 @@ from fastbench.exceptions import ConfigError, ResultWriteError, ServerDiedError,
 from fastbench.load import datasets
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
-from fastbench.results import figures, writers
+from fastbench.results import card, figures, writers
 from fastbench.results.result import Result
 from fastbench.server import control, launch, modelinfo
+from fastbench.server.engines import make_server
+from fastbench.server.external import ExternalServer
+from fastbench.server.launch import LaunchedServer
+from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
+from fastbench.server.monitor import WindowMonitor
 
 __all__ = ("arun", "run")
 
@@ -118,7 +124,7 @@ async def arun(
     launched = None
     base_url = config.base_url
     # started before any launch, so that its baseline is the machine without the server
-    memory = launch.start_memory_sampler(config)
+    memory = start_memory_sampler(config)
     try:
         if config.launch is not None:
             if config.dataset_path is None or os.path.isfile(config.dataset_path):  # a pipe is read once
@@ -128,8 +134,7 @@ async def arun(
                                       "interrupted while reading the inputs")
             if stop is not None and stop.is_set():
                 raise asyncio.CancelledError("interrupted before the launch")
-            launched = launch.make_server(config.launch, api_key=config.api_key,
-                                          log_dir=launch.log_dir_for(config))
+            launched = make_server(config.launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
             await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
             base_url = launched.base_url
@@ -149,7 +154,7 @@ async def arun(
             # The server's root, where /v1/models, /metrics and /tokenize are: --base-url may end in
             # /v1 (as OpenAI clients take it) or carry credentials, which fastbench never sends.
             base_url = Target.parse(base_url, config.endpoint).base_url
-        watched = launched or launch.ExternalServer(
+        watched = launched or ExternalServer(
             base_url, api_key=config.api_key, pid=synthetic.pid if synthetic is not None else None)
         if memory is not None and watched.pid is not None and (launched is None or launched.launch.docker_image):
             memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
@@ -194,7 +199,7 @@ async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None, why: s
 MODEL_FILES_TIMEOUT_S = 30.0
 
 
-async def _model_files(watched: launch.LaunchedServer | launch.ExternalServer, served: str,
+async def _model_files(watched: LaunchedServer | ExternalServer, served: str,
                        stop: asyncio.Event | None) -> dict[str, Any]:
     """modelinfo.server_info for the model the server loaded: a launched server's model, with the
     environment and ``--revision`` it was given; else what an attached server names (vLLM's root:
@@ -202,7 +207,7 @@ async def _model_files(watched: launch.LaunchedServer | launch.ExternalServer, s
     most MODEL_FILES_TIMEOUT_S and never the exit."""
     environ: dict[str, str] | None = None
     revision = None
-    if isinstance(watched, launch.LaunchedServer):
+    if isinstance(watched, LaunchedServer):
         model = watched.launch.model
         environ = {**os.environ, **dict(e.split("=", 1) for e in watched.launch.env if "=" in e)}
         revision = launch.engine_option(watched.launch.engine_args, "--revision")
@@ -234,8 +239,8 @@ async def _run_against(
     on_progress: Callable[[dict[str, Any]], None] | None,
     stop: asyncio.Event | None = None,
     *,
-    watched: launch.LaunchedServer | launch.ExternalServer,
-    memory: launch.MemoryRun | None = None,
+    watched: LaunchedServer | ExternalServer,
+    memory: MemoryRun | None = None,
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
@@ -280,7 +285,7 @@ async def _run_against(
             stop_event=stop,
         )
         generator = LoadGenerator(target, plan, config.api_key)
-        monitor = launch.WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
+        monitor = WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
             plan.on_window_start = monitor.restart_window_soon
         await monitor.start()
@@ -288,24 +293,25 @@ async def _run_against(
             data = await generator.run()
         finally:
             await monitor.finish()
-        server_info.update(monitor.server_info())
-        scraped = server_info.get("server_metrics") or {}
-        if scraped.get("engine") and (synthetic is not None
-                                      or str(server_info.get("version") or "").startswith("fastbench-synthetic")):
-            scraped["engine"] = None  # the synthetic server's /metrics mimic vLLM's names
+        window = monitor.report()
+        if synthetic is not None or str(server_info.get("version") or "").startswith("fastbench-synthetic"):
+            # the synthetic server's /metrics mimic vLLM's names: they tell no engine
+            window = dataclasses.replace(window, metrics=dataclasses.replace(window.metrics, engine=None))
+        memory_seen = None
         if memory is not None:  # stopped here, before teardown: the series covers launch to window end
-            attached = synthetic is None and not isinstance(watched, launch.LaunchedServer)
-            server_info.update(launch.memory_info(memory.stop(), watched, baseline_before_server=not attached))
-        if isinstance(watched, launch.LaunchedServer):
+            attached = synthetic is None and not isinstance(watched, LaunchedServer)
+            memory_seen = memory_report(memory.stop(), watched, baseline_before_server=not attached)
+        if isinstance(watched, LaunchedServer):
             await watched.astop()  # here, not only in arun's finally: the result says how the teardown went
-            launch.add_teardown(server_info, watched)
         died = monitor.server_died
+        synthetic_stats = None
+        synthetic_lost: list[str] = []
         if synthetic is not None:
             try:
-                server_info["synthetic_stats"] = synthetic.stats()
+                synthetic_stats = synthetic.stats()
             except OSError as exc:  # it died: what was measured stands, the run failed
-                died = died or f"the built-in synthetic server stopped answering ({exc})"
-                server_info.setdefault("notes", []).append(died)
+                synthetic_lost.append(f"the built-in synthetic server stopped answering ({exc})")
+                died = died or synthetic_lost[0]
     workload_info = {
         "dataset": work.dataset,
         "input_length_source": work.input_length_source,
@@ -317,7 +323,14 @@ async def _run_against(
         "max_tokens": [spec.max_tokens for spec in work.requests],
     }
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
-    launch.annotate(result)
+    # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
+    # they are worded once the figures are known.
+    server_info.update(card.server_sections(
+        window, memory=memory_seen, teardown=watched.teardown if isinstance(watched, LaunchedServer) else None,
+        client_tokens_per_chunk=result.mean_tokens_per_chunk, later_notes=synthetic_lost))
+    if synthetic_stats is not None:
+        server_info["synthetic_stats"] = synthetic_stats
+    result = dataclasses.replace(result, server_info=server_info)
     unwritten = write_outputs(result, config, data)
     if died is not None:  # what was measured is written; the run itself failed
         raise ServerDiedError("; ".join([died, *unwritten]), result)

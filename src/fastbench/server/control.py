@@ -43,6 +43,8 @@ __all__ = (
 
 # A probe that does not answer in this long counts as "not ready yet": the launcher polls again.
 PROBE_TIMEOUT_S = 2.0
+# How often the launcher asks whether the server is ready.
+READY_POLL_S = 0.25
 # /version is a nicety of the result: a server slow to tell it costs the run little.
 VERSION_TIMEOUT_S = 5.0
 # /v1/models and /tokenize: a loaded server may take a while, but the run needs their answers.

@@ -17,8 +17,9 @@ A misbehaving server's counters are recorded, never trusted blindly: a read whos
 (NaN, ±Inf, negative, above 2^53) is left out, position labels beyond ``MAX_DRAFT_POSITIONS`` are dropped, and
 counters that contradict each other (more accepted than drafted) give no figures; ``notes`` says which.
 
-Also here: vLLM's "SpecDecoding metrics:" log lines parsed by key (a cross-check when fastbench
-launched the server), and KV-cache usage and running / waiting requests sampled over the window.
+Also here: KV-cache usage and running / waiting requests sampled over the window, and vLLM's KV-cache
+settings (``vllm:cache_config_info``). vLLM's "SpecDecoding metrics:" log lines are read in
+``serverlog``; the card's rows are worded in ``fastbench.results.card``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fastbench.server.prom import MAX_COUNT, Metrics, Scrape
@@ -36,8 +37,7 @@ __all__ = (
     "SpecCounters",
     "SpecFigures",
     "analyze",
-    "parse_spec_log_line",
-    "spec_log_summary",
+    "cache_config",
 )
 
 SPEC_PREFIXES = ("vllm:", "llamacpp:")
@@ -320,43 +320,6 @@ def cache_config(metrics: Metrics) -> dict[str, str] | None:
     return dict(first.labels)
 
 
-def cache_config_row(labels: Mapping[str, str], engines: int = 1) -> str | None:
-    """The card's "KV cache (server)" row, from what the labels hold (names vary across vLLM
-    versions: the size in tokens is new in 0.11, blocks x block size before); with several engines,
-    it is engine 0's cache and says so."""
-
-    def number(key: str) -> float | None:
-        try:
-            value = float(labels[key])
-        except (KeyError, ValueError):
-            return None
-        return value if 0 <= value <= MAX_COUNT else None  # NaN, infinities and nonsense left out
-
-    parts = []
-    tokens, blocks, block = number("kv_cache_size_tokens"), number("num_gpu_blocks"), number("block_size")
-    if tokens is None and blocks is not None and block is not None:
-        tokens = blocks * block
-    size = number("kv_cache_memory_bytes")
-    detail = [f"{size / 2**30:.2f} GiB"] if size else []
-    if labels.get("cache_dtype"):
-        detail.append(f"dtype {labels['cache_dtype']}")
-    if block is not None:
-        detail.append(f"block {block:.0f}")
-    if tokens is not None:
-        parts.append(f"{tokens:,.0f} tokens" + (f" ({', '.join(detail)})" if detail else ""))
-    elif detail:
-        parts.append(", ".join(detail))
-    utilisation = number("gpu_memory_utilization")
-    if utilisation is not None:
-        parts.append(f"gpu-memory-utilization {utilisation:g}")
-    if labels.get("enable_prefix_caching") in ("True", "False"):
-        parts.append("prefix caching " + ("on" if labels["enable_prefix_caching"] == "True" else "off"))
-    if not parts:
-        return None
-    whose = f"engine 0 of {engines}, each with its own; " if engines > 1 else ""
-    return f"{'; '.join(parts)} ({whose}{CACHE_CONFIG_INFO})"
-
-
 def _spec_decode(readings: Sequence[_Reading], t0: float) -> dict[str, Any] | None:
     """:func:`analyze`'s ``spec_decode``: None without counters (or with one usable read and nothing to
     say); without a window figure, only ``source`` and ``notes`` (why there is none)."""
@@ -427,143 +390,3 @@ def vllm_keys(window: SpecFigures) -> dict[str, Any]:
         "spec_decode_accepted_tokens": int(window.accepted),
         "spec_decode_per_position_acceptance_rates": list(window.per_position),
     }
-
-
-# -- the server log's "SpecDecoding metrics:" lines -------------------------------------------------
-
-_SPEC_LOG = re.compile(r"SpecDecoding metrics:\s*(.*)$")
-_KEY_SPLIT = re.compile(r",\s+(?=[A-Za-z][A-Za-z \-]*:\s)")
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan", re.IGNORECASE)
-
-
-def _key(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", text.strip().lower()).strip("_")
-
-
-def parse_spec_log_line(line: str) -> dict[str, Any] | None:
-    """vLLM's ``SpecDecoding metrics: Mean acceptance length: 3.79, Accepted throughput: 1.2 tokens/s,
-    ..., Per-position acceptance rate: 0.958, 0.958, 0.873, Avg Draft acceptance rate: 93.5%`` as
-    ``{"mean_acceptance_length": 3.79, ..., "per_position_acceptance_rate": [0.958, ...]}``, by key
-    (so added, dropped or reordered fields do not break it); None for any other line."""
-    m = _SPEC_LOG.search(line)
-    if m is None:
-        return None
-    out: dict[str, Any] = {}
-    for part in _KEY_SPLIT.split(m.group(1).strip()):
-        key, sep, value = part.partition(":")
-        if not sep:
-            continue
-        numbers = [float(x) for x in _NUMBER.findall(value)]
-        name = _key(key)
-        if name.startswith("per_position"):
-            out[name] = numbers
-        elif numbers:
-            out[name] = numbers[0]
-    return out
-
-
-def spec_log_summary(lines: Iterable[str]) -> dict[str, Any] | None:
-    """Sum and range of the "SpecDecoding metrics" lines of the window (each covers the time since the
-    previous one, so their boundaries do not match the window's: a cross-check, not the figure)."""
-    parsed = [p for p in (parse_spec_log_line(line) for line in lines) if p]
-    if not parsed:
-        return None
-    accepted = sum(p.get("accepted", 0.0) for p in parsed)
-    drafted = sum(p.get("drafted", 0.0) for p in parsed)
-    return {
-        "lines": len(parsed),
-        "accepted_tokens": accepted,
-        "drafted_tokens": drafted,
-        # more accepted than drafted: the lines contradict themselves, no rate from them
-        "acceptance_rate": accepted / drafted if drafted and accepted <= drafted else None,
-        "mean_acceptance_length_range": _range(p.get("mean_acceptance_length") for p in parsed),
-        "per_line": parsed,
-    }
-
-
-# -- card text ------------------------------------------------------------------------------------
-
-
-def _fmt_range(value: float | None, rng: Sequence[float] | None, fmt: str, unit: str = "") -> str:
-    if value is None:
-        return "n/a"
-    text = f"{value:{fmt}}{unit}"
-    if rng:
-        text += f" ({rng[0]:{fmt}}-{rng[1]:{fmt}}{unit})"
-    return text
-
-
-def card_rows(stats: dict[str, Any], *, log: dict[str, Any] | None = None,
-              client_tokens_per_chunk: float | None = None) -> dict[str, str]:
-    """The card's "Speculative decoding" rows from :func:`analyze`'s ``spec_decode`` part."""
-    if "window" in stats:
-        rows = _window_rows(stats)
-    else:  # counters there, but no figure from them (the notes say why)
-        rows = {"Source": f"{stats['source']}: no figures over the window"}
-    notes = stats.get("notes") or []
-    if notes:
-        rows["Counter problems"] = "; ".join(notes)
-    if log:
-        lrange = log["mean_acceptance_length_range"]
-        text = f"{log['lines']} 'SpecDecoding metrics' line{'s' if log['lines'] != 1 else ''} in the window"
-        if lrange:
-            text += f": mean acceptance length {lrange[0]:.2f}-{lrange[1]:.2f}"
-        if log["acceptance_rate"] is not None:
-            text += (f", draft acceptance {100 * log['acceptance_rate']:.1f}% "
-                     f"({int(log['accepted_tokens']):,} / {int(log['drafted_tokens']):,} tokens)")
-        elif log["accepted_tokens"] > log["drafted_tokens"]:
-            text += (f", accepted {int(log['accepted_tokens']):,} > drafted {int(log['drafted_tokens']):,} "
-                     "tokens: the lines contradict themselves, no rate from them")
-        rows["Server log cross-check"] = text
-    per_step = stats.get("tokens_per_step")
-    if per_step is not None:
-        rows["Tokens per engine step"] = (
-            f"{per_step:.2f} = generated ÷ (generated − accepted) over the window: the acceptance length "
-            "counts only the steps that drafted, this counts every step (prefill and undrafted ones too)")
-    if client_tokens_per_chunk is not None:
-        text = f"{client_tokens_per_chunk:.2f}"
-        if per_step is not None:
-            text += f" (server's tokens per engine step {per_step:.2f}: one chunk per step would match it)"
-        rows["Client tokens per chunk"] = text
-    return rows
-
-
-def _window_rows(stats: dict[str, Any]) -> dict[str, str]:
-    w = stats["window"]
-    pct = [100 * x for x in stats["acceptance_rate_range"]] if stats["acceptance_rate_range"] else None
-    rate = 100 * w["acceptance_rate"] if w["acceptance_rate"] is not None else None
-    n = len(stats["intervals"])
-    rows = {
-        "Mean acceptance length": _fmt_range(w["acceptance_length"], stats["acceptance_length_range"], ".2f"),
-        "Draft acceptance rate": _fmt_range(rate, pct, ".1f", "%"),
-    }
-    if w["per_position"]:
-        rows["Per-position acceptance"] = " / ".join(f"{x:.3f}" for x in w["per_position"])
-    counts = [f"{int(w['accepted']):,} accepted"]
-    if w["draft_tokens"] is not None:
-        counts.insert(0, f"{int(w['draft_tokens']):,} draft tokens")
-    if w["drafts"] is not None:
-        counts.insert(0, f"{int(w['drafts']):,} drafts")
-    rows["Counts"] = ", ".join(counts)
-    rows["Source"] = (
-        f"{stats['source']}: deltas over the measured window; ranges over {n} interval"
-        f"{'s' if n != 1 else ''} between /metrics reads"
-    )
-    return rows
-
-
-def gauge_rows(gauges: dict[str, Any]) -> dict[str, str]:
-    """The card's "Server metrics" rows: KV-cache usage and running / waiting requests over the window."""
-    rows: dict[str, str] = {}
-    kv = gauges.get("kv_cache_usage")
-    if kv:
-        rows["KV-cache usage"] = (f"max {100 * kv['max']:.1f}% · mean {100 * kv['mean']:.1f}% "
-                                  f"({gauges['kv_cache_metric']})")
-    for key in ("running", "waiting"):
-        g = gauges.get(key)
-        if g:
-            rows[f"Requests {key}"] = f"max {g['max']:.0f} · mean {g['mean']:.1f}"
-    if rows:
-        n = len(gauges["samples"])
-        rows["Samples"] = f"{n} /metrics reads over the measured window; figures over the {n - 2} between its edges"
-    return rows

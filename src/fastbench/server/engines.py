@@ -1,0 +1,94 @@
+"""The engines fastbench launches: vLLM, SGLang and llama.cpp, each its command line and what its log says.
+
+Everything else (the process, readiness, the log, teardown) is ``launch.LaunchedServer``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastbench.config import LaunchConfig
+from fastbench.exceptions import ConfigError
+from fastbench.server.launch import LaunchedServer, engine_option
+from fastbench.server.serverlog import parse_vllm_footprint, parse_vllm_precision
+
+__all__ = ("LlamaCppServer", "SGLangServer", "VLLMServer", "make_server")
+
+
+class VLLMServer(LaunchedServer):
+    """``vllm serve MODEL --host H --port P ...`` (docker: the vllm/vllm-openai image's entrypoint)."""
+
+    engine = "vllm"
+    engine_name = "vLLM"
+    default_bin = "vllm"
+
+    def server_args(self, host: str) -> list[str]:
+        return ["--host", host, "--port", str(self.port), *self.launch.engine_args]
+
+    def local_argv(self) -> list[str]:
+        return [self.launch.engine_bin or self.default_bin, "serve", self.launch.model,
+                *self.server_args(self.host)]
+
+    def docker_server_args(self) -> list[str]:
+        return [self.launch.model, *self.server_args("0.0.0.0")]
+
+    def precision(self) -> str | None:
+        return parse_vllm_precision(self.log.text(until_window=True))
+
+    def footprint(self) -> dict[str, Any] | None:
+        # logged while loading: the window's request lines may be hundreds of MB
+        return parse_vllm_footprint(self.log.text(until_window=True)) or None
+
+
+class SGLangServer(LaunchedServer):
+    """``python -m sglang.launch_server --model-path MODEL --host H --port P ...``."""
+
+    engine = "sglang"
+    engine_name = "SGLang"
+    default_bin = "python3"
+
+    def server_args(self, host: str) -> list[str]:
+        return ["-m", "sglang.launch_server", "--model-path", self.launch.model, "--host", host,
+                "--port", str(self.port), *self.launch.engine_args]
+
+    def local_argv(self) -> list[str]:
+        return [self.launch.engine_bin or self.default_bin, *self.server_args(self.host)]
+
+    def docker_server_args(self) -> list[str]:
+        return ["python3", *self.server_args("0.0.0.0")]
+
+
+class LlamaCppServer(LaunchedServer):
+    """``llama-server -m MODEL --host H --port P ...`` (add ``--metrics`` to engine args for /metrics)."""
+
+    engine = "llama.cpp"
+    engine_name = "llama.cpp"
+    default_bin = "llama-server"
+
+    @property
+    def served_model(self) -> str:
+        return engine_option(self.launch.engine_args, "--alias", "-a") or self.launch.model
+
+    def _expected_models(self) -> tuple[str, ...] | None:
+        return None  # one model per server; its id is the alias or a path llama.cpp chooses
+
+    def server_args(self, host: str) -> list[str]:
+        return ["-m", self.launch.model, "--host", host, "--port", str(self.port), *self.launch.engine_args]
+
+    def local_argv(self) -> list[str]:
+        return [self.launch.engine_bin or self.default_bin, *self.server_args(self.host)]
+
+
+_SERVERS: dict[str, type[LaunchedServer]] = {
+    "vllm": VLLMServer, "sglang": SGLangServer, "llama.cpp": LlamaCppServer,
+}
+
+
+def make_server(launch: LaunchConfig, *, api_key: str | None = None,
+                log_dir: str | None = None) -> LaunchedServer:
+    """The server class for ``launch.engine``, not started yet."""
+    try:
+        cls = _SERVERS[launch.engine]
+    except KeyError:
+        raise ConfigError(f"--launch takes {', '.join(_SERVERS)}, got {launch.engine!r}") from None
+    return cls(launch, api_key=api_key, log_dir=log_dir)
