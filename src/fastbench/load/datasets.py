@@ -26,7 +26,8 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.screening import OTHER_OUTPUT_LIMITS, Candidate, Selector, max_tokens_override, output_limit_known
 from fastbench.load.sources import Context, Dataset, jsonl, random_prompts, sharegpt
-from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed, TokenizeFn
+from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed
+from fastbench.server.control import TokenizeFn
 
 __all__ = (
     "DATASETS",

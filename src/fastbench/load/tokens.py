@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fastbench.exceptions import ConfigError
-
-TokenizeFn = Callable[[str], Awaitable[int]]
+from fastbench.server.control import TokenizeFn
 
 # Length sources, as stated in Workload.input_length_source.
 SOURCE_TOKEN_IDS = "token-ids"
