@@ -20,6 +20,7 @@ import pytest
 from fastbench import BenchConfig, ConfigError, ResultWriteError, ServerError, api, checks, run
 from fastbench.config import LaunchConfig
 from fastbench.load.driver import LoadGenerator
+from fastbench.results import card as run_card
 from fastbench.results import writers as report
 from fastbench.server import control
 from fastbench.synthetic import SyntheticServer
@@ -194,7 +195,7 @@ def test_base_url_with_v1_or_credentials_is_the_servers_root(tmp_path: Path) -> 
     text = out.read_text()
     assert "s3cret" not in text and "bob" not in text
     assert orjson.loads(text)["fastbench"]["config"]["base_url"] == f"http://***@{host_port}/v1/"
-    card = report.render_card(result, result.config)
+    card = run_card.render_card(result, result.config)
     assert f"| {server.base_url}/v1/completions |" in card and "s3cret" not in card
 
 
@@ -463,11 +464,11 @@ def test_the_environment_names_the_machine_and_its_gpus(tmp_path: Path, monkeypa
     env = api.environment()
     assert env["gpus"] == ["NVIDIA H200 (driver 570.86.15)"] * 2
     assert env["cpu_model"] and env["mem_total_gib"] and env["mem_total_gib"] > 0
-    row = report._machine(env)
+    row = run_card._machine(env)
     assert row.startswith(f"{os.cpu_count()} x {env['cpu_model']}, {env['mem_total_gib']:g} GiB RAM; GPU: NVIDIA H200")
     fake.write_text("#!/bin/sh\nexit 9\n")  # a broken driver: no GPU named, no error
     assert api.environment()["gpus"] == []
-    assert report._machine({"cpu_count": 2}) == "2 x unknown CPU; GPU: none found (nvidia-smi)"
+    assert run_card._machine({"cpu_count": 2}) == "2 x unknown CPU; GPU: none found (nvidia-smi)"
 
 
 def test_the_card_names_the_models_family_and_size_from_its_local_files(tmp_path: Path) -> None:

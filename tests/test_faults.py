@@ -118,7 +118,8 @@ def test_max_error_rate_stops_early_and_marks_the_run_collapsed() -> None:
 
 
 def test_collapsed_run_card_says_so_instead_of_a_throughput(tmp_path: Any) -> None:
-    from fastbench.results.writers import render_card, render_console
+    from fastbench.results.card import render_card
+    from fastbench.results.writers import render_console
 
     with SyntheticServer("--ttft-ms", "1", "--itl-ms", "1", "--fault", "http-500", "--fault-every", "1") as server:
         config = BenchConfig(base_url=server.base_url, concurrency=2, num_prompts=30, random_input_len=8,

@@ -11,12 +11,12 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from fastbench.config import BenchConfig
+from fastbench.results.card import render_card
 from fastbench.results.definitions import DEFINITIONS, RATE_METRICS, TIME_METRICS
 from fastbench.results.figures import summarize
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
 from fastbench.results.result import Result
 from fastbench.results.vllm_keys import to_vllm_keys
-from fastbench.results.writers import render_card
 
 T0 = 10**12  # an arbitrary CLOCK_MONOTONIC origin, ns
 MS = 1_000_000

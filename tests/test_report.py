@@ -15,6 +15,7 @@ from hdrh.histogram import HdrHistogram
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_text
+from fastbench.results.card import render_card
 from fastbench.results.figures import summarize
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
 from fastbench.results.result import Result
@@ -22,7 +23,6 @@ from fastbench.results.writers import (
     RESULT_SCHEMA_VERSION,
     check_output_path,
     detailed_records,
-    render_card,
     render_console,
     result_to_json_dict,
     write_card_atomic,

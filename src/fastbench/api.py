@@ -405,8 +405,8 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
         jobs.append(("result_json", lambda path: writers.write_json_atomic(path, doc)))
     if config.result_card:
         status = "partial (interrupted)" if result.stopped_reason == "interrupted" else "done"
-        card = writers.render_card(result, config, status=status, environment=env)
-        jobs.append(("result_card", lambda path: writers.write_card_atomic(path, card)))
+        card_text = card.render_card(result, config, status=status, environment=env)
+        jobs.append(("result_card", lambda path: writers.write_card_atomic(path, card_text)))
     if config.save_detailed:
         jobs.append(("save_detailed", lambda path: writers.write_detailed_jsonl(path, data)))
     unwritten = []

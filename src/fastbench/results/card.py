@@ -1,18 +1,29 @@
-"""The run card's wording, in one place.
+"""The run card's wording, in one place: the card itself (:func:`render_card`) and the rows and notes
+of the server's sections it shows.
+
+One module of ~680 lines because issue 11 asks for the card's wording in one place: the layout of
+the published cards (title, Configuration, Measured results, Load, Speculative decoding, Server
+metrics, Memory, the run command, Notes) and every row the server wing's observations add to it.
 
 The server wing hands over what it saw as typed records (``fastbench.server.observations``: the
 launch, the measured window, memory, the teardown); :func:`server_sections` words them into the
 card's rows and notes and lays out the result file's server sections (``card_config``, ``load``,
 ``spec_decode``, ``server_metrics_card``, ``memory`` beside the data they come from), as
-docs/result-schema.md documents them.
+docs/result-schema.md documents them. :func:`render_card` reads those sections from
+``Result.server_info``, with the client's figures from the ``Result``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fastbench.redact import shell_join
+from fastbench._version import __version__
+from fastbench.config import BenchConfig
+from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.results.result import Distribution, Result
 
 if TYPE_CHECKING:  # the records only: results imports nothing of the server wing at run time
     from fastbench.server.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
@@ -21,6 +32,7 @@ __all__ = (
     "cache_config_row",
     "footprint_rows",
     "gauge_rows",
+    "render_card",
     "server_sections",
     "spec_decode_rows",
 )
@@ -28,6 +40,296 @@ __all__ = (
 # The largest count a float holds exactly: a label value past it is nonsense, not a cache size.
 _MAX_COUNT = 2.0**53
 _CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+# -- the card -----------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.3f}" if value < 1 else f"{value:,.1f}"
+
+
+def _median_p99(dist: Distribution | None) -> str:
+    if dist is None or dist.count == 0:
+        return "n/a"
+    return f"median {_ms(dist.median)} · p99 {_ms(dist.p99)}"
+
+
+# a line break of any kind (CommonMark ends a line at a bare CR too) or another control character
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def _table(rows: Iterable[tuple[str, Any]]) -> list[str]:
+    """Two-column Markdown table in the seeds' layout: the first row doubles as the header, as the
+    seeds' cards have no header row of their own."""
+    lines: list[str] = []
+    for label, value in rows:
+        label, cell = (_CONTROL.sub(" ", str(text)).replace("|", "\\|") for text in (label, value))
+        lines.append(f"| {label} | {cell} |")
+        if len(lines) == 1:
+            lines.append("|---|---|")
+    return lines
+
+
+def _with_user_rows(rows: list[tuple[str, Any] | None], card_rows: Iterable[str]) -> list[tuple[str, Any]]:
+    """The Configuration rows with the user's (``--card-row LABEL=VALUE``, each kept, in order): the
+    user's rows of a label fastbench also fills take that row's place, the others go where ``rows``
+    holds None."""
+    user = [(label.strip(), value.strip()) for label, _, value in (r.partition("=") for r in card_rows)]
+    known = {row[0] for row in rows if row is not None}
+    out: list[tuple[str, Any]] = []
+    for row in rows:
+        if row is None:
+            out += [(label, value) for label, value in user if label not in known]
+        else:
+            mine = [(label, value) for label, value in user if label == row[0]]
+            out += mine or [row]
+    return out
+
+
+def _machine(env: Mapping[str, Any]) -> str:
+    """"2 x Intel Xeon ..., 23.5 GiB RAM; GPU: NVIDIA H200 (driver 570.1)" from the result's environment."""
+    cpu = f"{env.get('cpu_count') or '?'} x {env.get('cpu_model') or env.get('machine') or 'unknown CPU'}"
+    parts = [cpu]
+    if env.get("mem_total_gib"):
+        parts[0] += f", {env['mem_total_gib']:g} GiB RAM"
+    gpus = env.get("gpus") or []
+    parts.append("GPU: " + (", ".join(gpus) if gpus else "none found (nvidia-smi)"))
+    return "; ".join(parts)
+
+
+def _engine(result: Result, config: BenchConfig) -> str:
+    engine = result.server_info.get("engine")
+    if engine:
+        return str(engine)
+    version = result.server_info.get("version")
+    if config.base_url is None or str(version or "").startswith("fastbench-synthetic"):
+        return "fastbench synthetic"
+    # attached: the engine its /metrics names are from, if any
+    family = (result.server_info.get("server_metrics") or {}).get("engine")
+    if family:
+        return f"{family} {version} (told by its /metrics)" if version else f"{family} (told by its /metrics)"
+    return f"unknown engine (version {version})" if version else "unknown engine"
+
+
+def _load(config: BenchConfig) -> str:
+    if config.request_rate is None:
+        return f"conc {config.effective_concurrency}"
+    return f"rate {config.request_rate:g} req/s"
+
+
+def _endpoint(result: Result, config: BenchConfig) -> str:
+    if config.launch is not None and result.server_info.get("base_url"):
+        return f"{str(result.server_info['base_url']).rstrip('/')}{config.endpoint} (launched by fastbench)"
+    if config.base_url is None:
+        return f"built-in synthetic server ({config.endpoint})"
+    # the server's root as the run used it (no /v1 twice, no credentials)
+    root = result.server_info.get("base_url") or redact_text(config.base_url)
+    return str(root).rstrip("/") + config.endpoint
+
+
+def _dataset(result: Result, config: BenchConfig) -> str:
+    described = result.workload_info.get("dataset")
+    if described and described != config.dataset_name:
+        return str(described)
+    if config.dataset_name == "random":
+        text = f"random (input {config.random_input_len}, output {config.random_output_len} tokens"
+        if config.random_range_ratio:
+            text += f", range ratio {config.random_range_ratio:g}"
+        return text + ")"
+    path = f" {config.dataset_path}" if config.dataset_path else ""
+    order = f" ({config.dataset_order} order)" if config.dataset_name == "sharegpt" else ""
+    return f"{config.dataset_name}{path}{order}"
+
+
+def _humanize(key: str) -> str:
+    """``ready_s`` -> "Ready s"; a key already in words ("KV cache") keeps its capitals."""
+    text = key.replace("_", " ")
+    return text[:1].upper() + text[1:]
+
+
+def _errors_text(result: Result) -> str:
+    n = result.counts
+    text = str(n.failed)
+    if n.failed_by_class:
+        text += " (" + ", ".join(f"{name} {k}" for name, k in n.failed_by_class.items()) + ")"
+    if n.cancelled:
+        why = result.stopped_reason
+        when = "at the time cap" if why == "time cap" else f"when the run stopped ({why})"
+        text += f"; {n.cancelled} cancelled {when}"
+    return text
+
+
+def render_card(result: Result, config: BenchConfig, *, status: str = "done",
+                environment: Mapping[str, Any] | None = None) -> str:
+    """The Markdown run card, in the layout of the published cards (title, Configuration,
+    Measured results, optional Load / Speculative decoding / Memory sections, Full run command, Notes).
+
+    Optional parts come from ``result.server_info``: ``engine`` (e.g. "vLLM 0.32.0"), ``variant``
+    (e.g. "NVFP4 + EAGLE3", added to the title), ``max_model_len``, ``card_config`` (extra
+    Configuration rows), ``model_card`` (Family, Parameters... from the model's files: modelinfo),
+    ``load`` / ``spec_decode`` / ``server_metrics_card`` / ``memory`` (dicts rendered as sections),
+    ``launch_command`` (the server's command, shown redacted) and ``notes`` (extra note lines).
+    """
+    info = result.server_info
+    model = config.model or info.get("model") or "unknown model"
+    engine = _engine(result, config)
+    title_parts = [str(model), engine]
+    if info.get("variant"):
+        title_parts.append(str(info["variant"]))
+    title_parts.append(_load(config))
+    d = result.distributions
+    n = result.counts
+    tp = result.throughput
+
+    if config.request_rate is None:
+        load = f"concurrency {config.effective_concurrency} (closed loop)"
+    else:
+        cap = config.effective_concurrency
+        load = (
+            f"request rate {config.request_rate:g} req/s (burstiness {config.burstiness:g}), "
+            + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
+        )
+    context = info.get("max_model_len") or config.max_model_len
+    # the engine's own word on its precision (its config line) wins over config.json's; either
+    # follows Engine, as on the published cards
+    model_rows = dict(info.get("model_card") or {})
+    derived = dict(info.get("card_config") or {})
+    quant = derived.pop("Quant / precision", None) or model_rows.get("Quant / precision")
+    model_rows.pop("Quant / precision", None)
+    files = model_rows.pop("Model files", None)
+    rows: list[tuple[str, Any] | None] = [("Model", model)]
+    rows += [(k, model_rows.pop(k)) for k in ("Family", "Parameters") if k in model_rows]
+    rows.append(("Engine", engine))
+    if quant:
+        rows.append(("Quant / precision", quant))
+    rows.append(None)  # the user's own rows go here: what only they know, as the published cards put it
+    rows += list(derived.items()) + list(model_rows.items())
+    if files:
+        rows.append(("Model files", files))
+    rows += [
+        ("Endpoint", _endpoint(result, config)),
+        ("Dataset", _dataset(result, config)),
+        (
+            "Prompts",
+            f"{config.num_prompts}" + (f" (+{config.num_warmups} warm-up)" if config.num_warmups else ""),
+        ),
+        ("Concurrency / request rate", load),
+        ("Max tokens", config.max_tokens if config.max_tokens is not None else "from the dataset"),
+        ("Context window", f"{context} tokens" if context else "unknown"),
+        ("Time cap", f"{config.max_seconds:g} s" if config.max_seconds is not None else "none"),
+    ]
+    if config.ignore_eos:
+        rows.append(("Ignore EOS", "yes"))
+    if config.goodput:
+        rows.append(("Goodput SLOs", ", ".join(f"{k} ≤ {v:g} ms" for k, v in config.goodput.items())))
+    if config.label:
+        rows.append(("Label", config.label))
+    rows.append(("Client", f"fastbench {__version__}"))
+    if environment:
+        # the client's machine; a server fastbench started (or its synthetic one) ran on it too
+        local = config.launch is not None or config.base_url is None
+        rows.append(("Machine (client and server)" if local else "Client machine", _machine(environment)))
+    config_rows = _with_user_rows(rows, config.card_rows)
+
+    prefill = d.get("prefill_rate")
+    if prefill is not None and prefill.count:
+        prefill_text = (
+            f"{_num(prefill.median, 1)} (median per-request prompt tokens ÷ raw TTFT, n={prefill.count})"
+        )
+    else:
+        prefill_text = "n/a (no completed request with a prompt token count)"
+    decode = d.get("decode_rate")
+    ttft_text = _median_p99(d.get("ttft"))
+    if config.request_rate is not None:
+        raw = d.get("ttft_raw")
+        ttft_text += f" (from send: median {_ms(raw.median if raw else None)})"
+    itl_text = _median_p99(d.get("itl")) + " per chunk"
+    itl_token = d.get("itl_token")
+    if itl_token is not None and itl_token.count:
+        itl_text += f"; per token median {_ms(itl_token.median)}"
+    finished_at = datetime.datetime.fromisoformat(result.created_at).strftime("%Y-%m-%d %H:%M %z")
+    completed_text = f"{n.completed}/{n.total} · {finished_at}"
+    decode_text = f"{_num(tp.output_throughput)} (aggregate: output tokens ÷ duration)"
+    request_text = f"{_num(tp.request_throughput, 3)} req/s"
+    if result.collapsed:
+        # A collapsed run measured no working server: its rates must not be plotted as one.
+        decode_text = request_text = f"not a throughput: the run collapsed ({result.collapse_reason})"
+        prefill_text = f"not a rate: the run collapsed ({result.collapse_reason})"
+    measured: list[tuple[str, Any]] = [
+        ("Prefill tok/s", prefill_text),
+        ("Decode tok/s", decode_text),
+        (
+            "Per-stream decode tok/s",
+            f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",
+        ),
+        ("TTFT (ms)", ttft_text),
+        ("TPOT (ms)", _median_p99(d.get("tpot"))),
+        ("ITL (ms)", itl_text),
+        ("E2E latency (ms)", _median_p99(d.get("e2el"))),
+        ("Request throughput", request_text),
+    ]
+    if tp.request_goodput is not None:
+        measured.append(
+            ("Goodput", f"{_num(tp.request_goodput, 3)} req/s ({tp.good_requests} met every SLO)")
+        )
+    measured += [
+        ("Completed", completed_text),
+        ("Errors", _errors_text(result)),
+        (
+            "Mean tokens per chunk",
+            f"{_num(result.mean_tokens_per_chunk)} (with speculative decoding, a client-side estimate of "
+            "acceptance length)"
+            if result.mean_tokens_per_chunk is not None
+            else "n/a (no server usage)",
+        ),
+        ("Duration", f"{result.duration_s:,.1f} s"),
+    ]
+
+    if result.collapsed:
+        status = f"{status}, COLLAPSED: {result.collapse_reason}"
+    # The seeds' layout, as Markdown: a heading and a blank line around each table, or a renderer
+    # runs the next line into the table above it.
+    lines = [f"# {' · '.join(title_parts)}", "", f"status: {status}", "", "## Configuration", ""]
+    lines += _table(config_rows)
+    lines += ["", "## Measured results", ""]
+    lines += _table(measured)
+    sections = (
+        ("load", "Load"),
+        ("spec_decode", "Speculative decoding"),
+        ("server_metrics_card", "Server metrics"),
+        ("memory", "Memory"),
+    )
+    for key, heading in sections:
+        section = info.get(key)
+        if isinstance(section, Mapping) and section:
+            lines += ["", f"## {heading}", ""]
+            lines += _table((_humanize(str(k)), v) for k, v in section.items())
+
+    lines += ["", "## Full run command", ""]
+    lines.append("```")
+    launch = info.get("launch_command")
+    if isinstance(launch, str) and launch:
+        lines.append(redact_text(launch, config.api_key))
+    if config.command_line:
+        lines.append(shell_join(redact_argv(config.command_line, config.api_key)))
+    else:
+        lines.append("# run through the Python API; configuration as above")
+    lines.append("```")
+
+    lines += ["", "## Notes", ""]
+    extra_notes = info.get("notes") or []
+    for note in [*config.card_notes, *result.notes, *extra_notes]:
+        lines.append(f"- {redact_text(' '.join(str(note).splitlines()), config.api_key)}")  # one item each
+    return "\n".join(lines) + "\n"
 
 
 # -- the server's sections of the result, in the result file's order ---------------------------------
