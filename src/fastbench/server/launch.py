@@ -1,7 +1,8 @@
 """The server under test: launch (local process or docker), readiness, provenance, teardown.
 
-``VLLMServer``, ``SGLangServer`` and ``LlamaCppServer`` start an engine in its own process group with
-its output in a log file; ``ExternalServer`` attaches to one that is already running. All share:
+``LaunchedServer`` starts an engine in its own process group with its output in a log file (its
+subclasses, one per engine, are in ``engines``); ``external.ExternalServer`` attaches to a server that
+is already running. All share:
 
 * ``start()`` / ``wait_ready(timeout_s)`` (or ``await astart()``) / ``stop()``;
 * ``base_url``, ``log_path``, ``load_time_s`` (launch until /v1/models lists the model);
