@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <time.h>
@@ -54,6 +55,20 @@ static inline ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel
         }
     }
     return n;
+}
+
+/* One non-blocking send of several buffers, in order, as one stream of bytes: sendmsg gathers
+ * them, so the caller need not join them first. Returns bytes sent or -errno. */
+static inline ssize_t fb_net_sendv(int fd, const struct iovec *parts, int count) {
+    struct msghdr msg;
+    ssize_t n;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = (struct iovec *)parts;
+    msg.msg_iovlen = (size_t)count;
+    do {
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
 }
 
 /* One non-blocking send. Returns bytes sent or -errno. */

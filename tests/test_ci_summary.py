@@ -1,0 +1,127 @@
+"""The end of .ci/run (scripts/ci_summary.py) on faked stage records: each stage is said to have run, failed,
+or skipped with its reason, and a skip where the machine has what the stage needs fails CI. The records'
+pytest reports are real ones, written by pytest runs of small test files."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import ci_summary  # noqa: E402
+
+VLLM_REASON = "real vLLM cannot run here: setup_realvllm: needs CPython 3.11 (the pinned wheels are cp311)"
+TEST_FILES = {
+    "passing": "import pytest\n\ndef test_a():\n    pass\n\ndef test_b():\n    pytest.skip('not here')\n",
+    "skipping": f"import pytest\n\ndef test_real():\n    pytest.skip({VLLM_REASON!r})\n",
+    "failing": "def test_a():\n    pass\n\ndef test_b():\n    assert False\n",
+}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, bytes]]:
+    """(pytest's exit status, its JUnit report) for each of TEST_FILES."""
+    out: dict[str, tuple[int, bytes]] = {}
+    for name, text in TEST_FILES.items():
+        where = tmp_path_factory.mktemp(name)
+        (where / f"test_{name}.py").write_text(text)
+        report = where / "report.xml"
+        env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}  # CI's own report
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                               str(where / f"test_{name}.py")], capture_output=True, cwd=where, env=env, check=False)
+        out[name] = (proc.returncode, report.read_bytes())
+    return out
+
+
+def _stage(results: Path, name: str, rc: int | None = None, report: tuple[int, bytes] | None = None,
+           skip: str | None = None, note: str | None = None) -> None:
+    if report is not None:
+        rc = report[0]
+        (results / f"{name}.xml").write_bytes(report[1])
+    if rc is not None:
+        (results / f"{name}.rc").write_text(f"{rc}\n")
+    if skip is not None:
+        (results / f"{name}.skip").write_text(skip + "\n")
+    if note is not None:
+        (results / f"{name}.note").write_text(note + "\n")
+
+
+def _lines(text: str) -> dict[str, str]:
+    """label -> the rest of its line, from the summary."""
+    out = {}
+    for label in (label for _, label in ci_summary.STAGES):
+        found = re.search(rf"^  {re.escape(label)} +(.*)$", text, re.M)
+        assert found is not None, text
+        out[label] = found.group(1)
+    return out
+
+
+def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[int, bytes]]) -> None:
+    _stage(tmp_path, "suite", report=reports["passing"])
+    _stage(tmp_path, "vllm", report=reports["skipping"])
+    _stage(tmp_path, "llamacpp", report=reports["failing"])
+    _stage(tmp_path, "sanitizers", skip="gcc has no libasan.so")
+    _stage(tmp_path, "fuzzing", rc=0, note="no clang: the seeds replayed under gcc's sanitizers, not fuzzed")
+    asked: list[str] = []
+
+    def machine_lacks(name: str) -> str | None:
+        asked.append(name)
+        return {"vllm": "python3 is not CPython 3.11", "sanitizers": "gcc has no libasan.so"}.get(name)
+
+    passed, text = ci_summary.summarize(tmp_path, machine_lacks)
+    lines = _lines(text)
+    assert lines["suite"] == "ran      1 passed, 1 skipped"
+    assert lines["real vLLM"] == f"skipped  {VLLM_REASON}"
+    assert lines["real llama.cpp"] == "FAILED   exit status 1: 1 of 2 tests failed or errored"
+    assert lines["sanitizers"] == "skipped  gcc has no libasan.so"
+    assert lines["fuzzing"] == "ran      no clang: the seeds replayed under gcc's sanitizers, not fuzzed"
+    assert not passed and text.endswith("CI FAILED: real llama.cpp")
+    assert asked == ["vllm", "sanitizers"]  # the machine is asked about skipped stages only
+
+
+def test_a_skip_where_the_machine_has_what_the_stage_needs_fails(tmp_path: Path,
+                                                                 reports: dict[str, tuple[int, bytes]]) -> None:
+    for name, _ in ci_summary.STAGES:
+        _stage(tmp_path, name, report=reports["passing"])
+    _stage(tmp_path, "vllm", report=reports["skipping"])
+    passed, text = ci_summary.summarize(tmp_path, lambda name: "no cmake" if name == "llamacpp" else None)
+    assert _lines(text)["real vLLM"] == f"FAILED   skipped, yet this machine has what it needs: {VLLM_REASON}"
+    assert not passed and text.endswith("CI FAILED: real vLLM")
+
+    # the same skip on a machine that lacks what the stage needs is only said
+    passed, text = ci_summary.summarize(tmp_path, lambda name: "python3 is not CPython 3.11")
+    assert passed and text.endswith("CI passed")
+
+
+def test_a_stage_that_left_no_record_failed(tmp_path: Path, reports: dict[str, tuple[int, bytes]]) -> None:
+    for name, _ in ci_summary.STAGES[:-1]:
+        _stage(tmp_path, name, report=reports["passing"])
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 1
+    assert _lines(proc.stdout)["fuzzing"] == "FAILED   did not run (no exit status recorded)"
+    _stage(tmp_path, "fuzzing", rc=0)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stdout.endswith("CI passed\n")
+    assert _lines(proc.stdout)["fuzzing"] == "ran      passed"
+
+
+def test_a_machine_without_compilers_lacks_what_fuzzing_needs(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), "--needs", "fuzzing"],
+                          capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=False)
+    assert (proc.returncode, proc.stdout) == (1, "neither clang nor gcc\n")
+
+
+def test_ci_records_every_stage_and_ends_with_the_summary() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    for name, _ in ci_summary.STAGES:
+        assert f'"$STAGES/{name}.rc"' in ci, name
+    assert ci.rstrip().endswith('python scripts/ci_summary.py "$STAGES"')
+    assert "pip install '.[test]' && python -m pytest\n" in ci  # the README's command, verbatim
