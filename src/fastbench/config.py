@@ -2,7 +2,7 @@
 
 Building one checks nothing: the values are checked when a run starts (:mod:`fastbench.checks`,
 which reads each field's type from the annotations here), so that a config can be built and
-``replace()``\ d freely and ``run()`` raises the ConfigError.
+changed freely with ``dataclasses.replace()``, and ``run()`` raises the ConfigError.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -270,22 +271,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+# A second signal this soon after the first is the same interrupt, delivered again (``timeout`` sends
+# two within microseconds); a person who means "abandon" presses again after reading the "stopping"
+# line, which takes longer than this.
+SAME_INTERRUPT_S = 1.0
+
+
 async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None) -> Any:
     """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
-    files are written, marked partial); a second one abandons it."""
+    files are written, marked partial); one that comes ``SAME_INTERRUPT_S`` or more later abandons it.
+    Closer ones are the same interrupt delivered twice: coreutils ``timeout`` signals the child and
+    then its own process group, and a script may signal the process and then its group."""
     from fastbench import api
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main = asyncio.current_task()
+    first_signal_s: float | None = None
 
     def on_signal() -> None:
-        if stop.is_set():
+        nonlocal first_signal_s
+        now = time.monotonic()
+        if first_signal_s is None:
+            first_signal_s = now
+            stop.set()
+            print("\nfastbench: stopping; writing what was measured (signal again, a second later, to abandon)",
+                  file=sys.stderr)
+        elif now - first_signal_s >= SAME_INTERRUPT_S:
             assert main is not None
             main.cancel()
-            return
-        stop.set()
-        print("\nfastbench: stopping; writing what was measured (signal again to abandon)", file=sys.stderr)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)

@@ -113,8 +113,11 @@ class SyntheticServer:
         for name in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS"):
             env.pop(name, None)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the server)
+        # A session of its own: a terminal's Ctrl-C (sent to the foreground process group) reaches
+        # the client alone, which then stops the run, measures what was in flight as cancelled, and
+        # stops this server; a server that got the Ctrl-C too would break those requests first.
         proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=self._stderr, env=env)
+                                stderr=self._stderr, env=env, start_new_session=True)
         self.process = proc
         self._finalizer = weakref.finalize(self, _kill, proc)
         assert proc.stdout is not None
