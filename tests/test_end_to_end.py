@@ -131,22 +131,30 @@ def test_tokens_per_chunk_leaves_out_usage_that_is_not_trusted() -> None:
 def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> None:
     """--coalesce-ms 5: the sockets are read every 5 ms, but each chunk's time is the kernel's
     receive stamp, so the figures stay the server's (a drain-time stamp would be ~2.5 ms late)."""
-    result = bench(spec_server, request_rate=30.0, num_prompts=24, coalesce_ms=5.0)
-    d = result.distributions
-    assert result.counts.completed == 24
-    assert d["skew"].median < 0.5
-    assert d["ttft"].median == pytest.approx(50, abs=3)
-    assert d["itl"].median == pytest.approx(20, abs=1.5)
-    coalesced = [n for n in result.notes if n.startswith("reads coalesced")]
-    assert len(coalesced) == 1 and "at least every 5 ms" in coalesced[0]
-    assert "over half" not in coalesced[0]  # 5 ms against 20 ms between chunks
+    def one_round() -> None:
+        result = bench(spec_server, request_rate=30.0, num_prompts=24, coalesce_ms=5.0)
+        d = result.distributions
+        assert result.counts.completed == 24
+        assert d["skew"].median < 0.5
+        assert d["ttft"].median == pytest.approx(50, abs=3)
+        assert d["itl"].median == pytest.approx(20, abs=1.5)
+        coalesced = [n for n in result.notes if n.startswith("reads coalesced")]
+        assert len(coalesced) == 1 and "at least every 5 ms" in coalesced[0]
+        assert "over half" not in coalesced[0]  # 5 ms against 20 ms between chunks
+
+    # Open loop: TTFT counts from the arrival, so a stall of this process or of the server puts the
+    # median past its bound in one round (with both CPUs busy, every time); a drain-time stamp fails
+    # the skew in every round.
+    until_a_round_passes(one_round)
 
 
 def test_a_coalescing_window_too_wide_for_the_chunk_gap_is_noted(spec_server: SyntheticServer) -> None:
     result = bench(spec_server, num_prompts=4, concurrency=4, coalesce_ms=12.0)
     assert result.counts.completed == 4
     (note,) = [n for n in result.notes if n.startswith("reads coalesced")]
-    assert "over half the median chunk gap (20." in note and "use a smaller window" in note
+    # the run's own median gap, ~20 ms (21 ms and more on a busy host: not a fixed "20.")
+    gap = result.distributions["itl"].median
+    assert f"over half the median chunk gap ({gap:.1f} ms)" in note and "use a smaller window" in note
 
 
 def test_arun_inside_a_plain_asyncio_loop(spec_server: SyntheticServer) -> None:
