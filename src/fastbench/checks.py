@@ -206,11 +206,11 @@ def check_config(config: BenchConfig) -> None:
     if fixed:
         raise ConfigError(f"--extra-body cannot set {' or '.join(fixed)}: fastbench always streams, with "
                           "stream_options {include_usage, continuous_usage_stats} (its token counts come from them)")
-    for name, text in _texts(config):
+    for option, text in _texts(config):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # the value is not repeated: it may hold a secret (--server-env)
-            raise ConfigError(f"{name}: not valid UTF-8 text; result files are UTF-8") from None
+            raise ConfigError(f"{option}: not valid UTF-8 text; result files are UTF-8") from None
     for row in config.card_rows:
         label, equals, _ = row.partition("=")
         if not equals or not label.strip():
