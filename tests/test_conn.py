@@ -652,6 +652,33 @@ def test_outputs_that_are_not_openai_chunks_are_null_not_fatal(loop_factory: Any
     assert data.extra["outputs_unreadable"] == 2
 
 
+def test_a_stop_while_a_warm_up_connects_sends_nothing(loop_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop that comes while a warm-up's connection is being made cuts that warm-up before its send
+    (it used to be sent and run to its end: the check skipped warm-ups)."""
+    stop = asyncio.Event()
+    connect = LoadGenerator._connect
+
+    async def connect_then_stop(self: LoadGenerator) -> Any:
+        stop.set()
+        return await connect(self)
+
+    monkeypatch.setattr(LoadGenerator, "_connect", connect_then_stop)
+
+    async def main() -> tuple[RunData, ScriptedServer]:
+        async with ScriptedServer(lambda n, b: stream_script([1] * 20, gap_s=0.1)) as server:
+            plan = LoadPlan(bodies=[b"{}"] * 2, warmup_bodies=[b'{"w":1}'] * 2, concurrency=2, stop_event=stop)
+            data = await LoadGenerator(Target.parse(server.base_url, "/v1/completions"), plan).run()
+            return data, server
+
+    loop = loop_factory()
+    try:
+        data, server = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert data.stopped_reason == "interrupted"
+    assert server.requests == []
+
+
 def test_a_stop_during_the_warm_ups_sends_no_measured_request(loop_factory: Any) -> None:
     """Warm-ups that would take 10 s; the stop comes after 0.2 s: the warm-ups in flight are cut,
     the window opens on nothing and no request of the workload goes out."""

@@ -161,7 +161,7 @@ class LoadGenerator:
                         self._record_connect_failure(row, scheduled_ns, t0, exc)
                         return int(ErrorClass.CONNECT)
                     connect_ns = now_ns() - t0
-                if self._stopping and row >= 0:
+                if self._stopping:  # warm-ups too: a stop during their connect sends nothing
                     conn.close()
                     return int(ErrorClass.CANCELLED)
                 self._busy.add(conn)
