@@ -42,6 +42,7 @@ STAGES = [
 class Outcome:
     state: str  # "ran", "skipped" or "failed"
     detail: str
+    failures: tuple[str, ...] = ()  # "test id: the first line of its message", for each failed test
 
 
 def outcome(results: Path, name: str) -> Outcome:
@@ -58,9 +59,10 @@ def outcome(results: Path, name: str) -> Outcome:
     report = results / f"{name}.xml"
     if not report.exists():
         return Outcome("ran", note or "passed") if rc == 0 else Outcome("failed", f"exit status {rc}")
-    tests, failed, skip_reasons = _junit(report)
+    tests, failures, skip_reasons = _junit(report)
     if rc != 0:
-        return Outcome("failed", f"exit status {rc}: {failed} of {tests} tests failed or errored")
+        return Outcome("failed", f"exit status {rc}: {len(failures)} of {tests} tests failed or errored",
+                       tuple(failures))
     if tests == 0:
         return Outcome("failed", "no test collected")
     if len(skip_reasons) == tests:
@@ -69,18 +71,24 @@ def outcome(results: Path, name: str) -> Outcome:
     return Outcome("ran", f"{tests - len(skip_reasons)} passed{skipped}" + (f"; {note}" if note else ""))
 
 
-def _junit(report: Path) -> tuple[int, int, list[str]]:
-    """(tests, failed or errored, the skip messages) of a pytest JUnit report."""
-    tests = failed = 0
+def _junit(report: Path) -> tuple[int, list[str], list[str]]:
+    """(tests, "id: message" of each failed or errored test, the skip messages) of a pytest JUnit report."""
+    tests = 0
+    failures: list[str] = []
     reasons: list[str] = []
     for case in ET.parse(report).getroot().iter("testcase"):
         tests += 1
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed += 1
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        if problem is not None:
+            message = (problem.get("message") or problem.text or "").strip().splitlines()
+            test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
+            failures.append(f"{test_id}: {message[0][:200]}" if message else test_id)
         skipped = case.find("skipped")
         if skipped is not None:
             reasons.append(skipped.get("message", "").strip() or "skipped")
-    return tests, failed, reasons
+    return tests, failures, reasons
 
 
 def judge(name: str, got: Outcome, missing: Callable[[str], str | None]) -> tuple[bool, str]:
@@ -102,8 +110,10 @@ def summarize(results: Path, missing: Callable[[str], str | None]) -> tuple[bool
     lines = ["CI summary:"]
     failed = []
     for name, label in STAGES:
-        passed, verdict = judge(name, outcome(results, name), missing)
+        got = outcome(results, name)
+        passed, verdict = judge(name, got, missing)
         lines.append(f"  {label:<{width}}  {verdict}")
+        lines.extend(f"  {'':<{width}}    {failure}" for failure in got.failures)
         if not passed:
             failed.append(label)
     lines.append(f"CI FAILED: {', '.join(failed)}" if failed else "CI passed")

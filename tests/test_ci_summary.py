@@ -79,6 +79,9 @@ def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[in
     assert lines["suite"] == "ran      1 passed, 1 skipped"
     assert lines["real vLLM"] == f"skipped  {VLLM_REASON}"
     assert lines["real llama.cpp"] == "FAILED   exit status 1: 1 of 2 tests failed or errored"
+    # the failed test is named under its stage, with its message's first line, so a CI log says what broke
+    failed_line = text.splitlines()[text.splitlines().index("  real llama.cpp  " + lines["real llama.cpp"]) + 1]
+    assert re.fullmatch(r" +\S*failing::test_b: assert False", failed_line), failed_line
     assert lines["sanitizers"] == "skipped  gcc has no libasan.so"
     assert lines["fuzzing"] == "ran      no clang: the seeds replayed under gcc's sanitizers, not fuzzed"
     assert not passed and text.endswith("CI FAILED: real llama.cpp")
