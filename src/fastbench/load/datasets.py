@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.screening import OTHER_OUTPUT_LIMITS, Candidate, Selector, max_tokens_override, output_limit_known
@@ -124,17 +125,7 @@ async def build_workload(
     :raises DatasetError: missing or unreadable file, bad JSON, wrong shape, nothing usable, unknown dataset.
     :raises ConfigError: options that cannot work (bad range ratio, nothing fits max_model_len, ...).
     """
-    if config.endpoint not in ("/v1/completions", "/v1/chat/completions"):
-        raise ConfigError(
-            f"endpoint must be /v1/completions or /v1/chat/completions, got {config.endpoint!r}"
-        )
-    if config.dataset_name not in DATASETS:
-        *others, last = DATASETS
-        raise DatasetError(f"unknown dataset {config.dataset_name!r}; choose {', '.join(others)} or {last}")
-    if config.num_prompts < 0 or config.num_warmups < 0:
-        raise ConfigError("num_prompts and num_warmups must be >= 0")
-    if config.max_tokens is not None and config.max_tokens < 1:
-        raise ConfigError(f"--max-tokens must be >= 1, got {config.max_tokens}")
+    check_config(config)  # the options' own rules, stated once
     local = LocalTokenizer(os.fspath(config.tokenizer)) if config.tokenizer else None
     mml = config.max_model_len if config.max_model_len is not None else max_model_len
     try:
