@@ -525,6 +525,7 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
 
     from fastbench.server.engines import VLLMServer
     from fastbench.server.external import ExternalServer
+    from fastbench.server.modelinfo import ModelFacts
 
     repo = tmp_path / "hub" / "models--acme--m"
     for commit, size in (("c1", 2), ("c2", 3)):
@@ -537,11 +538,12 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     launch = LaunchConfig(model="acme/m", env=(f"HF_HUB_CACHE={tmp_path / 'hub'}",),
                           engine_args=("--max-model-len", "64", "--revision=b"))
-    info = asyncio.run(api._model_files(VLLMServer(launch), "served-name", None))
-    assert info["model_files"]["total_params"] == 3 and info["model_files"]["revision"] == "c2"
+    facts = asyncio.run(api._model_files(VLLMServer(launch), "served-name", None))
+    assert isinstance(facts, ModelFacts) and (facts.total_params, facts.revision) == (3, "c2")
     launch = dataclasses.replace(launch, engine_args=())
-    assert asyncio.run(api._model_files(VLLMServer(launch), "x", None))["model_files"]["revision"] == "c1"
-    assert asyncio.run(api._model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) == {}
+    facts = asyncio.run(api._model_files(VLLMServer(launch), "x", None))
+    assert isinstance(facts, ModelFacts) and facts.revision == "c1"
+    assert asyncio.run(api._model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) is None
 
 
 def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -551,12 +553,12 @@ def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch:
     from fastbench.server.external import ExternalServer
 
     release = threading.Event()
-    monkeypatch.setattr(modelinfo, "server_info", lambda *args: release.wait(10) and {})
+    monkeypatch.setattr(modelinfo, "facts_or_error", lambda *args: release.wait(10) and None)
     monkeypatch.setattr(api, "MODEL_FILES_TIMEOUT_S", 0.2)
     attached = ExternalServer("http://127.0.0.1:1")
     t0 = time.monotonic()
     info = asyncio.run(api._model_files(attached, "org/m", None))
-    assert info == {"model_files": {"error": "org/m: its files did not answer in 0.2 s"}}
+    assert info == "org/m: its files did not answer in 0.2 s"
     assert time.monotonic() - t0 < 2
 
     async def stopped_soon() -> None:

@@ -14,8 +14,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from fastbench.results import modelcard
 from fastbench.server import modelinfo
 from fastbench.server.modelinfo import ModelInfoError, describe, family_of, locate
+
+
+def server_info(model: str, environ: dict[str, str] | None = None, revision: str | None = None) -> dict[str, Any]:
+    """What a run against ``model`` puts in the result's server_info about it."""
+    return modelcard.model_sections(modelinfo.facts_or_error(model, environ, revision))
 
 
 def write_hf(directory: Path, config: dict[str, Any], shards: list[dict[str, np.ndarray]]) -> Path:
@@ -50,8 +56,8 @@ def test_a_dense_model_in_shards(tmp_path: Path) -> None:
     assert facts is not None
     assert facts.total_params == 1000 * 64 + 64 * 64 + 256 * 64 + 64
     assert (facts.family, facts.model_type, facts.precision) == ("Llama", "llama", "bfloat16")
-    assert facts.parameters_text() == "85K (dense)"
-    rows = modelinfo.card_rows(facts)
+    assert modelcard.parameters_text(facts) == "85K (dense)"
+    rows = modelcard.model_rows(facts)
     assert rows["Family"] == "Llama (llama)"
     assert rows["Parameters"] == "85K (dense), counted from the safetensors headers"
     assert rows["Quant / precision"] == "bfloat16, from config.json"
@@ -74,7 +80,7 @@ def test_a_mixture_of_experts_counts_k_of_e_routed_experts_as_active(tmp_path: P
     assert facts.total_params == dense + routed
     assert facts.active_params == dense + routed * 2 // 8
     assert facts.experts == (2, 8) and facts.family == "Qwen"
-    assert facts.parameters_text() == "67K / 42K (MoE)"
+    assert modelcard.parameters_text(facts) == "67K / 42K (MoE)"
 
 
 def test_fused_expert_tensors_are_routed_too(tmp_path: Path) -> None:
@@ -97,7 +103,7 @@ def test_quantisation_state_is_not_parameters(tmp_path: Path) -> None:
     assert facts is not None and facts.total_params is None and facts.precision == "fp8"
     assert facts.why_no_count == ("U8 weights (model.layers.0.mlp.down_proj.weight) with no weight width in "
                                   "quantization_config")
-    assert modelinfo.card_rows(facts)["Parameters"].startswith("not counted: U8 weights")
+    assert modelcard.model_rows(facts)["Parameters"].startswith("not counted: U8 weights")
     del scaled["model.layers.0.mlp.down_proj.weight"]
     facts = describe(str(write_hf(tmp_path / "fp8b", config, [scaled])))
     assert facts is not None and facts.total_params == 64 * 64
@@ -175,7 +181,7 @@ def test_a_moe_whose_expert_tensors_are_not_recognised_is_not_called_dense(tmp_p
     config = {"model_type": "newmoe", "num_local_experts": 8, "num_experts_per_tok": 2}
     facts = describe(str(write_hf(tmp_path / "m", config, [{"layers.0.moe.w": zeros(8, 10, 10)}])))
     assert facts is not None and facts.active_params is None
-    assert facts.parameters_text() == "800 (MoE; active not told by the tensor names)"
+    assert modelcard.parameters_text(facts) == "800 (MoE; active not told by the tensor names)"
 
 
 def write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray], writer_args: dict[str, Any] | None = None,
@@ -206,12 +212,12 @@ def test_a_gguf_files_tensor_table(tmp_path: Path) -> None:
     assert facts.total_params == 300 * 16 + 16 * 16 + 4 * 32 * 16 + 32 * 16
     assert facts.active_params == 300 * 16 + 16 * 16 + 32 * 16 + 32 * 16
     assert (facts.family, facts.model_type, facts.precision) == ("Qwen", "qwen3moe", "Q4_K_M")
-    rows = modelinfo.card_rows(facts)
+    rows = modelcard.model_rows(facts)
     assert rows["Parameters"].endswith("counted from the GGUF tensor table")
     assert rows["Quant / precision"] == "Q4_K_M, from the GGUF"
 
     dense = describe(str(write_gguf(tmp_path / "d.gguf", "gemma3", {"t.weight": zeros(10, 10, dtype=np.float32)})))
-    assert dense is not None and dense.parameters_text() == "100 (dense)" and dense.family == "Gemma"
+    assert dense is not None and modelcard.parameters_text(dense) == "100 (dense)" and dense.family == "Gemma"
 
 
 def test_a_hub_id_is_found_in_the_local_cache_only(tmp_path: Path) -> None:
@@ -226,13 +232,13 @@ def test_a_hub_id_is_found_in_the_local_cache_only(tmp_path: Path) -> None:
     assert locate("acme/tiny-7b", env) == old  # the revision refs/main names
     assert locate("acme/tiny-7b", {"HF_HOME": str(tmp_path)}) == old  # HF_HOME/hub
     assert locate("acme/other", env) is None
-    assert describe("acme/other", env) is None and modelinfo.server_info("acme/other", env) == {}
+    assert describe("acme/other", env) is None and server_info("acme/other", env) == {}
     assert locate(str(tmp_path / "missing"), env) is None
-    info = modelinfo.server_info("acme/tiny-7b", env)
+    info = server_info("acme/tiny-7b", env)
     assert info["model_files"]["total_params"] == 2 and info["model_card"]["Parameters"].startswith("2 (dense)")
     assert (info["model_files"]["hub_repo"], info["model_files"]["revision"]) == ("acme/tiny-7b", "aaa")
     assert info["model_card"]["Download"] == "acme/tiny-7b (revision aaa, from this machine's hub cache)"
-    assert "Download" not in modelinfo.server_info(str(tmp_path / "hub" / "models--acme--tiny-7b"))
+    assert "Download" not in server_info(str(tmp_path / "hub" / "models--acme--tiny-7b"))
 
 
 def test_broken_files_give_one_line_errors(tmp_path: Path) -> None:
@@ -250,7 +256,7 @@ def test_broken_files_give_one_line_errors(tmp_path: Path) -> None:
     weights.write_bytes(struct.pack("<Q", 26) + b'{"w": {"shape": [-1, 2]}} ')
     with pytest.raises(ModelInfoError, match="no valid shape"):
         describe(str(directory))
-    info = modelinfo.server_info(str(directory))
+    info = server_info(str(directory))
     assert "no valid shape" in info["model_files"]["error"] and "model_card" not in info
 
     (directory / "config.json").write_text("[1]")
@@ -275,14 +281,14 @@ def test_families() -> None:
                                          (32_700_000_000, "33B"), (3_840_000_000, "3.8B"), (999, "999"),
                                          (9_960_000, "10M")])
 def test_sizes_as_model_cards_write_them(n: int, text: str) -> None:
-    assert modelinfo._size(n) == text
+    assert modelcard.size_text(n) == text
 
 
 def test_a_header_nested_too_deep_is_an_error_not_a_crash(tmp_path: Path) -> None:
     directory = write_hf(tmp_path / "m", {"model_type": "llama"}, [{"w": zeros(4)}])
     header = b"[" * 100_000 + b"]" * 100_000
     (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
-    info = modelinfo.server_info(str(directory))
+    info = server_info(str(directory))
     assert "model_card" not in info and info["model_files"]["error"].startswith(str(directory))
 
 
@@ -348,26 +354,26 @@ def test_the_hub_cache_as_huggingface_hub_finds_it(tmp_path: Path, monkeypatch: 
 
 def test_server_info_never_raises(tmp_path: Path) -> None:
     # an unknown ~user (pathlib raises RuntimeError for it) is just not a model here
-    assert modelinfo.server_info("~no-such-user-here/m") == {}
-    assert modelinfo.server_info("acme/m", {"HF_HUB_CACHE": "~no-such-user-here/hub"}) == {}
+    assert server_info("~no-such-user-here/m") == {}
+    assert server_info("acme/m", {"HF_HUB_CACHE": "~no-such-user-here/hub"}) == {}
     odd = write_hf(tmp_path / "odd", {"model_type": 7, "torch_dtype": ["x"]}, [{"w": zeros(2)}])
     facts = describe(str(odd))
     assert facts is not None and facts.family is None and facts.precision is None and facts.total_params == 2
     (odd / "model.safetensors.index.json").write_text('{"weight_map": ["model.safetensors"]}')
-    assert "no weight_map" in modelinfo.server_info(str(odd))["model_files"]["error"]
+    assert "no weight_map" in server_info(str(odd))["model_files"]["error"]
 
 
 def test_input_modalities_are_the_towers_the_config_declares(tmp_path: Path) -> None:
     config = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}, "vision_config": {"x": 1}}
     facts = describe(str(write_hf(tmp_path / "mm", config, [{"w": zeros(2)}])))
     assert facts is not None and facts.modalities == ("text", "image") and facts.family == "Gemma"
-    assert modelinfo.card_rows(facts)["Input modalities"] == "text, image (the towers config.json declares)"
+    assert modelcard.model_rows(facts)["Input modalities"] == "text, image (the towers config.json declares)"
     config = {"model_type": "qwen2_5_omni", "vision_config": {}, "audio_config": {}}
     facts = describe(str(write_hf(tmp_path / "omni", config, [{"w": zeros(2)}])))
     assert facts is not None and facts.modalities == ("text", "image", "audio")
     gguf_facts = describe(str(write_gguf(tmp_path / "t.gguf", "llama", {"t": zeros(4, dtype=np.float32)})))
     assert gguf_facts is not None and gguf_facts.modalities is None
-    assert "Input modalities" not in modelinfo.card_rows(gguf_facts)
+    assert "Input modalities" not in modelcard.model_rows(gguf_facts)
 
 
 def test_files_that_could_block_or_lead_outside_are_refused(tmp_path: Path) -> None:
@@ -401,7 +407,7 @@ def test_only_the_models_own_weight_files_are_counted(tmp_path: Path) -> None:
     (weights_elsewhere / "model.safetensors").unlink()
     facts = describe(str(weights_elsewhere))
     assert facts is not None and facts.total_params is None
-    assert "Parameters" not in modelinfo.card_rows(facts) and modelinfo.card_rows(facts)["Family"] == "Llama (llama)"
+    assert "Parameters" not in modelcard.model_rows(facts) and modelcard.model_rows(facts)["Family"] == "Llama (llama)"
 
 
 def test_a_lora_adapter_is_described_by_its_base_model(tmp_path: Path) -> None:
@@ -414,7 +420,7 @@ def test_a_lora_adapter_is_described_by_its_base_model(tmp_path: Path) -> None:
     facts = describe(str(adapter))
     assert facts is not None and facts.total_params == 1000 and facts.source == str(base)
     assert facts.adapter == str(adapter)
-    assert modelinfo.card_rows(facts)["Parameters"] == (
+    assert modelcard.model_rows(facts)["Parameters"] == (
         f"1.0K (dense), counted from the safetensors headers (the base model of the LoRA adapter {adapter})")
     (adapter / "adapter_config.json").write_text('{"r": 8}')
     with pytest.raises(ModelInfoError, match="names no base model"):
@@ -434,21 +440,23 @@ def test_the_revision_the_server_loaded(tmp_path: Path) -> None:
     assert locate("acme/m", env, "gptq-4bit") == gptq  # a branch, through its ref
     assert locate("acme/m", env, "c-gptq") == gptq  # a commit
     assert locate("acme/m", env, "v9") is None  # not here: not another revision in its place
-    info = modelinfo.server_info("acme/m", env, "gptq-4bit")
+    info = server_info("acme/m", env, "gptq-4bit")
     assert info["model_files"]["total_params"] == 3 and info["model_files"]["revision"] == "c-gptq"
 
 
-def test_what_the_server_says_of_its_model_is_checked_against_our_count_or_stands_in_for_it() -> None:
+def test_what_the_server_says_of_its_model_is_checked_against_our_count_or_stands_in_for_it(tmp_path: Path) -> None:
     """llama.cpp's /v1/models meta: n_params and ftype of the GGUF it loaded."""
-    ours = {"model_files": {"total_params": 268_098_176},
-            "model_card": {"Parameters": "268M (dense), counted from the GGUF tensor table"}}
-    same = modelinfo.with_server_meta(ours, {"n_params": 268_098_176, "ftype": "Q4_K - Medium"})
-    assert same["model_card"]["Parameters"].endswith("tensor table; the server reports the same")
-    assert same["model_card"]["Quant / precision"] == "Q4_K - Medium, as the server reports (ftype)"
-    other = modelinfo.with_server_meta(ours, {"n_params": 268_000_000})
-    assert other["model_card"]["Parameters"].endswith("; the server reports 268,000,000 (ours: 268,098,176)")
+    facts = describe(str(write_gguf(tmp_path / "m.gguf", "llama", F32_TENSORS)))
+    assert facts is not None and facts.total_params is not None
+    n = facts.total_params
+    same = modelcard.model_rows(facts, {"n_params": n, "ftype": "Q4_K - Medium"})
+    assert same["Parameters"].endswith("tensor table; the server reports the same")
+    assert same["Quant / precision"].endswith("from the GGUF")  # the file's own word stays
+    other = modelcard.model_rows(facts, {"n_params": n + 1})
+    assert other["Parameters"].endswith(f"; the server reports {n + 1:,} (ours: {n:,})")
     # no files here (a remote server): the server's figures, marked as its
-    remote = modelinfo.with_server_meta({}, {"n_params": 7_241_732_096, "ftype": "Q8_0"})
+    remote = modelcard.model_sections(None, {"n_params": 7_241_732_096, "ftype": "Q8_0"})
     assert remote == {"model_card": {"Parameters": "7.2B total, as the server reports (n_params)",
                                      "Quant / precision": "Q8_0, as the server reports (ftype)"}}
-    assert modelinfo.with_server_meta({}, {"n_params": "many", "ftype": 3}) == {}
+    assert modelcard.model_sections(None, {"n_params": "many", "ftype": 3}) == {}
+    assert modelcard.model_sections(None, None) == {}

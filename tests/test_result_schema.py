@@ -148,7 +148,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     """What only a launched server (or memory sampling) writes, built by the code that writes it."""
     from safetensors.numpy import save_file
 
-    from fastbench.results import card
+    from fastbench.results import card, modelcard
     from fastbench.results import writers as report
     from fastbench.server import memory as memsampler
     from fastbench.server import modelinfo
@@ -185,7 +185,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     info = card.server_sections(window, memory=memory, teardown=teardown, client_tokens_per_chunk=1.2)
     (tmp_path / "config.json").write_text('{"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}')
     save_file({"model.layers.0.experts.0.w1.weight": np.zeros((4, 4), np.float16)}, str(tmp_path / "model.safetensors"))
-    info.update(modelinfo.server_info(str(tmp_path)))
+    info.update(modelcard.model_sections(modelinfo.facts_or_error(str(tmp_path))))
     assert info["model_files"]["active_params"] == 4 and info["model_card"]["Family"] == "Mixtral (mixtral)"
     assert undocumented({"server": {"model_files": {"error": "x"}}}, ("fastbench",)) == []
     assert {"engine", "launch_command", "load", "variant", "card_config", "teardown"} <= info.keys()

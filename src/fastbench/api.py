@@ -22,13 +22,14 @@ from fastbench.exceptions import ConfigError, ResultWriteError, ServerDiedError,
 from fastbench.load import datasets
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
-from fastbench.results import card, figures, writers
+from fastbench.results import card, figures, modelcard, writers
 from fastbench.results.result import Result
 from fastbench.server import control, launch, modelinfo
 from fastbench.server.engines import make_server
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
 from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
+from fastbench.server.modelinfo import ModelFacts
 from fastbench.server.monitor import WindowMonitor
 
 __all__ = ("arun", "run")
@@ -200,8 +201,8 @@ MODEL_FILES_TIMEOUT_S = 30.0
 
 
 async def _model_files(watched: LaunchedServer | ExternalServer, served: str,
-                       stop: asyncio.Event | None) -> dict[str, Any]:
-    """modelinfo.server_info for the model the server loaded: a launched server's model, with the
+                       stop: asyncio.Event | None) -> ModelFacts | str | None:
+    """modelinfo.facts_or_error for the model the server loaded: a launched server's model, with the
     environment and ``--revision`` it was given; else what an attached server names (vLLM's root:
     the path behind a served name). In a daemon thread, so that files that never answer cost at
     most MODEL_FILES_TIMEOUT_S and never the exit."""
@@ -214,10 +215,10 @@ async def _model_files(watched: LaunchedServer | ExternalServer, served: str,
     else:
         model = served
     loop = asyncio.get_running_loop()
-    answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+    answer: asyncio.Future[ModelFacts | str | None] = loop.create_future()
 
     def work() -> None:
-        info = modelinfo.server_info(model, environ, revision)
+        info = modelinfo.facts_or_error(model, environ, revision)
 
         def deliver() -> None:
             if not answer.done():  # not timed out or abandoned meanwhile
@@ -231,7 +232,7 @@ async def _model_files(watched: LaunchedServer | ExternalServer, served: str,
         return await _unless_stopped(asyncio.wait_for(answer, MODEL_FILES_TIMEOUT_S), stop,
                                      "interrupted while reading the model's files")
     except asyncio.TimeoutError:
-        return {"model_files": {"error": f"{model}: its files did not answer in {MODEL_FILES_TIMEOUT_S:g} s"}}
+        return f"{model}: its files did not answer in {MODEL_FILES_TIMEOUT_S:g} s"
 
 
 async def _run_against(
@@ -255,10 +256,10 @@ async def _run_against(
         server_info.update(model=model, max_model_len=max_model_len,
                            version=await control.server_version(base_url, session, config.api_key))
         if synthetic is None:  # the model's own files, where this machine has them: family, parameters
-            server_info.update(await _model_files(watched, roots.get(model) or model, stop))
+            found = await _model_files(watched, roots.get(model) or model, stop)
             if model in metas:  # the server's own account of what it loaded (llama.cpp)
                 server_info["server_model_meta"] = metas[model]
-                server_info.update(modelinfo.with_server_meta(server_info, metas[model]))
+            server_info.update(modelcard.model_sections(found, metas.get(model)))
         tokenize = control.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
         work = await _unless_stopped(

@@ -1,4 +1,4 @@
-"""What a run card says of the model itself: family and parameter count, read from its local files.
+"""What the model's local files say of it: family, parameter count, precision (results/modelcard.py words them).
 
 Nothing is downloaded. A model is found as a local directory (Hugging Face layout: ``config.json``
 and ``*.safetensors``), a GGUF file, or a Hugging Face id already in the local hub cache (where a
@@ -101,25 +101,7 @@ class ModelFacts:
     adapter: str | None = None  # the LoRA adapter served, when these are its base model's facts
     hub_repo: str | None = None  # "org/name" and its commit, where the files are a hub cache snapshot
     revision: str | None = None
-
-    def parameters_text(self) -> str | None:
-        """``"268M (dense)"``, ``"26B / 4B (MoE)"``, or None without a count."""
-        if self.total_params is None:
-            return None
-        if self.experts is None:
-            return f"{_size(self.total_params)} (dense)"
-        if self.active_params is None:  # experts declared, but no tensor named as one
-            return f"{_size(self.total_params)} (MoE; active not told by the tensor names)"
-        return f"{_size(self.total_params)} / {_size(self.active_params)} (MoE)"
-
-
-def _size(n: int) -> str:
-    """Parameters as model cards write them: 268M, 1.5B, 33B (a decimal below 10 of a unit)."""
-    for unit, suffix in ((10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if n >= unit:
-            value = n / unit
-            return f"{value:.0f}{suffix}" if value >= 9.95 else f"{value:.1f}{suffix}"
-    return str(n)
+    weights_found: bool = True  # False: the directory holds no weight files (they are elsewhere)
 
 
 def family_of(model_type: str | None) -> str | None:
@@ -376,7 +358,7 @@ def describe_hf_dir(directory: Path) -> ModelFacts:
             if experts is not None and _EXPERT_TENSOR.search(name):
                 routed += n
     facts = _facts(str(directory), model_type, None if why else total, routed, experts, _hf_precision(config), why)
-    return dataclasses.replace(facts, modalities=_modalities(config))
+    return dataclasses.replace(facts, modalities=_modalities(config), weights_found=bool(files))
 
 
 def _modalities(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -538,59 +520,14 @@ def describe(model: str, environ: Mapping[str, str] | None = None, revision: str
     return dataclasses.replace(facts, adapter=_adapter_of) if _adapter_of else facts
 
 
-def card_rows(facts: ModelFacts) -> dict[str, str]:
-    """Configuration rows for the run card, each saying where it came from."""
-    rows: dict[str, str] = {}
-    gguf = facts.source.lower().endswith(".gguf")
-    if facts.family:
-        rows["Family"] = f"{facts.family} ({facts.model_type})" if facts.model_type else facts.family
-    params = facts.parameters_text()
-    if params:
-        how = "GGUF tensor table" if gguf else "safetensors headers"
-        rows["Parameters"] = f"{params}, counted from the {how}"
-    elif facts.why_no_count and facts.why_no_count != NO_WEIGHTS:  # weights elsewhere: nothing to say
-        rows["Parameters"] = f"not counted: {facts.why_no_count}"
-    if params and facts.adapter:
-        rows["Parameters"] += f" (the base model of the LoRA adapter {facts.adapter})"
-    if facts.precision:
-        rows["Quant / precision"] = f"{facts.precision}, from {'the GGUF' if gguf else 'config.json'}"
-    if facts.modalities:
-        rows["Input modalities"] = f"{', '.join(facts.modalities)} (the towers config.json declares)"
-    if facts.hub_repo:
-        rows["Download"] = f"{facts.hub_repo} (revision {facts.revision}, from this machine's hub cache)"
-    rows["Model files"] = facts.source
-    return rows
-
-
-def server_info(model: str, environ: Mapping[str, str] | None = None, revision: str | None = None) -> dict[str, Any]:
-    """What goes into ``Result.server_info`` for ``model`` (the launch's model, or an attached server's
-    model name): ``model_files`` (the facts, as JSON) and ``model_card`` (the card's rows), or a note
-    where the files are there but unreadable; nothing where there are none."""
+def facts_or_error(model: str, environ: Mapping[str, str] | None = None,
+                   revision: str | None = None) -> ModelFacts | str | None:
+    """:func:`describe`, for the result: the facts of ``model`` (the launch's model, or an attached
+    server's model name), or one line that says why files that are there could not be read, or None
+    where there are none (``results.modelcard`` words them for the card)."""
     try:
-        facts = describe(model, environ, revision)
+        return describe(model, environ, revision)
     except ModelInfoError as exc:
-        return {"model_files": {"error": str(exc)}}
+        return str(exc)
     except Exception as exc:  # noqa: BLE001 - the card's extras never stop a measured run
-        return {"model_files": {"error": f"{model}: {type(exc).__name__}: {exc}"}}
-    if facts is None:
-        return {}
-    return {"model_files": {**dataclasses.asdict(facts), "parameters": facts.parameters_text()},
-            "model_card": card_rows(facts)}
-
-
-def with_server_meta(info: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
-    """``model_card`` rows given what the server says of its model (llama.cpp's /v1/models ``meta``:
-    ``n_params``, ``ftype``): beside a count of our own, whether the server agrees; without one,
-    the server's figures, marked as its."""
-    rows = dict(info.get("model_card") or {})
-    n_params, ftype = meta.get("n_params"), meta.get("ftype")
-    counted = (info.get("model_files") or {}).get("total_params")
-    if _positive_int(n_params):
-        if counted is not None and "Parameters" in rows:
-            agree = "the same" if counted == n_params else f"{n_params:,} (ours: {counted:,})"
-            rows["Parameters"] += f"; the server reports {agree}"
-        elif counted is None:
-            rows["Parameters"] = f"{_size(n_params)} total, as the server reports (n_params)"
-    if isinstance(ftype, str) and ftype and "Quant / precision" not in rows:
-        rows["Quant / precision"] = f"{ftype}, as the server reports (ftype)"
-    return {"model_card": rows} if rows else {}
+        return f"{model}: {type(exc).__name__}: {exc}"
