@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import fastbench.server.memory as ms
+from fastbench.results.memorycard import memory_lines
 from fastbench.server.memory import (
     GIB,
     Baseline,
@@ -311,7 +312,7 @@ def test_peaks_and_summary() -> None:
     assert g0["used_bytes"] == int(79.1 * GIB) and g0["total_gib"] == 80.0 and g0["power_w"] == 650.5
     assert g1["used_bytes"] is None and g1["power_w"] is None and g1["util_pct"] is None
     assert peaks["gpu_power_total_w"] == 650.5
-    lines = series.summary_lines()
+    lines = memory_lines(series.to_dict())
     assert lines[0] == (
         "Peak memory: 5.21 GiB MemAvailable drop (1 s sampling); server RSS peak 3.90 GiB; "
         "GPU0 79.1 GiB used of 80.0 GiB"
@@ -323,7 +324,7 @@ def test_peaks_and_summary() -> None:
     assert not any(re.search(r"\bGB\b", line) for line in lines)  # GiB, never GB
     assert "taken before the server started" in lines[1]
     # attached to a server already running: the drop is what the run added, and the card says so
-    attached = series.summary_lines(baseline_before_server=False)
+    attached = memory_lines(series.to_dict(), baseline_before_server=False)
     assert attached[0].startswith("Peak memory: 5.21 GiB MemAvailable drop during the run, the server already loaded")
     assert "taken with the server already running (attached)" in attached[1]
     assert "before the server started" not in " ".join(attached)
@@ -353,7 +354,7 @@ def test_to_dict_is_json_with_units_in_keys() -> None:
 def test_empty_series() -> None:
     series = MemorySeries(1.0, Baseline(0, GIB, GIB), [], [], {"nvml": "disabled"}, None, [])
     assert series.peaks()["mem_available_drop_bytes"] is None
-    lines = series.summary_lines()
+    lines = memory_lines(series.to_dict())
     assert lines[0].startswith("Peak memory: n/a")
     assert "Server RSS: not measured (no server pid)" in lines
     assert "GPU: none measured (nvml: disabled)" in lines
@@ -394,7 +395,7 @@ def test_coprocess_on_fake_trees(tmp_path: Path) -> None:
     assert len(series.notes) == len(set(series.notes))  # each note once, not once per sample
     d = series.to_dict()
     assert d["series"]["gpus"][1]["gtt_used_bytes"][0] == 3 * GIB
-    assert "card2 50.0 GiB used of 64.0 GiB" in series.summary_lines()[0]
+    assert "card2 50.0 GiB used of 64.0 GiB" in memory_lines(series.to_dict())[0]
 
 
 def _allocating_child(mb: int, grandchild_mb: int = 0) -> subprocess.Popen[bytes]:
@@ -449,7 +450,7 @@ def test_real_sampling_sees_the_server_rss() -> None:
     # No GPU on this machine: the lists are empty and the series says why.
     assert series.gpus == [] and all(s.gpus == () for s in series.samples)
     assert "pynvml" in series.gpu_sources["nvml"] or "NVML" in series.gpu_sources["nvml"]
-    assert any(line.startswith("GPU: none measured (nvml: ") for line in series.summary_lines())
+    assert any(line.startswith("GPU: none measured (nvml: ") for line in memory_lines(series.to_dict()))
 
 
 def test_real_sampling_counts_the_whole_tree() -> None:

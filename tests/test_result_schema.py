@@ -178,8 +178,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
                  "Per-position acceptance rate: 0.707, 0.413, Avg Draft acceptance rate: 44.0%")
     # /metrics never read: server_metrics says it is unavailable
     window = dataclasses.replace(window, warnings=["WARNING: something"], spec_log=spec_log_summary([spec_line]))
-    memory = MemoryReport(series=series.to_dict(), peaks=series.peaks(), summary=series.summary_lines(),
-                          footprint=parse_vllm_footprint(log))
+    memory = MemoryReport(series=series.to_dict(), peaks=series.peaks(), footprint=parse_vllm_footprint(log))
     teardown = Teardown(how="SIGTERM", seconds=1.5, exit="exited with status 0", port_free=True, processes_left=[],
                         left_the_group=[])
     info = card.server_sections(window, memory=memory, teardown=teardown, client_tokens_per_chunk=1.2)

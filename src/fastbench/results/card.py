@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.results.memorycard import memory_lines
 from fastbench.results.result import Distribution, Result
 
 if TYPE_CHECKING:  # the records only: results imports nothing of the server wing at run time
@@ -379,7 +380,8 @@ def server_sections(
         if memory.series is not None:
             info["memory_series"] = memory.series
             info["memory_peaks"] = memory.peaks
-        section = _memory_rows(memory.summary)
+        section = _memory_rows(memory_lines(memory.series, memory.baseline_before_server)
+                               if memory.series is not None else [])
         if memory.footprint is not None:
             info["footprint"] = memory.footprint
             section.update(footprint_rows(memory.footprint, launch.gpu_memory_utilization if launch else None))

@@ -503,64 +503,6 @@ class MemorySeries:
             "notes": list(self.notes),
         }
 
-    def summary_lines(self, baseline_before_server: bool = True) -> list[str]:
-        """Lines for a run card, the first one the headline:
-        ``Peak memory: 5.21 GiB MemAvailable drop (1 s sampling); server RSS peak 3.90 GiB; GPU0 79.1 GiB
-        used of 80.0 GiB``. ``baseline_before_server`` False: the server was already running when the
-        baseline was taken (fastbench attached to it), so the drop is only what the run added."""
-        p = self.peaks()
-        every = f"{self.interval_s:g} s sampling"
-        during = "" if baseline_before_server else " during the run, the server already loaded"
-        if p["mem_available_drop_bytes"] is None:
-            head = f"Peak memory: n/a (no sample recorded; {every})"
-        else:
-            head = (f"Peak memory: {p['mem_available_drop_bytes'] / GIB:.2f} GiB MemAvailable drop{during} "
-                    f"({every})")
-        if p["server_rss_bytes"] is not None:
-            head += f"; server RSS peak {p['server_rss_bytes'] / GIB:.2f} GiB"
-        for g in p["gpus"]:
-            if g["used_bytes"] is not None:
-                head += f"; {g['label']} {g['used_bytes'] / GIB:.1f} GiB used"
-                if g["total_bytes"] is not None:
-                    head += f" of {g['total_bytes'] / GIB:.1f} GiB"
-        b = self.baseline
-        lines = [
-            head,
-            (
-                f"MemAvailable drop: from a baseline of {b.mem_available / GIB:.2f} GiB available of "
-                f"{b.mem_total / GIB:.2f} GiB MemTotal, "
-                + ("taken before the server started; reservations count, not only memory in use"
-                   if baseline_before_server else
-                   "taken with the server already running (attached): its own footprint is not in the drop")
-                + f" ({len(self.samples)} samples)"
-            ),
-        ]
-        if self.server_pid is None:
-            lines.append("Server RSS: not measured (no server pid)")
-        elif p["server_rss_bytes"] is None:
-            lines.append(f"Server RSS: no reading (pid {self.server_pid} was never seen)")
-        else:
-            procs = max(s.server_procs for s in self.samples)
-            lines.append(
-                f"Server RSS: peak {p['server_rss_bytes'] / GIB:.2f} GiB (VmRSS summed over pid "
-                f"{self.server_pid} and its descendants, up to {procs} processes; "
-                "shared pages count once per process)"
-            )
-        for info, g in zip(self.gpus, p["gpus"]):
-            used = "n/a" if g["used_gib"] is None else f"{g['used_bytes'] / GIB:.1f} GiB"
-            total = "n/a" if g["total_gib"] is None else f"{g['total_bytes'] / GIB:.1f} GiB"
-            text = f"{info.label} ({info.name}, {info.source}): peak {used} used of {total}"
-            if g["gtt_used_bytes"] is not None:
-                text += f", GTT peak {g['gtt_used_bytes'] / GIB:.1f} GiB"
-            text += ", utilisation peak " + ("n/a" if g["util_pct"] is None else f"{g['util_pct']:.0f} %")
-            text += ", power peak " + ("n/a" if g["power_w"] is None else f"{g['power_w']:.0f} W")
-            lines.append(text)
-        if not self.gpus:
-            found = "; ".join(f"{k}: {v}" for k, v in self.gpu_sources.items())
-            lines.append(f"GPU: none measured ({found})")
-        lines += [f"Note: {n}" for n in self.notes]
-        return lines
-
 
 # -- the parent's side -----------------------------------------------------------------------------------
 

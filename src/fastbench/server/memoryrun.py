@@ -63,7 +63,7 @@ def start_memory_sampler(config: BenchConfig) -> MemoryRun | None:
 
 def memory_report(series: MemorySeries | None, server: LaunchedServer | ExternalServer, *,
                   baseline_before_server: bool = True) -> MemoryReport | None:
-    """The memory series for the result, its peaks and summary, and the engine's footprint from its
+    """The memory series for the result, its peaks, and the engine's footprint from its
     log (vLLM's); None when there is neither. ``baseline_before_server`` False: fastbench attached to a
     server already running."""
     footprint = server.footprint() if isinstance(server, LaunchedServer) else None
@@ -72,6 +72,6 @@ def memory_report(series: MemorySeries | None, server: LaunchedServer | External
     return MemoryReport(
         series=series.to_dict() if series is not None else None,
         peaks=series.peaks() if series is not None else None,
-        summary=[str(line) for line in series.summary_lines(baseline_before_server)] if series is not None else [],
         footprint=footprint,
+        baseline_before_server=baseline_before_server,
     )

@@ -119,5 +119,5 @@ class MemoryReport:
 
     series: dict[str, Any] | None  # MemorySeries.to_dict(); None when nothing was sampled
     peaks: dict[str, Any] | None  # MemorySeries.peaks()
-    summary: list[str]  # MemorySeries.summary_lines(): "Label: value" lines, or bare notes
     footprint: dict[str, Any] | None  # vLLM's log while loading (serverlog.parse_vllm_footprint); None if none
+    baseline_before_server: bool = True  # False: fastbench attached to a server already running
