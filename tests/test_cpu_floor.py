@@ -65,13 +65,14 @@ def test_uring_floor_reads_every_ready_socket_per_wake_up(tmp_path: Path) -> Non
 def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
     """Both probes wake on a 2 ms timerfd for 0.2 s: up to 100 wake-ups each, each with some CPU.
     A busy host runs fewer (ticks missed while the probe waits for a CPU are counted by one read):
-    77 with the CPUs half taken by other work under ASan."""
+    77 with the CPUs half taken by other work under ASan, 31 with four busy processes on two CPUs. The
+    floor, 15, still fails a probe that does not wake on the tick (one that waits 20 ms wakes 10 times)."""
     exe, _ = cpu_floor.build_floor_client(tmp_path)
 
     def one_round() -> None:
         c_loop, core = cpu_floor.wake_costs(exe, 0.2, 2000, None)
         for w in (c_loop, core):
-            assert 40 <= w["wakeups"] <= 101
+            assert 15 <= w["wakeups"] <= 101
             assert 0 < w["cpu_us_per_wakeup"] < 10_000
 
     # A probe kept off the CPUs for over 0.1 s of its 0.2 s loses ticks in one round; a probe that

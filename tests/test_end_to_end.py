@@ -130,21 +130,21 @@ def test_tokens_per_chunk_leaves_out_usage_that_is_not_trusted() -> None:
 
 def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> None:
     """--coalesce-ms 5: the sockets are read every 5 ms, but each chunk's time is the kernel's
-    receive stamp, so the figures stay the server's (a drain-time stamp would be ~2.5 ms late)."""
+    receive stamp, so the figures stay the server's: each chunk's stamp is within a fraction of a
+    millisecond of the server's own send stamp in it (skew), where a drain-time stamp would be late by
+    up to the 5 ms between drains (a median of ~2.5 ms). Judged against the server's stamps, not the
+    nominal TTFT and gap, which a loaded host's server misses by itself."""
     def one_round() -> None:
         result = bench(spec_server, request_rate=30.0, num_prompts=24, coalesce_ms=5.0)
         d = result.distributions
         assert result.counts.completed == 24
-        assert d["skew"].median < 0.5
-        assert d["ttft"].median == pytest.approx(50, abs=3)
-        assert d["itl"].median == pytest.approx(20, abs=1.5)
+        assert d["skew"].count >= 24 * 5  # the chunks carried the server's stamps (24 tokens, at most 4 a chunk)
+        assert d["skew"].median < 0.5 and d["skew"].p90 < 2.0
         coalesced = [n for n in result.notes if n.startswith("reads coalesced")]
         assert len(coalesced) == 1 and "at least every 5 ms" in coalesced[0]
         assert "over half" not in coalesced[0]  # 5 ms against 20 ms between chunks
 
-    # Open loop: TTFT counts from the arrival, so a stall of this process or of the server puts the
-    # median past its bound in one round (with both CPUs busy, every time); a drain-time stamp fails
-    # the skew in every round.
+    # A stall of this process can delay a stamp in one round; a drain-time stamp fails every round.
     until_a_round_passes(one_round)
 
 
