@@ -55,8 +55,9 @@ import numpy as np
 import orjson
 
 from fastbench.checks import MAX_PROMPTS, check_value
+from fastbench.cli import hostload
 from fastbench.cli.argtypes import HelpFormatter
-from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, ValidationReport
+from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, ValidationReport, verdict_line
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
 from fastbench.load.plan import LoadPlan, Target
@@ -262,10 +263,18 @@ async def avalidate(
         settings["server"] = "started: " + " ".join(server.argv)
     else:
         settings["server"] = f"external: {base_url}"
+    host: hostload.HostLoad | None = None
     try:
         with _pinned(server.pid if server is not None else None, pin) as pinning:
             settings["pinning"] = pinning
             window_cpu: list[float | None] = []  # the server's CPU seconds when the window opened
+            window_host: list[hostload.HostSnapshot] = []  # the host when the window opened
+
+            def on_window_start() -> None:
+                window_host.append(hostload.snapshot())
+                if server is not None:
+                    window_cpu.append(_process_cpu_s(server.pid))
+
             plan = LoadPlan(
                 bodies=_request_bodies(output_len, n),
                 warmup_bodies=[request_body(1)] * (concurrency if warmup else 0),
@@ -275,15 +284,17 @@ async def avalidate(
                 coalesce_s=coalesce_ms / 1e3,
                 expected_output_tokens=[output_len] * n,
                 # the same span as the window's figures: not the connections' set-up and warm-up
-                on_window_start=(lambda: window_cpu.append(_process_cpu_s(server.pid)))
-                if server is not None else None,
+                on_window_start=on_window_start,
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
             data = await LoadGenerator(Target.parse(base_url, ENDPOINT), plan).run()
+            host_end = hostload.snapshot()
             if server is not None and window_cpu and window_cpu[0] is not None:
                 cpu = _process_cpu_s(server.pid)
                 if cpu is not None:
                     settings["server_cpu_s"] = cpu - window_cpu[0]
+            if window_host:
+                host = hostload.between(window_host[0], host_end, settings.get("server_cpu_s"))
             server_stats = await asyncio.to_thread(_http_json, base_url, "/fb/stats")
             try:
                 server_stats["receipts"] = await asyncio.to_thread(_http_json, base_url, "/fb/receipts")
@@ -292,7 +303,7 @@ async def avalidate(
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
-    return build_report(data, settings, server_stats)
+    return build_report(data, settings, server_stats, host)
 
 
 def _on_uvloop(coro_fn: Callable[P, Coroutine[Any, Any, R]], name: str) -> Callable[P, R]:
@@ -350,7 +361,8 @@ def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str, Any]) -> ValidationReport:
+def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str, Any],
+                 host: hostload.HostLoad | None = None) -> ValidationReport:
     """Derive every figure of the report from what the client measured and the server said."""
     rows = data.rows
     tol = float(settings["tolerance_ms"])
@@ -470,10 +482,14 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     if coalesce_ms * 2 > itl_ms:
         notes.append(f"--coalesce-ms {coalesce_ms:g} is over half the chunk gap ({itl_ms:g} ms): chunks of one "
                      "stream can wait in its socket for the same drain and share one read's stamp")
+    verdict = "PASS" if all(c.passed for c in checks) else "FAIL"
+    cause = _verdict_cause(verdict, server_saturated, host, notes)
     cpu = data.client_cpu_ns
     return ValidationReport(
         settings=settings,
-        verdict="PASS" if all(c.passed for c in checks) else "FAIL",
+        verdict=verdict,
+        verdict_cause=cause,
+        host=host.to_dict() if host is not None else None,
         checks=checks,
         timestamp_source=source.name,
         completed=completed,
@@ -512,6 +528,24 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         server_saturated=server_saturated,
         notes=notes,
     )
+
+
+def _verdict_cause(verdict: str, server_saturated: bool, host: hostload.HostLoad | None,
+                   notes: list[str]) -> str | None:
+    """Whose a FAIL is: the server's (it missed its schedule), the busy host's (the client waited for a
+    CPU, other processes or the hypervisor took it), else the client's; a note names the figures."""
+    busy = hostload.starved_because(host)
+    if busy is not None:
+        if verdict == "FAIL" and not server_saturated:
+            notes.append(f"this FAIL is the busy host's, not the client's: {busy}. validate judges the client "
+                         "on a machine that runs nothing else (see README)")
+        else:
+            notes.append(f"the host was busy during the window: {busy}")
+    if verdict == "PASS":
+        return None
+    if server_saturated:
+        return "server"
+    return "busy host" if busy is not None else "client"
 
 
 def _request_read_delay(rows: np.ndarray, receipts: dict[str, Any] | None) -> Quantiles | None:
@@ -621,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ns.quiet:
         print(report.render())
     else:  # stdout may be the JSON (--json -)
-        print(f"verdict: {report.verdict}", file=sys.stderr if ns.json == "-" else sys.stdout)
+        print(verdict_line(report), file=sys.stderr if ns.json == "-" else sys.stdout)
     if ns.json:
         text = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
         if ns.json == "-":

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ("DEFINITIONS", "Check", "Quantiles", "SeriesCheck", "ValidationReport", "render")
+__all__ = ("DEFINITIONS", "Check", "Quantiles", "SeriesCheck", "ValidationReport", "render", "verdict_line")
 
 DEFINITIONS: dict[str, str] = {
     "skew": "Per output chunk: client receive stamp minus the synthetic server's send stamp (fb_sent_ns, "
@@ -50,6 +50,12 @@ DEFINITIONS: dict[str, str] = {
                           "the server's delay in reading it. Inside TTFT as measured (so inside TTFT "
                           "measured - nominal), outside every skew; the server's, not the client's. Null "
                           "against a server that keeps no read times.",
+    "host": "What else the host did over the window (Linux /proc): others_cpus, the mean CPUs kept busy by "
+            "other processes (all CPUs' busy time less the client's and, when validate started it, the "
+            "synthetic server's); client_run_queue_wait, how long the client's event-loop thread was "
+            "runnable but waiting for a CPU (/proc/self/schedstat); steal_share, the hypervisor's share of "
+            "CPU time. A FAIL with a wait >= 1 % of the window, others >= 0.5 CPU or steal >= 2 % is the "
+            "busy host's (verdict_cause).",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }
@@ -117,6 +123,8 @@ class Check:
 class ValidationReport:
     settings: dict[str, Any]
     verdict: str  # "PASS" or "FAIL"
+    verdict_cause: str | None  # a FAIL's: "client", "server" (off its schedule) or "busy host"; None for PASS
+    host: dict[str, Any] | None  # hostload.HostLoad over the window; None where not measured
     checks: list[Check]
     timestamp_source: str
     completed: int
@@ -178,6 +186,11 @@ def _f(v: float | None, digits: int = 3) -> str:
 def _cell(value: float | None, width: int = 9) -> str:
     """A table cell: right-aligned, and never run into its neighbour (TTFT past 10 s is 9 wide)."""
     return (" " + _f(value)).rjust(width)
+
+
+def verdict_line(r: ValidationReport) -> str:
+    """``verdict: PASS``, or ``verdict: FAIL (busy host's)`` with whose the FAIL is."""
+    return f"verdict: {r.verdict}" + (f" ({r.verdict_cause}'s)" if r.verdict_cause else "")
 
 
 def render(r: ValidationReport) -> str:
@@ -245,10 +258,17 @@ def render(r: ValidationReport) -> str:
         ends = (f"; {r.ends_watched} requests' ends watched on every arrival"
                 if r.settings.get("coalesce_ms") else "")
         out.append(f"  event-loop wake-ups: {r.wakeups} ({r.reads / r.wakeups:.2f} reads per wake-up){ends}")
+    if r.host is not None:
+        h = r.host
+        others = "-" if h["others_cpus"] is None else f"{h['others_cpus']:.2f} of {h['cpus']} CPUs"
+        wait = "-" if h["client_run_queue_wait_ms"] is None else (
+            f"{h['client_run_queue_wait_ms']:.1f} ms ({100 * h['client_run_queue_wait_share']:.2f} %)")
+        steal = "-" if h["steal_share"] is None else f"{100 * h['steal_share']:.2f} %"
+        out.append(f"  host: other processes {others}; client waited for a CPU {wait}; steal {steal}")
     out.append("")
     for c in r.checks:
         out.append(f"  [{'ok' if c.passed else 'FAIL'}] {c.name}: {_f(c.value)} {c.op} {c.limit:g}")
     for note in r.notes:
         out.append(f"  note: {note}")
-    out.append(f"verdict: {r.verdict}")
+    out.append(verdict_line(r))
     return "\n".join(out)
