@@ -328,7 +328,8 @@ async def _run_against(
     # they are worded once the figures are known.
     server_info.update(card.server_sections(
         window, memory=memory_seen, teardown=watched.teardown if isinstance(watched, LaunchedServer) else None,
-        client_tokens_per_chunk=result.mean_tokens_per_chunk, later_notes=synthetic_lost))
+        client_tokens_per_chunk=result.mean_tokens_per_chunk,
+        client_in_flight=card.ClientInFlight(result.client.mean_in_flight, data.rows), later_notes=synthetic_lost))
     if synthetic_stats is not None:
         server_info["synthetic_stats"] = synthetic_stats
     result = dataclasses.replace(result, server_info=server_info)

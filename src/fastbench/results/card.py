@@ -15,21 +15,26 @@ docs/result-schema.md documents them. :func:`render_card` reads those sections f
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.redact import redact_argv, redact_text, shell_join
 from fastbench.results.memorycard import memory_lines
+from fastbench.results.records import COL
 from fastbench.results.result import Distribution, Result
 
 if TYPE_CHECKING:  # the records only: results imports nothing of the server wing at run time
     from fastbench.server.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
 
 __all__ = (
+    "ClientInFlight",
     "cache_config_row",
     "footprint_rows",
     "gauge_rows",
@@ -342,6 +347,7 @@ def server_sections(
     memory: MemoryReport | None = None,
     teardown: Teardown | None = None,
     client_tokens_per_chunk: float | None = None,
+    client_in_flight: ClientInFlight | None = None,
     later_notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What the server wing adds to ``Result.server_info``: the data it observed and the card's rows
@@ -374,7 +380,7 @@ def server_sections(
     if window.warnings:
         info["server_warnings"] = window.warnings
         notes += [f"server log during the measured window: {w}" for w in window.warnings]
-    _metrics_sections(window, info, notes, client_tokens_per_chunk)
+    _metrics_sections(window, info, notes, client_tokens_per_chunk, client_in_flight)
     info["notes"] = notes
     if memory is not None:
         if memory.series is not None:
@@ -402,7 +408,7 @@ def server_sections(
 
 
 def _metrics_sections(window: WindowReport, info: dict[str, Any], notes: list[str],
-                      client_tokens_per_chunk: float | None) -> None:
+                      client_tokens_per_chunk: float | None, client_in_flight: ClientInFlight | None) -> None:
     """What /metrics gave: ``server_metrics`` (data), its card rows, the KV-cache row, and the
     speculative-decoding figures with their rows."""
     metrics = window.metrics
@@ -418,7 +424,7 @@ def _metrics_sections(window: WindowReport, info: dict[str, Any], notes: list[st
             notes.append(f"server /metrics: the window outlasted {metrics.kept_reads} reads "
                          f"{metrics.interval_asked_s:g} s apart, so every other read was dropped "
                          f"until those kept were {metrics.interval_s:g} s apart")
-        rows = gauge_rows(metrics.analysis["gauges"])
+        rows = gauge_rows(metrics.analysis["gauges"], client_in_flight)
         if rows:
             info["server_metrics_card"] = rows
         cache = metrics.analysis.get("cache_config")
@@ -553,8 +559,10 @@ def footprint_rows(footprint: Mapping[str, Any], gpu_memory_utilization: str | N
 # -- /metrics: gauges, the KV cache, speculative decoding ---------------------------------------------
 
 
-def gauge_rows(gauges: Mapping[str, Any]) -> dict[str, str]:
-    """The card's "Server metrics" rows: KV-cache usage and running / waiting requests over the window."""
+def gauge_rows(gauges: Mapping[str, Any], client: ClientInFlight | None = None) -> dict[str, str]:
+    """The card's "Server metrics" rows: KV-cache usage and the requests the server lists running and
+    waiting over the window; with ``client``, the client's own count beside them and what, measured at
+    the same /metrics reads, the two differ by."""
     rows: dict[str, str] = {}
     kv = gauges.get("kv_cache_usage")
     if kv:
@@ -563,11 +571,53 @@ def gauge_rows(gauges: Mapping[str, Any]) -> dict[str, str]:
     for key in ("running", "waiting"):
         g = gauges.get(key)
         if g:
-            rows[f"Requests {key}"] = f"max {g['max']:.0f} · mean {g['mean']:.1f}"
+            rows[f"Requests {key} (server)"] = f"max {g['max']:.0f} · mean {g['mean']:.1f}"
+    if gauges.get("running") and client is not None:
+        rows.update(_client_beside_server(gauges, client))
     if rows:
         n = len(gauges["samples"])
         rows["Samples"] = f"{n} /metrics reads over the measured window; figures over the {n - 2} between its edges"
     return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientInFlight:
+    """The client's requests in flight (send stamp to end stamp), for the card to set beside the server's
+    gauges: the time-weighted mean over the window and the request table, to count them at any instant."""
+
+    mean: float
+    rows: np.ndarray
+
+
+def _client_beside_server(gauges: Mapping[str, Any], client: ClientInFlight) -> dict[str, str]:
+    """The client's count at the server's own reads (the ones between the window's edges), and how many
+    more requests it had in flight than the server listed running or waiting at those instants."""
+    inside = gauges["samples"][1:-1]
+    t0 = gauges.get("t0_monotonic_s")
+    row = f"mean {client.mean:.1f} over the window (send to last byte read, time-weighted)"
+    if t0 is None or not inside:
+        return {"Requests in flight (client)": row}
+    at_reads = _in_flight_at(client.rows, [round((t0 + s["t_s"]) * 1e9) for s in inside])
+    listed = [(s["running"] or 0) + (s["waiting"] or 0) if s["running"] is not None else None for s in inside]
+    pairs = [(c, v) for c, v in zip(at_reads, listed) if v is not None]
+    rows = {"Requests in flight (client)": row + f"; mean {np.mean(at_reads):.1f} at the same reads"}
+    if pairs:
+        beyond = float(np.mean([c - v for c, v in pairs]))
+        rows["Client vs server"] = (
+            f"at the same reads the client had {beyond:+.1f} requests in flight beyond those the server listed "
+            "running or waiting: the client counts a request from its send to its last byte read, the server "
+            "from taking it in to finishing it, so requests on the wire or still being parsed, queued for the "
+            "tokenizer or answered but not yet read count for the client alone")
+    return rows
+
+
+def _in_flight_at(rows: np.ndarray, times_ns: Sequence[int]) -> list[int]:
+    """Requests sent and not yet ended at each of ``times_ns`` (CLOCK_MONOTONIC ns)."""
+    started = rows[:, COL["sent_ns"]] > 0
+    sent = np.sort(rows[started, COL["sent_ns"]])
+    ended = np.sort(rows[started, COL["end_ns"]])
+    t = np.asarray(times_ns, dtype=np.int64)
+    return [int(v) for v in np.searchsorted(sent, t, side="right") - np.searchsorted(ended, t, side="right")]
 
 
 def cache_config_row(labels: Mapping[str, str], engines: int = 1) -> str | None:

@@ -183,7 +183,9 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         )
     cl = result.client
     slots = cfg.effective_concurrency
-    in_flight = f"mean in flight {cl.mean_in_flight:.1f} ({'no cap' if slots is None else f'concurrency {slots}'}"
+    # the client's own count: a server's /metrics gauges (the card's Server metrics) count otherwise
+    in_flight = (f"client's mean in flight (send to last byte read) {cl.mean_in_flight:.1f} "
+                 f"({'no cap' if slots is None else f'concurrency {slots}'}")
     in_flight += f", peak {cl.max_concurrent_requests})"
     if cl.cpu_per_event_us is not None:
         in_flight += f"; client CPU {cl.cpu_per_event_us:.1f} us per output event"

@@ -292,6 +292,7 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
     inside = samples[1:-1]
     out["gauges"] = {
         "kv_cache_metric": kv_name,
+        "t0_monotonic_s": t0 if readings else None,  # the samples' t_s are from here (CLOCK_MONOTONIC)
         "kv_cache_usage": _stats([s["kv_cache_usage"] for s in inside]),
         "running": _stats([s["running"] for s in inside]),
         "waiting": _stats([s["waiting"] for s in inside]),
