@@ -97,7 +97,7 @@ def test_a_fail_says_whose_it_is(monkeypatch: pytest.MonkeyPatch, host: HostLoad
     assert (report.verdict, report.verdict_cause) == ("FAIL", cause)
     assert report.host == host.to_dict()
     text = report.render()
-    assert text.endswith(f"verdict: FAIL ({cause}'s)")
+    assert text.endswith(f"verdict: FAIL (cause: {cause})")
     assert (words is None) == (not any("busy host" in note for note in report.notes))
     if words is not None:
         assert words in text
@@ -111,8 +111,11 @@ def test_a_pass_on_a_busy_host_still_says_so(monkeypatch: pytest.MonkeyPatch) ->
     assert any(note.startswith("the host was busy during the window: ") for note in report.notes)
 
 
-def test_the_server_missing_its_schedule_is_the_servers_fail() -> None:
+def test_the_server_missing_its_schedule_is_the_servers_fail_and_a_failed_run_is_the_runs() -> None:
     notes: list[str] = []
-    assert fv._verdict_cause("FAIL", True, BUSY, notes) == "server"
+    assert fv._verdict_cause(["skew p99 (ms)"], True, BUSY, notes) == "server"
     assert notes == ["the host was busy during the window: " + str(hostload.starved_because(BUSY))]
-    assert fv._verdict_cause("PASS", False, QUIET, []) is None
+    # requests that failed, or stamps from another clock, are not the host's doing
+    assert fv._verdict_cause(["skew p99 (ms)", "chunks with negative skew"], False, BUSY, []) == "run"
+    assert fv._verdict_cause(["failed requests"], False, QUIET, []) == "run"
+    assert fv._verdict_cause([], False, QUIET, []) is None

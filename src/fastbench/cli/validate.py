@@ -483,7 +483,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         notes.append(f"--coalesce-ms {coalesce_ms:g} is over half the chunk gap ({itl_ms:g} ms): chunks of one "
                      "stream can wait in its socket for the same drain and share one read's stamp")
     verdict = "PASS" if all(c.passed for c in checks) else "FAIL"
-    cause = _verdict_cause(verdict, server_saturated, host, notes)
+    cause = _verdict_cause([c.name for c in checks if not c.passed], server_saturated, host, notes)
     cpu = data.client_cpu_ns
     return ValidationReport(
         settings=settings,
@@ -530,19 +530,29 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     )
 
 
-def _verdict_cause(verdict: str, server_saturated: bool, host: hostload.HostLoad | None,
+# The checks a busy host or a late server can fail; the others (requests failed, stamps missing or
+# negative) fail on what the run returned, whatever the timing.
+TIMING_CHECKS = frozenset({"skew p99 (ms)", "TTFT p99-level error bound (ms)",
+                           "chunk-gap p99-level error bound (ms)", "streams kept open (mean)"})
+
+
+def _verdict_cause(failed: list[str], server_saturated: bool, host: hostload.HostLoad | None,
                    notes: list[str]) -> str | None:
-    """Whose a FAIL is: the server's (it missed its schedule), the busy host's (the client waited for a
-    CPU, other processes or the hypervisor took it), else the client's; a note names the figures."""
+    """Whose a FAIL is: "run" when a check of what the run returned failed; for the timing checks, the
+    server's (it missed its schedule), the busy host's (the client waited for a CPU, other processes or
+    the hypervisor took it), else the client's. None for a PASS. A note names the busy host's figures."""
     busy = hostload.starved_because(host)
+    timing_only = bool(failed) and TIMING_CHECKS.issuperset(failed)
     if busy is not None:
-        if verdict == "FAIL" and not server_saturated:
+        if timing_only and not server_saturated:
             notes.append(f"this FAIL is the busy host's, not the client's: {busy}. validate judges the client "
                          "on a machine that runs nothing else (see README)")
         else:
             notes.append(f"the host was busy during the window: {busy}")
-    if verdict == "PASS":
+    if not failed:
         return None
+    if not timing_only:
+        return "run"
     if server_saturated:
         return "server"
     return "busy host" if busy is not None else "client"

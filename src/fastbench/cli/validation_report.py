@@ -123,7 +123,9 @@ class Check:
 class ValidationReport:
     settings: dict[str, Any]
     verdict: str  # "PASS" or "FAIL"
-    verdict_cause: str | None  # a FAIL's: "client", "server" (off its schedule) or "busy host"; None for PASS
+    # a FAIL's cause: "run" (requests failed, stamps missing or negative), else of the timing checks
+    # "server" (off its schedule), "busy host" or "client"; None for a PASS
+    verdict_cause: str | None
     host: dict[str, Any] | None  # hostload.HostLoad over the window; None where not measured
     checks: list[Check]
     timestamp_source: str
@@ -189,8 +191,8 @@ def _cell(value: float | None, width: int = 9) -> str:
 
 
 def verdict_line(r: ValidationReport) -> str:
-    """``verdict: PASS``, or ``verdict: FAIL (busy host's)`` with whose the FAIL is."""
-    return f"verdict: {r.verdict}" + (f" ({r.verdict_cause}'s)" if r.verdict_cause else "")
+    """``verdict: PASS``, or ``verdict: FAIL (cause: busy host)``."""
+    return f"verdict: {r.verdict}" + (f" (cause: {r.verdict_cause})" if r.verdict_cause else "")
 
 
 def render(r: ValidationReport) -> str:
