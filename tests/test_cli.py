@@ -73,7 +73,8 @@ def test_help_explains_flags() -> None:
     (["--save-outputs"], "--save-outputs keeps the response texts in --save-detailed's file"),
     (["--base-url", "http://127.0.0.1:1", "--synthetic-args", "--itl-ms 5"], "--synthetic-args configures"),
     (["--label", "caf\udce9"], "--label: not valid UTF-8 text"),
-    (["--conf", "run.toml"], "write --config in full"),
+    (["--conf", "run.toml"], "unrecognized option --conf; did you mean --config?"),
+    (["--num-prompt", "4"], "unrecognized option --num-prompt; did you mean --num-prompts?"),
     (["--card-row", "no label"], "--card-row takes LABEL=VALUE, got 'no label'"),
     (["--card-note", "caf\udce9"], "--card-note: not valid UTF-8 text"),
 ])

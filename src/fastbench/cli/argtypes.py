@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import shlex
+from collections.abc import Sequence
 from typing import Any, Literal, NoReturn
 
 import orjson
@@ -66,10 +68,38 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """Errors in one line that points at --help, not the whole usage block."""
+    """Errors in one line that points at --help, not the whole usage block; no abbreviations (argparse
+    would take --num-prompt as --num-prompts without a word): a flag it does not know is an error that
+    names the closest one it does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unknown_arguments(extras, self))
+        return ns
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def unknown_arguments(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """What to say of arguments ``parser`` did not take: the first unknown flag and the closest flag
+    it knows (a prefix of exactly one flag names that one), or the stray values."""
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    for arg in extras:
+        if not arg.startswith("-") or arg == "-":
+            continue
+        given = arg.split("=", 1)[0]
+        starting = [flag for flag in known if flag.startswith(given)]
+        close = starting if len(starting) == 1 else difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"unrecognized option {given}{hint}"
+    return f"unrecognized arguments: {' '.join(extras)} (a value with spaces needs quotes)"
 
 
 # What a config file writes for an option: the plain kinds as a message names them, and the option

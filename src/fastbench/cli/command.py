@@ -31,6 +31,8 @@ server or a result file that could not be written, 130 interrupted.
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="fastbench",
+        usage="fastbench [options]\n       fastbench validate [options]          (the client's own accuracy)\n"
+        "       fastbench synthetic-server [options]  (the built-in yardstick server)",
         description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
         "timestamps taken at socket read.",
         epilog=EPILOG,

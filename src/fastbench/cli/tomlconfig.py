@@ -98,10 +98,7 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
     line's override them; and PATH (None without --config). A server named on the command line
     replaces the file's: ``--base-url`` drops the file's launch flags, ``--launch`` its base_url."""
     path, rest = config_path(argv)
-    if path is None:
-        if getattr(parser.parse_known_args(argv)[0], "config", None) is not None:
-            # argparse took an abbreviation (--conf) that the split above does not know
-            raise ConfigError("write --config in full: its file's flags are read before the others")
+    if path is None:  # the parser takes no abbreviation (--conf): nothing else can name the file
         return None, argv
     single, given = _given(rest, options(parser), parser)
     skip = (LAUNCH_FLAGS if given.get("base_url") and not given.get("launch")
