@@ -30,7 +30,7 @@ def test_help_explains_flags() -> None:
     for flag in ("--base-url", "--concurrency", "--max-concurrency", "--request-rate", "--burstiness",
                  "--num-prompts", "--max-seconds", "--num-warmups", "--goodput", "--extra-body",
                  "--dataset-name", "--random-range-ratio", "--result-json", "--result-card",
-                 "--save-detailed", "--api-key", "--insecure", "--ignore-eos"):
+                 "--save-detailed", "--requests-jsonl", "--api-key", "--insecure", "--ignore-eos"):
         assert flag in out, flag
     assert "default" in out
     flat = " ".join(out.split())
@@ -65,12 +65,14 @@ def test_help_explains_flags() -> None:
     # output paths that cannot be written are refused before the run, not after it
     (["--result-json", "/nonexistent/x.json"], "--result-json /nonexistent/x.json: /nonexistent does not exist"),
     (["--result-card", "/"], "--result-card /: is a directory"),
-    (["--save-detailed", "/proc/x.jsonl"], "--save-detailed /proc/x.jsonl: cannot write in /proc"),
+    (["--requests-jsonl", "/proc/x.jsonl"], "--requests-jsonl /proc/x.jsonl: cannot write in /proc"),
+    # the old spelling of --requests-jsonl still works
+    (["--save-detailed", "/proc/x.jsonl"], "--requests-jsonl /proc/x.jsonl: cannot write in /proc"),
     # options the others make idle are refused, not silently ignored
     (["--server-port", "8001", "--engine-bin", "/bin/true"],
      "--server-port, --engine-bin: only with --launch ENGINE"),
     (["--dataset-path", "/etc/hostname"], "--dataset-path is for --dataset-name sharegpt or jsonl"),
-    (["--save-outputs"], "--save-outputs keeps the response texts in --save-detailed's file"),
+    (["--save-outputs"], "--save-outputs keeps the response texts in --requests-jsonl's file"),
     (["--base-url", "http://127.0.0.1:1", "--synthetic-args", "--itl-ms 5"], "--synthetic-args configures"),
     (["--label", "caf\udce9"], "--label: not valid UTF-8 text"),
     (["--conf", "run.toml"], "unrecognized option --conf; did you mean --config?"),
@@ -98,7 +100,7 @@ def _default_run_against_the_synthetic_server(tmp_path: Path) -> None:
     proc = fastbench(
         "--num-prompts", "12", "--concurrency", "4", "--random-input-len", "32", "--random-output-len", "8",
         "--synthetic-args", "--ttft-ms 20 --itl-ms 5", "--api-key", key,
-        "--result-json", str(out_json), "--result-card", str(card), "--save-detailed", str(detailed),
+        "--result-json", str(out_json), "--result-card", str(card), "--requests-jsonl", str(detailed),
         env={"OPENAI_API_KEY": key},
     )
     assert proc.returncode == 0, proc.stderr

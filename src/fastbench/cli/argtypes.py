@@ -55,6 +55,39 @@ def goodput_slo(text: str) -> tuple[str, float]:
     raise argparse.ArgumentTypeError(f"expected KEY:MS (KEY ttft, tpot or e2el; MS milliseconds > 0), got {text!r}")
 
 
+def key_value(text: str) -> tuple[str, str]:
+    """One ``KEY=VALUE`` of --header or --metadata; both sides stripped, as vllm bench serve does."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def comma_words(text: str) -> tuple[str, ...]:
+    """``ttft,tpot,itl``: a comma-separated list (which names are taken is checked with the config)."""
+    return tuple(word.strip() for word in text.split(","))
+
+
+def comma_numbers(text: str) -> tuple[float, ...]:
+    """``50,90,99``: comma-separated numbers."""
+    try:
+        return tuple(float(word) for word in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 50,90,99, got {text!r}") from None
+
+
+def range_ratio(text: str) -> float:
+    """--random-range-ratio: one number (vllm bench serve also takes a JSON dict of input and output
+    ratios, which fastbench does not)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text.lstrip().startswith("{"):
+        raise argparse.ArgumentTypeError("fastbench takes one ratio for input and output lengths, not a JSON dict")
+    raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a flag's default unless its help already says it, or there is none to show."""
 
@@ -104,10 +137,12 @@ def unknown_arguments(extras: Sequence[str], parser: argparse.ArgumentParser) ->
 
 # What a config file writes for an option: the plain kinds as a message names them, and the option
 # types above that take more than one TOML form.
-ValueKind = Literal["true or false", "an integer", "a number", "a string", "a JSON object", "flags", "KEY:MS"]
+ValueKind = Literal["true or false", "an integer", "a number", "a string", "a JSON object", "flags", "KEY:MS",
+                    "KEY=VALUE", "names, comma-separated", "numbers, comma-separated"]
 _KIND_OF_TYPE: dict[Any, ValueKind] = {
     int: "an integer", whole_number: "an integer", float: "a number",
-    json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS",
+    json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS", range_ratio: "a number",
+    key_value: "KEY=VALUE", comma_words: "names, comma-separated", comma_numbers: "numbers, comma-separated",
 }
 
 
@@ -121,6 +156,7 @@ class Option:
     choices: tuple[Any, ...] | None
     repeatable: bool  # each use adds a value (action="append")
     negatable: bool  # --x and --no-x (argparse.BooleanOptionalAction)
+    several: bool = False  # takes several values after one flag (nargs "*" or "+")
 
 
 def options(parser: argparse.ArgumentParser) -> list[Option]:
@@ -143,5 +179,6 @@ def options(parser: argparse.ArgumentParser) -> list[Option]:
             choices=tuple(action.choices) if action.choices is not None else None,
             repeatable=isinstance(action, (argparse._AppendAction, argparse._CountAction)),
             negatable=negatable,
+            several=action.nargs in ("*", "+"),
         ))
     return found

@@ -183,6 +183,34 @@ def _value_flags(option: Option, value: Any, where: str) -> list[str]:
         return [flag] if value else []
     if kind == "KEY:MS":
         return _goodput_flags(value, where, wrong)
+    if kind == "KEY=VALUE":  # --header, --metadata: { key = "value" } or ["key=value"], words after the flag
+        if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()):
+            items = [f"{k}={v}" for k, v in value.items()]
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            items = list(value)
+        else:
+            raise wrong('a table of key = "value" or an array of "KEY=VALUE" strings')
+        if any(item.startswith("-") for item in items):
+            raise wrong('KEY=VALUE pairs whose key does not start with a dash')
+        return [flag, *items]
+    if kind in ("names, comma-separated", "numbers, comma-separated"):  # "ttft,e2el" or ["ttft", "e2el"]
+        numbers = kind.startswith("numbers")
+        if isinstance(value, list) and all(_is_scalar(v) if numbers else isinstance(v, str) for v in value):
+            return [f"{flag}={','.join(str(v) for v in value)}"]
+        if isinstance(value, str) or (numbers and _is_scalar(value)):
+            return [f"{flag}={value}"]
+        raise wrong(f"an array or a string of {kind}")
+    if option.several:  # e.g. lora_modules = ["a", "b"]: words after the flag
+        items = value if isinstance(value, list) else [value]
+        if not all(_is_scalar(v) and not str(v).startswith("-") for v in items):
+            raise wrong("an array of strings (none starting with a dash) or one string")
+        return [flag, *(str(v) for v in items)]
+    if flag == "--save-detailed":  # vllm's switch; a string is the old spelling of requests_jsonl
+        if isinstance(value, bool):
+            return [flag] if value else []
+        if isinstance(value, str):
+            return [f"{flag}={value}"]
+        raise wrong("true or false")
     if kind == "a JSON object":
         if isinstance(value, dict):
             return [f"{flag}={orjson.dumps(value).decode()}"]
