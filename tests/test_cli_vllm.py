@@ -309,3 +309,21 @@ def test_api_checks_the_result_dir(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(ConfigError, match="--result-dir"):
         api.validate(BenchConfig(save_result=True, result_dir=str(blocker / "sub")))
+
+
+def test_the_readme_example_is_a_valid_command() -> None:
+    import shlex
+
+    from fastbench import checks
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Coming from vllm bench serve", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block is not None
+    argv = shlex.split(block.group(1).replace("\\\n", " "))[1:]
+    parser = command.build_parser()
+    ns = parser.parse_args(argv)
+    config = command.config_from_args(ns, argv)
+    checks.check_config(config)
+    assert command.notices(ns) == []
+    assert config.base_url == "http://127.0.0.1:8000" and config.endpoint == "/v1/chat/completions"
