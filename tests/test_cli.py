@@ -244,13 +244,17 @@ def test_a_server_that_died_during_the_run_shows_the_summary_and_exits_1(
 
 def test_every_field_is_named_by_a_flag_of_the_command() -> None:
     """Messages about a field name its flag: each one is a flag the command takes, for that field."""
-    by_dest = {option.dest: option.flags for option in options(cli.build_parser())}
+    by_dest: dict[str, tuple[str, ...]] = {}
+    for option in options(cli.build_parser()):  # --progress and --disable-tqdm set one field
+        by_dest[option.dest] = by_dest.get(option.dest, ()) + option.flags
     ns_field = {"request_timeout_s": "request_timeout", "metrics_interval_s": "metrics_interval",
                 "memory_interval_s": "memory_interval", "config_file": "config", "card_rows": "card_row",
                 "card_notes": "card_note", "launch.engine": "launch", "launch.model": "launch_model",
                 "launch.env": "server_env", "launch.host": "server_host", "launch.port": "server_port",
                 "launch.ready_timeout_s": "ready_timeout", "launch.log_path": "server_log",
-                "launch.stop_grace_s": "server_stop_grace"}
+                "launch.stop_grace_s": "server_stop_grace", "save_detailed": "requests_jsonl",
+                "per_request_arrays": "save_detailed", "headers": "header",
+                "ready_check_timeout_s": "ready_check_timeout_sec"}
     names = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("command_line", "launch")]
     names += ["launch." + f.name for f in dataclasses.fields(LaunchConfig)]
     for name in names:

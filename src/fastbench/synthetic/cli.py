@@ -74,7 +74,7 @@ class _Parser(argparse.ArgumentParser):
         return ns
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}\n")  # one line: fastbench repeats it as the reason
 
 
 def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.ArgumentParser:
