@@ -327,3 +327,17 @@ def test_the_readme_example_is_a_valid_command() -> None:
     checks.check_config(config)
     assert command.notices(ns) == []
     assert config.base_url == "http://127.0.0.1:8000" and config.endpoint == "/v1/chat/completions"
+
+
+def test_credential_headers_are_never_written(tmp_path: Path) -> None:
+    out, card = tmp_path / "r.json", tmp_path / "card.md"
+    proc = fastbench("--num-prompts", "2", "--random-input-len", "4", "--random-output-len", "2",
+                     "--synthetic-args", "--ttft-ms 1 --itl-ms 1",
+                     "--header", "Authorization=Bearer sk-hidden-0123456789", "x-api-key=plainsecret42",
+                     "x-tenant=blue", "--result-json", str(out), "--result-card", str(card))
+    assert proc.returncode == 0, proc.stderr
+    doc = orjson.loads(out.read_bytes())
+    assert doc["fastbench"]["config"]["headers"] == {"Authorization": "***", "x-api-key": "***", "x-tenant": "blue"}
+    for text in (out.read_text(), card.read_text(), proc.stdout, proc.stderr):
+        assert "sk-hidden" not in text and "plainsecret42" not in text
+    assert "x-tenant=blue" in card.read_text()

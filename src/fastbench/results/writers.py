@@ -22,7 +22,7 @@ import orjson
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
-from fastbench.redact import redact_argv, redact_text, scrub
+from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
 from fastbench.results.records import COL, HDR_DIGITS, HDR_HIGHEST, HDR_LOWEST, ErrorClass, RunData, UsageSource
@@ -54,6 +54,8 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
             value = redact_argv(value, config.api_key)
         elif field.name == "base_url" and value is not None:
             value = redact_text(value)
+        elif field.name == "headers":
+            value = redact_headers(value)
         elif field.name == "launch" and value is not None:
             value = dataclasses.asdict(value)
             value["engine_args"] = redact_argv(value["engine_args"], config.api_key)
