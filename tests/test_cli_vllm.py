@@ -341,3 +341,17 @@ def test_credential_headers_are_never_written(tmp_path: Path) -> None:
     for text in (out.read_text(), card.read_text(), proc.stdout, proc.stderr):
         assert "sk-hidden" not in text and "plainsecret42" not in text
     assert "x-tenant=blue" in card.read_text()
+
+
+def test_served_model_name_is_sent_and_model_names_the_file(tmp_path: Path) -> None:
+    with SyntheticServer("--strict-model", ttft_ms=1, itl_ms=1) as server:  # 404 for any other name
+        proc = fastbench("--base-url", server.base_url, "--model", "org/Base-7B", "--served-model-name",
+                         "fastbench-synthetic", "--num-prompts", "2", "--random-input-len", "4",
+                         "--random-output-len", "2", "--save-result", cwd=tmp_path)
+        refused = fastbench("--base-url", server.base_url, "--model", "org/Base-7B", "--num-prompts", "1")
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("*.json")
+    assert path.name.startswith("openai-infqps-Base-7B-")
+    doc = orjson.loads(path.read_bytes())
+    assert doc["completed"] == 2 and doc["model_id"] == "org/Base-7B"
+    assert refused.returncode == 2 and "--model 'org/Base-7B' is not served" in refused.stderr
