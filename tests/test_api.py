@@ -52,7 +52,7 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"api_key": "bad\nkey"}, "printable ASCII"),
     ({"result_json": "/nonexistent/x.json"}, "--result-json /nonexistent/x.json: /nonexistent does not exist"),
     ({"result_card": "/nonexistent/x.md"}, "--result-card /nonexistent/x.md: /nonexistent does not exist"),
-    ({"save_detailed": "/nonexistent/x.jsonl"}, "--save-detailed /nonexistent/x.jsonl: /nonexistent does not"),
+    ({"save_detailed": "/nonexistent/x.jsonl"}, "--requests-jsonl /nonexistent/x.jsonl: /nonexistent does not"),
     ({"launch": LaunchConfig(model="m", port=99999), "base_url": None}, "--server-port must be between 1"),
     ({"request_rate": 1e-12}, "--request-rate 1e-12 spreads 2 arrivals over 23,148,148 days"),
     ({"num_prompts": 10**20}, "--num-prompts must be between 1 and 10,000,000"),
@@ -67,7 +67,7 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"dataset_name": "jsonl", "dataset_path": "/tmp"}, "--dataset-path /tmp: is a directory"),
     ({"launch": LaunchConfig(model="m", engine_args="--enforce-eager"), "base_url": None},  # type: ignore[arg-type]
      "LaunchConfig.engine_args must be a tuple of strings"),
-    ({"save_outputs": True}, "--save-outputs keeps the response texts in --save-detailed's file"),
+    ({"save_outputs": True}, "--save-outputs keeps the response texts in --requests-jsonl's file"),
     ({"synthetic_args": ("--itl-ms", "5")}, "--synthetic-args configures the built-in server"),
     ({"dataset_path": "/tmp/sg.json"}, "--dataset-path is for --dataset-name sharegpt or jsonl; the dataset is random"),
     ({"dataset_order": "file"}, "--dataset-order file is for --dataset-name sharegpt or jsonl"),
@@ -94,7 +94,7 @@ def test_the_api_key_is_not_shown_in_a_type_error() -> None:
 
 def test_two_outputs_may_not_name_the_same_file(tmp_path: Path) -> None:
     path = str(tmp_path / "r.json")
-    with pytest.raises(ConfigError, match="--result-json and --save-detailed name the same file"):
+    with pytest.raises(ConfigError, match="--result-json and --requests-jsonl name the same file"):
         api.validate(BenchConfig(result_json=path, save_detailed=path))
 
 
@@ -232,7 +232,7 @@ def test_a_built_in_server_gone_after_the_run_is_a_server_death_not_a_traceback(
 def test_an_output_may_not_overwrite_an_input(tmp_path: Path) -> None:
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text('{"prompt": "hi", "max_tokens": 4}\n')
-    with pytest.raises(ConfigError, match="--dataset-path and --save-detailed name the same file"):
+    with pytest.raises(ConfigError, match="--dataset-path and --requests-jsonl name the same file"):
         run(BenchConfig(base_url=UNREACHABLE, dataset_name="jsonl", dataset_path=str(dataset),
                         save_detailed=str(dataset)))
     toml = tmp_path / "run.toml"

@@ -30,7 +30,7 @@ def test_help_explains_flags() -> None:
     for flag in ("--base-url", "--concurrency", "--max-concurrency", "--request-rate", "--burstiness",
                  "--num-prompts", "--max-seconds", "--num-warmups", "--goodput", "--extra-body",
                  "--dataset-name", "--random-range-ratio", "--result-json", "--result-card",
-                 "--save-detailed", "--api-key", "--insecure", "--ignore-eos"):
+                 "--save-detailed", "--requests-jsonl", "--api-key", "--insecure", "--ignore-eos"):
         assert flag in out, flag
     assert "default" in out
     flat = " ".join(out.split())
@@ -65,15 +65,18 @@ def test_help_explains_flags() -> None:
     # output paths that cannot be written are refused before the run, not after it
     (["--result-json", "/nonexistent/x.json"], "--result-json /nonexistent/x.json: /nonexistent does not exist"),
     (["--result-card", "/"], "--result-card /: is a directory"),
-    (["--save-detailed", "/proc/x.jsonl"], "--save-detailed /proc/x.jsonl: cannot write in /proc"),
+    (["--requests-jsonl", "/proc/x.jsonl"], "--requests-jsonl /proc/x.jsonl: cannot write in /proc"),
+    # the old spelling of --requests-jsonl still works
+    (["--save-detailed", "/proc/x.jsonl"], "--requests-jsonl /proc/x.jsonl: cannot write in /proc"),
     # options the others make idle are refused, not silently ignored
     (["--server-port", "8001", "--engine-bin", "/bin/true"],
      "--server-port, --engine-bin: only with --launch ENGINE"),
     (["--dataset-path", "/etc/hostname"], "--dataset-path is for --dataset-name sharegpt or jsonl"),
-    (["--save-outputs"], "--save-outputs keeps the response texts in --save-detailed's file"),
+    (["--save-outputs"], "--save-outputs keeps the response texts in --requests-jsonl's file"),
     (["--base-url", "http://127.0.0.1:1", "--synthetic-args", "--itl-ms 5"], "--synthetic-args configures"),
     (["--label", "caf\udce9"], "--label: not valid UTF-8 text"),
-    (["--conf", "run.toml"], "write --config in full"),
+    (["--conf", "run.toml"], "unrecognized option --conf; did you mean --config?"),
+    (["--num-prompt", "4"], "unrecognized option --num-prompt; did you mean --num-prompts?"),
     (["--card-row", "no label"], "--card-row takes LABEL=VALUE, got 'no label'"),
     (["--card-note", "caf\udce9"], "--card-note: not valid UTF-8 text"),
 ])
@@ -97,7 +100,7 @@ def _default_run_against_the_synthetic_server(tmp_path: Path) -> None:
     proc = fastbench(
         "--num-prompts", "12", "--concurrency", "4", "--random-input-len", "32", "--random-output-len", "8",
         "--synthetic-args", "--ttft-ms 20 --itl-ms 5", "--api-key", key,
-        "--result-json", str(out_json), "--result-card", str(card), "--save-detailed", str(detailed),
+        "--result-json", str(out_json), "--result-card", str(card), "--requests-jsonl", str(detailed),
         env={"OPENAI_API_KEY": key},
     )
     assert proc.returncode == 0, proc.stderr
@@ -241,13 +244,17 @@ def test_a_server_that_died_during_the_run_shows_the_summary_and_exits_1(
 
 def test_every_field_is_named_by_a_flag_of_the_command() -> None:
     """Messages about a field name its flag: each one is a flag the command takes, for that field."""
-    by_dest = {option.dest: option.flags for option in options(cli.build_parser())}
+    by_dest: dict[str, tuple[str, ...]] = {}
+    for option in options(cli.build_parser()):  # --progress and --disable-tqdm set one field
+        by_dest[option.dest] = by_dest.get(option.dest, ()) + option.flags
     ns_field = {"request_timeout_s": "request_timeout", "metrics_interval_s": "metrics_interval",
                 "memory_interval_s": "memory_interval", "config_file": "config", "card_rows": "card_row",
                 "card_notes": "card_note", "launch.engine": "launch", "launch.model": "launch_model",
                 "launch.env": "server_env", "launch.host": "server_host", "launch.port": "server_port",
                 "launch.ready_timeout_s": "ready_timeout", "launch.log_path": "server_log",
-                "launch.stop_grace_s": "server_stop_grace"}
+                "launch.stop_grace_s": "server_stop_grace", "save_detailed": "requests_jsonl",
+                "per_request_arrays": "save_detailed", "headers": "header",
+                "ready_check_timeout_s": "ready_check_timeout_sec"}
     names = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("command_line", "launch")]
     names += ["launch." + f.name for f in dataclasses.fields(LaunchConfig)]
     for name in names:

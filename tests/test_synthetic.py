@@ -110,7 +110,7 @@ def test_ready_line_and_sigterm() -> None:
 
 
 def test_helper_reports_startup_failure() -> None:
-    with pytest.raises(RuntimeError, match="unrecognized arguments"):
+    with pytest.raises(RuntimeError, match="unrecognized option --no-such-flag"):
         SyntheticServer("--no-such-flag").start()
 
 

@@ -33,7 +33,7 @@ def parse(tmp_path: Path, text: str) -> BenchConfig:
     ('[benchmark]\nnum_prompts = "10"\n', "[benchmark] num_prompts must be an integer, got a string ('10')"),
     ("[benchmark]\nseed = true\n", "[benchmark] seed must be an integer, got a boolean (true)"),
     ('[benchmark]\nmax_seconds = "5"\n', "[benchmark] max_seconds must be a number, got a string ('5')"),
-    ("[benchmark]\nsave_detailed = 2024-01-01\n", "[benchmark] save_detailed must be a string, got a date/time"),
+    ("[benchmark]\nsave_detailed = 2024-01-01\n", "[benchmark] save_detailed must be true or false, got a date/time"),
     ("[benchmark]\nlabel = 123\n", "[benchmark] label must be a string, got an integer (123)"),
     ("[benchmark]\nignore_eos = 1\n", "[benchmark] ignore_eos must be true or false, got an integer (1)"),
     ('[benchmark]\nextra_body = "not json"\n', "[benchmark] extra_body must be a table or a JSON object"),
@@ -165,8 +165,8 @@ def test_a_value_the_command_line_sets_again_appears_once_in_the_command(tmp_pat
     assert argv == ["--num-prompts=9", "--card-row=Company=Acme", "--concurrency", "8", "--card-row", "Family=X"]
     config = cli.config_from_args(cli.build_parser().parse_args(argv), argv)
     assert config.concurrency == 8 and config.card_rows == ("Company=Acme", "Family=X")
-    # as argparse reads them: an abbreviation, the = form, an alias
-    for given in (["--num-p", "7"], ["--num-prompts=7"], ["--max-concurrency", "8", "--num-prompts", "7"]):
+    # as argparse reads them: the = form, an alias (it takes no abbreviation)
+    for given in (["--num-prompts=7"], ["--max-concurrency", "8", "--num-prompts", "7"]):
         _, argv = tomlconfig.expand(["--config", str(path), *given], cli.build_parser())
         assert not any(a.startswith("--num-prompts=9") for a in argv), argv
     _, argv = tomlconfig.expand(["--config", str(path), "--max-concurrency", "8"], cli.build_parser())
@@ -180,7 +180,9 @@ def test_every_option_can_be_set_from_the_file_by_its_name(tmp_path: Path) -> No
     samples: dict[str, tuple[str, object]] = {
         "true or false": ("true", True), "an integer": ("3", 3), "a number": ("2.5", 2.5),
         "a JSON object": ("{ a = 1 }", {"a": 1}), "flags": ('["--x", "1"]', ("--x", "1")),
-        "KEY:MS": ("{ ttft = 5 }", [("ttft", 5.0)]),
+        "KEY:MS": ("{ ttft = 5 }", [("ttft", 5.0)]), "KEY=VALUE": ('{ a = "1" }', [("a", "1")]),
+        "names, comma-separated": ('["ttft", "e2el"]', ("ttft", "e2el")),
+        "numbers, comma-separated": ("[50, 99.9]", (50.0, 99.9)),
     }
     known = [option for option in options(parser) if option.dest != "config"]
     assert len(known) > 40
@@ -189,6 +191,8 @@ def test_every_option_can_be_set_from_the_file_by_its_name(tmp_path: Path) -> No
             text, value = f'"{option.choices[-1]}"', option.choices[-1]
         elif option.repeatable:
             text, value = '["A=1", "B=2"]', ["A=1", "B=2"]
+        elif option.several and option.kind == "a string":
+            text, value = '["a", "b"]', ["a", "b"]
         else:
             text, value = samples.get(option.kind, ('"x"', "x"))
         argv = expand(tmp_path, f"[benchmark]\n{option.dest} = {text}\n")

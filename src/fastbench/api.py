@@ -36,7 +36,7 @@ __all__ = ("arun", "run")
 
 T = TypeVar("T")
 
-OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--save-detailed"}
+OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--requests-jsonl"}
 
 
 def validate(config: BenchConfig) -> None:
@@ -79,6 +79,20 @@ def _check_outputs(config: BenchConfig) -> None:
         if where in seen:
             raise ConfigError(f"{seen[where]} and {flag} name the same file {path}; give each its own")
         seen[where] = flag
+    if config.save_result or config.append_result:
+        # vllm's name holds the model and the date, known only later: the directory is checked here
+        # (made, as vllm makes it), and a --result-filename in full
+        flag = "--append-result" if config.append_result else "--save-result"
+        directory = os.fspath(config.result_dir or ".")
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--result-dir {directory}: cannot make it ({exc.strerror or exc})") from None
+        probe = os.path.join(directory, config.result_filename or "fastbench-result-probe.json")
+        writers.check_output_path(flag, probe)
+        if config.result_filename and os.path.realpath(probe) in seen:
+            raise ConfigError(f"{seen[os.path.realpath(probe)]} and {flag} name the same file {probe}; "
+                              "give each its own")
 
 
 def run(config: BenchConfig) -> Result:
@@ -245,14 +259,18 @@ async def _run_against(
 ) -> Result:
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
-    async with control.http_session(verify_tls=not config.insecure) as session:
+    async with control.http_session(verify_tls=not config.insecure, headers=config.headers) as session:
+        if config.ready_check_timeout_s and synthetic is None and not isinstance(watched, LaunchedServer):
+            await _unless_stopped(_ready_check(base_url, session, config), stop, "interrupted during the ready check")
         models, max_model_len, roots, metas = await control.fetch_model_info(base_url, session, config.api_key)
-        model = config.model or (models[0] if models else None)
+        # the name sent: --served-model-name, else --model (as vllm bench serve), else what the server lists first
+        asked, flag = ((config.served_model_name, "--served-model-name") if config.served_model_name
+                       else (config.model, "--model"))
+        model = asked or (models[0] if models else None)
         if model is None:
             raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
-        if config.model and models and config.model not in models:
-            raise ConfigError(f"--model {config.model!r} is not served at {base_url} (it serves: "
-                              f"{', '.join(models[:5])})")
+        if asked and models and asked not in models:
+            raise ConfigError(f"{flag} {asked!r} is not served at {base_url} (it serves: {', '.join(models[:5])})")
         server_info.update(model=model, max_model_len=max_model_len,
                            version=await control.server_version(base_url, session, config.api_key))
         if synthetic is None:  # the model's own files, where this machine has them: family, parameters
@@ -281,7 +299,10 @@ async def _run_against(
             expected_output_tokens=[spec.max_tokens for spec in work.requests]
             if datasets.output_limit_known(config.extra_body) else None,
             verify_tls=not config.insecure,
-            save_outputs=config.save_outputs,
+            save_outputs=config.save_outputs or config.per_request_arrays,  # vllm's generated_texts
+            headers=config.headers,
+            ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
+            if config.ramp_up_strategy is not None else None,
             on_progress=on_progress,
             stop_event=stop,
         )
@@ -341,6 +362,25 @@ async def _run_against(
     return result
 
 
+# Between tries of the ready check: short, as a server that just came up should be measured soon.
+READY_CHECK_INTERVAL_S = 1.0
+
+
+async def _ready_check(base_url: str, session: Any, config: BenchConfig) -> None:
+    """--ready-check-timeout-sec: ask /v1/models until it answers, for at most that long (vllm bench
+    serve sends a test request instead; a server that lists its model is ready to take one)."""
+    deadline = asyncio.get_running_loop().time() + config.ready_check_timeout_s
+    while True:
+        try:
+            await control.fetch_model_info(base_url, session, config.api_key, timeout_s=READY_CHECK_INTERVAL_S * 5)
+            return
+        except ServerError as exc:
+            if asyncio.get_running_loop().time() + READY_CHECK_INTERVAL_S > deadline:
+                raise ServerError(f"not ready after --ready-check-timeout-sec {config.ready_check_timeout_s:g}: "
+                                  f"{exc}") from None
+        await asyncio.sleep(READY_CHECK_INTERVAL_S)
+
+
 def environment() -> dict[str, Any]:
     """What the result records about where it ran (nothing secret)."""
     return {
@@ -395,13 +435,14 @@ def _nvidia_gpus() -> list[str]:
 
 
 def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
-    """Write whichever of --result-json, --result-card and --save-detailed were asked for.
+    """Write whichever of --result-json, --result-card, --requests-jsonl and --save-result were asked for.
 
     A file that cannot be written does not keep the others from being written: returns one
     "could not write FLAG PATH: reason" line per failure (empty when all were written).
     """
     jobs: list[tuple[str, Callable[[str], object]]] = []
-    env = environment() if config.result_json or config.result_card else {}  # it may run nvidia-smi
+    saving = config.result_json or config.result_card or config.save_result or config.append_result
+    env = environment() if saving else {}  # it may run nvidia-smi
     if config.result_json:
         doc = writers.result_to_json_dict(result, config, environment=env)
         jobs.append(("result_json", lambda path: writers.write_json_atomic(path, doc)))
@@ -418,4 +459,12 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
             write(path)
         except OSError as exc:
             unwritten.append(f"could not write {OUTPUT_FLAGS[name]} {path}: {exc.strerror or exc}")
+    if config.save_result or config.append_result:
+        flag = "--append-result" if config.append_result else "--save-result"
+        path = writers.vllm_result_path(result, config)
+        try:
+            writers.write_vllm_result(path, writers.result_to_json_dict(result, config, environment=env),
+                                      append=config.append_result)
+        except OSError as exc:
+            unwritten.append(f"could not write {flag} {path}: {exc.strerror or exc}")
     return unwritten

@@ -26,10 +26,10 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from fastbench.config import GOODPUT_METRICS, BenchConfig, LaunchConfig
+from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError
 
-__all__ = ("FIELD_KINDS", "MAX_PROMPTS", "RANGES", "check_config", "check_value", "flag")
+__all__ = ("FIELD_KINDS", "MAX_PROMPTS", "RANGES", "check_config", "check_port", "check_value", "flag")
 
 # One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
 MAX_PROMPTS = 10_000_000
@@ -43,6 +43,8 @@ _FLAGS = {
     "launch.env": "--server-env", "launch.host": "--server-host", "launch.port": "--server-port",
     "launch.ready_timeout_s": "--ready-timeout", "launch.log_path": "--server-log",
     "launch.stop_grace_s": "--server-stop-grace",
+    "save_detailed": "--requests-jsonl", "per_request_arrays": "--save-detailed", "headers": "--header",
+    "ready_check_timeout_s": "--ready-check-timeout-sec",
 }
 
 
@@ -73,9 +75,28 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "launch.port": (lambda v: 1 <= v <= 65535, "must be between 1 and 65535"),
+    # sampling parameters: what every OpenAI-compatible server accepts
+    "temperature": (lambda v: 0 <= v < math.inf, "must be >= 0"),
+    "top_p": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "top_k": (lambda v: v >= -1, "must be -1 (off) or more"),
+    "min_p": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "frequency_penalty": (lambda v: -2 <= v <= 2, "must be between -2 and 2"),
+    "presence_penalty": (lambda v: -2 <= v <= 2, "must be between -2 and 2"),
+    "repetition_penalty": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "random_prefix_len": (lambda v: v >= 0, "must be >= 0"),
+    "logprobs": (lambda v: v >= 0, "must be >= 0"),
+    "ramp_up_start_rps": (lambda v: 0 <= v < math.inf, "must be >= 0"),
+    "ramp_up_end_rps": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "ready_check_timeout_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
     "launch.ready_timeout_s": (lambda v: v > 0, "must be > 0"),
     "launch.stop_grace_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
 }
+
+
+def check_port(flag: str, port: int) -> None:
+    """A port the command line names a server by (``--port``, vllm bench serve's, with --host)."""
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{flag} must be between 1 and 65535, got {port}")
 
 
 def check_value(name: str, value: Any) -> None:
@@ -89,7 +110,7 @@ def check_value(name: str, value: Any) -> None:
 # Types, read from the annotations
 
 
-Kind = Literal["whole", "number", "bool", "text", "strings", "dict", "launch"]
+Kind = Literal["whole", "number", "bool", "text", "strings", "numbers", "dict", "launch"]
 
 
 class FieldKind(NamedTuple):
@@ -117,6 +138,8 @@ _KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
     "bool": (lambda value: isinstance(value, bool), "True or False"),
     "text": (lambda value: isinstance(value, str), "a string"),
     "strings": (_is_strings, "a tuple of strings, e.g. ('--itl-ms', '5')"),
+    "numbers": (lambda value: isinstance(value, (tuple, list)) and all(_is_number(item) for item in value),
+                "a tuple of numbers, e.g. (50, 99)"),
     "dict": (lambda value: isinstance(value, dict), "a dict"),
     "launch": (lambda value: isinstance(value, LaunchConfig), "a LaunchConfig"),
 }
@@ -137,6 +160,8 @@ def _field_kind(annotation: Any) -> FieldKind:
             return FieldKind("text", optional, typing.get_args(kind))
         if origin is tuple and typing.get_args(kind) == (str, ...):
             return FieldKind("strings", optional)
+        if origin is tuple and typing.get_args(kind) == (float, ...):
+            return FieldKind("numbers", optional)
         if origin is dict:
             return FieldKind("dict", optional)
         if kind in _SIMPLE:
@@ -170,9 +195,9 @@ def _check_types(obj: BenchConfig | LaunchConfig) -> None:
 
 
 def _check_choices_and_ranges(obj: BenchConfig | LaunchConfig, prefix: str) -> None:
-    for name, (_, _, choices) in FIELD_KINDS[type(obj)].items():
+    for name, (_, optional, choices) in FIELD_KINDS[type(obj)].items():
         value = getattr(obj, name)
-        if choices and value not in choices:
+        if choices and value not in choices and not (optional and value is None):
             raise ConfigError(f"{flag(prefix + name)} must be one of {', '.join(choices)}, got {value!r}")
         if prefix + name in RANGES:
             check_value(prefix + name, value)
@@ -215,7 +240,60 @@ def check_config(config: BenchConfig) -> None:
         label, equals, _ = row.partition("=")
         if not equals or not label.strip():
             raise ConfigError(f"--card-row takes LABEL=VALUE, got {row!r}")
+    _check_headers(config.headers)
+    _check_percentiles(config)
+    for meta_key, meta_value in config.metadata.items():
+        if not isinstance(meta_key, str) or not meta_key.strip() or not isinstance(meta_value, str):
+            raise ConfigError(f"--metadata takes KEY=VALUE text, got {meta_key!r}={meta_value!r}")
+        if meta_key == "fastbench":
+            raise ConfigError("--metadata cannot set the key 'fastbench': the result keeps its own fields there")
+    _check_ramp_up(config)
     _check_idle_and_needed(config)
+
+
+# Headers that frame the request: fastbench writes them itself, from the body it sends.
+_FRAMING_HEADERS = ("content-length", "transfer-encoding", "connection")
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _check_headers(headers: dict[str, Any]) -> None:
+    for name, value in headers.items():
+        if not isinstance(name, str) or not name or not set(name) <= _TOKEN_CHARS:
+            raise ConfigError(f"--header: {name!r} is not an HTTP header name (letters, digits and -)")
+        if name.lower() in _FRAMING_HEADERS:
+            raise ConfigError(f"--header cannot set {name}: fastbench frames each request itself")
+        # printable ASCII or tab only: a line break would end the header (a header of its own, smuggled)
+        if not isinstance(value, str) or not all(c == "\t" or " " <= c <= "~" for c in value):
+            raise ConfigError(f"--header {name}: the value must be printable ASCII text on one line")
+
+
+def _check_percentiles(config: BenchConfig) -> None:
+    if config.percentile_metrics is not None:
+        unknown = [m for m in config.percentile_metrics if m not in PERCENTILE_METRICS]
+        if unknown or not config.percentile_metrics:
+            raise ConfigError(f"--percentile-metrics takes {', '.join(PERCENTILE_METRICS)}, got "
+                              f"{','.join(config.percentile_metrics)!r}")
+    if config.metric_percentiles is not None:
+        if not config.metric_percentiles or not all(0 <= p <= 100 for p in config.metric_percentiles):
+            raise ConfigError("--metric-percentiles takes percentiles between 0 and 100, e.g. 50,90,99; got "
+                              f"{','.join(f'{p:g}' for p in config.metric_percentiles)!r}")
+
+
+def _check_ramp_up(config: BenchConfig) -> None:
+    """As vllm bench serve: a ramp-up replaces --request-rate, needs both ends, and rises."""
+    start, end = config.ramp_up_start_rps, config.ramp_up_end_rps
+    if config.ramp_up_strategy is None:
+        if start is not None or end is not None:
+            raise ConfigError("--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy linear or exponential")
+        return
+    if config.request_rate is not None:
+        raise ConfigError("--ramp-up-strategy sets the request rate itself: leave out --request-rate")
+    if start is None or end is None:
+        raise ConfigError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
+    if start > end:
+        raise ConfigError(f"--ramp-up-start-rps ({start:g}) must not exceed --ramp-up-end-rps ({end:g})")
+    if config.ramp_up_strategy == "exponential" and start == 0:
+        raise ConfigError("--ramp-up-strategy exponential cannot start at 0 requests/s: give --ramp-up-start-rps > 0")
 
 
 def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
@@ -237,8 +315,18 @@ def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
 def _check_idle_and_needed(config: BenchConfig) -> None:
     """No option is given that the others make idle, and none is missing that another needs: found
     out before a launched server spends minutes loading."""
-    if config.save_outputs and not config.save_detailed:
-        raise ConfigError("--save-outputs keeps the response texts in --save-detailed's file: give --save-detailed")
+    if config.save_outputs and not (config.save_detailed or config.per_request_arrays):
+        raise ConfigError("--save-outputs keeps the response texts in --requests-jsonl's file or, with "
+                          "--save-detailed, in the result's generated_texts: give one of them")
+    saving = config.save_result or config.append_result
+    if config.per_request_arrays and not (saving or config.result_json):
+        raise ConfigError("--save-detailed puts per-request arrays in the result file: give --save-result "
+                          "(or --result-json)")
+    for option, name in (("--result-dir", config.result_dir), ("--result-filename", config.result_filename)):
+        if name is not None and not saving:
+            raise ConfigError(f"{option} names the file --save-result (or --append-result) writes: give one of them")
+    if config.request_id_prefix is not None and "request_id" in config.extra_body:
+        raise ConfigError("--request-id-prefix and --extra-body's request_id both set the request id: give one")
     if config.synthetic_args and (config.base_url is not None or config.launch is not None):
         raise ConfigError("--synthetic-args configures the built-in server, which --base-url and --launch replace")
     if config.dataset_name == "random":

@@ -16,8 +16,15 @@ Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
 DatasetName = Literal["random", "sharegpt", "jsonl"]
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
+RampUpStrategy = Literal["linear", "exponential"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+# Metrics whose percentiles --percentile-metrics selects, named as vllm bench serve names them.
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
+# The sampling parameters vllm bench serve sends as body fields: BenchConfig field -> body key.
+SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                   "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+                   "repetition_penalty": "repetition_penalty"}
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
 DEFAULT_CONCURRENCY = 16  # closed loop's streams when none are asked for
 # A path field's type: a Path given is stored as its str (see _paths_as_str), so fastbench reads str.
@@ -94,9 +101,36 @@ class BenchConfig:
         (speculative-decoding acceptance, KV-cache usage); 0 reads it only at the start and end.
     :param memory_interval_s: seconds between memory samples; None: 1 s when a server is launched,
         no sampling otherwise; 0: off.
+    :param served_model_name: the model name sent in each request when it differs from ``model``
+        (``model`` then names the model in the result and vLLM's result file name).
+    :param headers: extra HTTP headers sent with every request (``--header KEY=VALUE``).
+    :param request_id_prefix: each request carries ``"request_id": PREFIX + index`` in its body
+        (vLLM's server takes it as the request's id; warm-ups get ``PREFIX + "warmup-" + j``).
+    :param temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty, repetition_penalty:
+        sampling parameters put into every request body when set; ``extra_body`` wins over them.
+    :param logprobs: log-probabilities per output token: ``"logprobs": N`` on /v1/completions (as vllm
+        bench serve), ``"logprobs": true, "top_logprobs": N`` on /v1/chat/completions.
+    :param random_prefix_len: random dataset: this many random tokens, the same for every request,
+        before each prompt's own (vllm's ``--random-prefix-len``).
+    :param ramp_up_strategy: open loop whose rate moves from ``ramp_up_start_rps`` to
+        ``ramp_up_end_rps`` over the run's requests, ``linear`` or ``exponential`` (as vllm bench
+        serve); ``request_rate`` stays None.
+    :param ready_check_timeout_s: attach only: wait up to this many seconds for the server to answer
+        /v1/models before the run (0: no wait, as vllm bench serve's default).
+    :param save_result: also write the result file under vllm bench serve's name
+        (``{label}-{rate}qps[-concurrency{N}]-{model}-{date}.json``, see ``result_dir``, ``result_filename``).
+    :param append_result: as ``save_result``, appending one line to an existing file.
+    :param per_request_arrays: the result files carry vllm's per-request arrays beyond the default
+        ones (``start_times``, ``latencies``, ``queue_times``, ``generated_texts``) (``--save-detailed``).
+    :param percentile_metrics: the metrics whose percentiles the result's flat keys and the console
+        show (None: fastbench's default, p90/p99/p99.9 of ttft, tpot, itl and e2el).
+    :param metric_percentiles: which percentiles, e.g. ``(50, 90, 99)`` (None: 99 when
+        ``percentile_metrics`` is given).
+    :param metadata: ``KEY: VALUE`` pairs added to the result's top level (``--metadata``).
 
     Fields that name a file (``dataset_path``, ``tokenizer``, ``result_json``, ``result_card``,
-    ``save_detailed``, ``config_file``) take a ``str`` or a ``pathlib.Path``; a Path is stored as its str.
+    ``save_detailed`` (the per-request JSONL, ``--requests-jsonl``), ``result_dir``, ``config_file``) take a
+    ``str`` or a ``pathlib.Path``; a Path is stored as its str.
     """
 
     base_url: str | None = None
@@ -150,6 +184,48 @@ class BenchConfig:
     # this quant=...") and lines for its Notes
     card_rows: tuple[str, ...] = ()
     card_notes: tuple[str, ...] = ()
+    # what vllm bench serve's command line also says (see the docstring)
+    served_model_name: str | None = None
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    request_id_prefix: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logprobs: int | None = None
+    random_prefix_len: int = 0
+    ramp_up_strategy: RampUpStrategy | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    ready_check_timeout_s: float = 0.0
+    save_result: bool = False
+    append_result: bool = False
+    result_dir: StrPath | None = None
+    result_filename: str | None = None
+    per_request_arrays: bool = False
+    percentile_metrics: tuple[str, ...] | None = None
+    metric_percentiles: tuple[float, ...] | None = None
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def sampling(self) -> dict[str, float | int]:
+        """The sampling parameters set, as request body fields."""
+        return {key: getattr(self, name) for name, key in SAMPLING_FIELDS.items() if getattr(self, name) is not None}
+
+    @property
+    def rate_text(self) -> str | None:
+        """The arrival rate in words ("2.5 req/s", "ramp-up linear 1-10 req/s"); None in closed loop."""
+        if self.ramp_up_strategy is not None:
+            return (f"ramp-up {self.ramp_up_strategy} {self.ramp_up_start_rps:g}-{self.ramp_up_end_rps:g} req/s")
+        return None if self.request_rate is None else f"{self.request_rate:g} req/s"
+
+    @property
+    def open_loop(self) -> bool:
+        """Arrivals follow a schedule (--request-rate or a ramp-up) rather than the concurrency alone."""
+        return self.request_rate is not None or self.ramp_up_strategy is not None
 
     @property
     def effective_concurrency(self) -> int | None:
@@ -157,11 +233,11 @@ class BenchConfig:
         (None) in open loop."""
         if self.concurrency is not None:
             return self.concurrency
-        return DEFAULT_CONCURRENCY if self.request_rate is None else None
+        return None if self.open_loop else DEFAULT_CONCURRENCY
 
     def __post_init__(self) -> None:
         _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",
-                             "config_file"))
+                             "config_file", "result_dir"))
         if isinstance(self.request_rate, float) and self.request_rate == math.inf:
             object.__setattr__(self, "request_rate", None)  # closed loop, as --request-rate inf
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REDACTED = "***"
@@ -15,6 +15,8 @@ _SECRET_FLAGS = ("--api-key", "--hf-token")
 # NAME_TOKEN=value, NAME_KEY=value, ... as in "--env HF_TOKEN=hf_abc" or "OPENAI_API_KEY=sk-..."
 _ENV_SECRET = re.compile(r"\b([A-Z][A-Z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD)=)(?!\*\*\*)(\S+)")
 _FLAG_SECRET = re.compile(r"(--(?:api-key|hf-token)(?:=|\s+))(?!\*\*\*)(\S+)")
+# An HTTP header whose name says it carries a credential (--header Authorization=..., x-api-key=...).
+_CREDENTIAL_HEADER = re.compile(r"(?i)[a-z0-9-]*(?:authorization|cookie|key|token|secret|password)[a-z0-9-]*")
 _URL_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?!\*\*\*@)[^/@\s]+@")  # scheme://user:pass@
 
 
@@ -31,9 +33,16 @@ def redact_argv(argv: Sequence[str], secret: str | None = None) -> list[str]:
             hide_next = True
         elif arg.startswith(tuple(f"{flag}=" for flag in _SECRET_FLAGS)):
             out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+        elif "=" in arg and _CREDENTIAL_HEADER.fullmatch(arg.split("=", 1)[0]):  # --header NAME=VALUE
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
         else:
             out.append(redact_text(arg, secret))
     return out
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` with the value of each one whose name says it carries a credential replaced by ``***``."""
+    return {name: REDACTED if _CREDENTIAL_HEADER.fullmatch(name) else value for name, value in headers.items()}
 
 
 def redact_secret(text: str, secret: str | None) -> str:

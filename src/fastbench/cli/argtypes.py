@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import shlex
+from collections.abc import Sequence
 from typing import Any, Literal, NoReturn
 
 import orjson
@@ -53,6 +55,39 @@ def goodput_slo(text: str) -> tuple[str, float]:
     raise argparse.ArgumentTypeError(f"expected KEY:MS (KEY ttft, tpot or e2el; MS milliseconds > 0), got {text!r}")
 
 
+def key_value(text: str) -> tuple[str, str]:
+    """One ``KEY=VALUE`` of --header or --metadata; both sides stripped, as vllm bench serve does."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def comma_words(text: str) -> tuple[str, ...]:
+    """``ttft,tpot,itl``: a comma-separated list (which names are taken is checked with the config)."""
+    return tuple(word.strip() for word in text.split(","))
+
+
+def comma_numbers(text: str) -> tuple[float, ...]:
+    """``50,90,99``: comma-separated numbers."""
+    try:
+        return tuple(float(word) for word in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 50,90,99, got {text!r}") from None
+
+
+def range_ratio(text: str) -> float:
+    """--random-range-ratio: one number (vllm bench serve also takes a JSON dict of input and output
+    ratios, which fastbench does not)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text.lstrip().startswith("{"):
+        raise argparse.ArgumentTypeError("fastbench takes one ratio for input and output lengths, not a JSON dict")
+    raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a flag's default unless its help already says it, or there is none to show."""
 
@@ -66,18 +101,48 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """Errors in one line that points at --help, not the whole usage block."""
+    """Errors in one line that points at --help, not the whole usage block; no abbreviations (argparse
+    would take --num-prompt as --num-prompts without a word): a flag it does not know is an error that
+    names the closest one it does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unknown_arguments(extras, self))
+        return ns
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def unknown_arguments(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """What to say of arguments ``parser`` did not take: the first unknown flag and the closest flag
+    it knows (a prefix of exactly one flag names that one), or the stray values."""
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    for arg in extras:
+        if not arg.startswith("-") or arg == "-":
+            continue
+        given = arg.split("=", 1)[0]
+        starting = [flag for flag in known if flag.startswith(given)]
+        close = starting if len(starting) == 1 else difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"unrecognized option {given}{hint}"
+    return f"unrecognized arguments: {' '.join(extras)} (a value with spaces needs quotes)"
+
+
 # What a config file writes for an option: the plain kinds as a message names them, and the option
 # types above that take more than one TOML form.
-ValueKind = Literal["true or false", "an integer", "a number", "a string", "a JSON object", "flags", "KEY:MS"]
+ValueKind = Literal["true or false", "an integer", "a number", "a string", "a JSON object", "flags", "KEY:MS",
+                    "KEY=VALUE", "names, comma-separated", "numbers, comma-separated"]
 _KIND_OF_TYPE: dict[Any, ValueKind] = {
     int: "an integer", whole_number: "an integer", float: "a number",
-    json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS",
+    json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS", range_ratio: "a number",
+    key_value: "KEY=VALUE", comma_words: "names, comma-separated", comma_numbers: "numbers, comma-separated",
 }
 
 
@@ -91,6 +156,7 @@ class Option:
     choices: tuple[Any, ...] | None
     repeatable: bool  # each use adds a value (action="append")
     negatable: bool  # --x and --no-x (argparse.BooleanOptionalAction)
+    several: bool = False  # takes several values after one flag (nargs "*" or "+")
 
 
 def options(parser: argparse.ArgumentParser) -> list[Option]:
@@ -113,5 +179,6 @@ def options(parser: argparse.ArgumentParser) -> list[Option]:
             choices=tuple(action.choices) if action.choices is not None else None,
             repeatable=isinstance(action, (argparse._AppendAction, argparse._CountAction)),
             negatable=negatable,
+            several=action.nargs in ("*", "+"),
         ))
     return found

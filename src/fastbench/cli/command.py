@@ -11,9 +11,21 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import tomlconfig
-from fastbench.cli.argtypes import HelpFormatter, Parser, goodput_slo, json_object, shell_words, whole_number
+from fastbench.cli import tomlconfig, vllmflags
+from fastbench.cli.argtypes import (
+    HelpFormatter,
+    Parser,
+    comma_numbers,
+    comma_words,
+    goodput_slo,
+    json_object,
+    key_value,
+    range_ratio,
+    shell_words,
+    whole_number,
+)
 from fastbench.config import ENGINES, BenchConfig, LaunchConfig
 from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
@@ -31,6 +43,8 @@ server or a result file that could not be written, 130 interrupted.
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="fastbench",
+        usage="fastbench [options]\n       fastbench validate [options]          (the client's own accuracy)\n"
+        "       fastbench synthetic-server [options]  (the built-in yardstick server)",
         description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
         "timestamps taken at socket read.",
         epilog=EPILOG,
@@ -40,9 +54,26 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("server")
     g.add_argument("--base-url", help="server root, e.g. http://127.0.0.1:8000; omitted: the built-in "
                    "synthetic server")
+    g.add_argument("--host", default=None, help="with --port: the server at http://HOST:PORT, as vllm bench serve "
+                   "(default 127.0.0.1 once --port is given; --base-url wins over both)")
+    g.add_argument("--port", type=whole_number, default=None,
+                   help="with --host: the server at http://HOST:PORT (default 8000 once --host is given)")
     g.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
-    g.add_argument("--endpoint", default="/v1/completions",
-                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint")
+    g.add_argument("--served-model-name", default=None,
+                   help="the model name sent in requests when it differs from --model (which then names the "
+                   "model in the result and its file name), as vllm bench serve")
+    g.add_argument("--endpoint", default=None,
+                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint (default /v1/completions)")
+    g.add_argument("--backend", default=None, metavar="{openai,vllm,openai-chat}",
+                   help="vllm bench serve's name for the endpoint: openai and vllm are /v1/completions, openai-chat "
+                   "is /v1/chat/completions; its others (embeddings, audio, rerank...) measure no streamed text and "
+                   "are refused")
+    g.add_argument("--header", nargs="*", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="HTTP headers sent with every request, e.g. --header x-tenant=a x-trace=1; they replace "
+                   "fastbench's own of the same name")
+    g.add_argument("--ready-check-timeout-sec", type=whole_number, default=0,
+                   help="with --base-url: wait up to this many seconds for the server to list its models before "
+                   "the run (0: no wait)")
     g.add_argument("--api-key", default=None,
                    help="bearer token (default: $OPENAI_API_KEY); never printed or stored")
     g.add_argument("--insecure", action="store_true", help="https: skip certificate verification")
@@ -56,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of inter-arrival times: 1 is Poisson, <1 burstier, >1 steadier")
     g.add_argument("--num-prompts", type=whole_number, default=200, help="measured requests to send")
+    g.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), default=None,
+                   help="open loop whose rate moves from --ramp-up-start-rps to --ramp-up-end-rps over the "
+                   "requests (instead of --request-rate), as vllm bench serve")
+    g.add_argument("--ramp-up-start-rps", type=float, default=None, help="the ramp-up's first rate, requests/s")
+    g.add_argument("--ramp-up-end-rps", type=float, default=None, help="the ramp-up's last rate, requests/s")
     g.add_argument("--max-seconds", type=float, default=None,
                    help="hard cap on the measured window in seconds; requests in flight then are cancelled")
     g.add_argument("--num-warmups", type=whole_number, default=0,
@@ -73,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=whole_number, default=None,
                    help="output tokens per request (default: the dataset's output length)")
     g.add_argument("--ignore-eos", action="store_true", help="ask the server to ignore EOS (vLLM)")
+    g.add_argument("--temperature", type=float, default=None, help="sampling temperature sent in every request "
+                   "(default: none sent, the server's)")
+    g.add_argument("--top-p", type=float, default=None, help="top_p sent in every request")
+    g.add_argument("--top-k", type=whole_number, default=None, help="top_k sent in every request (-1: off)")
+    g.add_argument("--min-p", type=float, default=None, help="min_p sent in every request")
+    g.add_argument("--frequency-penalty", type=float, default=None, help="frequency_penalty sent in every request")
+    g.add_argument("--presence-penalty", type=float, default=None, help="presence_penalty sent in every request")
+    g.add_argument("--repetition-penalty", type=float, default=None, help="repetition_penalty sent in every request")
+    g.add_argument("--logprobs", type=whole_number, default=None,
+                   help="log-probabilities per output token: logprobs=N on /v1/completions, top_logprobs=N on chat")
+    g.add_argument("--request-id-prefix", default=None,
+                   help="each request's body carries request_id PREFIX0, PREFIX1, ... (vLLM's server takes it as "
+                   "the request's id)")
     g.add_argument("--extra-body", type=json_object, default={},
                    help="JSON object merged into every request body, e.g. '{\"temperature\":0}'")
     g = p.add_argument_group("dataset")
@@ -83,8 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sharegpt: sample as vllm bench serve does, or take in file order")
     g.add_argument("--random-input-len", type=whole_number, default=1024, help="random: prompt tokens")
     g.add_argument("--random-output-len", type=whole_number, default=128, help="random: output tokens")
-    g.add_argument("--random-range-ratio", type=float, default=0.0,
+    g.add_argument("--random-range-ratio", type=range_ratio, default=0.0,
                    help="random: lengths drawn uniformly in [len*(1-r), len*(1+r)]")
+    g.add_argument("--random-prefix-len", type=whole_number, default=0,
+                   help="random: this many random tokens, the same for every request, before each prompt")
+    g.add_argument("--input-len", type=whole_number, default=None, help="as vllm bench serve: --random-input-len")
+    g.add_argument("--output-len", type=whole_number, default=None,
+                   help="as vllm bench serve: --random-output-len for random, --max-tokens for sharegpt and jsonl")
+    g.add_argument("--sharegpt-output-len", type=whole_number, default=None,
+                   help="sharegpt: output tokens per request instead of each reply's length (--max-tokens for "
+                   "sharegpt)")
+    g.add_argument("--disable-shuffle", action="store_true",
+                   help="as vllm bench serve: prompts in file order (--dataset-order file)")
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
@@ -94,10 +153,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
     g.add_argument("--result-json", default=None, help="write the result (versioned JSON schema) here")
     g.add_argument("--result-card", default=None, help="write a Markdown run card here")
-    g.add_argument("--save-detailed", default=None, help="write one JSON line per request here")
+    g.add_argument("--save-result", action="store_true",
+                   help="also write the result under vllm bench serve's name, "
+                   "{label}-{rate}qps[-concurrency{N}]-{model}-{date}.json, in --result-dir (one line of JSON)")
+    g.add_argument("--append-result", action="store_true",
+                   help="as --save-result, appending a line to the file when it exists")
+    g.add_argument("--result-dir", default=None, help="where --save-result writes (made if missing; default: here)")
+    g.add_argument("--result-filename", default=None, help="--save-result's file name instead of vLLM's")
+    g.add_argument("--save-detailed", nargs="?", const=True, default=None, metavar="",
+                   help="as vllm bench serve: the result files carry per-request arrays (start_times, latencies, "
+                   "queue_times, generated_texts) beside input_lens, output_lens, ttfts and errors")
+    g.add_argument("--requests-jsonl", default=None, metavar="PATH",
+                   help="write one JSON line per request here (every time stamp, tokens, chunks, status)")
     g.add_argument("--save-outputs", action="store_true",
-                   help="keep response texts and write them into --save-detailed records (off: memory stays "
+                   help="keep response texts and write them into --requests-jsonl records (off: memory stays "
                    "bounded)")
+    g.add_argument("--percentile-metrics", type=comma_words, default=None, metavar="ttft,tpot,itl,e2el",
+                   help="the metrics whose percentiles the result's flat keys and the console show (vllm's "
+                   "names, also client_queue_time and e2el_including_client_queue; given: default ttft,tpot,itl; "
+                   "neither this nor --metric-percentiles: p90, p99, p99.9 of all four)")
+    g.add_argument("--metric-percentiles", type=comma_numbers, default=None, metavar="50,90,99",
+                   help="which percentiles (default 99 once --percentile-metrics is given)")
+    g.add_argument("--metadata", nargs="*", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="pairs written at the top level of the result, e.g. --metadata version=0.3.3 tp=1")
     g.add_argument("--label", default=None, help="a name for this run, kept in the result")
     g.add_argument("--card-row", action="append", default=[], metavar="LABEL=VALUE",
                    help="a row of the card's Configuration that only you know, e.g. --card-row 'Why this "
@@ -107,10 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a line of the card's Notes (repeatable)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr (default: only when stderr is a terminal)")
+    g.add_argument("--disable-tqdm", dest="progress", action="store_const", const=False,
+                   help="as vllm bench serve: no progress line (--no-progress)")
     g.add_argument("--synthetic-args", type=shell_words, default="",
                    help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"; one flag "
                    "alone needs the = form: --synthetic-args=\"--no-usage\"")
     _add_launch_args(p)
+    vllmflags.add_unused_args(p)
     return p
 
 
@@ -178,12 +259,87 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
     )
 
 
+# vllm bench serve's --backend names that stream generated text, and the endpoint each calls.
+BACKEND_ENDPOINTS = {"openai": "/v1/completions", "vllm": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+
+
+def _endpoint(ns: argparse.Namespace) -> str:
+    """--endpoint, or the one --backend names (vllm bench serve's way of saying it)."""
+    if ns.backend is None:
+        return ns.endpoint or "/v1/completions"
+    mapped = BACKEND_ENDPOINTS.get(ns.backend)
+    if mapped is None:
+        raise FastbenchError(f"--backend {ns.backend}: fastbench measures streamed text generation; it takes "
+                             f"{', '.join(BACKEND_ENDPOINTS)}")
+    if ns.endpoint is not None and ns.endpoint != mapped:
+        raise FastbenchError(f"--backend {ns.backend} calls {mapped}, --endpoint says {ns.endpoint}: give one of them")
+    return mapped
+
+
+def _base_url(ns: argparse.Namespace) -> str | None:
+    """--base-url, or http://HOST:PORT from vllm bench serve's --host/--port (either given)."""
+    if ns.host is None and ns.port is None:
+        return ns.base_url  # type: ignore[no-any-return]
+    if ns.launch is not None:
+        raise FastbenchError("--host/--port attach to a running server; a launched one listens on --server-host "
+                             "and --server-port")
+    if ns.base_url is not None:
+        return ns.base_url  # type: ignore[no-any-return]  # as vllm bench serve: --base-url wins (a notice says so)
+    port = 8000 if ns.port is None else ns.port
+    checks.check_port("--port", port)
+    host = ns.host or "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _output_lengths(ns: argparse.Namespace) -> tuple[int, int | None]:
+    """(random_output_len, max_tokens) once vllm's --output-len and --sharegpt-output-len are applied:
+    for sharegpt and jsonl they fix every request's output, which is --max-tokens here."""
+    random_output_len, max_tokens = ns.random_output_len, ns.max_tokens
+    fixed = ns.sharegpt_output_len if ns.dataset_name == "sharegpt" else None
+    if ns.output_len is not None:
+        if ns.dataset_name == "random":
+            random_output_len = ns.output_len
+        else:
+            fixed = ns.output_len
+    if fixed is not None:
+        if max_tokens is not None and max_tokens != fixed:
+            raise FastbenchError(f"--max-tokens {max_tokens} and --output-len/--sharegpt-output-len {fixed} disagree: "
+                                 "give one")
+        max_tokens = fixed
+    return random_output_len, max_tokens
+
+
+def notices(ns: argparse.Namespace) -> list[str]:
+    """One line per vllm bench serve flag given that this run does not act on, saying why; raises for
+    one that would change what is measured."""
+    lines = []
+    for flag, unused in vllmflags.given(ns):
+        if unused.refused:
+            raise FastbenchError(f"{flag}: {unused.why}")
+        lines.append(f"fastbench: {flag} ignored: {unused.why}")
+    if ns.base_url is not None and (ns.host is not None or ns.port is not None):
+        lines.append("fastbench: --host/--port ignored: --base-url names the server (as in vllm bench serve)")
+    if ns.sharegpt_output_len is not None and ns.dataset_name != "sharegpt":
+        lines.append(f"fastbench: --sharegpt-output-len ignored: the dataset is {ns.dataset_name}")
+    if isinstance(ns.save_detailed, str):
+        lines.append("fastbench: --save-detailed PATH is the old spelling of --requests-jsonl PATH (--save-detailed "
+                     "alone is vllm bench serve's switch)")
+    return lines
+
+
 def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
     """The BenchConfig the parsed command line stands for; its values are checked when it runs."""
+    random_output_len, max_tokens = _output_lengths(ns)
+    requests_jsonl = ns.requests_jsonl
+    if isinstance(ns.save_detailed, str):  # the old spelling
+        if requests_jsonl is not None:
+            raise FastbenchError("--save-detailed PATH and --requests-jsonl PATH name the same file: give "
+                                 "--requests-jsonl")
+        requests_jsonl = ns.save_detailed
     return BenchConfig(
-        base_url=ns.base_url,
+        base_url=_base_url(ns),
         model=ns.model,
-        endpoint=ns.endpoint,
+        endpoint=_endpoint(ns),  # type: ignore[arg-type]
         api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
         insecure=ns.insecure,
         concurrency=ns.concurrency,
@@ -196,21 +352,21 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         request_timeout_s=ns.request_timeout,
         coalesce_ms=ns.coalesce_ms,
         max_error_rate=ns.max_error_rate,
-        max_tokens=ns.max_tokens,
+        max_tokens=max_tokens,
         ignore_eos=ns.ignore_eos,
         extra_body=ns.extra_body,
         dataset_name=ns.dataset_name,
         dataset_path=ns.dataset_path,
-        dataset_order=ns.dataset_order,
-        random_input_len=ns.random_input_len,
-        random_output_len=ns.random_output_len,
+        dataset_order="file" if ns.disable_shuffle else ns.dataset_order,
+        random_input_len=ns.input_len if ns.input_len is not None else ns.random_input_len,
+        random_output_len=random_output_len,
         random_range_ratio=ns.random_range_ratio,
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,
         goodput=dict(ns.goodput),
         result_json=ns.result_json,
         result_card=ns.result_card,
-        save_detailed=ns.save_detailed,
+        save_detailed=requests_jsonl,
         save_outputs=ns.save_outputs,
         progress=ns.progress,
         synthetic_args=ns.synthetic_args,
@@ -222,6 +378,30 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         label=ns.label,
         card_rows=tuple(ns.card_row),
         card_notes=tuple(ns.card_note),
+        served_model_name=ns.served_model_name,
+        headers=dict(ns.header or ()),
+        request_id_prefix=ns.request_id_prefix,
+        temperature=ns.temperature,
+        top_p=ns.top_p,
+        top_k=ns.top_k,
+        min_p=ns.min_p,
+        frequency_penalty=ns.frequency_penalty,
+        presence_penalty=ns.presence_penalty,
+        repetition_penalty=ns.repetition_penalty,
+        logprobs=ns.logprobs,
+        random_prefix_len=ns.random_prefix_len,
+        ramp_up_strategy=ns.ramp_up_strategy,
+        ramp_up_start_rps=ns.ramp_up_start_rps,
+        ramp_up_end_rps=ns.ramp_up_end_rps,
+        ready_check_timeout_s=float(ns.ready_check_timeout_sec),
+        save_result=ns.save_result,
+        append_result=ns.append_result,
+        result_dir=ns.result_dir,
+        result_filename=ns.result_filename,
+        per_request_arrays=ns.save_detailed is True,
+        percentile_metrics=ns.percentile_metrics,
+        metric_percentiles=ns.metric_percentiles,
+        metadata=dict(ns.metadata or ()),
     )
 
 
@@ -262,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns.config = config_file
     try:
         config = config_from_args(ns, argv)
+        for line in notices(ns):
+            print(line, file=sys.stderr)
         return _run(config)
     except FastbenchError as exc:
         print(f"fastbench: error: {exc}", file=sys.stderr)

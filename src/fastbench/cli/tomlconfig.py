@@ -98,10 +98,7 @@ def expand(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None
     line's override them; and PATH (None without --config). A server named on the command line
     replaces the file's: ``--base-url`` drops the file's launch flags, ``--launch`` its base_url."""
     path, rest = config_path(argv)
-    if path is None:
-        if getattr(parser.parse_known_args(argv)[0], "config", None) is not None:
-            # argparse took an abbreviation (--conf) that the split above does not know
-            raise ConfigError("write --config in full: its file's flags are read before the others")
+    if path is None:  # the parser takes no abbreviation (--conf): nothing else can name the file
         return None, argv
     single, given = _given(rest, options(parser), parser)
     skip = (LAUNCH_FLAGS if given.get("base_url") and not given.get("launch")
@@ -186,6 +183,34 @@ def _value_flags(option: Option, value: Any, where: str) -> list[str]:
         return [flag] if value else []
     if kind == "KEY:MS":
         return _goodput_flags(value, where, wrong)
+    if kind == "KEY=VALUE":  # --header, --metadata: { key = "value" } or ["key=value"], words after the flag
+        if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()):
+            items = [f"{k}={v}" for k, v in value.items()]
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            items = list(value)
+        else:
+            raise wrong('a table of key = "value" or an array of "KEY=VALUE" strings')
+        if any(item.startswith("-") for item in items):
+            raise wrong('KEY=VALUE pairs whose key does not start with a dash')
+        return [flag, *items]
+    if kind in ("names, comma-separated", "numbers, comma-separated"):  # "ttft,e2el" or ["ttft", "e2el"]
+        numbers = kind.startswith("numbers")
+        if isinstance(value, list) and all(_is_scalar(v) if numbers else isinstance(v, str) for v in value):
+            return [f"{flag}={','.join(str(v) for v in value)}"]
+        if isinstance(value, str) or (numbers and _is_scalar(value)):
+            return [f"{flag}={value}"]
+        raise wrong(f"an array or a string of {kind}")
+    if option.several:  # e.g. lora_modules = ["a", "b"]: words after the flag
+        items = value if isinstance(value, list) else [value]
+        if not all(_is_scalar(v) and not str(v).startswith("-") for v in items):
+            raise wrong("an array of strings (none starting with a dash) or one string")
+        return [flag, *(str(v) for v in items)]
+    if flag == "--save-detailed":  # vllm's switch; a string is the old spelling of requests_jsonl
+        if isinstance(value, bool):
+            return [flag] if value else []
+        if isinstance(value, str):
+            return [f"{flag}={value}"]
+        raise wrong("true or false")
     if kind == "a JSON object":
         if isinstance(value, dict):
             return [f"{flag}={orjson.dumps(value).decode()}"]

@@ -56,7 +56,7 @@ import orjson
 
 from fastbench.checks import MAX_PROMPTS, check_value
 from fastbench.cli import hostload
-from fastbench.cli.argtypes import HelpFormatter
+from fastbench.cli.argtypes import HelpFormatter, Parser
 from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, ValidationReport, verdict_line
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
@@ -600,7 +600,7 @@ def _tokens_per_chunk(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="fastbench validate",
         description="Measure fastbench's own timing error and overhead against the built-in synthetic "
                     "server, which stamps its send time into every chunk; prints a table and a verdict.",

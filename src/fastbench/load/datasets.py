@@ -169,6 +169,10 @@ async def _build(
     n = config.num_prompts
     requests = [specs[i % len(specs)] for i in range(n)] if specs else []
     warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
+    if config.request_id_prefix is not None:
+        prefix = config.request_id_prefix
+        requests = [_with_request_id(spec, f"{prefix}{i}") for i, spec in enumerate(requests)]
+        warmups = [_with_request_id(spec, f"{prefix}warmup-{j}") for j, spec in enumerate(warmups)]
     if mml is None:
         reason = "not screened: max_model_len unknown"
     elif not any(k in config.extra_body for k in ("max_tokens", *OTHER_OUTPUT_LIMITS)):
@@ -199,6 +203,9 @@ def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> Req
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if config.ignore_eos:
         body["ignore_eos"] = True
+    body.update(config.sampling)  # --temperature, --top-p, ... (as vllm bench serve, --extra-body wins)
+    if config.logprobs is not None:
+        body.update({"logprobs": True, "top_logprobs": config.logprobs} if chat else {"logprobs": config.logprobs})
     body.update(config.extra_body)  # last: the user's keys win
     try:
         raw = orjson.dumps(body)
@@ -212,6 +219,13 @@ def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> Req
         max_tokens=max_tokens_override(config.extra_body) or c.max_tokens,
         prompt_text_chars=len(c.prompt) if isinstance(c.prompt, str) else 0,
     )
+
+
+def _with_request_id(spec: RequestSpec, request_id: str) -> RequestSpec:
+    """``spec`` whose body carries ``"request_id"`` first: spliced into the serialised body (which
+    begins with ``{``), so that a reused prompt is not serialised again."""
+    head = b'{"request_id":' + orjson.dumps(request_id) + b","
+    return dataclasses.replace(spec, body=head + spec.body[1:])
 
 
 def build_workload_sync(

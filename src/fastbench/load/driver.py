@@ -82,7 +82,7 @@ class LoadGenerator:
         self.state = RunState(
             self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
         )
-        self.state.set_requests(target.request_head(api_key), list(plan.bodies))
+        self.state.set_requests(target.request_head(api_key, plan.headers), list(plan.bodies))
         if plan.max_error_rate is not None:
             self.state.max_error_rate = plan.max_error_rate
         self.state.on_stop = self._stop_soon
@@ -464,8 +464,14 @@ class LoadGenerator:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
             # take ~1 s, which would make the first arrivals late by as much.
-            offsets = (pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
-                       if plan.request_rate is not None else None)
+            if plan.ramp_up is not None:
+                strategy, start_rps, end_rps = plan.ramp_up
+                offsets = pacer.ramp_up_offsets_ns(len(plan.bodies), strategy, start_rps, end_rps, plan.burstiness,
+                                                   plan.seed)
+            elif plan.request_rate is not None:
+                offsets = pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
+            else:
+                offsets = None
             # The window's counters start after the warm-ups.
             warm = self.state.counters
             if plan.on_window_start is not None:
@@ -537,7 +543,7 @@ class LoadGenerator:
             client_cpu_ns=cpu_ns,
             warmups=len(self.plan.warmup_bodies),
             stale_retries=self._stale_retries,
-            open_loop=self.plan.request_rate is not None,
+            open_loop=self.plan.request_rate is not None or self.plan.ramp_up is not None,
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},

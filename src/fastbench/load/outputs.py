@@ -1,5 +1,5 @@
-"""The response texts of a run, decoded after it from the output events the core kept (--save-detailed
-with outputs): never on the hot path."""
+"""The response texts of a run, decoded after it from the output events the core kept (--save-outputs,
+or --save-detailed): never on the hot path."""
 
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ process) when ``burstiness == 1``, otherwise gamma with ``shape=burstiness`` and
 of the gaps is ``1/sqrt(burstiness)`` (below 1: more regular than Poisson; above 1: burstier).
 Unlike recent vLLM versions, the gaps are not rescaled to make the run last exactly ``n/rate``:
 rescaling would bend the process away from the one stated.
+
+A ramp-up (``--ramp-up-strategy``, as in ``vllm bench serve``) draws request ``i``'s gap at the rate
+for its place in the run, ``i / (n - 1)`` of the way from the start rate to the end rate, linearly or
+geometrically; the first request is still due at 0, so a linear ramp may start at 0 requests/s.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ("arrival_offsets_ns",)
+__all__ = ("arrival_offsets_ns", "ramp_up_offsets_ns", "ramp_up_rate")
 
 _NS_PER_S = 1_000_000_000
 _MAX_OFFSET_NS = float(np.iinfo(np.int64).max)
@@ -54,4 +58,33 @@ def arrival_offsets_ns(n: int, rate: float | None, burstiness: float, seed: int)
     offsets_ns: npt.NDArray[np.float64] = np.rint(offsets_s * _NS_PER_S)
     if offsets_ns[-1] >= _MAX_OFFSET_NS:
         raise ValueError(f"schedule of {n} requests at {rate} requests/s is too long to express in int64 ns")
+    return offsets_ns.astype(np.int64)
+
+
+def ramp_up_rate(strategy: str, start_rps: float, end_rps: float, index: int, n: int) -> float:
+    """The rate in force for request ``index`` of ``n``, as vllm bench serve computes it."""
+    progress = index / max(n - 1, 1)
+    if strategy == "linear":
+        return start_rps + (end_rps - start_rps) * progress
+    if strategy == "exponential":
+        return float(start_rps * (end_rps / start_rps) ** progress)
+    raise ValueError(f"ramp-up strategy must be linear or exponential, got {strategy!r}")
+
+
+def ramp_up_offsets_ns(n: int, strategy: str, start_rps: float, end_rps: float, burstiness: float,
+                       seed: int) -> npt.NDArray[np.int64]:
+    """Scheduled send times of ``n`` requests whose rate ramps from ``start_rps`` to ``end_rps``: gap
+    ``i`` (before request ``i``, ``i >= 1``) is gamma with shape ``burstiness`` and mean 1 / rate(i)."""
+    if not (math.isfinite(burstiness) and burstiness > 0):
+        raise ValueError(f"burstiness must be a finite number > 0 (1.0 is Poisson), got {burstiness}")
+    if n <= 1:
+        return np.zeros(max(n, 0), dtype=np.int64)
+    rates = np.array([ramp_up_rate(strategy, start_rps, end_rps, i, n) for i in range(1, n)])
+    if not (rates > 0).all():
+        raise ValueError(f"a ramp-up from {start_rps} to {end_rps} requests/s reaches a rate <= 0")
+    rng = np.random.default_rng(seed)
+    gaps_s = rng.gamma(shape=burstiness, scale=1.0 / (rates * burstiness))
+    offsets_ns: npt.NDArray[np.float64] = np.rint(np.concatenate(([0.0], np.cumsum(gaps_s))) * _NS_PER_S)
+    if offsets_ns[-1] >= _MAX_OFFSET_NS:
+        raise ValueError(f"a ramp-up of {n} requests is too long to express in int64 ns")
     return offsets_ns.astype(np.int64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastbench.exceptions import ConfigError
@@ -48,17 +48,23 @@ class Target:
         host = self.host if ":" not in self.host else f"[{self.host}]"
         return f"{self.scheme}://{host}:{self.port}{self.prefix}"
 
-    def request_head(self, api_key: str | None) -> bytes:
+    def request_head(self, api_key: str | None, headers: Mapping[str, str] | None = None) -> bytes:
+        """The head every request shares, up to "Content-Length: "; ``headers`` (--header) replace
+        fastbench's own of the same name (any case) and add the rest, as vllm bench serve's do."""
         host = self.host if ":" not in self.host else f"[{self.host}]"
-        lines = [
-            f"POST {self.path} HTTP/1.1",
-            f"Host: {host}:{self.port}",
-            "User-Agent: fastbench",
-            "Content-Type: application/json",
-            "Accept: text/event-stream",
-        ]
+        fields = {
+            "Host": f"{host}:{self.port}",
+            "User-Agent": "fastbench",
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+        }
         if api_key:
-            lines.append(f"Authorization: Bearer {api_key}")
+            fields["Authorization"] = f"Bearer {api_key}"
+        for name, value in (headers or {}).items():
+            for own in [own for own in fields if own.lower() == name.lower()]:
+                del fields[own]
+            fields[name] = value
+        lines = [f"POST {self.path} HTTP/1.1", *(f"{name}: {value}" for name, value in fields.items())]
         return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
 
@@ -91,6 +97,9 @@ class LoadPlan:
     # closed loop's turnover stays prompt.
     expected_output_tokens: Sequence[int] | None = None
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
+    # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
+    ramp_up: tuple[str, float, float] | None = None
     on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
     # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.

@@ -127,9 +127,9 @@ def _engine(result: Result, config: BenchConfig) -> str:
 
 
 def _load(config: BenchConfig) -> str:
-    if config.request_rate is None:
+    if not config.open_loop:
         return f"conc {config.effective_concurrency}"
-    return f"rate {config.request_rate:g} req/s"
+    return f"rate {config.rate_text}"
 
 
 def _endpoint(result: Result, config: BenchConfig) -> str:
@@ -196,12 +196,12 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     n = result.counts
     tp = result.throughput
 
-    if config.request_rate is None:
+    if not config.open_loop:
         load = f"concurrency {config.effective_concurrency} (closed loop)"
     else:
         cap = config.effective_concurrency
         load = (
-            f"request rate {config.request_rate:g} req/s (burstiness {config.burstiness:g}), "
+            f"request rate {config.rate_text} (burstiness {config.burstiness:g}), "
             + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
         )
     context = info.get("max_model_len") or config.max_model_len
@@ -255,7 +255,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         prefill_text = "n/a (no completed request with a prompt token count)"
     decode = d.get("decode_rate")
     ttft_text = _median_p99(d.get("ttft"))
-    if config.request_rate is not None:
+    if config.open_loop:
         raw = d.get("ttft_raw")
         ttft_text += f" (from send: median {_ms(raw.median if raw else None)})"
     itl_text = _median_p99(d.get("itl")) + " per chunk"

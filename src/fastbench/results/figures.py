@@ -79,7 +79,7 @@ def summarize(
     requests = _Requests.of(data, workload_info)
     done = _Completed.of(requests, config)
     duration_s = max(0, data.end_ns - data.start_ns) / 1e9
-    distributions, histograms = _distributions(done, data.histograms)
+    distributions, histograms = _distributions(done, data.histograms, config.metric_percentiles or ())
     counts = _counts(requests, data)
     total_input = _exact_sum(np.maximum(done.prompt, 0))
     total_output = _exact_sum(np.maximum(done.output_tokens, 0))
@@ -162,7 +162,7 @@ class _Completed:
         has_first = c["first_token_ns"] > 0
         # Latency counts from the arrival time in open loop (coordinated-omission-correct) and from
         # the send in closed loop, where the client's own turnaround is reported as lateness instead.
-        origin = c["scheduled_ns"] if config.request_rate is not None else c["sent_ns"]
+        origin = c["scheduled_ns"] if config.open_loop else c["sent_ns"]
         decode_ns = c["end_ns"] - c["first_token_ns"]
         has_tpot = has_first & (out_tokens >= 2)
         return cls(
@@ -181,7 +181,7 @@ class _Completed:
 
 
 def _distributions(
-    done: _Completed, core_histograms: Mapping[str, Any]
+    done: _Completed, core_histograms: Mapping[str, Any], selected: tuple[float, ...] = ()
 ) -> tuple[dict[str, Distribution], dict[str, Any]]:
     """Each metric's distribution and HDR histogram: exact per-request figures from the completed
     requests (the histograms kept for merging), then the core's chunk-level histograms."""
@@ -205,14 +205,14 @@ def _distributions(
     histograms["prefill_rate"] = histogram_of(np.rint(prefill_rate * RATE_SCALE))
     histograms["decode_rate"] = histogram_of(np.rint(decode_rate * RATE_SCALE))
     # exact per-request figures (TPOT unrounded); the histograms above are kept for merging
-    distributions = {name: Distribution.from_values(v, "ms") for name, v in per_request_ns.items()}
-    distributions["tpot"] = Distribution.from_values(done.tpot[done.has_tpot], "ms")
+    distributions = {name: Distribution.from_values(v, "ms", selected=selected) for name, v in per_request_ns.items()}
+    distributions["tpot"] = Distribution.from_values(done.tpot[done.has_tpot], "ms", selected=selected)
     distributions["prefill_rate"] = Distribution.from_values(prefill_rate, "tok/s", scale=1.0)
     distributions["decode_rate"] = Distribution.from_values(decode_rate, "tok/s", scale=1.0)
     for core_name, name in CORE_HISTOGRAMS.items():
         if core_name in core_histograms and core_histograms[core_name] is not None:
             histograms[name] = core_histograms[core_name]
-            distributions[name] = Distribution.from_histogram(histograms[name], "ms")
+            distributions[name] = Distribution.from_histogram(histograms[name], "ms", selected)
     return distributions, histograms
 
 
@@ -346,14 +346,25 @@ def _per_request(requests: _Requests, data: RunData, config: BenchConfig) -> Per
         name = error_name(col["error"][i])
         msg = data.error_messages.get(int(col["index"][i]), "")
         errors_text.append(f"{name}: {msg}" if msg else name)
-    origin = col["scheduled_ns"] if config.request_rate is not None else col["sent_ns"]
+    origin = col["scheduled_ns"] if config.open_loop else col["sent_ns"]
     first = np.where(col["first_token_ns"] > 0, col["first_token_ns"] - origin, 0)
+    arrays: dict[str, Any] = {}
+    if config.per_request_arrays:  # --save-detailed: vllm's further arrays
+        sent = col["sent_ns"]
+        outputs = data.extra.get("outputs") or {}
+        arrays = {
+            "start_times": (np.where(sent > 0, sent - data.start_ns, 0)[started] / 1e9).tolist(),
+            "latencies": (np.where(completed, col["end_ns"] - origin, 0)[started] / 1e9).tolist(),
+            "queue_times": (np.where(sent > 0, sent - col["scheduled_ns"], 0)[started] / 1e9).tolist(),
+            "generated_texts": [(outputs.get(i) or (None, None))[0] or "" for i in col["index"][started].tolist()],
+        }
     return PerRequest(
         index=col["index"][started].tolist(),
         input_lens=np.maximum(requests.prompt[started], 0).tolist(),
         output_lens=np.where(completed, np.maximum(col["output_tokens"], 0), 0)[started].tolist(),
         ttfts=(first[started] / 1e9).tolist(),
         errors=errors_text,
+        **arrays,
     )
 
 
@@ -371,7 +382,7 @@ def _note_facts(
         cut_short=int(cut.sum()),
         cut_short_tokens=_exact_sum(np.maximum(rows[cut, COL["output_tokens"]], 0)),
         unreadable_outputs=data.extra.get("outputs_unreadable") or 0,
-        slot_waits=_slot_waits(rows, slots) if config.request_rate is not None and slots is not None else None,
+        slot_waits=_slot_waits(rows, slots) if config.open_loop and slots is not None else None,
     )
 
 

@@ -166,10 +166,10 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
             f"prefill rate is the median of per-request prompt tokens / raw TTFT (n={prefill.count}), "
             "not total prompt tokens / run time"
         )
-    if cfg.request_rate is not None:
+    if cfg.open_loop:
         ttft, raw, late = d["ttft"], d["ttft_raw"], d["lateness"]
         notes.append(
-            f"open loop at {cfg.request_rate:g} req/s (burstiness {cfg.burstiness:g}): TTFT and E2E count "
+            f"open loop at {cfg.rate_text} (burstiness {cfg.burstiness:g}): TTFT and E2E count "
             f"from the scheduled time; median TTFT {_fmt_ms(ttft.median)} ms vs {_fmt_ms(raw.median)} ms "
             f"from the send time; client lateness p99 {_fmt_ms(late.p99)} ms"
         )

@@ -29,24 +29,29 @@ class Distribution:
     p99: float | None
     p99_9: float | None
     max: float | None
+    # percentile -> value, for the percentiles a run selected (--metric-percentiles); computed as the
+    # others are (exact per-request values, or the histogram)
+    selected: dict[float, float] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def empty(cls, unit: str) -> Distribution:
         return cls(unit, 0, None, None, None, None, None, None, None, None)
 
     @classmethod
-    def from_values(cls, values: np.ndarray, unit: str, scale: float = 1e6) -> Distribution:
+    def from_values(cls, values: np.ndarray, unit: str, scale: float = 1e6,
+                    selected: tuple[float, ...] = ()) -> Distribution:
         """Exact figures of per-request values (ns, or tok/s with ``scale`` 1), as vllm bench serve
         computes them: numpy's linear-interpolated percentiles, population standard deviation."""
         if values.size == 0:
             return cls.empty(unit)
         v = np.asarray(values, dtype=np.float64) / scale
         median, p90, p99, p99_9 = (float(x) for x in np.percentile(v, [50.0, 90.0, 99.0, 99.9]))
+        at = {p: float(x) for p, x in zip(selected, np.percentile(v, list(selected)))} if selected else {}
         return cls(unit=unit, count=int(v.size), mean=float(v.mean()), std=float(v.std()), min=float(v.min()),
-                   median=median, p90=p90, p99=p99, p99_9=p99_9, max=float(v.max()))
+                   median=median, p90=p90, p99=p99, p99_9=p99_9, max=float(v.max()), selected=at)
 
     @classmethod
-    def from_histogram(cls, hist: Any, unit: str) -> Distribution:
+    def from_histogram(cls, hist: Any, unit: str, selected: tuple[float, ...] = ()) -> Distribution:
         count = int(hist.get_total_count())
         if count == 0:
             return cls.empty(unit)
@@ -67,6 +72,7 @@ class Distribution:
             p99=at(99.0),
             p99_9=at(99.9),
             max=float(hist.get_max_value()) / scale,
+            selected={p: at(p) for p in selected},
         )
 
     def percentiles(self) -> dict[str, float | None]:
@@ -144,6 +150,11 @@ class PerRequest:
     output_lens: list[int]  # output tokens of completed requests, 0 otherwise (as vllm)
     ttfts: list[float]  # TTFT in seconds, 0.0 where no output arrived (as vllm)
     errors: list[str]  # "" for completed requests, else "CLASS: message"
+    # with --save-detailed (BenchConfig.per_request_arrays) only, else None:
+    start_times: list[float] | None = None  # send time, s from the start of the measured window
+    latencies: list[float] | None = None  # E2EL in s from the origin of ttfts, 0.0 unless completed
+    queue_times: list[float] | None = None  # s from the scheduled arrival to the send (waiting for a slot)
+    generated_texts: list[str] | None = None  # the response text ("" where none was kept)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ written anywhere.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,12 +22,18 @@ import orjson
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
-from fastbench.redact import redact_argv, redact_text, scrub
+from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
 from fastbench.results.records import COL, HDR_DIGITS, HDR_HIGHEST, HDR_LOWEST, ErrorClass, RunData, UsageSource
 from fastbench.results.result import Distribution, Result
-from fastbench.results.vllm_keys import to_vllm_keys
+from fastbench.results.vllm_keys import (
+    percentile_word,
+    result_date,
+    selected_percentiles,
+    to_vllm_keys,
+    vllm_backend,
+)
 
 RESULT_SCHEMA_VERSION = 1
 HISTOGRAM_ENCODING = "HdrHistogram V2 compressed, base64 (hdrh HdrHistogram.encode / decode)"
@@ -47,6 +54,8 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
             value = redact_argv(value, config.api_key)
         elif field.name == "base_url" and value is not None:
             value = redact_text(value)
+        elif field.name == "headers":
+            value = redact_headers(value)
         elif field.name == "launch" and value is not None:
             value = dataclasses.asdict(value)
             value["engine_args"] = redact_argv(value["engine_args"], config.api_key)
@@ -214,6 +223,49 @@ def write_card_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+# -- vllm bench serve's result file (--save-result, --append-result) ----------------------------------
+
+
+def vllm_result_path(result: Result, config: BenchConfig) -> str:
+    """Where --save-result writes, named as vllm bench serve names it:
+    ``{label}-{rate}qps[-concurrency{N}]-{model}-{date}.json`` (a ramp-up:
+    ``{label}-ramp-up-{strategy}-{start}qps-{end}qps...``) in --result-dir (default: here), or
+    --result-filename there. The label is --label or the backend; the model the last part of --model
+    (else of the served model); the concurrency only when --max-concurrency was given; the rate as
+    vllm prints its float (``inf``, ``10.0``)."""
+    if config.result_filename:
+        name = config.result_filename
+    else:
+        label = config.label or vllm_backend(config)
+        model = str(config.model or result.server_info.get("model") or "model").split("/")[-1]
+        concurrency = f"-concurrency{config.concurrency}" if config.concurrency is not None else ""
+        if config.ramp_up_strategy is not None:
+            rate = (f"ramp-up-{config.ramp_up_strategy}-{_vllm_number(config.ramp_up_start_rps)}qps-"
+                    f"{_vllm_number(config.ramp_up_end_rps)}qps")
+        else:
+            rate = f"{float(config.request_rate) if config.request_rate is not None else math.inf}qps"
+        name = f"{label}-{rate}{concurrency}-{model}-{result_date(result)}.json"
+    return os.path.join(os.fspath(config.result_dir), name) if config.result_dir else name
+
+
+def _vllm_number(value: float | None) -> str:
+    """A ramp-up rate as vllm writes its int flags: 10, not 10.0."""
+    return f"{value:g}" if value is not None else "None"
+
+
+def write_vllm_result(path: str | os.PathLike[str], doc: Any, *, append: bool = False) -> None:
+    """The result as vllm bench serve saves it: one line of JSON; ``append`` adds it to what the file
+    holds, after a newline (vllm's --append-result), still through a temp file and a rename."""
+    line = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    before = b""
+    if append:
+        try:
+            before = Path(path).read_bytes()
+        except FileNotFoundError:
+            pass
+    write_bytes_atomic(path, before + b"\n" + line if before else line)
+
+
 # -- the console table ----------------------------------------------------------------------------------
 
 
@@ -246,6 +298,8 @@ def render_console(result: Result) -> str:
         row("Maximum request concurrency:", cfg.effective_concurrency)
     if cfg.request_rate is not None:
         row("Request rate (req/s):", float(cfg.request_rate))
+    elif cfg.ramp_up_strategy is not None:
+        row("Request rate ramp-up (req/s):", cfg.rate_text)
     row("Benchmark duration (s):", result.duration_s)
     row("Total input tokens:", result.total_input_tokens)
     row("Total generated tokens:", result.total_output_tokens)
@@ -261,12 +315,17 @@ def render_console(result: Result) -> str:
         ("itl", "ITL", "Inter-token Latency"),
         ("e2el", "E2EL", "End-to-end Latency"),
     )
+    chosen = selected_percentiles(cfg)
     for key, short, title in sections:
         dist = d.get(key) or Distribution.empty("ms")
         head(title)
         row(f"Mean {short} (ms):", dist.mean)
         row(f"Median {short} (ms):", dist.median)
-        row(f"P99 {short} (ms):", dist.p99)
+        if chosen is None:
+            row(f"P99 {short} (ms):", dist.p99)
+        elif key in chosen[0]:  # --percentile-metrics / --metric-percentiles
+            for p in chosen[1]:
+                row(f"P{percentile_word(p)} {short} (ms):", dist.selected.get(p))
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
@@ -274,7 +333,7 @@ def render_console(result: Result) -> str:
     itl_token = d.get("itl_token")
     row("ITL per token, median (ms):", itl_token.median if itl_token else None)
     row("Mean tokens per chunk:", result.mean_tokens_per_chunk)
-    if cfg.request_rate is not None:
+    if cfg.open_loop:
         raw, late = d.get("ttft_raw"), d.get("lateness")
         row("Median TTFT from send (ms):", raw.median if raw else None)
         row("P99 client lateness (ms):", late.p99 if late else None)

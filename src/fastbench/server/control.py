@@ -19,7 +19,7 @@ import http.client
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -123,10 +123,12 @@ def engine_version(base_url: str, api_key: str | None) -> str | None:
 # -- on the event loop: models, version, tokenize, and the session for /metrics ---------------------
 
 
-def http_session(verify_tls: bool = True) -> aiohttp.ClientSession:
+def http_session(verify_tls: bool = True, headers: Mapping[str, str] | None = None) -> aiohttp.ClientSession:
     """An aiohttp session for the control plane and /metrics; ``verify_tls`` False (``--insecure``)
-    takes an https server's certificate unchecked, as the streams' connections do."""
-    return aiohttp.ClientSession(connector=None if verify_tls else aiohttp.TCPConnector(ssl=False))
+    takes an https server's certificate unchecked, as the streams' connections do; ``headers``
+    (--header) go with every request, as with the streams (a gateway may need them)."""
+    return aiohttp.ClientSession(connector=None if verify_tls else aiohttp.TCPConnector(ssl=False),
+                                 headers=dict(headers or {}))
 
 
 def _one_line(text: str, api_key: str | None) -> str:

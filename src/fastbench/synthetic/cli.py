@@ -6,8 +6,11 @@ Also the entry point of the subprocess that ``SyntheticServer`` starts (see ``BO
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from fastbench.synthetic.engine import FAULTS, ServerConfig, serve
 
@@ -30,15 +33,63 @@ def tokens_per_chunk_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+# What each --fault does, one line each (the package docstring says it at length).
+FAULT_HELP: dict[str, str] = {
+    "refuse": "the port is bound but never listened on: every connection is refused (ignores --fault-every)",
+    "reset-before-headers": "TCP RST as soon as the request is read",
+    "reset-mid-stream": "TCP RST at the middle of the stream",
+    "http-500": "answer 500 with an error body",
+    "http-429": "answer 429 with Retry-After: 1",
+    "not-sse": "a streaming request gets 200 with the JSON body of a whole response",
+    "malformed-sse": "the middle chunk is 'data: {not json'",
+    "oversized-event": "one extra data event of --oversized-bytes before the first chunk",
+    "no-done": "the chunked body ends without [DONE]",
+    "error-event": "vLLM's {\"error\": {...}} event at the middle of the stream, then [DONE]",
+    "stall": "the schedule from the middle of the stream on shifts by --stall-s",
+    "trickle": "the whole response is written one byte at a time, --trickle-us apart",
+    "close-after-response": "Connection: close, and the connection closed after the response",
+    "usage-contradictory": "per-chunk usage decreases from the middle on; the final usage reports half the tokens",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """No abbreviations (--itl would be taken as --itl-ms without a word): an unknown flag is an error
+    naming the closest known one. The client's parser does the same; this server shares no code with
+    the client (a bug common to both would hide itself)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extras = self.parse_known_args(args, namespace)
+        flags = [arg.split("=", 1)[0] for arg in extras if arg.startswith("--")]
+        if flags:
+            known = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.6)
+            self.error(f"unrecognized option {flags[0]}" + (f"; did you mean {close[0]}?" if close else ""))
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")  # one line: fastbench repeats it as the reason
+
+
 def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="fastbench's synthetic OpenAI-compatible streaming "
-                                "server (the yardstick). Prints 'READY http://HOST:PORT' once listening.")
-    p.add_argument("--host", default="127.0.0.1")
+    faults = "\n".join(f"  {name:<22} {FAULT_HELP[name]}" for name in FAULTS)
+    p = _Parser(prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="fastbench's synthetic OpenAI-compatible streaming server (the yardstick). Prints "
+                "'READY http://HOST:PORT' once listening.",
+                epilog=f"fault modes (--fault; every --fault-every-th generation request gets it):\n{faults}")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
     p.add_argument("--model", default="fastbench-synthetic", help="served model name")
     p.add_argument("--strict-model", action="store_true",
                    help="answer 404 to requests naming another model (default: accept any name, echo it)")
-    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--max-model-len", type=int, default=4096,
+                   help="context length /v1/models reports; longer requests get vLLM's 400 (default 4096)")
     p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens when a request omits it")
     t = p.add_argument_group("timing")
     t.add_argument("--ttft-ms", type=float, default=None,
@@ -48,7 +99,8 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     t.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each due time")
     t.add_argument("--tokens-per-chunk", type=tokens_per_chunk_range, default=(1, 1), metavar="N|A-B",
                    help="tokens per decode step after the first chunk: fixed N or uniform A..B (default 1)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0,
+                   help="seed of the output words, jitter, tokens per chunk and --eos-prob (default 0)")
     t.add_argument("--eos-prob", type=float, default=0.0,
                    help="per-token probability of stopping early (requests without ignore_eos)")
     t.add_argument("--timer", choices=("auto", "timerfd", "call_at"), default="auto",
@@ -56,12 +108,15 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     o = p.add_argument_group("output shape")
     o.add_argument("--reasoning-tokens", type=int, default=0,
                    help="chat: the first N output tokens stream as delta.reasoning")
-    o.add_argument("--reasoning-field", default="reasoning", choices=("reasoning", "reasoning_content"))
+    o.add_argument("--reasoning-field", default="reasoning", choices=("reasoning", "reasoning_content"),
+                   help="the delta field reasoning tokens stream in: vLLM's 'reasoning', or the older "
+                   "'reasoning_content' (default reasoning)")
     o.add_argument("--no-usage", action="store_true", help="never send usage")
     o.add_argument("--final-usage-only", action="store_true",
                    help="usage only in the last content chunk (like llama.cpp), whatever stream_options say")
     f = p.add_argument_group("faults")
-    f.add_argument("--fault", choices=FAULTS, default=None)
+    f.add_argument("--fault", choices=FAULTS, default=None, metavar="MODE",
+                   help="inject this fault (the modes are listed below; default none)")
     f.add_argument("--fault-every", type=int, default=1, help="every Nth generation request is faulty")
     f.add_argument("--stall-s", type=float, default=1.0, help="stall: pause length")
     f.add_argument("--trickle-us", type=int, default=200, help="trickle: gap between bytes")

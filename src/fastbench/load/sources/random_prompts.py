@@ -7,6 +7,9 @@ its length is exactly the drawn one (length source ``tokenizer:PATH``). Without 
 (``token-ids``; ids are drawn from ``[1000, 30000)``, clear of the control tokens most vocabularies keep
 at either end), and chat gets random common English words, one word taken as one token
 (``estimate (words)``).
+
+``--random-prefix-len P`` (as vLLM's) puts the same P random tokens before every prompt, drawn once:
+the prompt is P + the drawn input length tokens (with a local tokenizer, the joined text is counted).
 """
 
 from __future__ import annotations
@@ -72,10 +75,11 @@ async def offer(ctx: Context) -> str:
     config, selector, local, chat, notes = ctx.config, ctx.selector, ctx.local, ctx.chat, ctx.notes
     (in_low, in_high), (out_low, out_high) = _random_ranges(config)
     mml = selector.max_model_len
-    if mml is not None and in_low + out_low > mml:
+    prefix_len = config.random_prefix_len
+    if mml is not None and prefix_len + in_low + out_low > mml:
         raise ConfigError(
-            f"no random request fits max_model_len {mml}: input >= {in_low} plus output >= {out_low} tokens; "
-            "lower --random-input-len/--random-output-len/--max-tokens"
+            f"no random request fits max_model_len {mml}: input >= {prefix_len + in_low} plus output >= {out_low} "
+            "tokens; lower --random-input-len/--random-prefix-len/--random-output-len/--max-tokens"
         )
     if local is not None:
         source = local.source
@@ -91,6 +95,17 @@ async def offer(ctx: Context) -> str:
             f"random: prompts sent as token-id lists, ids drawn from [{_TOKEN_ID_LOW}, {_TOKEN_ID_HIGH})"
         )
     rng = np.random.default_rng(config.seed)
+    # the shared prefix, drawn first: the same for every request of a seed
+    prefix_ids: list[int] = []
+    prefix_text = ""
+    if prefix_len:
+        if local is not None:
+            prefix_text, _ = local.random_text(rng, prefix_len)
+        elif chat:
+            prefix_text = " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), size=prefix_len).tolist()) + " "
+        else:
+            prefix_ids = rng.integers(_TOKEN_ID_LOW, _TOKEN_ID_HIGH, size=prefix_len).tolist()
+        notes.append(f"random: every prompt begins with the same {prefix_len} random tokens (--random-prefix-len)")
     drawn, most = 0, _RANDOM_DRAW_FACTOR * selector.need + 1000
     while selector.remaining > 0 and drawn < most:
         k = selector.remaining
@@ -101,10 +116,15 @@ async def offer(ctx: Context) -> str:
             prompt: Prompt
             if local is not None:
                 prompt, n_in = local.random_text(rng, n_in)
+                if prefix_text:
+                    prompt = prefix_text + prompt
+                    n_in = local.count([prompt], special=False)[0]
             elif chat:
-                prompt = " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), size=n_in).tolist())
+                prompt = prefix_text + " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), size=n_in).tolist())
+                n_in += prefix_len
             else:
-                prompt = rng.integers(_TOKEN_ID_LOW, _TOKEN_ID_HIGH, size=n_in).tolist()
+                prompt = prefix_ids + rng.integers(_TOKEN_ID_LOW, _TOKEN_ID_HIGH, size=n_in).tolist()
+                n_in += prefix_len
             batch.append(Candidate(prompt, n_in, n_out, source))
         drawn += k
         selector.offer(batch)

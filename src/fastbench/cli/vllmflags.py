@@ -1,0 +1,134 @@
+"""``vllm bench serve`` (0.32)'s flags that fastbench takes but does not act on: a script written for it runs
+unchanged. Each is accepted with its own arity (a switch, one value, several) and, when given, one line on
+stderr says it is ignored and why; a few that would change what is measured, and that fastbench cannot do,
+are refused with the reason instead (a result that silently lacks them would mislead).
+
+The flags fastbench implements with vLLM's meaning are in the parser itself (cli/command.py);
+tests/test_cli_vllm.py reads the installed vLLM's own parser and fails on any flag of it fastbench lacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Literal, NamedTuple
+
+Arity = Literal["switch", "value", "values", "negatable"]
+
+
+class Unused(NamedTuple):
+    arity: Arity
+    why: str
+    refused: bool = False  # given, it stops the run (with ``why``) instead of a notice
+
+
+def _dataset(name: str) -> str:
+    return f"configures vLLM's {name} dataset, which fastbench does not have"
+
+
+# vLLM's datasets fastbench lacks, and the flag prefixes that configure them.
+_DATASET_PREFIXES = {
+    "--hf-": "hf", "--spec-bench-": "spec_bench", "--speed-bench-": "speed_bench", "--timed-trace-": "timed_trace",
+    "--blazedit-": "blazedit", "--asr-": "ASR", "--bfcl-": "BFCL", "--prefix-repetition-": "prefix_repetition",
+    "--random-mm-": "random-mm",
+}
+
+UNUSED: dict[str, Unused] = {
+    "--trust-remote-code": Unused("switch", "fastbench runs no model code: --tokenizer reads a local tokenizer.json"),
+    "--tokenizer-mode": Unused("value", "fastbench counts tokens with a local tokenizer.json (--tokenizer) or the "
+                               "server's /tokenize"),
+    "--skip-tokenizer-init": Unused("switch", "fastbench loads no tokenizer unless --tokenizer is given"),
+    "--no-stream": Unused("switch", "in vllm bench serve it loads a Hugging Face dataset without streaming; fastbench "
+                          "reads local files (and always streams responses)"),
+    "--no-oversample": Unused("switch", "fastbench reuses prompts in order when the dataset runs short, and the "
+                              "result's notes say so"),
+    "--skip-chat-template": Unused("switch", "fastbench applies no chat template itself; the server applies its own "
+                                   "on /v1/chat/completions"),
+    "--enable-multimodal-chat": Unused("switch", "fastbench sends text prompts only"),
+    "--chat-template-kwargs": Unused("value", "fastbench applies no chat template itself; for the server's, give "
+                                     "--extra-body '{\"chat_template_kwargs\": {...}}'"),
+    "--use-beam-search": Unused("switch", "vllm bench serve 0.32 sends nothing for it either"),
+    "--plot-timeline": Unused("switch", "fastbench draws no plots; --requests-jsonl and the result's histograms "
+                              "hold the data"),
+    "--timeline-itl-thresholds": Unused("value", "fastbench draws no plots (--plot-timeline)"),
+    "--plot-dataset-stats": Unused("switch", "fastbench draws no plots; the result's input_lens and output_lens "
+                                   "hold the data"),
+    "--lora-assignment": Unused("value", "only with --lora-modules, which fastbench does not take"),
+    "--random-batch-size": Unused("value", "configures vLLM's embedding and rerank datasets, which fastbench does "
+                                  "not have"),
+    "--no-reranker": Unused("switch", _dataset("random-rerank")),
+    "--custom-output-len": Unused("value", "configures vLLM's custom dataset; fastbench's is --dataset-name jsonl "
+                                  "(output length: --max-tokens or each line's max_tokens)"),
+    "--custom-ensure-client-side-data": Unused("switch", _dataset("custom")),
+    # would change what is measured: refused, with the reason
+    "--probe-request-rate": Unused("value", "fastbench sends no probe requests beside the load", refused=True),
+    "--profile": Unused("switch", "fastbench does not drive the server's profiler (/start_profile)", refused=True),
+    "--lora-modules": Unused("values", "fastbench sends one model name: give --model ADAPTER to measure one adapter",
+                             refused=True),
+    "--self-timed": Unused("negatable", "only with vLLM's timed_trace dataset, which fastbench does not have",
+                           refused=True),
+}
+
+# The dataset flags of vLLM's other datasets, each with its arity in vllm bench serve 0.32.
+for _flag, _arity in (
+    ("--hf-subset", "value"), ("--hf-split", "value"), ("--hf-name", "value"), ("--hf-output-len", "value"),
+    ("--spec-bench-output-len", "value"), ("--spec-bench-category", "value"),
+    ("--speed-bench-dataset-subset", "value"), ("--speed-bench-output-len", "value"),
+    ("--speed-bench-category", "value"),
+    ("--timed-trace-chunk-hash-size", "value"), ("--timed-trace-sec-multiplier", "value"),
+    ("--timed-trace-label-timestamp", "value"), ("--timed-trace-label-input-length", "value"),
+    ("--timed-trace-label-output-length", "value"), ("--timed-trace-label-hash-ids", "value"),
+    ("--blazedit-min-distance", "value"), ("--blazedit-max-distance", "value"),
+    ("--asr-max-audio-len-sec", "value"), ("--asr-min-audio-len-sec", "value"),
+    ("--bfcl-categories", "value"),
+    ("--prefix-repetition-prefix-len", "value"), ("--prefix-repetition-suffix-len", "value"),
+    ("--prefix-repetition-num-prefixes", "value"), ("--prefix-repetition-output-len", "value"),
+    ("--random-mm-base-items-per-request", "value"), ("--random-mm-num-mm-items-range-ratio", "value"),
+    ("--random-mm-limit-mm-per-prompt", "value"), ("--random-mm-bucket-config", "value"),
+):
+    _name = next(name for prefix, name in _DATASET_PREFIXES.items() if _flag.startswith(prefix))
+    UNUSED[_flag] = Unused(_arity, _dataset(_name))  # type: ignore[arg-type]
+
+
+def dest(flag: str) -> str:
+    return "vllm_" + flag[2:].replace("-", "_")
+
+
+def add_unused_args(parser: argparse.ArgumentParser) -> None:
+    """vLLM's flags fastbench does not act on, in a group of their own at the end of --help."""
+    g = parser.add_argument_group(
+        "taken from vllm bench serve, not acted on",
+        "accepted so that its command lines run unchanged; each one given is named on stderr with the reason")
+    for flag, unused in UNUSED.items():
+        what = "refused: " if unused.refused else "ignored: "
+        kwargs: dict[str, object] = {"dest": dest(flag), "default": None, "help": what + unused.why}
+        if unused.arity == "switch":
+            kwargs["action"] = "store_true"
+            kwargs["default"] = False
+        elif unused.arity == "negatable":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif unused.arity == "values":
+            kwargs["nargs"] = "+"
+            kwargs["metavar"] = "VALUE"
+        else:
+            kwargs["metavar"] = "VALUE"
+        g.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+
+
+def given(ns: argparse.Namespace) -> list[tuple[str, Unused]]:
+    """The unused flags the command line gave (a switch set, a value given), in table order."""
+    found = []
+    for flag, unused in UNUSED.items():
+        value = getattr(ns, dest(flag), None)
+        if value is None or value is False:
+            continue
+        if flag == "--probe-request-rate" and _is_zero(value):
+            continue  # vllm's default, 0: no probes, as here
+        found.append((flag, unused))
+    return found
+
+
+def _is_zero(text: object) -> bool:
+    try:
+        return float(str(text)) == 0.0
+    except ValueError:
+        return False
