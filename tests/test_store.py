@@ -154,10 +154,10 @@ def test_two_processes_writing_to_one_store_corrupt_nothing(stored: dict[str, An
     assert not [p for p in (root / "runs").iterdir() if p.name.startswith(".")]  # no half-written folder
     whole = load_result(stored["where"] / "r.json")
     for r in runs:
-        doc = load_result(r.folder / "result.json")
+        doc = load_result(Path(r.folder) / "result.json")
         assert doc["fastbench"]["config"]["label"] == r.meta.label
         assert doc["p99_ttft_ms"] == whole["p99_ttft_ms"]
-        assert gzip.decompress((r.folder / "requests.jsonl.gz").read_bytes()) == \
+        assert gzip.decompress((Path(r.folder) / "requests.jsonl.gz").read_bytes()) == \
             (stored["where"] / "d.jsonl").read_bytes()
 
 
@@ -375,7 +375,7 @@ def test_runs_add_keeps_result_files_with_their_records(stored: dict[str, Any], 
     with Store(tmp_path / "s") as store:
         (row,) = store.query()
     assert row.has_records and proc.stdout.split()[0] == row.run_id
-    assert gzip.decompress((row.folder / "requests.jsonl.gz").read_bytes()) == \
+    assert gzip.decompress((Path(row.folder) / "requests.jsonl.gz").read_bytes()) == \
         (stored["where"] / "d.jsonl").read_bytes()
 
 

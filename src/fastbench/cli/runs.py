@@ -218,7 +218,7 @@ def _write_csv(store: Store, runs: Sequence[StoredRun], target: str) -> None:
         config, flat = data.get(run.run_id, ({}, {}))
         m = run.meta
         writer.writerow([
-            run.run_id, str(run.folder), m.created_at, m.label, m.variant, m.model, m.engine, m.concurrency,
+            run.run_id, run.folder, m.created_at, m.label, m.variant, m.model, m.engine, m.concurrency,
             m.request_rate, int(run.has_records),
             *(_csv_value(config.get(k)) for k in config_keys), *(_csv_value(flat.get(k)) for k in flat_keys),
         ])
