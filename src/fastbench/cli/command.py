@@ -21,7 +21,7 @@ EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
 chunks) and benchmarks that. Subcommands: `fastbench validate --help` (the client's own accuracy
 and overhead, against the synthetic server), `fastbench synthetic-server --help`, `fastbench runs
---help` (runs kept with --store, listed and exported).
+--help` and `fastbench compare --help` (runs kept with --store, listed and compared).
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
 the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
@@ -264,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fastbench.cli import runs
 
         return runs.main(argv[1:])
+    if argv and argv[0] == "compare":
+        from fastbench.cli import compare
+
+        return compare.main(argv[1:])
     parser = build_parser()
     try:
         config_file, argv = tomlconfig.expand(argv, parser)
