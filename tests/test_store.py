@@ -410,3 +410,33 @@ def test_the_flat_keys_name_fastbench_figures_as_vllm_names_its_own() -> None:
     assert flat["median_decode_rate_tok_s"] == 40.0 and flat["p99.9_decode_rate_tok_s"] == 41.0
     assert flat["decode_rate_count"] == 2 and flat["prefill_throughput_tok_s"] == 900.0
     assert "ttfts" not in flat and orjson.dumps(flat)
+
+
+def test_a_launched_servers_log_is_kept_from_its_launch_with_secrets_redacted(tmp_path: Path) -> None:
+    from _fakevllm import free_port, write_fake_engines
+    from fastbench import LaunchConfig
+
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    key, token = "sk-store-secret-0123456789", "hf_store_secret_0123456789"
+    ids = []
+    for _ in range(2):  # one --server-log for both: each run keeps its own launch's lines only
+        launch = LaunchConfig(engine="vllm", model="fake/model", engine_bin=str(vllm), port=free_port(),
+                              engine_args=("--api-key", key, "--served-model-name", "fake-model",
+                                           "--max-model-len", "2048", "--hf-note", token),
+                              env=("FAKE_SYNTH_ARGS=--itl-ms 4 --ttft-ms 10", f"HF_TOKEN={token}"),
+                              log_path=str(tmp_path / "server.log"), ready_timeout_s=20.0, stop_grace_s=3.0)
+        result = run(BenchConfig(launch=launch, api_key=key, num_prompts=4, concurrency=2, random_input_len=8,
+                                 random_output_len=8, store=tmp_path / "s", variant="fake"))
+        ids.append(result.run_id)
+    with Store(tmp_path / "s") as store:
+        rows = {r.run_id: r for r in store.query()}
+    for run_id in ids:
+        assert rows[run_id].meta.engine == "vllm" and rows[run_id].meta.model == "fake-model"
+        kept = (Path(rows[run_id].folder) / "server.log").read_text()
+        assert kept.startswith("# fastbench: the server's log from its launch to the measured window\n")
+        assert kept.count("launching: ") == 1 and "Model loading took 0.51 GiB" in kept
+        assert "# fastbench: the measured window's warnings, errors" in kept
+        assert token not in kept and key not in kept
+    raw = (tmp_path / "server.log").read_text()
+    assert raw.count("launching: ") == 2
+    assert key in raw and token in raw  # the engine logged its arguments: the kept copies redacted them
