@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from fastbench._version import __version__
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError, ResultWriteError, ServerDiedError, ServerError
+from fastbench.exceptions import ConfigError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
 from fastbench.load import datasets
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
@@ -31,6 +31,7 @@ from fastbench.server.launch import LaunchedServer
 from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
 from fastbench.server.modelinfo import ModelFacts
 from fastbench.server.monitor import WindowMonitor
+from fastbench.study import store as run_store
 
 __all__ = ("arun", "run")
 
@@ -93,6 +94,8 @@ def _check_outputs(config: BenchConfig) -> None:
         if config.result_filename and os.path.realpath(probe) in seen:
             raise ConfigError(f"{seen[os.path.realpath(probe)]} and {flag} name the same file {probe}; "
                               "give each its own")
+    if config.store is not None:  # created here if new, so that a run is never measured for nothing
+        run_store.check_store_path(config.store)
 
 
 def run(config: BenchConfig) -> Result:
@@ -325,6 +328,7 @@ async def _run_against(
             memory_seen = memory_report(memory.stop(), watched, baseline_before_server=not attached)
         if isinstance(watched, LaunchedServer):
             await watched.astop()  # here, not only in arun's finally: the result says how the teardown went
+        server_log = _server_log_to_keep(watched) if config.store is not None else None
         died = monitor.server_died
         synthetic_stats = None
         synthetic_lost: list[str] = []
@@ -355,6 +359,9 @@ async def _run_against(
         server_info["synthetic_stats"] = synthetic_stats
     result = dataclasses.replace(result, server_info=server_info)
     unwritten = write_outputs(result, config, data)
+    if config.store is not None:
+        result, not_stored = store_run(result, config, data, server_log=server_log)
+        unwritten += not_stored
     if died is not None:  # what was measured is written; the run itself failed
         raise ServerDiedError("; ".join([died, *unwritten]), result)
     if unwritten:
@@ -379,6 +386,43 @@ async def _ready_check(base_url: str, session: Any, config: BenchConfig) -> None
                 raise ServerError(f"not ready after --ready-check-timeout-sec {config.ready_check_timeout_s:g}: "
                                   f"{exc}") from None
         await asyncio.sleep(READY_CHECK_INTERVAL_S)
+# What the store keeps of a launched server's loading phase: vLLM's is ~100 KB; one that logs every
+# warm-up request would otherwise fill the store.
+SERVER_LOG_KEPT_CHARS = 256 * 1024
+
+
+def _server_log_to_keep(watched: LaunchedServer | ExternalServer) -> str | None:
+    """A launched server's log for the store: from its launch to the measured window (the last
+    SERVER_LOG_KEPT_CHARS of it), then the window's warnings, errors and "SpecDecoding metrics"
+    lines; secrets redacted. None for a server fastbench did not launch (it has no log here)."""
+    if not isinstance(watched, LaunchedServer):
+        return None
+    loading = watched.log_text(until_window=True)
+    cut = len(loading) > SERVER_LOG_KEPT_CHARS
+    parts = [f"# fastbench: the server's log from its launch to the measured window"
+             f"{' (its last 256 KiB)' if cut else ''}\n",
+             loading[-SERVER_LOG_KEPT_CHARS:],
+             "\n# fastbench: the measured window's warnings, errors and \"SpecDecoding metrics\" lines\n",
+             *(line + "\n" for line in watched.window_log_lines())]
+    return watched.redact("".join(parts))
+
+
+def store_run(result: Result, config: BenchConfig, data: Any, *,
+              server_log: str | None = None) -> tuple[Result, list[str]]:
+    """Keep the run in ``config.store``: the Result with its ``run_id``, and a "could not store" line
+    when it failed (the run's other files are written all the same)."""
+    assert config.store is not None
+    env = environment()
+    doc = writers.result_to_json_dict(result, config, environment=env)
+    status = "partial (interrupted)" if result.stopped_reason == "interrupted" else "done"
+    card_text = card.render_card(result, config, status=status, environment=env)
+    try:
+        with run_store.Store(config.store, create=True) as store:
+            run_id = store.add(doc, card=card_text, records_jsonl=writers.detailed_jsonl_bytes(data),
+                               server_log=server_log)
+    except FastbenchError as exc:
+        return result, [f"could not store the run in --store {config.store}: {exc}"]
+    return dataclasses.replace(result, run_id=run_id), []
 
 
 def environment() -> dict[str, Any]:

@@ -128,9 +128,15 @@ class BenchConfig:
         ``percentile_metrics`` is given).
     :param metadata: ``KEY: VALUE`` pairs added to the result's top level (``--metadata``).
 
+    :param store: a results store directory (created if new): the run's result, card, per-request
+        records, histograms and server log are kept in a folder of its own there, indexed for
+        ``fastbench runs`` and ``fastbench compare``; checked writable before anything starts.
+    :param variant: the name of the server configuration measured (e.g. ``eagle3``); kept in the
+        result and the store's index, so that runs can be listed and compared by it.
+
     Fields that name a file (``dataset_path``, ``tokenizer``, ``result_json``, ``result_card``,
-    ``save_detailed`` (the per-request JSONL, ``--requests-jsonl``), ``result_dir``, ``config_file``) take a
-    ``str`` or a ``pathlib.Path``; a Path is stored as its str.
+    ``save_detailed`` (the per-request JSONL, ``--requests-jsonl``), ``result_dir``, ``store``,
+    ``config_file``) take a ``str`` or a ``pathlib.Path``; a Path is stored as its str.
     """
 
     base_url: str | None = None
@@ -169,6 +175,7 @@ class BenchConfig:
     result_card: StrPath | None = None
     save_detailed: StrPath | None = None
     save_outputs: bool = False
+    store: StrPath | None = None  # a results store directory to keep the run in (fastbench runs, compare)
     progress: bool | None = None  # None: on when stderr is a terminal
     # the synthetic server started when base_url is None
     synthetic_args: tuple[str, ...] = ()
@@ -180,6 +187,7 @@ class BenchConfig:
     # the command line that built this config, recorded in the result
     command_line: tuple[str, ...] = ()
     label: str | None = None
+    variant: str | None = None  # the name of the server configuration measured (a sweep's variant)
     # what only the user knows, for the run card: Configuration rows as "LABEL=VALUE" (e.g. "Why
     # this quant=...") and lines for its Notes
     card_rows: tuple[str, ...] = ()
@@ -237,7 +245,7 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",
-                             "config_file", "result_dir"))
+                             "config_file", "result_dir", "store"))
         if isinstance(self.request_rate, float) and self.request_rate == math.inf:
             object.__setattr__(self, "request_rate", None)  # closed loop, as --request-rate inf
 

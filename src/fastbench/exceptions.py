@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fastbench.results.result import Result
 
-__all__ = ("ConfigError", "DatasetError", "FastbenchError", "ResultWriteError", "ServerDiedError", "ServerError")
+__all__ = ("ConfigError", "DatasetError", "FastbenchError", "ResultWriteError", "ServerDiedError", "ServerError",
+           "StoreError")
 
 
 class FastbenchError(Exception):
@@ -48,3 +49,7 @@ class ServerDiedError(ServerError):
     def __init__(self, message: str, result: Result) -> None:
         super().__init__(message)
         self.result = result
+
+
+class StoreError(FastbenchError):
+    """A results store that cannot be opened, read or written, or a run it does not hold."""

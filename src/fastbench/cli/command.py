@@ -32,7 +32,8 @@ from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedErr
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
 chunks) and benchmarks that. Subcommands: `fastbench validate --help` (the client's own accuracy
-and overhead, against the synthetic server), `fastbench synthetic-server --help`.
+and overhead, against the synthetic server), `fastbench synthetic-server --help`, `fastbench runs
+--help` and `fastbench compare --help` (runs kept with --store, listed and compared).
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
 the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
@@ -177,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metadata", nargs="*", type=key_value, default=[], metavar="KEY=VALUE",
                    help="pairs written at the top level of the result, e.g. --metadata version=0.3.3 tp=1")
     g.add_argument("--label", default=None, help="a name for this run, kept in the result")
+    g.add_argument("--store", metavar="DIR", default=None,
+                   help="keep the run in this results store (created if new): see `fastbench runs --help`")
+    g.add_argument("--variant", default=None,
+                   help="the name of the server configuration measured (e.g. eagle3), kept in the result and "
+                   "the store, to list and compare runs by")
     g.add_argument("--card-row", action="append", default=[], metavar="LABEL=VALUE",
                    help="a row of the card's Configuration that only you know, e.g. --card-row 'Why this "
                    "quant=NVFP4 base plus EAGLE3' (repeatable); a label the card fills itself (Model, "
@@ -368,6 +374,8 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         result_card=ns.result_card,
         save_detailed=requests_jsonl,
         save_outputs=ns.save_outputs,
+        store=ns.store,
+        variant=ns.variant,
         progress=ns.progress,
         synthetic_args=ns.synthetic_args,
         launch=_launch_config(ns),
@@ -432,6 +440,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fastbench.cli import validate
 
         return validate.main(argv[1:])
+    if argv and argv[0] == "runs":
+        from fastbench.cli import runs
+
+        return runs.main(argv[1:])
+    if argv and argv[0] == "compare":
+        from fastbench.cli import compare
+
+        return compare.main(argv[1:])
     parser = build_parser()
     try:
         config_file, argv = tomlconfig.expand(argv, parser)
@@ -519,6 +535,8 @@ def _run(config: BenchConfig) -> int:
         if progress is not None:
             progress.close()
     print(writers.render_console(result))
+    if result.run_id is not None:
+        print(f"stored: run {result.run_id} in {config.store}")
     if failure is not None:
         print(f"fastbench: error: {failure}", file=sys.stderr)
         return 2 if isinstance(failure, ResultWriteError) else 1

@@ -183,6 +183,7 @@ class Result:
     notes: list[str]
     workload_info: dict[str, Any]
     server_info: dict[str, Any]
+    run_id: str | None = None  # the run's id in the results store (BenchConfig.store), else None
 
 
 def _mean_std(hist: Any) -> tuple[float, float]:

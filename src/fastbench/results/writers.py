@@ -422,6 +422,11 @@ def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData) -> int:
     Times are CLOCK_MONOTONIC ns (``*_ns``, null when it did not happen) and ms from the start of
     the measured window (``*_ms``).
     """
-    lines = [orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE) for rec in detailed_records(data)]
-    write_bytes_atomic(path, b"".join(lines))
-    return len(lines)
+    records = detailed_jsonl_bytes(data)
+    write_bytes_atomic(path, records)
+    return records.count(b"\n")  # orjson escapes a newline inside a string: one per record
+
+
+def detailed_jsonl_bytes(data: RunData) -> bytes:
+    """The per-request records as :func:`write_detailed_jsonl` writes them, in memory (for the store)."""
+    return b"".join(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE) for rec in detailed_records(data))

@@ -1,0 +1,192 @@
+"""One run as the study reads it: its result document, the flat keys an index row and a comparison use,
+and the per-request values kept beside it.
+
+The flat keys are the result file's top-level scalars (``vllm bench serve``'s names: ``p99_ttft_ms``,
+``output_throughput``, ...) and, for the figures vLLM has no key for, the same pattern built from
+``fastbench.distributions``: ``{stat}_{metric}_{unit}`` (``median_decode_rate_tok_s``,
+``p99_lateness_ms``), with ``fastbench.throughput``'s own names (``prefill_throughput_tok_s``). Where a
+name exists at the top level, the top level wins (vLLM's reading of a metric without samples is 0).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import orjson
+
+from fastbench.exceptions import StoreError
+
+__all__ = ("PER_REQUEST", "RunMeta", "flat_keys", "load_result", "per_request_values", "read_records", "run_meta")
+
+Scalar = int | float | str | bool | None
+
+# The per-request series a comparison can resample, each computed from a --save-detailed record as the
+# result file computes it (results/figures.py): name -> unit.
+PER_REQUEST: dict[str, str] = {
+    "ttft": "ms", "tpot": "ms", "e2el": "ms", "decode_rate": "tok/s", "prefill_rate": "tok/s",
+}
+
+
+def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A fastbench result file's document; a StoreError in one line when it is none."""
+    try:
+        doc = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise StoreError(f"{path}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("fastbench"), dict):
+        raise StoreError(f"{path}: not a fastbench result file (no \"fastbench\" object)")
+    return doc
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (int, float, str, bool))
+
+
+def flat_keys(doc: Mapping[str, Any]) -> dict[str, Scalar]:
+    """The run's figures under flat names (see the module docstring)."""
+    out: dict[str, Scalar] = {k: v for k, v in doc.items() if k != "fastbench" and _is_scalar(v)}
+    fb = doc.get("fastbench") or {}
+    for metric, dist in (fb.get("distributions") or {}).items():
+        if not isinstance(dist, dict):
+            continue
+        for key, value in dist.items():
+            if not _is_scalar(value):
+                continue
+            if key == "count":
+                out.setdefault(f"{metric}_count", value)
+                continue
+            stat, _, unit = key.partition("_")  # "p99.9_ms" -> p99.9, ms; "median_tok_s" -> median, tok_s
+            out.setdefault(f"{stat}_{metric}_{unit}", value)
+    for key, value in (fb.get("throughput") or {}).items():
+        if _is_scalar(value):
+            out.setdefault(key, value)
+    run = fb.get("run") or {}
+    for key in ("stopped_reason", "collapsed"):
+        out.setdefault(key, run.get(key))
+    counts = fb.get("counts") or {}
+    for key in ("cancelled", "not_started"):
+        out.setdefault(key, counts.get(key))
+    out.setdefault("mean_tokens_per_chunk", (fb.get("tokens") or {}).get("mean_tokens_per_chunk"))
+    return out
+
+
+class RunMeta(NamedTuple):
+    """What the store's index keeps of a run besides its flat keys: who and what it measured. (A
+    NamedTuple: a listing builds 10,000 of them from index rows.)"""
+
+    created_at: str  # ISO 8601 with offset, as the result file
+    created_unix: float
+    label: str | None
+    model: str | None
+    variant: str | None
+    engine: str | None  # the launched engine, "synthetic" for the built-in server, None when attached
+    concurrency: int | None
+    request_rate: float | None  # None: closed loop
+    num_prompts: int | None
+    completed: int | None
+    failed: int | None
+    duration_s: float | None
+    stopped_reason: str | None
+    collapsed: bool
+    result_schema: int | None
+    fastbench_version: str | None
+
+
+def _created_unix(created_at: str, date: Any) -> float:
+    for text, form in ((created_at, None), (date, "%Y%m%d-%H%M%S")):
+        if not isinstance(text, str) or not text:
+            continue
+        try:
+            when = (datetime.datetime.fromisoformat(text) if form is None
+                    else datetime.datetime.strptime(text, form))
+        except ValueError:
+            continue
+        return when.timestamp()  # a naive time is local, as the result writes it
+    return 0.0
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value) else None
+
+
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def run_meta(doc: Mapping[str, Any]) -> RunMeta:
+    """The index's columns of a result document (tolerant: a field it lacks reads None)."""
+    fb = doc.get("fastbench") or {}
+    config = fb.get("config") or {}
+    launch = config.get("launch")
+    server = fb.get("server") or {}
+    if isinstance(launch, dict):
+        engine = _text(launch.get("engine"))
+    else:
+        engine = "synthetic" if server.get("synthetic") else None
+    created_at = str(fb.get("created_at") or "")
+    return RunMeta(
+        created_at=created_at,
+        created_unix=_created_unix(created_at, doc.get("date")),
+        label=_text(config.get("label")),
+        model=_text(doc.get("model_id")),
+        variant=_text(config.get("variant")),
+        engine=engine,
+        concurrency=_whole(doc.get("max_concurrency")),
+        request_rate=_number(doc.get("request_rate")),  # "inf" (closed loop) reads None
+        num_prompts=_whole(doc.get("num_prompts")),
+        completed=_whole(doc.get("completed")),
+        failed=_whole(doc.get("failed")),
+        duration_s=_number(doc.get("duration")),
+        stopped_reason=_text((fb.get("run") or {}).get("stopped_reason")),
+        collapsed=bool((fb.get("run") or {}).get("collapsed")),
+        result_schema=_whole(fb.get("schema_version")),
+        fastbench_version=_text(fb.get("fastbench_version")),
+    )
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The per-request records of a --save-detailed file (``.jsonl``, or ``.jsonl.gz`` as the store keeps
+    them)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            return [orjson.loads(line) for line in f if line.strip()]
+    except (OSError, EOFError) as exc:
+        raise StoreError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"{path}: a line is not valid JSON ({exc})") from None
+
+
+def per_request_values(records: Iterable[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Each :data:`PER_REQUEST` series over the completed requests, as the result file derives it:
+    TTFT, TPOT and E2E latency in ms; per-stream decode rate = (output tokens - 1) / (end - first
+    token); prefill rate = prompt tokens / raw TTFT, in tokens/s."""
+    series: dict[str, list[float]] = {name: [] for name in PER_REQUEST}
+    for rec in records:
+        if rec.get("status") != "completed":
+            continue
+        for name in ("ttft", "tpot", "e2el"):
+            value = rec.get(f"{name}_ms")
+            if isinstance(value, (int, float)):
+                series[name].append(float(value))
+        first, end, out = rec.get("first_token_ns"), rec.get("end_ns"), rec.get("output_tokens")
+        if isinstance(first, int) and isinstance(end, int) and isinstance(out, int) and out >= 2 and end > first:
+            series["decode_rate"].append((out - 1) / ((end - first) / 1e9))
+        prompt, raw = rec.get("prompt_tokens"), rec.get("ttft_raw_ms")
+        if isinstance(prompt, int) and prompt > 0 and isinstance(raw, (int, float)) and raw > 0:
+            series["prefill_rate"].append(prompt / (raw / 1e3))
+    return {name: np.asarray(values, dtype=np.float64) for name, values in series.items()}

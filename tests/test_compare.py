@@ -1,0 +1,171 @@
+"""fastbench compare: changes against the baseline, judged against run-to-run noise from the per-request
+records, runs named by id, folder or file, and --fail-if as a regression gate."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fastbench import BenchConfig, run
+from fastbench.exceptions import StoreError
+from fastbench.study import compare as cmp
+from fastbench.study.runfile import flat_keys
+
+RUN = dict(num_prompts=60, concurrency=4, random_input_len=32, random_output_len=12)
+
+
+def fastbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fastbench", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "FASTBENCH_STORE": ""})
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two runs kept in a store: the second against a server whose first token takes twice as long."""
+    where = tmp_path_factory.mktemp("compare")
+    store = where / "store"
+    fast = run(BenchConfig(**RUN, synthetic_args=("--ttft-ms", "20", "--itl-ms", "5"), store=store,  # type: ignore[arg-type]
+                           variant="fast", result_json=where / "fast.json", save_detailed=where / "fast.jsonl"))
+    slow = run(BenchConfig(**RUN, synthetic_args=("--ttft-ms", "40", "--itl-ms", "5"), store=store,  # type: ignore[arg-type]
+                           variant="slow", result_json=where / "slow.json"))  # no records beside this file
+    return {"where": where, "store": str(store), "fast": fast.run_id, "slow": slow.run_id}
+
+
+def _row(comparison: cmp.Comparison, key: str) -> cmp.Row:
+    return next(row for row in comparison.rows if row.figure.key == key)
+
+
+def test_a_slower_first_token_is_beyond_noise_and_the_decode_rate_is_not_judged_blind(two: dict[str, Any]) -> None:
+    runs = [cmp.load_run(two["fast"], two["store"]), cmp.load_run(two["slow"], two["store"])]
+    comparison = cmp.compare(runs)
+    ttft = _row(comparison, "median_ttft_ms")
+    (change,) = ttft.changes
+    assert ttft.baseline == runs[0].flat["median_ttft_ms"] and change.value == runs[1].flat["median_ttft_ms"]
+    assert change.change_pct == pytest.approx((change.value - ttft.baseline) / ttft.baseline * 100)
+    assert 50 < change.change_pct < 150  # 20 ms -> 40 ms, less what both share (prefill of 32 tokens, network)
+    assert change.verdict == "beyond noise" and change.interval_pct is not None
+    lo, hi = change.interval_pct
+    assert 0 < lo <= change.change_pct <= hi
+    # figures one run holds one value of cannot be judged from one run each: said, not guessed
+    (throughput,) = _row(comparison, "output_throughput").changes
+    assert throughput.verdict == "cannot tell" and "repeated runs" in throughput.why
+    (p99,) = _row(comparison, "p99_ttft_ms").changes
+    assert p99.verdict == "cannot tell" and p99.why == "60 requests are too few for a p99 (need 500)"
+    assert comparison.config_differences == ["B: synthetic_args ['--ttft-ms', '20', '--itl-ms', '5'] -> "
+                                             "['--ttft-ms', '40', '--itl-ms', '5']", "B: variant fast -> slow"]
+
+
+def test_the_bootstrap_tells_a_shift_from_noise() -> None:
+    """Over 60 seeded pairs of samples: of one distribution, about 5% are called beyond noise (what a 95%
+    interval promises); with one shifted by 20%, nearly all are, and their intervals hold the shift."""
+    def side(values: np.ndarray) -> cmp.RunSide:
+        series = {k: values for k in ("ttft", "tpot", "e2el", "decode_rate", "prefill_rate")}
+        flat = {"median_ttft_ms": float(np.median(values)), "mean_tpot_ms": float(values.mean())}
+        return cmp.RunSide(ref="x", run_id=None, doc={}, flat=flat, series=series, records="test")
+
+    figures = [cmp.Figure("median_ttft_ms", "TTFT median", "ms", "lower", "ttft", 50.0),
+               cmp.Figure("mean_tpot_ms", "TPOT mean", "ms", "lower", "tpot", None)]
+    false_alarms, found, covered = np.zeros(2), np.zeros(2), np.zeros(2)
+    pairs = 60
+    for seed in range(pairs):
+        rng = np.random.default_rng(seed)
+        base, same = rng.gamma(4.0, 25.0, 300), rng.gamma(4.0, 25.0, 300)
+        for i, row in enumerate(cmp.compare([side(base), side(same)], figures).rows):
+            false_alarms[i] += row.changes[0].verdict == "beyond noise"
+        for i, row in enumerate(cmp.compare([side(base), side(same * 1.2)], figures).rows):
+            (change,) = row.changes
+            found[i] += change.verdict == "beyond noise"
+            assert change.interval_pct is not None
+            covered[i] += change.interval_pct[0] < 20 < change.interval_pct[1]
+    assert np.all(false_alarms <= 0.12 * pairs), false_alarms
+    assert np.all(found >= 0.9 * pairs), found
+    assert np.all(covered >= 0.85 * pairs), covered
+
+
+def test_runs_are_named_by_id_prefix_folder_or_result_file(two: dict[str, Any]) -> None:
+    by_id = cmp.load_run(two["fast"][:-1], two["store"])
+    by_folder = cmp.load_run(str(Path(two["store"]) / "runs" / two["fast"]), None)
+    by_file = cmp.load_run(str(two["where"] / "fast.json"), None)  # its --save-detailed file is found
+    assert by_id.run_id == two["fast"] and by_folder.run_id is None
+    for side in (by_folder, by_file):
+        assert side.flat["median_ttft_ms"] == by_id.flat["median_ttft_ms"]
+        assert side.series is not None and by_id.series is not None
+        assert np.array_equal(side.series["ttft"], by_id.series["ttft"])
+    bare = cmp.load_run(str(two["where"] / "slow.json"), None)
+    assert bare.series is None
+    (change,) = _row(cmp.compare([by_file, bare]), "median_ttft_ms").changes
+    assert (change.verdict, change.why) == ("cannot tell", "no per-request records")
+    assert change.change_pct is not None and change.change_pct > 50  # the change itself is still shown
+
+
+def test_compare_prints_a_table_and_markdown(two: dict[str, Any]) -> None:
+    proc = fastbench("compare", "--store", two["store"], two["fast"], two["slow"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"A  {two['fast']}, variant fast") and lines[1].startswith(f"B  {two['slow']}")
+    ttft = next(line for line in lines if line.startswith("TTFT median"))
+    assert ttft.rstrip().endswith("yes, worse")
+    proc = fastbench("compare", "--store", two["store"], two["fast"], two["slow"], "--markdown")
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(cmp.FIGURES)
+    assert len({line.count("|") for line in table}) == 1  # every row has the header's cells
+    assert table[0] == "| figure | unit | A | B | change B | 95% interval B | beyond noise B? |"
+
+
+@pytest.mark.parametrize("rules,status", [
+    (["median_ttft_ms>+10%"], 1),
+    (["median_ttft_ms>+500%"], 0),
+    (["median_ttft_ms>+5"], 1),  # ms, the key's unit
+    (["output_throughput<-50%", "median_tpot_ms>+50%"], 0),
+    (["median_tpot_ms>+50%", "median_ttft_ms>=+10%"], 1),
+])
+def test_fail_if_is_a_regression_gate(two: dict[str, Any], rules: list[str], status: int) -> None:
+    args = [a for rule in rules for a in ("--fail-if", rule)]
+    proc = fastbench("compare", "--store", two["store"], two["fast"], two["slow"], *args)
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    verdicts = [line for line in proc.stdout.splitlines() if "--fail-if" in line]
+    assert len(verdicts) == len(rules)
+    assert any(line.startswith("FAIL") for line in verdicts) == (status == 1)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--fail-if", "p99_ttft_ms>>10%"], "expected KEY OP CHANGE"),
+    (["--fail-if", "p99_ttft_ms 10%"], "expected KEY OP CHANGE"),
+    (["--fail-if", "p99_tft_ms>+10%"], "no figure 'p99_tft_ms' in these runs (did you mean p99_ttft_ms"),
+    (["--fail-if", "spec_decode_acceptance_length<-5%"], "no figure 'spec_decode_acceptance_length'"),
+    (["--fail-if", "request_goodput<-5%"], "request_goodput is not measured in"),
+])
+def test_bad_rules_are_one_line_and_exit_2(two: dict[str, Any], args: list[str], words: str) -> None:
+    proc = fastbench("compare", "--store", two["store"], two["fast"], two["slow"], *args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("refs,words", [
+    (["only-one"], "compare needs two runs or more"),
+    (["zzz", "yyy"], "zzz: not a file or folder, and no run 'zzz' in the store"),
+])
+def test_bad_runs_are_one_line_and_exit_2(two: dict[str, Any], refs: list[str], words: str) -> None:
+    proc = fastbench("compare", "--store", two["store"], *refs)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+
+
+def test_a_folder_that_is_no_run_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="a directory without result.json"):
+        cmp.load_run(str(tmp_path), None)
+
+
+def test_a_rule_parses_its_parts() -> None:
+    rule = cmp.parse_rule(" p99_ttft_ms >= -2.5% ", ["p99_ttft_ms"])
+    assert (rule.key, rule.op, rule.threshold, rule.percent) == ("p99_ttft_ms", ">=", -2.5, True)
+    base = cmp.RunSide("a", None, {}, flat_keys({"p99_ttft_ms": 100.0, "fastbench": {}}), None, "")
+    other = cmp.RunSide("b", None, {}, flat_keys({"p99_ttft_ms": 97.0, "fastbench": {}}), None, "")
+    assert rule.check(base, other) == (False, "p99_ttft_ms: 100 -> 97 (-3.0%)")
+    assert cmp.parse_rule("p99_ttft_ms<-2", ["p99_ttft_ms"]).check(base, other) == (True, "p99_ttft_ms: 100 -> 97 (-3)")
