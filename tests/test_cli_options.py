@@ -4,6 +4,10 @@ error naming the closest one), the fault modes are explained and the main usage 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +73,20 @@ def test_each_fault_mode_has_one_help_line() -> None:
 def test_main_usage_names_the_subcommands() -> None:
     usage = command.build_parser().format_usage()
     assert "fastbench validate" in usage and "fastbench synthetic-server" in usage
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_sigpipes_status(tmp_path: Path) -> None:
+    """`fastbench runs | head`: a reader that stops early closes the pipe; the command ends without a
+    traceback, with 141 (128 + SIGPIPE) as a shell reports for other tools."""
+    from fastbench.study.store import Store
+
+    with Store(tmp_path, create=True):
+        pass
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fastbench", "runs", "--store", str(tmp_path)], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")
