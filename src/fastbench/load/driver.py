@@ -352,8 +352,9 @@ class LoadGenerator:
                     break
                 if state.next_row >= n and state.in_flight + state.reserved == 0 and not tasks:
                     break
-                # Arrivals due with a slot free and no connection to send on: connect for each.
-                while (state.next_row < n and state.pool_size == 0
+                # Arrivals due with a slot free and no connection to send on or on its way: connect
+                # for each.
+                while (state.next_row < n and state.pool_size == 0 and self._warming == 0
                        and state.in_flight + state.reserved < plan.concurrency):
                     row = state._claim_due_row(now_ns())
                     if row < 0:
@@ -600,6 +601,10 @@ class LoadGenerator:
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
                 "wakeups": counters["wakeups"],
                 "ends_watched": counters["ends_watched"],
+                # open loop: arrivals the core sent on a warm connection, and those that found none
+                # ready and waited for a connect (late by it)
+                "core_sends": self.state.core_sends,
+                "pool_misses": self._pool_misses,
                 **self._decoded_outputs(),
             },
         )
