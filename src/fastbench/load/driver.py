@@ -27,6 +27,11 @@ from fastbench.load.outputs import decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
 
+# The arrival timer fires this much before an arrival is due and the core waits out the rest: a
+# wake-up from epoll takes ~30-40 us on the VM of bench/RESULTS.md, which alone would make every
+# arrival that late. Costs at most this much CPU per arrival (bench/open_loop_lag.py weighs it).
+ARRIVAL_LEAD_NS = 40_000
+
 
 @contextlib.contextmanager
 def _fd_limit_raised() -> Iterator[None]:
@@ -344,6 +349,7 @@ class LoadGenerator:
         self._idle.clear()
         state.on_wake = self._wake_pacer
         state.on_stale = retry_stale
+        state.lead_ns = ARRIVAL_LEAD_NS
         state.dispatch_arrivals(offsets, start_ns, plan.concurrency)
         try:
             while True:
