@@ -106,7 +106,6 @@ def figures(r: dict[str, Any]) -> dict[str, float | None]:
     lag, slot = r["dispatch_lag"], r.get("slot_to_send") or {}
     return {
         "lag_p50": lag["p50"], "lag_p99": lag["p99"], "lag_max": lag["max"],
-        "late_share": r.get("late_share"),
         "slot_p99": slot.get("p99"), "slot_max": slot.get("max"),
         "ttft_bound_p99": series["ttft"]["error_bound_p99_ms"],
         "skew_p99": r["skew"]["p99"], "streams_open": r["streams_open_mean"],
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{_f(fig['lag_max'])} ms; TTFT p99 bound {_f(fig['ttft_bound_p99'])}", flush=True)
         finally:
             server.stop()
-    cols = ["lag_p50", "lag_p99", "lag_max", "late_share", "slot_p99", "slot_max", "ttft_bound_p99", "skew_p99",
+    cols = ["lag_p50", "lag_p99", "lag_max", "slot_p99", "slot_max", "ttft_bound_p99", "skew_p99",
             "streams_open", "cpu_us_chunk", "chunks_s", "failed"]
     print()
     print("| setting | client | " + " | ".join(cols) + " |")
