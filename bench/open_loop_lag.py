@@ -18,6 +18,7 @@ different CPUs where there are two.
 
     .venv/bin/python bench/open_loop_lag.py --baseline-python /tmp/base/.venv/bin/python
     .venv/bin/python bench/open_loop_lag.py --baseline-python ... --quick   # shorter runs
+    .venv/bin/python bench/open_loop_lag.py --baseline-python ... --realtime   # clients under chrt -f 10
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def cpu_plan() -> tuple[set[int] | None, set[int] | None]:
     return {cpus[0]}, {cpus[-1]}
 
 
-def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | None) -> dict[str, Any]:
+def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | None,
+               realtime: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         cmd = [python, "-m", "fastbench", "validate", "--base-url", base_url, "--quiet", "--json", out,
@@ -89,6 +91,8 @@ def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | N
             cmd += ["--request-rate", str(s.rate)]
         if s.coalesce_ms:
             cmd += ["--coalesce-ms", str(s.coalesce_ms)]
+        if realtime:  # SCHED_FIFO: other processes on a shared machine cannot preempt the client
+            cmd = ["chrt", "-f", "10", *cmd]
         # The other build's package, not this tree's: run from a neutral directory.
         proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if client_cpus:
@@ -129,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="half the requests")
     p.add_argument("--only", default="", help="comma-separated setting indexes to run (0-based)")
     p.add_argument("--json", help="also write every run's figures here")
+    p.add_argument("--realtime", action="store_true",
+                   help="run each client under chrt -f 10 (root): on a shared machine, what the client does "
+                        "when other processes cannot preempt it")
     a = p.parse_args(argv)
     clients = {"this": sys.executable, "baseline": a.baseline_python}
     client_cpus, server_cpus = cpu_plan()
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 order = list(clients) if (k + rnd) % 2 == 0 else list(reversed(clients))
                 for name in order:
                     t0 = time.monotonic()
-                    fig = figures(run_client(clients[name], server.base_url, s, client_cpus))
+                    fig = figures(run_client(clients[name], server.base_url, s, client_cpus, a.realtime))
                     fig.update(client=name, setting=s.label, round=rnd, wall_s=time.monotonic() - t0)
                     results.append(fig)
                     print(f"  {s.label:<40} {name:<8} lag p50/p99/max {_f(fig['lag_p50'])}/{_f(fig['lag_p99'])}/"

@@ -1,5 +1,8 @@
 """Drives the native connections: closed-loop concurrency or open-loop arrivals, time cap,
 warm-ups, timeouts. Per request it does a handful of Python steps; per token, nothing.
+
+One module of ~660 lines because the connection pool, the retries of stale connections, the two
+schedules and the stop all share the same bookkeeping of which connection is where.
 """
 
 from __future__ import annotations
