@@ -458,9 +458,9 @@ def test_open_loop_arrivals_waiting_for_a_slot_go_out_from_the_core(loop_factory
     sent_from_python = []
     send_one = LoadGenerator._send_one
 
-    async def counting(self: LoadGenerator, request: bytes, row: int, *args: Any) -> int:
+    async def counting(self: LoadGenerator, request: bytes, row: int, *args: Any, **kwargs: Any) -> int:
         sent_from_python.append(row)
-        return await send_one(self, request, row, *args)
+        return await send_one(self, request, row, *args, **kwargs)
 
     monkeypatch.setattr(LoadGenerator, "_send_one", counting)
 

@@ -308,11 +308,24 @@ def test_open_loop_overload_corrected_vs_raw() -> None:
     assert d["e2el"].median is not None and d["e2el_raw"].median is not None
     assert d["e2el"].median > d["e2el_raw"].median
     assert d["lateness"].p99 is not None and d["lateness"].p99 > 4000.0
+    assert result.client.late_share == 0.0  # each went out as its slot freed: queueing, not lateness
     # prefill rate uses the raw TTFT: client queueing is no prefill
     assert d["prefill_rate"].median == pytest.approx(2000.0, rel=REL)
     assert result.client.max_concurrent_requests == 2
     assert to_vllm_keys(result)["median_ttft_ms"] == d["ttft"].median
     assert any(note.startswith("open loop at 10 req/s") for note in result.notes)
+
+
+def test_open_loop_reports_the_share_of_requests_sent_late() -> None:
+    """Uncapped open loop: 3 of 10 requests went out 0.3 ms after their arrival, the rest 0.05 ms
+    after: the result says 30 % were sent more than 0.1 ms late, and the notes say it too."""
+    reqs = [Req(scheduled_ms=i * 100.0, sent_ms=i * 100.0 + (0.3 if i % 4 == 0 else 0.05)) for i in range(10)]
+    config = BenchConfig(model="m", request_rate=10.0, num_prompts=10)
+    result = run(build_run(reqs, duration_ms=1200), config)
+    assert result.client.late_share == pytest.approx(0.3)
+    assert result.distributions["lateness"].max == pytest.approx(0.3, rel=REL)
+    assert any("30.0 % of requests sent > 0.1 ms late" in note for note in result.notes)
+    assert "late_share" in DEFINITIONS
 
 
 def test_usage_fallback_is_stated() -> None:

@@ -70,8 +70,19 @@ cdef class StreamConnection:
             raise RuntimeError("connection is busy or closed")
         self.busy = True
         self.fut = self.loop.create_future()
+        self.run.in_flight += 1
         self._begin(body, row, scheduled_ns, connect_ns)
         return self.fut
+
+    cdef _start_from_core(self, int64_t row, int64_t scheduled_ns):
+        """The core's own send of an arrival (RunState.dispatch_arrivals): no Future; the chain's
+        end gives the connection back to the pool."""
+        if FB_DEBUG:
+            _debug_assert(not self.busy and not self.closed, "the core sent on a busy or closed connection")
+        self.busy = True
+        self.fut = None
+        self.run.in_flight += 1
+        self._begin(self.run.body(row), row, scheduled_ns, 0)
 
     cdef _begin(self, bytes body, int64_t row, int64_t scheduled_ns, int64_t connect_ns):
         cdef fb_req_t *r = &self.c.req
@@ -324,6 +335,7 @@ cdef class StreamConnection:
         cdef int status = self.c.http.status
         cdef int usage
         cdef int64_t row = r.row
+        cdef RunState run = self.run
         if FB_DEBUG:
             _debug.requests_ended += 1
             _debug_assert(self.busy and r.end_ns == 0, "a request ended twice, or one never begun")
@@ -392,10 +404,19 @@ cdef class StreamConnection:
                                 self.run.arrival_base_ns + self.run.arrival_offsets[nxt], 0)
                     return
         self.busy = False
+        run.in_flight -= 1
         fut = self.fut
         self.fut = None
-        if fut is not None and not fut.done():
-            fut.set_result(r.error)
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(r.error)
+        elif run.dispatching:
+            run._chain_ended(self, r.error)
+        if run.dispatching:
+            # A slot freed, and maybe a connection: an arrival that waited for either goes now.
+            run._dispatch_due()
+            if run.in_flight == 0 and run.next_row >= run.n_rows:
+                run._ask_python()  # the last request ended
 
     cdef bytes _errtext(self):
         return self.c.errtext[:self.c.errtext_len]

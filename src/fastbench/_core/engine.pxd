@@ -143,6 +143,25 @@ cdef class RunState:
     cdef int64_t[::1] arrival_offsets  # open loop: per row, when it is due, from arrival_base_ns
     cdef int64_t arrival_base_ns       # the window's start (CLOCK_MONOTONIC ns)
     cdef public bint stopping          # no new requests (time cap, stop, error rate)
+    # Open loop, arrivals sent by the core (see dispatch_arrivals): a due arrival goes out from inside
+    # the wake-up that finds it due, on an idle connection of the pool, with no Python in between.
+    cdef public bint dispatching       # on for the window of an open loop
+    cdef list pool                     # idle connected connections the core sends arrivals on
+    cdef public int64_t in_flight      # chains of requests begun and not ended (every path)
+    cdef public int64_t reserved       # slots held by sends Python is preparing (a connect)
+    cdef public int64_t limit          # the concurrency limit: in_flight + reserved stays within it
+    cdef public int64_t pool_low       # fewer idle connections than this: on_wake (Python tops up)
+    cdef public object on_wake         # called (once until wake_handled) when Python has work
+    cdef public object on_stale        # called with a connection whose core-sent request met a stale one
+    cdef bint wake_pending             # on_wake called and not yet handled
+    cdef bint in_dispatch              # _dispatch_due is running (sends can end, and re-enter it)
+    cdef int arrival_fd                # timerfd for the next arrival, in the set the loop watches; -1
+    cdef int arrival_epfd              # the set it is in
+    cdef int64_t arrival_armed_ns      # the deadline it is armed for; 0 when not armed
+    cdef int64_t next_due_ns           # when to look again (the next arrival's due time); INT64_MAX: not
+                                       # before a slot or a connection frees
+    cdef public int64_t core_sends     # arrivals the core sent from the pool
+    cdef public int64_t lead_ns        # arm the timer this much early and wait out the rest in C
     cdef int epfd                      # inner epoll set of all the run's connections (see drain)
     cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
                                        # their next chunk, and the tick (see coalesce, watch_ends)
@@ -161,6 +180,11 @@ cdef class RunState:
     cdef _drain_set(self, int epfd)
     cdef void _arm_tick(self) noexcept
     cdef void _move(self, StreamConnection conn, bint to_ends) noexcept
+    cdef _dispatch_due(self)
+    cdef _ask_python(self)
+    cdef StreamConnection _pool_take(self)
+    cdef void _arm_arrival(self, int64_t due) noexcept
+    cdef _chain_ended(self, StreamConnection conn, int error)
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
     cdef public Py_ssize_t next_row    # next request to claim
@@ -195,6 +219,7 @@ cdef class StreamConnection:
     cdef void _watch_if_ending(self) noexcept
     cdef _read_ready(self)
     cdef _begin(self, bytes body, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
+    cdef _start_from_core(self, int64_t row, int64_t scheduled_ns)
     cdef _send(self, bytes body, char *length_line, Py_ssize_t length_len)
     cdef _fail_now(self, int error, str why)
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts)

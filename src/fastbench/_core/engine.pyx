@@ -7,7 +7,7 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp
 from libc.stdio cimport snprintf
 from libc.errno cimport EAGAIN
-from libc.stdint cimport int64_t, int32_t, uint64_t
+from libc.stdint cimport int64_t, int32_t, uint64_t, INT64_MAX
 from posix.uio cimport iovec
 
 BUILD_FLAVOUR = FB_BUILD_FLAVOUR.decode()

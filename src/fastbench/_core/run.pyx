@@ -10,7 +10,7 @@ cdef class RunState:
     def __cinit__(self, object rows, Recorder itl_chunk, Recorder itl_token, Recorder skew,
                   size_t max_event_bytes=1024 * 1024):
         # First: __dealloc__ runs even when this fails, and must not close fds it never opened.
-        self.epfd = self.ends_epfd = self.tick_fd = -1
+        self.epfd = self.ends_epfd = self.tick_fd = self.arrival_fd = -1
         self.read_buffer = <char *>_counted_malloc(READ_BUFFER_BYTES)
         if self.read_buffer == NULL:
             raise MemoryError()
@@ -30,6 +30,12 @@ cdef class RunState:
         self.refill = False
         self.chain_due = False
         self.stopping = False
+        self.dispatching = False
+        self.pool = []
+        self.limit = INT64_MAX
+        self.pool_low = 0
+        self.next_due_ns = INT64_MAX
+        self.on_wake = self.on_stale = None
         self.max_error_rate = -1.0
         self.conns = set()
         self.epfd = _counted_fd(epoll_create1(EPOLL_CLOEXEC))
@@ -57,6 +63,8 @@ cdef class RunState:
             _close_counted_fd(self.ends_epfd)
         if self.tick_fd >= 0:
             _close_counted_fd(self.tick_fd)
+        if self.arrival_fd >= 0:
+            _close_counted_fd(self.arrival_fd)
 
     def fileno(self):
         """The inner epoll set: the event loop watches this one fd for all connections."""
@@ -141,19 +149,32 @@ cdef class RunState:
 
     cdef _drain_set(self, int epfd):
         cdef int n, i
+        cdef void *ptr
+        cdef uint64_t expirations
         cdef StreamConnection conn
+        if self.next_due_ns <= fb_now_ns():
+            self._dispatch_due()
         while True:
             n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
             for i in range(n):
                 if i + 1 < n:
                     fb_prefetch(self.ready[i + 1].data.ptr, self.hot_bytes)
-                if self.ready[i].data.ptr != NULL:  # NULL: the coalescing tick (see coalesce)
-                    conn = <StreamConnection>self.ready[i].data.ptr
+                ptr = self.ready[i].data.ptr
+                if ptr == <void *>self:  # the arrival timer (see dispatch_arrivals)
+                    read(self.arrival_fd, &expirations, sizeof(expirations))
+                    self.arrival_armed_ns = 0
+                    self._dispatch_due()
+                elif ptr != NULL:  # NULL: the coalescing tick (see coalesce)
+                    conn = <StreamConnection>ptr
                     if FB_DEBUG:
                         # an fd in the sets belongs to a registered connection (one that closed
                         # earlier in this batch is still kept alive by the driver's references)
                         _debug_assert(conn.closed or conn in self.conns, "a ready fd of no registered connection")
                     conn._read_ready()
+                    # An arrival due while many sockets are ready goes out between two of them,
+                    # not after the batch (a vDSO clock read per socket).
+                    if self.next_due_ns <= fb_now_ns():
+                        self._dispatch_due()
             if n < READY_EVENTS:
                 return
 
@@ -249,6 +270,147 @@ cdef class RunState:
             return -1
         self.next_row += 1
         return self.next_row - 1
+
+    # -- open loop: arrivals sent by the core ---------------------------------------------------
+
+    def dispatch_arrivals(self, object offsets_ns, int64_t base_ns, int64_t limit):
+        """Open loop: the core sends each arrival (row ``row`` due at ``base_ns + offsets_ns[row]``)
+        itself when it is due, on an idle connection of its pool (see park), while at most ``limit``
+        requests are in flight (``in_flight + reserved``). A timerfd in the set the event loop
+        watches wakes the same drain as the sockets, and a drain looks at the next due time between
+        two sockets, so no Python runs between "due" and "sent". With the pool empty it calls
+        ``on_wake`` and leaves the arrival to Python (which connects for it); ``on_wake`` is also
+        called when the pool runs below ``pool_low`` and when the last request has ended. A freed
+        slot sends an arrival that waited for one (chain_arrivals, which this turns on)."""
+        cdef epoll_event ev
+        if limit < 1:
+            raise ValueError("the concurrency limit must be at least 1")
+        self.chain_arrivals(offsets_ns, base_ns)
+        self.limit = limit
+        if self.arrival_fd < 0:
+            self.arrival_fd = _counted_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC))
+            if self.arrival_fd < 0:
+                raise OSError("timerfd_create failed")
+            # With coalescing the loop watches the ends set, not the inner set.
+            self.arrival_epfd = self.ends_epfd if self.tick_fd >= 0 else self.epfd
+            ev.events = EPOLLIN
+            ev.data.ptr = <void *>self  # not a connection: _drain_set knows it by this
+            if epoll_ctl(self.arrival_epfd, EPOLL_CTL_ADD, self.arrival_fd, &ev) != 0:
+                raise OSError("epoll_ctl(ADD) failed")
+        self.arrival_armed_ns = 0
+        self.dispatching = True
+        self._dispatch_due()
+
+    def end_dispatch(self):
+        """Turn dispatch_arrivals off; returns the pool's connections (idle, some maybe closed)."""
+        cdef epoll_event ev
+        cdef list idle
+        self.chain_arrivals(None)
+        self.dispatching = False
+        self.next_due_ns = INT64_MAX
+        if self.arrival_fd >= 0:
+            epoll_ctl(self.arrival_epfd, EPOLL_CTL_DEL, self.arrival_fd, &ev)
+            _close_counted_fd(self.arrival_fd)
+            self.arrival_fd = -1
+        idle, self.pool = self.pool, []
+        return idle
+
+    def park(self, StreamConnection conn):
+        """An idle connected connection into the pool; a due arrival may go out on it at once."""
+        if conn.closed or conn.busy:
+            return
+        self.pool.append(conn)
+        if self.dispatching:
+            self._dispatch_due()
+
+    def take_idle(self):
+        """An idle connection out of the pool (the Python path sends on it), or None."""
+        return self._pool_take()
+
+    @property
+    def pool_size(self):
+        """Connections in the pool (some may have closed since; they are dropped when taken)."""
+        return len(self.pool)
+
+    def dispatch_due(self):
+        """Send what is due now, and arm the timer for the next arrival (after Python claimed rows)."""
+        if self.dispatching:
+            self._dispatch_due()
+
+    def wake_handled(self):
+        """Python has looked: on_wake may be called again."""
+        self.wake_pending = False
+
+    def busy_connections(self):
+        """The connections with a request in flight, whoever sent it."""
+        return [conn for conn in self.conns if (<StreamConnection>conn).busy]
+
+    cdef StreamConnection _pool_take(self):
+        cdef StreamConnection conn
+        while self.pool:
+            conn = <StreamConnection>self.pool.pop()
+            if not conn.closed and not conn.busy:
+                return conn
+        return None
+
+    cdef void _arm_arrival(self, int64_t due) noexcept:
+        cdef itimerspec spec
+        if due == self.arrival_armed_ns:
+            return
+        self.arrival_armed_ns = due
+        spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+        spec.it_value.tv_sec = due // 1000000000
+        spec.it_value.tv_nsec = due % 1000000000
+        timerfd_settime(self.arrival_fd, TFD_TIMER_ABSTIME, &spec, NULL)
+
+    cdef _ask_python(self):
+        if not self.wake_pending and self.on_wake is not None:
+            self.wake_pending = True
+            self.on_wake()
+
+    cdef _dispatch_due(self):
+        """Send every arrival that is due, on connections of the pool, within the limit; then arm the
+        timer for the next one. Sends can end at once (a failed send) and come back here: the outer
+        call goes on with them."""
+        cdef int64_t due, now
+        cdef StreamConnection conn
+        if self.in_dispatch or not self.dispatching:
+            return
+        self.in_dispatch = True
+        try:
+            self.next_due_ns = INT64_MAX  # until a slot or a connection frees (they call this)
+            while not self.stopping and self.next_row < self.n_rows:
+                due = self.arrival_base_ns + self.arrival_offsets[self.next_row]
+                now = fb_now_ns()
+                if due > now + self.lead_ns:
+                    self.next_due_ns = due - self.lead_ns
+                    self._arm_arrival(due - self.lead_ns)
+                    break
+                if self.in_flight + self.reserved >= self.limit:
+                    break  # the next request to end sends it (chain_arrivals)
+                conn = self._pool_take()
+                if conn is None:
+                    self._ask_python()  # it connects for this arrival
+                    break
+                while now < due:  # armed lead_ns early: the last few us are waited out here
+                    now = fb_now_ns()
+                self.next_row += 1
+                self.core_sends += 1
+                conn._start_from_core(self.next_row - 1, due)
+            if len(self.pool) < self.pool_low:
+                self._ask_python()
+        finally:
+            self.in_dispatch = False
+
+    cdef _chain_ended(self, StreamConnection conn, int error):
+        """A chain of requests that the core began ended (conn is no longer busy)."""
+        if (error == ERR_CONNECT and conn.reused and conn.c.req.row >= 0 and not self.stopping
+                and self.on_stale is not None):
+            # The kept-alive connection had been closed by the server: Python sends the request again.
+            self.reserved += 1
+            self.on_stale(conn)
+        elif not conn.closed:
+            self.pool.append(conn)
 
     @property
     def counters(self):

@@ -1,5 +1,8 @@
 """Drives the native connections: closed-loop concurrency or open-loop arrivals, time cap,
 warm-ups, timeouts. Per request it does a handful of Python steps; per token, nothing.
+
+One module of ~660 lines because the connection pool, the retries of stale connections, the two
+schedules and the stop all share the same bookkeeping of which connection is where.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ import asyncio
 import contextlib
 import errno
 import gc
+import math
 import os
 import resource
 import socket
@@ -18,13 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from fastbench._core import ArrivalTimer, Recorder, RunState, StreamConnection, now_ns
+from fastbench._core import Recorder, RunState, StreamConnection, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
 from fastbench.load.outputs import decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
+
+# The arrival timer fires this much before an arrival is due and the core waits out the rest: a
+# wake-up from epoll takes ~30-40 us on the VM of bench/RESULTS.md, which alone would make every
+# arrival that late. Costs at most this much CPU per arrival (bench/open_loop_lag.py weighs it).
+ARRIVAL_LEAD_NS = 40_000
 
 
 @contextlib.contextmanager
@@ -64,7 +73,6 @@ class LoadGenerator:
         self.target = target
         self.plan = plan
         self._idle: list[StreamConnection] = []
-        self._busy: set[StreamConnection] = set()
         self._addr: tuple[Any, ...] | None = None
         self._family = socket.AF_INET
         self._ssl_context: ssl.SSLContext | None = None
@@ -74,6 +82,10 @@ class LoadGenerator:
         self._stale_retries = 0
         self._stamp_guard: socket.socket | None = None
         self._pacer_wake: asyncio.Future[None] | None = None
+        self._core_dispatch = False  # open loop: the core sends arrivals and holds the idle connections
+        self._warming = 0  # pool connections being opened
+        self._warm_paused_until = 0
+        self._pool_misses = 0  # arrivals that found no connection ready and waited for a connect
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -138,56 +150,70 @@ class LoadGenerator:
             raise
 
     async def _send_one(self, body: bytes, row: int, scheduled_ns: int,
-                        sent: tuple[StreamConnection, asyncio.Future[int]] | None = None) -> int:
+                        sent: tuple[StreamConnection, asyncio.Future[int]] | None = None,
+                        reserved: bool = False, retried: int | None = None) -> int:
         """Send one request on an idle or new connection; returns the ErrorClass value of the
         last request of its chain (the core chains further requests itself: in closed loop the next
         one, in open loop the next one already due).
-        ``sent``: the request already went out on this connection (the opening burst)."""
-        retried: int | None = None
-        while True:
-            if sent is not None:
-                conn, pending = sent
-                sent = None
-            else:
-                connect_ns = 0
-                idle = self._take_idle()
-                if idle is not None:
-                    conn = idle
+        ``sent``: the request already went out on this connection (the opening burst).
+        ``reserved``: it holds a slot in the core's count (open loop) until it is sent or given up.
+        ``retried``: the row already met a stale connection once."""
+        try:
+            while True:
+                if sent is not None:
+                    conn, pending = sent
+                    sent = None
                 else:
-                    t0 = now_ns()
-                    try:
-                        conn = await self._connect()
-                    except (OSError, ssl.SSLError, ConnectionError) as exc:
-                        self._record_connect_failure(row, scheduled_ns, t0, exc)
-                        return int(ErrorClass.CONNECT)
-                    connect_ns = now_ns() - t0
-                if self._stopping:  # warm-ups too: a stop during their connect sends nothing
-                    conn.close()
-                    return int(ErrorClass.CANCELLED)
-                self._busy.add(conn)
-                pending = conn.start(body, row, scheduled_ns, connect_ns)
-            try:
+                    connect_ns = 0
+                    idle = self._take_idle()
+                    if idle is not None:
+                        conn = idle
+                    else:
+                        t0 = now_ns()
+                        try:
+                            conn = await self._connect()
+                        except (OSError, ssl.SSLError, ConnectionError) as exc:
+                            self._record_connect_failure(row, scheduled_ns, t0, exc)
+                            return int(ErrorClass.CONNECT)
+                        connect_ns = now_ns() - t0
+                    if self._stopping:  # warm-ups too: a stop during their connect sends nothing
+                        conn.close()
+                        return int(ErrorClass.CANCELLED)
+                    if reserved:  # the slot is the request's now (the core counts it in flight)
+                        self.state.reserved -= 1
+                        reserved = False
+                    pending = conn.start(body, row, scheduled_ns, connect_ns)
                 error = await pending
-            finally:
-                self._busy.discard(conn)
-            # A kept-alive connection the server had already closed fails before any byte of a
-            # response: that is the connection's fault, not the request's, so try once more.
-            if (error == ErrorClass.CONNECT and conn.last_was_reused and conn.row != retried
-                    and not self._stopping):
-                row = retried = conn.row
-                if row >= 0:  # a measured request (a warm-up's re-send is not counted)
-                    scheduled_ns = int(self.rows[row, COL["scheduled_ns"]])
-                    self._undo_failure(row)
-                    body = self.state.body(row)
-                    self._stale_retries += 1
-                continue
-            if conn.is_usable:
-                self._idle.append(conn)
-            return int(error)
+                # A kept-alive connection the server had already closed fails before any byte of a
+                # response: that is the connection's fault, not the request's, so try once more.
+                if (error == ErrorClass.CONNECT and conn.last_was_reused and conn.row != retried
+                        and not self._stopping):
+                    row = retried = conn.row
+                    if row >= 0:  # a measured request (a warm-up's re-send is not counted)
+                        scheduled_ns = int(self.rows[row, COL["scheduled_ns"]])
+                        self._undo_failure(row)
+                        body = self.state.body(row)
+                        self._stale_retries += 1
+                    if self._core_dispatch:  # the slot stays held while it connects again
+                        self.state.reserved += 1
+                        reserved = True
+                    continue
+                if conn.is_usable:
+                    if self._core_dispatch:
+                        self.state.park(conn)
+                    else:
+                        self._idle.append(conn)
+                return int(error)
+        finally:
+            if reserved:
+                self.state.reserved -= 1
 
     def _take_idle(self) -> StreamConnection | None:
         """A kept-alive connection to reuse. One the server closed while it sat idle (its end of
         stream was read then) is dropped here, not sent on."""
+        if self._core_dispatch:
+            conn: StreamConnection | None = self.state.take_idle()
+            return conn
         while self._idle:
             conn = self._idle.pop()
             if conn.is_usable:
@@ -279,28 +305,19 @@ class LoadGenerator:
             if row < 0:
                 self._idle.append(conn)
                 break
-            self._busy.add(conn)
             opening.append((row, conn, conn.start(self.state.body(row), row, start_ns)))
         return opening
 
     async def _run_open(self, start_ns: int, offsets: np.ndarray) -> None:
+        """The core sends each arrival when it is due, on an idle connection of its pool, from inside
+        the wake-up that finds it due (RunState.dispatch_arrivals); this loop keeps the pool topped
+        up with connections opened ahead of need, and sends the arrivals that found it empty (they
+        wait for a connect: late, and counted in ``pool_misses``)."""
         plan = self.plan
         loop = asyncio.get_running_loop()
-        slots = asyncio.Semaphore(plan.concurrency)
+        state = self.state
+        n = len(offsets)
         tasks: set[asyncio.Task[None]] = set()
-        # A timerfd, not asyncio.sleep: uvloop's timers round to milliseconds.
-        timer = ArrivalTimer()
-
-        def on_timer() -> None:
-            timer.clear()
-            self._wake_pacer()
-
-        async def one(i: int, due: int) -> None:
-            try:
-                await self._send_one(self.state.body(i), i, due)
-            finally:
-                slots.release()
-
         # A request task that raised is a bug in the client: stop and raise it, never drop it.
         crashed: list[BaseException] = []
 
@@ -310,45 +327,94 @@ class LoadGenerator:
             if exc is not None:
                 crashed.append(exc)
                 self.stop("client error")
+            self._wake_pacer()
 
-        state = self.state
-        n = len(offsets)
-        # An arrival that finds every slot busy is sent by the core, from the connection whose
-        # request ends first, in the same wake-up; this loop sends the ones that find a slot free.
-        state.chain_arrivals(offsets, start_ns)
-        loop.add_reader(timer.fileno(), on_timer)
+        def spawn(coro: Any) -> None:
+            task = loop.create_task(coro)
+            tasks.add(task)
+            task.add_done_callback(finished)
+
+        def retry_stale(conn: StreamConnection) -> None:
+            # The core re-sends nothing itself; it holds the slot (reserved) for this send.
+            row = conn.row
+            self._undo_failure(row)
+            self._stale_retries += 1
+            spawn(self._send_one(state.body(row), row, int(self.rows[row, COL["scheduled_ns"]]),
+                                 reserved=True, retried=row))
+
+        self._core_dispatch = True
+        rate = float(plan.request_rate or 0.0)
+        # Enough connections for the arrivals of ~20 ms (a connect takes ~0.1 ms on loopback, a TLS
+        # handshake a few ms), and a few for bursts.
+        pool_target = min(plan.concurrency, math.ceil(rate * 0.02) + 8)
+        for conn in self._idle:  # the warm-ups' connections
+            state.park(conn)
+        self._idle.clear()
+        state.on_wake = self._wake_pacer
+        state.on_stale = retry_stale
+        state.lead_ns = ARRIVAL_LEAD_NS
+        state.dispatch_arrivals(offsets, start_ns, plan.concurrency)
         try:
             while True:
-                i = state.next_row
                 if self._stopping:
-                    self._cancel_arrived(offsets[i:], i, start_ns)
+                    self._cancel_arrived(offsets[state.next_row:], state.next_row, start_ns)
                     break
-                if i >= n:
+                if state.next_row >= n and state.in_flight + state.reserved == 0 and not tasks:
                     break
-                due = start_ns + int(offsets[i])
-                if due > now_ns():
-                    self._pacer_wake = loop.create_future()
-                    timer.arm(due)
-                    await self._pacer_wake
-                    continue
-                # Over the concurrency limit the request waits for a slot; its latency still counts
-                # from `due`, so the wait shows in the figures (no coordinated omission).
-                await slots.acquire()
-                # Meanwhile the core may have sent it and others: take the next one only if it is due.
-                i = -1 if self._stopping else state._claim_due_row(now_ns())
-                if i < 0:
-                    slots.release()
-                    continue
-                task = loop.create_task(one(i, start_ns + int(offsets[i])))
-                tasks.add(task)
-                task.add_done_callback(finished)
-            if tasks:
-                await asyncio.gather(*tasks)
+                # Arrivals due with a slot free and no connection to send on or on its way: connect
+                # for each.
+                while (state.next_row < n and state.pool_size == 0 and self._warming == 0
+                       and state.in_flight + state.reserved < plan.concurrency):
+                    row = state._claim_due_row(now_ns())
+                    if row < 0:
+                        break
+                    state.reserved += 1
+                    self._pool_misses += 1
+                    spawn(self._send_one(state.body(row), row, start_ns + int(offsets[row]), reserved=True))
+                self._top_up(pool_target, spawn)
+                state.dispatch_due()  # re-arms the timer for the next arrival
+                self._pacer_wake = loop.create_future()
+                state.wake_handled()
+                await self._pacer_wake
         finally:
-            loop.remove_reader(timer.fileno())
-            state.chain_arrivals(None)
+            self._core_dispatch = False
+            state.on_wake = state.on_stale = None
+            for task in tasks:
+                task.cancel()  # only pool top-ups and sends the stop cancelled are left here
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            self._idle.extend(state.end_dispatch())
         if crashed:
             raise crashed[0]
+
+    def _top_up(self, target: int, spawn: Any) -> None:
+        """Open connections ahead of need, so that an arrival never waits for a handshake: up to
+        ``target`` idle ones, and never more connections than the concurrency limit (in flight,
+        held for a send, idle and connecting together). After a failed connect, none for 0.1 s (the
+        arrivals then connect for themselves and record the failure on their rows)."""
+        state = self.state
+        room = self.plan.concurrency - (state.in_flight + state.reserved + state.pool_size + self._warming)
+        want = min(target - state.pool_size - self._warming, room)
+        # Below half the target the core asks for more (on_wake); none when no room is left.
+        state.pool_low = target // 2 + 1 if room > 0 else 0
+        if self._stopping or now_ns() < self._warm_paused_until:
+            return
+        for _ in range(max(0, want)):
+            self._warming += 1
+            spawn(self._warm_one())
+
+    async def _warm_one(self) -> None:
+        try:
+            conn = await self._connect()
+        except (OSError, ssl.SSLError, ConnectionError):
+            self._warm_paused_until = now_ns() + 100_000_000
+            return
+        finally:
+            self._warming -= 1
+        if self._stopping:
+            conn.close()
+            return
+        self.state.park(conn)
 
     def _cancel_arrived(self, offsets: np.ndarray, first_row: int, start_ns: int) -> None:
         """Open loop, run stopped: the arrivals already due that were still waiting for a free slot
@@ -383,7 +449,7 @@ class LoadGenerator:
         while True:
             await asyncio.sleep(0.02)
             now = now_ns()
-            for conn in [c for c in self._busy if c.busy and now - c.sent_ns > timeout_ns]:
+            for conn in [c for c in self.state.busy_connections() if now - c.sent_ns > timeout_ns]:
                 conn.abort(int(ErrorClass.TIMEOUT), why)
 
     def _stop_soon(self, reason: str) -> None:
@@ -398,7 +464,7 @@ class LoadGenerator:
         self._stop_reason = reason
         self._stopped_ns = now_ns()
         self._wake_pacer()
-        for conn in list(self._busy):
+        for conn in self.state.busy_connections():
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
 
     async def _watch_stop(self) -> None:
@@ -411,7 +477,7 @@ class LoadGenerator:
         while True:
             await asyncio.sleep(plan.progress_interval_s)
             elapsed = (now_ns() - start_ns) / 1e9
-            self._samples.append((elapsed, len(self._busy)))
+            self._samples.append((elapsed, self.state.in_flight))
             if plan.on_progress is not None:
                 c = self.state.counters
                 plan.on_progress({
@@ -420,10 +486,11 @@ class LoadGenerator:
                     "completed": c["completed"],
                     "failed": c["failed"],
                     "total": len(plan.bodies),
-                    "in_flight": len(self._busy),
+                    "in_flight": self.state.in_flight,
                     # finished requests' tokens, and what usage has counted so far of those in flight:
                     # long requests would otherwise show no output until they end
-                    "output_tokens": c["output_tokens"] + sum(conn.tokens_in_flight for conn in self._busy),
+                    "output_tokens": c["output_tokens"] + sum(conn.tokens_in_flight
+                                                              for conn in self.state.busy_connections()),
                 })
 
     # -- the run -----------------------------------------------------------------------------
@@ -549,6 +616,10 @@ class LoadGenerator:
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
                 "wakeups": counters["wakeups"],
                 "ends_watched": counters["ends_watched"],
+                # open loop: arrivals the core sent on a warm connection, and those that found none
+                # ready and waited for a connect (late by it)
+                "core_sends": self.state.core_sends,
+                "pool_misses": self._pool_misses,
                 **self._decoded_outputs(),
             },
         )

@@ -111,6 +111,12 @@ DEFINITIONS: dict[str, str] = {
     ),
     "max_concurrent_requests": "Most requests in flight at once (between send and end), exact.",
     "mean_in_flight": "Time-weighted mean of requests in flight over the measured window.",
+    "late_share": (
+        "Share of started requests the client sent more than 0.1 ms after they could go: after the later "
+        "of the arrival and a free concurrency slot in open loop, after the slot freed in closed loop "
+        "(its opening ramp left out). Waiting for a slot is the load's queueing, not lateness; the "
+        "whole wait is in the 'lateness' distribution. Near 0 means the client kept its schedule."
+    ),
     "client_cpu_per_event": "Client process CPU time (user + system) in the window / output events received, in us.",
     "multi_event_read_ratio": (
         "Socket reads that delivered more than one output event / reads that delivered bytes. "

@@ -98,7 +98,7 @@ def summarize(
         errors=_error_summaries(requests.rows, requests.started, data.error_messages),
         usage=_usage(done, counts.completed),
         timestamps=_timestamp_summary(data),
-        client=_client_summary(requests, data),
+        client=_client_summary(requests, data, config),
         per_request=_per_request(requests, data, config),
         cap_hit=data.cap_hit,
         stopped_reason=data.stopped_reason,
@@ -322,8 +322,25 @@ def _timestamp_summary(data: RunData) -> TimestampSummary:
     )
 
 
-def _client_summary(requests: _Requests, data: RunData) -> ClientSummary:
+LATE_NS = 100_000  # a send this much past when it could go counts as late (late_share)
+
+
+def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool) -> np.ndarray:
+    """Per started request, how late the client sent it: the send stamp minus the moment it could
+    have gone, the later of its arrival and its slot's freeing (slot_grants) in open loop, the
+    slot's freeing in closed loop, whose opening ramp (slots free from the start) is left out.
+    Waiting for a slot under the cap is the load's queueing, not the client's lateness."""
+    granted, freed = slot_grants(rows, slots)
+    sent = granted[:, COL["sent_ns"]]
+    if open_loop:
+        return np.asarray(sent - np.maximum(granted[:, COL["scheduled_ns"]], freed))
+    return np.asarray((sent - freed)[freed > 0])
+
+
+def _client_summary(requests: _Requests, data: RunData, config: BenchConfig) -> ClientSummary:
     col = requests.col
+    slots = config.effective_concurrency or max(1, len(requests.rows))
+    lateness = client_lateness_ns(requests.rows, slots, config.request_rate is not None)
     in_flight = requests.started & (col["sent_ns"] > 0)
     ends = np.where(col["end_ns"] > 0, col["end_ns"], max(data.end_ns, 1))[in_flight]
     return ClientSummary(
@@ -332,6 +349,7 @@ def _client_summary(requests: _Requests, data: RunData) -> ClientSummary:
         cpu_s=data.client_cpu_ns / 1e9,
         cpu_per_event_us=(data.client_cpu_ns / data.output_events / 1e3) if data.output_events else None,
         connections_opened=data.connections_opened,
+        late_share=float(np.mean(lateness > LATE_NS)) if lateness.size else None,
     )
 
 

@@ -139,6 +139,7 @@ class ClientSummary:
     cpu_s: float
     cpu_per_event_us: float | None
     connections_opened: int
+    late_share: float | None = None  # of started requests, those the client sent > 0.1 ms late (see DEFINITIONS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,179 @@
+"""Open loop on time: how late the client sends each arrival, this code beside another build.
+
+Issue 16's measure: in open loop TTFT counts from the scheduled arrival, so the client's own send
+lateness lands in the server's figures. This script runs ``fastbench validate`` (the same command
+users run) against the C synthetic server (``fast_server.c``: it keeps 50 ms between chunks for
+1,000 streams), once per client build, alternating which goes first, and prints per setting:
+
+* dispatch lag (sent - scheduled, every request) p50 / p99 / max and the share sent > 0.1 ms late;
+* the client's lateness past the later of the arrival and a free slot (what validate adds to the
+  TTFT bound) p99 / max, and the TTFT p99-level error bound validate derives;
+* skew p99, streams the server saw open (mean), client CPU per chunk;
+* closed loop at the same stream count: streams kept open, skew, CPU per chunk.
+
+``--baseline-python`` is the interpreter of a venv with the other build installed, e.g. main at
+0efc6a7 (``git archive 0efc6a7 | tar -x -C /tmp/base && cd /tmp/base && python3 -m venv .venv &&
+.venv/bin/pip install -e .``). Each client run is a subprocess; client and server are pinned to
+different CPUs where there are two.
+
+    .venv/bin/python bench/open_loop_lag.py --baseline-python /tmp/base/.venv/bin/python
+    .venv/bin/python bench/open_loop_lag.py --baseline-python ... --quick   # shorter runs
+    .venv/bin/python bench/open_loop_lag.py --baseline-python ... --realtime   # clients under chrt -f 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from fast_server import FastServer  # noqa: E402  (a sibling script)
+
+ITL_MS = 50.0
+TTFT_MS = 20.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    rate: float | None  # None: closed loop
+    output_len: int
+    num_requests: int
+    concurrency: int
+    coalesce_ms: float
+
+    @property
+    def label(self) -> str:
+        mode = f"{self.rate:g}/s" if self.rate else "closed"
+        streams = (f"~{self.rate * (TTFT_MS + self.output_len * ITL_MS) / 1e3:.0f} streams" if self.rate
+                   else f"{self.concurrency} streams")
+        return f"{mode}, {self.output_len} tok, {streams}" + (f", coalesce {self.coalesce_ms:g}" if self.coalesce_ms
+                                                             else "")
+
+
+def settings(quick: bool) -> list[Setting]:
+    """Open loop at 60 and 300 requests/s with ~750 streams open (50 ms between chunks), with and
+    without coalescing; closed loop at 768 streams."""
+    scale = 0.5 if quick else 1.0
+    out = []
+    for coalesce in (0.0, 8.0):
+        # 60/s x (0.02 + 256 x 0.05 s) = ~770 streams; 300/s x (0.02 + 50 x 0.05) = ~756.
+        out.append(Setting(60.0, 256, int(1500 * scale), 1024, coalesce))
+        out.append(Setting(300.0, 50, int(6000 * scale), 1024, coalesce))
+    out.append(Setting(None, 64, int(3 * 768 * scale), 768, 0.0))
+    return out
+
+
+def cpu_plan() -> tuple[set[int] | None, set[int] | None]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, {cpus[-1]}
+
+
+def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | None,
+               realtime: bool = False) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        cmd = [python, "-m", "fastbench", "validate", "--base-url", base_url, "--quiet", "--json", out,
+               "--concurrency", str(s.concurrency), "--num-requests", str(s.num_requests),
+               "--output-len", str(s.output_len), "--itl-ms", str(ITL_MS), "--ttft-ms", str(TTFT_MS),
+               "--tolerance-ms", "0.1"]
+        if s.rate:
+            cmd += ["--request-rate", str(s.rate)]
+        if s.coalesce_ms:
+            cmd += ["--coalesce-ms", str(s.coalesce_ms)]
+        if realtime:  # SCHED_FIFO: other processes on a shared machine cannot preempt the client
+            cmd = ["chrt", "-f", "10", *cmd]
+        # The other build's package, not this tree's: run from a neutral directory.
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if client_cpus:
+            os.sched_setaffinity(proc.pid, client_cpus)
+        _, err = proc.communicate(timeout=900)
+        if not os.path.exists(out):
+            raise RuntimeError(f"{python} validate failed ({proc.returncode}): {err.decode(errors='replace')}")
+        with open(out) as f:
+            report: dict[str, Any] = json.load(f)
+    return report
+
+
+def figures(r: dict[str, Any]) -> dict[str, float | None]:
+    series = {x["name"]: x for x in r["series"]}
+    lag, slot = r["dispatch_lag"], r.get("slot_to_send") or {}
+    return {
+        "lag_p50": lag["p50"], "lag_p99": lag["p99"], "lag_max": lag["max"],
+        "slot_p99": slot.get("p99"), "slot_max": slot.get("max"),
+        "ttft_bound_p99": series["ttft"]["error_bound_p99_ms"],
+        "skew_p99": r["skew"]["p99"], "streams_open": r["streams_open_mean"],
+        "cpu_us_chunk": r["client_cpu_us_per_chunk"], "chunks_s": r["chunks_per_s"],
+        "failed": r["failed"] + r["cancelled"],
+    }
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--baseline-python", required=True, help="python of a venv with the other build")
+    p.add_argument("--rounds", type=int, default=1, help="runs of each client per setting (alternating)")
+    p.add_argument("--quick", action="store_true", help="half the requests")
+    p.add_argument("--only", default="", help="comma-separated setting indexes to run (0-based)")
+    p.add_argument("--json", help="also write every run's figures here")
+    p.add_argument("--realtime", action="store_true",
+                   help="run each client under chrt -f 10 (root): on a shared machine, what the client does "
+                        "when other processes cannot preempt it")
+    a = p.parse_args(argv)
+    clients = {"this": sys.executable, "baseline": a.baseline_python}
+    client_cpus, server_cpus = cpu_plan()
+    chosen = settings(a.quick)
+    if a.only:
+        chosen = [chosen[int(i)] for i in a.only.split(",")]
+    with open("/proc/loadavg") as f:
+        print(f"load average before: {f.read().split()[:3]}; client CPUs {client_cpus}, server CPUs {server_cpus}")
+    results: list[dict[str, Any]] = []
+    for k, s in enumerate(chosen):
+        server = FastServer(ttft_ms=TTFT_MS, itl_ms=ITL_MS, max_model_len=4096).start()
+        if server_cpus:
+            os.sched_setaffinity(server.pid, server_cpus)
+        try:
+            for rnd in range(a.rounds):
+                order = list(clients) if (k + rnd) % 2 == 0 else list(reversed(clients))
+                for name in order:
+                    t0 = time.monotonic()
+                    fig = figures(run_client(clients[name], server.base_url, s, client_cpus, a.realtime))
+                    fig.update(client=name, setting=s.label, round=rnd, wall_s=time.monotonic() - t0)
+                    results.append(fig)
+                    print(f"  {s.label:<40} {name:<8} lag p50/p99/max {_f(fig['lag_p50'])}/{_f(fig['lag_p99'])}/"
+                          f"{_f(fig['lag_max'])} ms; TTFT p99 bound {_f(fig['ttft_bound_p99'])}", flush=True)
+        finally:
+            server.stop()
+    cols = ["lag_p50", "lag_p99", "lag_max", "slot_p99", "slot_max", "ttft_bound_p99", "skew_p99",
+            "streams_open", "cpu_us_chunk", "chunks_s", "failed"]
+    print()
+    print("| setting | client | " + " | ".join(cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
+    for fig in results:
+        print(f"| {fig['setting']} | {fig['client']} | " + " | ".join(
+            _f(fig[c], 1 if c in ("streams_open", "chunks_s") else 3) for c in cols) + " |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Open loop, arrivals sent by the core (RunState.dispatch_arrivals): on time while the loop reads,
+never past the concurrency limit, and still sent (late, counted) when no warm connection is ready."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+from typing import Any
+
+import numpy as np
+import pytest
+
+from _scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse, stream_script
+from _timing import until_a_round_passes
+from fastbench._core import Recorder, RunState, StreamConnection, now_ns
+from fastbench.load.driver import LoadGenerator
+from fastbench.results.records import COL, NCOLS, new_histogram
+from test_conn import col, drive, loop_factory  # noqa: F401  (the fixture)
+
+
+class _Bench:
+    """A RunState with connections over socket pairs: the test writes the server's side itself."""
+
+    def __init__(self, streams: int, arrivals: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.rows = np.zeros((streams + arrivals, NCOLS), dtype=np.int64)
+        self.state = RunState(self.rows, *(Recorder(new_histogram()) for _ in range(3)))
+        self.state.kernel_timestamps = False  # read stamps are when the core read: the drain's order
+        self.state.set_requests(b"POST / HTTP/1.1\r\nContent-Length: ", [b"{}"] * (streams + arrivals))
+        self.server_ends: list[socket.socket] = []
+        self.streams = [self._connection() for _ in range(streams)]
+        self.idle = [self._connection() for _ in range(arrivals)]
+
+    def _connection(self) -> StreamConnection:
+        client, server = socket.socketpair()
+        client.setblocking(False)
+        self.server_ends.append(server)
+        return StreamConnection(self.state, self.loop, client)
+
+    def close(self) -> None:
+        self.state.close_all("test over")
+        for sock in self.server_ends:
+            sock.close()
+        self.loop.close()
+
+
+def test_an_arrival_due_during_a_busy_drain_goes_out_before_the_next_read() -> None:
+    """400 sockets ready at once, arrivals due every 50 us over the drain: each is sent before the
+    core reads another socket (judged by the drain's own read stamps, so a host stall shifts both)."""
+    streams, arrivals = 400, 40
+
+    def one_round() -> None:
+        bench = _Bench(streams, arrivals)
+        try:
+            state = bench.state
+            for conn in bench.streams:
+                row = state._claim_row()
+                conn.start(b"{}", row, now_ns())
+            for conn in bench.idle:
+                state.park(conn)
+            # whole responses: a request's row (its read stamp) is written when it ends
+            answer = (STREAM_HEAD + chunked(sse(completion_chunk("a", 1))) + chunked(b"data: [DONE]\n\n")
+                      + CHUNKED_END)
+            for sock in bench.server_ends[:streams]:
+                sock.sendall(answer)
+            base = now_ns()
+            offsets = np.zeros(streams + arrivals, dtype=np.int64)
+            offsets[streams:] = 100_000 + 50_000 * np.arange(arrivals)
+            state.dispatch_arrivals(offsets, base, streams + arrivals)
+            state.drain()
+            reads = np.sort(bench.rows[:streams, COL["first_token_ns"]])
+            assert np.count_nonzero(reads) == streams
+            due = base + offsets[streams:]
+            sent = np.zeros(arrivals, dtype=np.int64)  # the arrivals are in flight: their rows are not written
+            for conn in bench.streams + bench.idle:
+                if conn.busy and conn.row >= streams:
+                    sent[conn.row - streams] = conn.sent_ns
+            during = (sent > 0) & (sent < reads[-1])  # sent while the drain was still reading
+            assert np.count_nonzero(during) >= 3, "the drain was too short to judge (a round retries)"
+            for d, s in zip(due[during], sent[during]):
+                assert s >= d  # never early
+                # reads stamped after it was due and before it went out: at most the one under way
+                between = np.count_nonzero((reads > d) & (reads < s))
+                assert between <= 1, (between, (s - d) / 1e3)
+        finally:
+            bench.close()
+
+    until_a_round_passes(one_round)
+
+
+def test_the_arrival_timer_wakes_the_loop_s_own_fd() -> None:
+    """With no socket traffic at all, the fd the loop watches turns readable when an arrival is due
+    and one drain sends it: no other timer is needed."""
+    bench = _Bench(0, 2)
+    try:
+        state = bench.state
+        for conn in bench.idle:
+            state.park(conn)
+        base = now_ns()
+        state.dispatch_arrivals(np.array([20_000_000, 10**12], dtype=np.int64), base, 2)
+        assert state.next_row == 0  # not yet due
+        readable, _, _ = select.select([state.fileno()], [], [], 5.0)
+        assert readable
+        state.drain()
+        (sender,) = [conn for conn in bench.idle if conn.busy]
+        assert sender.row == 0 and sender.sent_ns >= base + 20_000_000
+        assert state.next_row == 1 and state.in_flight == 1 and state.core_sends == 1
+        server_end = bench.server_ends[bench.idle.index(sender)]
+        assert _pending(server_end) and server_end.recv(4096).startswith(b"POST / HTTP/1.1")
+    finally:
+        bench.close()
+
+
+def test_the_core_never_sends_past_the_limit_and_a_freed_slot_sends_the_next() -> None:
+    bench = _Bench(0, 4)
+    try:
+        state = bench.state
+        for conn in bench.idle:
+            state.park(conn)
+        state.dispatch_arrivals(np.zeros(4, dtype=np.int64), now_ns(), 2)  # all due now, 2 slots
+        assert state.next_row == 2 and state.in_flight == 2 and state.pool_size == 2
+        asked = [sock for sock in bench.server_ends if _pending(sock)]
+        assert len(asked) == 2
+        # One request ends: its connection sends the next arrival (due, waiting for a slot) itself.
+        asked[0].recv(65536)
+        asked[0].sendall(STREAM_HEAD + chunked(sse(completion_chunk("a", 1))) + chunked(b"data: [DONE]\n\n")
+                         + CHUNKED_END)
+        state.drain()
+        assert state.completed == 1 and state.next_row == 3 and state.in_flight == 2
+        assert _pending(asked[0])  # the third request went out on the freed connection
+        assert state.pool_size == 2  # the other two are still idle, unused
+    finally:
+        bench.close()
+
+
+def _pending(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) -> None:  # noqa: F811
+    """Arrivals far faster than 3 slots serve: the pool is topped up ahead of need but never opens
+    more connections than the limit, and no arrival waits for a handshake (one warm-up opens the
+    first connection; the pool opens the rest while the first requests run)."""
+    def script(n: int, body: bytes) -> list[Any]:
+        return stream_script([1, 1], ttft_s=0.005, gap_s=0.005)
+
+    def one_round() -> None:
+        data, server = drive(loop_factory, script, n=30, concurrency=3, request_rate=400.0, seed=3,
+                             warmup_bodies=[b"{}"])
+        assert list(col(data, "error")) == [0] * 30
+        assert server.connections <= 3
+        connected = np.count_nonzero(col(data, "connect_ns") > 0)
+        assert data.extra["pool_misses"] == connected
+        # a connect slower than the 2.5 ms between arrivals (a host stall) makes one wait in a round
+        assert connected == 0
+
+    until_a_round_passes(one_round)
+
+
+def test_an_arrival_that_finds_no_warm_connection_still_goes_out_and_is_counted(
+        loop_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """With the pool never topped up, arrivals connect for themselves (the old path): all complete,
+    each counted as a pool miss, and every connect recorded on the row it was for. (A pool miss may
+    still find a connection freed while it waited, and a kept-alive connection the server closed is
+    connected again for its row's retry: the counts bound each other, they need not be equal.)"""
+    monkeypatch.setattr(LoadGenerator, "_top_up", lambda self, target, spawn: None)
+
+    def script(n: int, body: bytes) -> list[Any]:
+        return stream_script([1, 1], ttft_s=0.002, gap_s=0.002)
+
+    data, server = drive(loop_factory, script, n=8, concurrency=8, request_rate=200.0, seed=4)
+    assert list(col(data, "error")) == [0] * 8
+    connected = np.count_nonzero(col(data, "connect_ns") > 0)
+    assert 1 <= connected <= server.connections <= connected + data.stale_retries, data.extra
+    assert connected <= data.extra["pool_misses"] + data.stale_retries
+    assert data.extra["core_sends"] + data.extra["pool_misses"] <= 8
+    assert np.all(col(data, "sent_ns") >= col(data, "scheduled_ns"))
