@@ -13,7 +13,7 @@ import os
 from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
-DatasetName = Literal["random", "sharegpt", "jsonl"]
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix"]
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
@@ -92,6 +92,9 @@ class BenchConfig:
         base_url, or the synthetic server when base_url is None too).
     :param metrics_interval_s: seconds between reads of the server's /metrics during the window
         (speculative-decoding acceptance, KV-cache usage); 0 reads it only at the start and end.
+    :param reset_prefix_cache: ask the server to empty its prefix cache before the first request
+        (warm-ups included): vLLM's ``POST /reset_prefix_cache`` or SGLang's ``/flush_cache``; where the
+        server has neither, the run goes on and its notes say so.
     :param memory_interval_s: seconds between memory samples; None: 1 s when a server is launched,
         no sampling otherwise; 0: off.
 
@@ -126,6 +129,18 @@ class BenchConfig:
     random_input_len: int = 1024
     random_output_len: int = 128
     random_range_ratio: float = 0.0
+    random_prefix_len: int = 0  # random: one fixed prefix of this many tokens before each prompt (vLLM's)
+    # prefix_repetition (vLLM's): num_prefixes prefixes, each prompt one of them plus its own suffix
+    prefix_repetition_prefix_len: int = 256
+    prefix_repetition_suffix_len: int = 256
+    prefix_repetition_num_prefixes: int = 10
+    prefix_repetition_output_len: int = 128
+    # generated-shared-prefix (SGLang's): groups of prompts sharing a system prompt
+    gsp_num_groups: int = 64
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
     tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
@@ -141,6 +156,7 @@ class BenchConfig:
     # a server launched for the run, the server's /metrics and memory sampling
     launch: LaunchConfig | None = None
     metrics_interval_s: float = 2.0
+    reset_prefix_cache: bool = False  # empty the server's prefix cache before the first request
     memory_interval_s: float | None = None
     config_file: StrPath | None = None  # the --config TOML file the options came from, if any
     # the command line that built this config, recorded in the result

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
-Prompt = str | list[int]
+
+class JsonPrompt(NamedTuple):
+    """A prompt already serialised as its JSON value (a token-id array, or a string for text), spliced
+    into each request body as it is: shared-prefix datasets serialise their prefix once, not per request."""
+
+    json: bytes
+    chars: int  # characters of prompt text; 0 for token ids
+
+
+Prompt = str | list[int] | JsonPrompt
 
 # Other names servers take for the output limit, which win over max_tokens where they are honoured
 # (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).

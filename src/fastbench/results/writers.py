@@ -261,12 +261,15 @@ def render_console(result: Result) -> str:
         ("itl", "ITL", "Inter-token Latency"),
         ("e2el", "E2EL", "End-to-end Latency"),
     )
+    prefix_rate = (result.server_info.get("prefix_cache_stats") or {}).get("hit_rate")
     for key, short, title in sections:
         dist = d.get(key) or Distribution.empty("ms")
         head(title)
         row(f"Mean {short} (ms):", dist.mean)
         row(f"Median {short} (ms):", dist.median)
         row(f"P99 {short} (ms):", dist.p99)
+        if key == "ttft" and prefix_rate is not None:  # the server's counters over the window
+            row("Prefix cache hit rate (%):", 100 * prefix_rate)
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
