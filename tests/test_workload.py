@@ -204,7 +204,8 @@ def test_random_bad_range_ratio(ratio: float) -> None:
 
 def test_options_are_checked_by_their_rules() -> None:
     """build_workload is public: it refuses what check_config refuses, in the same words."""
-    with pytest.raises(ConfigError, match="^--dataset-name must be one of random, sharegpt, jsonl, prefix_repetition, generated-shared-prefix, got 'nope'$"):
+    with pytest.raises(ConfigError, match="^--dataset-name must be one of random, sharegpt, jsonl, prefix_repetition, "
+                       "generated-shared-prefix, got 'nope'$"):
         build(BenchConfig(dataset_name="nope"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="^--random-range-ratio must be in"):
         build(BenchConfig(random_range_ratio=1.0))
@@ -868,7 +869,8 @@ def test_shared_prefix_bad_options_get_one_line(changes: dict[str, Any], words: 
 
 @pytest.mark.parametrize(("cfg", "words"), [
     (BenchConfig(random_prefix_len=4000, random_input_len=8), "--random-prefix-len 4000"),
-    (BenchConfig(dataset_name="prefix_repetition", prefix_repetition_prefix_len=4000), "--prefix-repetition-prefix-len"),
+    (BenchConfig(dataset_name="prefix_repetition", prefix_repetition_prefix_len=4000),
+     "--prefix-repetition-prefix-len"),
     (BenchConfig(dataset_name="generated-shared-prefix"), "--gsp-system-prompt-len 2048"),
 ])
 def test_a_prefix_longer_than_the_servers_context_is_one_line(cfg: BenchConfig, words: str) -> None:
