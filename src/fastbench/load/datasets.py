@@ -203,16 +203,18 @@ _PROMPT_MARK = "\x00fastbench prompt\x00"
 
 def _make_specs(accepted: list[Candidate], config: BenchConfig, model: str, chat: bool) -> list[RequestSpec]:
     templates: dict[int, tuple[bytes, bytes] | None] = {}  # max_tokens -> the body around the prompt
+    override = max_tokens_override(config.extra_body)
     specs = []
     for c in accepted:
-        if isinstance(c.prompt, JsonPrompt):
+        prompt = c.prompt
+        if isinstance(prompt, JsonPrompt):
             if c.max_tokens not in templates:
                 templates[c.max_tokens] = _template(c, config, model, chat)
             around = templates[c.max_tokens]
             if around is not None:
-                specs.append(RequestSpec(body=around[0] + c.prompt.json + around[1], prompt_len=c.prompt_len,
-                                         max_tokens=max_tokens_override(config.extra_body) or c.max_tokens,
-                                         prompt_text_chars=c.prompt.chars))
+                head, tail = around
+                specs.append(RequestSpec(b"".join((head, prompt.json, tail)), c.prompt_len,
+                                         override or c.max_tokens, prompt.chars))
                 continue
         specs.append(_make_spec(c, config, model, chat))
     return specs

@@ -86,11 +86,14 @@ class Selector:
         return self.need - len(self.accepted)
 
     def offer(self, candidates: Sequence[Candidate]) -> None:
+        limits: dict[int, int] = {}  # max_tokens -> the output screened for: a few values, 100,000s of prompts
+        mml = self.max_model_len
         for c in candidates:
             if self.remaining <= 0:
                 return
-            mml = self.max_model_len
-            max_tokens = screening_limit(c.max_tokens, self.extra_body)
+            max_tokens = limits.get(c.max_tokens)
+            if max_tokens is None:
+                max_tokens = limits[c.max_tokens] = screening_limit(c.max_tokens, self.extra_body)
             if mml is not None and c.prompt_len is not None and c.prompt_len + max_tokens > mml:
                 self.screened_out += 1
                 continue

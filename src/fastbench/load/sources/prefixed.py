@@ -106,8 +106,13 @@ class PromptMaker:
             return self._id_prompts(prefixes, suffix_lens, max_tokens)
         texts: list[str] = []
         counts: list[int] = []
-        for prefix, n in zip(prefixes, suffix_lens):
-            suffix, n = self._text(n) if n else ("", 0)
+        uniform = self.local is None and suffix_lens and min(suffix_lens) == max(suffix_lens) > 0
+        words = self._word_suffixes(len(suffix_lens), suffix_lens[0]) if uniform else None
+        for i, (prefix, n) in enumerate(zip(prefixes, suffix_lens)):
+            if words is not None:
+                suffix = words[i]
+            else:
+                suffix, n = self._text(n) if n else ("", 0)
             join = self.separator if prefix.text and suffix else ""
             texts.append(prefix.text + join + suffix)
             counts.append(prefix.tokens + n)
@@ -116,18 +121,41 @@ class PromptMaker:
         return [Candidate(JsonPrompt(orjson.dumps(t), len(t)), n, m, self.source)
                 for t, n, m in zip(texts, counts, max_tokens)]
 
+    def _word_suffixes(self, count: int, length: int) -> list[str]:
+        """``count`` suffixes of ``length`` random words, made in one join: a row ends with a word of its
+        own ("\n", which no word holds), and the whole splits there."""
+        rows = np.empty((count, length + 1), dtype=object)
+        rows[:, :length] = _WORD_ARRAY[self.rng.integers(0, len(WORDS), size=(count, length))]
+        rows[:, length] = "\n"
+        out = " ".join(rows.ravel().tolist()).split(" \n ")
+        out[-1] = out[-1][:-2]  # the last row's " \n"
+        return out
+
     def _id_prompts(self, prefixes: list[Prefix], suffix_lens: list[int], max_tokens: list[int]) -> list[Candidate]:
-        flat = self.rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=sum(suffix_lens))
+        source = self.source
+        suffixes = self._id_suffixes(suffix_lens)  # each b'4,5' (no brackets)
         out = []
-        start = 0
-        for prefix, n, m in zip(prefixes, suffix_lens, max_tokens):
-            suffix = orjson.dumps(flat[start:start + n], option=_NUMPY)  # b'[4,5]'
-            start += n
+        for prefix, suffix, n, m in zip(prefixes, suffixes, suffix_lens, max_tokens):
             if prefix.tokens == 0:
-                body = suffix
+                body = b"".join((b"[", suffix, b"]"))
             elif n == 0:
                 body = prefix.open_json + b"]"
             else:
-                body = prefix.open_json + b"," + suffix[1:]
-            out.append(Candidate(JsonPrompt(body, 0), prefix.tokens + n, m, self.source))
+                body = b"".join((prefix.open_json, b",", suffix, b"]"))
+            out.append(Candidate(JsonPrompt(body, 0), prefix.tokens + n, m, source))
+        return out
+
+    def _id_suffixes(self, lengths: list[int]) -> list[bytes]:
+        """Random token ids of each length, as JSON array contents. One serialisation of them all where
+        the lengths are the same (then the rows split at ``],[``), else one per suffix."""
+        if not lengths:
+            return []
+        if min(lengths) == max(lengths) > 0:
+            rows = self.rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=(len(lengths), lengths[0]))
+            return orjson.dumps(rows, option=_NUMPY)[2:-2].split(b"],[")
+        flat = self.rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=sum(lengths))
+        out, start = [], 0
+        for n in lengths:
+            out.append(orjson.dumps(flat[start:start + n], option=_NUMPY)[1:-1])
+            start += n
         return out
