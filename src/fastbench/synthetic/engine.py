@@ -220,11 +220,15 @@ class SyntheticEngine:
             "idle_gc_collections": self.idle_collections,
             "gc_enabled": gc.isenabled(),
             "fastbench_modules": sorted(m for m in sys.modules if m.split(".")[0] == "fastbench"),
-            "prefix_cache": None if self.prefix_cache is None else {
-                "block_size": self.prefix_cache.block_size, "blocks": self.prefix_cache.blocks,
-                "queries": self.prefix_cache.queries, "hits": self.prefix_cache.hits,
-                "resets": self.prefix_cache.resets},
-        }
+        } | self._prefix_cache_stats()
+
+    def _prefix_cache_stats(self) -> dict[str, Any]:
+        """Only with --enable-prefix-caching: the keys stay those of bench/fast_server.c otherwise."""
+        cache = self.prefix_cache
+        if cache is None:
+            return {}
+        return {"prefix_cache": {"block_size": cache.block_size, "blocks": cache.blocks, "queries": cache.queries,
+                                 "hits": cache.hits, "resets": cache.resets}}
 
     def reset_stats(self) -> None:
         self.lat.reset()

@@ -57,10 +57,10 @@ _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 @dataclasses.dataclass(frozen=True)
 class Prefix:
-    """One shared prefix, made once: its JSON without the closing bracket or quote, and its tokens."""
+    """One shared prefix, made once."""
 
-    open_json: bytes  # b'[1,2,3' or b'"some text' (empty prefix: b'[' or b'"')
-    text: str  # its text ("" for token ids)
+    open_json: bytes  # token ids: their JSON array without the closing bracket, b'[1,2,3'; text: b''
+    text: str  # text: the prefix; token ids: ""
     tokens: int
 
 
@@ -88,12 +88,12 @@ class PromptMaker:
 
     def prefix(self, tokens: int) -> Prefix:
         if tokens == 0:
-            return Prefix(b'"' if self.form != "ids" else b"[", "", 0)
+            return Prefix(b"", "", 0)
         if self.form == "ids":
             ids = self.rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=tokens)
             return Prefix(orjson.dumps(ids, option=_NUMPY)[:-1], "", tokens)
         text, tokens = self._text(tokens)
-        return Prefix(orjson.dumps(text)[:-1], text, tokens)
+        return Prefix(b"", text, tokens)
 
     def _text(self, tokens: int) -> tuple[str, int]:
         if self.local is not None:
