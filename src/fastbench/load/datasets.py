@@ -213,7 +213,7 @@ def _make_specs(accepted: list[Candidate], config: BenchConfig, model: str, chat
             around = templates[c.max_tokens]
             if around is not None:
                 head, tail = around
-                specs.append(RequestSpec(b"".join((head, prompt.json, tail)), c.prompt_len,
+                specs.append(RequestSpec(b"".join((head, *prompt.parts, tail)), c.prompt_len,
                                          override or c.max_tokens, prompt.chars))
                 continue
         specs.append(_make_spec(c, config, model, chat))

@@ -17,11 +17,16 @@ from typing import Any, NamedTuple, TypeGuard
 
 
 class JsonPrompt(NamedTuple):
-    """A prompt already serialised as its JSON value (a token-id array, or a string for text), spliced
-    into each request body as it is: shared-prefix datasets serialise their prefix once, not per request."""
+    """A prompt already serialised as its JSON value (a token-id array, or a string for text), in parts
+    joined only into each request body: shared-prefix datasets serialise their prefix once, not per
+    request, and its bytes are copied once, into the body."""
 
-    json: bytes
+    parts: tuple[bytes, ...]  # joined, the prompt's JSON value
     chars: int  # characters of prompt text; 0 for token ids
+
+    @property
+    def json(self) -> bytes:
+        return b"".join(self.parts)
 
 
 Prompt = str | list[int] | JsonPrompt

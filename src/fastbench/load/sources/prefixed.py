@@ -118,7 +118,7 @@ class PromptMaker:
             counts.append(prefix.tokens + n)
         if self.local is not None:  # the joins may merge tokens: count what is sent
             counts = self.local.count(texts, special=False)
-        return [Candidate(JsonPrompt(orjson.dumps(t), len(t)), n, m, self.source)
+        return [Candidate(JsonPrompt((orjson.dumps(t),), len(t)), n, m, self.source)
                 for t, n, m in zip(texts, counts, max_tokens)]
 
     def _word_suffixes(self, count: int, length: int) -> list[str]:
@@ -137,12 +137,12 @@ class PromptMaker:
         out = []
         for prefix, suffix, n, m in zip(prefixes, suffixes, suffix_lens, max_tokens):
             if prefix.tokens == 0:
-                body = b"".join((b"[", suffix, b"]"))
+                parts: tuple[bytes, ...] = (b"[", suffix, b"]")
             elif n == 0:
-                body = prefix.open_json + b"]"
+                parts = (prefix.open_json, b"]")
             else:
-                body = b"".join((prefix.open_json, b",", suffix, b"]"))
-            out.append(Candidate(JsonPrompt(body, 0), prefix.tokens + n, m, source))
+                parts = (prefix.open_json, b",", suffix, b"]")
+            out.append(Candidate(JsonPrompt(parts, 0), prefix.tokens + n, m, source))
         return out
 
     def _id_suffixes(self, lengths: list[int]) -> list[bytes]:
