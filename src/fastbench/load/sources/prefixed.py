@@ -59,7 +59,7 @@ _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 class Prefix:
     """One shared prefix, made once."""
 
-    open_json: bytes  # token ids: their JSON array without the closing bracket, b'[1,2,3'; text: b''
+    open_json: bytes  # its JSON without the closing bracket or quote: b'[1,2,3' or b'"some text'; b'' if empty
     text: str  # text: the prefix; token ids: ""
     tokens: int
 
@@ -93,7 +93,7 @@ class PromptMaker:
             ids = self.rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=tokens)
             return Prefix(orjson.dumps(ids, option=_NUMPY)[:-1], "", tokens)
         text, tokens = self._text(tokens)
-        return Prefix(b"", text, tokens)
+        return Prefix(orjson.dumps(text)[:-1], text, tokens)
 
     def _text(self, tokens: int) -> tuple[str, int]:
         if self.local is not None:
@@ -104,22 +104,30 @@ class PromptMaker:
         """One candidate per (prefix, suffix length, output tokens): the prefix, then a fresh random suffix."""
         if self.form == "ids":
             return self._id_prompts(prefixes, suffix_lens, max_tokens)
-        texts: list[str] = []
+        prompts: list[JsonPrompt] = []
         counts: list[int] = []
+        texts: list[str] = []  # with a tokenizer: the whole prompts, to count
         uniform = self.local is None and suffix_lens and min(suffix_lens) == max(suffix_lens) > 0
         words = self._word_suffixes(len(suffix_lens), suffix_lens[0]) if uniform else None
+        separator = orjson.dumps(self.separator)[1:-1]
         for i, (prefix, n) in enumerate(zip(prefixes, suffix_lens)):
             if words is not None:
                 suffix = words[i]
             else:
                 suffix, n = self._text(n) if n else ("", 0)
-            join = self.separator if prefix.text and suffix else ""
-            texts.append(prefix.text + join + suffix)
+            if not prefix.text:
+                prompts.append(JsonPrompt((orjson.dumps(suffix),), len(suffix)))
+            elif not suffix:
+                prompts.append(JsonPrompt((prefix.open_json, b'"'), len(prefix.text)))
+            else:  # the prefix's JSON made once, the suffix's here
+                prompts.append(JsonPrompt((prefix.open_json, separator, orjson.dumps(suffix)[1:]),
+                                          len(prefix.text) + len(self.separator) + len(suffix)))
             counts.append(prefix.tokens + n)
+            if self.local is not None:
+                texts.append(prefix.text + self.separator + suffix if prefix.text and suffix else prefix.text + suffix)
         if self.local is not None:  # the joins may merge tokens: count what is sent
             counts = self.local.count(texts, special=False)
-        return [Candidate(JsonPrompt((orjson.dumps(t),), len(t)), n, m, self.source)
-                for t, n, m in zip(texts, counts, max_tokens)]
+        return [Candidate(p, n, m, self.source) for p, n, m in zip(prompts, counts, max_tokens)]
 
     def _word_suffixes(self, count: int, length: int) -> list[str]:
         """``count`` suffixes of ``length`` random words, made in one join: a row ends with a word of its
