@@ -284,3 +284,22 @@ def test_validate_and_a_run_refuse_a_shared_setting_alike(name: str, value: floa
     with pytest.raises(ConfigError) as validate_refused:
         fv.validate(**{"concurrency": 2, name: value})
     assert str(validate_refused.value) == str(run_refused.value)
+
+
+def test_shared_prefix_flags_set_their_fields() -> None:
+    parser = cli.build_parser()
+    argv = ["--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "4", "--gsp-prompts-per-group", "8",
+            "--gsp-system-prompt-len", "100", "--gsp-question-len", "10", "--gsp-output-len", "20",
+            "--reset-prefix-cache"]
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert (config.dataset_name, config.gsp_num_groups, config.gsp_prompts_per_group, config.gsp_system_prompt_len,
+            config.gsp_question_len, config.gsp_output_len, config.reset_prefix_cache) == \
+        ("generated-shared-prefix", 4, 8, 100, 10, 20, True)
+    argv = ["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", "64",
+            "--prefix-repetition-suffix-len", "8", "--prefix-repetition-num-prefixes", "3",
+            "--prefix-repetition-output-len", "5"]
+    config = cli.config_from_args(parser.parse_args(argv), argv)
+    assert (config.prefix_repetition_prefix_len, config.prefix_repetition_suffix_len,
+            config.prefix_repetition_num_prefixes, config.prefix_repetition_output_len) == (64, 8, 3, 5)
+    argv = ["--random-prefix-len", "256"]
+    assert cli.config_from_args(parser.parse_args(argv), argv).random_prefix_len == 256

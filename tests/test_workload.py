@@ -204,7 +204,8 @@ def test_random_bad_range_ratio(ratio: float) -> None:
 
 def test_options_are_checked_by_their_rules() -> None:
     """build_workload is public: it refuses what check_config refuses, in the same words."""
-    with pytest.raises(ConfigError, match="^--dataset-name must be one of random, sharegpt, jsonl, got 'nope'$"):
+    with pytest.raises(ConfigError, match="^--dataset-name must be one of random, sharegpt, jsonl, prefix_repetition, "
+                       "generated-shared-prefix, got 'nope'$"):
         build(BenchConfig(dataset_name="nope"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="^--random-range-ratio must be in"):
         build(BenchConfig(random_range_ratio=1.0))
@@ -734,3 +735,152 @@ def test_a_sharegpt_file_given_as_jsonl_gets_a_hint(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"found a str$"):
         build_workload_sync(BenchConfig(dataset_name="jsonl", dataset_path=str(path), num_prompts=1), "m",
                             max_model_len=None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# shared prefixes: random --random-prefix-len, prefix_repetition, generated-shared-prefix
+
+
+def _common_prefix(a: list[Any] | str, b: list[Any] | str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def test_random_prefix_len_puts_one_fixed_prefix_before_every_prompt() -> None:
+    cfg = BenchConfig(num_prompts=20, random_prefix_len=50, random_input_len=10, random_range_ratio=0.5, seed=3)
+    wl = build(cfg, max_model_len=1000)
+    prompts = [prompt_of(spec) for spec in wl.requests]
+    prefix = prompts[0][:50]
+    for spec, prompt in zip(wl.requests, prompts):
+        assert prompt[:50] == prefix and all(type(t) is int for t in prompt)
+        # vllm bench serve's meaning: the prefix plus the drawn input length
+        assert spec.prompt_len == len(prompt) and 50 + 5 <= spec.prompt_len <= 50 + 15
+        assert 64 <= body(spec)["max_tokens"] == spec.max_tokens <= 192 and spec.prompt_text_chars == 0
+    assert len({tuple(p[50:]) for p in prompts}) == 20  # every suffix its own
+    assert wl.input_length_source == "token-ids" and any("--random-prefix-len" in n for n in wl.notes)
+    assert [prompt_of(s) for s in build(cfg, max_model_len=1000).requests] == prompts  # seeded
+    # chat: words, the prefix's words first in every prompt
+    chat = build(cfg.replace(endpoint="/v1/chat/completions"), max_model_len=1000)
+    words = [prompt_of(spec).split() for spec in chat.requests]
+    assert all(w[:50] == words[0][:50] and len(w) == spec.prompt_len for w, spec in zip(words, chat.requests))
+
+
+def test_random_without_prefix_is_unchanged_by_the_shared_prefix_code() -> None:
+    # --random-prefix-len 0 keeps the random dataset's own draws (seeded runs stay comparable across versions)
+    plain = build(BenchConfig(num_prompts=5, random_input_len=12, seed=7))
+    assert len({tuple(prompt_of(s)[:4]) for s in plain.requests}) == 5
+
+
+def test_prefix_repetition_follows_vllm() -> None:
+    cfg = BenchConfig(dataset_name="prefix_repetition", num_prompts=10, prefix_repetition_prefix_len=32,
+                      prefix_repetition_suffix_len=8, prefix_repetition_num_prefixes=3, seed=1)
+    wl = build(cfg)
+    prompts = [prompt_of(spec) for spec in wl.requests]
+    by_prefix: dict[tuple[int, ...], int] = {}
+    for spec, prompt in zip(wl.requests, prompts):
+        assert spec.prompt_len == len(prompt) == 40 and body(spec)["max_tokens"] == 128
+        by_prefix[tuple(prompt[:32])] = by_prefix.get(tuple(prompt[:32]), 0) + 1
+    assert sorted(by_prefix.values()) == [3, 3, 4]  # every prompt sent, the prefixes taking turns
+    assert len({tuple(p[32:]) for p in prompts}) == 10
+    first_prefixes = [tuple(p[:32]) for p in prompts[:3]]
+    assert len(set(first_prefixes)) < 3 or [tuple(p[:32]) for p in prompts[3:6]] != first_prefixes  # shuffled
+    assert wl.dataset == "prefix_repetition"
+    assert build(cfg.replace(max_tokens=5)).requests[0].max_tokens == 5
+    assert build(cfg.replace(prefix_repetition_output_len=7)).requests[0].max_tokens == 7
+
+
+def test_generated_shared_prefix_follows_sglang() -> None:
+    cfg = BenchConfig(dataset_name="generated-shared-prefix", endpoint="/v1/chat/completions", num_prompts=12,
+                      gsp_num_groups=3, gsp_prompts_per_group=4, gsp_system_prompt_len=20, gsp_question_len=5)
+    wl = build(cfg)
+    groups: dict[str, int] = {}
+    for spec in wl.requests:
+        text = prompt_of(spec)
+        system, sep, question = text.partition("\n\n")  # SGLang's f"{system_prompt}\n\n{question}"
+        assert sep and len(system.split()) == 20 and len(question.split()) == 5
+        assert spec.prompt_len == 25 and spec.prompt_text_chars == len(text) and body(spec)["max_tokens"] == 256
+        groups[system] = groups.get(system, 0) + 1
+    assert sorted(groups.values()) == [4, 4, 4]
+    assert any("SGLang sends all 12" in n for n in wl.notes)
+    # fewer prompts than groups x per group: the first of the shuffled order, no reuse
+    few = build(cfg.replace(num_prompts=5))
+    assert len(few.requests) == 5 and not any("ran short" in n for n in few.notes)
+    # more: reused in order, and said
+    many = build(cfg.replace(num_prompts=15))
+    assert [s.body for s in many.requests[12:]] == [s.body for s in many.requests[:3]]
+    assert any("ran short" in n for n in many.notes)
+    # completions without a tokenizer: token ids, the system prompt's ids first, nothing between
+    ids = build(cfg.replace(endpoint="/v1/completions"))
+    firsts = {tuple(prompt_of(s)[:20]) for s in ids.requests}
+    assert len(firsts) == 3 and all(len(prompt_of(s)) == 25 for s in ids.requests)
+
+
+@needs_tokenizers
+def test_shared_prefix_token_counts_with_a_local_tokenizer(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tok_dir = _word_level_tokenizer(tmp_path / "tok")
+    tok = Tokenizer.from_file(str(Path(tok_dir) / "tokenizer.json"))
+    for cfg in (
+        BenchConfig(num_prompts=6, random_prefix_len=30, random_input_len=10, tokenizer=tok_dir),
+        BenchConfig(dataset_name="prefix_repetition", num_prompts=6, prefix_repetition_prefix_len=30,
+                    prefix_repetition_suffix_len=10, prefix_repetition_num_prefixes=2, tokenizer=tok_dir),
+        BenchConfig(dataset_name="generated-shared-prefix", num_prompts=6, gsp_num_groups=2, gsp_prompts_per_group=3,
+                    gsp_system_prompt_len=30, gsp_question_len=10, tokenizer=tok_dir, endpoint="/v1/chat/completions"),
+    ):
+        wl = build(cfg)
+        assert wl.input_length_source == f"tokenizer:{tok_dir}"
+        ids = []
+        for spec in wl.requests:
+            text = prompt_of(spec)
+            assert isinstance(text, str) and spec.prompt_text_chars == len(text)
+            got = tok.encode(text, add_special_tokens=False).ids
+            assert spec.prompt_len == len(got)  # the whole prompt counted as sent
+            assert 39 <= spec.prompt_len <= 41  # a join may merge or split one token at the boundary
+            ids.append(got)
+        shared = max(_common_prefix(a, b) for a in ids for b in ids if a is not b)
+        assert shared >= 29  # the prefix's tokens are the same in prompts that share it
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"random_prefix_len": 3000, "random_input_len": 100, "max_model_len": 2048},
+     "--random-prefix-len + --random-input-len make prompts of at least 3,100 tokens, which leave no room for output "
+     "in the context of 2,048 tokens (--max-model-len)"),
+    ({"dataset_name": "generated-shared-prefix", "max_model_len": 2000},
+     "--gsp-system-prompt-len + --gsp-question-len make prompts of at least 2,176 tokens"),
+    ({"dataset_name": "prefix_repetition", "num_prompts": 5},
+     "--num-prompts 5 is fewer than --prefix-repetition-num-prefixes 10"),
+    ({"dataset_name": "sharegpt", "dataset_path": "x.json", "random_prefix_len": 5},
+     "--random-prefix-len is for --dataset-name random, not sharegpt"),
+    ({"dataset_name": "prefix_repetition", "dataset_path": "x.json"}, "--dataset-path is for --dataset-name sharegpt"),
+    ({"random_prefix_len": -1}, "--random-prefix-len must be between 0 and"),
+    ({"dataset_name": "generated-shared-prefix", "gsp_num_groups": 10_000, "gsp_prompts_per_group": 10_000},
+     "--gsp-num-groups x --gsp-prompts-per-group must be at most 10,000,000"),
+])
+def test_shared_prefix_bad_options_get_one_line(changes: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build(BenchConfig(**changes))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("cfg", "words"), [
+    (BenchConfig(random_prefix_len=4000, random_input_len=8), "--random-prefix-len 4000"),
+    (BenchConfig(dataset_name="prefix_repetition", prefix_repetition_prefix_len=4000),
+     "--prefix-repetition-prefix-len"),
+    (BenchConfig(dataset_name="generated-shared-prefix"), "--gsp-system-prompt-len 2048"),
+])
+def test_a_prefix_longer_than_the_servers_context_is_one_line(cfg: BenchConfig, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build(cfg, max_model_len=2048)  # the context the server reports
+    assert words in str(info.value) and "max_model_len 2048" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_extra_body_that_replaces_the_prompt_still_builds_shared_prefix_bodies() -> None:
+    cfg = BenchConfig(num_prompts=2, random_prefix_len=8, random_input_len=4, extra_body={"prompt": "fixed"})
+    assert [body(s)["prompt"] for s in build(cfg).requests] == ["fixed", "fixed"]
+    cfg = BenchConfig(num_prompts=2, random_prefix_len=8, random_input_len=4, extra_body={"temperature": 0})
+    assert all(body(s)["temperature"] == 0 and len(body(s)["prompt"]) == 12 for s in build(cfg).requests)

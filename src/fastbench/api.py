@@ -24,7 +24,7 @@ from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import card, figures, modelcard, writers
 from fastbench.results.result import Result
-from fastbench.server import control, launch, modelinfo
+from fastbench.server import control, launch, modelinfo, prefixcache
 from fastbench.server.engines import make_server
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
@@ -310,6 +310,12 @@ async def _run_against(
             stop_event=stop,
         )
         generator = LoadGenerator(target, plan, config.api_key)
+        reset_notes: list[str] = []
+        if config.reset_prefix_cache:  # before the warm-ups: they may be there to fill the cache
+            not_reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
+            server_info["prefix_cache_reset"] = not_reset or "done before the first request"
+            if not_reset is not None:
+                reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {not_reset}")
         monitor = WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
             plan.on_window_start = monitor.restart_window_soon
@@ -354,7 +360,8 @@ async def _run_against(
     server_info.update(card.server_sections(
         window, memory=memory_seen, teardown=watched.teardown if isinstance(watched, LaunchedServer) else None,
         client_tokens_per_chunk=result.mean_tokens_per_chunk,
-        client_in_flight=card.ClientInFlight(result.client.mean_in_flight, data.rows), later_notes=synthetic_lost))
+        client_in_flight=card.ClientInFlight(result.client.mean_in_flight, data.rows),
+        later_notes=[*reset_notes, *synthetic_lost]))
     if synthetic_stats is not None:
         server_info["synthetic_stats"] = synthetic_stats
     result = dataclasses.replace(result, server_info=server_info)

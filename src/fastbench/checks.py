@@ -29,11 +29,16 @@ from typing import Any, Literal, NamedTuple
 from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError
 
-__all__ = ("FIELD_KINDS", "MAX_PROMPTS", "RANGES", "check_config", "check_port", "check_value", "flag")
+__all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_config", "check_port",
+           "check_prefix_fits", "check_value", "flag", "shortest_prompt")
 
 # One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
 MAX_PROMPTS = 10_000_000
 MAX_SPAN_S = 1e7  # about four months of arrivals
+# Tokens of one generated prompt part: past any model's context (the largest are ~10M), so a typo.
+MAX_PROMPT_TOKENS = 16_000_000
+# The datasets fastbench makes itself: no file to read.
+GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix")
 
 # Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME".
 _FLAGS = {
@@ -71,6 +76,13 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "random_input_len": (lambda v: v >= 1, "must be >= 1"),
     "random_output_len": (lambda v: v >= 1, "must be >= 1"),
     "random_range_ratio": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "random_prefix_len": (lambda v: 0 <= v <= MAX_PROMPT_TOKENS, f"must be between 0 and {MAX_PROMPT_TOKENS:,}"),
+    **{name: (lambda v: 1 <= v <= MAX_PROMPT_TOKENS, f"must be between 1 and {MAX_PROMPT_TOKENS:,}")
+       for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len", "prefix_repetition_output_len",
+                    "gsp_system_prompt_len", "gsp_question_len", "gsp_output_len")},
+    "prefix_repetition_num_prefixes": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
+    "gsp_num_groups": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
+    "gsp_prompts_per_group": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "max_model_len": (lambda v: v >= 1, "must be >= 1"),
     "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
@@ -83,7 +95,6 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "frequency_penalty": (lambda v: -2 <= v <= 2, "must be between -2 and 2"),
     "presence_penalty": (lambda v: -2 <= v <= 2, "must be between -2 and 2"),
     "repetition_penalty": (lambda v: 0 < v < math.inf, "must be > 0"),
-    "random_prefix_len": (lambda v: v >= 0, "must be >= 0"),
     "logprobs": (lambda v: v >= 0, "must be >= 0"),
     "ramp_up_start_rps": (lambda v: 0 <= v < math.inf, "must be >= 0"),
     "ramp_up_end_rps": (lambda v: 0 < v < math.inf, "must be > 0"),
@@ -312,6 +323,36 @@ def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
             yield "the command line", text
 
 
+def shortest_prompt(config: BenchConfig) -> tuple[int, str] | None:
+    """The fewest prompt tokens a generated dataset's request can have, and the flags that set them;
+    None for a dataset read from a file."""
+    if config.dataset_name == "random":
+        low = max(1, math.floor(config.random_input_len * (1 - config.random_range_ratio)))
+        return config.random_prefix_len + low, "--random-prefix-len + --random-input-len"
+    if config.dataset_name == "prefix_repetition":
+        return (config.prefix_repetition_prefix_len + config.prefix_repetition_suffix_len,
+                "--prefix-repetition-prefix-len + --prefix-repetition-suffix-len")
+    if config.dataset_name == "generated-shared-prefix":
+        return config.gsp_system_prompt_len + config.gsp_question_len, "--gsp-system-prompt-len + --gsp-question-len"
+    return None
+
+
+def check_prefix_fits(config: BenchConfig, max_model_len: int | None, origin: str) -> None:
+    """Refuse a generated dataset whose shortest prompt cannot fit ``max_model_len`` with one output
+    token (``origin`` says where the context length came from)."""
+    shortest = shortest_prompt(config)
+    if max_model_len is None or shortest is None:
+        return
+    tokens, flags = shortest
+    if tokens >= max_model_len:
+        raise ConfigError(f"{flags} make prompts of at least {tokens:,} tokens, which leave no room for output in "
+                          f"the context of {max_model_len:,} tokens ({origin}); shorten the prefix or the prompt")
+
+
+def _check_prefix_fits(config: BenchConfig) -> None:
+    check_prefix_fits(config, config.max_model_len, "--max-model-len")
+
+
 def _check_idle_and_needed(config: BenchConfig) -> None:
     """No option is given that the others make idle, and none is missing that another needs: found
     out before a launched server spends minutes loading."""
@@ -329,14 +370,25 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
         raise ConfigError("--request-id-prefix and --extra-body's request_id both set the request id: give one")
     if config.synthetic_args and (config.base_url is not None or config.launch is not None):
         raise ConfigError("--synthetic-args configures the built-in server, which --base-url and --launch replace")
-    if config.dataset_name == "random":
+    if config.dataset_name in GENERATED_DATASETS:
         for option, idle in (("--dataset-path", config.dataset_path),
                              ("--dataset-order file", config.dataset_order == "file")):
             if idle:
-                raise ConfigError(f"{option} is for --dataset-name sharegpt or jsonl; the dataset is random "
-                                  "(vllm bench serve's default once was sharegpt: give --dataset-name)")
+                raise ConfigError(f"{option} is for --dataset-name sharegpt or jsonl; the dataset is "
+                                  f"{config.dataset_name}, made by fastbench (vllm bench serve's default once "
+                                  "was sharegpt: give --dataset-name)")
     elif not config.dataset_path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    if config.random_prefix_len and config.dataset_name != "random":
+        raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
+                          "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")
+    if config.dataset_name == "prefix_repetition" and config.num_prompts < config.prefix_repetition_num_prefixes:
+        raise ConfigError(f"--num-prompts {config.num_prompts} is fewer than --prefix-repetition-num-prefixes "
+                          f"{config.prefix_repetition_num_prefixes}: some prefixes would never be sent")
+    if config.gsp_num_groups * config.gsp_prompts_per_group > MAX_PROMPTS:
+        raise ConfigError(f"--gsp-num-groups x --gsp-prompts-per-group must be at most {MAX_PROMPTS:,}, got "
+                          f"{config.gsp_num_groups * config.gsp_prompts_per_group:,}")
+    _check_prefix_fits(config)
     if config.launch is not None:
         if config.base_url is not None:
             raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")

@@ -13,7 +13,7 @@ import os
 from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
-DatasetName = Literal["random", "sharegpt", "jsonl"]
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix"]
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 RampUpStrategy = Literal["linear", "exponential"]
@@ -99,6 +99,9 @@ class BenchConfig:
         base_url, or the synthetic server when base_url is None too).
     :param metrics_interval_s: seconds between reads of the server's /metrics during the window
         (speculative-decoding acceptance, KV-cache usage); 0 reads it only at the start and end.
+    :param reset_prefix_cache: ask the server to empty its prefix cache before the first request
+        (warm-ups included): vLLM's ``POST /reset_prefix_cache`` or SGLang's ``/flush_cache``; where the
+        server has neither, the run goes on and its notes say so.
     :param memory_interval_s: seconds between memory samples; None: 1 s when a server is launched,
         no sampling otherwise; 0: off.
     :param served_model_name: the model name sent in each request when it differs from ``model``
@@ -110,8 +113,6 @@ class BenchConfig:
         sampling parameters put into every request body when set; ``extra_body`` wins over them.
     :param logprobs: log-probabilities per output token: ``"logprobs": N`` on /v1/completions (as vllm
         bench serve), ``"logprobs": true, "top_logprobs": N`` on /v1/chat/completions.
-    :param random_prefix_len: random dataset: this many random tokens, the same for every request,
-        before each prompt's own (vllm's ``--random-prefix-len``).
     :param ramp_up_strategy: open loop whose rate moves from ``ramp_up_start_rps`` to
         ``ramp_up_end_rps`` over the run's requests, ``linear`` or ``exponential`` (as vllm bench
         serve); ``request_rate`` stays None.
@@ -166,6 +167,18 @@ class BenchConfig:
     random_input_len: int = 1024
     random_output_len: int = 128
     random_range_ratio: float = 0.0
+    random_prefix_len: int = 0  # random: one fixed prefix of this many tokens before each prompt (vLLM's)
+    # prefix_repetition (vLLM's): num_prefixes prefixes, each prompt one of them plus its own suffix
+    prefix_repetition_prefix_len: int = 256
+    prefix_repetition_suffix_len: int = 256
+    prefix_repetition_num_prefixes: int = 10
+    prefix_repetition_output_len: int = 128
+    # generated-shared-prefix (SGLang's): groups of prompts sharing a system prompt
+    gsp_num_groups: int = 64
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
     tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
@@ -182,6 +195,7 @@ class BenchConfig:
     # a server launched for the run, the server's /metrics and memory sampling
     launch: LaunchConfig | None = None
     metrics_interval_s: float = 2.0
+    reset_prefix_cache: bool = False  # empty the server's prefix cache before the first request
     memory_interval_s: float | None = None
     config_file: StrPath | None = None  # the --config TOML file the options came from, if any
     # the command line that built this config, recorded in the result
@@ -204,7 +218,6 @@ class BenchConfig:
     presence_penalty: float | None = None
     repetition_penalty: float | None = None
     logprobs: int | None = None
-    random_prefix_len: int = 0
     ramp_up_strategy: RampUpStrategy | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None

@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--extra-body", type=json_object, default={},
                    help="JSON object merged into every request body, e.g. '{\"temperature\":0}'")
     g = p.add_argument_group("dataset")
-    g.add_argument("--dataset-name", default="random", choices=("random", "sharegpt", "jsonl"),
+    g.add_argument("--dataset-name", default="random",
+                   choices=("random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix"),
                    help="where prompts come from")
     g.add_argument("--dataset-path", default=None, help="ShareGPT V3 JSON or JSONL file")
     g.add_argument("--dataset-order", default="random", choices=("random", "file"),
@@ -135,8 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--random-output-len", type=whole_number, default=128, help="random: output tokens")
     g.add_argument("--random-range-ratio", type=range_ratio, default=0.0,
                    help="random: lengths drawn uniformly in [len*(1-r), len*(1+r)]")
-    g.add_argument("--random-prefix-len", type=whole_number, default=0,
-                   help="random: this many random tokens, the same for every request, before each prompt")
     g.add_argument("--input-len", type=whole_number, default=None, help="as vllm bench serve: --random-input-len")
     g.add_argument("--output-len", type=whole_number, default=None,
                    help="as vllm bench serve: --random-output-len for random, --max-tokens for sharegpt and jsonl")
@@ -145,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "sharegpt)")
     g.add_argument("--disable-shuffle", action="store_true",
                    help="as vllm bench serve: prompts in file order (--dataset-order file)")
+    _add_shared_prefix_args(p, g)
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
@@ -199,6 +199,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_args(p)
     vllmflags.add_unused_args(p)
     return p
+
+
+def _add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGroup) -> None:
+    """Shared prefixes, for prefix-cache studies: vllm bench serve's and SGLang's flags and meanings."""
+    g.add_argument("--random-prefix-len", type=whole_number, default=0,
+                   help="random: one fixed random prefix of this many tokens before every prompt; the prompt is "
+                   "this plus --random-input-len's draw (as vllm bench serve)")
+    g = p.add_argument_group("shared-prefix datasets", "prefix_repetition (vllm bench serve's): each prompt is one "
+                             "of N random prefixes plus its own random suffix; generated-shared-prefix (SGLang's): "
+                             "groups of prompts sharing a system prompt, each with its own question")
+    g.add_argument("--prefix-repetition-prefix-len", type=whole_number, default=256, help="prefix tokens")
+    g.add_argument("--prefix-repetition-suffix-len", type=whole_number, default=256, help="suffix tokens")
+    g.add_argument("--prefix-repetition-num-prefixes", type=whole_number, default=10, help="distinct prefixes")
+    g.add_argument("--prefix-repetition-output-len", type=whole_number, default=128, help="output tokens")
+    g.add_argument("--gsp-num-groups", type=whole_number, default=64, help="groups (system prompts)")
+    g.add_argument("--gsp-prompts-per-group", type=whole_number, default=16, help="prompts per group")
+    g.add_argument("--gsp-system-prompt-len", type=whole_number, default=2048, help="system prompt tokens")
+    g.add_argument("--gsp-question-len", type=whole_number, default=128, help="question tokens")
+    g.add_argument("--gsp-output-len", type=whole_number, default=256, help="output tokens")
+    g.add_argument("--reset-prefix-cache", action="store_true",
+                   help="empty the server's prefix cache before the first request (vLLM's POST /reset_prefix_cache, "
+                   "served with VLLM_SERVER_DEV_MODE=1; SGLang's /flush_cache); where impossible, the notes say so")
 
 
 def _add_launch_args(p: argparse.ArgumentParser) -> None:
@@ -367,6 +389,17 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         random_input_len=ns.input_len if ns.input_len is not None else ns.random_input_len,
         random_output_len=random_output_len,
         random_range_ratio=ns.random_range_ratio,
+        random_prefix_len=ns.random_prefix_len,
+        prefix_repetition_prefix_len=ns.prefix_repetition_prefix_len,
+        prefix_repetition_suffix_len=ns.prefix_repetition_suffix_len,
+        prefix_repetition_num_prefixes=ns.prefix_repetition_num_prefixes,
+        prefix_repetition_output_len=ns.prefix_repetition_output_len,
+        gsp_num_groups=ns.gsp_num_groups,
+        gsp_prompts_per_group=ns.gsp_prompts_per_group,
+        gsp_system_prompt_len=ns.gsp_system_prompt_len,
+        gsp_question_len=ns.gsp_question_len,
+        gsp_output_len=ns.gsp_output_len,
+        reset_prefix_cache=ns.reset_prefix_cache,
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,
         goodput=dict(ns.goodput),
@@ -397,7 +430,6 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         presence_penalty=ns.presence_penalty,
         repetition_penalty=ns.repetition_penalty,
         logprobs=ns.logprobs,
-        random_prefix_len=ns.random_prefix_len,
         ramp_up_strategy=ns.ramp_up_strategy,
         ramp_up_start_rps=ns.ramp_up_start_rps,
         ramp_up_end_rps=ns.ramp_up_end_rps,

@@ -28,8 +28,7 @@ def _dataset(name: str) -> str:
 # vLLM's datasets fastbench lacks, and the flag prefixes that configure them.
 _DATASET_PREFIXES = {
     "--hf-": "hf", "--spec-bench-": "spec_bench", "--speed-bench-": "speed_bench", "--timed-trace-": "timed_trace",
-    "--blazedit-": "blazedit", "--asr-": "ASR", "--bfcl-": "BFCL", "--prefix-repetition-": "prefix_repetition",
-    "--random-mm-": "random-mm",
+    "--blazedit-": "blazedit", "--asr-": "ASR", "--bfcl-": "BFCL", "--random-mm-": "random-mm",
 }
 
 UNUSED: dict[str, Unused] = {
@@ -80,8 +79,6 @@ for _flag, _arity in (
     ("--blazedit-min-distance", "value"), ("--blazedit-max-distance", "value"),
     ("--asr-max-audio-len-sec", "value"), ("--asr-min-audio-len-sec", "value"),
     ("--bfcl-categories", "value"),
-    ("--prefix-repetition-prefix-len", "value"), ("--prefix-repetition-suffix-len", "value"),
-    ("--prefix-repetition-num-prefixes", "value"), ("--prefix-repetition-output-len", "value"),
     ("--random-mm-base-items-per-request", "value"), ("--random-mm-num-mm-items-range-ratio", "value"),
     ("--random-mm-limit-mm-per-prompt", "value"), ("--random-mm-bucket-config", "value"),
 ):

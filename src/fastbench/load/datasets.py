@@ -1,9 +1,9 @@
 """The workload of a run: its datasets' prompts turned into request bodies, serialised once with orjson
 and never per send.
 
-Three datasets, as in ``vllm bench serve``, each a module of ``fastbench.load.sources`` (its docstring
-says how it draws or reads its prompts): ``random``, ``sharegpt`` and ``jsonl``; ``DATASETS`` lists them
-by ``--dataset-name``.
+Five datasets, each a module of ``fastbench.load.sources`` (its docstring says how it draws or reads its
+prompts): ``random``, ``sharegpt``, ``jsonl`` and ``prefix_repetition`` as in ``vllm bench serve``, and
+SGLang's ``generated-shared-prefix``; ``DATASETS`` lists them by ``--dataset-name``.
 
 Text prompts are counted by the local tokenizer, the server's ``/tokenize`` or an estimate
 (``fastbench.load.tokens``); counts of chat prompts cover the message text only: the server's chat
@@ -25,8 +25,15 @@ import orjson
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
-from fastbench.load.screening import OTHER_OUTPUT_LIMITS, Candidate, Selector, max_tokens_override, output_limit_known
-from fastbench.load.sources import Context, Dataset, jsonl, random_prompts, sharegpt
+from fastbench.load.screening import (
+    OTHER_OUTPUT_LIMITS,
+    Candidate,
+    JsonPrompt,
+    Selector,
+    max_tokens_override,
+    output_limit_known,
+)
+from fastbench.load.sources import Context, Dataset, jsonl, prefix_repetition, random_prompts, shared_prefix, sharegpt
 from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed
 from fastbench.server.control import TokenizeFn
 
@@ -44,6 +51,8 @@ DATASETS: dict[str, Dataset] = {
     "random": Dataset(random_prompts.check, random_prompts.offer),
     "sharegpt": Dataset(sharegpt.check, sharegpt.offer),
     "jsonl": Dataset(jsonl.check, jsonl.offer),
+    "prefix_repetition": Dataset(prefix_repetition.check, prefix_repetition.offer),
+    "generated-shared-prefix": Dataset(shared_prefix.check, shared_prefix.offer),
 }
 
 
@@ -165,7 +174,7 @@ async def _build(
     if chat:
         notes.append("chat: prompt_len counts the message text only; the chat template adds tokens")
 
-    specs = [_make_spec(c, config, model, chat) for c in accepted]
+    specs = _make_specs(accepted, config, model, chat)
     n = config.num_prompts
     requests = [specs[i % len(specs)] for i in range(n)] if specs else []
     warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
@@ -192,12 +201,44 @@ async def _build(
     )
 
 
+# Stands for a JsonPrompt's value in a body serialised once; the prompt's JSON is spliced in its place.
+_PROMPT_MARK = "\x00fastbench prompt\x00"
+
+
+def _make_specs(accepted: list[Candidate], config: BenchConfig, model: str, chat: bool) -> list[RequestSpec]:
+    templates: dict[int, tuple[bytes, bytes] | None] = {}  # max_tokens -> the body around the prompt
+    override = max_tokens_override(config.extra_body)
+    specs = []
+    for c in accepted:
+        prompt = c.prompt
+        if isinstance(prompt, JsonPrompt):
+            if c.max_tokens not in templates:
+                templates[c.max_tokens] = _template(c, config, model, chat)
+            around = templates[c.max_tokens]
+            if around is not None:
+                head, tail = around
+                specs.append(RequestSpec(b"".join((head, *prompt.parts, tail)), c.prompt_len,
+                                         override or c.max_tokens, prompt.chars))
+                continue
+        specs.append(_make_spec(c, config, model, chat))
+    return specs
+
+
+def _template(c: Candidate, config: BenchConfig, model: str, chat: bool) -> tuple[bytes, bytes] | None:
+    """The body of ``c`` serialised once, split where its prompt goes; None when --extra-body
+    replaces the prompt (then each body is made whole)."""
+    parts = _make_spec(dataclasses.replace(c, prompt=_PROMPT_MARK), config, model, chat).body.split(
+        orjson.dumps(_PROMPT_MARK))
+    return (parts[0], parts[1]) if len(parts) == 2 else None
+
+
 def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> RequestSpec:
     body: dict[str, Any] = {"model": model}
+    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, JsonPrompt) else c.prompt
     if chat:
-        body["messages"] = [{"role": "user", "content": c.prompt}]
+        body["messages"] = [{"role": "user", "content": prompt}]
     else:
-        body["prompt"] = c.prompt
+        body["prompt"] = prompt
     body["max_tokens"] = c.max_tokens
     body["stream"] = True
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
@@ -217,7 +258,7 @@ def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> Req
         body=bytes(memoryview(raw)),
         prompt_len=c.prompt_len,
         max_tokens=max_tokens_override(config.extra_body) or c.max_tokens,
-        prompt_text_chars=len(c.prompt) if isinstance(c.prompt, str) else 0,
+        prompt_text_chars=len(prompt) if isinstance(prompt, str) else 0,
     )
 
 

@@ -13,9 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
-Prompt = str | list[int]
+
+class JsonPrompt(NamedTuple):
+    """A prompt already serialised as its JSON value (a token-id array, or a string for text), in parts
+    joined only into each request body: shared-prefix datasets serialise their prefix once, not per
+    request, and its bytes are copied once, into the body."""
+
+    parts: tuple[bytes, ...]  # joined, the prompt's JSON value
+    chars: int  # characters of prompt text; 0 for token ids
+
+    @property
+    def json(self) -> bytes:
+        return b"".join(self.parts)
+
+
+Prompt = str | list[int] | JsonPrompt
 
 # Other names servers take for the output limit, which win over max_tokens where they are honoured
 # (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).
@@ -77,11 +91,14 @@ class Selector:
         return self.need - len(self.accepted)
 
     def offer(self, candidates: Sequence[Candidate]) -> None:
+        limits: dict[int, int] = {}  # max_tokens -> the output screened for: a few values, 100,000s of prompts
+        mml = self.max_model_len
         for c in candidates:
             if self.remaining <= 0:
                 return
-            mml = self.max_model_len
-            max_tokens = screening_limit(c.max_tokens, self.extra_body)
+            max_tokens = limits.get(c.max_tokens)
+            if max_tokens is None:
+                max_tokens = limits[c.max_tokens] = screening_limit(c.max_tokens, self.extra_body)
             if mml is not None and c.prompt_len is not None and c.prompt_len + max_tokens > mml:
                 self.screened_out += 1
                 continue

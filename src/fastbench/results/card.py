@@ -278,6 +278,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
             f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",
         ),
         ("TTFT (ms)", ttft_text),
+        *_prefix_cache_rows(info.get("prefix_cache_stats")),
         ("TPOT (ms)", _median_p99(d.get("tpot"))),
         ("ITL (ms)", itl_text),
         ("E2E latency (ms)", _median_p99(d.get("e2el"))),
@@ -432,6 +433,10 @@ def _metrics_sections(window: WindowReport, info: dict[str, Any], notes: list[st
             row = cache_config_row(cache, metrics.analysis["cache_config_engines"])
             if row:
                 info.setdefault("card_config", {})["KV cache (server)"] = row
+    prefix = window.prefix_cache
+    if prefix is not None:
+        info["prefix_cache_stats"] = prefix
+        notes += [f"Prefix cache: {note}" for note in prefix["notes"]]
     spec = window.spec_decode
     stats = window.spec_decode_json()
     if stats is not None:
@@ -557,6 +562,20 @@ def footprint_rows(footprint: Mapping[str, Any], gpu_memory_utilization: str | N
 
 
 # -- /metrics: gauges, the KV cache, speculative decoding ---------------------------------------------
+
+
+def _prefix_cache_rows(stats: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The Measured results row beside TTFT: the server's prefix-cache hit rate over the window."""
+    if not stats:
+        return []
+    rate = stats.get("hit_rate")
+    if rate is None:
+        text = "n/a (" + (stats["notes"][-1] if stats.get("notes") else "no counters") + ")"
+    else:
+        text = (f"{100 * rate:.2f} % ({stats['hits']:,.0f} of {stats['queries']:,.0f} prompt tokens cached, "
+                "the server's counters over the window)")
+    return [("Prefix cache hit rate", text)]
+
 
 
 def gauge_rows(gauges: Mapping[str, Any], client: ClientInFlight | None = None) -> dict[str, str]:

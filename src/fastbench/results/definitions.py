@@ -109,6 +109,12 @@ DEFINITIONS: dict[str, str] = {
         "estimate of the speculative-decoding acceptance length (the server may merge steps into "
         "one chunk under load)."
     ),
+    "prefix_cache_hit_rate": (
+        "Prefix-cache hit rate: the server's cached prompt tokens / prompt tokens it looked up in its prefix "
+        "cache, from the deltas of its /metrics counters vllm:prefix_cache_hits_total and "
+        "vllm:prefix_cache_queries_total between the measured window's first and last reads. "
+        "The server's figure, not the client's: fastbench only reads it."
+    ),
     "max_concurrent_requests": "Most requests in flight at once (between send and end), exact.",
     "mean_in_flight": "Time-weighted mean of requests in flight over the measured window.",
     "late_share": (

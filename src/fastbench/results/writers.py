@@ -316,6 +316,7 @@ def render_console(result: Result) -> str:
         ("e2el", "E2EL", "End-to-end Latency"),
     )
     chosen = selected_percentiles(cfg)
+    prefix_rate = (result.server_info.get("prefix_cache_stats") or {}).get("hit_rate")
     for key, short, title in sections:
         dist = d.get(key) or Distribution.empty("ms")
         head(title)
@@ -326,6 +327,8 @@ def render_console(result: Result) -> str:
         elif key in chosen[0]:  # --percentile-metrics / --metric-percentiles
             for p in chosen[1]:
                 row(f"P{percentile_word(p)} {short} (ms):", dist.selected.get(p))
+        if key == "ttft" and prefix_rate is not None:  # the server's counters over the window
+            row("Prefix cache hit rate (%):", 100 * prefix_rate)
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)

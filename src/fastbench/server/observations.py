@@ -105,6 +105,14 @@ class WindowReport:
         spec: dict[str, Any] | None = self.metrics.analysis.get("spec_decode")
         return spec
 
+    @property
+    def prefix_cache(self) -> dict[str, Any] | None:
+        """specdecode.analyze's ``prefix_cache`` (prefixcache.summarize's); None without counters."""
+        if not self.metrics.available:
+            return None
+        stats: dict[str, Any] | None = self.metrics.analysis.get("prefix_cache")
+        return stats
+
     def spec_decode_json(self) -> dict[str, Any] | None:
         """The result file's ``spec_decode_stats``: the counters' figures and the log's cross-check."""
         spec = self.spec_decode

@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fastbench.server import prefixcache
 from fastbench.server.prom import MAX_COUNT, Metrics, Scrape
 
 __all__ = (
@@ -239,6 +240,7 @@ class _Reading:
     counters: SpecCounters | None
     problems: tuple[str, ...]  # what was wrong with the counters
     generated: tuple[tuple[float | None, bool], ...]  # per GENERATED_COUNTERS: total, and "is no count"
+    prefix_cache: tuple[prefixcache.PrefixCounters | None, str | None]  # its counters, what was wrong
 
     @classmethod
     def of(cls, scrape: Scrape) -> _Reading:
@@ -256,6 +258,7 @@ class _Reading:
             counters=counters,
             problems=tuple(problems),
             generated=tuple((m.total(n), m.counter_problem(n) is not None) for n in GENERATED_COUNTERS),
+            prefix_cache=prefixcache.PrefixCounters.read(m),
         )
 
 
@@ -271,7 +274,8 @@ def _generated_delta(readings: Sequence[_Reading]) -> float | None:
 
 
 def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
-    """Everything the window's scrapes say: ``spec_decode`` (None without counters) and ``gauges``.
+    """Everything the window's scrapes say: ``spec_decode`` (None without counters), ``prefix_cache``
+    (``prefixcache.summarize``'s; None without counters) and ``gauges``.
 
     The result is plain JSON-ready data (it goes into the result file as it is).
     """
@@ -301,6 +305,7 @@ def analyze(scrapes: Sequence[Scrape], *, interval_s: float) -> dict[str, Any]:
 
     out["engine"] = next((r.engine for r in readings if r.engine is not None), None)
     out["spec_decode"] = _spec_decode(readings, t0)
+    out["prefix_cache"] = prefixcache.summarize([r.prefix_cache for r in readings])
     first = scrapes[0].metrics() if scrapes else None
     out["cache_config"] = cache_config(first) if first is not None else None
     out["cache_config_engines"] = len(first.series.get(CACHE_CONFIG_INFO, ())) if first is not None else 0

@@ -8,7 +8,8 @@ a hand-written HTTP/1.1 protocol.
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (vLLM's stream shapes, including
 ``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /health``, ``GET /v1/models``,
 ``GET /version``, ``GET /metrics`` (vLLM-style Prometheus text, with speculative-decoding counters when
-``--tokens-per-chunk`` allows more than one token per chunk), ``POST /tokenize``, and its own
+``--tokens-per-chunk`` allows more than one token per chunk, and prefix-cache counters with
+``--enable-prefix-caching``), ``POST /tokenize``, ``POST /reset_prefix_cache`` (vLLM's), and its own
 ``GET /fb/stats`` (self-measured write lateness, chunk and stream counts) and ``POST /fb/reset``.
 
 Token model (deterministic, documented):
@@ -23,7 +24,9 @@ Token model (deterministic, documented):
 Timing: chunk ``i`` (``i`` = 0 is the first token) of a request received at ``t`` is due at
 ``t + TTFT + i * ITL (+ uniform jitter)``, an absolute schedule, so lateness never accumulates.
 TTFT = ``--ttft-ms`` (default 50) + ``prompt_tokens / --prefill-tok-s`` when that is given (then
-``--ttft-ms`` defaults to 0). ``t`` is the time the request's last bytes were read. Every SSE data
+``--ttft-ms`` defaults to 0); with ``--enable-prefix-caching``, prompt tokens found in the prefix cache
+(``prefixcache``: blocks of ``--block-size`` tokens, vLLM's counting) are left out of that prefill
+term. ``t`` is the time the request's last bytes were read. Every SSE data
 event except ``[DONE]`` carries ``"fb_sent_ns"``: ``time.monotonic_ns()`` taken just before the write.
 The first chunk holds one token (the prefill's); each later chunk is one decode step emitting
 ``1 + accepted`` tokens, with ``K = max tokens per chunk - 1`` draft tokens per step (see /metrics).
@@ -42,11 +45,11 @@ on shifts by ``--stall-s``), ``trickle`` (the whole response is written one byte
 response), ``usage-contradictory`` (per-chunk usage decreases from the middle on; the final usage
 reports half the tokens streamed). Mid-stream faults need at least two chunks.
 
-Modules, low to high: ``model`` (the token model), ``sched`` (the scheduler of timed writes and its
-lateness histogram), ``protocol`` (HTTP/1.1: one connection's requests and responses), ``generation``
-(one request's schedule, chunks and fault modes), ``engine`` (options, shared state and counters,
-routes, the process's coroutine), ``cli`` (the command line) and ``server`` (``SyntheticServer``, which
-starts the process).
+Modules, low to high: ``model`` (the token model), ``prefixcache`` (the prefix cache), ``sched`` (the
+scheduler of timed writes and its lateness histogram), ``protocol`` (HTTP/1.1: one connection's requests
+and responses), ``generation`` (one request's schedule, chunks and fault modes), ``engine`` (options,
+shared state and counters, routes, the process's coroutine), ``cli`` (the command line) and ``server``
+(``SyntheticServer``, which starts the process).
 """
 
 from fastbench.synthetic.cli import build_parser, config_from_args, main

@@ -105,6 +105,15 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
                    help="per-token probability of stopping early (requests without ignore_eos)")
     t.add_argument("--timer", choices=("auto", "timerfd", "call_at"), default="auto",
                    help="timerfd: ns-precise (Linux); call_at: uvloop's 1 ms timers, rounded up")
+    c = p.add_argument_group("prefix cache", "vLLM's automatic prefix caching, modelled: cached prompt tokens "
+                             "cost no prefill time (see --prefill-tok-s); counters in /metrics")
+    c.add_argument("--enable-prefix-caching", action="store_true",
+                   help="cache prompt blocks (off by default here; vLLM V1 has it on)")
+    c.add_argument("--block-size", type=int, default=16, help="tokens per cached block")
+    c.add_argument("--prefix-cache-blocks", type=int, default=65536,
+                   help="blocks the cache holds before evicting the least recently used")
+    c.add_argument("--no-reset-prefix-cache", action="store_true",
+                   help="answer 404 to POST /reset_prefix_cache, as vLLM does without VLLM_SERVER_DEV_MODE=1")
     o = p.add_argument_group("output shape")
     o.add_argument("--reasoning-tokens", type=int, default=0,
                    help="chat: the first N output tokens stream as delta.reasoning")
@@ -139,7 +148,9 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         eos_prob=ns.eos_prob, reasoning_tokens=ns.reasoning_tokens, reasoning_field=ns.reasoning_field,
         no_usage=ns.no_usage, final_usage_only=ns.final_usage_only, strict_model=ns.strict_model,
         fault=ns.fault, fault_every=ns.fault_every, stall_s=ns.stall_s, trickle_us=ns.trickle_us,
-        oversized_bytes=ns.oversized_bytes, timer=ns.timer,
+        oversized_bytes=ns.oversized_bytes, timer=ns.timer, enable_prefix_caching=ns.enable_prefix_caching,
+        block_size=ns.block_size, prefix_cache_blocks=ns.prefix_cache_blocks,
+        reset_prefix_cache_endpoint=not ns.no_reset_prefix_cache,
     )
 
 
@@ -161,6 +172,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m fastbench.synthet
         parser.error("--eos-prob must be in [0, 1]")
     if ns.fault_every < 1 or ns.max_model_len < 1 or ns.default_max_tokens < 1:
         parser.error("--fault-every, --max-model-len and --default-max-tokens must be >= 1")
+    if ns.block_size < 1 or ns.prefix_cache_blocks < 1:
+        parser.error("--block-size and --prefix-cache-blocks must be >= 1")
     if ns.reasoning_tokens < 0 or ns.seed < 0:
         parser.error("--reasoning-tokens and --seed must be >= 0")
     # Each oversized event is built in memory, and a trickled byte waits this long: past these, a typo.

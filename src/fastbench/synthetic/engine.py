@@ -34,6 +34,7 @@ from fastbench.synthetic.model import (
     tokenize_messages,
     tokenize_prompt,
 )
+from fastbench.synthetic.prefixcache import PrefixCache
 from fastbench.synthetic.protocol import Connection, error_body
 from fastbench.synthetic.sched import Lateness, Scheduler
 
@@ -88,6 +89,12 @@ class ServerConfig:
     trickle_us: int = 200
     oversized_bytes: int = 10 * 1024 * 1024
     timer: str = "auto"  # auto | timerfd | call_at
+    # vLLM's automatic prefix caching, modelled (see prefixcache); off by default, unlike vLLM V1,
+    # so that a run's TTFT does not depend on the prompts before it unless asked
+    enable_prefix_caching: bool = False
+    block_size: int = 16  # tokens per cached block (vLLM's default on GPUs)
+    prefix_cache_blocks: int = 65536  # blocks kept before the least recently used are evicted
+    reset_prefix_cache_endpoint: bool = True  # False: 404, as vLLM without VLLM_SERVER_DEV_MODE=1
 
     @property
     def spec_k(self) -> int:
@@ -134,6 +141,8 @@ class SyntheticEngine:
         self.itl_ns = int(cfg.itl_ms * 1e6)
         self.jitter_ns = int(cfg.jitter_ms * 1e6)
         self.label = b'{engine="0",model_name=%b}' % orjson.dumps(cfg.model)
+        self.prefix_cache = PrefixCache(cfg.block_size, cfg.prefix_cache_blocks) if cfg.enable_prefix_caching \
+            else None
 
     def close(self) -> None:
         self.sched.close()
@@ -211,7 +220,15 @@ class SyntheticEngine:
             "idle_gc_collections": self.idle_collections,
             "gc_enabled": gc.isenabled(),
             "fastbench_modules": sorted(m for m in sys.modules if m.split(".")[0] == "fastbench"),
-        }
+        } | self._prefix_cache_stats()
+
+    def _prefix_cache_stats(self) -> dict[str, Any]:
+        """Only with --enable-prefix-caching: the keys stay those of bench/fast_server.c otherwise."""
+        cache = self.prefix_cache
+        if cache is None:
+            return {}
+        return {"prefix_cache": {"block_size": cache.block_size, "blocks": cache.blocks, "queries": cache.queries,
+                                 "hits": cache.hits, "resets": cache.resets}}
 
     def reset_stats(self) -> None:
         self.lat.reset()
@@ -242,6 +259,11 @@ class SyntheticEngine:
         metric("request_success_total", "counter", "Count of successfully processed requests.",
                [(with_label(b'finished_reason="%b"' % r.encode()), v) for r, v in sorted(self.success.items())
                 if r != "abort"])
+        if self.prefix_cache is not None:  # vLLM's names (vllm/v1/metrics/loggers.py), in tokens
+            metric("prefix_cache_queries_total", "counter",
+                   "Prefix cache queries, in terms of number of queried tokens.", [(lb, self.prefix_cache.queries)])
+            metric("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+                   [(lb, self.prefix_cache.hits)])
         if self.spec_per_pos:
             metric("spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
                    [(lb, self.spec_drafts)])
@@ -296,6 +318,14 @@ class SyntheticEngine:
         self.reset_stats()
         conn.respond(200, orjson.dumps(self.stats()))
 
+    def h_reset_prefix_cache(self, conn: Connection, body: bytes, t: int) -> None:
+        if not self.cfg.reset_prefix_cache_endpoint:
+            conn.respond(404, error_body(404, "Not Found: /reset_prefix_cache"))
+            return
+        if self.prefix_cache is not None:
+            self.prefix_cache.reset()
+        conn.respond(200, orjson.dumps({"success": True}))
+
     def h_tokenize(self, conn: Connection, body: bytes, t: int) -> None:
         try:
             req = orjson.loads(body)
@@ -344,11 +374,16 @@ class SyntheticEngine:
             max_tokens = cfg.default_max_tokens if mt is None else mt
             if type(max_tokens) is not int or max_tokens < 1:
                 raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
+            ids: list[int] | None = None
             if chat:
+                if self.prefix_cache is not None:
+                    ids = tokenize_messages(req.get("messages"))
                 prompt_tokens = count_messages_tokens(req.get("messages"))
             else:
                 if "prompt" not in req:
                     raise ValueError("prompt is required")
+                if self.prefix_cache is not None:
+                    ids = tokenize_prompt(req["prompt"])
                 prompt_tokens = count_prompt_tokens(req["prompt"])
             model = req.get("model")
             if model is None:
@@ -394,8 +429,9 @@ class SyntheticEngine:
             n_out = min(max_tokens, 1 + int(math.log(1.0 - u) / math.log(1.0 - cfg.eos_prob))
                         if cfg.eos_prob < 1 else 1)
         ttft = self.ttft_base_ns
-        if cfg.prefill_tok_s:
-            ttft += int(prompt_tokens / cfg.prefill_tok_s * 1e9)
+        cached = self.prefix_cache.admit(ids) if self.prefix_cache is not None and ids is not None else 0
+        if cfg.prefill_tok_s:  # cached prompt tokens cost no prefill
+            ttft += int((prompt_tokens - cached) / cfg.prefill_tok_s * 1e9)
         g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
                  t, t + ttft, include_usage, continuous, fault)
         conn.gen = g
@@ -414,6 +450,7 @@ _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Connection, bytes, int]
     "/version": ("GET", SyntheticEngine.h_version),
     "/metrics": ("GET", SyntheticEngine.h_metrics),
     "/tokenize": ("POST", SyntheticEngine.h_tokenize),
+    "/reset_prefix_cache": ("POST", SyntheticEngine.h_reset_prefix_cache),
     "/v1/completions": ("POST", SyntheticEngine.h_completions),
     "/v1/chat/completions": ("POST", SyntheticEngine.h_chat),
     "/fb/stats": ("GET", SyntheticEngine.h_stats),

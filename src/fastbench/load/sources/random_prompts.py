@@ -8,8 +8,9 @@ its length is exactly the drawn one (length source ``tokenizer:PATH``). Without 
 at either end), and chat gets random common English words, one word taken as one token
 (``estimate (words)``).
 
-``--random-prefix-len P`` (as vLLM's) puts the same P random tokens before every prompt, drawn once:
-the prompt is P + the drawn input length tokens (with a local tokenizer, the joined text is counted).
+``--random-prefix-len N`` (vllm bench serve's meaning): one random prefix of N tokens, drawn once, goes
+before every prompt, so the prompt has N plus the drawn input length tokens; the prompts are then made
+by ``prefixed`` (the same three forms).
 """
 
 from __future__ import annotations
@@ -22,33 +23,10 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.load.screening import Candidate, Prompt
 from fastbench.load.sources import Context
+from fastbench.load.sources.prefixed import TOKEN_ID_HIGH, TOKEN_ID_LOW, WORDS, PromptMaker
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
-# Random token-id prompts without a tokenizer: ids inside every common vocabulary (Llama 2 has 32000)
-# and clear of the control tokens kept at the low end (Mistral's tekken reserves 0-999).
-_TOKEN_ID_LOW, _TOKEN_ID_HIGH = 1000, 30000
 _RANDOM_DRAW_FACTOR = 100  # random dataset: give up after this many draws per needed request
-
-# Common English words that most BPE vocabularies hold as one token (with the leading space).
-_WORD_TEXT = """
-the of and to in is was for on that with as by at from his her they this had not are but be have
-which one you were all she there would their we him been has when who will more no if out so said
-what up its about into than them can only other new some could time these two may then do first any
-my now such like our over man me even most made after also did many before must through back years
-where much your way well down should because each just those people how too little state good very
-make world still own see men work long get here between both life being under never day same another
-know while last might us great old year off come since against go came right used take three small
-house water place part number sound word light hand high food open tree city earth eye head story
-saw far sea draw left late run hold river car feet care second book carry took science room friend
-began idea fish mountain stop once base hear horse cut sure watch color face wood main enough plain
-girl usual young ready above ever red list though feel talk bird soon body dog family direct pose
-leave song measure door product black short class wind question happen complete ship area half rock
-order fire south problem piece told knew pass farm top whole king size heard best hour better true
-during hundred five remember step early west ground interest reach fast verb sing listen six table
-travel less morning ten simple several toward war lay pattern slow center love person money serve
-appear road map rain rule govern pull cold notice voice unit power town fine
-"""
-_WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 
 
 def _length_range(length: int, ratio: float) -> tuple[int, int]:
@@ -76,11 +54,18 @@ async def offer(ctx: Context) -> str:
     (in_low, in_high), (out_low, out_high) = _random_ranges(config)
     mml = selector.max_model_len
     prefix_len = config.random_prefix_len
-    if mml is not None and prefix_len + in_low + out_low > mml:
+    if mml is not None and prefix_len and prefix_len + in_low + out_low > mml:
         raise ConfigError(
-            f"no random request fits max_model_len {mml}: input >= {prefix_len + in_low} plus output >= {out_low} "
-            "tokens; lower --random-input-len/--random-prefix-len/--random-output-len/--max-tokens"
+            f"--random-prefix-len {prefix_len} + --random-input-len's shortest draw {in_low} + output >= {out_low} "
+            f"tokens exceed max_model_len {mml}: no random request fits; shorten the prefix or the prompt"
         )
+    if mml is not None and in_low + out_low > mml:
+        raise ConfigError(
+            f"no random request fits max_model_len {mml}: input >= {in_low} plus output >= {out_low} tokens; "
+            "lower --random-input-len/--random-output-len/--max-tokens"
+        )
+    if config.random_prefix_len:
+        return await _offer_prefixed(ctx, (in_low, in_high), (out_low, out_high))
     if local is not None:
         source = local.source
         notes.append(
@@ -92,20 +77,9 @@ async def offer(ctx: Context) -> str:
     else:
         source = SOURCE_TOKEN_IDS
         notes.append(
-            f"random: prompts sent as token-id lists, ids drawn from [{_TOKEN_ID_LOW}, {_TOKEN_ID_HIGH})"
+            f"random: prompts sent as token-id lists, ids drawn from [{TOKEN_ID_LOW}, {TOKEN_ID_HIGH})"
         )
     rng = np.random.default_rng(config.seed)
-    # the shared prefix, drawn first: the same for every request of a seed
-    prefix_ids: list[int] = []
-    prefix_text = ""
-    if prefix_len:
-        if local is not None:
-            prefix_text, _ = local.random_text(rng, prefix_len)
-        elif chat:
-            prefix_text = " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), size=prefix_len).tolist()) + " "
-        else:
-            prefix_ids = rng.integers(_TOKEN_ID_LOW, _TOKEN_ID_HIGH, size=prefix_len).tolist()
-        notes.append(f"random: every prompt begins with the same {prefix_len} random tokens (--random-prefix-len)")
     drawn, most = 0, _RANDOM_DRAW_FACTOR * selector.need + 1000
     while selector.remaining > 0 and drawn < most:
         k = selector.remaining
@@ -116,16 +90,29 @@ async def offer(ctx: Context) -> str:
             prompt: Prompt
             if local is not None:
                 prompt, n_in = local.random_text(rng, n_in)
-                if prefix_text:
-                    prompt = prefix_text + prompt
-                    n_in = local.count([prompt], special=False)[0]
             elif chat:
-                prompt = prefix_text + " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), size=n_in).tolist())
-                n_in += prefix_len
+                prompt = " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), size=n_in).tolist())
             else:
-                prompt = prefix_ids + rng.integers(_TOKEN_ID_LOW, _TOKEN_ID_HIGH, size=n_in).tolist()
-                n_in += prefix_len
+                prompt = rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n_in).tolist()
             batch.append(Candidate(prompt, n_in, n_out, source))
         drawn += k
         selector.offer(batch)
+    return "random"
+
+
+async def _offer_prefixed(ctx: Context, inputs: tuple[int, int], outputs: tuple[int, int]) -> str:
+    """The random dataset behind one fixed prefix of ``--random-prefix-len`` tokens."""
+    config, selector = ctx.config, ctx.selector
+    rng = np.random.default_rng(config.seed)
+    maker = PromptMaker(ctx, rng, separator="")
+    prefix = maker.prefix(config.random_prefix_len)
+    ctx.notes.append(f"random: one fixed prefix of {prefix.tokens} tokens before every prompt (vllm bench serve's "
+                     f"--random-prefix-len), then --random-input-len's draw; {maker.note()}")
+    drawn, most = 0, _RANDOM_DRAW_FACTOR * selector.need + 1000
+    while selector.remaining > 0 and drawn < most:
+        k = selector.remaining
+        in_lens = rng.integers(inputs[0], inputs[1] + 1, size=k).tolist()
+        out_lens = rng.integers(outputs[0], outputs[1] + 1, size=k).tolist()
+        selector.offer(maker.prompts([prefix] * k, in_lens, out_lens))
+        drawn += k
     return "random"
