@@ -195,9 +195,14 @@ def load_plan(path: str, *, store: str | None = None, name: str | None = None, r
     name = name or sweep.get("name") or Path(path).stem
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"{file}: [sweep] name must be letters, digits, '.', '_' or '-', got {name!r}")
+    given_store = store is not None
     store = store or sweep.get("store") or os.environ.get("FASTBENCH_STORE") or "fastbench-runs"
     if not isinstance(store, str):
         raise ConfigError(f"{file}: [sweep] store must be a directory path, got {_toml_type(store)}")
+    # The store and the journal are checked before any cell's options: a measured cell is never lost
+    # for want of a place to keep it, and the message names the store, not a cell.
+    run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
+    Journal(store, name).check()
     repeats = repeats if repeats is not None else sweep.get("repeats", 1)
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ConfigError(f"{file}: [sweep] repeats must be a whole number >= 1, got {repeats!r}")
@@ -506,11 +511,6 @@ def main(argv: Sequence[str]) -> int:
     ns = build_parser().parse_args(list(argv))
     try:
         plan, sweep_table = load_plan(ns.file, store=ns.store, name=ns.name, repeats=ns.repeats)
-        # The store and the journal are checked before anything is launched: a measured cell is
-        # never lost for want of a place to keep it.
-        run_store.check_store_path(plan.store, "--store" if ns.store else "[sweep] store")
-        journal = Journal(plan.store, plan.name)
-        journal.check()
         with run_store.Store(plan.store) as store:
             if ns.dry_run:
                 print(render_plan(plan, store))
