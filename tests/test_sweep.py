@@ -15,7 +15,7 @@ import pytest
 
 from _fakevllm import free_port, write_fake_engines
 from fastbench.cli import command
-from fastbench.cli.sweep import build_parser, load_plan
+from fastbench.cli.sweep import RunCommand, build_parser, load_plan
 from fastbench.study import grid
 from fastbench.study.store import Store
 from fastbench.study.sweep import StopRules, _stop_reason, t_interval
@@ -27,7 +27,7 @@ def sweep(tmp_path: Path, text: str, *flags: str, capsys: pytest.CaptureFixture[
     path = tmp_path / "s.toml"
     path.write_text(text)
     capsys.readouterr()
-    rc = command.main(["sweep", str(path), "--no-progress", *flags])
+    rc = command.main(["sweep", str(path), *flags])
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -283,5 +283,5 @@ def test_a_plan_checks_every_cell_before_anything_runs(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text("[variants.a]\nsynthetic_args = '--itl-ms 1'\n[benchmark]\nconcurrency = [1, 0]\n")
     with pytest.raises(Exception, match="concurrency"):
-        load_plan(str(path), store=str(tmp_path / "store"))
+        load_plan(str(path), RunCommand(command.build_parser, command.config_from_args), store=str(tmp_path / "store"))
     assert build_parser().parse_args(["f.toml", "--dry-run"]).dry_run

@@ -41,9 +41,9 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.tomlconfig import SERVER_KEYS, _by_key, _toml_type, _value_flags
@@ -58,7 +58,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ("build_parser", "load_plan", "main")
+__all__ = ("RunCommand", "build_parser", "load_plan", "main")
 
 SWEEP_KEYS = ("name", "store", "repeats", "link", "stop", "slo_attainment", "saturation", "csv")
 VARIANT_KEYS = (*SERVER_KEYS, "synthetic_args")
@@ -73,6 +73,16 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Option kinds whose single value is a list: a list of them is crossed only as a list of lists.
 _LIST_KINDS = ("names, comma-separated", "numbers, comma-separated", "flags", "KEY=VALUE", "KEY:MS")
 SERVER_FLAGS = frozenset(SERVER_KEYS.values()) | {"--synthetic-args"}
+# As a single run's (cli/command.py SAME_INTERRUPT_S): a second signal sooner is the same interrupt
+# delivered twice (coreutils timeout signals the child and then its group).
+SAME_INTERRUPT_S = 1.0
+
+
+class RunCommand(NamedTuple):
+    """What a sweep needs of the run command: its parser, and the BenchConfig a parse stands for."""
+
+    build_parser: Callable[[], argparse.ArgumentParser]
+    config_from_args: Callable[[argparse.Namespace, Sequence[str]], BenchConfig]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,8 +97,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
     p.add_argument("--csv", default=None, help="write the summary here too (it is always written to "
                    "STORE/sweeps/NAME.csv)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="each run's progress line (default: when stderr is a terminal)")
     return p
 
 
@@ -167,13 +175,11 @@ def _flags(option: Option, value: Any, where: str) -> list[str]:
     return _value_flags(option, value, where)
 
 
-def load_plan(path: str, *, store: str | None = None, name: str | None = None, repeats: int | None = None,
-              ) -> tuple[Plan, dict[str, Any]]:
+def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, name: str | None = None,
+              repeats: int | None = None) -> tuple[Plan, dict[str, Any]]:
     """The sweep file's plan (every cell's config built and checked), and its [sweep] table; ConfigError
     (one line, naming the key) for anything wrong, before anything is launched."""
     from fastbench import api
-    from fastbench.cli.command import build_parser as run_parser
-    from fastbench.cli.command import config_from_args
 
     doc = _load(path)
     file = Path(path).name
@@ -208,7 +214,7 @@ def load_plan(path: str, *, store: str | None = None, name: str | None = None, r
         raise ConfigError(f"{file}: [sweep] repeats must be a whole number >= 1, got {repeats!r}")
     stop = _stop_rules(sweep, file)
 
-    parser = run_parser()
+    parser = run_command.build_parser()
     by_key = _by_key(options(parser))
     takes_list = _takes_list_checked(bench, by_key, file)
     crossed = grid.crossed_keys(bench, takes_list)
@@ -252,7 +258,7 @@ def load_plan(path: str, *, store: str | None = None, name: str | None = None, r
             argv = _server_argv(cell_server, by_key, f"{file}: [variants.{vname}]")
             for key, value in values.items():
                 argv += _flags(by_key[key], value, f"{file}: [benchmark] {key}")
-            config = _config(parser, config_from_args, argv, f"{file}: [variants.{vname}]")
+            config = _config(parser, run_command.config_from_args, argv, f"{file}: [variants.{vname}]")
             label = config.label or name
             shown = {key: values[key] for key in crossed}
             spec = grid.spec_hash({"server": cell_server, "benchmark": values})
@@ -318,7 +324,9 @@ def _server_argv(server: Mapping[str, Any], by_key: Mapping[str, Option], where:
     return argv
 
 
-def _config(parser: argparse.ArgumentParser, config_from_args: Any, argv: list[str], where: str) -> BenchConfig:
+def _config(parser: argparse.ArgumentParser,
+            config_from_args: Callable[[argparse.Namespace, Sequence[str]], BenchConfig],
+            argv: list[str], where: str) -> BenchConfig:
     """The BenchConfig a cell's flags stand for, as the command line makes it; errors in one line."""
     messages: list[str] = []
 
@@ -339,9 +347,8 @@ def _config(parser: argparse.ArgumentParser, config_from_args: Any, argv: list[s
 class _ApiRunner:
     """Servers through fastbench.server, runs through fastbench.api."""
 
-    def __init__(self, plan: Plan, progress: bool) -> None:
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.progress = progress
 
     async def launch(self, group: Group, stop: asyncio.Event) -> Any:
         from fastbench.server import launch as launch_mod
@@ -362,17 +369,11 @@ class _ApiRunner:
 
     async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
         from fastbench import api
-        from fastbench.cli.command import _ProgressLine
 
         config = cell.config
         if base_url is not None:
             config = dataclasses.replace(config, launch=None, base_url=base_url)
-        progress = _ProgressLine() if self.progress else None
-        try:
-            result = await api.arun(config, on_progress=progress, stop=stop)
-        finally:
-            if progress is not None:
-                progress.close()
+        result = await api.arun(config, stop=stop)
         if result.run_id is None:
             raise StoreError("the run was not stored")
         return result.run_id
@@ -392,8 +393,6 @@ async def _execute_with_signals(plan: Plan, store: Any, runner: _ApiRunner) -> l
     """As a single run's Ctrl-C (cli/command.py): the first ends the running cell early, keeping what
     it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
     second or more later abandons it."""
-    from fastbench.cli.command import SAME_INTERRUPT_S
-
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main_task = asyncio.current_task()
@@ -507,19 +506,20 @@ def render_plan(plan: Plan, store: Any) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], run_command: RunCommand) -> int:
+    """``fastbench sweep``; ``run_command``: the run's parser and its reading (cli/command.py's, passed in
+    by it: this module is below it)."""
     ns = build_parser().parse_args(list(argv))
     try:
-        plan, sweep_table = load_plan(ns.file, store=ns.store, name=ns.name, repeats=ns.repeats)
+        plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats)
         with run_store.Store(plan.store) as store:
             if ns.dry_run:
                 print(render_plan(plan, store))
                 return 0
             import uvloop
 
-            show = ns.progress if ns.progress is not None else sys.stderr.isatty()
             try:
-                points = uvloop.run(_execute_with_signals(plan, store, _ApiRunner(plan, show)))
+                points = uvloop.run(_execute_with_signals(plan, store, _ApiRunner(plan)))
             except (asyncio.CancelledError, KeyboardInterrupt):
                 print("fastbench sweep: abandoned; finished cells are kept", file=sys.stderr)
                 return 130
