@@ -6,6 +6,7 @@ before anything is launched."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -285,3 +286,20 @@ def test_a_plan_checks_every_cell_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="concurrency"):
         load_plan(str(path), RunCommand(command.build_parser, command.config_from_args), store=str(tmp_path / "store"))
     assert build_parser().parse_args(["f.toml", "--dry-run"]).dry_run
+
+
+def test_readme_sweep_example_makes_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Sweeps: variants x a grid, resumable", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    path = tmp_path / "crossover.toml"
+    path.write_text(block.group(1))
+    plan, _ = load_plan(str(path), RunCommand(command.build_parser, command.config_from_args),
+                        store=str(tmp_path / "runs"))
+    assert len(plan.cells) == 2 * 4 * 2 * 3  # variants x concurrency x max_tokens x repeats
+    assert len(plan.groups) == 2 * 4  # one launch per variant and linked concurrency
+    assert "--max-num-seqs=16" in plan.groups[2].where and plan.has_slos
+    capsys.readouterr()
+    assert command.main(["sweep", str(path), "--store", str(tmp_path / "runs"), "--dry-run"]) == 0
+    assert "48 cells (16 points x 3 repeats), 0 done, 48 to run" in capsys.readouterr().out
