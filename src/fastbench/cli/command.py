@@ -480,6 +480,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fastbench.cli import compare
 
         return compare.main(argv[1:])
+    if argv and argv[0] == "sweep":
+        from fastbench.cli import sweep
+
+        return sweep.main(argv[1:], sweep.RunCommand(build_parser, config_from_args))
     parser = build_parser()
     try:
         config_file, argv = tomlconfig.expand(argv, parser)

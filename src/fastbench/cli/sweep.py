@@ -1,0 +1,541 @@
+"""``fastbench sweep FILE``: server variants x a benchmark grid x repeats, each cell a run in a results store.
+
+The file (docs/sweep.md)::
+
+    [sweep]
+    name = "crossover"                 # default: the file's name; the cells are found again by it
+    store = "fastbench-runs"           # the results store (--store overrides)
+    repeats = 3
+    link = { "--max-num-seqs" = "concurrency" }   # an engine argument set to a grid value: relaunched per value
+    stop = ["slo", "saturation", "collapse"]      # the stop rules (the default); [] for none
+
+    [server]                           # what every variant shares: --config's [server] keys
+    engine = "vllm"
+    model = "Qwen/Qwen3-0.6B"
+    args = ["--max-model-len", "4096"]
+
+    [variants.base]                    # a variant: [server] keys; args are added to [server]'s
+    [variants.ngram]
+    args = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    [variants.remote]
+    base_url = "http://gpu-box:8000"   # attached: not launched
+
+    [benchmark]                        # any fastbench option; a list is crossed
+    concurrency = [1, 4, 16]
+    max_tokens = [128, 512]
+    num_prompts = 64
+    goodput = { ttft = 500 }
+
+Each cell's options become the command line they stand for (the --config machinery, so a key and a
+value mean what they mean there) and go through fastbench.api, one run per cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import re
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
+from fastbench.cli.tomlconfig import SERVER_KEYS, _by_key, _toml_type, _value_flags
+from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError, FastbenchError, StoreError
+from fastbench.study import grid
+from fastbench.study import store as run_store
+from fastbench.study.sweep import SUMMARY_FIGURES, Cell, Group, Journal, Plan, Point, StopRules, execute
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ("RunCommand", "build_parser", "load_plan", "main")
+
+SWEEP_KEYS = ("name", "store", "repeats", "link", "stop", "slo_attainment", "saturation", "csv")
+VARIANT_KEYS = (*SERVER_KEYS, "synthetic_args")
+STOP_RULES = ("slo", "saturation", "collapse")
+# [benchmark] options a sweep sets itself, per cell: giving them would send every cell to one place.
+OWNED = {"store": "the sweep's store ([sweep] store or --store)", "variant": "the [variants] table's names",
+         "result_json": "the store (each cell's result is kept there)",
+         "result_card": "the store (each cell's card is kept there)",
+         "requests_jsonl": "the store (each cell's records are kept there)",
+         "config": "the sweep file itself"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Option kinds whose single value is a list: a list of them is crossed only as a list of lists.
+_LIST_KINDS = ("names, comma-separated", "numbers, comma-separated", "flags", "KEY=VALUE", "KEY:MS")
+SERVER_FLAGS = frozenset(SERVER_KEYS.values()) | {"--synthetic-args"}
+# As a single run's (cli/command.py SAME_INTERRUPT_S): a second signal sooner is the same interrupt
+# delivered twice (coreutils timeout signals the child and then its group).
+SAME_INTERRUPT_S = 1.0
+
+
+class RunCommand(NamedTuple):
+    """What a sweep needs of the run command: its parser, and the BenchConfig a parse stands for."""
+
+    build_parser: Callable[[], argparse.ArgumentParser]
+    config_from_args: Callable[[argparse.Namespace, Sequence[str]], BenchConfig]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="fastbench sweep", formatter_class=HelpFormatter,
+               description="Run a sweep: server variants x a benchmark grid x repeats, each cell one run kept in "
+                           "a results store. Running it again resumes: complete cells are skipped. See docs/sweep.md.")
+    p.add_argument("file", help="the sweep's TOML file ([sweep], [server], [variants.NAME], [benchmark])")
+    p.add_argument("--store", default=None, help="the results store (overrides [sweep] store; default "
+                   "$FASTBENCH_STORE, else ./fastbench-runs)")
+    p.add_argument("--name", default=None, help="the sweep's name (overrides [sweep] name; default: the file's name)")
+    p.add_argument("--repeats", type=int, default=None, help="runs per cell (overrides [sweep] repeats; default 1)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
+    p.add_argument("--csv", default=None, help="write the summary here too (it is always written to "
+                   "STORE/sweeps/NAME.csv)")
+    return p
+
+
+def _load(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save it as UTF-8") from None
+
+
+def _table(doc: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: [{name}] must be a table, got {_toml_type(value)}")
+    return dict(value)
+
+
+def _words(value: Any, where: str) -> list[str]:
+    """An args value (an array or one string of flags) as a list of words."""
+    if isinstance(value, str):
+        return shlex.split(value)
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return [str(v) for v in value]
+    raise ConfigError(f"{where} must be an array of strings or one string of flags, got {_toml_type(value)}")
+
+
+def _variant_server(server: Mapping[str, Any], own: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A variant's server table: [server]'s keys, the variant's over them; args added to [server]'s, env merged.
+    A variant that attaches (base_url) takes none of [server]'s launch keys."""
+    if "base_url" in own or "synthetic_args" in own:
+        merged = {k: v for k, v in server.items() if k in ("memory_interval", "metrics_interval")}
+        merged.update(own)
+        return merged
+    merged = dict(server)
+    for key, value in own.items():
+        if key == "args":
+            merged["args"] = _words(server.get("args", []), "[server] args") + _words(value, f"{where} args")
+        elif key == "env" and isinstance(value, dict) and isinstance(server.get("env"), dict):
+            merged["env"] = {**server["env"], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _kind(server: Mapping[str, Any]) -> str:
+    if "base_url" in server:
+        return "attach"
+    if "engine" in server or "model" in server:
+        return "launch"
+    return "synthetic"
+
+
+def _where(server: Mapping[str, Any], kind: str, linked: Mapping[str, Any]) -> str:
+    if kind == "attach":
+        return str(server["base_url"])
+    if kind == "synthetic":
+        return "the built-in synthetic server " + str(server.get("synthetic_args", "")).strip()
+    args = _words(server.get("args", []), "args") + [f"{arg}={value}" for arg, value in linked.items()]
+    image = f" (image {server['image']})" if server.get("image") else ""
+    return shlex.join([str(server.get("engine", "vllm")), "serve", str(server.get("model", "")), *args]) + image
+
+
+def _takes_list(by_key: Mapping[str, Option]) -> Any:
+    def takes_list(key: str) -> bool:
+        option = by_key[key]
+        return option.kind in _LIST_KINDS or option.several or option.repeatable
+    return takes_list
+
+
+def _flags(option: Option, value: Any, where: str) -> list[str]:
+    return _value_flags(option, value, where)
+
+
+def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, name: str | None = None,
+              repeats: int | None = None) -> tuple[Plan, dict[str, Any]]:
+    """The sweep file's plan (every cell's config built and checked), and its [sweep] table; ConfigError
+    (one line, naming the key) for anything wrong, before anything is launched."""
+    from fastbench import api
+
+    doc = _load(path)
+    file = Path(path).name
+    unknown = sorted(set(doc) - {"sweep", "server", "variants", "benchmark"})
+    if unknown:
+        raise ConfigError(f"{file}: unknown table [{unknown[0]}]; a sweep file has [sweep], [server], "
+                          "[variants.NAME] and [benchmark]")
+    sweep = _table(doc, "sweep", file)
+    for key in sweep:
+        if key not in SWEEP_KEYS:
+            raise ConfigError(f"{file}: [sweep] has no key {key!r} (it takes {', '.join(SWEEP_KEYS)})")
+    server = _table(doc, "server", file)
+    for key in server:
+        if key not in VARIANT_KEYS:
+            raise ConfigError(f"{file}: [server] has no key {key!r} (it takes {', '.join(VARIANT_KEYS)})")
+    variants_doc = _table(doc, "variants", file)
+    bench = _table(doc, "benchmark", file)
+
+    name = name or sweep.get("name") or Path(path).stem
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(f"{file}: [sweep] name must be letters, digits, '.', '_' or '-', got {name!r}")
+    given_store = store is not None
+    store = store or sweep.get("store") or os.environ.get("FASTBENCH_STORE") or "fastbench-runs"
+    if not isinstance(store, str):
+        raise ConfigError(f"{file}: [sweep] store must be a directory path, got {_toml_type(store)}")
+    # The store and the journal are checked before any cell's options: a measured cell is never lost
+    # for want of a place to keep it, and the message names the store, not a cell.
+    run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
+    Journal(store, name).check()
+    repeats = repeats if repeats is not None else sweep.get("repeats", 1)
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ConfigError(f"{file}: [sweep] repeats must be a whole number >= 1, got {repeats!r}")
+    stop = _stop_rules(sweep, file)
+
+    parser = run_command.build_parser()
+    by_key = _by_key(options(parser))
+    takes_list = _takes_list_checked(bench, by_key, file)
+    crossed = grid.crossed_keys(bench, takes_list)
+    for key in crossed:
+        if not bench[key]:
+            raise ConfigError(f"{file}: [benchmark] {key} is an empty list: it would make no cells")
+    load = grid.load_key(crossed)
+    link = sweep.get("link", {})
+    if not isinstance(link, dict):
+        raise ConfigError(f"{file}: [sweep] link must be a table of \"--engine-arg\" = \"grid key\"")
+    for arg, key in link.items():
+        if not arg.startswith("--"):
+            raise ConfigError(f"{file}: [sweep] link {arg!r}: an engine argument starts with --")
+        if key not in crossed:
+            raise ConfigError(f"{file}: [sweep] link {arg} = {key!r}: {key!r} is not a list in [benchmark]")
+
+    variants: dict[str, dict[str, Any]] = {}
+    for vname, own in (variants_doc or {"default": {}}).items():
+        where = f"{file}: [variants.{vname}]"
+        if not _NAME.fullmatch(vname):
+            raise ConfigError(f"{where}: a variant's name must be letters, digits, '.', '_' or '-'")
+        if not isinstance(own, dict):
+            raise ConfigError(f"{where} must be a table, got {_toml_type(own)}")
+        for key in own:
+            if key not in VARIANT_KEYS:
+                raise ConfigError(f"{where} has no field {key!r} (it takes {', '.join(VARIANT_KEYS)})")
+        variants[vname] = _variant_server(server, own, where)
+        if link and _kind(variants[vname]) != "launch":
+            raise ConfigError(f"{where}: [sweep] link sets engine arguments, but this variant is not launched")
+
+    groups = []
+    for vname, vserver in variants.items():
+        kind = _kind(vserver)
+        by_linked: dict[str, list[Cell]] = {}
+        linked_of: dict[str, dict[str, Any]] = {}
+        for values in grid.cross(bench, takes_list):
+            linked = {arg: values[key] for arg, key in link.items()}
+            cell_server = dict(vserver)
+            if linked:
+                cell_server["args"] = _words(vserver.get("args", []), "args") + [f"{a}={v}" for a, v in linked.items()]
+            argv = _server_argv(cell_server, by_key, f"{file}: [variants.{vname}]")
+            for key, value in values.items():
+                argv += _flags(by_key[key], value, f"{file}: [benchmark] {key}")
+            config = _config(parser, run_command.config_from_args, argv, f"{file}: [variants.{vname}]")
+            label = config.label or name
+            shown = {key: values[key] for key in crossed}
+            spec = grid.spec_hash({"server": cell_server, "benchmark": values})
+            series = grid.canonical({"variant": vname, **{k: v for k, v in shown.items() if k != load}})
+            load_value = values[load] if load else None
+            where = _where(vserver, kind, linked)
+            for repeat in range(repeats):
+                cell = Cell(variant=vname, values=shown, repeat=repeat, config=config, spec=spec, series=series,
+                            load=float(load_value) if isinstance(load_value, (int, float)) else None)
+                config_here = dataclasses.replace(
+                    config, store=store, variant=vname, label=label,
+                    metadata={**config.metadata, "sweep": name, "sweep_cell": cell.key, "sweep_spec": spec,
+                              "sweep_server": where})
+                cell = dataclasses.replace(cell, config=config_here)
+                try:
+                    api.validate(cell.config)
+                except FastbenchError as exc:
+                    raise ConfigError(f"{file}: [variants.{vname}] cell {grid.canonical(shown)}: {exc}") from None
+                lkey = grid.canonical(linked)
+                by_linked.setdefault(lkey, []).append(cell)
+                linked_of[lkey] = linked
+        for lkey, cells in by_linked.items():
+            groups.append(Group(variant=vname, kind=kind, linked=linked_of[lkey], cells=tuple(cells),
+                                where=_where(vserver, kind, linked_of[lkey])))
+    plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
+                has_slos=bool(bench.get("goodput")))
+    return plan, sweep
+
+
+def _takes_list_checked(bench: Mapping[str, Any], by_key: Mapping[str, Option], file: str) -> Any:
+    for key in bench:
+        option = by_key.get(key)
+        if option is None:
+            raise ConfigError(f"{file}: [benchmark] has no option {key!r} (see fastbench --help)")
+        if option.dest in OWNED:
+            raise ConfigError(f"{file}: [benchmark] {key}: a sweep sets it per cell from {OWNED[option.dest]}")
+        if option.flags[0] in SERVER_FLAGS:
+            raise ConfigError(f"{file}: [benchmark] {key}: a server is given in [server] or [variants.NAME]")
+    return _takes_list(by_key)
+
+
+def _stop_rules(sweep: Mapping[str, Any], file: str) -> StopRules:
+    rules = sweep.get("stop", list(STOP_RULES))
+    if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+        raise ConfigError(f"{file}: [sweep] stop must be an array of rule names ({', '.join(STOP_RULES)})")
+    for rule in rules:
+        if rule not in STOP_RULES:
+            raise ConfigError(f"{file}: [sweep] stop has no rule {rule!r} (it takes {', '.join(STOP_RULES)})")
+    numbers = {}
+    for key, default in (("slo_attainment", 0.9), ("saturation", 0.05)):
+        value = sweep.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ConfigError(f"{file}: [sweep] {key} must be a number from 0 to 1, got {value!r}")
+        numbers[key] = float(value)
+    return StopRules(rules=tuple(rules), **numbers)
+
+
+def _server_argv(server: Mapping[str, Any], by_key: Mapping[str, Option], where: str) -> list[str]:
+    argv: list[str] = []
+    for key, value in server.items():
+        flag = "--synthetic-args" if key == "synthetic_args" else SERVER_KEYS[key]
+        argv += _flags(by_key[flag[2:]], value, f"{where} {key}")
+    return argv
+
+
+def _config(parser: argparse.ArgumentParser,
+            config_from_args: Callable[[argparse.Namespace, Sequence[str]], BenchConfig],
+            argv: list[str], where: str) -> BenchConfig:
+    """The BenchConfig a cell's flags stand for, as the command line makes it; errors in one line."""
+    messages: list[str] = []
+
+    def error(message: str) -> Any:
+        messages.append(message)
+        raise SystemExit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit:
+        raise ConfigError(f"{where}: {messages[0] if messages else 'invalid options'}") from None
+    ns.config = None
+    config: BenchConfig = config_from_args(ns, argv)
+    return config
+
+
+class _ApiRunner:
+    """Servers through fastbench.server, runs through fastbench.api."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    async def launch(self, group: Group, stop: asyncio.Event) -> Any:
+        from fastbench.server import launch as launch_mod
+        from fastbench.server.engines import make_server
+
+        config = group.cells[0].config
+        assert config.launch is not None
+        launch = config.launch
+        if launch.log_path is None:  # one log per launch, beside the sweep's journal
+            linked = "".join(f"-{arg.lstrip('-')}{value}" for arg, value in group.linked.items())
+            logs = Path(self.plan.store) / "sweeps" / f"{self.plan.name}-logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            launch = dataclasses.replace(launch, log_path=str(logs / f"{group.variant}{linked}.log"))
+        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config))
+        started = time.monotonic()
+        await server.astart(stop)
+        return _Launched(server, server.load_time_s or time.monotonic() - started)
+
+    async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
+        from fastbench import api
+
+        config = cell.config
+        if base_url is not None:
+            config = dataclasses.replace(config, launch=None, base_url=base_url)
+        result = await api.arun(config, stop=stop)
+        if result.run_id is None:
+            raise StoreError("the run was not stored")
+        return result.run_id
+
+
+class _Launched:
+    def __init__(self, server: Any, load_s: float) -> None:
+        self.server = server
+        self.base_url: str | None = server.base_url
+        self.load_s = load_s
+
+    async def close(self) -> None:
+        await self.server.astop()
+
+
+async def _execute_with_signals(plan: Plan, store: Any, runner: _ApiRunner) -> list[Point]:
+    """As a single run's Ctrl-C (cli/command.py): the first ends the running cell early, keeping what
+    it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
+    second or more later abandons it."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    main_task = asyncio.current_task()
+    first: list[float] = []
+
+    def on_signal() -> None:
+        now = time.monotonic()
+        if not first:
+            first.append(now)
+            stop.set()
+            print("\nfastbench sweep: stopping after this cell's measured part; finished cells are kept "
+                  "(signal again, a second later, to abandon)", file=sys.stderr)
+        elif now - first[0] >= SAME_INTERRUPT_S and main_task is not None:
+            main_task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        return await execute(plan, store, runner, stop, say=lambda line: print(line, flush=True))
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _fmt(value: float | None, ci: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}" + (f" ±{ci:,.{digits}f}" if ci is not None else "")
+
+
+TABLE_FIGURES = (("output_throughput", "out tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
+                 ("median_tpot_ms", "TPOT p50 ms"), ("median_decode_rate_tok_s", "tok/s/stream p50"))
+
+
+def render_table(points: Sequence[Point]) -> str:
+    """The summary as a console table: a row per point, means ± the 95% interval's half-width."""
+    keys = list(points[0]["values"]) if points else []
+    head = ["variant", *keys, "n", *(label for _, label in TABLE_FIGURES), "status"]
+    rows = [head]
+    for p in points:
+        status = p["status"] + (f": {p['reason']}" if p["reason"] else "")
+        rows.append([p["variant"], *(str(p["values"][k]) for k in keys), str(p["n"]),
+                     *(_fmt(*p[name]) for name, _ in TABLE_FIGURES), status])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+
+
+def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
+    """The summary as CSV, written under a temporary name and renamed: a reader never sees half of it."""
+    import csv
+    import io
+
+    keys = list(points[0]["values"]) if points else []
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["variant", *keys, "status", "reason", "n", "runs",
+                     *(f"{name}_{part}" for name in SUMMARY_FIGURES for part in ("mean", "ci95"))])
+    for p in points:
+        figures = [("" if x is None else repr(x)) for name in SUMMARY_FIGURES for x in p[name]]
+        writer.writerow([p["variant"], *(p["values"][k] for k in keys), p["status"], p["reason"], p["n"],
+                         " ".join(p["runs"]), *figures])
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_text(out.getvalue())
+    os.replace(tmp, target)
+
+
+def render_plan(plan: Plan, store: Any) -> str:
+    """The dry run: each server, its cells and whether each is done, and the time left, estimated."""
+    from fastbench.study.sweep import pending
+
+    todo, done = pending(plan, store)
+    left = {cell.key for cell in todo}
+    durations = [float(flat["duration"]) for _, flat in done.values() if isinstance(flat.get("duration"), (int, float))]
+    per_cell = sum(durations) / len(durations) if durations else None
+    loads: dict[str, list[float]] = {}
+    for event in Journal(plan.store, plan.name).read():
+        if event.get("event") == "launched" and isinstance(event.get("load_s"), (int, float)):
+            loads.setdefault(event["variant"], []).append(float(event["load_s"]))
+    lines = [f"sweep {plan.name}: {len(plan.cells)} cells ({len(plan.cells) // plan.repeats} points x "
+             f"{plan.repeats} repeats), {len(plan.cells) - len(left)} done, {len(left)} to run; store {plan.store}"]
+    seconds = 0.0
+    unknown_cells = unknown_launches = 0
+    for group in plan.groups:
+        group_left = [c for c in group.cells if c.key in left]
+        verb = {"launch": "launch", "attach": "attach to", "synthetic": "start per run"}[group.kind]
+        lines.append(f"{group.variant}: {verb} {group.where}" + ("" if group_left else "  (all done: not launched)"))
+        if group_left and group.kind == "launch":
+            if group.variant in loads:
+                seconds += sum(loads[group.variant]) / len(loads[group.variant])
+            else:
+                unknown_launches += 1
+        for cell in group.cells:
+            state = "to run" if cell.key in left else "done"
+            lines.append(f"  {grid.canonical(dict(cell.values))} repeat {cell.repeat + 1}/{plan.repeats}: {state}")
+            if cell.key in left:
+                cap = cell.config.max_seconds
+                if cap is not None:
+                    seconds += cap
+                elif per_cell is not None:
+                    seconds += per_cell
+                else:
+                    unknown_cells += 1
+    estimate = f"estimated time: {seconds / 60:.1f} min"
+    unknown = [f"{unknown_cells} cell(s) with no time cap and no earlier cell to go by"] if unknown_cells else []
+    unknown += [f"{unknown_launches} launch(es) not timed before"] if unknown_launches else []
+    if unknown:
+        estimate += " plus " + " and ".join(unknown)
+    lines.append(estimate + " (stop rules may skip some cells)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str], run_command: RunCommand) -> int:
+    """``fastbench sweep``; ``run_command``: the run's parser and its reading (cli/command.py's, passed in
+    by it: this module is below it)."""
+    ns = build_parser().parse_args(list(argv))
+    try:
+        plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats)
+        with run_store.Store(plan.store) as store:
+            if ns.dry_run:
+                print(render_plan(plan, store))
+                return 0
+            import uvloop
+
+            try:
+                points = uvloop.run(_execute_with_signals(plan, store, _ApiRunner(plan)))
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                print("fastbench sweep: abandoned; finished cells are kept", file=sys.stderr)
+                return 130
+        print(render_table(points))
+        csv_paths = [Path(plan.store) / "sweeps" / f"{plan.name}.csv"]
+        extra = ns.csv or sweep_table.get("csv")
+        if extra:
+            csv_paths.append(Path(str(extra)))
+        for path in csv_paths:
+            write_csv(points, path)
+        print(f"summary: {', '.join(str(p) for p in csv_paths)}")
+    except FastbenchError as exc:
+        print(f"fastbench sweep: error: {exc}", file=sys.stderr)
+        return 2
+    statuses = {p["status"] for p in points}
+    if "not run" in statuses or "interrupted" in statuses:
+        return 130
+    return 1 if statuses & {"failed", "incomplete"} else 0
+
