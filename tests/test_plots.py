@@ -5,10 +5,15 @@ end on a small store of real runs against the synthetic server."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
+import orjson
 import pytest
 from hdrh.histogram import HdrHistogram
 
+from fastbench import BenchConfig, run
 from fastbench.study.figures_data import (
     NO_VARIANT,
     Cell,
@@ -21,6 +26,8 @@ from fastbench.study.figures_data import (
     pareto_front,
     spectrum,
 )
+from fastbench.study.runfile import load_result
+from fastbench.study.store import Store
 
 
 def cells(loads: list[float], means: list[float], half: float = 0.0) -> list[Cell]:
@@ -146,3 +153,101 @@ def test_the_spectrum_runs_from_the_median_side_to_the_last_sample() -> None:
     assert list(values) == sorted(values)
     empty_xs, _ = spectrum(HdrHistogram(1, 3_600_000_000_000, 3))
     assert len(empty_xs) == 0
+
+
+# -- fastbench plot, end to end ----------------------------------------------------------------------
+
+# Two "variants" of the synthetic server, each cell's speed set as a batch would slow it: base sends a
+# token a chunk every 8 + 3c ms, spec three tokens a chunk every 14 + 12c ms (a drafter that pays off
+# alone and costs more as the batch grows). Over 23 decode tokens a request's rate is 23 / (23 (8 + 3c))
+# ms for base and 23 / (8 (14 + 12c)) ms for spec: spec ahead at c = 1 and 2 (110.6 and 75.7 tok/s
+# against 90.9 and 71.4), behind at c = 4 (46.4 against 50.0); on a log axis the lines cross near 2.9.
+VARIANTS = {"base": (1, lambda c: 8 + 3 * c), "spec": (3, lambda c: 14 + 12 * c)}
+CONCURRENCIES = (1, 2, 4)
+
+
+def fastbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fastbench", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of real runs: two variants x concurrency 1, 2, 4, the c = 2 cells run twice (repeats)."""
+    where = tmp_path_factory.mktemp("study")
+    for variant, (per_chunk, itl_ms) in VARIANTS.items():
+        for c in CONCURRENCIES:
+            for _ in range(2 if c == 2 else 1):
+                run(BenchConfig(num_prompts=3 * c, concurrency=c, random_input_len=16, random_output_len=24,
+                                store=where / "store", variant=variant,  # type: ignore[arg-type]
+                                synthetic_args=("--ttft-ms", "5", "--itl-ms", str(itl_ms(c)),
+                                                "--tokens-per-chunk", str(per_chunk))))
+    return where
+
+
+def test_plot_all_draws_the_crossover_pareto_and_latency_figures_from_a_store(study: Path) -> None:
+    done = fastbench("plot", "all", "--store", "store", "--out", "out", cwd=study)
+    assert done.returncode == 0, done.stderr
+    out = study / "out"
+    for name in ("crossover", "pareto", "latency"):
+        png, svg = (out / f"{name}.png").read_bytes(), (out / f"{name}.svg").read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+        assert b"<svg" in svg[:1000] and len(svg) > 5_000
+    summary = orjson.loads((out / "crossover.json").read_bytes())
+    (crossing,) = summary["crossings"]["per_stream"]
+    assert summary["log_load"] is True
+    assert 2 < crossing["load"] < 4  # spec ahead at c = 2, base at c = 4 (see VARIANTS)
+    assert crossing["ahead_below"] == "spec"
+    # the c = 2 cells were repeated: an interval around the crossing; the c = 4 ones not, so it stays inside (2, 4)
+    assert crossing["low"] is not None and 2 <= crossing["low"] <= crossing["load"] <= crossing["high"] <= 4
+    assert [len(c["runs"]) for c in summary["per_stream"]["spec"]] == [1, 2, 1]
+    # the same crossing is printed, and written in the SVG as text (its title)
+    assert crossing["text"] in done.stdout
+    assert f"concurrency {crossing['load']:.3g}" in (out / "crossover.svg").read_text()
+    pareto = orjson.loads((out / "pareto.json").read_bytes())
+    frontier = [(p["variant"], p["load"]) for p in pareto["frontier"]]
+    assert ("spec", 1.0) in frontier and ("base", 4.0) in frontier  # the fastest stream, the most throughput
+    assert ("base", 1.0) not in frontier  # spec at c = 1 beats it on both
+    assert "Pareto frontier: spec c=1" in done.stdout
+    latency = orjson.loads((out / "latency.json").read_bytes())
+    tpot = latency["metrics"]["tpot"]["p50"]
+    assert [c["load"] for c in tpot["base"]] == [1.0, 2.0, 4.0]
+    assert tpot["base"][0]["mean"] < tpot["base"][2]["mean"]  # 11 ms a token at c = 1, 20 at c = 4
+
+
+def test_plot_filters_and_named_runs_and_the_spectrum(study: Path) -> None:
+    with Store(study / "store") as store:
+        runs = store.query(variant="spec")
+    done = fastbench("plot", "crossover", "--store", "store", "--variant", "spec", "--format", "svg",
+                     "--out", "only-spec", cwd=study)
+    assert done.returncode == 0, done.stderr
+    assert not (study / "only-spec" / "crossover.png").exists()
+    summary = orjson.loads((study / "only-spec" / "crossover.json").read_bytes())
+    assert list(summary["per_stream"]) == ["spec"] and summary["crossings"]["per_stream"] == []
+    assert "per-stream rate: no crossing" in done.stdout
+    last = runs[-1]
+    done = fastbench("plot", "spectrum", last.run_id[:18], last.folder, "--store", "store", "--out", "spec",
+                     cwd=study)
+    assert done.returncode == 0, done.stderr
+    spectrum_json = orjson.loads((study / "spec" / f"spectrum-{last.run_id}.json").read_bytes())
+    doc = load_result(Path(last.folder) / "result.json")
+    ttft = spectrum_json["metrics"]["ttft"]
+    assert ttft["count"] == doc["completed"]
+    # the histogram keeps 3 significant digits: its largest value is the result's within 0.1%
+    assert ttft["max_ms"] == pytest.approx(doc["fastbench"]["distributions"]["ttft"]["max_ms"], rel=2e-3)
+    assert (study / "spec" / f"spectrum-{last.run_id}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_bad_input_is_one_line(study: Path) -> None:
+    with Store(study / "store") as store:
+        nine = [run.folder for run in store.query()] * 2
+    for args, words in ((("plot", "crossover", "--store", "store", "--format", "jpg"), "--format"),
+                        (("plot", "crossover", "--store", "store", "--variant", "spec", nine[0]), "not both"),
+                        (("plot", "crossover", "--store", "nowhere"), "no fastbench store"),
+                        (("plot", "crossover", "--store", "store", "--label", "nothing*"), "no runs to plot"),
+                        (("plot", "spectrum", *nine[:9]), "at most 8"),
+                        (("plot", "crossover", "--store", "store", "--x", "rate"), "request rate")):
+        done = fastbench(*args, cwd=study)
+        assert done.returncode == 2, (args, done.stdout)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("fastbench plot: error:") and words in line, (args, line)

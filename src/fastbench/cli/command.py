@@ -448,6 +448,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fastbench.cli import compare
 
         return compare.main(argv[1:])
+    if argv and argv[0] == "plot":
+        from fastbench.cli import plot
+
+        return plot.main(argv[1:])
     parser = build_parser()
     try:
         config_file, argv = tomlconfig.expand(argv, parser)
