@@ -185,11 +185,11 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
-def test_plot_all_draws_the_crossover_pareto_and_latency_figures_from_a_store(study: Path) -> None:
+def test_plot_all_draws_the_crossover_pareto_latency_and_acceptance_figures_from_a_store(study: Path) -> None:
     done = fastbench("plot", "all", "--store", "store", "--out", "out", cwd=study)
     assert done.returncode == 0, done.stderr
     out = study / "out"
-    for name in ("crossover", "pareto", "latency"):
+    for name in ("crossover", "pareto", "latency", "acceptance"):
         png, svg = (out / f"{name}.png").read_bytes(), (out / f"{name}.svg").read_bytes()
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
         assert b"<svg" in svg[:1000] and len(svg) > 5_000
@@ -213,6 +213,20 @@ def test_plot_all_draws_the_crossover_pareto_and_latency_figures_from_a_store(st
     tpot = latency["metrics"]["tpot"]["p50"]
     assert [c["load"] for c in tpot["base"]] == [1.0, 2.0, 4.0]
     assert tpot["base"][0]["mean"] < tpot["base"][2]["mean"]  # 11 ms a token at c = 1, 20 at c = 4
+    acceptance = orjson.loads((out / "acceptance.json").read_bytes())
+    assert (out / "acceptance.png").read_bytes().startswith(b"\x89PNG")
+    assert list(acceptance["acceptance_length"]) == ["spec"]  # base drafts nothing: no counters
+    with Store(study / "store") as store:
+        spec_runs = store.query(variant="spec")
+        flat = store.flat([r.run_id for r in spec_runs])
+    by_load: dict[float, list[float]] = {}
+    for r in spec_runs:
+        by_load.setdefault(float(r.meta.concurrency or 0), []).append(float(flat[r.run_id][1][
+            "spec_decode_acceptance_length"]))
+    assert [(c["load"], c["mean"]) for c in acceptance["acceptance_length"]["spec"]] == [
+        (load, pytest.approx(sum(v) / len(v))) for load, v in sorted(by_load.items())]
+    assert all(2 < c["mean"] <= 3 for c in acceptance["acceptance_length"]["spec"])  # 3 tokens a chunk at most
+    assert [c["mean"] for c in acceptance["tokens_per_chunk"]["base"]] == [1.0, 1.0, 1.0]
 
 
 def test_plot_filters_and_named_runs_and_the_spectrum(study: Path) -> None:

@@ -20,7 +20,7 @@ from fastbench.study.store import RESULT_FILE
 
 __all__ = ("main",)
 
-FIGURES = ("crossover", "pareto", "latency", "spectrum", "all")
+FIGURES = ("crossover", "pareto", "latency", "acceptance", "spectrum", "all")
 MAX_SPECTRA = 8
 
 EPILOG = f"""\
@@ -32,9 +32,11 @@ figures:
   pareto     per-stream rate against aggregate throughput, one point per variant and load, the Pareto
              frontier joined and named
   latency    TTFT, TPOT, ITL and E2E latency p50 / p90 / p99 against load, per variant
+  acceptance speculative decoding's mean acceptance length (the server's counters) and the client's
+             tokens per chunk against load, per variant
   spectrum   one run's latency percentile spectrum from its HDR histograms (a figure per run named;
              at most {MAX_SPECTRA})
-  all        crossover, pareto and latency
+  all        crossover, pareto, latency and acceptance
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
 of the store that matches the filters (as `fastbench runs` takes them). Runs of one variant at one load
@@ -101,7 +103,7 @@ def _main(ns: argparse.Namespace) -> int:
         raise FastbenchError("no runs to plot (none named, or none match in the store)")
     out = Path(ns.out)
     drawn: list[tuple[list[Path], dict[str, Any]]] = []
-    wanted = ("crossover", "pareto", "latency") if ns.figure == "all" else (ns.figure,)
+    wanted = ("crossover", "pareto", "latency", "acceptance") if ns.figure == "all" else (ns.figure,)
     for figure in wanted:
         if figure == "crossover":
             drawn.append(plots.draw_crossover(points, out, formats, ns.axis))
@@ -109,6 +111,8 @@ def _main(ns: argparse.Namespace) -> int:
             drawn.append(plots.draw_pareto(points, out, formats, ns.axis))
         elif figure == "latency":
             drawn.append(plots.draw_latency(points, out, formats, ns.axis))
+        elif figure == "acceptance":
+            drawn.append(plots.draw_acceptance(points, out, formats, ns.axis))
         else:
             if len(points) > MAX_SPECTRA:
                 raise FastbenchError(f"spectrum draws a figure per run: {len(points)} runs given or matched, "

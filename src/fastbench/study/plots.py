@@ -30,7 +30,7 @@ from fastbench.study.figures_data import (
 )
 from fastbench.study.store import HISTOGRAMS_FILE
 
-__all__ = ("FORMATS", "OKABE_ITO", "crossing_text", "draw_crossover", "draw_latency", "draw_pareto",
+__all__ = ("FORMATS", "OKABE_ITO", "crossing_text", "draw_acceptance", "draw_crossover", "draw_latency", "draw_pareto",
            "draw_spectrum")
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any colour-vision deficiency.
@@ -242,6 +242,38 @@ def draw_latency(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[st
             ax.legend(fontsize=8, ncol=len(order) if len(order) > 1 else 1)
     fig.suptitle("Latency percentiles against load (p50 solid, p90 dashed, p99 dotted)", fontsize=11)
     return _save(plt, fig, out_dir, name, formats, "Latency percentiles against load"), summary
+
+
+ACCEPTANCE_KEY = "spec_decode_acceptance_length"
+TOKENS_PER_CHUNK_KEY = "mean_tokens_per_chunk"
+
+
+def draw_acceptance(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[str] = FORMATS,
+                    axis: Axis = "concurrency", name: str = "acceptance") -> tuple[list[Path], dict[str, Any]]:
+    """Speculative decoding's mean acceptance length (the server's counters) against load per variant,
+    solid, and the client's tokens per chunk (its estimate of it, which a server merging steps under load
+    inflates) dashed."""
+    plt = _pyplot()
+    server = group_series(points, ACCEPTANCE_KEY, axis)
+    client = group_series(points, TOKENS_PER_CHUNK_KEY, axis)
+    if not server and not client:
+        raise ConfigError(f"no run has an acceptance length or tokens per chunk and a {LOAD_WORD[axis]}")
+    order = sorted(set(server) | set(client))
+    loads = sorted({c.load for s in (*server.values(), *client.values()) for c in s})
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    for series, linestyle, what in ((server, "-", "acceptance length (server)"),
+                                    (client, "--", "tokens per chunk (client)")):
+        for variant, cells in series.items():
+            ax.plot([c.load for c in cells], [c.mean for c in cells], linestyle=linestyle, linewidth=1.6,
+                    label=f"{variant} {what}", **_style(order.index(variant)))
+    _load_axis(ax, loads, axis, log_axis(loads))
+    ax.set_ylabel("Tokens per decode step (tokens)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=9)
+    ax.set_title("Speculative decoding: mean acceptance length against load", fontsize=10)
+    summary = {"figure": name, "load_axis": axis, "acceptance_length": _series_summary(server),
+               "tokens_per_chunk": _series_summary(client)}
+    return _save(plt, fig, out_dir, name, formats, "Mean acceptance length against load"), summary
 
 
 SPECTRUM_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (per chunk)"), ("e2el", "E2E latency"))
