@@ -33,7 +33,8 @@ EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
 chunks) and benchmarks that. Subcommands: `fastbench validate --help` (the client's own accuracy
 and overhead, against the synthetic server), `fastbench synthetic-server --help`, `fastbench runs
---help` and `fastbench compare --help` (runs kept with --store, listed and compared).
+--help` and `fastbench compare --help` (runs kept with --store, listed and compared), `fastbench sweep
+--help` (server variants x a grid of loads, into a store) and `fastbench plot --help` (its figures).
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
 the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
@@ -45,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="fastbench",
         usage="fastbench [options]\n       fastbench validate [options]          (the client's own accuracy)\n"
-        "       fastbench synthetic-server [options]  (the built-in yardstick server)",
+        "       fastbench synthetic-server [options]  (the built-in yardstick server)\n"
+        "       fastbench runs|compare [options]      (runs kept with --store)\n"
+        "       fastbench sweep FILE [options]        (server variants x a grid of loads)\n"
+        "       fastbench plot FIGURE [options]       (a study's figures)",
         description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
         "timestamps taken at socket read.",
         epilog=EPILOG,
@@ -484,6 +488,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fastbench.cli import sweep
 
         return sweep.main(argv[1:], sweep.RunCommand(build_parser, config_from_args))
+    if argv and argv[0] == "plot":
+        from fastbench.cli import plot
+
+        return plot.main(argv[1:])
     parser = build_parser()
     try:
         config_file, argv = tomlconfig.expand(argv, parser)

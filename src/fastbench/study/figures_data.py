@@ -1,0 +1,322 @@
+"""What the study's figures show, computed apart from the drawing (``plots`` draws it): runs grouped into
+series (one per variant, one cell per load point, the repeats of a cell averaged with a 95% interval),
+where two series cross (interpolated between cells, with the interval where repeats exist), the Pareto
+set of per-stream rate against aggregate throughput, and one run's percentile spectrum.
+
+Plain functions over plain values, so that each is tested on inputs whose answer is known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from fastbench.exceptions import StoreError
+from fastbench.study.runfile import Scalar, flat_keys, load_result
+from fastbench.study.store import RESULT_FILE, Store
+
+__all__ = ("Cell", "Crossing", "RunPoint", "crossings", "group_series", "load_points", "mean_interval",
+           "pareto_front", "spectrum")
+
+Axis = Literal["concurrency", "rate"]
+NO_VARIANT = "(no variant)"
+
+# Student's t at 97.5% for 1..30 degrees of freedom (a 95% two-sided interval of a mean of n = df + 1
+# repeats); beyond 30, 1.96 + 2.4 / df is within 0.002 of it.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPoint:
+    """One run as the figures read it."""
+
+    run_id: str  # its id in the store, or the folder / file it was read from
+    variant: str  # --variant, else NO_VARIANT
+    concurrency: int | None  # None: unbounded
+    request_rate: float | None  # None: closed loop
+    flat: Mapping[str, Scalar]  # its flat keys (runfile.flat_keys)
+    folder: str | None  # its run folder (histograms.hlog, requests.jsonl.gz), where it has one
+
+    def load(self, axis: Axis) -> float | None:
+        return float(self.concurrency) if axis == "concurrency" and self.concurrency is not None else (
+            self.request_rate if axis == "rate" else None)
+
+    def value(self, key: str) -> float | None:
+        value = self.flat.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        return float(value)
+
+
+def _point(run_id: str, doc: Mapping[str, Any], folder: str | None) -> RunPoint:
+    config = (doc.get("fastbench") or {}).get("config") or {}
+    conc, rate = doc.get("max_concurrency"), doc.get("request_rate")
+    return RunPoint(
+        run_id=run_id, variant=str(config.get("variant") or NO_VARIANT),
+        concurrency=conc if isinstance(conc, int) and not isinstance(conc, bool) else None,
+        request_rate=float(rate) if isinstance(rate, (int, float)) and math.isfinite(rate) else None,
+        flat=flat_keys(doc), folder=folder)
+
+
+def load_points(refs: Sequence[str], store_root: str | None, filters: Mapping[str, Any]) -> list[RunPoint]:
+    """The runs named by ``refs`` (run ids or id starts in the store, run folders, result files), or
+    without refs every run of the store matching ``filters`` (Store.query's keywords)."""
+    points: list[RunPoint] = []
+    if not refs:
+        if store_root is None:
+            raise StoreError("no runs named and no store to take them from")
+        with Store(store_root) as store:
+            runs = store.query(**filters)
+            flat = store.flat([run.run_id for run in runs])
+        for run in runs:
+            config, keys = flat.get(run.run_id, ({}, {}))
+            points.append(RunPoint(run.run_id, run.meta.variant or NO_VARIANT, run.meta.concurrency,
+                                   run.meta.request_rate, keys, run.folder))
+        return points
+    for ref in refs:
+        path = Path(ref)
+        if path.is_file():
+            points.append(_point(ref, load_result(path), None))
+        elif path.is_dir():
+            points.append(_point(path.name, load_result(path / RESULT_FILE), str(path)))
+        else:
+            if store_root is None:
+                raise StoreError(f"{ref}: no such file or folder, and no store to look it up in")
+            with Store(store_root) as store:
+                stored = store.resolve(ref)
+            points.append(_point(stored.run_id, load_result(Path(stored.folder) / RESULT_FILE), stored.folder))
+    return points
+
+
+# -- series ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One load point of one series: its runs' values, their mean and its 95% interval (the mean
+    itself at both ends with one run)."""
+
+    load: float
+    values: tuple[float, ...]
+    mean: float
+    low: float
+    high: float
+    run_ids: tuple[str, ...] = ()
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """The mean of repeated runs and its 95% t-interval (mean, low, high); one value: no width."""
+    n = len(values)
+    mean = float(np.mean(values))
+    if n < 2:
+        return mean, mean, mean
+    half = t975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def group_series(points: Iterable[RunPoint], key: str, axis: Axis = "concurrency") -> dict[str, list[Cell]]:
+    """variant -> its cells (ascending load) of figure ``key``; runs without the load or the figure are
+    left out. Variants in name order."""
+    grouped: dict[str, dict[float, list[tuple[float, str]]]] = {}
+    for point in points:
+        load, value = point.load(axis), point.value(key)
+        if load is None or value is None:
+            continue
+        grouped.setdefault(point.variant, {}).setdefault(load, []).append((value, point.run_id))
+    series: dict[str, list[Cell]] = {}
+    for variant in sorted(grouped):
+        cells = []
+        for load in sorted(grouped[variant]):
+            values = tuple(v for v, _ in grouped[variant][load])
+            mean, low, high = mean_interval(values)
+            cells.append(Cell(load, values, mean, low, high, tuple(r for _, r in grouped[variant][load])))
+        series[variant] = cells
+    return series
+
+
+# -- crossings ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Crossing:
+    """Where series ``first`` stops being above (or below) series ``second``."""
+
+    first: str
+    second: str
+    load: float  # interpolated between the two cells around it
+    low: float | None  # the range of load around it where the two 95% intervals overlap; None without repeats
+    high: float | None
+    low_open: bool  # the overlap reaches the first (or last) shared cell: the interval may extend beyond
+    high_open: bool
+    first_above_before: bool  # first was the higher below the crossing
+
+
+def _scaled(x: float, log_x: bool) -> float:
+    return math.log(x) if log_x else x
+
+
+def _unscaled(u: float, log_x: bool) -> float:
+    return math.exp(u) if log_x else u
+
+
+def crossings(first: Sequence[Cell], second: Sequence[Cell], *, names: tuple[str, str] = ("a", "b"),
+              log_x: bool = False) -> list[Crossing]:
+    """Where the two series' means cross, over the loads both have: between two neighbouring shared
+    cells whose difference changes sign, interpolated linearly (in log load with ``log_x``, as drawn on
+    a log axis); at a cell where the difference is exactly 0 between opposite signs, that cell.
+
+    Where repeats give intervals, the crossing's interval is the stretch of load around it where the
+    two series' 95% intervals overlap (each bound interpolated as the means are): the loads at which
+    the data cannot tell which variant is ahead."""
+    by_load = {c.load: c for c in second}
+    shared = [(c, by_load[c.load]) for c in first if c.load in by_load]
+    if log_x and any(a.load <= 0 for a, _ in shared):
+        raise ValueError("a log load axis needs positive loads")
+    xs = [_scaled(a.load, log_x) for a, _ in shared]
+    diff = [a.mean - b.mean for a, b in shared]
+    repeats = any(a.high > a.low or b.high > b.low for a, b in shared)
+    # overlap holds where (a.low - b.high) <= 0 <= (a.high - b.low)
+    lo_gap = [a.low - b.high for a, b in shared]
+    hi_gap = [a.high - b.low for a, b in shared]
+    found: list[Crossing] = []
+    last_sign = 0
+    last_index = -1
+    for i, d in enumerate(diff):
+        sign = (d > 0) - (d < 0)
+        if sign == 0:
+            continue
+        if last_sign and sign != last_sign:
+            j = last_index  # the previous nonzero cell; cells between j and i are exactly 0
+            if i - j > 1:
+                u = xs[j + 1] if i - j == 2 else (xs[j + 1] + xs[i - 1]) / 2
+            else:
+                u = xs[j] + (xs[i] - xs[j]) * diff[j] / (diff[j] - d)
+            low = high = None
+            low_open = high_open = False
+            if repeats:
+                (low_u, low_open), (high_u, high_open) = _overlap_extent(xs, lo_gap, hi_gap, u)
+                low, high = _unscaled(low_u, log_x), _unscaled(high_u, log_x)
+            found.append(Crossing(names[0], names[1], _unscaled(u, log_x), low, high, low_open, high_open,
+                                  last_sign > 0))
+        last_sign, last_index = sign, i
+    return found
+
+
+def _segment_overlap(lo0: float, lo1: float, hi0: float, hi1: float) -> tuple[float, float] | None:
+    """The t in [0, 1] where lo(t) <= 0 <= hi(t), lo and hi linear between their ends: an interval or None."""
+    t_min, t_max = 0.0, 1.0
+    for start, end, sense in ((lo0, lo1, -1.0), (hi0, hi1, 1.0)):
+        # need sense * (start + t (end - start)) >= 0
+        a, b = sense * start, sense * (end - start)
+        if b == 0:
+            if a < 0:
+                return None
+        elif b > 0:
+            t_min = max(t_min, -a / b)
+        else:
+            t_max = min(t_max, -a / b)
+    return (t_min, t_max) if t_min <= t_max else None
+
+
+def _overlap_extent(xs: Sequence[float], lo_gap: Sequence[float], hi_gap: Sequence[float],
+                    u: float) -> tuple[tuple[float, bool], tuple[float, bool]]:
+    """The connected stretch of x around ``u`` where lo_gap <= 0 <= hi_gap (piecewise linear over xs):
+    ((left, reaches the first x), (right, reaches the last x)). At the crossing itself the means are
+    equal, so the intervals overlap there and the stretch is never empty."""
+    k = max(i for i in range(len(xs) - 1) if xs[i] <= u) if len(xs) > 1 else 0
+    k = min(k, len(xs) - 2)
+
+    def seg(i: int) -> tuple[float, float] | None:
+        return _segment_overlap(lo_gap[i], lo_gap[i + 1], hi_gap[i], hi_gap[i + 1])
+
+    def at(i: int, t: float) -> float:
+        return xs[i] + t * (xs[i + 1] - xs[i])
+
+    here = seg(k) or (0.0, 1.0)  # cannot be empty (see above); guard against rounding
+    left_i, left_t = k, here[0]
+    while left_t == 0.0 and left_i > 0:
+        before = seg(left_i - 1)
+        if before is None or before[1] < 1.0:
+            break
+        left_i, left_t = left_i - 1, before[0]
+    right_i, right_t = k, here[1]
+    while right_t == 1.0 and right_i < len(xs) - 2:
+        after = seg(right_i + 1)
+        if after is None or after[0] > 0.0:
+            break
+        right_i, right_t = right_i + 1, after[1]
+    left, right = at(left_i, left_t), at(right_i, right_t)
+    return (left, left_i == 0 and left_t == 0.0), (right, right_i == len(xs) - 2 and right_t == 1.0)
+
+
+def all_crossings(series: Mapping[str, Sequence[Cell]], *, log_x: bool = False) -> list[Crossing]:
+    """The crossings of every pair of series, in name order."""
+    names = list(series)
+    return [c for i, a in enumerate(names) for b in names[i + 1:]
+            for c in crossings(series[a], series[b], names=(a, b), log_x=log_x)]
+
+
+def log_axis(loads: Iterable[float]) -> bool:
+    """Whether loads are drawn (and crossings interpolated) on a log axis: all positive and spanning a
+    factor of 4 or more, as a doubling sweep (1, 2, 4, 8, ...) does."""
+    values = [x for x in loads]
+    return bool(values) and min(values) > 0 and max(values) / min(values) >= 4
+
+
+# -- Pareto ---------------------------------------------------------------------------------------
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """The indices of the points no other point dominates, both coordinates higher-is-better (per-stream
+    rate, aggregate throughput), ordered by the first coordinate descending. A point dominates another
+    when it is at least as good in both and better in one; equal points are all kept."""
+    front = [i for i, (x, y) in enumerate(points)
+             if not any(ox >= x and oy >= y and (ox > x or oy > y) for ox, oy in points)]
+    return sorted(front, key=lambda i: (-points[i][0], points[i][1]))
+
+
+# -- one run's percentile spectrum ----------------------------------------------------------------
+
+def read_histogram_log(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """metric -> its HdrHistogram, from a run's histograms.hlog (one tagged line each)."""
+    from hdrh.histogram import HdrHistogram
+
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except OSError as exc:
+        raise StoreError(f"{path}: {exc.strerror or exc}") from None
+    found: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.startswith("Tag="):
+            continue
+        tag, _, rest = line[len("Tag="):].partition(",")
+        data = rest.rsplit(",", 1)[-1]
+        try:
+            found[tag] = HdrHistogram.decode(data)
+        except Exception as exc:  # hdrh raises plain exceptions on bad data
+            raise StoreError(f"{path}: the {tag} histogram cannot be decoded ({exc})") from None
+    return found
+
+
+def spectrum(histogram: Any, *, scale: float = 1e-6, per_decade: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """A histogram's percentile spectrum as HdrHistogram plots it: (x = 1 / (1 - p), value x scale),
+    p from 0 up to the last recorded value's percentile, ``per_decade`` points per factor of 10 of x
+    (values in ns: ``scale`` 1e-6 gives ms). Empty arrays for an empty histogram."""
+    count = int(histogram.get_total_count())
+    if count == 0:
+        return np.zeros(0), np.zeros(0)
+    # The largest x that still holds a sample: the last one's own percentile, 1 - 1/count.
+    top = math.log10(count)
+    xs = 10 ** np.linspace(0.0, top, max(2, int(math.ceil(top * per_decade)) + 1))
+    percentiles = 100.0 * (1.0 - 1.0 / xs)
+    values = np.array([histogram.get_value_at_percentile(p) for p in percentiles], dtype=np.float64) * scale
+    return xs, values
