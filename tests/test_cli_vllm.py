@@ -47,9 +47,11 @@ def vllm_actions() -> list[tuple[list[str], Any, str]]:
     if not python.exists():
         pytest.skip(f"vllm bench serve's flags are read from the real-vLLM recipe's venv, not installed at {VLLM_VENV} "
                     "(scripts/setup_realvllm.sh, or set FASTBENCH_VLLM_VENV)")
-    # importing vllm takes ~20 s of CPU (torch); a slow shared host may take a minute
+    # importing vllm takes ~20 s of CPU (torch); a slow shared host may take a minute. vLLM's own Python
+    # runs without the sanitizer runtime CI's ASan stage preloads for fastbench's extension.
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
     proc = subprocess.run([str(python), "-c", READ_VLLM_FLAGS], capture_output=True, text=True, timeout=600,
-                          cwd=VLLM_VENV)
+                          cwd=VLLM_VENV, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [tuple(a) for a in json.loads(proc.stdout.strip().splitlines()[-1])]  # type: ignore[misc]
 
