@@ -16,7 +16,7 @@ from fastbench.cli.hostload import HostLoad, HostSnapshot
 
 QUIET = HostLoad(cpus=2, others_cpus=0.02, client_run_queue_wait_ms=1.0, client_run_queue_wait_share=0.001,
                  steal_share=0.0)
-BUSY = HostLoad(cpus=2, others_cpus=1.4, client_run_queue_wait_ms=300.0, client_run_queue_wait_share=0.08,
+BUSY = HostLoad(cpus=2, others_cpus=1.4, client_run_queue_wait_ms=300.0, client_run_queue_wait_share=0.12,
                 steal_share=0.0)
 
 
@@ -41,11 +41,15 @@ def test_the_window_figures_from_two_snapshots() -> None:
 
 def test_each_busy_figure_is_named_past_its_threshold() -> None:
     assert hostload.starved_because(QUIET) is None
-    assert hostload.starved_because(BUSY) == ("the client waited 300 ms for a CPU (8.0 % of the window); "
+    assert hostload.starved_because(BUSY) == ("the client waited 300 ms for a CPU (12.0 % of the window); "
                                               "other processes kept 1.40 of 2 CPUs busy")
     stolen = HostLoad(cpus=4, others_cpus=0.0, client_run_queue_wait_ms=0.0, client_run_queue_wait_share=0.0,
-                      steal_share=0.05)
-    assert hostload.starved_because(stolen) == "the hypervisor took 5.0 % of CPU time (steal)"
+                      steal_share=0.15)
+    assert hostload.starved_because(stolen) == "the hypervisor took 15.0 % of CPU time (steal)"
+    # what a quiet 2-vCPU VM showed at 64 streams: the client shares the CPUs with the synthetic server
+    quiet_vm = HostLoad(cpus=2, others_cpus=0.04, client_run_queue_wait_ms=162.0, client_run_queue_wait_share=0.041,
+                        steal_share=0.039)
+    assert hostload.starved_because(quiet_vm) is None
 
 
 def _spin(seconds: float) -> None:
@@ -106,7 +110,8 @@ def test_a_fail_says_whose_it_is(monkeypatch: pytest.MonkeyPatch, host: HostLoad
 
 def test_a_pass_on_a_busy_host_still_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hostload, "between", lambda *args: BUSY)
-    report = fv.validate(2, num_requests=4, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1000.0)
+    # one request per stream: no turnover, so "streams kept open" (not loosened by the tolerance) is not judged
+    report = fv.validate(2, num_requests=2, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1000.0)
     assert (report.verdict, report.verdict_cause) == ("PASS", None)
     assert any(note.startswith("the host was busy during the window: ") for note in report.notes)
 
