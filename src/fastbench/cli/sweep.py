@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
-from fastbench.cli.tomlconfig import SERVER_KEYS, _by_key, _toml_type, _value_flags
+from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, StoreError
 from fastbench.study import grid
@@ -115,7 +115,7 @@ def _load(path: str) -> dict[str, Any]:
 def _table(doc: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
     value = doc.get(name, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: [{name}] must be a table, got {_toml_type(value)}")
+        raise ConfigError(f"{where}: [{name}] must be a table, got {toml_type(value)}")
     return dict(value)
 
 
@@ -125,7 +125,7 @@ def _words(value: Any, where: str) -> list[str]:
         return shlex.split(value)
     if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
         return [str(v) for v in value]
-    raise ConfigError(f"{where} must be an array of strings or one string of flags, got {_toml_type(value)}")
+    raise ConfigError(f"{where} must be an array of strings or one string of flags, got {toml_type(value)}")
 
 
 def _variant_server(server: Mapping[str, Any], own: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def _takes_list(by_key: Mapping[str, Option]) -> Any:
 
 
 def _flags(option: Option, value: Any, where: str) -> list[str]:
-    return _value_flags(option, value, where)
+    return value_flags(option, value, where)
 
 
 def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, name: str | None = None,
@@ -204,7 +204,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     given_store = store is not None
     store = store or sweep.get("store") or os.environ.get("FASTBENCH_STORE") or "fastbench-runs"
     if not isinstance(store, str):
-        raise ConfigError(f"{file}: [sweep] store must be a directory path, got {_toml_type(store)}")
+        raise ConfigError(f"{file}: [sweep] store must be a directory path, got {toml_type(store)}")
     # The store and the journal are checked before any cell's options: a measured cell is never lost
     # for want of a place to keep it, and the message names the store, not a cell.
     run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
@@ -215,7 +215,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     stop = _stop_rules(sweep, file)
 
     parser = run_command.build_parser()
-    by_key = _by_key(options(parser))
+    by_key = options_by_key(options(parser))
     takes_list = _takes_list_checked(bench, by_key, file)
     crossed = grid.crossed_keys(bench, takes_list)
     for key in crossed:
@@ -237,7 +237,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         if not _NAME.fullmatch(vname):
             raise ConfigError(f"{where}: a variant's name must be letters, digits, '.', '_' or '-'")
         if not isinstance(own, dict):
-            raise ConfigError(f"{where} must be a table, got {_toml_type(own)}")
+            raise ConfigError(f"{where} must be a table, got {toml_type(own)}")
         for key in own:
             if key not in VARIANT_KEYS:
                 raise ConfigError(f"{where} has no field {key!r} (it takes {', '.join(VARIANT_KEYS)})")

@@ -48,7 +48,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ("LAUNCH_FLAGS", "SERVER_KEYS", "config_path", "expand", "toml_to_argv")
+__all__ = ("LAUNCH_FLAGS", "SERVER_KEYS", "config_path", "expand", "options_by_key", "toml_to_argv", "toml_type",
+           "value_flags")
 
 SERVER_KEYS = {
     "engine": "--launch",
@@ -124,7 +125,7 @@ def _given(rest: list[str], known: list[Option],
     return single, {o.dest: getattr(ns, o.dest) for o in single if getattr(ns, o.dest) is not unset}
 
 
-def _by_key(known: list[Option]) -> dict[str, Option]:
+def options_by_key(known: list[Option]) -> dict[str, Option]:
     """Every option by each of its long flags without dashes, with dashes as underscores, and by its dest."""
     out: dict[str, Option] = {}
     for option in known:
@@ -135,7 +136,7 @@ def _by_key(known: list[Option]) -> dict[str, Option]:
     return out
 
 
-def _toml_type(value: Any) -> str:
+def toml_type(value: Any) -> str:
     """A TOML value's type as a message names it."""
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
@@ -164,7 +165,7 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def _value_flags(option: Option, value: Any, where: str) -> list[str]:
+def value_flags(option: Option, value: Any, where: str) -> list[str]:
     """The flags that set ``option`` to ``value`` (a TOML value), type-checked.
 
     Always ``--flag=value``, never ``--flag value``: argparse takes a separate value that starts with
@@ -172,7 +173,7 @@ def _value_flags(option: Option, value: Any, where: str) -> list[str]:
     """
 
     def wrong(wanted: str) -> ConfigError:
-        return ConfigError(f"{where} must be {wanted}, got {_toml_type(value)}")
+        return ConfigError(f"{where} must be {wanted}, got {toml_type(value)}")
 
     flag, kind = option.flags[0], option.kind
     if kind == "true or false":
@@ -258,7 +259,7 @@ def _goodput_flags(value: Any, where: str, wrong: Callable[[str], ConfigError]) 
             if key not in GOODPUT_METRICS:
                 raise ConfigError(f"{where} takes ttft, tpot and e2el, got {key!r}")
             if not isinstance(ms, (int, float)) or isinstance(ms, bool):
-                raise ConfigError(f"{where}.{key} must be a number of milliseconds, got {_toml_type(ms)}")
+                raise ConfigError(f"{where}.{key} must be a number of milliseconds, got {toml_type(ms)}")
         return ["--goodput", *(f"{k}:{v}" for k, v in value.items())]
     items = value if isinstance(value, list) else [value]
     if not all(isinstance(item, str) and not item.startswith("-") for item in items):
@@ -269,7 +270,7 @@ def _goodput_flags(value: Any, where: str, wrong: Callable[[str], ConfigError]) 
 def _table(doc: dict[str, Any], name: str, table: str) -> dict[str, Any]:
     value = doc.get(table, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{name}: {table} must be a table ([{table}] and its keys), got {_toml_type(value)}")
+        raise ConfigError(f"{name}: {table} must be a table ([{table}] and its keys), got {toml_type(value)}")
     return value
 
 
@@ -289,18 +290,18 @@ def toml_to_argv(path: str, parser: argparse.ArgumentParser, skip: frozenset[str
     unknown_tables = sorted(set(doc) - {"server", "benchmark"})
     if unknown_tables:
         raise ConfigError(f"{name}: unknown table(s) {', '.join(unknown_tables)}; use [server] and [benchmark]")
-    by_key = _by_key(options(parser))
+    by_key = options_by_key(options(parser))
     argv: list[str] = []
     for key, value in _table(doc, name, "server").items():
         flag = SERVER_KEYS.get(key)
         if flag is None:
             raise ConfigError(f"{name}: [server] has no key {key!r} (it takes {', '.join(SERVER_KEYS)})")
-        flags = _value_flags(by_key[flag[2:]], value, f"{name}: [server] {key}")
+        flags = value_flags(by_key[flag[2:]], value, f"{name}: [server] {key}")
         argv += [] if flag in skip else flags
     for key, value in _table(doc, name, "benchmark").items():
         option = by_key.get(key)
         if option is None or option.dest == "config":
             raise ConfigError(f"{name}: [benchmark] has no option {key!r} (see fastbench --help)")
-        flags = _value_flags(option, value, f"{name}: [benchmark] {key}")
+        flags = value_flags(option, value, f"{name}: [benchmark] {key}")
         argv += [] if option.flags[0] in skip else flags
     return argv
