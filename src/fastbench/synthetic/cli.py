@@ -91,6 +91,9 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     p.add_argument("--max-model-len", type=int, default=4096,
                    help="context length /v1/models reports; longer requests get vLLM's 400 (default 4096)")
     p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens when a request omits it")
+    p.add_argument("--exit-with-parent", type=int, default=None, metavar="PID",
+                   help="stop when process PID exits (fastbench passes its own, so that a fastbench killed "
+                   "with SIGKILL does not leave its built-in server running)")
     t = p.add_argument_group("timing")
     t.add_argument("--ttft-ms", type=float, default=None,
                    help="time to first token (default 50, or 0 when --prefill-tok-s is given)")
@@ -149,6 +152,7 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         no_usage=ns.no_usage, final_usage_only=ns.final_usage_only, strict_model=ns.strict_model,
         fault=ns.fault, fault_every=ns.fault_every, stall_s=ns.stall_s, trickle_us=ns.trickle_us,
         oversized_bytes=ns.oversized_bytes, timer=ns.timer, enable_prefix_caching=ns.enable_prefix_caching,
+        exit_with_parent=ns.exit_with_parent,
         block_size=ns.block_size, prefix_cache_blocks=ns.prefix_cache_blocks,
         reset_prefix_cache_endpoint=not ns.no_reset_prefix_cache,
     )

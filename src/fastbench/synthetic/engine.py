@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import os
 import random
 import socket
 import sys
@@ -95,6 +96,7 @@ class ServerConfig:
     block_size: int = 16  # tokens per cached block (vLLM's default on GPUs)
     prefix_cache_blocks: int = 65536  # blocks kept before the least recently used are evicted
     reset_prefix_cache_endpoint: bool = True  # False: 404, as vLLM without VLLM_SERVER_DEV_MODE=1
+    exit_with_parent: int | None = None  # stop when this process (the one that started the server) exits
 
     @property
     def spec_k(self) -> int:
@@ -468,13 +470,48 @@ def _url_host(host: str) -> str:
 
 
 async def serve(cfg: ServerConfig) -> int:
-    """Run the server until SIGTERM/SIGINT. Prints ``READY http://HOST:PORT`` once listening."""
+    """Run the server until SIGTERM/SIGINT (or, with ``exit_with_parent``, that process's exit). Prints
+    ``READY http://HOST:PORT`` once listening."""
     import signal
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = _watch_parent(loop, cfg.exit_with_parent, stop) if cfg.exit_with_parent is not None else None
+    try:
+        return await _serve_until(cfg, loop, stop)
+    finally:
+        if watch is not None:
+            watch.cancel()
+
+
+def _watch_parent(loop: asyncio.AbstractEventLoop, pid: int, stop: asyncio.Event) -> asyncio.Task[None]:
+    """Set ``stop`` once process ``pid`` is gone (a parent killed with SIGKILL cannot stop its server):
+    at once through a pidfd on Linux, else by noticing that this process was given another parent."""
+
+    async def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # not Linux 5.3+, or the parent is gone already
+            fd = -1
+        if fd >= 0:
+            gone = asyncio.Event()
+            loop.add_reader(fd, gone.set)  # a pidfd is readable once its process has exited
+            try:
+                await gone.wait()
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+        else:
+            while os.getppid() == pid:
+                await asyncio.sleep(0.5)
+        stop.set()
+
+    return loop.create_task(watch())
+
+
+async def _serve_until(cfg: ServerConfig, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> int:
     if cfg.fault == "refuse":
         # Bind but never listen: connections are refused (RST) while the port stays ours.
         fam = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET

@@ -102,7 +102,8 @@ class SyntheticServer:
         """The subprocess's argv: the same as ``python -m fastbench.synthetic --host H --port 0 ...``,
         through ``BOOTSTRAP`` so that the server process does not import the fastbench client."""
         pkg_dir = str(Path(__file__).resolve().parent.parent)  # fastbench/
-        return [sys.executable, "-c", BOOTSTRAP, pkg_dir, "--host", self.host, "--port", "0", *self.argv]
+        return [sys.executable, "-c", BOOTSTRAP, pkg_dir, "--host", self.host, "--port", "0",
+                "--exit-with-parent", str(os.getpid()), *self.argv]
 
     def start(self) -> Self:
         if self.process is not None:
