@@ -118,6 +118,27 @@ def test_a_vllm_command_line_runs_and_saves_vllms_file(tmp_path: Path) -> None:
     assert doc["fastbench"]["config"]["temperature"] == 0
 
 
+def test_save_detailed_itls_are_each_requests_chunk_gaps_from_the_receive_stamps(tmp_path: Path) -> None:
+    """vLLM's ``itls``: per completed request, the gaps between its successive output chunks. They come
+    from the same receive stamps as the ITL histogram, so together they are its figures (to its 3
+    significant digits); a request cut off by the time cap has none."""
+    out = tmp_path / "r.json"
+    with SyntheticServer(ttft_ms=5, itl_ms=4, tokens_per_chunk="1-3") as server:
+        result = api.run(BenchConfig(base_url=server.base_url, concurrency=4, num_prompts=12, random_input_len=8,
+                                     random_output_len=24, ignore_eos=True, per_request_arrays=True,
+                                     result_json=str(out)))
+    itls = result.per_request.itls
+    assert itls is not None and len(itls) == 12
+    doc = orjson.loads(out.read_bytes())
+    assert doc["itls"] == itls
+    gaps = np.concatenate([np.array(g) for g in itls]) * 1e3
+    itl = result.distributions["itl"]
+    assert itl.count == len(gaps) and len(gaps) >= 12 * 6  # 24 tokens in chunks of at most 3
+    assert float(np.median(gaps)) == pytest.approx(itl.median, rel=2e-3)
+    assert float(gaps.max()) == pytest.approx(itl.max, rel=2e-3)
+    assert all(g > 0 for g in gaps)
+
+
 def test_append_result_adds_a_line(tmp_path: Path) -> None:
     args = ("--num-prompts", "3", "--concurrency", "1", "--random-input-len", "8", "--random-output-len", "2",
             "--synthetic-args", "--ttft-ms 1 --itl-ms 1", "--append-result", "--result-filename", "runs.jsonl",

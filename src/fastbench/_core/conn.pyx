@@ -377,6 +377,8 @@ cdef class StreamConnection:
                 self.run.completed += 1
                 if self.c.save_outputs:
                     self.run.outputs[row] = self.c.out_buf[:self.c.out_len]
+                if self.run.keep_chunk_stamps:
+                    self.run.chunk_stamps[row] = self._chunk_stamps()
             elif r.error != ERR_CANCELLED:
                 self.run.failed += 1
                 self.run.error_messages[row] = self._error_message(status)
@@ -417,6 +419,17 @@ cdef class StreamConnection:
             run._dispatch_due()
             if run.in_flight == 0 and run.next_row >= run.n_rows:
                 run._ask_python()  # the last request ended
+
+    cdef bytes _chunk_stamps(self):
+        """The request's output chunks' receive stamps, as int64 ns in one bytes object (per request,
+        only when asked: the per-token path stays as it is)."""
+        cdef fb_req_t *r = &self.c.req
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(r.n_ev * sizeof(int64_t)))
+        cdef int64_t *stamps = <int64_t *>PyBytes_AS_STRING(out)
+        cdef size_t i
+        for i in range(r.n_ev):
+            stamps[i] = r.ev[i].ts
+        return out
 
     cdef bytes _errtext(self):
         return self.c.errtext[:self.c.errtext_len]

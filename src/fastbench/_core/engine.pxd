@@ -128,6 +128,8 @@ cdef class RunState:
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
     cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
     cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs
+    cdef public bint keep_chunk_stamps # keep each completed request's chunk stamps (vllm's itls)
+    cdef public dict chunk_stamps      # row -> its output chunks' receive stamps (int64 ns), when asked
     cdef public int64_t reads          # reads that returned bytes
     cdef public int64_t kernel_reads   # of them, with a kernel stamp
     cdef public int64_t multi_event_reads  # reads that carried more than one output event
@@ -227,6 +229,7 @@ cdef class StreamConnection:
     cdef _on_eof(self)
     cdef _finish(self)
     cdef bytes _errtext(self)
+    cdef bytes _chunk_stamps(self)
     cdef str _error_message(self, int status)
     cdef void _write_row(self, int64_t row, int status, int usage) noexcept
     cdef void _record_chunks(self, int usage) noexcept

@@ -9,6 +9,7 @@ from libc.stdio cimport snprintf
 from libc.errno cimport EAGAIN
 from libc.stdint cimport int64_t, int32_t, uint64_t, INT64_MAX
 from posix.uio cimport iovec
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
 BUILD_FLAVOUR = FB_BUILD_FLAVOUR.decode()
 cdef fb_row_t _row_fields  # read for its field names only

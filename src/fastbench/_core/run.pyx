@@ -24,6 +24,8 @@ cdef class RunState:
         self.skew = skew
         self.error_messages = {}
         self.outputs = {}
+        self.keep_chunk_stamps = False
+        self.chunk_stamps = {}
         self.save_outputs = False
         self.max_event_bytes = max_event_bytes
         self.kernel_timestamps = True

@@ -100,6 +100,7 @@ class LoadGenerator:
         self.state.on_stop = self._stop_soon
         self.state.kernel_timestamps = plan.kernel_timestamps
         self.state.save_outputs = plan.save_outputs
+        self.state.keep_chunk_stamps = plan.keep_chunk_stamps
 
     # -- connections -------------------------------------------------------------------------
 
@@ -621,6 +622,7 @@ class LoadGenerator:
                 "core_sends": self.state.core_sends,
                 "pool_misses": self._pool_misses,
                 **self._decoded_outputs(),
+                **({"chunk_stamps": self.state.chunk_stamps} if self.plan.keep_chunk_stamps else {}),
             },
         )
 

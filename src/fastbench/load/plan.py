@@ -97,6 +97,7 @@ class LoadPlan:
     # closed loop's turnover stays prompt.
     expected_output_tokens: Sequence[int] | None = None
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
+    keep_chunk_stamps: bool = False  # keep each completed request's chunk stamps (8 bytes a chunk)
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None

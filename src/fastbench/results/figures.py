@@ -353,6 +353,15 @@ def _client_summary(requests: _Requests, data: RunData, config: BenchConfig) -> 
     )
 
 
+def _chunk_gaps_s(stamps: bytes | None) -> list[float]:
+    """vllm's ``itl`` of one request: seconds between successive output chunks, from the core's receive
+    stamps (kept for completed requests only; [] for the others, as vllm leaves a failed one's empty)."""
+    if not stamps:
+        return []
+    gaps: list[float] = (np.diff(np.frombuffer(stamps, dtype=np.int64)) / 1e9).tolist()
+    return gaps
+
+
 def _per_request(requests: _Requests, data: RunData, config: BenchConfig) -> PerRequest:
     """vllm's per-request arrays, for every started request in index order."""
     col, started, completed = requests.col, requests.started, requests.completed
@@ -370,11 +379,13 @@ def _per_request(requests: _Requests, data: RunData, config: BenchConfig) -> Per
     if config.per_request_arrays:  # --save-detailed: vllm's further arrays
         sent = col["sent_ns"]
         outputs = data.extra.get("outputs") or {}
+        stamps = data.extra.get("chunk_stamps") or {}
         arrays = {
             "start_times": (np.where(sent > 0, sent - data.start_ns, 0)[started] / 1e9).tolist(),
             "latencies": (np.where(completed, col["end_ns"] - origin, 0)[started] / 1e9).tolist(),
             "queue_times": (np.where(sent > 0, sent - col["scheduled_ns"], 0)[started] / 1e9).tolist(),
             "generated_texts": [(outputs.get(i) or (None, None))[0] or "" for i in col["index"][started].tolist()],
+            "itls": [_chunk_gaps_s(stamps.get(i)) for i in col["index"][started].tolist()],
         }
     return PerRequest(
         index=col["index"][started].tolist(),

@@ -156,6 +156,7 @@ class PerRequest:
     latencies: list[float] | None = None  # E2EL in s from the origin of ttfts, 0.0 unless completed
     queue_times: list[float] | None = None  # s from the scheduled arrival to the send (waiting for a slot)
     generated_texts: list[str] | None = None  # the response text ("" where none was kept)
+    itls: list[list[float]] | None = None  # s between successive output chunks, [] unless completed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,7 +80,7 @@ def to_vllm_keys(result: Result) -> dict[str, Any]:
     keys["output_lens"] = list(per.output_lens)
     keys["ttfts"] = list(per.ttfts)
     keys["errors"] = list(per.errors)
-    for name in ("start_times", "latencies", "queue_times", "generated_texts"):
+    for name in ("start_times", "latencies", "queue_times", "generated_texts", "itls"):
         value = getattr(per, name)
         if value is not None:
             keys[name] = list(value)
