@@ -12,7 +12,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +113,7 @@ from fastbench.study.store import Store
 doc = load_result(sys.argv[2])
 records = open(sys.argv[3], "rb").read()
 go = sys.argv[4]
+print("ready", flush=True)  # imported and loaded: the test starts both at once
 while not __import__("os").path.exists(go):
     time.sleep(0.001)
 spans = []
@@ -134,7 +134,8 @@ def test_two_processes_writing_to_one_store_corrupt_nothing(stored: dict[str, An
                                  str(stored["where"] / "d.jsonl"), str(go), str(each), name],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for name in ("a", "b")]
-    time.sleep(0.5)  # both started and waiting
+    for proc in writers:  # both imported and waiting (a fixed sleep was too short on a loaded host)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n", proc.stderr
     go.touch()
     spans = []
     for proc in writers:

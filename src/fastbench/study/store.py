@@ -34,6 +34,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -139,10 +140,7 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {index} ({exc})") from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # The index is a cache of the folders: a power cut may lose its last rows, never corrupt it.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            self._set_up_index()
         except sqlite3.Error as exc:
             self._db.close()
             raise StoreError(f"{index}: {exc}") from None
@@ -174,6 +172,23 @@ class Store:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def _set_up_index(self) -> None:
+        """WAL mode and the schema. Two processes opening a new store at once can find each other
+        switching the journal mode, which SQLite answers "database is locked" without waiting on its
+        busy timeout (seen 1 run in 3 with two writers starting together): those are tried again."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # The index is a cache of the folders: a power cut may lose its last rows, never corrupt it.
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
