@@ -44,11 +44,11 @@ def test_each_busy_figure_is_named_past_its_threshold() -> None:
     assert hostload.starved_because(BUSY) == ("the client waited 300 ms for a CPU (12.0 % of the window); "
                                               "other processes kept 1.40 of 2 CPUs busy")
     stolen = HostLoad(cpus=4, others_cpus=0.0, client_run_queue_wait_ms=0.0, client_run_queue_wait_share=0.0,
-                      steal_share=0.15)
-    assert hostload.starved_because(stolen) == "the hypervisor took 15.0 % of CPU time (steal)"
+                      steal_share=0.25)
+    assert hostload.starved_because(stolen) == "the hypervisor took 25.0 % of CPU time (steal)"
     # what a quiet 2-vCPU VM showed at 64 streams: the client shares the CPUs with the synthetic server
     quiet_vm = HostLoad(cpus=2, others_cpus=0.04, client_run_queue_wait_ms=162.0, client_run_queue_wait_share=0.041,
-                        steal_share=0.039)
+                        steal_share=0.085)
     assert hostload.starved_because(quiet_vm) is None
 
 

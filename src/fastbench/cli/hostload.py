@@ -26,13 +26,14 @@ __all__ = ("HostLoad", "HostSnapshot", "between", "snapshot", "starved_because")
 # A client thread that waited this share of the window for a CPU, other processes that kept this many
 # CPUs busy, or this share of steal: the host, not the client, can explain a FAIL. Measured with
 # `fastbench validate` at 16, 64 and 256 streams on this project's 2-vCPU VM (bench/RESULTS.md):
-# - quiet (load average 0.2): others 0.00-0.04 CPU, the client's wait 0.4-4.1 % (it shares the two
-#   CPUs with the synthetic server), steal 0.3-3.9 %; every run PASSed;
+# - quiet (load average 0.2-1.1, 2026-12-02 03:57-04:35): others 0.00-0.20 CPU, the client's wait
+#   0.4-4.1 % (it shares the two CPUs with the synthetic server), steal 0.3-8.5 %; every run PASSed;
 # - beside other test suites: others 1.2-1.9 CPUs, the wait 6.5-10.7 %.
-# Other processes' CPU tells the two apart; the wait and steal thresholds sit well over the quiet figures.
+# Other processes' CPU tells the two apart; the wait and steal thresholds sit well over the quiet figures
+# (steal, which this VM's hypervisor takes at up to 8.5 % when nothing else runs, at 20 %).
 RUN_QUEUE_WAIT_SHARE = 0.10
 OTHERS_CPUS = 0.5
-STEAL_SHARE = 0.10
+STEAL_SHARE = 0.20
 
 
 @dataclasses.dataclass(frozen=True)

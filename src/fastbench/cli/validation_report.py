@@ -55,7 +55,7 @@ DEFINITIONS: dict[str, str] = {
             "synthetic server's); client_run_queue_wait, how long the client's event-loop thread was "
             "runnable but waiting for a CPU (/proc/self/schedstat); steal_share, the hypervisor's share of "
             "CPU time. A FAIL of the timing checks with others >= 0.5 CPU, a wait >= 10 % of the window or "
-            "steal >= 10 % is the busy host's (verdict_cause).",
+            "steal >= 20 % is the busy host's (verdict_cause).",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }
