@@ -16,9 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError
 from fastbench.load.sources import Context
-from fastbench.load.sources.prefixed import PromptMaker
+from fastbench.load.sources.prefixed import PromptMaker, refuse_unless_fits
 
 
 def check(config: BenchConfig) -> None:
@@ -29,12 +28,9 @@ async def offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
     prefix_len, suffix_len = config.prefix_repetition_prefix_len, config.prefix_repetition_suffix_len
     output = config.max_tokens if config.max_tokens is not None else config.prefix_repetition_output_len
-    mml = selector.max_model_len
-    if mml is not None and prefix_len + suffix_len + output > mml:
-        raise ConfigError(
-            f"--prefix-repetition-prefix-len {prefix_len} + --prefix-repetition-suffix-len {suffix_len} + "
-            f"{output} output tokens exceed max_model_len {mml}: no prompt fits; shorten the prefix or the suffix"
-        )
+    refuse_unless_fits(selector.max_model_len, (("--prefix-repetition-prefix-len", prefix_len),
+                                                ("--prefix-repetition-suffix-len", suffix_len)),
+                       output, "the prefix or the suffix")
     rng = np.random.default_rng(config.seed)
     maker = PromptMaker(ctx, rng, separator="")
     count = config.prefix_repetition_num_prefixes

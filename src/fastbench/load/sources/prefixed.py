@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 import orjson
 
+from fastbench.exceptions import ConfigError
 from fastbench.load.screening import Candidate, JsonPrompt
 from fastbench.load.sources import Context
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
@@ -53,6 +54,16 @@ WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 
 _WORD_ARRAY = np.array(WORDS, dtype=object)
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def refuse_unless_fits(max_model_len: int | None, parts: tuple[tuple[str, int], tuple[str, int]], output: int,
+                       shorten: str) -> None:
+    """Refuse a dataset whose prompts (two parts, each a flag and its tokens) and ``output`` tokens cannot fit
+    the context the server reports (``checks.check_prefix_fits`` judges --max-model-len before the run)."""
+    (first_flag, first), (second_flag, second) = parts
+    if max_model_len is not None and first + second + output > max_model_len:
+        raise ConfigError(f"{first_flag} {first} + {second_flag} {second} + {output} output tokens exceed "
+                          f"max_model_len {max_model_len}: no prompt fits; shorten {shorten}")
 
 
 @dataclasses.dataclass(frozen=True)

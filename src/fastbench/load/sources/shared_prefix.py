@@ -19,9 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError
 from fastbench.load.sources import Context
-from fastbench.load.sources.prefixed import Prefix, PromptMaker
+from fastbench.load.sources.prefixed import Prefix, PromptMaker, refuse_unless_fits
 
 
 def check(config: BenchConfig) -> None:
@@ -32,12 +31,9 @@ async def offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
     system_len, question_len = config.gsp_system_prompt_len, config.gsp_question_len
     output = config.max_tokens if config.max_tokens is not None else config.gsp_output_len
-    mml = selector.max_model_len
-    if mml is not None and system_len + question_len + output > mml:
-        raise ConfigError(
-            f"--gsp-system-prompt-len {system_len} + --gsp-question-len {question_len} + {output} output tokens "
-            f"exceed max_model_len {mml}: no prompt fits; shorten the system prompt or the question"
-        )
+    refuse_unless_fits(selector.max_model_len, (("--gsp-system-prompt-len", system_len),
+                                                ("--gsp-question-len", question_len)),
+                       output, "the system prompt or the question")
     groups, per_group = config.gsp_num_groups, config.gsp_prompts_per_group
     rng = np.random.default_rng(config.seed)
     maker = PromptMaker(ctx, rng, separator="\n\n")
