@@ -239,6 +239,39 @@ def test_an_index_at_version_0_is_migrated_in_place(tmp_path: Path) -> None:
         assert store.count() == 0
 
 
+def test_a_version_1_index_is_migrated_with_its_rows_listed_as_before(stored: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """Version 2 packs a row's listing into one text (see store.py); a version 1 index's rows, migrated
+    by SQL alone, list the same meta and figures as a row written by version 2, infinity as None."""
+    doc = _doc(stored)
+    with Store(tmp_path / "new", create=True) as store:
+        new = store.query()[0] if store.add(doc) else None
+    assert new is not None
+    root = tmp_path / "old"
+    (root / "runs").mkdir(parents=True)
+    db = sqlite3.connect(root / "index.sqlite", isolation_level=None)
+    for statement in run_store.MIGRATIONS[0]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 1")
+    row = {"run_id": "20250101-000000-abcdef", "folder": "runs/20250101-000000-abcdef", "stored_unix": 0.0,
+           "has_records": 1, **new.meta._asdict(), "collapsed": 0, **new.figures, "p99_itl_ms": float("inf")}
+    db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})", tuple(row.values()))
+    db.close()
+    with Store(root) as store:
+        (old,) = store.query()
+    assert store_version(root) == SCHEMA_VERSION
+    assert old.meta == new.meta and old.has_records and old.folder == str(root / "runs" / old.run_id)
+    assert old.figures == {**new.figures, "p99_itl_ms": None}
+
+
+def store_version(root: Path) -> int:
+    db = sqlite3.connect(root / "index.sqlite")
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        db.close()
+
+
 def test_the_index_is_rebuilt_from_the_folders(stored: dict[str, Any], tmp_path: Path) -> None:
     root = tmp_path / "s"
     doc = _doc(stored)

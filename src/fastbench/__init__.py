@@ -7,33 +7,57 @@ Public API::
 
     result = run(BenchConfig(base_url="http://127.0.0.1:8000", concurrency=64, num_prompts=500))
     print(result.distributions["ttft"].median, to_vllm_keys(result)["p99_tpot_ms"])
+
+The names are imported on first use (PEP 562): ``import fastbench`` alone, as every submodule's import
+does, then costs milliseconds instead of the API's aiohttp and numpy (a second and more on a busy
+machine), so that ``fastbench runs`` starts quickly.
 """
 
-from fastbench._version import __version__
-from fastbench.api import arun, run
-from fastbench.config import BenchConfig, LaunchConfig
-from fastbench.exceptions import (
-    ConfigError,
-    DatasetError,
-    FastbenchError,
-    ResultWriteError,
-    ServerDiedError,
-    ServerError,
-)
-from fastbench.results.result import Result
+from __future__ import annotations
 
-TYPE_CHECKING = False
+import importlib
+from typing import TYPE_CHECKING
+
+from fastbench._version import __version__
+
 if TYPE_CHECKING:
+    from fastbench.api import arun, run
+    from fastbench.config import BenchConfig, LaunchConfig
+    from fastbench.exceptions import (
+        ConfigError,
+        DatasetError,
+        FastbenchError,
+        ResultWriteError,
+        ServerDiedError,
+        ServerError,
+    )
+    from fastbench.results.result import Result
     from fastbench.synthetic import SyntheticServer
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "arun": "fastbench.api", "run": "fastbench.api",
+    "BenchConfig": "fastbench.config", "LaunchConfig": "fastbench.config",
+    "ConfigError": "fastbench.exceptions", "DatasetError": "fastbench.exceptions",
+    "FastbenchError": "fastbench.exceptions", "ResultWriteError": "fastbench.exceptions",
+    "ServerDiedError": "fastbench.exceptions", "ServerError": "fastbench.exceptions",
+    "Result": "fastbench.results.result",
+    "SyntheticServer": "fastbench.synthetic",
+}
 
 
 def __getattr__(name: str) -> object:
-    # Lazy, so that `python -m fastbench.synthetic` does not import itself twice.
-    if name == "SyntheticServer":
-        from fastbench.synthetic import SyntheticServer
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'fastbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # found once; later lookups do not come here
+    return value
 
-        return SyntheticServer
-    raise AttributeError(f"module 'fastbench' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = (
     "BenchConfig",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -524,6 +522,9 @@ async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None)
     files are written, marked partial); one that comes ``SAME_INTERRUPT_S`` or more later abandons it.
     Closer ones are the same interrupt delivered twice: coreutils ``timeout`` signals the child and
     then its own process group, and a script may signal the process and then its group."""
+    import asyncio
+    import signal
+
     from fastbench import api
 
     loop = asyncio.get_running_loop()
@@ -562,6 +563,8 @@ def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
 
 
 def _run(config: BenchConfig) -> int:
+    import asyncio  # here, as the other heavy imports: `fastbench runs` never needs them
+
     import uvloop
 
     from fastbench.results import writers

@@ -146,9 +146,12 @@ def _add(store: Store, path: str) -> str:
 def _cell(value: Any, digits: int = 1) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
+    if type(value) is float:  # (not isinstance: this runs 80,000 times for a table of every run)
+        return format(value, _DIGITS[digits])
     return str(value)
+
+
+_DIGITS = {1: ",.1f", 2: ",.2f"}
 
 
 def _clip(text: str | None, width: int) -> str:
@@ -164,13 +167,15 @@ def _status(run: StoredRun) -> str:
 
 
 def render_table(runs: Sequence[StoredRun]) -> str:
-    """One line per run: who and what it measured, its key figures."""
+    """One line per run: who and what it measured, its key figures. (Written for 10,000 rows: the
+    dates by isoformat, each line by one format call.)"""
     head = ("run", "created", "label", "variant", "model", "conc", "rate", "done/failed", "out tok/s",
             "TTFT p50", "TTFT p99", "TPOT p50", "decode p50", "status")
-    rows = []
+    rows = [head]
+    from_unix = datetime.datetime.fromtimestamp
     for run in runs:
         m, f = run.meta, run.figures
-        created = datetime.datetime.fromtimestamp(m.created_unix).strftime("%Y-%m-%d %H:%M") if m.created_unix else "-"
+        created = from_unix(m.created_unix).isoformat(" ", "minutes") if m.created_unix else "-"
         rows.append((
             run.run_id, created, _clip(m.label, 20), _clip(m.variant, 14), _clip(m.model, 28), _cell(m.concurrency),
             _cell(m.request_rate, 2) if m.request_rate is not None else "inf",
@@ -179,15 +184,11 @@ def render_table(runs: Sequence[StoredRun]) -> str:
             _status(run),
         ))
     numeric = {5, 6, 7, 8, 9, 10, 11, 12}
-    widths = [max(len(head[i]), *(len(row[i]) for row in rows)) for i in range(len(head))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    line = "  ".join(f"{{:{'>' if i in numeric else '<'}{w}}}" for i, w in enumerate(widths)).format
     units = "latencies in ms, rates in tokens/s; rate inf: closed loop"
-    return "\n".join([line(head), *(line(row) for row in rows), f"{len(rows)} run{'s' if len(rows) != 1 else ''}"
-                      f" ({units})"])
+    n = len(rows) - 1
+    return "\n".join([*(line(*row).rstrip() for row in rows), f"{n} run{'s' if n != 1 else ''} ({units})"])
 
 
 # -- CSV -------------------------------------------------------------------------------------------

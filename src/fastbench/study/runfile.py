@@ -16,12 +16,14 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 import orjson
 
 from fastbench.exceptions import StoreError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ("PER_REQUEST", "RunMeta", "flat_keys", "load_result", "per_request_values", "read_records", "run_meta")
 
@@ -189,4 +191,6 @@ def per_request_values(records: Iterable[Mapping[str, Any]]) -> dict[str, np.nda
         prompt, raw = rec.get("prompt_tokens"), rec.get("ttft_raw_ms")
         if isinstance(prompt, int) and prompt > 0 and isinstance(raw, (int, float)) and raw > 0:
             series["prefill_rate"].append(prompt / (raw / 1e3))
+    import numpy as np  # here: listing runs (this module's other use) never needs numpy
+
     return {name: np.asarray(values, dtype=np.float64) for name, values in series.items()}

@@ -35,9 +35,9 @@ import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -63,7 +63,8 @@ KEY_FIGURES: tuple[str, ...] = (
 )
 _META_COLUMNS: tuple[str, ...] = RunMeta._fields
 _COLLAPSED = _META_COLUMNS.index("collapsed")
-_COLUMNS = ", ".join(("run_id", "folder", "has_records", *_META_COLUMNS, *KEY_FIGURES))  # StoredRun's
+_FIGURES_AT = 1 + len(_META_COLUMNS)  # where KEY_FIGURES start in a row's listing
+_COLUMNS = "run_id, listing"  # StoredRun's
 
 _V1 = (
     "CREATE TABLE runs ("
@@ -82,21 +83,98 @@ _V1 = (
     "CREATE INDEX runs_variant ON runs (variant, created_unix)",
     "CREATE TABLE store_info (key TEXT PRIMARY KEY, value TEXT)",
 )
-# MIGRATIONS[v]: the statements that take an index at schema version v to v + 1 (0 is a new file). A
+# MIGRATIONS[v]: the statements (or, where SQL cannot, functions of the connection) that take an index
+# at schema version v to v + 1 (0 is a new file), in the migration's one transaction. A
 # new version appends its statements here (ALTER TABLE runs ADD COLUMN ...; filling it from the folders
 # where it needs their data is reindex's job) and raises SCHEMA_VERSION; old entries never change.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Version 2: ``listing``, a row's has_records, RunMeta and KEY_FIGURES values as one JSON array.
+# Listing every run read them as 30 columns, and making 300,000 Python values out of them took 100-190
+# ms for 10,000 runs here; one text a row, parsed when a run's meta or figures are first read, takes a
+# third of that (bench/store_query.py). The columns stay: filters and the order use them.
+_V2_LISTED = (  # as of version 2: never changes (a new figure is a new version's column)
+    "has_records", "created_at", "created_unix", "label", "model", "variant", "engine", "concurrency",
+    "request_rate", "num_prompts", "completed", "failed", "duration_s", "stopped_reason", "collapsed",
+    "result_schema", "fastbench_version",
+    "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+    "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms", "median_decode_rate_tok_s",
+    "median_prefill_rate_tok_s", "spec_decode_acceptance_length",
+)
+
+
+def _fill_listings(db: sqlite3.Connection) -> None:
+    """Version 2's listing of each row written by version 1 (in Python: SQLite's json_array keeps 15
+    digits of a number and writes infinity as Inf, which no JSON parser reads; orjson round-trips)."""
+    rows = db.execute(f"SELECT run_id, {', '.join(_V2_LISTED)} FROM runs").fetchall()
+    db.executemany("UPDATE runs SET listing = ? WHERE run_id = ?",
+                   ((orjson.dumps(list(row[1:])).decode(), row[0]) for row in rows))
+
+
+_V2: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
+    "ALTER TABLE runs ADD COLUMN listing TEXT NOT NULL DEFAULT '[]'", _fill_listings)
+MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class StoredRun(NamedTuple):
-    """One row of the index (a NamedTuple: a listing builds 10,000 of them)."""
+class StoredRun:
+    """One row of the index. A listing makes 10,000 of them, so a row is its id and its listing text
+    (has_records, RunMeta's values, KEY_FIGURES' values, as a JSON array), parsed on first use of
+    anything but the id."""
 
-    run_id: str
-    folder: str  # the run's folder: the store's directory joined with runs/<run id>
-    meta: RunMeta
-    figures: dict[str, float | None]  # KEY_FIGURES
-    has_records: bool  # per-request records are kept (requests.jsonl.gz)
+    __slots__ = ("_figures", "_has_records", "_listing", "_meta", "_root", "run_id")
+
+    def __init__(self, run_id: str, listing: str, root: str) -> None:
+        self.run_id = run_id
+        self._listing = listing
+        self._root = root  # the other slots are set by _parse
+
+    def _parse(self) -> None:
+        values = orjson.loads(self._listing)
+        meta = values[1:_FIGURES_AT]
+        meta[_COLLAPSED] = bool(meta[_COLLAPSED])
+        self._has_records = bool(values[0])
+        self._meta = RunMeta._make(meta)
+        self._figures = dict(zip(KEY_FIGURES, values[_FIGURES_AT:]))
+
+    @property
+    def folder(self) -> str:
+        """The run's folder: the store's directory joined with runs/<run id>."""
+        return os.path.join(self._root, RUNS_DIR, self.run_id)
+
+    @property
+    def has_records(self) -> bool:
+        """Its per-request records are kept (requests.jsonl.gz)."""
+        try:
+            return self._has_records
+        except AttributeError:
+            self._parse()
+            return self._has_records
+
+    @property
+    def meta(self) -> RunMeta:
+        try:
+            return self._meta
+        except AttributeError:
+            self._parse()
+            return self._meta
+
+    @property
+    def figures(self) -> dict[str, float | None]:
+        """KEY_FIGURES, by name."""
+        try:
+            return self._figures
+        except AttributeError:
+            self._parse()
+            return self._figures
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredRun) and (self.run_id, self._root, self._listing) == (
+            other.run_id, other._root, other._listing)
+
+    def __hash__(self) -> int:
+        return hash((self.run_id, self.folder))
+
+    def __repr__(self) -> str:
+        return f"StoredRun({self.run_id!r}, folder={self.folder!r})"
 
 
 def _why(exc: BaseException) -> str:
@@ -201,7 +279,10 @@ class Store:
                                  "upgrade fastbench, or delete the index to rebuild it from the folders")
             for statements in MIGRATIONS[version:]:
                 for statement in statements:
-                    db.execute(statement)
+                    if callable(statement):  # a step SQL alone cannot do
+                        statement(db)
+                    else:
+                        db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def probe_write(self) -> None:
@@ -299,6 +380,7 @@ class Store:
         for name in KEY_FIGURES:
             value = flat.get(name)
             row[name] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        row["listing"] = orjson.dumps([row[name] for name in _V2_LISTED]).decode()
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         db.execute(f"INSERT OR REPLACE INTO runs ({names}) VALUES ({marks})", tuple(row.values()))
@@ -344,7 +426,8 @@ class Store:
         sql = f"SELECT {_COLUMNS} FROM runs{where} ORDER BY created_unix DESC, run_id DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [self._stored(row) for row in reversed(self._read(sql, args))]
+        root = self._root_text
+        return [StoredRun(run_id, listing, root) for run_id, listing in reversed(self._read(sql, args))]
 
     def flat(self, run_ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], dict[str, Scalar]]]:
         """run id -> (its config, its flat keys), from the index."""
@@ -374,10 +457,7 @@ class Store:
         return runs[0]
 
     def _stored(self, row: tuple[Any, ...]) -> StoredRun:
-        meta = list(row[3:3 + len(_META_COLUMNS)])
-        meta[_COLLAPSED] = bool(meta[_COLLAPSED])
-        return StoredRun(row[0], os.path.join(self._root_text, row[1]), RunMeta._make(meta),
-                         dict(zip(KEY_FIGURES, row[3 + len(_META_COLUMNS):])), bool(row[2]))
+        return StoredRun(row[0], row[1], self._root_text)
 
     def count(self) -> int:
         return int(self._read("SELECT count(*) FROM runs", ())[0][0])
