@@ -31,8 +31,8 @@ from typing import Any
 
 from fastbench import BenchConfig, run
 from fastbench.cli import runs as runs_cli
-from fastbench.study.runfile import load_result, run_meta
-from fastbench.study.store import Store
+from fastbench.study.runfile import RunMeta, load_result, run_meta
+from fastbench.study.store import KEY_FIGURES, Store
 
 TARGET_MS = 100.0
 MODELS = ("google/gemma-3-27b-it", "Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct", "gemma-26b-a4b")
@@ -61,6 +61,29 @@ def _fill(store: Store, doc: dict[str, Any], n: int) -> None:
             d["p99_ttft_ms"] = 10.0 + i % 97
             run_id = f"{created:%Y%m%d-%H%M%S}-{i:06x}"
             store._insert(db, run_id, d, run_meta(d), has_records=True)
+
+
+def _as_version_1(store: Store) -> list[tuple[str, RunMeta, dict[str, Any]]]:
+    """Every run as schema 1 read them, for comparison: 30 columns a row, each row's meta and figures
+    built at once."""
+    columns = ", ".join(("run_id", "folder", "has_records", *RunMeta._fields, *KEY_FIGURES))
+    rows = store._db.execute(f"SELECT {columns} FROM runs ORDER BY created_unix DESC, run_id DESC").fetchall()
+    n = len(RunMeta._fields)
+    out = []
+    for row in reversed(rows):
+        meta = list(row[3:3 + n])
+        meta[13] = bool(meta[13])
+        out.append((row[0], RunMeta._make(meta), dict(zip(KEY_FIGURES, row[3 + n:]))))
+    return out
+
+
+def _command_ms(argv: list[str], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        subprocess.run(argv, capture_output=True, check=True)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def _time(what: Callable[[], Any], rounds: int) -> tuple[float, float, Any]:
@@ -99,6 +122,9 @@ def main() -> int:
             queries: list[tuple[str, Callable[[], Any]]] = [
                 ("open the store (connect, schema check)", lambda: Store(root).close()),
                 (f"every run ({total:,})", lambda: store.query()),
+                ("every run, read as schema 1 did (30 columns, rows built at once; for comparison)",
+                 lambda: _as_version_1(store)),
+                ("every run, each one's meta and figures read", lambda: [(r.meta, r.figures) for r in store.query()]),
                 ("--label 'sweep-01*'", lambda: store.query(label="sweep-01*")),
                 ("--model 'Qwen/*' --variant eagle3", lambda: store.query(model="Qwen/*", variant="eagle3")),
                 ("--since/--until one week", lambda: store.query(since=since, until=until)),
@@ -126,11 +152,16 @@ def main() -> int:
             median, top, lines = _time(csv_all, max(1, args.rounds // 3))
             print(f"| CSV of every run, all flat keys (not a query: parses each row's JSON) | {lines - 1:,} | "
                   f"{median:.1f} | {top:.1f} | - |")
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "fastbench", "runs", "--store", str(root), "--last", "20"],
-                              capture_output=True, text=True)
-        print(f"\n`fastbench runs --last 20` as a command, Python start-up included: "
-              f"{(time.perf_counter() - t0) * 1e3:.0f} ms (exit {proc.returncode})")
+        command = ["-m", "fastbench", "runs", "--store", str(root), "--last", "20"]
+        # Before the lazy fastbench/__init__, `import fastbench` imported the API (aiohttp, numpy): the same
+        # command with the API imported first is that start, measured beside today's.
+        eager = ["-c", "import runpy, fastbench.api; "
+                 "runpy.run_module('fastbench', run_name='__main__')", *command[2:]]
+        bare = ["-c", "pass"]
+        lazy_ms, eager_ms, python_ms = (_command_ms([sys.executable, *argv], 5) for argv in (command, eager, bare))
+        print(f"\n`fastbench runs --last 20` as a command, median of 5, Python's own start ({python_ms:.0f} ms) "
+              f"included: {lazy_ms:.0f} ms; with the API imported first, as `import fastbench` did before: "
+              f"{eager_ms:.0f} ms ({eager_ms / lazy_ms:.1f}x)")
     return 0
 
 

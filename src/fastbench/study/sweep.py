@@ -13,6 +13,10 @@ above it, each skipped cell recorded with the reason. What is recorded besides t
 line at a time: nothing written before is ever rewritten.
 
 Running servers and runs is the caller's (:class:`Runner`): this room does not import the API.
+
+One module of ~630 lines because the listed series, ``auto`` and ``find_max`` are three ways of
+walking one series through the same state (what the store holds, the journal, a server launched
+when a cell first needs it, then warmed up), which execute() keeps in one place.
 """
 
 from __future__ import annotations
