@@ -580,3 +580,22 @@ def test_run_inside_a_running_loop_says_to_await_arun() -> None:
 
     with pytest.raises(RuntimeError, match=r"inside a running one .* use `await fastbench.arun\(config\)`"):
         asyncio.run(in_a_notebook())
+
+
+def test_the_package_imports_its_public_names_on_first_use() -> None:
+    """`import fastbench` (and so `fastbench runs`) does not pay for the API's aiohttp and numpy; each
+    public name still resolves to its defining module's object."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, fastbench, fastbench.cli.runs; "
+             "print([m for m in ('aiohttp', 'numpy', 'fastbench.api') if m in sys.modules]); "
+             "from fastbench import run, BenchConfig, SyntheticServer; import fastbench.api, fastbench.synthetic; "
+             "print(run is fastbench.api.run, SyntheticServer is fastbench.synthetic.SyntheticServer, "
+             "sorted(set(fastbench.__all__) - set(dir(fastbench))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]" and out[1] == "True True []"
+    import fastbench
+
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        fastbench.nothing  # noqa: B018

@@ -565,3 +565,15 @@ max_tokens = 16
     assert [(r["max_concurrency"], r["stopped_reason"]) for r in runs] == [
         (1, "completed"), (2, "interrupted"), (2, "completed"), (3, "completed")]
     assert (store / "runs" / runs[0]["run_id"] / "result.json").read_bytes() == first
+
+
+def test_dry_run_of_a_search_says_what_it_will_choose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = f"[sweep]\nstore = '{tmp_path / 'store'}'\nauto_max = 32\n[variants.a]\nsynthetic_args = {FAST}\n" \
+           "[benchmark]\nconcurrency = 'auto'\nnum_prompts = 4\n"
+    rc, out, _ = sweep(tmp_path, text, "--dry-run", capsys=capsys)
+    assert rc == 0 and "2 cells (2 points x 1 repeats), 0 done, 2 to run" in out
+    assert '{"concurrency":1} repeat 1/1: to run' in out and '{"concurrency":32} repeat 1/1: to run' in out
+    assert "then up to 4 concurrencies between" in out
+    rc, out, _ = sweep(tmp_path, text.replace("auto_max = 32", "").replace("'auto'", "[2, 16]")
+                       + "goodput = { ttft = 50 }\n", "--dry-run", "--find-max", "concurrency", capsys=capsys)
+    assert rc == 0 and "find-max concurrency: each series measures its two ends, then bisects" in out
