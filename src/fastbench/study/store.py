@@ -125,15 +125,17 @@ class StoredRun:
     def __init__(self, run_id: str, listing: str, root: str) -> None:
         self.run_id = run_id
         self._listing = listing
-        self._root = root  # the other slots are set by _parse
+        self._root = root
+        self._meta: RunMeta | None = None  # with _has_records and _figures, set by _parse
 
-    def _parse(self) -> None:
+    def _parse(self) -> RunMeta:
         values = orjson.loads(self._listing)
         meta = values[1:_FIGURES_AT]
         meta[_COLLAPSED] = bool(meta[_COLLAPSED])
-        self._has_records = bool(values[0])
-        self._meta = RunMeta._make(meta)
-        self._figures = dict(zip(KEY_FIGURES, values[_FIGURES_AT:]))
+        self._has_records: bool = bool(values[0])
+        self._figures: dict[str, float | None] = dict(zip(KEY_FIGURES, values[_FIGURES_AT:]))
+        self._meta = parsed = RunMeta._make(meta)
+        return parsed
 
     @property
     def folder(self) -> str:
@@ -143,28 +145,20 @@ class StoredRun:
     @property
     def has_records(self) -> bool:
         """Its per-request records are kept (requests.jsonl.gz)."""
-        try:
-            return self._has_records
-        except AttributeError:
+        if self._meta is None:
             self._parse()
-            return self._has_records
+        return self._has_records
 
     @property
     def meta(self) -> RunMeta:
-        try:
-            return self._meta
-        except AttributeError:
-            self._parse()
-            return self._meta
+        return self._meta or self._parse()
 
     @property
     def figures(self) -> dict[str, float | None]:
         """KEY_FIGURES, by name."""
-        try:
-            return self._figures
-        except AttributeError:
+        if self._meta is None:
             self._parse()
-            return self._figures
+        return self._figures
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StoredRun) and (self.run_id, self._root, self._listing) == (
