@@ -62,7 +62,7 @@ from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results import writers
-from fastbench.results.figures import slot_grants
+from fastbench.results.figures import LATE_NS, client_lateness_ns
 from fastbench.results.records import COL, ErrorClass, RunData, TimestampSource
 from fastbench.synthetic.cli import (
     HOUR_MS,  # the longest delay the synthetic server takes
@@ -345,18 +345,6 @@ def _process_cpu_s(pid: int) -> float | None:
 # From RunData to the report
 
 
-def _send_lateness_ns(rows: np.ndarray, concurrency: int, closed: bool) -> np.ndarray:
-    """Per request, an estimate of how late the client sent it: send stamp minus the moment it could
-    have gone, which is when its slot freed (closed loop) or the later of its arrival and that (open
-    loop); slots as metrics.slot_grants gives them. Closed loop leaves out the opening ramp (its
-    slots were free from the start)."""
-    granted, freed = slot_grants(rows, concurrency)
-    sent: np.ndarray = granted[:, COL["sent_ns"]]
-    if closed:
-        return np.asarray((sent - freed)[freed > 0])
-    return np.asarray(sent - np.maximum(granted[:, COL["scheduled_ns"]], freed))
-
-
 def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
@@ -387,7 +375,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     lag = Quantiles.from_ns(lag_ns)
     # The client's part of the dispatch lag: in open loop, waiting for a slot under the cap is the
     # load's queueing (and part of TTFT by definition), not the client's error.
-    lateness_ns = _send_lateness_ns(rows, concurrency, closed)
+    lateness_ns = client_lateness_ns(rows, concurrency, not closed)
     slot = Quantiles.from_ns(lateness_ns) if lateness_ns.size else None
 
     # TTFT as fastbench reports it: from the send in closed loop, from the arrival in open loop.
@@ -510,6 +498,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         series=series,
         dispatch_lag=lag,
         slot_to_send=slot,
+        late_share=float(np.mean(lateness_ns > LATE_NS)) if lateness_ns.size else None,
         request_read_delay=_request_read_delay(rows, server_stats.pop("receipts", None)),
         streams_asked=concurrency,
         streams_open_mean=float(steady),

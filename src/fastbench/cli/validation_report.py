@@ -32,6 +32,8 @@ DEFINITIONS: dict[str, str] = {
                     "ramp) or the later of its arrival and that (open loop). Requests take slots in order, "
                     "each the one that freed first, at its request's end stamp. Includes the loop's delay "
                     "in noticing the completion.",
+    "late_share": "Of the requests with a slot_to_send estimate, the share sent more than 0.1 ms after they "
+                  "could go (the result's client.late_share, by the same rule).",
     "streams_open": "Time-weighted mean of requests in flight (send stamp to end stamp) from the moment "
                     "all asked streams were first open (closed loop: the concurrency-th send; open loop: "
                     "the start of the window) to the last send (after it the run drains by design).",
@@ -147,6 +149,7 @@ class ValidationReport:
     series: list[SeriesCheck]
     dispatch_lag: Quantiles
     slot_to_send: Quantiles | None
+    late_share: float | None  # of started requests, those sent > 0.1 ms after they could go
     request_read_delay: Quantiles | None  # client send stamp -> the server's read of the request
     streams_asked: int
     streams_open_mean: float  # all streams open (end of the opening ramp) to the last send
@@ -244,7 +247,8 @@ def render(r: ValidationReport) -> str:
     if r.slot_to_send is not None:
         ready = "slot free" if r.settings["request_rate"] is None else "arrival or slot free, if later,"
         out.append(f"  {ready} -> sent (estimate), ms: p50 {_f(r.slot_to_send.p50)}  "
-                   f"p99 {_f(r.slot_to_send.p99)}  max {_f(r.slot_to_send.max)}")
+                   f"p99 {_f(r.slot_to_send.p99)}  max {_f(r.slot_to_send.max)}"
+                   + ("" if r.late_share is None else f"; {100 * r.late_share:.1f} % sent > 0.1 ms late"))
     ramp = "" if r.opening_ramp_ms is None else (
         f" (opening ramp {r.opening_ramp_ms:.3f} ms: {r.streams_open_mean_from_start:.2f} counting it)")
     if r.opening_ramp_ms is not None and r.window["all_open_ns"] >= r.window["last_sent_ns"]:
