@@ -219,7 +219,7 @@ def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
                 data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
             assert (data.rows[:, COL["error"]] == 0).all()
             assert data.reads / data.extra["wakeups"] > 1.5  # still coalesced
-            slot = fv.Quantiles.from_ns(fv._send_lateness_ns(data.rows, streams, closed=True))
+            slot = fv.Quantiles.from_ns(client_lateness_ns(data.rows, streams, open_loop=False))
             assert slot.p50 is not None
             slot_p50[watch_ends] = slot.p50
         assert slot_p50[True] < 0.5, slot_p50

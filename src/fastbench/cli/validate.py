@@ -491,6 +491,9 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         multi_event_reads=data.multi_event_reads,
         wakeups=int(data.extra.get("wakeups", 0)),
         ends_watched=int(data.extra.get("ends_watched", 0)),
+        arrival_lead_us=(None if data.extra.get("arrival_lead_ns") is None
+                         else data.extra["arrival_lead_ns"] / 1e3),
+        lead_wait_ms=data.extra.get("lead_wait_ns", 0) / 1e6,
         multi_event_read_share=data.multi_event_reads / data.reads if data.reads else None,
         skew=skew,
         skew_negative=int(data.extra.get("skew_negative", 0)),

@@ -30,10 +30,20 @@ from fastbench.load.outputs import decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
 
-# The arrival timer fires this much before an arrival is due and the core waits out the rest: a
-# wake-up from epoll takes ~30-40 us on the VM of bench/RESULTS.md, which alone would make every
-# arrival that late. Costs at most this much CPU per arrival (bench/open_loop_lag.py weighs it).
-ARRIVAL_LEAD_NS = 40_000
+# The arrival timer fires early by a lead and the core waits out the rest: a wake-up from epoll takes
+# ~30-40 us on the VM of bench/RESULTS.md, more from deep idle or on a busy host, which would make
+# every arrival that late. The core learns the lead from the timer's own wake-up delays (their ~p99,
+# RunState._learn_lead), between these bounds; the wait costs up to the lead in CPU per arrival, so
+# the top bound also keeps that under LEAD_CPU_SHARE of a core at the run's rate.
+ARRIVAL_LEAD_MIN_NS = 20_000
+ARRIVAL_LEAD_MAX_NS = 300_000
+LEAD_CPU_SHARE = 0.05
+
+
+def arrival_lead_bounds(rate: float) -> tuple[int, int]:
+    """The lead's bounds for an open loop at ``rate`` requests/s."""
+    budget_ns = int(LEAD_CPU_SHARE / rate * 1e9) if rate > 0 else ARRIVAL_LEAD_MAX_NS
+    return ARRIVAL_LEAD_MIN_NS, max(ARRIVAL_LEAD_MIN_NS, min(ARRIVAL_LEAD_MAX_NS, budget_ns))
 
 
 @contextlib.contextmanager
@@ -86,6 +96,7 @@ class LoadGenerator:
         self._warming = 0  # pool connections being opened
         self._warm_paused_until = 0
         self._pool_misses = 0  # arrivals that found no connection ready and waited for a connect
+        self._lead_learnt = False  # the core sent open-loop arrivals (and learnt its timer's lead)
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64)
@@ -353,7 +364,9 @@ class LoadGenerator:
         self._idle.clear()
         state.on_wake = self._wake_pacer
         state.on_stale = retry_stale
-        state.lead_ns = ARRIVAL_LEAD_NS
+        state.lead_min_ns, state.lead_max_ns = arrival_lead_bounds(rate)
+        state.lead_ns = state.lead_min_ns
+        self._lead_learnt = True
         state.dispatch_arrivals(offsets, start_ns, plan.concurrency)
         try:
             while True:
@@ -621,6 +634,9 @@ class LoadGenerator:
                 # ready and waited for a connect (late by it)
                 "core_sends": self.state.core_sends,
                 "pool_misses": self._pool_misses,
+                # the arrival timer's lead as learnt at the end, and the time spent waiting leads out
+                "arrival_lead_ns": self.state.lead_ns if self._lead_learnt else None,
+                "lead_wait_ns": self.state.lead_wait_ns,
                 **self._decoded_outputs(),
                 **({"chunk_stamps": self.state.chunk_stamps} if self.plan.keep_chunk_stamps else {}),
             },
