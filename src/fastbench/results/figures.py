@@ -107,6 +107,7 @@ def summarize(
         notes=[],
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
+        workers=data.extra.get("workers"),
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result
