@@ -373,7 +373,9 @@ class WorkerPool:
         open_loop = self.plan.request_rate is not None or self.plan.ramp_up is not None
         return merge_parts(parts, len(self.plan.bodies), start_ns=self._start_ns, end_ns=end_ns,
                            stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop,
-                           extra={"workers": self._section(parts)})
+                           extra={"workers": self._section(parts),
+                                  # each worker's own slots: a request waits only for one of its worker's
+                                  "slot_pools": [(w.share.rows, w.share.slots) for w in self._workers]})
 
     def _mark_lost(self, worker: _Worker, part: Part) -> None:
         """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
