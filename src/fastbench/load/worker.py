@@ -231,10 +231,7 @@ async def _serve(control: socket.socket, rows_fd: int) -> int:
     send("done", outcome)
     await writer.drain()
     writer.close()
-    del rows
-    if shared is not None:
-        shared.close()
-    return 0
+    return 0  # the shared table goes with the process (the core still holds views of it)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -233,7 +233,10 @@ class WorkerPool:
             worker.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "fastbench.load.worker", str(child_end.fileno()), str(fd),
                 pass_fds=(child_end.fileno(), fd), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env)
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+                # Out of the terminal's process group: Ctrl-C reaches the parent alone, which stops
+                # every worker and merges what they measured (a worker also stops when the parent goes).
+                start_new_session=True)
         except BaseException:
             parent_end.close()
             raise
