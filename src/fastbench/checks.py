@@ -35,6 +35,7 @@ __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_
 # One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
 MAX_PROMPTS = 10_000_000
 MAX_SPAN_S = 1e7  # about four months of arrivals
+MAX_WORKERS = 256  # client processes on one machine (--workers)
 # Tokens of one generated prompt part: past any model's context (the largest are ~10M), so a typo.
 MAX_PROMPT_TOKENS = 16_000_000
 # The datasets fastbench makes itself: no file to read.
@@ -72,6 +73,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "request_timeout_s": (lambda v: 0 < v < math.inf, "must be > 0"),
     "max_error_rate": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
     "coalesce_ms": (lambda v: 0 <= v <= 1000, "must be between 0 and 1000"),
+    "workers": (lambda v: v == "auto" or 1 <= v <= MAX_WORKERS, f"must be 'auto' or between 1 and {MAX_WORKERS}"),
     "max_tokens": (lambda v: v >= 1, "must be >= 1"),
     "random_input_len": (lambda v: v >= 1, "must be >= 1"),
     "random_output_len": (lambda v: v >= 1, "must be >= 1"),
@@ -121,7 +123,7 @@ def check_value(name: str, value: Any) -> None:
 # Types, read from the annotations
 
 
-Kind = Literal["whole", "number", "bool", "text", "strings", "numbers", "dict", "launch"]
+Kind = Literal["whole", "whole_or_auto", "number", "bool", "text", "strings", "numbers", "dict", "launch"]
 
 
 class FieldKind(NamedTuple):
@@ -145,6 +147,7 @@ def _is_strings(value: Any) -> bool:
 # What each kind of field must hold, and how a message names it.
 _KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
     "whole": (_is_whole, "a whole number"),
+    "whole_or_auto": (lambda value: _is_whole(value) or value == "auto", "a whole number or 'auto'"),
     "number": (_is_number, "a number"),
     "bool": (lambda value: isinstance(value, bool), "True or False"),
     "text": (lambda value: isinstance(value, str), "a string"),
@@ -162,6 +165,8 @@ def _field_kind(annotation: Any) -> FieldKind:
                else (annotation,))
     optional = type(None) in members
     members = tuple(m for m in members if m is not type(None))
+    if len(members) == 2 and members[0] is int and typing.get_args(members[1]) == ("auto",):
+        return FieldKind("whole_or_auto", optional)  # e.g. workers: int | Literal["auto"]
     if str in members and all(m is str or typing.get_origin(m) is os.PathLike for m in members):
         return FieldKind("text", optional)  # a path: a PathLike given is stored as its str
     if len(members) == 1:

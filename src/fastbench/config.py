@@ -156,6 +156,9 @@ class BenchConfig:
     request_timeout_s: float | None = None
     max_error_rate: float | None = None  # stop early when failed / finished exceeds this (after 20 requests)
     coalesce_ms: float = 0.0  # read the sockets at least this often instead of on every arrival
+    # client processes sharing the schedule, merged exactly (fastbench.load.workers); "auto": from the
+    # cores and the concurrency; 1: today's single process
+    workers: int | Literal["auto"] = 1
     # requests
     max_tokens: int | None = None  # overrides the dataset's output length when set
     ignore_eos: bool = False

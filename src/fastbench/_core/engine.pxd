@@ -36,6 +36,7 @@ cpdef enum ErrorClass:
     ERR_SERVER_ERROR = 5
     ERR_CANCELLED = 6
     ERR_CONTEXT_LENGTH = 7
+    ERR_WORKER_LOST = 8  # never written by the core: the parent's mark for a lost worker's requests
 
 cpdef enum UsageSource:
     USAGE_NONE = 0

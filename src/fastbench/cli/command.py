@@ -25,6 +25,7 @@ from fastbench.cli.argtypes import (
     range_ratio,
     shell_words,
     whole_number,
+    workers_count,
 )
 from fastbench.config import ENGINES, BenchConfig, LaunchConfig
 from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
@@ -110,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the sockets at least every this many ms instead of on every arrival (streams about to "
                    "end are still watched on every arrival): less client CPU per chunk at many streams; "
                    "kernel stamps keep arrival times; keep it under half the chunk gap (default 0: off)")
+    g.add_argument("--workers", type=workers_count, default=1,
+                   help="client processes sharing the load, each with its own event loop and core, merged exactly "
+                   "(rows concatenated, histograms added); 'auto' picks from the cores and --concurrency "
+                   "(default 1: one process). See docs/workers.md")
     g = p.add_argument_group("requests")
     g.add_argument("--max-tokens", type=whole_number, default=None,
                    help="output tokens per request (default: the dataset's output length)")
@@ -383,6 +388,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         seed=ns.seed,
         request_timeout_s=ns.request_timeout,
         coalesce_ms=ns.coalesce_ms,
+        workers=ns.workers,
         max_error_rate=ns.max_error_rate,
         max_tokens=max_tokens,
         ignore_eos=ns.ignore_eos,

@@ -73,7 +73,10 @@ def _fd_limit_raised() -> Iterator[None]:
 class LoadGenerator:
     """Runs one LoadPlan against one Target and returns RunData."""
 
-    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None) -> None:
+    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *,
+                 rows: np.ndarray | None = None) -> None:
+        """``rows``: the request table to fill (zeros, one row per body), e.g. in memory a parent
+        shares with this worker process; by default one of its own."""
         # A run's options were checked where they entered (fastbench.checks); a plan built directly
         # meets the same rule for its slots, and the core's own for its drain tick.
         check_value("concurrency", plan.concurrency)
@@ -99,7 +102,7 @@ class LoadGenerator:
         self._lead_learnt = False  # the core sent open-loop arrivals (and learnt its timer's lead)
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
-        self.rows = np.zeros((n, NCOLS), dtype=np.int64)
+        self.rows = np.zeros((n, NCOLS), dtype=np.int64) if rows is None else rows
         self.histograms = {"itl_chunk": new_histogram(), "itl_token": new_histogram(), "skew": new_histogram()}
         self._recorders = {name: Recorder(h) for name, h in self.histograms.items()}
         self.state = RunState(
@@ -545,7 +548,9 @@ class LoadGenerator:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
             # take ~1 s, which would make the first arrivals late by as much.
-            if plan.ramp_up is not None:
+            if plan.arrival_offsets_ns is not None:
+                offsets = np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
+            elif plan.ramp_up is not None:
                 strategy, start_rps, end_rps = plan.ramp_up
                 offsets = pacer.ramp_up_offsets_ns(len(plan.bodies), strategy, start_rps, end_rps, plan.burstiness,
                                                    plan.seed)
@@ -557,11 +562,11 @@ class LoadGenerator:
             warm = self.state.counters
             if plan.on_window_start is not None:
                 plan.on_window_start()
-            start_ns = now_ns()
+            start_ns = await plan.start_at() if plan.start_at is not None else now_ns()
             cpu0 = time.process_time_ns()
             cap_timer = None
-            if plan.max_seconds is not None:
-                cap_timer = loop.call_later(plan.max_seconds, self.stop, "time cap")
+            if plan.max_seconds is not None:  # from the start instant: every worker ends at the same one
+                cap_timer = loop.call_later(plan.max_seconds - (now_ns() - start_ns) / 1e9, self.stop, "time cap")
             sampler = loop.create_task(self._sample_progress(start_ns))
             try:
                 if offsets is None:
@@ -624,7 +629,8 @@ class LoadGenerator:
             client_cpu_ns=cpu_ns,
             warmups=len(self.plan.warmup_bodies),
             stale_retries=self._stale_retries,
-            open_loop=self.plan.request_rate is not None or self.plan.ramp_up is not None,
+            open_loop=(self.plan.request_rate is not None or self.plan.ramp_up is not None
+                       or self.plan.arrival_offsets_ns is not None),
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fastbench.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,3 +111,9 @@ class LoadPlan:
     on_window_start: Callable[[], None] | None = None
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
     stop_event: asyncio.Event | None = None
+    # A worker's share of a schedule drawn by its parent (fastbench.load.workers): its arrivals'
+    # offsets from the common start, used as they are instead of being drawn here.
+    arrival_offsets_ns: npt.NDArray[np.int64] | None = None
+    # A worker's common start: awaited after the warm-ups, returns the window's start instant
+    # (CLOCK_MONOTONIC ns, the same clock in every process of the host) once it has come.
+    start_at: Callable[[], Awaitable[int]] | None = None

@@ -107,6 +107,7 @@ def summarize(
         notes=[],
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
+        workers=data.extra.get("workers"),
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result
@@ -325,12 +326,13 @@ def _timestamp_summary(data: RunData) -> TimestampSummary:
 LATE_NS = 100_000  # a send this much past when it could go counts as late (late_share)
 
 
-def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool) -> np.ndarray:
+def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool,
+                       pools: Sequence[tuple[np.ndarray, int]] | None = None) -> np.ndarray:
     """Per started request, how late the client sent it: the send stamp minus the moment it could
     have gone, the later of its arrival and its slot's freeing (slot_grants) in open loop, the
     slot's freeing in closed loop, whose opening ramp (slots free from the start) is left out.
     Waiting for a slot under the cap is the load's queueing, not the client's lateness."""
-    granted, freed = slot_grants(rows, slots)
+    granted, freed = slot_grants(rows, slots, pools)
     sent = granted[:, COL["sent_ns"]]
     if open_loop:
         return np.asarray(sent - np.maximum(granted[:, COL["scheduled_ns"]], freed))
@@ -340,7 +342,7 @@ def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool) -> np.ndar
 def _client_summary(requests: _Requests, data: RunData, config: BenchConfig) -> ClientSummary:
     col = requests.col
     slots = config.effective_concurrency or max(1, len(requests.rows))
-    lateness = client_lateness_ns(requests.rows, slots, config.request_rate is not None)
+    lateness = client_lateness_ns(requests.rows, slots, config.request_rate is not None, data.extra.get("slot_pools"))
     in_flight = requests.started & (col["sent_ns"] > 0)
     ends = np.where(col["end_ns"] > 0, col["end_ns"], max(data.end_ns, 1))[in_flight]
     return ClientSummary(
@@ -411,14 +413,15 @@ def _note_facts(
         cut_short=int(cut.sum()),
         cut_short_tokens=_exact_sum(np.maximum(rows[cut, COL["output_tokens"]], 0)),
         unreadable_outputs=data.extra.get("outputs_unreadable") or 0,
-        slot_waits=_slot_waits(rows, slots) if config.open_loop and slots is not None else None,
+        slot_waits=(_slot_waits(rows, slots, data.extra.get("slot_pools"))
+                    if config.open_loop and slots is not None else None),
     )
 
 
-def _slot_waits(rows: np.ndarray, cap: int) -> SlotWaits:
+def _slot_waits(rows: np.ndarray, cap: int, pools: Sequence[tuple[np.ndarray, int]] | None = None) -> SlotWaits:
     """Open loop under a cap: who arrived with every slot busy (the wait is in their TTFT and E2EL,
     which run from the arrival), and who was still waiting when the run stopped (cancelled)."""
-    granted, freed = slot_grants(rows, cap)
+    granted, freed = slot_grants(rows, cap, pools)
     arrival = granted[:, COL["scheduled_ns"]]
     waited = freed > arrival  # every slot was still busy at the arrival
     scheduled, end = rows[:, COL["scheduled_ns"]], rows[:, COL["end_ns"]]
@@ -434,11 +437,19 @@ def _slot_waits(rows: np.ndarray, cap: int) -> SlotWaits:
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def slot_grants(rows: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
+def slot_grants(rows: np.ndarray, slots: int, pools: Sequence[tuple[np.ndarray, int]] | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Which slot each started request took, as the load generator hands them out: in order of
     ``scheduled_ns``, each the slot that frees first, held from its grant to the request's end
     stamp (a holder still connecting is busy). Returns the started rows in that order and, for
-    each, when its slot had freed (0: free from the start)."""
+    each, when its slot had freed (0: free from the start).
+
+    ``pools`` (``--workers``, RunData.extra["slot_pools"]): each worker's rows and slots; a request
+    takes a slot of its own worker's only, so each pool is granted apart."""
+    if pools:
+        parts = [slot_grants(rows[index], pool_slots) for index, pool_slots in pools]
+        return (np.concatenate([p[0] for p in parts]).reshape(-1, rows.shape[1]),
+                np.concatenate([p[1] for p in parts]).astype(np.int64))
     started = rows[rows[:, COL["sent_ns"]] > 0]
     started = started[np.argsort(started[:, COL["scheduled_ns"]], kind="stable")]
     free_at = [0] * slots  # a heap of the moments the slots free

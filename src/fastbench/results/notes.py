@@ -8,6 +8,7 @@ run card's Notes and the result file.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -116,6 +117,8 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         notes.append("interrupted before the workload finished")
     if result.collapse_reason:
         notes.append(f"collapsed run: {result.collapse_reason}")
+    if result.workers is not None:
+        notes.append(_workers_note(result.workers))
     if n.resent:
         notes.append(
             f"{n.resent} requests were re-sent once on a new connection: their kept-alive "
@@ -215,3 +218,20 @@ def _slot_wait_notes(waits: SlotWaits) -> list[str]:
 
 def _fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}" if value < 10 else f"{value:.1f}"
+
+
+def _workers_note(workers: dict[str, Any]) -> str:
+    """What --workers did: how many processes, why, how far apart they started, any lost."""
+    count = workers.get("count", 1)
+    text = f"{count} client worker process{'es' if count != 1 else ''}"
+    if workers.get("chosen_because"):
+        text += f" ({workers['chosen_because']})"
+    late = [w.get("started_late_ms") for w in workers.get("per_worker", ()) if w.get("started_late_ms") is not None]
+    if late:
+        text += f", window started within {max(late):.3f} ms of the common instant"
+    text += "; merged exactly (rows concatenated, histograms added)" if count > 1 else ""
+    for lost in workers.get("per_worker", ()):
+        if lost.get("lost"):
+            text += (f"; worker {lost['index']} LOST at {lost['lost']['at_s']:.3f} s ({lost['lost']['how']}): "
+                     "its unfinished requests count as WORKER_LOST")
+    return text

@@ -149,6 +149,8 @@ def result_to_json_dict(
         "histograms": {name: histogram_to_dict(name, h) for name, h in result.histograms.items()},
         "notes": list(result.notes),
     }
+    if result.workers is not None:  # --workers: the processes and each one's figures
+        fastbench["workers"] = result.workers
     out = to_vllm_keys(result)
     spec = server.get("spec_decode_stats") or {}
     out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
