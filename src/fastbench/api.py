@@ -309,6 +309,7 @@ async def _run_against(
             if config.ramp_up_strategy is not None else None,
             on_progress=on_progress,
             stop_event=stop,
+            sessions=work.sessions,
         )
         generator = LoadGenerator(target, plan, config.api_key)
         reset_notes: list[str] = []
@@ -355,6 +356,9 @@ async def _run_against(
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
     }
+    if work.sessions is not None:
+        workload_info["session_of_row"] = work.sessions.session_of_row
+        workload_info["turn_of_row"] = work.sessions.turn_of_row
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.

@@ -7,9 +7,12 @@ import asyncio
 import dataclasses
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastbench.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from fastbench.load.sessions import SessionPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,3 +110,6 @@ class LoadPlan:
     on_window_start: Callable[[], None] | None = None
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
     stop_event: asyncio.Event | None = None
+    # Multi-turn sessions: the rows form sessions whose turns follow each other (bodies may wait for the
+    # reply before them); request_rate is then the sessions' arrival rate.
+    sessions: SessionPlan | None = None

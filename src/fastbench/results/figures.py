@@ -52,9 +52,10 @@ from fastbench.results.result import (
     TimestampSummary,
     UsageSummary,
 )
+from fastbench.results.sessions import session_figures
 
 # Per-request lists in workload_info, used here but not copied into the result.
-PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens")
+PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row")
 
 
 def summarize(
@@ -107,6 +108,10 @@ def summarize(
         notes=[],
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
+        sessions=session_figures(requests.rows, np.asarray(workload_info["session_of_row"]),
+                                 np.asarray(workload_info["turn_of_row"]), config.open_loop,
+                                 workload_info.get("prompt_lens"))
+        if "session_of_row" in workload_info else None,
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result
