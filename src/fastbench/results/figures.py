@@ -507,11 +507,11 @@ def _max_overlap(starts: np.ndarray, ends: np.ndarray) -> int:
 def _prompt_tokens(rows: np.ndarray, workload_info: Mapping[str, Any]) -> np.ndarray:
     """Prompt tokens per row; the server's count, else workload_info["prompt_lens"][index], else -1."""
     prompt = rows[:, COL["prompt_tokens"]].copy()
-    lens: Sequence[int] | None = workload_info.get("prompt_lens")
+    lens: Sequence[int | None] | None = workload_info.get("prompt_lens")
     if lens is not None:
         for i in np.flatnonzero(prompt < 0).tolist():
             index = int(rows[i, COL["index"]]) if rows[i].any() else i
-            if 0 <= index < len(lens):
+            if 0 <= index < len(lens) and lens[index] is not None:  # None: unknown ahead (multi-turn)
                 prompt[i] = int(lens[index])
     return prompt
 
