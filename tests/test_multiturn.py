@@ -209,3 +209,17 @@ def test_the_card_and_console_show_turns_and_sessions(tmp_path: pathlib.Path) ->
     assert "## Multi-turn sessions" in card and "| 2 | 1/1 |" in card
     console = render_console(result)
     assert "Multi-turn sessions" in console and "Sessions completed / ended early:        1 / 0" in console
+
+
+def test_every_key_of_a_multi_turn_result_is_documented(tmp_path: pathlib.Path) -> None:
+    from test_result_schema import undocumented
+
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(3, 2, 2, "q")])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                        dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=1, concurrency=1,
+                        result_json=tmp_path / "r.json"))
+    doc = orjson.loads((tmp_path / "r.json").read_bytes())
+    assert doc["fastbench"]["sessions"]["per_turn"][1]["turn"] == 2
+    assert undocumented(doc["fastbench"]["sessions"], ("fastbench", "sessions")) == []
+    assert undocumented(doc) == []

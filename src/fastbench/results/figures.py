@@ -511,8 +511,9 @@ def _prompt_tokens(rows: np.ndarray, workload_info: Mapping[str, Any]) -> np.nda
     if lens is not None:
         for i in np.flatnonzero(prompt < 0).tolist():
             index = int(rows[i, COL["index"]]) if rows[i].any() else i
-            if 0 <= index < len(lens) and lens[index] is not None:  # None: unknown ahead (multi-turn)
-                prompt[i] = int(lens[index])
+            known = lens[index] if 0 <= index < len(lens) else None
+            if known is not None:  # None: unknown ahead (a multi-turn turn after the server's reply)
+                prompt[i] = int(known)
     return prompt
 
 
