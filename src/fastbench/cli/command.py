@@ -13,7 +13,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import tomlconfig, vllmflags
+from fastbench.cli import multiturn, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--disable-shuffle", action="store_true",
                    help="as vllm bench serve: prompts in file order (--dataset-order file)")
     _add_shared_prefix_args(p, g)
-    _add_multi_turn_args(p)
+    multiturn.add_args(p)
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
@@ -204,25 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_args(p)
     vllmflags.add_unused_args(p)
     return p
-
-
-def _add_multi_turn_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("multi-turn sessions", "conversations (--dataset-name sharegpt, or jsonl with a "
-                             "'messages' list per line) replayed turn by turn, each turn's prompt the history so far "
-                             "plus the next user message; --num-prompts counts sessions (docs/multiturn.md)")
-    g.add_argument("--multi-turn", action="store_true", help="replay whole conversations as sessions")
-    g.add_argument("--multi-turn-history", default="server", choices=("server", "dataset"),
-                   help="whose replies the history carries: the server's (as vLLM's multi-turn benchmark) or the "
-                   "dataset's (every body built ahead)")
-    g.add_argument("--think-time", type=float, default=0.0, metavar="SECONDS",
-                   help="mean seconds between a reply and the session's next turn")
-    g.add_argument("--think-time-distribution", default="constant", choices=("constant", "uniform", "exponential"),
-                   help="constant, uniform on [0, 2 x mean], or exponential; drawn from --seed")
-    g.add_argument("--max-turns", type=whole_number, default=None,
-                   help="most turns (user messages) a session sends (vLLM's --max-turns counts both roles)")
-    g.add_argument("--chat-template", default=None, metavar="TEMPLATE.JSON",
-                   help="/v1/completions: {\"message\": \"<|{role}|>\\n{content}\\n\", \"generation_prompt\": "
-                   "\"<|assistant|>\\n\"} (that is the default)")
 
 
 def _add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGroup) -> None:
@@ -423,12 +404,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         gsp_system_prompt_len=ns.gsp_system_prompt_len,
         gsp_question_len=ns.gsp_question_len,
         gsp_output_len=ns.gsp_output_len,
-        multi_turn=ns.multi_turn,
-        multi_turn_history=ns.multi_turn_history,
-        think_time_s=ns.think_time,
-        think_time_distribution=ns.think_time_distribution,
-        max_turns=ns.max_turns,
-        chat_template=ns.chat_template,
+        **multiturn.config_fields(ns),
         reset_prefix_cache=ns.reset_prefix_cache,
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,
