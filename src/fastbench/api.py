@@ -310,6 +310,7 @@ async def _run_against(
             if config.ramp_up_strategy is not None else None,
             on_progress=on_progress,
             stop_event=stop,
+            sessions=work.sessions,
         )
         server_here = synthetic is not None or isinstance(watched, LaunchedServer)
         generator, workers_chosen = _load_generator(config, target, plan, server_here=server_here)
@@ -359,6 +360,9 @@ async def _run_against(
     }
     if workers_chosen is not None and "workers" not in data.extra:  # auto chose one process
         data.extra["workers"] = workers_chosen
+    if work.sessions is not None:
+        workload_info["session_of_row"] = work.sessions.session_of_row
+        workload_info["turn_of_row"] = work.sessions.turn_of_row
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
@@ -387,6 +391,8 @@ def _load_generator(config: BenchConfig, target: Target, plan: LoadPlan, *,
     processes; with --workers auto, also what was chosen and why, for the result."""
     if config.workers == "auto":
         count, why = choose_workers(config.concurrency, len(plan.bodies), usable_cores(), server_here)
+        if plan.sessions is not None:
+            count, why = 1, "multi-turn sessions run in one process (their turns are built during the run)"
         if count == 1:
             return LoadGenerator(target, plan, config.api_key), {"count": 1, "requested": "auto",
                                                                   "chosen_because": why}

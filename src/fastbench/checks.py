@@ -50,7 +50,7 @@ _FLAGS = {
     "launch.ready_timeout_s": "--ready-timeout", "launch.log_path": "--server-log",
     "launch.stop_grace_s": "--server-stop-grace",
     "save_detailed": "--requests-jsonl", "per_request_arrays": "--save-detailed", "headers": "--header",
-    "ready_check_timeout_s": "--ready-check-timeout-sec",
+    "ready_check_timeout_s": "--ready-check-timeout-sec", "think_time_s": "--think-time",
 }
 
 
@@ -86,6 +86,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "gsp_num_groups": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "gsp_prompts_per_group": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "max_model_len": (lambda v: v >= 1, "must be >= 1"),
+    "think_time_s": (lambda v: 0 <= v <= 86400, "must be between 0 and 86400 s"),
+    "max_turns": (lambda v: v >= 1, "must be >= 1"),
     "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "launch.port": (lambda v: 1 <= v <= 65535, "must be between 1 and 65535"),
@@ -358,6 +360,31 @@ def _check_prefix_fits(config: BenchConfig) -> None:
     check_prefix_fits(config, config.max_model_len, "--max-model-len")
 
 
+def _check_multi_turn(config: BenchConfig) -> None:
+    """Multi-turn sessions read conversations; their options mean nothing without them."""
+    if not config.multi_turn:
+        for name, idle in (("multi_turn_history", config.multi_turn_history != "server"),
+                           ("think_time_s", config.think_time_s != 0),
+                           ("think_time_distribution", config.think_time_distribution != "constant"),
+                           ("max_turns", config.max_turns is not None), ("chat_template", config.chat_template)):
+            if idle:
+                raise ConfigError(f"{flag(name)} is for multi-turn sessions: give --multi-turn")
+        return
+    if config.dataset_name not in ("sharegpt", "jsonl"):
+        raise ConfigError(f"--multi-turn replays conversations: give --dataset-name sharegpt or jsonl, not "
+                          f"{config.dataset_name}")
+    if config.ramp_up_strategy is not None:
+        raise ConfigError("--ramp-up-strategy is not available with --multi-turn (sessions arrive at --request-rate)")
+    if config.request_id_prefix is not None:
+        raise ConfigError("--request-id-prefix is not available with --multi-turn (turns are built during the run)")
+    if config.workers not in (1, "auto"):
+        raise ConfigError("--workers is not available with --multi-turn (turns are built during the run, in "
+                          "one process)")
+    if config.chat_template and config.endpoint == "/v1/chat/completions":
+        raise ConfigError("--chat-template renders the history for /v1/completions; the chat endpoint applies "
+                          "the server's own template")
+
+
 def _check_idle_and_needed(config: BenchConfig) -> None:
     """No option is given that the others make idle, and none is missing that another needs: found
     out before a launched server spends minutes loading."""
@@ -384,6 +411,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
                                   "was sharegpt: give --dataset-name)")
     elif not config.dataset_path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    _check_multi_turn(config)
     if config.random_prefix_len and config.dataset_name != "random":
         raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
                           "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")

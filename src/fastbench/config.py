@@ -17,6 +17,8 @@ DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "gener
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 RampUpStrategy = Literal["linear", "exponential"]
+MultiTurnHistory = Literal["server", "dataset"]
+ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 # Metrics whose percentiles --percentile-metrics selects, named as vllm bench serve names them.
@@ -92,7 +94,8 @@ class BenchConfig:
         ``--max-concurrency``). ``effective_concurrency`` is the value in force.
     :param request_rate: open-loop arrival rate in requests/s; None (or ``math.inf``) for closed loop.
     :param burstiness: gamma shape of inter-arrival times; 1.0 is Poisson.
-    :param num_prompts: requests to send (after warm-ups).
+    :param num_prompts: requests to send (after warm-ups); with ``multi_turn``, sessions (each sends a
+        request per turn).
     :param max_seconds: hard cap on the measured window; in-flight requests are cancelled at it.
     :param num_warmups: requests sent and discarded before the measured window.
     :param launch: a server for fastbench to start, wait for, measure and stop (None: attach to
@@ -128,6 +131,8 @@ class BenchConfig:
     :param metric_percentiles: which percentiles, e.g. ``(50, 90, 99)`` (None: 99 when
         ``percentile_metrics`` is given).
     :param metadata: ``KEY: VALUE`` pairs added to the result's top level (``--metadata``).
+    :param multi_turn, multi_turn_history, think_time_s, think_time_distribution, max_turns, chat_template:
+        multi-turn sessions, see :mod:`fastbench.load.sessions`.
 
     :param store: a results store directory (created if new): the run's result, card, per-request
         records, histograms and server log are kept in a folder of its own there, indexed for
@@ -182,6 +187,14 @@ class BenchConfig:
     gsp_system_prompt_len: int = 2048
     gsp_question_len: int = 128
     gsp_output_len: int = 256
+    # multi-turn sessions (sharegpt or jsonl conversations; see fastbench.load.sessions): num_prompts
+    # counts sessions, each sends one request per turn with the history so far
+    multi_turn: bool = False
+    multi_turn_history: MultiTurnHistory = "server"  # whose replies the history carries
+    think_time_s: float = 0.0  # mean seconds between a reply and the session's next turn
+    think_time_distribution: ThinkTimeDistribution = "constant"
+    max_turns: int | None = None  # most turns (user messages) a session sends
+    chat_template: StrPath | None = None  # /v1/completions: how a history becomes one prompt (JSON file)
     tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
@@ -260,8 +273,8 @@ class BenchConfig:
         return None if self.open_loop else DEFAULT_CONCURRENCY
 
     def __post_init__(self) -> None:
-        _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",
-                             "config_file", "result_dir", "store"))
+        _paths_as_str(self, ("dataset_path", "chat_template", "tokenizer", "result_json", "result_card",
+                             "save_detailed", "config_file", "result_dir", "store"))
         if isinstance(self.request_rate, float) and self.request_rate == math.inf:
             object.__setattr__(self, "request_rate", None)  # closed loop, as --request-rate inf
 

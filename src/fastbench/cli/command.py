@@ -13,7 +13,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import tomlconfig, vllmflags
+from fastbench.cli import multiturn, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -154,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--disable-shuffle", action="store_true",
                    help="as vllm bench serve: prompts in file order (--dataset-order file)")
     _add_shared_prefix_args(p, g)
+    multiturn.add_args(p)
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
@@ -409,6 +410,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         gsp_system_prompt_len=ns.gsp_system_prompt_len,
         gsp_question_len=ns.gsp_question_len,
         gsp_output_len=ns.gsp_output_len,
+        **multiturn.config_fields(ns),
         reset_prefix_cache=ns.reset_prefix_cache,
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,

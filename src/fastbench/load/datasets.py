@@ -25,6 +25,8 @@ import orjson
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
+from fastbench.load import sessions
+from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
     Candidate,
@@ -96,6 +98,7 @@ class Workload:
     screened_reason: str
     max_model_len: int | None
     notes: list[str]
+    sessions: sessions.SessionPlan | None = None  # --multi-turn: how the requests form sessions
 
 
 def check_inputs(config: BenchConfig) -> None:
@@ -109,6 +112,10 @@ def check_inputs(config: BenchConfig) -> None:
     """
     if config.tokenizer:
         LocalTokenizer(os.fspath(config.tokenizer))
+    if config.multi_turn and config.dataset_path:
+        read_conversations(os.fspath(config.dataset_path), config.dataset_name)
+        sessions.load_template(os.fspath(config.chat_template) if config.chat_template else None)
+        return
     dataset = DATASETS.get(config.dataset_name)
     if dataset is not None:
         dataset.check(config)
@@ -154,6 +161,8 @@ async def _build(
 ) -> Workload:
     chat = config.endpoint == "/v1/chat/completions"
     counter = TokenCounter(local, tokenize)
+    if config.multi_turn:
+        return await _build_sessions(config, model, mml, counter, chat, notes)
     selector = Selector(config.num_prompts + config.num_warmups, mml, config.extra_body)
     dataset = await DATASETS[config.dataset_name].offer(Context(config, chat, selector, counter, local, notes))
 
@@ -199,6 +208,17 @@ async def _build(
         max_model_len=mml,
         notes=notes,
     )
+
+
+async def _build_sessions(config: BenchConfig, model: str, mml: int | None, counter: TokenCounter, chat: bool,
+                          notes: list[str]) -> Workload:
+    plan, prompt_lens, max_tokens, warmup_bodies, name = await sessions.build_sessions(
+        config, model, chat, mml, counter, notes)
+    requests = [RequestSpec(body, n, out, 0) for body, n, out in zip(plan.bodies, prompt_lens, max_tokens)]
+    warmups = [RequestSpec(body, None, 0, 0) for body in warmup_bodies]
+    return Workload(requests=requests, warmups=warmups, dataset=name, input_length_source=counter.source,
+                    screened_out=0, screened_reason="multi-turn: a session stops at the first turn whose history "
+                    f"+ max_tokens passes max_model_len ({mml})", max_model_len=mml, notes=notes, sessions=plan)
 
 
 # Stands for a JsonPrompt's value in a body serialised once; the prompt's JSON is spliced in its place.

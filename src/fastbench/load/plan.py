@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from fastbench.load.sessions import SessionPlan
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -117,3 +119,6 @@ class LoadPlan:
     # A worker's common start: awaited after the warm-ups, returns the window's start instant
     # (CLOCK_MONOTONIC ns, the same clock in every process of the host) once it has come.
     start_at: Callable[[], Awaitable[int]] | None = None
+    # Multi-turn sessions: the rows form sessions whose turns follow each other (bodies may wait for the
+    # reply before them); request_rate is then the sessions' arrival rate.
+    sessions: SessionPlan | None = None

@@ -128,6 +128,24 @@ DEFINITIONS: dict[str, str] = {
         "Socket reads that delivered more than one output event / reads that delivered bytes. "
         "Events of one read share its timestamp."
     ),
+    # multi-turn sessions (--multi-turn), in the result's "sessions" section
+    "turn_ttft": (
+        "Per turn index (1 = a session's first turn): p50 and p99 of TTFT (as defined above) over the completed "
+        "requests of that turn of every session; read beside the turn's mean prompt tokens, it shows how TTFT "
+        "grows with the history and how much a prefix cache takes off."
+    ),
+    "turn_prompt_tokens": (
+        "Per turn index: mean prompt tokens of its completed requests, the server's usage count (the history so "
+        "far plus the new user message, with the chat template's tokens), else the workload's count."
+    ),
+    "session_turns_completed": (
+        "Per session that sent at least one turn: its turns that completed. A session ends at its first failed "
+        "turn (the rest are not started: their history would be wrong) or when the run stops."
+    ),
+    "session_duration": (
+        "Per session whose every turn completed: its last turn's end stamp minus its first turn's start "
+        "(as for TTFT), in seconds; think times included."
+    ),
     "distribution": (
         "mean, median, p90, p99, p99.9, min, max, std. Per-request series (ttft, tpot, e2el, rates, ...) "
         "are exact, as vllm bench serve computes them: numpy's linear-interpolated percentiles and "

@@ -52,9 +52,10 @@ from fastbench.results.result import (
     TimestampSummary,
     UsageSummary,
 )
+from fastbench.results.sessions import session_figures
 
 # Per-request lists in workload_info, used here but not copied into the result.
-PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens")
+PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row")
 
 
 def summarize(
@@ -108,6 +109,10 @@ def summarize(
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
         workers=data.extra.get("workers"),
+        sessions=session_figures(requests.rows, np.asarray(workload_info["session_of_row"]),
+                                 np.asarray(workload_info["turn_of_row"]), config.open_loop,
+                                 workload_info.get("prompt_lens"))
+        if "session_of_row" in workload_info else None,
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result
@@ -513,12 +518,13 @@ def _max_overlap(starts: np.ndarray, ends: np.ndarray) -> int:
 def _prompt_tokens(rows: np.ndarray, workload_info: Mapping[str, Any]) -> np.ndarray:
     """Prompt tokens per row; the server's count, else workload_info["prompt_lens"][index], else -1."""
     prompt = rows[:, COL["prompt_tokens"]].copy()
-    lens: Sequence[int] | None = workload_info.get("prompt_lens")
+    lens: Sequence[int | None] | None = workload_info.get("prompt_lens")
     if lens is not None:
         for i in np.flatnonzero(prompt < 0).tolist():
             index = int(rows[i, COL["index"]]) if rows[i].any() else i
-            if 0 <= index < len(lens):
-                prompt[i] = int(lens[index])
+            known = lens[index] if 0 <= index < len(lens) else None
+            if known is not None:  # None: unknown ahead (a multi-turn turn after the server's reply)
+                prompt[i] = int(known)
     return prompt
 
 
