@@ -53,10 +53,11 @@ DEFINITIONS: dict[str, str] = {
     ),
     "e2el_raw": "Raw end-to-end latency: the same end stamp minus the send time.",
     "lateness": (
-        "Client lateness: send time minus scheduled time, per request: in open loop the arrival "
+        "Scheduled to sent: send time minus scheduled time, per request: in open loop the arrival "
         "time, in closed loop the moment the request's slot freed (the previous response's end "
         "stamp). Includes opening a new connection and, in open loop, waiting for a free "
-        "concurrency slot."
+        "concurrency slot (the load's queueing); the client's own lateness past the moment a request "
+        "could go is late_share's."
     ),
     "connect": "Connect time: time spent opening a new connection, for requests that opened one.",
     "skew": (

@@ -174,9 +174,11 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         notes.append(
             f"open loop at {cfg.rate_text} (burstiness {cfg.burstiness:g}): TTFT and E2E count "
             f"from the scheduled time; median TTFT {_fmt_ms(ttft.median)} ms vs {_fmt_ms(raw.median)} ms "
-            f"from the send time; client lateness p99 {_fmt_ms(late.p99)} ms"
+            f"from the send time; sent p99 {_fmt_ms(late.p99)} ms after scheduled"
+            + ("" if cfg.concurrency is None else " (waits for a slot included)")
             + ("" if result.client.late_share is None
-               else f", {100 * result.client.late_share:.1f} % of requests sent > 0.1 ms late")
+               else f"; {100 * result.client.late_share:.1f} % of requests sent > 0.1 ms after they could go "
+                    "(client lateness)")
         )
     ttfa_median, ttft_median = d["ttfa"].median, d["ttft"].median
     if ttfa_median is not None and ttft_median is not None and ttfa_median > ttft_median * 1.01:

@@ -361,7 +361,8 @@ def render_console(result: Result) -> str:
     if cfg.open_loop:
         raw, late = d.get("ttft_raw"), d.get("lateness")
         row("Median TTFT from send (ms):", raw.median if raw else None)
-        row("P99 client lateness (ms):", late.p99 if late else None)
+        # sent - scheduled: with a cap it holds the wait for a slot too, so not "the client's lateness"
+        row("P99 scheduled to sent (ms):", late.p99 if late else None)
         late_share = result.client.late_share
         row("Sent > 0.1 ms late (%):", None if late_share is None else 100 * late_share, 1)
     skew = d.get("skew")
