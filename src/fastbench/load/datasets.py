@@ -33,7 +33,16 @@ from fastbench.load.screening import (
     max_tokens_override,
     output_limit_known,
 )
-from fastbench.load.sources import Context, Dataset, jsonl, prefix_repetition, random_prompts, shared_prefix, sharegpt
+from fastbench.load.sources import (
+    Context,
+    Dataset,
+    jsonl,
+    prefix_repetition,
+    random_prompts,
+    shared_prefix,
+    sharegpt,
+    trace,
+)
 from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed
 from fastbench.server.control import TokenizeFn
 
@@ -53,6 +62,8 @@ DATASETS: dict[str, Dataset] = {
     "jsonl": Dataset(jsonl.check, jsonl.offer),
     "prefix_repetition": Dataset(prefix_repetition.check, prefix_repetition.offer),
     "generated-shared-prefix": Dataset(shared_prefix.check, shared_prefix.offer),
+    "timed_trace": Dataset(trace.check, trace.offer),
+    "mooncake": Dataset(trace.check, trace.offer),
 }
 
 
@@ -86,6 +97,8 @@ class Workload:
     :param screened_reason: the screening rule applied, or why none was.
     :param max_model_len: the context length screened against (None: no screening).
     :param notes: anything the reader of the result should know about how the workload was made.
+    :param arrival_offsets_ns: a trace's send times, one per measured request, in ns from the first
+        (None: the load options pace the run).
     """
 
     requests: list[RequestSpec]
@@ -96,6 +109,7 @@ class Workload:
     screened_reason: str
     max_model_len: int | None
     notes: list[str]
+    arrival_offsets_ns: list[int] | None = None
 
 
 def check_inputs(config: BenchConfig) -> None:
@@ -164,7 +178,11 @@ async def _build(
         reasons += [n for n in notes if "skipped" in n or "filtered" in n]
         why = f" ({'; '.join(reasons)})" if reasons else ""
         raise DatasetError(f"{dataset}: no usable prompt{why}; see the dataset options")
-    if selector.remaining > 0:
+    timed = bool(accepted) and accepted[0].arrival_s is not None
+    if timed and selector.remaining > 0:
+        notes.append(f"the trace ran short: {len(accepted)} usable requests for {config.num_prompts} + "
+                     f"{config.num_warmups} warm-ups; each is sent once, at its time")
+    elif selector.remaining > 0:
         notes.append(
             f"dataset ran short: {len(accepted)} usable prompts for {config.num_prompts} requests"
             f" + {config.num_warmups} warm-ups; prompts were reused in order"
@@ -176,8 +194,14 @@ async def _build(
 
     specs = _make_specs(accepted, config, model, chat)
     n = config.num_prompts
-    requests = [specs[i % len(specs)] for i in range(n)] if specs else []
-    warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
+    arrivals = None
+    if timed:  # a trace never cycles: its times would repeat
+        requests, warmups = specs[:n], specs[n:n + config.num_warmups]
+        first = accepted[0].arrival_s or 0.0
+        arrivals = [round(((c.arrival_s or 0.0) - first) * 1e9) for c in accepted[:n]]
+    else:
+        requests = [specs[i % len(specs)] for i in range(n)] if specs else []
+        warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
     if config.request_id_prefix is not None:
         prefix = config.request_id_prefix
         requests = [_with_request_id(spec, f"{prefix}{i}") for i, spec in enumerate(requests)]
@@ -198,6 +222,7 @@ async def _build(
         screened_reason=reason,
         max_model_len=mml,
         notes=notes,
+        arrival_offsets_ns=arrivals,
     )
 
 

@@ -532,7 +532,9 @@ class LoadGenerator:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
             # take ~1 s, which would make the first arrivals late by as much.
-            if plan.ramp_up is not None:
+            if plan.arrival_offsets_ns is not None:
+                offsets = np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
+            elif plan.ramp_up is not None:
                 strategy, start_rps, end_rps = plan.ramp_up
                 offsets = pacer.ramp_up_offsets_ns(len(plan.bodies), strategy, start_rps, end_rps, plan.burstiness,
                                                    plan.seed)
@@ -611,7 +613,8 @@ class LoadGenerator:
             client_cpu_ns=cpu_ns,
             warmups=len(self.plan.warmup_bodies),
             stale_retries=self._stale_retries,
-            open_loop=self.plan.request_rate is not None or self.plan.ramp_up is not None,
+            open_loop=(self.plan.request_rate is not None or self.plan.ramp_up is not None
+                       or self.plan.arrival_offsets_ns is not None),
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},

@@ -101,6 +101,8 @@ class LoadPlan:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None
+    # open loop at given times (a trace's), ns from the window's start, one per body; wins over request_rate
+    arrival_offsets_ns: Sequence[int] | None = None
     on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
     # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.

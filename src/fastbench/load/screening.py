@@ -66,13 +66,14 @@ def max_tokens_override(extra_body: dict[str, Any]) -> int | None:
 
 @dataclasses.dataclass
 class Candidate:
-    """A prompt a dataset offers, with its length (None: unknown), its output tokens and where its
-    length came from (a ``fastbench.load.tokens`` source)."""
+    """A prompt a dataset offers, with its length (None: unknown), its output tokens, where its
+    length came from (a ``fastbench.load.tokens`` source) and, for a trace, when it is due."""
 
     prompt: Prompt
     prompt_len: int | None
     max_tokens: int
     source: str
+    arrival_s: float | None = None  # a trace's timestamp in seconds: the run sends it that long after the first
 
 
 class Selector:
