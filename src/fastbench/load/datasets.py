@@ -1,9 +1,11 @@
 """The workload of a run: its datasets' prompts turned into request bodies, serialised once with orjson
 and never per send.
 
-Five datasets, each a module of ``fastbench.load.sources`` (its docstring says how it draws or reads its
-prompts): ``random``, ``sharegpt``, ``jsonl`` and ``prefix_repetition`` as in ``vllm bench serve``, and
-SGLang's ``generated-shared-prefix``; ``DATASETS`` lists them by ``--dataset-name``.
+The datasets, each a module of ``fastbench.load.sources`` (its docstring says how it draws or reads its
+prompts): ``random``, ``sharegpt``, ``jsonl``, ``prefix_repetition``, ``burstgpt``, ``custom``, ``spec_bench``
+and ``timed_trace`` as in ``vllm bench serve``, SGLang's ``generated-shared-prefix``, and the Mooncake
+traces (``mooncake``, ``trace``); ``DATASETS`` lists them by ``--dataset-name``. A trace's requests carry
+their arrival times (``Workload.arrival_offsets_ns``) and are never reused.
 
 Text prompts are counted by the local tokenizer, the server's ``/tokenize`` or an estimate
 (``fastbench.load.tokens``); counts of chat prompts cover the message text only: the server's chat
@@ -29,6 +31,7 @@ from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
     Candidate,
     JsonPrompt,
+    Messages,
     Selector,
     max_tokens_override,
     output_limit_known,
@@ -36,6 +39,8 @@ from fastbench.load.screening import (
 from fastbench.load.sources import (
     Context,
     Dataset,
+    burstgpt,
+    custom,
     jsonl,
     prefix_repetition,
     random_prompts,
@@ -62,6 +67,9 @@ DATASETS: dict[str, Dataset] = {
     "jsonl": Dataset(jsonl.check, jsonl.offer),
     "prefix_repetition": Dataset(prefix_repetition.check, prefix_repetition.offer),
     "generated-shared-prefix": Dataset(shared_prefix.check, shared_prefix.offer),
+    "burstgpt": Dataset(burstgpt.check, burstgpt.offer),
+    "custom": Dataset(custom.check, custom.offer),
+    "spec_bench": Dataset(custom.check, custom.offer),
     "timed_trace": Dataset(trace.check, trace.offer),
     "mooncake": Dataset(trace.check, trace.offer),
 }
@@ -259,8 +267,11 @@ def _template(c: Candidate, config: BenchConfig, model: str, chat: bool) -> tupl
 
 def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> RequestSpec:
     body: dict[str, Any] = {"model": model}
-    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, JsonPrompt) else c.prompt
-    if chat:
+    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, (JsonPrompt, Messages)) else c.prompt
+    if isinstance(c.prompt, Messages):  # a whole conversation (custom's messages)
+        body["messages"] = prompt
+        prompt = c.prompt.text
+    elif chat:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt

@@ -29,7 +29,14 @@ class JsonPrompt(NamedTuple):
         return b"".join(self.parts)
 
 
-Prompt = str | list[int] | JsonPrompt
+class Messages(NamedTuple):
+    """A whole conversation sent as the chat body's ``messages`` (the chat endpoint only)."""
+
+    json: bytes  # the messages list, serialised
+    text: str  # the contents joined, for counting
+
+
+Prompt = str | list[int] | JsonPrompt | Messages
 
 # Other names servers take for the output limit, which win over max_tokens where they are honoured
 # (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).
