@@ -48,7 +48,10 @@ exact blocks.
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -59,7 +62,7 @@ import orjson
 
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
-from fastbench.load.screening import Candidate, JsonPrompt
+from fastbench.load.screening import Candidate, JsonPrompt, Selector, screening_limit
 from fastbench.load.sources import Context, read_dataset_file
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
@@ -69,8 +72,10 @@ MOONCAKE_SECONDS_PER_UNIT = 0.001  # their timestamps are milliseconds
 # Five digits each: a block's first k ids are the first 6k - 1 bytes of its JSON ("12345,23456").
 TRACE_ID_LOW, TRACE_ID_HIGH = 10_000, 30_000
 _ID_WIDTH = 6
-_DRAW_ROWS = 4096  # blocks drawn per numpy call: bounds the int64 matrix held at once
-_WORD_ARRAY = np.array(WORDS, dtype=object)
+# Chat: four-letter common words, each and its space five bytes (one word taken as one token).
+_FIXED_WORDS = np.array([list(f"{w} ".encode()) for w in WORDS if len(w) == 4], dtype=np.uint8)
+_WORD_WIDTH = 5
+_DRAW_TOKENS = 1 << 22  # tokens drawn per numpy call: bounds the int64 array held at once
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -121,25 +126,28 @@ async def offer(ctx: Context) -> str:
     fmt = trace_format(config)
     path = os.fspath(config.dataset_path or "")
     trace = load_trace(path, fmt)
-    taken = min(selector.need, len(trace.lines))
+    outputs = [config.max_tokens] * len(trace.lines) if config.max_tokens else trace.output_lengths
+    sent = _fitting(trace.input_lengths, outputs, selector)  # the requests the run takes, in file order
     words = ctx.chat
     blocks = _Blocks(fmt.block, words, np.random.default_rng(config.seed))
-    blocks.draw(trace.hash_ids[:taken], trace.input_lengths[:taken])
-    own = np.random.default_rng([config.seed, 1])  # the tokens past a request's blocks
-    out_fixed = config.max_tokens
+    blocks.draw([trace.hash_ids[i] for i in sent], [trace.input_lengths[i] for i in sent])
     timed = config.self_timed is not False
-    start = 0
-    while selector.remaining > 0 and start < len(trace.lines):
-        stop = min(len(trace.lines), start + max(selector.remaining, 256))
-        batch = []
-        for i in range(start, stop):
-            n_in = trace.input_lengths[i]
-            prompt = blocks.prompt(trace.hash_ids[i], n_in, own)
-            batch.append(Candidate(prompt, n_in, out_fixed or trace.output_lengths[i],
-                                   SOURCE_WORDS if words else SOURCE_TOKEN_IDS,
-                                   float(trace.seconds[i]) if timed else None))
-        selector.offer(batch)
-        start = stop
+    source = SOURCE_WORDS if words else SOURCE_TOKEN_IDS
+    skipped = Candidate(JsonPrompt((b"[]",), 0), None, 1, source)  # stands for one the context cannot hold
+    batch: list[Candidate] = []
+    last = -1
+    for k, i in enumerate(sent):
+        n_in = trace.input_lengths[i]
+        batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
+                     for j in range(last + 1, i))
+        batch.append(Candidate(blocks.prompt(k, trace.hash_ids[i], n_in), n_in, outputs[i], source,
+                               float(trace.seconds[i]) if timed else None))
+        last = i
+    if len(sent) < selector.need:
+        batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
+                     for j in range(last + 1, len(trace.lines)))
+    selector.offer(batch)  # those the context cannot hold are screened out there, and counted
+    taken = len(sent)
     ctx.notes.append(
         f"{fmt.name}: {len(trace.lines)} requests in {path}, the first {taken} taken in file order, "
         f"{fmt.block} tokens per hash id; {len(blocks.index)} distinct blocks, {blocks.shared} of them carried by "
@@ -150,6 +158,26 @@ async def offer(ctx: Context) -> str:
            f"; prompts sent as token-id lists, ids drawn from [{TRACE_ID_LOW}, {TRACE_ID_HIGH})")
     )
     return f"{fmt.name}:{path}"
+
+
+def _fitting(inputs: list[int], outputs: list[int], selector: Selector) -> list[int]:
+    """The first requests, in file order, whose prompt and output fit the context, as many as the run
+    needs: the selector's rule, applied before any prompt is made."""
+    mml = selector.max_model_len
+    need = selector.need
+    if mml is None:
+        return list(range(min(need, len(inputs))))
+    limits: dict[int, int] = {}
+    out = []
+    for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
+        limit = limits.get(n_out)
+        if limit is None:
+            limit = limits[n_out] = screening_limit(n_out, selector.extra_body)
+        if n_in + limit <= mml:
+            out.append(i)
+            if len(out) == need:
+                break
+    return out
 
 
 def load_trace(path: str, fmt: TraceFormat) -> Trace:
@@ -177,12 +205,15 @@ def load_trace(path: str, fmt: TraceFormat) -> Trace:
         ids: Any = obj.get(hash_key, [])
         if type(ts) not in (int, float) or type(n_in) is not int or type(n_out) is not int or type(ids) is not list:
             _refuse_record(path, n, obj, fmt)
-        if not (n_in >= 1 and n_out >= 1 and math.isfinite(ts)) or not all(type(h) is int for h in ids):
+        if not (n_in >= 1 and n_out >= 1 and math.isfinite(ts)):
             _refuse_record(path, n, obj, fmt)
         stamps.append(ts)
         inputs.append(n_in)
         outputs.append(n_out)
         hashes.append(ids)
+    if not set(map(type, itertools.chain.from_iterable(hashes))) <= {int}:  # one pass; the line found after
+        n, obj = next((n, obj) for n, obj in zip(numbers, objs) if not all(type(h) is int for h in obj[hash_key]))
+        _refuse_record(path, n, obj, fmt)
     seconds = np.array(stamps, dtype=np.float64)
     back = np.flatnonzero(seconds[1:] < seconds[:-1])
     if back.size:
@@ -227,69 +258,80 @@ def _refuse_record(path: str, n: int, obj: dict[str, Any], fmt: TraceFormat) -> 
 
 
 class _Blocks:
-    """Each distinct hash id's block, drawn once and serialised once; prompts spliced from them."""
+    """Every token a fixed-width run of bytes in a few large buffers: a token id is five digits and a comma
+    (ids in [10000, 30000)), a chat word four letters and a space. A block, a block cut short and a
+    request's own tokens are then slices of a buffer: each distinct block is drawn and serialised once,
+    with the run's other tokens, in a handful of numpy and orjson calls, and its bytes are shared by every
+    prompt that carries it. Slices are bytes, not memoryviews: those are tracked by the garbage
+    collector, whose passes over 700,000 of them took seconds."""
 
     def __init__(self, block: int, words: bool, rng: np.random.Generator) -> None:
         self.block = block
         self.words = words
         self.rng = rng
-        self.index: dict[int, int] = {}  # hash id -> its row
-        self.rows: list[bytes] = []  # each block's JSON inside the brackets or quotes: b"12345,23456" / b"a b"
-        self.word_rows: list[np.ndarray] = []  # chat: each block's word indices (a cut block is rebuilt)
+        self.width = _WORD_WIDTH if words else _ID_WIDTH
+        self.index: dict[int, int] = {}  # hash id -> the token its block starts at
+        self.own: list[int] = []  # per request, the token its own tokens start at (-1: none)
         self.shared = 0  # blocks that more than one request carries
+        self._buffers: list[tuple[int, bytes]] = []  # (first token, the tokens from it), in order
+        self._starts: list[int] = []
+        self.full: dict[int, bytes] = {}  # hash id -> its whole block
 
     def draw(self, hash_ids: Sequence[list[int]], input_lengths: Sequence[int]) -> None:
-        """Draw the blocks these requests use (in order of first appearance), and count those more than one carries."""
-        block, index = self.block, self.index
-        seen_with: dict[int, int] = {}  # hash id -> how many requests carry it
-        for ids, n_in in zip(hash_ids, input_lengths):
-            for h in ids[:-(-n_in // block)]:
-                if h not in index:
-                    index[h] = len(index)
-                seen_with[h] = seen_with.get(h, 0) + 1
-        self.shared = sum(1 for count in seen_with.values() if count > 1)
-        for first in range(0, len(index), _DRAW_ROWS):
-            rows = min(_DRAW_ROWS, len(index) - first)
-            if self.words:
-                drawn = self.rng.integers(0, len(WORDS), size=(rows, block))
-                self.word_rows.extend(drawn)
-                self.rows.extend(" ".join(_WORD_ARRAY[r].tolist()).encode() for r in drawn)
-            else:
-                drawn = self.rng.integers(TRACE_ID_LOW, TRACE_ID_HIGH, size=(rows, block))
-                self.rows.extend(orjson.dumps(drawn, option=_NUMPY)[2:-2].split(b"],["))
-
-    def prompt(self, hash_ids: list[int], n_in: int, own: np.random.Generator) -> JsonPrompt:
-        """The prompt of ``n_in`` tokens: its hash ids' blocks, the last cut short where needed, then
-        tokens of its own."""
-        block, rows, index = self.block, self.rows, self.index
-        sep = b" " if self.words else b","
-        parts: list[bytes] = [b'"' if self.words else b"["]
-        left = n_in
-        for h in hash_ids:
-            if left <= 0:
+        """Draw every block these requests carry (in order of first appearance) and each one's own tokens."""
+        block = self.block
+        used = [ids[:-(-n_in // block)] for ids, n_in in zip(hash_ids, input_lengths)]
+        carried = collections.Counter(itertools.chain.from_iterable(used))  # hash id -> requests carrying it
+        self.shared = sum(1 for count in carried.values() if count > 1)
+        starts = range(0, block * len(carried), block)
+        self.index = dict(zip(carried, starts))  # Counter keeps the order of first appearance
+        blocks_end = block * len(carried)
+        in_blocks = block * np.fromiter(map(len, used), np.int64, len(used))
+        own = np.maximum(np.asarray(input_lengths, dtype=np.int64) - in_blocks, 0)  # tokens past the blocks
+        own_starts = blocks_end + np.cumsum(own) - own
+        self.own = np.where(own > 0, own_starts, -1).tolist()
+        tokens = blocks_end + int(own.sum())
+        # buffers of about _DRAW_TOKENS each, cut only where a block or a request's own tokens start
+        cuts = np.concatenate((np.arange(0, blocks_end, block), own_starts[own > 0], [tokens]))
+        first = 0
+        while first < tokens:
+            at = int(np.searchsorted(cuts, first + _DRAW_TOKENS))
+            cut = int(cuts[at]) if at < len(cuts) else tokens
+            self._buffers.append((first, self._tokens(cut - first)))
+            self._starts.append(first)
+            first = cut
+        step = block * self.width
+        full: list[bytes] = []
+        for first, buffer in self._buffers:  # the blocks lie one after another from token 0
+            if first >= blocks_end:
                 break
-            row = index[h]
-            if left >= block:
-                parts.append(rows[row])
-                left -= block
-            else:
-                parts.append(self._cut(row, left))
-                left = 0
-            parts.append(sep)
-        if left > 0:
-            parts.append(self._own(own, left))
-        else:
-            parts.pop()  # the separator after the last block
+            end = min(len(buffer), (blocks_end - first) * self.width)
+            full.extend(buffer[at:at + step] for at in range(0, end, step))
+        self.full = dict(zip(self.index, full))
+
+    def _tokens(self, count: int) -> bytes:
+        if self.words:
+            return bytes(_FIXED_WORDS[self.rng.integers(0, len(_FIXED_WORDS), size=count)].tobytes())
+        return orjson.dumps(self.rng.integers(TRACE_ID_LOW, TRACE_ID_HIGH, size=count), option=_NUMPY)[1:-1] + b","
+
+    def _slice(self, token: int, count: int) -> bytes:
+        """``count`` tokens from ``token``, each with its separator after it."""
+        first, buffer = self._buffers[bisect.bisect_right(self._starts, token) - 1]
+        at = (token - first) * self.width
+        return buffer[at:at + count * self.width]
+
+    def prompt(self, request: int, hash_ids: list[int], n_in: int) -> JsonPrompt:
+        """Request ``request``'s prompt of ``n_in`` tokens: its hash ids' blocks, the last cut short where
+        needed, then its own tokens."""
+        block = self.block
+        used = hash_ids[:-(-n_in // block)]
+        parts: list[bytes] = [b'"' if self.words else b"["]
+        parts.extend(map(self.full.__getitem__, used))
+        cut = n_in - block * (len(used) - 1) if used else 0
+        if 0 < cut < block:  # the last block cut short: its first tokens
+            parts[-1] = parts[-1][:cut * self.width]
+        elif n_in > block * len(used):
+            parts.append(self._slice(self.own[request], n_in - block * len(used)))
+        parts[-1] = parts[-1][:-1]  # the last token's separator
         parts.append(b'"' if self.words else b"]")
-        chars = sum(map(len, parts)) - 2 if self.words else 0
-        return JsonPrompt(tuple(parts), chars)
-
-    def _cut(self, row: int, tokens: int) -> bytes:
-        if self.words:
-            return " ".join(_WORD_ARRAY[self.word_rows[row][:tokens]].tolist()).encode()
-        return self.rows[row][:_ID_WIDTH * tokens - 1]
-
-    def _own(self, rng: np.random.Generator, tokens: int) -> bytes:
-        if self.words:
-            return " ".join(_WORD_ARRAY[rng.integers(0, len(WORDS), size=tokens)].tolist()).encode()
-        return orjson.dumps(rng.integers(TRACE_ID_LOW, TRACE_ID_HIGH, size=tokens), option=_NUMPY)[1:-1]
+        return JsonPrompt(tuple(parts), n_in * self.width - 1 if self.words else 0)
