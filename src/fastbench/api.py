@@ -308,6 +308,7 @@ async def _run_against(
             headers=config.headers,
             ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
             if config.ramp_up_strategy is not None else None,
+            arrival_offsets_ns=work.arrival_offsets_ns,
             on_progress=on_progress,
             stop_event=stop,
             sessions=work.sessions,

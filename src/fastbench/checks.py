@@ -26,7 +26,7 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, BenchConfig, LaunchConfig
+from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, TRACE_DATASETS, BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError
 
 __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_config", "check_port",
@@ -82,6 +82,12 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{name: (lambda v: 1 <= v <= MAX_PROMPT_TOKENS, f"must be between 1 and {MAX_PROMPT_TOKENS:,}")
        for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len", "prefix_repetition_output_len",
                     "gsp_system_prompt_len", "gsp_question_len", "gsp_output_len")},
+    "timed_trace_chunk_hash_size": (lambda v: 1 <= v <= MAX_PROMPT_TOKENS,
+                                    f"must be between 1 and {MAX_PROMPT_TOKENS:,}"),
+    "timed_trace_sec_multiplier": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "mooncake_slowdown_factor": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "custom_output_len": (lambda v: v == -1 or v >= 1, "must be -1 (each line's output_tokens) or >= 1"),
+    "spec_bench_output_len": (lambda v: v >= 1, "must be >= 1"),
     "prefix_repetition_num_prefixes": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "gsp_num_groups": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "gsp_prompts_per_group": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
@@ -385,6 +391,17 @@ def _check_multi_turn(config: BenchConfig) -> None:
                           "the server's own template")
 
 
+def _check_trace_timing(config: BenchConfig) -> None:
+    """A trace's times pace the run, or --no-self-timed hands it to the load options (vLLM's flag)."""
+    if config.self_timed is not None and config.dataset_name not in TRACE_DATASETS:
+        raise ConfigError(f"--self-timed/--no-self-timed is for the trace datasets ({', '.join(TRACE_DATASETS)}), "
+                          f"not {config.dataset_name}")
+    if config.trace_timed and (config.request_rate is not None or config.ramp_up_strategy is not None):
+        what = "--request-rate" if config.request_rate is not None else "--ramp-up-strategy"
+        raise ConfigError(f"{what} and the trace's times both pace the run: give --no-self-timed to send the "
+                          f"trace's prompts by {what}, or leave it out")
+
+
 def _check_idle_and_needed(config: BenchConfig) -> None:
     """No option is given that the others make idle, and none is missing that another needs: found
     out before a launched server spends minutes loading."""
@@ -412,6 +429,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
     elif not config.dataset_path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
     _check_multi_turn(config)
+    _check_trace_timing(config)
     if config.random_prefix_len and config.dataset_name != "random":
         raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
                           "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")

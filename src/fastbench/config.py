@@ -13,7 +13,9 @@ import os
 from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
-DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix"]
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
+                      "mooncake", "burstgpt", "custom", "spec_bench"]
+TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 RampUpStrategy = Literal["linear", "exponential"]
@@ -195,6 +197,19 @@ class BenchConfig:
     think_time_distribution: ThinkTimeDistribution = "constant"
     max_turns: int | None = None  # most turns (user messages) a session sends
     chat_template: StrPath | None = None  # /v1/completions: how a history becomes one prompt (JSON file)
+    # trace replay (load/sources/trace.py): timed_trace (vLLM's flags) and mooncake (SGLang's slowdown factor)
+    timed_trace_chunk_hash_size: int = 16  # tokens per hash id
+    timed_trace_sec_multiplier: float = 1.0  # timestamp x this = seconds
+    timed_trace_label_timestamp: str = "timestamp"
+    timed_trace_label_input_length: str = "input_length"
+    timed_trace_label_output_length: str = "output_length"
+    timed_trace_label_hash_ids: str = "hash_ids"
+    mooncake_slowdown_factor: float = 1.0  # 2: the trace's gaps doubled
+    self_timed: bool | None = None  # a trace's timestamps pace the run (None: yes for the trace datasets)
+    # vLLM's custom and spec_bench (load/sources/custom.py): output tokens per request
+    custom_output_len: int = 256  # -1: each line's output_tokens
+    spec_bench_output_len: int = 256
+    spec_bench_category: str | None = None  # spec_bench: only this category's questions
     tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
@@ -255,14 +270,22 @@ class BenchConfig:
     @property
     def rate_text(self) -> str | None:
         """The arrival rate in words ("2.5 req/s", "ramp-up linear 1-10 req/s"); None in closed loop."""
+        if self.trace_timed:
+            return "the trace's times"
         if self.ramp_up_strategy is not None:
             return (f"ramp-up {self.ramp_up_strategy} {self.ramp_up_start_rps:g}-{self.ramp_up_end_rps:g} req/s")
         return None if self.request_rate is None else f"{self.request_rate:g} req/s"
 
     @property
     def open_loop(self) -> bool:
-        """Arrivals follow a schedule (--request-rate or a ramp-up) rather than the concurrency alone."""
-        return self.request_rate is not None or self.ramp_up_strategy is not None
+        """Arrivals follow a schedule (--request-rate, a ramp-up or a trace's times) rather than the
+        concurrency alone."""
+        return self.request_rate is not None or self.ramp_up_strategy is not None or self.trace_timed
+
+    @property
+    def trace_timed(self) -> bool:
+        """A trace dataset whose timestamps pace the run (not --no-self-timed)."""
+        return self.dataset_name in TRACE_DATASETS and self.self_timed is not False
 
     @property
     def effective_concurrency(self) -> int | None:

@@ -107,15 +107,15 @@ class LoadPlan:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None
+    # open loop at given times, ns from the window's start, one per body; wins over request_rate: a
+    # trace's times, or a worker's share of a schedule its parent drew (fastbench.load.workers)
+    arrival_offsets_ns: Sequence[int] | npt.NDArray[np.int64] | None = None
     on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
     # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.
     on_window_start: Callable[[], None] | None = None
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
     stop_event: asyncio.Event | None = None
-    # A worker's share of a schedule drawn by its parent (fastbench.load.workers): its arrivals'
-    # offsets from the common start, used as they are instead of being drawn here.
-    arrival_offsets_ns: npt.NDArray[np.int64] | None = None
     # A worker's common start: awaited after the warm-ups, returns the window's start instant
     # (CLOCK_MONOTONIC ns, the same clock in every process of the host) once it has come.
     start_at: Callable[[], Awaitable[int]] | None = None

@@ -83,6 +83,8 @@ def usable_cores() -> int:
 def arrival_offsets_ns(plan: LoadPlan) -> np.ndarray | None:
     """The open loop's arrivals, drawn as one process draws them (None: closed loop)."""
     n = len(plan.bodies)
+    if plan.arrival_offsets_ns is not None:  # a trace's times
+        return np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
     if plan.ramp_up is not None:
         strategy, start_rps, end_rps = plan.ramp_up
         return pacer.ramp_up_offsets_ns(n, strategy, start_rps, end_rps, plan.burstiness, plan.seed)

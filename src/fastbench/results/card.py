@@ -129,7 +129,7 @@ def _engine(result: Result, config: BenchConfig) -> str:
 def _load(config: BenchConfig) -> str:
     if not config.open_loop:
         return f"conc {config.effective_concurrency}"
-    return f"rate {config.rate_text}"
+    return "trace replay" if config.trace_timed else f"rate {config.rate_text}"
 
 
 def _endpoint(result: Result, config: BenchConfig) -> str:
@@ -201,7 +201,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     else:
         cap = config.effective_concurrency
         load = (
-            f"request rate {config.rate_text} (burstiness {config.burstiness:g}), "
+            ("sent at the trace's times, " if config.trace_timed
+             else f"request rate {config.rate_text} (burstiness {config.burstiness:g}), ")
             + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
         )
     context = info.get("max_model_len") or config.max_model_len

@@ -25,8 +25,10 @@ import numpy as np
 from fastbench.config import GOODPUT_METRICS, BenchConfig
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.notes import (
+    PACE_SLACK_MS,
     NoteFacts,
     SlotWaits,
+    TracePace,
     collapse_reason,
     run_notes,
     timestamp_statement,
@@ -347,7 +349,7 @@ def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool,
 def _client_summary(requests: _Requests, data: RunData, config: BenchConfig) -> ClientSummary:
     col = requests.col
     slots = config.effective_concurrency or max(1, len(requests.rows))
-    lateness = client_lateness_ns(requests.rows, slots, config.request_rate is not None, data.extra.get("slot_pools"))
+    lateness = client_lateness_ns(requests.rows, slots, config.open_loop, data.extra.get("slot_pools"))
     in_flight = requests.started & (col["sent_ns"] > 0)
     ends = np.where(col["end_ns"] > 0, col["end_ns"], max(data.end_ns, 1))[in_flight]
     return ClientSummary(
@@ -420,7 +422,19 @@ def _note_facts(
         unreadable_outputs=data.extra.get("outputs_unreadable") or 0,
         slot_waits=(_slot_waits(rows, slots, data.extra.get("slot_pools"))
                     if config.open_loop and slots is not None else None),
+        trace_pace=_trace_pace(rows) if config.trace_timed else None,
     )
+
+
+def _trace_pace(rows: np.ndarray) -> TracePace:
+    """Each started request's send stamp against its time in the trace (its scheduled time)."""
+    sent = rows[:, COL["sent_ns"]]
+    started = sent > 0
+    lag_ms = (sent[started] - rows[started, COL["scheduled_ns"]]) / 1e6
+    if not lag_ms.size:
+        return TracePace(0, 0, 0.0, 0.0)
+    return TracePace(int(lag_ms.size), int((lag_ms > PACE_SLACK_MS).sum()), float(np.percentile(lag_ms, 99)),
+                     float(lag_ms.max()))
 
 
 def _slot_waits(rows: np.ndarray, cap: int, pools: Sequence[tuple[np.ndarray, int]] | None = None) -> SlotWaits:

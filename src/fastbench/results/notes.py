@@ -29,6 +29,20 @@ class SlotWaits:
     still_waiting_ms: np.ndarray  # arrival to the stop, per request still waiting for a slot when the run stopped
 
 
+# A trace's request sent more than this after its time counts as behind the trace's pace.
+PACE_SLACK_MS = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TracePace:
+    """A trace replay's sends against the trace's times (send stamp minus the request's time)."""
+
+    started: int
+    behind: int  # sent more than PACE_SLACK_MS after their time
+    p99_ms: float
+    max_ms: float
+
+
 @dataclasses.dataclass(frozen=True)
 class NoteFacts:
     """What the notes state beyond the Result's own fields, counted by ``figures`` from the request table."""
@@ -40,6 +54,7 @@ class NoteFacts:
     cut_short_tokens: int  # output tokens those had received
     unreadable_outputs: int  # --save-outputs: requests whose events were not readable OpenAI chunks
     slot_waits: SlotWaits | None  # open loop under a concurrency cap only
+    trace_pace: TracePace | None = None  # a trace sent at its times only
 
 
 def usage_statement(by_source: dict[str, int], completed: int) -> str:
@@ -172,7 +187,8 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     if cfg.open_loop:
         ttft, raw, late = d["ttft"], d["ttft_raw"], d["lateness"]
         notes.append(
-            f"open loop at {cfg.rate_text} (burstiness {cfg.burstiness:g}): TTFT and E2E count "
+            ("trace replay at the trace's times" if cfg.trace_timed
+             else f"open loop at {cfg.rate_text} (burstiness {cfg.burstiness:g})") + ": TTFT and E2E count "
             f"from the scheduled time; median TTFT {_fmt_ms(ttft.median)} ms vs {_fmt_ms(raw.median)} ms "
             f"from the send time; sent p99 {_fmt_ms(late.p99)} ms after scheduled"
             + ("" if cfg.concurrency is None else " (waits for a slot included)")
@@ -180,6 +196,8 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
                else f"; {100 * result.client.late_share:.1f} % of requests sent > 0.1 ms after they could go "
                     "(client lateness)")
         )
+    if facts.trace_pace is not None:
+        notes.append(_trace_pace_note(facts.trace_pace, cfg.effective_concurrency))
     ttfa_median, ttft_median = d["ttfa"].median, d["ttft"].median
     if ttfa_median is not None and ttft_median is not None and ttfa_median > ttft_median * 1.01:
         notes.append(f"reasoning output first: median TTFA {_fmt_ms(ttfa_median)} ms")
@@ -199,6 +217,19 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     notes.append(in_flight)
     notes.extend(str(note) for note in result.workload_info.get("notes") or [])
     return notes
+
+
+def _trace_pace_note(pace: TracePace, cap: int | None) -> str:
+    """Whether the client kept the trace's pace: a trace replay that fell behind no longer measures the
+    trace's load."""
+    figures = f"(lateness p99 {pace.p99_ms:.2f} ms, max {pace.max_ms:.2f} ms)"
+    if pace.started and pace.behind > 0.01 * pace.started:
+        why = (f"; requests that found all {cap} slots busy waited for one (--concurrency)" if cap is not None
+               else "")
+        return (f"the client could not keep the trace's pace: {pace.behind} of {pace.started} requests were sent "
+                f"more than {PACE_SLACK_MS:g} ms after their time in the trace {figures}{why}")
+    return (f"the trace's pace was kept: {pace.started - pace.behind} of {pace.started} requests sent within "
+            f"{PACE_SLACK_MS:g} ms of their time in the trace {figures}")
 
 
 def _slot_wait_notes(waits: SlotWaits) -> list[str]:
