@@ -136,7 +136,9 @@ def test_save_detailed_itls_are_each_requests_chunk_gaps_from_the_receive_stamps
     assert itl.count == len(gaps) and len(gaps) >= 12 * 6  # 24 tokens in chunks of at most 3
     assert float(np.median(gaps)) == pytest.approx(itl.median, rel=2e-3)
     assert float(gaps.max()) == pytest.approx(itl.max, rel=2e-3)
-    assert all(g > 0 for g in gaps)
+    # Chunks that came in one read share its stamp (a busy host batches them): only those gaps are 0.
+    assert (gaps >= 0).all()
+    assert not (gaps == 0).any() or result.timestamps.multi_event_reads > 0
 
 
 def test_append_result_adds_a_line(tmp_path: Path) -> None:
@@ -238,7 +240,7 @@ def test_a_ramp_up_run_is_open_loop(tmp_path: Path) -> None:
     (["--profile"], "--profile: fastbench does not drive the server's profiler"),
     (["--lora-modules", "a", "b"], "--lora-modules: fastbench sends one model name"),
     (["--probe-request-rate", "2"], "--probe-request-rate: fastbench sends no probe requests"),
-    (["--self-timed"], "--self-timed: only with vLLM's timed_trace dataset"),
+    (["--self-timed"], "--self-timed/--no-self-timed is for the trace datasets (timed_trace, mooncake), not random"),
     (["--backend", "openai-embeddings"], "--backend openai-embeddings: fastbench measures streamed text generation"),
     (["--backend", "openai", "--endpoint", "/v1/chat/completions"], "--backend openai calls /v1/completions"),
     (["--random-range-ratio", '{"input": 0.1}'], "not a JSON dict"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
+import time
 from typing import Any
 
 import numpy as np
@@ -176,3 +177,82 @@ def test_an_arrival_that_finds_no_warm_connection_still_goes_out_and_is_counted(
     assert connected <= data.extra["pool_misses"] + data.stale_retries
     assert data.extra["core_sends"] + data.extra["pool_misses"] <= 8
     assert np.all(col(data, "sent_ns") >= col(data, "scheduled_ns"))
+
+
+def _dispatch_spaced(bench: _Bench, arrivals: int, gap_ns: int, late_ns: int | None) -> np.ndarray:
+    """Arrivals ``gap_ns`` apart; the loop gets to each ``late_ns`` after it is due (None: as soon as
+    the loop's fd turns readable). Returns each arrival's due time."""
+    state = bench.state
+    for conn in bench.idle:
+        state.park(conn)
+    base = now_ns() + 2_000_000
+    offsets = gap_ns * np.arange(arrivals, dtype=np.int64)
+    state.dispatch_arrivals(offsets, base, arrivals)
+    for due in base + offsets:
+        if late_ns is None:
+            select.select([state.fileno()], [], [], 5.0)
+        else:
+            while now_ns() < due + late_ns:
+                pass
+        state.drain()
+    return base + offsets
+
+
+def test_the_arrival_lead_follows_how_late_the_loop_gets_to_arrivals() -> None:
+    """A loop that gets to every arrival 1 ms after it is due (busy elsewhere): the core learns to
+    arm its timer as early as its bound allows; each arrival still goes out, and not before it is due."""
+    bench = _Bench(0, 6)
+    try:
+        state = bench.state
+        state.lead_min_ns, state.lead_max_ns = 20_000, 300_000
+        state.lead_ns = 20_000
+        due = _dispatch_spaced(bench, 6, 3_000_000, late_ns=1_000_000)
+        # (a host stall can bring two arrivals due in one drain: the second is not a sample)
+        assert state.core_sends == 6 and 1 <= state.lead_samples <= 6
+        assert state.lead_ns == 300_000  # the bound, below the 1 ms it learnt
+        sent = sorted(conn.sent_ns for conn in bench.idle)
+        assert all(s >= d for s, d in zip(sent, due))
+    finally:
+        bench.close()
+
+
+def test_a_loop_on_time_keeps_the_lead_short() -> None:
+    """The same arrivals with the loop woken by the timer itself: the lead stays near the wake-up's
+    own delay, well under the bound, so little time is spent waiting it out."""
+    def one_round() -> None:
+        bench = _Bench(0, 24)
+        try:
+            state = bench.state
+            state.lead_min_ns, state.lead_max_ns = 20_000, 2_000_000
+            state.lead_ns = 20_000
+            _dispatch_spaced(bench, 24, 2_000_000, late_ns=None)
+            assert state.core_sends == 24 and state.lead_samples == 24
+            assert state.lead_ns < 500_000
+            assert state.lead_wait_ns < 24 * 500_000
+        finally:
+            bench.close()
+
+    until_a_round_passes(one_round)
+
+
+def test_an_arrival_held_for_a_slot_teaches_the_lead_nothing() -> None:
+    """One slot, two arrivals due at once: the second waits for the first to end, which is the load's
+    queueing, not the loop's delay; only the first is learnt from."""
+    bench = _Bench(0, 2)
+    try:
+        state = bench.state
+        state.lead_min_ns, state.lead_max_ns = 20_000, 300_000
+        for conn in bench.idle:
+            state.park(conn)
+        state.dispatch_arrivals(np.zeros(2, dtype=np.int64), now_ns(), 1)
+        assert state.next_row == 1 and state.lead_samples == 1
+        (asked,) = [sock for sock in bench.server_ends if _pending(sock)]
+        asked.recv(65536)
+        time.sleep(0.005)  # the second arrival has waited 5 ms for its slot
+        asked.sendall(STREAM_HEAD + chunked(sse(completion_chunk("a", 1))) + chunked(b"data: [DONE]\n\n")
+                      + CHUNKED_END)
+        state.drain()
+        assert state.completed == 1 and state.next_row == 2
+        assert state.lead_samples == 1 and state.lead_ns < 300_000
+    finally:
+        bench.close()

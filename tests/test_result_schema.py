@@ -40,6 +40,7 @@ NAMED_BY_DATA = {
     "fastbench.usage.by_source",
     "fastbench.throughput.goodput_slos_ms",
     "fastbench.config.goodput",
+    "fastbench.workers.per_worker[].errors",
 }
 OPAQUE = {
     "fastbench.config.extra_body",
@@ -199,3 +200,15 @@ def test_definitions_are_in_the_doc_verbatim() -> None:
     text = DOC.read_text()
     for name, definition in DEFINITIONS.items():
         assert f"| `{name}` | {definition} |" in text, name
+
+
+def test_every_key_of_a_workers_run_is_documented(tmp_path: Path) -> None:
+    """--workers adds its section (fastbench.workers); a worker's errors are keyed by class."""
+    config = BenchConfig(
+        base_url=None, num_prompts=8, concurrency=2, random_input_len=8, random_output_len=8, workers=2,
+        max_seconds=0.1, synthetic_args=("--ttft-ms", "2", "--itl-ms", "20"), result_json=str(tmp_path / "r.json"),
+    )
+    fastbench.run(config)
+    doc = orjson.loads((tmp_path / "r.json").read_bytes())
+    assert doc["fastbench"]["workers"]["per_worker"][0]["errors"]  # the cap cancelled some: keyed by class
+    assert undocumented(doc) == []

@@ -32,6 +32,7 @@ from fastbench.exceptions import ServerError
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results import writers as report_files
+from fastbench.results.figures import client_lateness_ns
 from fastbench.results.records import COL, NCOLS, RunData
 from fastbench.synthetic import SyntheticServer
 
@@ -150,10 +151,10 @@ def test_send_lateness_counts_from_arrival_or_free_slot_whichever_is_later() -> 
     """Two slots. Open loop: the 3rd arrival (at 5) waits for the slot freed at 100 and goes at 101;
     the 4th (at 300) finds a slot free and goes at 302. The wait is the load's, the 1 and 2 the client's."""
     rows = _rows((0, 1, 100), (2, 4, 200), (5, 101, 400), (300, 302, 500))
-    assert fv._send_lateness_ns(rows, 2, closed=False).tolist() == [1, 2, 1, 2]
+    assert client_lateness_ns(rows, 2, open_loop=True).tolist() == [1, 2, 1, 2]
     # Closed loop: the opening ramp is left out; each later request counts from the slot it took.
     rows = _rows((0, 1, 100), (0, 4, 200), (100, 103, 400), (200, 207, 500))
-    assert fv._send_lateness_ns(rows, 2, closed=True).tolist() == [3, 7]
+    assert client_lateness_ns(rows, 2, open_loop=False).tolist() == [3, 7]
 
 
 def test_open_loop_over_its_cap_does_not_count_the_queue_as_client_error() -> None:
@@ -164,6 +165,11 @@ def test_open_loop_over_its_cap_does_not_count_the_queue_as_client_error() -> No
     assert report.dispatch_lag.p50 is not None and report.dispatch_lag.p50 > 20  # queued
     assert report.slot_to_send is not None and report.slot_to_send.p50 is not None
     assert report.slot_to_send.p50 < 5
+    # late_share is read off the same estimates: on the side of 0.5 that their median says.
+    assert report.late_share is not None
+    late, median = report.late_share, report.slot_to_send.p50
+    assert not (late > 0.5 and median <= 0.1) and not (late < 0.5 and median > 0.1)
+    assert "late_share" in report.to_dict() and "late_share" in report.definitions
     ttft = next(s for s in report.series if s.name == "ttft")
     assert ttft.error_bound_p99_ms is not None and ttft.error_bound_p99_ms < report.dispatch_lag.p50
     assert "arrival or slot free, if later, -> sent" in report.render()
@@ -213,7 +219,7 @@ def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
                 data = uvloop.run(LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan).run())
             assert (data.rows[:, COL["error"]] == 0).all()
             assert data.reads / data.extra["wakeups"] > 1.5  # still coalesced
-            slot = fv.Quantiles.from_ns(fv._send_lateness_ns(data.rows, streams, closed=True))
+            slot = fv.Quantiles.from_ns(client_lateness_ns(data.rows, streams, open_loop=False))
             assert slot.p50 is not None
             slot_p50[watch_ends] = slot.p50
         assert slot_p50[True] < 0.5, slot_p50

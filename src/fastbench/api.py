@@ -22,6 +22,7 @@ from fastbench.exceptions import ConfigError, FastbenchError, ResultWriteError, 
 from fastbench.load import datasets
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
+from fastbench.load.workers import WorkerPool, choose_workers, usable_cores
 from fastbench.results import card, figures, modelcard, writers
 from fastbench.results.result import Result
 from fastbench.server import control, launch, modelinfo, prefixcache
@@ -307,10 +308,13 @@ async def _run_against(
             headers=config.headers,
             ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
             if config.ramp_up_strategy is not None else None,
+            arrival_offsets_ns=work.arrival_offsets_ns,
             on_progress=on_progress,
             stop_event=stop,
+            sessions=work.sessions,
         )
-        generator = LoadGenerator(target, plan, config.api_key)
+        server_here = synthetic is not None or isinstance(watched, LaunchedServer)
+        generator, workers_chosen = _load_generator(config, target, plan, server_here=server_here)
         reset_notes: list[str] = []
         if config.reset_prefix_cache:  # before the warm-ups: they may be there to fill the cache
             not_reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
@@ -355,6 +359,11 @@ async def _run_against(
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
     }
+    if workers_chosen is not None and "workers" not in data.extra:  # auto chose one process
+        data.extra["workers"] = workers_chosen
+    if work.sessions is not None:
+        workload_info["session_of_row"] = work.sessions.session_of_row
+        workload_info["turn_of_row"] = work.sessions.turn_of_row
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
@@ -375,6 +384,23 @@ async def _run_against(
     if unwritten:
         raise ResultWriteError("; ".join(unwritten), result)
     return result
+
+
+def _load_generator(config: BenchConfig, target: Target, plan: LoadPlan, *,
+                    server_here: bool) -> tuple[LoadGenerator | WorkerPool, dict[str, Any] | None]:
+    """One process (--workers 1, the default: today's path, untouched), or a pool of worker
+    processes; with --workers auto, also what was chosen and why, for the result."""
+    if config.workers == "auto":
+        count, why = choose_workers(config.concurrency, len(plan.bodies), usable_cores(), server_here)
+        if plan.sessions is not None:
+            count, why = 1, "multi-turn sessions run in one process (their turns are built during the run)"
+        if count == 1:
+            return LoadGenerator(target, plan, config.api_key), {"count": 1, "requested": "auto",
+                                                                  "chosen_because": why}
+        return WorkerPool(target, plan, config.api_key, workers=count, chosen_because=why), None
+    if config.workers == 1:
+        return LoadGenerator(target, plan, config.api_key), None
+    return WorkerPool(target, plan, config.api_key, workers=config.workers), None
 
 
 # Between tries of the ready check: short, as a server that just came up should be measured soon.

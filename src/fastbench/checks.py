@@ -26,7 +26,7 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, BenchConfig, LaunchConfig
+from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, TRACE_DATASETS, BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError
 
 __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_config", "check_port",
@@ -35,6 +35,7 @@ __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_
 # One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
 MAX_PROMPTS = 10_000_000
 MAX_SPAN_S = 1e7  # about four months of arrivals
+MAX_WORKERS = 256  # client processes on one machine (--workers)
 # Tokens of one generated prompt part: past any model's context (the largest are ~10M), so a typo.
 MAX_PROMPT_TOKENS = 16_000_000
 # The datasets fastbench makes itself: no file to read.
@@ -49,7 +50,7 @@ _FLAGS = {
     "launch.ready_timeout_s": "--ready-timeout", "launch.log_path": "--server-log",
     "launch.stop_grace_s": "--server-stop-grace",
     "save_detailed": "--requests-jsonl", "per_request_arrays": "--save-detailed", "headers": "--header",
-    "ready_check_timeout_s": "--ready-check-timeout-sec",
+    "ready_check_timeout_s": "--ready-check-timeout-sec", "think_time_s": "--think-time",
 }
 
 
@@ -72,6 +73,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "request_timeout_s": (lambda v: 0 < v < math.inf, "must be > 0"),
     "max_error_rate": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
     "coalesce_ms": (lambda v: 0 <= v <= 1000, "must be between 0 and 1000"),
+    "workers": (lambda v: v == "auto" or 1 <= v <= MAX_WORKERS, f"must be 'auto' or between 1 and {MAX_WORKERS}"),
     "max_tokens": (lambda v: v >= 1, "must be >= 1"),
     "random_input_len": (lambda v: v >= 1, "must be >= 1"),
     "random_output_len": (lambda v: v >= 1, "must be >= 1"),
@@ -80,10 +82,18 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{name: (lambda v: 1 <= v <= MAX_PROMPT_TOKENS, f"must be between 1 and {MAX_PROMPT_TOKENS:,}")
        for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len", "prefix_repetition_output_len",
                     "gsp_system_prompt_len", "gsp_question_len", "gsp_output_len")},
+    "timed_trace_chunk_hash_size": (lambda v: 1 <= v <= MAX_PROMPT_TOKENS,
+                                    f"must be between 1 and {MAX_PROMPT_TOKENS:,}"),
+    "timed_trace_sec_multiplier": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "mooncake_slowdown_factor": (lambda v: 0 < v < math.inf, "must be > 0"),
+    "custom_output_len": (lambda v: v == -1 or v >= 1, "must be -1 (each line's output_tokens) or >= 1"),
+    "spec_bench_output_len": (lambda v: v >= 1, "must be >= 1"),
     "prefix_repetition_num_prefixes": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "gsp_num_groups": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "gsp_prompts_per_group": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "max_model_len": (lambda v: v >= 1, "must be >= 1"),
+    "think_time_s": (lambda v: 0 <= v <= 86400, "must be between 0 and 86400 s"),
+    "max_turns": (lambda v: v >= 1, "must be >= 1"),
     "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "launch.port": (lambda v: 1 <= v <= 65535, "must be between 1 and 65535"),
@@ -121,7 +131,7 @@ def check_value(name: str, value: Any) -> None:
 # Types, read from the annotations
 
 
-Kind = Literal["whole", "number", "bool", "text", "strings", "numbers", "dict", "launch"]
+Kind = Literal["whole", "whole_or_auto", "number", "bool", "text", "strings", "numbers", "dict", "launch"]
 
 
 class FieldKind(NamedTuple):
@@ -145,6 +155,7 @@ def _is_strings(value: Any) -> bool:
 # What each kind of field must hold, and how a message names it.
 _KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
     "whole": (_is_whole, "a whole number"),
+    "whole_or_auto": (lambda value: _is_whole(value) or value == "auto", "a whole number or 'auto'"),
     "number": (_is_number, "a number"),
     "bool": (lambda value: isinstance(value, bool), "True or False"),
     "text": (lambda value: isinstance(value, str), "a string"),
@@ -162,6 +173,8 @@ def _field_kind(annotation: Any) -> FieldKind:
                else (annotation,))
     optional = type(None) in members
     members = tuple(m for m in members if m is not type(None))
+    if len(members) == 2 and members[0] is int and typing.get_args(members[1]) == ("auto",):
+        return FieldKind("whole_or_auto", optional)  # e.g. workers: int | Literal["auto"]
     if str in members and all(m is str or typing.get_origin(m) is os.PathLike for m in members):
         return FieldKind("text", optional)  # a path: a PathLike given is stored as its str
     if len(members) == 1:
@@ -353,6 +366,42 @@ def _check_prefix_fits(config: BenchConfig) -> None:
     check_prefix_fits(config, config.max_model_len, "--max-model-len")
 
 
+def _check_multi_turn(config: BenchConfig) -> None:
+    """Multi-turn sessions read conversations; their options mean nothing without them."""
+    if not config.multi_turn:
+        for name, idle in (("multi_turn_history", config.multi_turn_history != "server"),
+                           ("think_time_s", config.think_time_s != 0),
+                           ("think_time_distribution", config.think_time_distribution != "constant"),
+                           ("max_turns", config.max_turns is not None), ("chat_template", config.chat_template)):
+            if idle:
+                raise ConfigError(f"{flag(name)} is for multi-turn sessions: give --multi-turn")
+        return
+    if config.dataset_name not in ("sharegpt", "jsonl"):
+        raise ConfigError(f"--multi-turn replays conversations: give --dataset-name sharegpt or jsonl, not "
+                          f"{config.dataset_name}")
+    if config.ramp_up_strategy is not None:
+        raise ConfigError("--ramp-up-strategy is not available with --multi-turn (sessions arrive at --request-rate)")
+    if config.request_id_prefix is not None:
+        raise ConfigError("--request-id-prefix is not available with --multi-turn (turns are built during the run)")
+    if config.workers not in (1, "auto"):
+        raise ConfigError("--workers is not available with --multi-turn (turns are built during the run, in "
+                          "one process)")
+    if config.chat_template and config.endpoint == "/v1/chat/completions":
+        raise ConfigError("--chat-template renders the history for /v1/completions; the chat endpoint applies "
+                          "the server's own template")
+
+
+def _check_trace_timing(config: BenchConfig) -> None:
+    """A trace's times pace the run, or --no-self-timed hands it to the load options (vLLM's flag)."""
+    if config.self_timed is not None and config.dataset_name not in TRACE_DATASETS:
+        raise ConfigError(f"--self-timed/--no-self-timed is for the trace datasets ({', '.join(TRACE_DATASETS)}), "
+                          f"not {config.dataset_name}")
+    if config.trace_timed and (config.request_rate is not None or config.ramp_up_strategy is not None):
+        what = "--request-rate" if config.request_rate is not None else "--ramp-up-strategy"
+        raise ConfigError(f"{what} and the trace's times both pace the run: give --no-self-timed to send the "
+                          f"trace's prompts by {what}, or leave it out")
+
+
 def _check_idle_and_needed(config: BenchConfig) -> None:
     """No option is given that the others make idle, and none is missing that another needs: found
     out before a launched server spends minutes loading."""
@@ -379,6 +428,8 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
                                   "was sharegpt: give --dataset-name)")
     elif not config.dataset_path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    _check_multi_turn(config)
+    _check_trace_timing(config)
     if config.random_prefix_len and config.dataset_name != "random":
         raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
                           "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")

@@ -13,10 +13,14 @@ import os
 from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
-DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix"]
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
+                      "mooncake", "burstgpt", "custom", "spec_bench"]
+TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 RampUpStrategy = Literal["linear", "exponential"]
+MultiTurnHistory = Literal["server", "dataset"]
+ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 # Metrics whose percentiles --percentile-metrics selects, named as vllm bench serve names them.
@@ -92,7 +96,8 @@ class BenchConfig:
         ``--max-concurrency``). ``effective_concurrency`` is the value in force.
     :param request_rate: open-loop arrival rate in requests/s; None (or ``math.inf``) for closed loop.
     :param burstiness: gamma shape of inter-arrival times; 1.0 is Poisson.
-    :param num_prompts: requests to send (after warm-ups).
+    :param num_prompts: requests to send (after warm-ups); with ``multi_turn``, sessions (each sends a
+        request per turn).
     :param max_seconds: hard cap on the measured window; in-flight requests are cancelled at it.
     :param num_warmups: requests sent and discarded before the measured window.
     :param launch: a server for fastbench to start, wait for, measure and stop (None: attach to
@@ -128,6 +133,8 @@ class BenchConfig:
     :param metric_percentiles: which percentiles, e.g. ``(50, 90, 99)`` (None: 99 when
         ``percentile_metrics`` is given).
     :param metadata: ``KEY: VALUE`` pairs added to the result's top level (``--metadata``).
+    :param multi_turn, multi_turn_history, think_time_s, think_time_distribution, max_turns, chat_template:
+        multi-turn sessions, see :mod:`fastbench.load.sessions`.
 
     :param store: a results store directory (created if new): the run's result, card, per-request
         records, histograms and server log are kept in a folder of its own there, indexed for
@@ -156,6 +163,9 @@ class BenchConfig:
     request_timeout_s: float | None = None
     max_error_rate: float | None = None  # stop early when failed / finished exceeds this (after 20 requests)
     coalesce_ms: float = 0.0  # read the sockets at least this often instead of on every arrival
+    # client processes sharing the schedule, merged exactly (fastbench.load.workers); "auto": from the
+    # cores and the concurrency; 1: today's single process
+    workers: int | Literal["auto"] = 1
     # requests
     max_tokens: int | None = None  # overrides the dataset's output length when set
     ignore_eos: bool = False
@@ -179,6 +189,27 @@ class BenchConfig:
     gsp_system_prompt_len: int = 2048
     gsp_question_len: int = 128
     gsp_output_len: int = 256
+    # multi-turn sessions (sharegpt or jsonl conversations; see fastbench.load.sessions): num_prompts
+    # counts sessions, each sends one request per turn with the history so far
+    multi_turn: bool = False
+    multi_turn_history: MultiTurnHistory = "server"  # whose replies the history carries
+    think_time_s: float = 0.0  # mean seconds between a reply and the session's next turn
+    think_time_distribution: ThinkTimeDistribution = "constant"
+    max_turns: int | None = None  # most turns (user messages) a session sends
+    chat_template: StrPath | None = None  # /v1/completions: how a history becomes one prompt (JSON file)
+    # trace replay (load/sources/trace.py): timed_trace (vLLM's flags) and mooncake (SGLang's slowdown factor)
+    timed_trace_chunk_hash_size: int = 16  # tokens per hash id
+    timed_trace_sec_multiplier: float = 1.0  # timestamp x this = seconds
+    timed_trace_label_timestamp: str = "timestamp"
+    timed_trace_label_input_length: str = "input_length"
+    timed_trace_label_output_length: str = "output_length"
+    timed_trace_label_hash_ids: str = "hash_ids"
+    mooncake_slowdown_factor: float = 1.0  # 2: the trace's gaps doubled
+    self_timed: bool | None = None  # a trace's timestamps pace the run (None: yes for the trace datasets)
+    # vLLM's custom and spec_bench (load/sources/custom.py): output tokens per request
+    custom_output_len: int = 256  # -1: each line's output_tokens
+    spec_bench_output_len: int = 256
+    spec_bench_category: str | None = None  # spec_bench: only this category's questions
     tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}
@@ -239,14 +270,22 @@ class BenchConfig:
     @property
     def rate_text(self) -> str | None:
         """The arrival rate in words ("2.5 req/s", "ramp-up linear 1-10 req/s"); None in closed loop."""
+        if self.trace_timed:
+            return "the trace's times"
         if self.ramp_up_strategy is not None:
             return (f"ramp-up {self.ramp_up_strategy} {self.ramp_up_start_rps:g}-{self.ramp_up_end_rps:g} req/s")
         return None if self.request_rate is None else f"{self.request_rate:g} req/s"
 
     @property
     def open_loop(self) -> bool:
-        """Arrivals follow a schedule (--request-rate or a ramp-up) rather than the concurrency alone."""
-        return self.request_rate is not None or self.ramp_up_strategy is not None
+        """Arrivals follow a schedule (--request-rate, a ramp-up or a trace's times) rather than the
+        concurrency alone."""
+        return self.request_rate is not None or self.ramp_up_strategy is not None or self.trace_timed
+
+    @property
+    def trace_timed(self) -> bool:
+        """A trace dataset whose timestamps pace the run (not --no-self-timed)."""
+        return self.dataset_name in TRACE_DATASETS and self.self_timed is not False
 
     @property
     def effective_concurrency(self) -> int | None:
@@ -257,8 +296,8 @@ class BenchConfig:
         return None if self.open_loop else DEFAULT_CONCURRENCY
 
     def __post_init__(self) -> None:
-        _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card", "save_detailed",
-                             "config_file", "result_dir", "store"))
+        _paths_as_str(self, ("dataset_path", "chat_template", "tokenizer", "result_json", "result_card",
+                             "save_detailed", "config_file", "result_dir", "store"))
         if isinstance(self.request_rate, float) and self.request_rate == math.inf:
             object.__setattr__(self, "request_rate", None)  # closed loop, as --request-rate inf
 

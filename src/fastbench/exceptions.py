@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from fastbench.results.result import Result
 
 __all__ = ("ConfigError", "DatasetError", "FastbenchError", "ResultWriteError", "ServerDiedError", "ServerError",
-           "StoreError")
+           "StoreError", "WorkerError")
 
 
 class FastbenchError(Exception):
@@ -53,3 +53,8 @@ class ServerDiedError(ServerError):
 
 class StoreError(FastbenchError):
     """A results store that cannot be opened, read or written, or a run it does not hold."""
+
+
+class WorkerError(FastbenchError, RuntimeError):
+    """A ``--workers`` process could not start (or failed before the window opened); the message
+    carries its own error. Nothing was measured."""

@@ -36,6 +36,7 @@ cpdef enum ErrorClass:
     ERR_SERVER_ERROR = 5
     ERR_CANCELLED = 6
     ERR_CONTEXT_LENGTH = 7
+    ERR_WORKER_LOST = 8  # never written by the core: the parent's mark for a lost worker's requests
 
 cpdef enum UsageSource:
     USAGE_NONE = 0
@@ -47,6 +48,8 @@ cpdef enum UsageSource:
 cdef enum:
     READ_BUFFER_BYTES = 262144   # one read's buffer, shared by the run's connections
     READY_EVENTS = 256           # ready connections taken per epoll_wait
+    LEAD_MARGIN_NS = 10000       # added to the learnt wake-up delay
+    WAKE_DELAYS = 128            # the loop's delays in getting to an arrival the lead is learnt from
     FIRST_EVENT_BUFFER = 4096    # a connection's SSE event buffer at first (grows to max_event_bytes)
     FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
     ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
@@ -163,7 +166,14 @@ cdef class RunState:
     cdef int64_t next_due_ns           # when to look again (the next arrival's due time); INT64_MAX: not
                                        # before a slot or a connection frees
     cdef public int64_t core_sends     # arrivals the core sent from the pool
-    cdef public int64_t lead_ns        # arm the timer this much early and wait out the rest in C
+    cdef public int64_t lead_ns        # arm the timer this much early and wait out the rest in C; it
+                                       # follows the timer's wake-up delays, within these bounds:
+    cdef public int64_t lead_min_ns
+    cdef public int64_t lead_max_ns
+    cdef int64_t wake_delays[WAKE_DELAYS]  # the loop's last delays in getting to an arrival (a ring)
+    cdef public int64_t lead_samples   # delays learnt from
+    cdef bint arrival_held             # the next arrival waited for a slot or a connection
+    cdef public int64_t lead_wait_ns   # time spent waiting out leads in C (what the lead costs in CPU)
     cdef int epfd                      # inner epoll set of all the run's connections (see drain)
     cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
                                        # their next chunk, and the tick (see coalesce, watch_ends)
@@ -186,6 +196,7 @@ cdef class RunState:
     cdef _ask_python(self)
     cdef StreamConnection _pool_take(self)
     cdef void _arm_arrival(self, int64_t due) noexcept
+    cdef void _learn_lead(self, int64_t delay) noexcept
     cdef _chain_ended(self, StreamConnection conn, int error)
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run

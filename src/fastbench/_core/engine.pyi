@@ -58,6 +58,10 @@ class RunState:
     on_stale: Any
     core_sends: int
     lead_ns: int
+    lead_min_ns: int
+    lead_max_ns: int
+    lead_samples: int
+    lead_wait_ns: int
     max_error_rate: float
     on_stop: Any
     next_row: int

@@ -11,6 +11,7 @@ cdef class RunState:
                   size_t max_event_bytes=1024 * 1024):
         # First: __dealloc__ runs even when this fails, and must not close fds it never opened.
         self.epfd = self.ends_epfd = self.tick_fd = self.arrival_fd = -1
+        self.lead_ns = self.lead_min_ns = self.lead_max_ns = 40_000  # fixed until given bounds
         self.read_buffer = <char *>_counted_malloc(READ_BUFFER_BYTES)
         if self.read_buffer == NULL:
             raise MemoryError()
@@ -365,6 +366,28 @@ cdef class RunState:
         spec.it_value.tv_nsec = due % 1000000000
         timerfd_settime(self.arrival_fd, TFD_TIMER_ABSTIME, &spec, NULL)
 
+    cdef void _learn_lead(self, int64_t delay) noexcept:
+        """The lead follows how late the loop gets to an arrival past the time the lead set for it
+        (the timer's wake-up, or a busy loop's check between sockets): ~the p99 of the last
+        WAKE_DELAYS plus a margin, within [lead_min_ns, lead_max_ns]. A host whose
+        wake-ups come late gets an earlier alarm; one whose come on time waits out no more than the
+        least lead."""
+        cdef int64_t first = 0, second = 0, d
+        cdef Py_ssize_t i, n
+        self.wake_delays[self.lead_samples % WAKE_DELAYS] = delay if delay > 0 else 0
+        self.lead_samples += 1
+        n = self.lead_samples if self.lead_samples < WAKE_DELAYS else WAKE_DELAYS
+        for i in range(n):
+            d = self.wake_delays[i]
+            if d > first:
+                second = first
+                first = d
+            elif d > second:
+                second = d
+        # ~p99: the largest of fewer than 100 samples, the second largest of more
+        self.lead_ns = min(max((second if n >= 100 else first) + LEAD_MARGIN_NS, self.lead_min_ns),
+                           self.lead_max_ns)
+
     cdef _ask_python(self):
         if not self.wake_pending and self.on_wake is not None:
             self.wake_pending = True
@@ -374,7 +397,8 @@ cdef class RunState:
         """Send every arrival that is due, on connections of the pool, within the limit; then arm the
         timer for the next one. Sends can end at once (a failed send) and come back here: the outer
         call goes on with them."""
-        cdef int64_t due, now
+        cdef int64_t due, now, waited_from
+        cdef bint learnt = False  # one sample per call: a burst's later arrivals were due already
         cdef StreamConnection conn
         if self.in_dispatch or not self.dispatching:
             return
@@ -389,13 +413,24 @@ cdef class RunState:
                     self._arm_arrival(due - self.lead_ns)
                     break
                 if self.in_flight + self.reserved >= self.limit:
+                    self.arrival_held = True
                     break  # the next request to end sends it (chain_arrivals)
                 conn = self._pool_take()
                 if conn is None:
+                    self.arrival_held = True
                     self._ask_python()  # it connects for this arrival
                     break
-                while now < due:  # armed lead_ns early: the last few us are waited out here
-                    now = fb_now_ns()
+                if not self.arrival_held and not learnt:
+                    # How late the loop got here past the moment the lead set (a held-back
+                    # arrival's wait for a slot or a connection is not the loop's delay).
+                    self._learn_lead(now - (due - self.lead_ns))
+                    learnt = True
+                self.arrival_held = False
+                if now < due:  # armed lead_ns early: the rest is waited out here
+                    waited_from = now
+                    while now < due:
+                        now = fb_now_ns()
+                    self.lead_wait_ns += now - waited_from
                 self.next_row += 1
                 self.core_sends += 1
                 conn._start_from_core(self.next_row - 1, due)

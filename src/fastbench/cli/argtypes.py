@@ -25,6 +25,11 @@ def whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
+def workers_count(text: str) -> int | str:
+    """--workers: a whole number, or "auto" (the range is checked with the other options)."""
+    return "auto" if text.strip().lower() == "auto" else whole_number(text)
+
+
 def json_object(text: str) -> dict[str, Any]:
     try:
         value = orjson.loads(text)

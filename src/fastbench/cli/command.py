@@ -6,12 +6,13 @@ import argparse
 import os
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import tomlconfig, vllmflags
+from fastbench.cli import datasetflags, multiturn, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -23,8 +24,9 @@ from fastbench.cli.argtypes import (
     range_ratio,
     shell_words,
     whole_number,
+    workers_count,
 )
-from fastbench.config import ENGINES, BenchConfig, LaunchConfig
+from fastbench.config import ENGINES, BenchConfig, DatasetName, LaunchConfig
 from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
 
 EPILOG = """\
@@ -108,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the sockets at least every this many ms instead of on every arrival (streams about to "
                    "end are still watched on every arrival): less client CPU per chunk at many streams; "
                    "kernel stamps keep arrival times; keep it under half the chunk gap (default 0: off)")
+    g.add_argument("--workers", type=workers_count, default=1,
+                   help="client processes sharing the load, each with its own event loop and core, merged exactly "
+                   "(rows concatenated, histograms added); 'auto' picks from the cores and --concurrency "
+                   "(default 1: one process). See docs/workers.md")
     g = p.add_argument_group("requests")
     g.add_argument("--max-tokens", type=whole_number, default=None,
                    help="output tokens per request (default: the dataset's output length)")
@@ -129,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON object merged into every request body, e.g. '{\"temperature\":0}'")
     g = p.add_argument_group("dataset")
     g.add_argument("--dataset-name", default="random",
-                   choices=("random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix"),
+                   choices=typing.get_args(DatasetName),
                    help="where prompts come from")
     g.add_argument("--dataset-path", default=None, help="ShareGPT V3 JSON or JSONL file")
     g.add_argument("--dataset-order", default="random", choices=("random", "file"),
@@ -146,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "sharegpt)")
     g.add_argument("--disable-shuffle", action="store_true",
                    help="as vllm bench serve: prompts in file order (--dataset-order file)")
-    _add_shared_prefix_args(p, g)
+    datasetflags.add_shared_prefix_args(p, g)
+    multiturn.add_args(p)
+    datasetflags.add_file_dataset_args(p)
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
@@ -201,28 +209,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_args(p)
     vllmflags.add_unused_args(p)
     return p
-
-
-def _add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGroup) -> None:
-    """Shared prefixes, for prefix-cache studies: vllm bench serve's and SGLang's flags and meanings."""
-    g.add_argument("--random-prefix-len", type=whole_number, default=0,
-                   help="random: one fixed random prefix of this many tokens before every prompt; the prompt is "
-                   "this plus --random-input-len's draw (as vllm bench serve)")
-    g = p.add_argument_group("shared-prefix datasets", "prefix_repetition (vllm bench serve's): each prompt is one "
-                             "of N random prefixes plus its own random suffix; generated-shared-prefix (SGLang's): "
-                             "groups of prompts sharing a system prompt, each with its own question")
-    g.add_argument("--prefix-repetition-prefix-len", type=whole_number, default=256, help="prefix tokens")
-    g.add_argument("--prefix-repetition-suffix-len", type=whole_number, default=256, help="suffix tokens")
-    g.add_argument("--prefix-repetition-num-prefixes", type=whole_number, default=10, help="distinct prefixes")
-    g.add_argument("--prefix-repetition-output-len", type=whole_number, default=128, help="output tokens")
-    g.add_argument("--gsp-num-groups", type=whole_number, default=64, help="groups (system prompts)")
-    g.add_argument("--gsp-prompts-per-group", type=whole_number, default=16, help="prompts per group")
-    g.add_argument("--gsp-system-prompt-len", type=whole_number, default=2048, help="system prompt tokens")
-    g.add_argument("--gsp-question-len", type=whole_number, default=128, help="question tokens")
-    g.add_argument("--gsp-output-len", type=whole_number, default=256, help="output tokens")
-    g.add_argument("--reset-prefix-cache", action="store_true",
-                   help="empty the server's prefix cache before the first request (vLLM's POST /reset_prefix_cache, "
-                   "served with VLLM_SERVER_DEV_MODE=1; SGLang's /flush_cache); where impossible, the notes say so")
 
 
 def _add_launch_args(p: argparse.ArgumentParser) -> None:
@@ -381,6 +367,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         seed=ns.seed,
         request_timeout_s=ns.request_timeout,
         coalesce_ms=ns.coalesce_ms,
+        workers=ns.workers,
         max_error_rate=ns.max_error_rate,
         max_tokens=max_tokens,
         ignore_eos=ns.ignore_eos,
@@ -392,16 +379,10 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         random_output_len=random_output_len,
         random_range_ratio=ns.random_range_ratio,
         random_prefix_len=ns.random_prefix_len,
-        prefix_repetition_prefix_len=ns.prefix_repetition_prefix_len,
-        prefix_repetition_suffix_len=ns.prefix_repetition_suffix_len,
-        prefix_repetition_num_prefixes=ns.prefix_repetition_num_prefixes,
-        prefix_repetition_output_len=ns.prefix_repetition_output_len,
-        gsp_num_groups=ns.gsp_num_groups,
-        gsp_prompts_per_group=ns.gsp_prompts_per_group,
-        gsp_system_prompt_len=ns.gsp_system_prompt_len,
-        gsp_question_len=ns.gsp_question_len,
-        gsp_output_len=ns.gsp_output_len,
+        **datasetflags.shared_prefix_fields(ns),
+        **multiturn.config_fields(ns),
         reset_prefix_cache=ns.reset_prefix_cache,
+        **datasetflags.file_dataset_fields(ns),
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,
         goodput=dict(ns.goodput),

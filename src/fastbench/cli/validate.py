@@ -61,8 +61,9 @@ from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, Valid
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
 from fastbench.load.plan import LoadPlan, Target
+from fastbench.load.workers import WorkerPool
 from fastbench.results import writers
-from fastbench.results.figures import slot_grants
+from fastbench.results.figures import LATE_NS, client_lateness_ns
 from fastbench.results.records import COL, ErrorClass, RunData, TimestampSource
 from fastbench.synthetic.cli import (
     HOUR_MS,  # the longest delay the synthetic server takes
@@ -178,13 +179,14 @@ def checked_settings(
     warmup: bool,
     max_seconds: float | None,
     coalesce_ms: float,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """The run's settings as the report records them, or a ConfigError naming the flag of one that
     cannot work: the one statement of validate's checks, for the Python API and the command line.
     Those a benchmark run takes too (concurrency, request rate, max seconds, coalescing) are checked
     by its rules (:mod:`fastbench.checks`)."""
     for name, value in (("concurrency", concurrency), ("request_rate", request_rate),
-                        ("max_seconds", max_seconds), ("coalesce_ms", coalesce_ms)):
+                        ("max_seconds", max_seconds), ("coalesce_ms", coalesce_ms), ("workers", workers)):
         check_value(name, value)
     n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
     if not 1 <= n <= MAX_REQUESTS:
@@ -208,7 +210,7 @@ def checked_settings(
         "concurrency": concurrency, "request_rate": request_rate, "tokens_per_chunk": tokens_per_chunk,
         "itl_ms": itl_ms, "ttft_ms": ttft_ms, "num_requests": n, "output_len": output_len,
         "tolerance_ms": tolerance_ms, "warmup": warmup, "max_seconds": max_seconds,
-        "coalesce_ms": coalesce_ms,
+        "coalesce_ms": coalesce_ms, "workers": workers,
     }
 
 
@@ -227,6 +229,7 @@ async def avalidate(
     warmup: bool = True,
     max_seconds: float | None = None,
     coalesce_ms: float = 0.0,
+    workers: int = 1,
 ) -> ValidationReport:
     """Run a validation inside a running event loop (uvloop recommended: it is what the client uses)
     and return its report; :func:`validate` runs it to the end on uvloop.
@@ -243,11 +246,13 @@ async def avalidate(
     :param coalesce_ms: drain the client's sockets at least every this many ms, not on every arrival,
         so that one wake-up reads many sockets (kernel stamps keep arrival times; a stream about
         to end is watched on every arrival; chunks of one stream closer than this share a read).
+    :param workers: client processes sharing the streams (``--workers``); the report is of their merged
+        figures, and names each worker's skew and start.
     :raises ConfigError: settings that cannot work (see :func:`checked_settings`), before anything starts.
     """
     settings = checked_settings(concurrency, request_rate, tokens_per_chunk, itl_ms, ttft_ms, num_requests,
                                 output_len, tolerance_ms, warmup=warmup, max_seconds=max_seconds,
-                                coalesce_ms=coalesce_ms)
+                                coalesce_ms=coalesce_ms, workers=workers)
     tokens_per_chunk, n = settings["tokens_per_chunk"], settings["num_requests"]
     if base_url is not None:
         # also drops a trailing /v1, as the client does, for the server's own /fb/ endpoints
@@ -287,7 +292,9 @@ async def avalidate(
                 on_window_start=on_window_start,
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
-            data = await LoadGenerator(Target.parse(base_url, ENDPOINT), plan).run()
+            target = Target.parse(base_url, ENDPOINT)
+            generator = LoadGenerator(target, plan) if workers == 1 else WorkerPool(target, plan, workers=workers)
+            data = await generator.run()
             host_end = hostload.snapshot()
             if server is not None and window_cpu and window_cpu[0] is not None:
                 cpu = _process_cpu_s(server.pid)
@@ -345,18 +352,6 @@ def _process_cpu_s(pid: int) -> float | None:
 # From RunData to the report
 
 
-def _send_lateness_ns(rows: np.ndarray, concurrency: int, closed: bool) -> np.ndarray:
-    """Per request, an estimate of how late the client sent it: send stamp minus the moment it could
-    have gone, which is when its slot freed (closed loop) or the later of its arrival and that (open
-    loop); slots as metrics.slot_grants gives them. Closed loop leaves out the opening ramp (its
-    slots were free from the start)."""
-    granted, freed = slot_grants(rows, concurrency)
-    sent: np.ndarray = granted[:, COL["sent_ns"]]
-    if closed:
-        return np.asarray((sent - freed)[freed > 0])
-    return np.asarray(sent - np.maximum(granted[:, COL["scheduled_ns"]], freed))
-
-
 def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
@@ -387,7 +382,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     lag = Quantiles.from_ns(lag_ns)
     # The client's part of the dispatch lag: in open loop, waiting for a slot under the cap is the
     # load's queueing (and part of TTFT by definition), not the client's error.
-    lateness_ns = _send_lateness_ns(rows, concurrency, closed)
+    lateness_ns = client_lateness_ns(rows, concurrency, not closed, data.extra.get("slot_pools"))
     slot = Quantiles.from_ns(lateness_ns) if lateness_ns.size else None
 
     # TTFT as fastbench reports it: from the send in closed loop, from the arrival in open loop.
@@ -478,6 +473,12 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         notes.append(f"{data.extra['skew_negative']} chunks had negative skew (recorded as 0)")
     if data.cap_hit:
         notes.append("the time cap ended the run; requests in flight were cancelled")
+    section = data.extra.get("workers")
+    if section is not None:  # --workers: figures above are the merged ones; each worker's own here
+        notes.append(f"{section['count']} client worker processes, merged: " + "; ".join(
+            f"worker {w['index']} {w['completed']} done, started {w.get('started_late_ms', 0):.3f} ms after the "
+            f"common instant, skew p99 {(w.get('skew_ms') or {}).get('p99', float('nan')):.3f} ms, "
+            f"CPU {w.get('client_cpu_s', 0):.2f} s" for w in section["per_worker"]))
     coalesce_ms = float(settings.get("coalesce_ms") or 0.0)
     if coalesce_ms * 2 > itl_ms:
         notes.append(f"--coalesce-ms {coalesce_ms:g} is over half the chunk gap ({itl_ms:g} ms): chunks of one "
@@ -503,6 +504,9 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         multi_event_reads=data.multi_event_reads,
         wakeups=int(data.extra.get("wakeups", 0)),
         ends_watched=int(data.extra.get("ends_watched", 0)),
+        arrival_lead_us=(None if data.extra.get("arrival_lead_ns") is None
+                         else data.extra["arrival_lead_ns"] / 1e3),
+        lead_wait_ms=data.extra.get("lead_wait_ns", 0) / 1e6,
         multi_event_read_share=data.multi_event_reads / data.reads if data.reads else None,
         skew=skew,
         skew_negative=int(data.extra.get("skew_negative", 0)),
@@ -510,6 +514,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         series=series,
         dispatch_lag=lag,
         slot_to_send=slot,
+        late_share=float(np.mean(lateness_ns > LATE_NS)) if lateness_ns.size else None,
         request_read_delay=_request_read_delay(rows, server_stats.pop("receipts", None)),
         streams_asked=concurrency,
         streams_open_mean=float(steady),
@@ -620,6 +625,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "wake-ups per chunk; kernel stamps keep arrival times; streams about to end are still "
                    "watched on every arrival; keep it under half the chunk gap, or chunks of one stream "
                    "share a read)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="client processes sharing the streams, merged exactly (default 1); the report is of the "
+                   "merged figures")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
     p.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, help="output tokens per request")
     p.add_argument("--tolerance-ms", type=float, default=0.5,
@@ -642,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # before the run, so that nothing is started for settings that cannot work
         checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
                          ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
-                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms)
+                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers)
         if ns.base_url is not None:
             Target.parse(ns.base_url, ENDPOINT)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
@@ -653,7 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = validate(
             ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
             ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
-            coalesce_ms=ns.coalesce_ms,
+            coalesce_ms=ns.coalesce_ms, workers=ns.workers,
             max_seconds=ns.max_seconds,
         )
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:

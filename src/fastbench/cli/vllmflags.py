@@ -27,7 +27,7 @@ def _dataset(name: str) -> str:
 
 # vLLM's datasets fastbench lacks, and the flag prefixes that configure them.
 _DATASET_PREFIXES = {
-    "--hf-": "hf", "--spec-bench-": "spec_bench", "--speed-bench-": "speed_bench", "--timed-trace-": "timed_trace",
+    "--hf-": "hf", "--speed-bench-": "speed_bench",
     "--blazedit-": "blazedit", "--asr-": "ASR", "--bfcl-": "BFCL", "--random-mm-": "random-mm",
 }
 
@@ -55,27 +55,20 @@ UNUSED: dict[str, Unused] = {
     "--random-batch-size": Unused("value", "configures vLLM's embedding and rerank datasets, which fastbench does "
                                   "not have"),
     "--no-reranker": Unused("switch", _dataset("random-rerank")),
-    "--custom-output-len": Unused("value", "configures vLLM's custom dataset; fastbench's is --dataset-name jsonl "
-                                  "(output length: --max-tokens or each line's max_tokens)"),
-    "--custom-ensure-client-side-data": Unused("switch", _dataset("custom")),
+    "--custom-ensure-client-side-data": Unused("switch", "configures media in vLLM's custom_image and custom_audio "
+                                               "datasets, which fastbench does not have"),
     # would change what is measured: refused, with the reason
     "--probe-request-rate": Unused("value", "fastbench sends no probe requests beside the load", refused=True),
     "--profile": Unused("switch", "fastbench does not drive the server's profiler (/start_profile)", refused=True),
     "--lora-modules": Unused("values", "fastbench sends one model name: give --model ADAPTER to measure one adapter",
                              refused=True),
-    "--self-timed": Unused("negatable", "only with vLLM's timed_trace dataset, which fastbench does not have",
-                           refused=True),
 }
 
 # The dataset flags of vLLM's other datasets, each with its arity in vllm bench serve 0.32.
 for _flag, _arity in (
     ("--hf-subset", "value"), ("--hf-split", "value"), ("--hf-name", "value"), ("--hf-output-len", "value"),
-    ("--spec-bench-output-len", "value"), ("--spec-bench-category", "value"),
     ("--speed-bench-dataset-subset", "value"), ("--speed-bench-output-len", "value"),
     ("--speed-bench-category", "value"),
-    ("--timed-trace-chunk-hash-size", "value"), ("--timed-trace-sec-multiplier", "value"),
-    ("--timed-trace-label-timestamp", "value"), ("--timed-trace-label-input-length", "value"),
-    ("--timed-trace-label-output-length", "value"), ("--timed-trace-label-hash-ids", "value"),
     ("--blazedit-min-distance", "value"), ("--blazedit-max-distance", "value"),
     ("--asr-max-audio-len-sec", "value"), ("--asr-min-audio-len-sec", "value"),
     ("--bfcl-categories", "value"),

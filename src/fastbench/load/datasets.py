@@ -1,9 +1,11 @@
 """The workload of a run: its datasets' prompts turned into request bodies, serialised once with orjson
 and never per send.
 
-Five datasets, each a module of ``fastbench.load.sources`` (its docstring says how it draws or reads its
-prompts): ``random``, ``sharegpt``, ``jsonl`` and ``prefix_repetition`` as in ``vllm bench serve``, and
-SGLang's ``generated-shared-prefix``; ``DATASETS`` lists them by ``--dataset-name``.
+The datasets, each a module of ``fastbench.load.sources`` (its docstring says how it draws or reads its
+prompts): ``random``, ``sharegpt``, ``jsonl``, ``prefix_repetition``, ``burstgpt``, ``custom``, ``spec_bench``
+and ``timed_trace`` as in ``vllm bench serve``, SGLang's ``generated-shared-prefix``, and the Mooncake
+traces (``mooncake``, ``trace``); ``DATASETS`` lists them by ``--dataset-name``. A trace's requests carry
+their arrival times (``Workload.arrival_offsets_ns``) and are never reused.
 
 Text prompts are counted by the local tokenizer, the server's ``/tokenize`` or an estimate
 (``fastbench.load.tokens``); counts of chat prompts cover the message text only: the server's chat
@@ -25,15 +27,29 @@ import orjson
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
+from fastbench.load import sessions
+from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
     Candidate,
     JsonPrompt,
+    Messages,
     Selector,
     max_tokens_override,
     output_limit_known,
 )
-from fastbench.load.sources import Context, Dataset, jsonl, prefix_repetition, random_prompts, shared_prefix, sharegpt
+from fastbench.load.sources import (
+    Context,
+    Dataset,
+    burstgpt,
+    custom,
+    jsonl,
+    prefix_repetition,
+    random_prompts,
+    shared_prefix,
+    sharegpt,
+    trace,
+)
 from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed
 from fastbench.server.control import TokenizeFn
 
@@ -53,6 +69,11 @@ DATASETS: dict[str, Dataset] = {
     "jsonl": Dataset(jsonl.check, jsonl.offer),
     "prefix_repetition": Dataset(prefix_repetition.check, prefix_repetition.offer),
     "generated-shared-prefix": Dataset(shared_prefix.check, shared_prefix.offer),
+    "burstgpt": Dataset(burstgpt.check, burstgpt.offer),
+    "custom": Dataset(custom.check, custom.offer),
+    "spec_bench": Dataset(custom.check, custom.offer),
+    "timed_trace": Dataset(trace.check, trace.offer),
+    "mooncake": Dataset(trace.check, trace.offer),
 }
 
 
@@ -86,6 +107,8 @@ class Workload:
     :param screened_reason: the screening rule applied, or why none was.
     :param max_model_len: the context length screened against (None: no screening).
     :param notes: anything the reader of the result should know about how the workload was made.
+    :param arrival_offsets_ns: a trace's send times, one per measured request, in ns from the first
+        (None: the load options pace the run).
     """
 
     requests: list[RequestSpec]
@@ -96,6 +119,8 @@ class Workload:
     screened_reason: str
     max_model_len: int | None
     notes: list[str]
+    sessions: sessions.SessionPlan | None = None  # --multi-turn: how the requests form sessions
+    arrival_offsets_ns: list[int] | None = None
 
 
 def check_inputs(config: BenchConfig) -> None:
@@ -109,6 +134,10 @@ def check_inputs(config: BenchConfig) -> None:
     """
     if config.tokenizer:
         LocalTokenizer(os.fspath(config.tokenizer))
+    if config.multi_turn and config.dataset_path:
+        read_conversations(os.fspath(config.dataset_path), config.dataset_name)
+        sessions.load_template(os.fspath(config.chat_template) if config.chat_template else None)
+        return
     dataset = DATASETS.get(config.dataset_name)
     if dataset is not None:
         dataset.check(config)
@@ -154,6 +183,8 @@ async def _build(
 ) -> Workload:
     chat = config.endpoint == "/v1/chat/completions"
     counter = TokenCounter(local, tokenize)
+    if config.multi_turn:
+        return await _build_sessions(config, model, mml, counter, chat, notes)
     selector = Selector(config.num_prompts + config.num_warmups, mml, config.extra_body)
     dataset = await DATASETS[config.dataset_name].offer(Context(config, chat, selector, counter, local, notes))
 
@@ -164,7 +195,11 @@ async def _build(
         reasons += [n for n in notes if "skipped" in n or "filtered" in n]
         why = f" ({'; '.join(reasons)})" if reasons else ""
         raise DatasetError(f"{dataset}: no usable prompt{why}; see the dataset options")
-    if selector.remaining > 0:
+    timed = bool(accepted) and accepted[0].arrival_s is not None
+    if timed and selector.remaining > 0:
+        notes.append(f"the trace ran short: {len(accepted)} usable requests for {config.num_prompts} + "
+                     f"{config.num_warmups} warm-ups; each is sent once, at its time")
+    elif selector.remaining > 0:
         notes.append(
             f"dataset ran short: {len(accepted)} usable prompts for {config.num_prompts} requests"
             f" + {config.num_warmups} warm-ups; prompts were reused in order"
@@ -176,8 +211,14 @@ async def _build(
 
     specs = _make_specs(accepted, config, model, chat)
     n = config.num_prompts
-    requests = [specs[i % len(specs)] for i in range(n)] if specs else []
-    warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
+    arrivals = None
+    if timed:  # a trace never cycles: its times would repeat
+        requests, warmups = specs[:n], specs[n:n + config.num_warmups]
+        first = accepted[0].arrival_s or 0.0
+        arrivals = [round(((c.arrival_s or 0.0) - first) * 1e9) for c in accepted[:n]]
+    else:
+        requests = [specs[i % len(specs)] for i in range(n)] if specs else []
+        warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
     if config.request_id_prefix is not None:
         prefix = config.request_id_prefix
         requests = [_with_request_id(spec, f"{prefix}{i}") for i, spec in enumerate(requests)]
@@ -198,7 +239,19 @@ async def _build(
         screened_reason=reason,
         max_model_len=mml,
         notes=notes,
+        arrival_offsets_ns=arrivals,
     )
+
+
+async def _build_sessions(config: BenchConfig, model: str, mml: int | None, counter: TokenCounter, chat: bool,
+                          notes: list[str]) -> Workload:
+    plan, prompt_lens, max_tokens, warmup_bodies, name = await sessions.build_sessions(
+        config, model, chat, mml, counter, notes)
+    requests = [RequestSpec(body, n, out, 0) for body, n, out in zip(plan.bodies, prompt_lens, max_tokens)]
+    warmups = [RequestSpec(body, None, 0, 0) for body in warmup_bodies]
+    return Workload(requests=requests, warmups=warmups, dataset=name, input_length_source=counter.source,
+                    screened_out=0, screened_reason="multi-turn: a session stops at the first turn whose history "
+                    f"+ max_tokens passes max_model_len ({mml})", max_model_len=mml, notes=notes, sessions=plan)
 
 
 # Stands for a JsonPrompt's value in a body serialised once; the prompt's JSON is spliced in its place.
@@ -234,8 +287,11 @@ def _template(c: Candidate, config: BenchConfig, model: str, chat: bool) -> tupl
 
 def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> RequestSpec:
     body: dict[str, Any] = {"model": model}
-    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, JsonPrompt) else c.prompt
-    if chat:
+    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, (JsonPrompt, Messages)) else c.prompt
+    if isinstance(c.prompt, Messages):  # a whole conversation (custom's messages)
+        body["messages"] = prompt
+        prompt = c.prompt.text
+    elif chat:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt

@@ -1,8 +1,8 @@
 """Drives the native connections: closed-loop concurrency or open-loop arrivals, time cap,
 warm-ups, timeouts. Per request it does a handful of Python steps; per token, nothing.
 
-One module of ~660 lines because the connection pool, the retries of stale connections, the two
-schedules and the stop all share the same bookkeeping of which connection is where.
+One module of ~720 lines because the connection pool, the retries of stale connections, the three
+schedules (closed, open, sessions) and the stop all share the same bookkeeping of which connection is where.
 """
 
 from __future__ import annotations
@@ -26,14 +26,24 @@ from fastbench._core import Recorder, RunState, StreamConnection, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
-from fastbench.load.outputs import decode_outputs
+from fastbench.load.outputs import decode_outputs, decode_text
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
 
-# The arrival timer fires this much before an arrival is due and the core waits out the rest: a
-# wake-up from epoll takes ~30-40 us on the VM of bench/RESULTS.md, which alone would make every
-# arrival that late. Costs at most this much CPU per arrival (bench/open_loop_lag.py weighs it).
-ARRIVAL_LEAD_NS = 40_000
+# The arrival timer fires early by a lead and the core waits out the rest: a wake-up from epoll takes
+# ~30-40 us on the VM of bench/RESULTS.md, more from deep idle or on a busy host, which would make
+# every arrival that late. The core learns the lead from the timer's own wake-up delays (their ~p99,
+# RunState._learn_lead), between these bounds; the wait costs up to the lead in CPU per arrival, so
+# the top bound also keeps that under LEAD_CPU_SHARE of a core at the run's rate.
+ARRIVAL_LEAD_MIN_NS = 20_000
+ARRIVAL_LEAD_MAX_NS = 300_000
+LEAD_CPU_SHARE = 0.05
+
+
+def arrival_lead_bounds(rate: float) -> tuple[int, int]:
+    """The lead's bounds for an open loop at ``rate`` requests/s."""
+    budget_ns = int(LEAD_CPU_SHARE / rate * 1e9) if rate > 0 else ARRIVAL_LEAD_MAX_NS
+    return ARRIVAL_LEAD_MIN_NS, max(ARRIVAL_LEAD_MIN_NS, min(ARRIVAL_LEAD_MAX_NS, budget_ns))
 
 
 @contextlib.contextmanager
@@ -63,7 +73,10 @@ def _fd_limit_raised() -> Iterator[None]:
 class LoadGenerator:
     """Runs one LoadPlan against one Target and returns RunData."""
 
-    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None) -> None:
+    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *,
+                 rows: np.ndarray | None = None) -> None:
+        """``rows``: the request table to fill (zeros, one row per body), e.g. in memory a parent
+        shares with this worker process; by default one of its own."""
         # A run's options were checked where they entered (fastbench.checks); a plan built directly
         # meets the same rule for its slots, and the core's own for its drain tick.
         check_value("concurrency", plan.concurrency)
@@ -86,20 +99,25 @@ class LoadGenerator:
         self._warming = 0  # pool connections being opened
         self._warm_paused_until = 0
         self._pool_misses = 0  # arrivals that found no connection ready and waited for a connect
+        self._lead_learnt = False  # the core sent open-loop arrivals (and learnt its timer's lead)
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
-        self.rows = np.zeros((n, NCOLS), dtype=np.int64)
+        self.rows = np.zeros((n, NCOLS), dtype=np.int64) if rows is None else rows
         self.histograms = {"itl_chunk": new_histogram(), "itl_token": new_histogram(), "skew": new_histogram()}
         self._recorders = {name: Recorder(h) for name, h in self.histograms.items()}
         self.state = RunState(
             self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
         )
-        self.state.set_requests(target.request_head(api_key, plan.headers), list(plan.bodies))
+        # RunState holds this list: a session's turn built during the run is put in it before it is sent
+        self._bodies = list(plan.bodies)
+        self.state.set_requests(target.request_head(api_key, plan.headers), self._bodies)
+        self._session_stop: asyncio.Future[None] | None = None
         if plan.max_error_rate is not None:
             self.state.max_error_rate = plan.max_error_rate
         self.state.on_stop = self._stop_soon
         self.state.kernel_timestamps = plan.kernel_timestamps
-        self.state.save_outputs = plan.save_outputs
+        # sessions whose history carries the server's replies need each reply's text, and only those
+        self.state.save_outputs = plan.save_outputs or (plan.sessions is not None and plan.sessions.server_history)
         self.state.keep_chunk_stamps = plan.keep_chunk_stamps
 
     # -- connections -------------------------------------------------------------------------
@@ -353,7 +371,9 @@ class LoadGenerator:
         self._idle.clear()
         state.on_wake = self._wake_pacer
         state.on_stale = retry_stale
-        state.lead_ns = ARRIVAL_LEAD_NS
+        state.lead_min_ns, state.lead_max_ns = arrival_lead_bounds(rate)
+        state.lead_ns = state.lead_min_ns
+        self._lead_learnt = True
         state.dispatch_arrivals(offsets, start_ns, plan.concurrency)
         try:
             while True:
@@ -387,6 +407,56 @@ class LoadGenerator:
             self._idle.extend(state.end_dispatch())
         if crashed:
             raise crashed[0]
+
+    async def _run_sessions(self, start_ns: int, offsets: np.ndarray | None) -> None:
+        """Multi-turn sessions. Closed loop: each of ``concurrency`` slots runs sessions one after
+        another, keeping its slot through the think times. Open loop: sessions arrive at the rate,
+        each turn due its think time after the reply before it; at most ``concurrency`` requests are
+        in flight (a turn waiting for one is late, and its latency counts from when it was due)."""
+        sessions = self.plan.sessions
+        assert sessions is not None
+        self._session_stop = asyncio.get_running_loop().create_future()
+        n = len(sessions.first_rows)
+        if offsets is None:
+            queue = iter(range(n))
+
+            async def slot() -> None:
+                for s in queue:
+                    if self._stopping:
+                        return
+                    await self._run_session(s, now_ns(), None)
+
+            await asyncio.gather(*(slot() for _ in range(min(self.plan.concurrency, n))))
+        else:
+            limit = asyncio.Semaphore(self.plan.concurrency)
+            await asyncio.gather(*(self._run_session(s, start_ns + int(offsets[s]), limit) for s in range(n)))
+
+    async def _run_session(self, session: int, due: int, limit: asyncio.Semaphore | None) -> None:
+        """One session's turns in order; it ends early when a turn fails (its history would be wrong)."""
+        sessions = self.plan.sessions
+        assert sessions is not None
+        first = sessions.first_rows[session]
+        reply: str | None = None
+        for row in range(first, first + sessions.turns[session]):
+            due += int(sessions.think_ns[row])  # 0 for the first turn
+            delay_s = (due - now_ns()) / 1e9
+            if delay_s > 0 and self._session_stop is not None:
+                await asyncio.wait([self._session_stop], timeout=delay_s)
+            if self._stopping:
+                return
+            body = sessions.body(row, reply)
+            self._bodies[row] = body  # where a stale-connection retry finds it
+            if limit is None:
+                error = await self._send_one(body, row, due)
+            else:
+                async with limit:
+                    error = await self._send_one(body, row, due)
+            if error != ErrorClass.OK or self._stopping:
+                return
+            due = int(self.rows[row, COL["end_ns"]]) or now_ns()
+            if sessions.server_history:
+                kept = self.state.outputs.get(row) if self.plan.save_outputs else self.state.outputs.pop(row, None)
+                reply = decode_text(kept)
 
     def _top_up(self, target: int, spawn: Any) -> None:
         """Open connections ahead of need, so that an arrival never waits for a handshake: up to
@@ -465,6 +535,8 @@ class LoadGenerator:
         self._stop_reason = reason
         self._stopped_ns = now_ns()
         self._wake_pacer()
+        if self._session_stop is not None and not self._session_stop.done():
+            self._session_stop.set_result(None)
         for conn in self.state.busy_connections():
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
 
@@ -532,26 +604,31 @@ class LoadGenerator:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
             # take ~1 s, which would make the first arrivals late by as much.
-            if plan.ramp_up is not None:
+            arrivals = len(plan.sessions.first_rows) if plan.sessions is not None else len(plan.bodies)
+            if plan.arrival_offsets_ns is not None:
+                offsets = np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
+            elif plan.ramp_up is not None:
                 strategy, start_rps, end_rps = plan.ramp_up
-                offsets = pacer.ramp_up_offsets_ns(len(plan.bodies), strategy, start_rps, end_rps, plan.burstiness,
+                offsets = pacer.ramp_up_offsets_ns(arrivals, strategy, start_rps, end_rps, plan.burstiness,
                                                    plan.seed)
             elif plan.request_rate is not None:
-                offsets = pacer.arrival_offsets_ns(len(plan.bodies), plan.request_rate, plan.burstiness, plan.seed)
+                offsets = pacer.arrival_offsets_ns(arrivals, plan.request_rate, plan.burstiness, plan.seed)
             else:
                 offsets = None
             # The window's counters start after the warm-ups.
             warm = self.state.counters
             if plan.on_window_start is not None:
                 plan.on_window_start()
-            start_ns = now_ns()
+            start_ns = await plan.start_at() if plan.start_at is not None else now_ns()
             cpu0 = time.process_time_ns()
             cap_timer = None
-            if plan.max_seconds is not None:
-                cap_timer = loop.call_later(plan.max_seconds, self.stop, "time cap")
+            if plan.max_seconds is not None:  # from the start instant: every worker ends at the same one
+                cap_timer = loop.call_later(plan.max_seconds - (now_ns() - start_ns) / 1e9, self.stop, "time cap")
             sampler = loop.create_task(self._sample_progress(start_ns))
             try:
-                if offsets is None:
+                if plan.sessions is not None:
+                    await self._run_sessions(start_ns, offsets)
+                elif offsets is None:
                     await self._run_closed(start_ns)
                 else:
                     await self._run_open(start_ns, offsets)
@@ -611,7 +688,8 @@ class LoadGenerator:
             client_cpu_ns=cpu_ns,
             warmups=len(self.plan.warmup_bodies),
             stale_retries=self._stale_retries,
-            open_loop=self.plan.request_rate is not None or self.plan.ramp_up is not None,
+            open_loop=(self.plan.request_rate is not None or self.plan.ramp_up is not None
+                       or self.plan.arrival_offsets_ns is not None),
             extra={
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
@@ -621,6 +699,9 @@ class LoadGenerator:
                 # ready and waited for a connect (late by it)
                 "core_sends": self.state.core_sends,
                 "pool_misses": self._pool_misses,
+                # the arrival timer's lead as learnt at the end, and the time spent waiting leads out
+                "arrival_lead_ns": self.state.lead_ns if self._lead_learnt else None,
+                "lead_wait_ns": self.state.lead_wait_ns,
                 **self._decoded_outputs(),
                 **({"chunk_stamps": self.state.chunk_stamps} if self.plan.keep_chunk_stamps else {}),
             },

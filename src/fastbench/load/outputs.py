@@ -47,3 +47,14 @@ def _text(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError("a text field is not a string")
     return value
+
+
+def decode_text(blob: bytes | None) -> str:
+    """The answer text of one request's kept output events ("" when none were kept or they cannot be
+    read): what a multi-turn session puts into its history, once per turn."""
+    if not blob:
+        return ""
+    try:
+        return _decode_events(blob)[0]
+    except (ValueError, TypeError):
+        return ""

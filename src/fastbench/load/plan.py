@@ -6,10 +6,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fastbench.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from fastbench.load.sessions import SessionPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +107,18 @@ class LoadPlan:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None
+    # open loop at given times, ns from the window's start, one per body; wins over request_rate: a
+    # trace's times, or a worker's share of a schedule its parent drew (fastbench.load.workers)
+    arrival_offsets_ns: Sequence[int] | npt.NDArray[np.int64] | None = None
     on_progress: Callable[[dict[str, Any]], None] | None = None
     progress_interval_s: float = 0.5
     # Called once when the measured window starts (after the warm-ups), e.g. to snapshot server counters.
     on_window_start: Callable[[], None] | None = None
     # Set by the caller (e.g. on Ctrl-C or SIGTERM) to end the run early; what was measured is kept.
     stop_event: asyncio.Event | None = None
+    # A worker's common start: awaited after the warm-ups, returns the window's start instant
+    # (CLOCK_MONOTONIC ns, the same clock in every process of the host) once it has come.
+    start_at: Callable[[], Awaitable[int]] | None = None
+    # Multi-turn sessions: the rows form sessions whose turns follow each other (bodies may wait for the
+    # reply before them); request_rate is then the sessions' arrival rate.
+    sessions: SessionPlan | None = None

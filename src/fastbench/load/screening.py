@@ -29,7 +29,14 @@ class JsonPrompt(NamedTuple):
         return b"".join(self.parts)
 
 
-Prompt = str | list[int] | JsonPrompt
+class Messages(NamedTuple):
+    """A whole conversation sent as the chat body's ``messages`` (the chat endpoint only)."""
+
+    json: bytes  # the messages list, serialised
+    text: str  # the contents joined, for counting
+
+
+Prompt = str | list[int] | JsonPrompt | Messages
 
 # Other names servers take for the output limit, which win over max_tokens where they are honoured
 # (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).
@@ -66,13 +73,14 @@ def max_tokens_override(extra_body: dict[str, Any]) -> int | None:
 
 @dataclasses.dataclass
 class Candidate:
-    """A prompt a dataset offers, with its length (None: unknown), its output tokens and where its
-    length came from (a ``fastbench.load.tokens`` source)."""
+    """A prompt a dataset offers, with its length (None: unknown), its output tokens, where its
+    length came from (a ``fastbench.load.tokens`` source) and, for a trace, when it is due."""
 
     prompt: Prompt
     prompt_len: int | None
     max_tokens: int
     source: str
+    arrival_s: float | None = None  # a trace's timestamp in seconds: the run sends it that long after the first
 
 
 class Selector:

@@ -129,7 +129,7 @@ def _engine(result: Result, config: BenchConfig) -> str:
 def _load(config: BenchConfig) -> str:
     if not config.open_loop:
         return f"conc {config.effective_concurrency}"
-    return f"rate {config.rate_text}"
+    return "trace replay" if config.trace_timed else f"rate {config.rate_text}"
 
 
 def _endpoint(result: Result, config: BenchConfig) -> str:
@@ -201,7 +201,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     else:
         cap = config.effective_concurrency
         load = (
-            f"request rate {config.rate_text} (burstiness {config.burstiness:g}), "
+            ("sent at the trace's times, " if config.trace_timed
+             else f"request rate {config.rate_text} (burstiness {config.burstiness:g}), ")
             + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
         )
     context = info.get("max_model_len") or config.max_model_len
@@ -321,6 +322,10 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
             lines += ["", f"## {heading}", ""]
             lines += _table((_humanize(str(k)), v) for k, v in section.items())
 
+    if result.sessions is not None:
+        lines += ["", "## Multi-turn sessions", ""]
+        lines += _session_tables(result.sessions)
+
     lines += ["", "## Full run command", ""]
     lines.append("```")
     launch = info.get("launch_command")
@@ -337,6 +342,23 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     for note in [*config.card_notes, *result.notes, *extra_notes]:
         lines.append(f"- {redact_text(' '.join(str(note).splitlines()), config.api_key)}")  # one item each
     return "\n".join(lines) + "\n"
+
+
+def _session_tables(sessions: Mapping[str, Any]) -> list[str]:
+    """Sessions in a table like the others, then TTFT against history length, one row per turn index."""
+    turns, duration = sessions["turns_completed"], sessions["duration_s"]
+    lines = _table([
+        ("Sessions", f"{sessions['sessions']} ({sessions['completed']} completed, {sessions['ended_early']} ended "
+                     f"early, {sessions['not_started']} not started)"),
+        ("Turns completed per session", f"mean {_num(turns['mean'])} · min {_num(turns['min'], 0)} · max "
+                                        f"{_num(turns['max'], 0)}"),
+        ("Session duration (s)", f"median {_num(duration['median'])} · p99 {_num(duration['p99'])}"),
+    ])
+    lines += ["", "| Turn | Completed | TTFT p50 (ms) | TTFT p99 (ms) | Mean prompt tokens |", "|---|---|---|---|---|"]
+    for t in sessions["per_turn"]:
+        lines.append(f"| {t['turn']} | {t['completed']}/{t['requests']} | {_ms(t['ttft_ms_p50'])} | "
+                     f"{_ms(t['ttft_ms_p99'])} | {_num(t['mean_prompt_tokens'], 0)} |")
+    return lines
 
 
 # -- the server's sections of the result, in the result file's order ---------------------------------

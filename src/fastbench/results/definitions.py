@@ -53,10 +53,11 @@ DEFINITIONS: dict[str, str] = {
     ),
     "e2el_raw": "Raw end-to-end latency: the same end stamp minus the send time.",
     "lateness": (
-        "Client lateness: send time minus scheduled time, per request: in open loop the arrival "
+        "Scheduled to sent: send time minus scheduled time, per request: in open loop the arrival "
         "time, in closed loop the moment the request's slot freed (the previous response's end "
         "stamp). Includes opening a new connection and, in open loop, waiting for a free "
-        "concurrency slot."
+        "concurrency slot (the load's queueing); the client's own lateness past the moment a request "
+        "could go is late_share's."
     ),
     "connect": "Connect time: time spent opening a new connection, for requests that opened one.",
     "skew": (
@@ -127,6 +128,24 @@ DEFINITIONS: dict[str, str] = {
     "multi_event_read_ratio": (
         "Socket reads that delivered more than one output event / reads that delivered bytes. "
         "Events of one read share its timestamp."
+    ),
+    # multi-turn sessions (--multi-turn), in the result's "sessions" section
+    "turn_ttft": (
+        "Per turn index (1 = a session's first turn): p50 and p99 of TTFT (as defined above) over the completed "
+        "requests of that turn of every session; read beside the turn's mean prompt tokens, it shows how TTFT "
+        "grows with the history and how much a prefix cache takes off."
+    ),
+    "turn_prompt_tokens": (
+        "Per turn index: mean prompt tokens of its completed requests, the server's usage count (the history so "
+        "far plus the new user message, with the chat template's tokens), else the workload's count."
+    ),
+    "session_turns_completed": (
+        "Per session that sent at least one turn: its turns that completed. A session ends at its first failed "
+        "turn (the rest are not started: their history would be wrong) or when the run stops."
+    ),
+    "session_duration": (
+        "Per session whose every turn completed: its last turn's end stamp minus its first turn's start "
+        "(as for TTFT), in seconds; think times included."
     ),
     "distribution": (
         "mean, median, p90, p99, p99.9, min, max, std. Per-request series (ttft, tpot, e2el, rates, ...) "

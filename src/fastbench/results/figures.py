@@ -25,8 +25,10 @@ import numpy as np
 from fastbench.config import GOODPUT_METRICS, BenchConfig
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.notes import (
+    PACE_SLACK_MS,
     NoteFacts,
     SlotWaits,
+    TracePace,
     collapse_reason,
     run_notes,
     timestamp_statement,
@@ -52,9 +54,10 @@ from fastbench.results.result import (
     TimestampSummary,
     UsageSummary,
 )
+from fastbench.results.sessions import session_figures
 
 # Per-request lists in workload_info, used here but not copied into the result.
-PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens")
+PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row")
 
 
 def summarize(
@@ -107,6 +110,11 @@ def summarize(
         notes=[],
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
+        workers=data.extra.get("workers"),
+        sessions=session_figures(requests.rows, np.asarray(workload_info["session_of_row"]),
+                                 np.asarray(workload_info["turn_of_row"]), config.open_loop,
+                                 workload_info.get("prompt_lens"))
+        if "session_of_row" in workload_info else None,
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result
@@ -325,12 +333,13 @@ def _timestamp_summary(data: RunData) -> TimestampSummary:
 LATE_NS = 100_000  # a send this much past when it could go counts as late (late_share)
 
 
-def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool) -> np.ndarray:
+def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool,
+                       pools: Sequence[tuple[np.ndarray, int]] | None = None) -> np.ndarray:
     """Per started request, how late the client sent it: the send stamp minus the moment it could
     have gone, the later of its arrival and its slot's freeing (slot_grants) in open loop, the
     slot's freeing in closed loop, whose opening ramp (slots free from the start) is left out.
     Waiting for a slot under the cap is the load's queueing, not the client's lateness."""
-    granted, freed = slot_grants(rows, slots)
+    granted, freed = slot_grants(rows, slots, pools)
     sent = granted[:, COL["sent_ns"]]
     if open_loop:
         return np.asarray(sent - np.maximum(granted[:, COL["scheduled_ns"]], freed))
@@ -340,7 +349,7 @@ def client_lateness_ns(rows: np.ndarray, slots: int, open_loop: bool) -> np.ndar
 def _client_summary(requests: _Requests, data: RunData, config: BenchConfig) -> ClientSummary:
     col = requests.col
     slots = config.effective_concurrency or max(1, len(requests.rows))
-    lateness = client_lateness_ns(requests.rows, slots, config.request_rate is not None)
+    lateness = client_lateness_ns(requests.rows, slots, config.open_loop, data.extra.get("slot_pools"))
     in_flight = requests.started & (col["sent_ns"] > 0)
     ends = np.where(col["end_ns"] > 0, col["end_ns"], max(data.end_ns, 1))[in_flight]
     return ClientSummary(
@@ -411,14 +420,27 @@ def _note_facts(
         cut_short=int(cut.sum()),
         cut_short_tokens=_exact_sum(np.maximum(rows[cut, COL["output_tokens"]], 0)),
         unreadable_outputs=data.extra.get("outputs_unreadable") or 0,
-        slot_waits=_slot_waits(rows, slots) if config.open_loop and slots is not None else None,
+        slot_waits=(_slot_waits(rows, slots, data.extra.get("slot_pools"))
+                    if config.open_loop and slots is not None else None),
+        trace_pace=_trace_pace(rows) if config.trace_timed else None,
     )
 
 
-def _slot_waits(rows: np.ndarray, cap: int) -> SlotWaits:
+def _trace_pace(rows: np.ndarray) -> TracePace:
+    """Each started request's send stamp against its time in the trace (its scheduled time)."""
+    sent = rows[:, COL["sent_ns"]]
+    started = sent > 0
+    lag_ms = (sent[started] - rows[started, COL["scheduled_ns"]]) / 1e6
+    if not lag_ms.size:
+        return TracePace(0, 0, 0.0, 0.0)
+    return TracePace(int(lag_ms.size), int((lag_ms > PACE_SLACK_MS).sum()), float(np.percentile(lag_ms, 99)),
+                     float(lag_ms.max()))
+
+
+def _slot_waits(rows: np.ndarray, cap: int, pools: Sequence[tuple[np.ndarray, int]] | None = None) -> SlotWaits:
     """Open loop under a cap: who arrived with every slot busy (the wait is in their TTFT and E2EL,
     which run from the arrival), and who was still waiting when the run stopped (cancelled)."""
-    granted, freed = slot_grants(rows, cap)
+    granted, freed = slot_grants(rows, cap, pools)
     arrival = granted[:, COL["scheduled_ns"]]
     waited = freed > arrival  # every slot was still busy at the arrival
     scheduled, end = rows[:, COL["scheduled_ns"]], rows[:, COL["end_ns"]]
@@ -434,11 +456,19 @@ def _slot_waits(rows: np.ndarray, cap: int) -> SlotWaits:
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def slot_grants(rows: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
+def slot_grants(rows: np.ndarray, slots: int, pools: Sequence[tuple[np.ndarray, int]] | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Which slot each started request took, as the load generator hands them out: in order of
     ``scheduled_ns``, each the slot that frees first, held from its grant to the request's end
     stamp (a holder still connecting is busy). Returns the started rows in that order and, for
-    each, when its slot had freed (0: free from the start)."""
+    each, when its slot had freed (0: free from the start).
+
+    ``pools`` (``--workers``, RunData.extra["slot_pools"]): each worker's rows and slots; a request
+    takes a slot of its own worker's only, so each pool is granted apart."""
+    if pools:
+        parts = [slot_grants(rows[index], pool_slots) for index, pool_slots in pools]
+        return (np.concatenate([p[0] for p in parts]).reshape(-1, rows.shape[1]),
+                np.concatenate([p[1] for p in parts]).astype(np.int64))
     started = rows[rows[:, COL["sent_ns"]] > 0]
     started = started[np.argsort(started[:, COL["scheduled_ns"]], kind="stable")]
     free_at = [0] * slots  # a heap of the moments the slots free
@@ -502,12 +532,13 @@ def _max_overlap(starts: np.ndarray, ends: np.ndarray) -> int:
 def _prompt_tokens(rows: np.ndarray, workload_info: Mapping[str, Any]) -> np.ndarray:
     """Prompt tokens per row; the server's count, else workload_info["prompt_lens"][index], else -1."""
     prompt = rows[:, COL["prompt_tokens"]].copy()
-    lens: Sequence[int] | None = workload_info.get("prompt_lens")
+    lens: Sequence[int | None] | None = workload_info.get("prompt_lens")
     if lens is not None:
         for i in np.flatnonzero(prompt < 0).tolist():
             index = int(rows[i, COL["index"]]) if rows[i].any() else i
-            if 0 <= index < len(lens):
-                prompt[i] = int(lens[index])
+            known = lens[index] if 0 <= index < len(lens) else None
+            if known is not None:  # None: unknown ahead (a multi-turn turn after the server's reply)
+                prompt[i] = int(known)
     return prompt
 
 

@@ -8,6 +8,7 @@ run card's Notes and the result file.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,20 @@ class SlotWaits:
     still_waiting_ms: np.ndarray  # arrival to the stop, per request still waiting for a slot when the run stopped
 
 
+# A trace's request sent more than this after its time counts as behind the trace's pace.
+PACE_SLACK_MS = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TracePace:
+    """A trace replay's sends against the trace's times (send stamp minus the request's time)."""
+
+    started: int
+    behind: int  # sent more than PACE_SLACK_MS after their time
+    p99_ms: float
+    max_ms: float
+
+
 @dataclasses.dataclass(frozen=True)
 class NoteFacts:
     """What the notes state beyond the Result's own fields, counted by ``figures`` from the request table."""
@@ -39,6 +54,7 @@ class NoteFacts:
     cut_short_tokens: int  # output tokens those had received
     unreadable_outputs: int  # --save-outputs: requests whose events were not readable OpenAI chunks
     slot_waits: SlotWaits | None  # open loop under a concurrency cap only
+    trace_pace: TracePace | None = None  # a trace sent at its times only
 
 
 def usage_statement(by_source: dict[str, int], completed: int) -> str:
@@ -116,6 +132,8 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         notes.append("interrupted before the workload finished")
     if result.collapse_reason:
         notes.append(f"collapsed run: {result.collapse_reason}")
+    if result.workers is not None:
+        notes.append(_workers_note(result.workers))
     if n.resent:
         notes.append(
             f"{n.resent} requests were re-sent once on a new connection: their kept-alive "
@@ -169,12 +187,17 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     if cfg.open_loop:
         ttft, raw, late = d["ttft"], d["ttft_raw"], d["lateness"]
         notes.append(
-            f"open loop at {cfg.rate_text} (burstiness {cfg.burstiness:g}): TTFT and E2E count "
+            ("trace replay at the trace's times" if cfg.trace_timed
+             else f"open loop at {cfg.rate_text} (burstiness {cfg.burstiness:g})") + ": TTFT and E2E count "
             f"from the scheduled time; median TTFT {_fmt_ms(ttft.median)} ms vs {_fmt_ms(raw.median)} ms "
-            f"from the send time; client lateness p99 {_fmt_ms(late.p99)} ms"
+            f"from the send time; sent p99 {_fmt_ms(late.p99)} ms after scheduled"
+            + ("" if cfg.concurrency is None else " (waits for a slot included)")
             + ("" if result.client.late_share is None
-               else f", {100 * result.client.late_share:.1f} % of requests sent > 0.1 ms late")
+               else f"; {100 * result.client.late_share:.1f} % of requests sent > 0.1 ms after they could go "
+                    "(client lateness)")
         )
+    if facts.trace_pace is not None:
+        notes.append(_trace_pace_note(facts.trace_pace, cfg.effective_concurrency))
     ttfa_median, ttft_median = d["ttfa"].median, d["ttft"].median
     if ttfa_median is not None and ttft_median is not None and ttfa_median > ttft_median * 1.01:
         notes.append(f"reasoning output first: median TTFA {_fmt_ms(ttfa_median)} ms")
@@ -196,6 +219,19 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     return notes
 
 
+def _trace_pace_note(pace: TracePace, cap: int | None) -> str:
+    """Whether the client kept the trace's pace: a trace replay that fell behind no longer measures the
+    trace's load."""
+    figures = f"(lateness p99 {pace.p99_ms:.2f} ms, max {pace.max_ms:.2f} ms)"
+    if pace.started and pace.behind > 0.01 * pace.started:
+        why = (f"; requests that found all {cap} slots busy waited for one (--concurrency)" if cap is not None
+               else "")
+        return (f"the client could not keep the trace's pace: {pace.behind} of {pace.started} requests were sent "
+                f"more than {PACE_SLACK_MS:g} ms after their time in the trace {figures}{why}")
+    return (f"the trace's pace was kept: {pace.started - pace.behind} of {pace.started} requests sent within "
+            f"{PACE_SLACK_MS:g} ms of their time in the trace {figures}")
+
+
 def _slot_wait_notes(waits: SlotWaits) -> list[str]:
     """Open loop under a cap: how many requests arrived with every slot busy and waited for one
     (the wait is in their TTFT and E2EL, which run from the arrival), and how many were still
@@ -215,3 +251,20 @@ def _slot_wait_notes(waits: SlotWaits) -> list[str]:
 
 def _fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}" if value < 10 else f"{value:.1f}"
+
+
+def _workers_note(workers: dict[str, Any]) -> str:
+    """What --workers did: how many processes, why, how far apart they started, any lost."""
+    count = workers.get("count", 1)
+    text = f"{count} client worker process{'es' if count != 1 else ''}"
+    if workers.get("chosen_because"):
+        text += f" ({workers['chosen_because']})"
+    late = [w.get("started_late_ms") for w in workers.get("per_worker", ()) if w.get("started_late_ms") is not None]
+    if late:
+        text += f", window started within {max(late):.3f} ms of the common instant"
+    text += "; merged exactly (rows concatenated, histograms added)" if count > 1 else ""
+    for lost in workers.get("per_worker", ()):
+        if lost.get("lost"):
+            text += (f"; worker {lost['index']} LOST at {lost['lost']['at_s']:.3f} s ({lost['lost']['how']}): "
+                     "its unfinished requests count as WORKER_LOST")
+    return text

@@ -63,6 +63,7 @@ class ErrorClass(enum.IntEnum):
     SERVER_ERROR = 5  # an error object inside the stream (vLLM sends {"error": ...} as an SSE event)
     CANCELLED = 6  # still in flight at the --max-seconds cap (counted as incomplete, not failed)
     CONTEXT_LENGTH = 7  # rejected because prompt + max tokens exceed the model's context (HTTP 400 saying so)
+    WORKER_LOST = 8  # in flight in a --workers process that died (fastbench.load.workers marks them)
 
 
 class UsageSource(enum.IntEnum):

@@ -186,6 +186,10 @@ class Result:
     workload_info: dict[str, Any]
     server_info: dict[str, Any]
     run_id: str | None = None  # the run's id in the results store (BenchConfig.store), else None
+    # --workers: how many client processes, why, and each one's figures (None: one process, as asked)
+    workers: dict[str, Any] | None = None
+    # --multi-turn: figures per turn index and per session (results.sessions.session_figures), else None
+    sessions: dict[str, Any] | None = None
 
 
 def _mean_std(hist: Any) -> tuple[float, float]:

@@ -149,6 +149,10 @@ def result_to_json_dict(
         "histograms": {name: histogram_to_dict(name, h) for name, h in result.histograms.items()},
         "notes": list(result.notes),
     }
+    if result.workers is not None:  # --workers: the processes and each one's figures
+        fastbench["workers"] = result.workers
+    if result.sessions is not None:
+        fastbench["sessions"] = result.sessions
     out = to_vllm_keys(result)
     spec = server.get("spec_decode_stats") or {}
     out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
@@ -269,6 +273,24 @@ def write_vllm_result(path: str | os.PathLike[str], doc: Any, *, append: bool = 
 # -- the console table ----------------------------------------------------------------------------------
 
 
+def session_console_lines(sessions: Mapping[str, Any]) -> list[str]:
+    """The multi-turn block of the console summary: sessions, then one line per turn index."""
+    def ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    turns, duration = sessions["turns_completed"], sessions["duration_s"]
+    lines = [f"{'Multi-turn sessions':-^50}",
+             f"{'Sessions completed / ended early:':<40} {sessions['completed']} / {sessions['ended_early']}",
+             f"{'Turns completed per session, mean:':<40} {ms(turns['mean'])}",
+             f"{'Session duration, median (s):':<40} {ms(duration['median'])}",
+             f"{'Turn':>4} {'done':>6} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'prompt tok':>11}"]
+    for t in sessions["per_turn"]:
+        prompt = "n/a" if t["mean_prompt_tokens"] is None else f"{t['mean_prompt_tokens']:.0f}"
+        lines.append(f"{t['turn']:>4} {t['completed']:>6} {ms(t['ttft_ms_p50']):>12} {ms(t['ttft_ms_p99']):>12} "
+                     f"{prompt:>11}")
+    return lines
+
+
 def render_console(result: Result) -> str:
     """A summary in the shape of vllm bench serve's result block, with fastbench's extra lines."""
     cfg, n, tp, d = result.config, result.counts, result.throughput, result.distributions
@@ -339,7 +361,8 @@ def render_console(result: Result) -> str:
     if cfg.open_loop:
         raw, late = d.get("ttft_raw"), d.get("lateness")
         row("Median TTFT from send (ms):", raw.median if raw else None)
-        row("P99 client lateness (ms):", late.p99 if late else None)
+        # sent - scheduled: with a cap it holds the wait for a slot too, so not "the client's lateness"
+        row("P99 scheduled to sent (ms):", late.p99 if late else None)
         late_share = result.client.late_share
         row("Sent > 0.1 ms late (%):", None if late_share is None else 100 * late_share, 1)
     skew = d.get("skew")
@@ -349,6 +372,8 @@ def render_console(result: Result) -> str:
     ratio = result.timestamps.multi_event_read_ratio
     row("Multi-event reads (%):", None if ratio is None else 100 * ratio, 1)
     row("Client CPU per event (us):", result.client.cpu_per_event_us, 1)
+    if result.sessions is not None:
+        lines += session_console_lines(result.sessions)
     spec = (result.server_info.get("spec_decode_stats") or {}).get("vllm_keys")
     if spec:  # vllm bench serve's block, from the server's counters over the window
         head("Speculative Decoding")

@@ -1,0 +1,132 @@
+"""How long building 100,000 trace-replay requests takes (timed_trace, mooncake), beside a naive build.
+
+The trace is made here, shaped like the Mooncake conversation trace: requests arrive ~20 ms apart;
+each belongs to one of 2,000 sessions whose first blocks (one to four) it shares with the session's other
+requests, and its remaining blocks are its own; input lengths are log-normal around the median asked
+for, output lengths 16-512. Each case writes the trace file, then builds the workload as a run does
+(``await build_workload(...)`` in the run's loop, screening against a context: the file read and
+parsed, every line checked, the blocks drawn, every body made) and times it, in wall time and process
+CPU. Beside it, in the same run, the naive way vLLM's TimedTrace takes: each prompt a Python list of
+its blocks' ids and each body serialised whole. The target (issue 15): under 2 s for 100,000 requests.
+On a shared machine, wall time follows the load of others (printed first); CPU time is this build's own.
+Prints a Markdown table.
+
+    .venv/bin/python bench/bench_trace.py            # 100,000 requests per case
+    .venv/bin/python bench/bench_trace.py --requests 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from fastbench.config import BenchConfig
+from fastbench.load.datasets import build_workload
+
+TARGET_S = 2.0
+SESSIONS = 2000
+
+
+def write_trace(path: Path, n: int, block: int, median_input: int, seed: int = 0) -> list[dict[str, Any]]:
+    """A Mooncake-shaped trace of ``n`` requests, ``block`` tokens per hash id (timestamps in ms)."""
+    rng = np.random.default_rng(seed)
+    inputs = np.clip(rng.lognormal(np.log(median_input), 0.6, size=n), 16, 16 * median_input).astype(int)
+    outputs = rng.integers(16, 513, size=n)
+    sessions = rng.integers(0, SESSIONS, size=n)
+    shared_blocks = rng.integers(1, 5, size=SESSIONS)
+    stamps = np.cumsum(rng.exponential(20.0, size=n)).astype(int)
+    next_id = SESSIONS * 4
+    rows = []
+    for i in range(n):
+        s = int(sessions[i])
+        blocks = -(-int(inputs[i]) // block)
+        shared = min(blocks, int(shared_blocks[s]))
+        ids = [s * 4 + k for k in range(shared)] + list(range(next_id, next_id + blocks - shared))
+        next_id += blocks - shared
+        rows.append({"timestamp": int(stamps[i]), "input_length": int(inputs[i]), "output_length": int(outputs[i]),
+                     "hash_ids": ids})
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows) + b"\n")
+    return rows
+
+
+def _build_in_a_loop(config: BenchConfig) -> tuple[Any, float, float]:
+    async def build() -> tuple[Any, float, float]:
+        gc.collect()
+        wall, cpu = time.perf_counter(), time.process_time()
+        work = await build_workload(config, "m", max_model_len=1 << 20)
+        return work, time.perf_counter() - wall, time.process_time() - cpu
+
+    return asyncio.run(build())
+
+
+def _naive(rows: list[dict[str, Any]], block: int) -> tuple[list[bytes], float]:
+    """vLLM's way: each hash id's tokens a Python list, each prompt their concatenation, each body whole."""
+    gc.collect()
+    wall = time.perf_counter()
+    rng = np.random.default_rng(0)
+    blocks: dict[int, list[int]] = {}
+    bodies = []
+    for row in rows:
+        prompt: list[int] = []
+        left = row["input_length"]
+        for h in row["hash_ids"]:
+            if h not in blocks:
+                blocks[h] = rng.integers(10000, 30000, size=block).tolist()
+            prompt += blocks[h][:min(left, block)]
+            left -= block
+            if left <= 0:
+                break
+        bodies.append(orjson.dumps({"model": "m", "prompt": prompt, "max_tokens": row["output_length"],
+                                    "stream": True, "stream_options": {"include_usage": True,
+                                                                       "continuous_usage_stats": True}}))
+    return bodies, time.perf_counter() - wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=100_000)
+    n = parser.parse_args().requests
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; {n:,} requests per case; "
+          f"target under {TARGET_S:g} s\n")
+    print("| case | prompt tokens (mean) | wall s | CPU s | bodies MB | naive wall s | naive / fastbench |")
+    print("|---|---|---|---|---|---|---|")
+    cases = [
+        ("mooncake, 512-token blocks, short prompts, completions (token ids)", "mooncake", 512, 256,
+         "/v1/completions"),
+        ("mooncake, 512-token blocks, completions (token ids)", "mooncake", 512, 1024, "/v1/completions"),
+        ("timed_trace, vLLM's 16-token blocks, completions (token ids)", "timed_trace", 16, 512, "/v1/completions"),
+        ("mooncake, 512-token blocks, chat (words)", "mooncake", 512, 1024, "/v1/chat/completions"),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, dataset, block, median, endpoint in cases:
+            path = Path(tmp) / f"{dataset}.jsonl"
+            rows = write_trace(path, n, block, median)
+            config = BenchConfig(dataset_name=dataset, dataset_path=path, num_prompts=n,  # type: ignore[arg-type]
+                                 endpoint=endpoint, timed_trace_chunk_hash_size=block,  # type: ignore[arg-type]
+                                 timed_trace_sec_multiplier=0.001)
+            work, wall, cpu = _build_in_a_loop(config)
+            assert len(work.requests) == n and work.arrival_offsets_ns is not None
+            size = sum(len(r.body) for r in work.requests) / 1e6
+            tokens = sum(r["input_length"] for r in rows) / n
+            del work
+            naive_text = ratio = "-"
+            if endpoint == "/v1/completions":
+                bodies, naive_wall = _naive(rows, block)
+                del bodies
+                naive_text, ratio = f"{naive_wall:.2f}", f"{naive_wall / wall:.1f}x"
+            verdict = "" if wall < TARGET_S else " (over target)"
+            print(f"| {name} | {tokens:,.0f} | {wall:.2f}{verdict} | {cpu:.2f} | {size:,.0f} | {naive_text} | "
+                  f"{ratio} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""How long building 100,000 multi-turn requests takes, beside a naive build of the same bodies.
+
+Writes a JSONL file of conversations (10,000 of 10 turns, ~60-word user messages and ~120-word replies,
+as ShareGPT's multi-turn conversations run) and builds the run's workload from it as a run does
+(``await build_workload(...)``, history with the dataset's replies so that every body is built ahead;
+lengths estimated, as without a tokenizer). Beside it, in the same run, the naive way: each turn's
+whole body (its message list as Python dicts) serialised per request. Target (issue 15): under 2 s for
+100,000 requests. On a shared machine wall time follows the others' load (printed first); CPU time is
+this build's own. Prints a Markdown table.
+
+    .venv/bin/python bench/build_requests.py                 # 100,000 requests
+    .venv/bin/python bench/build_requests.py --sessions 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import random
+import tempfile
+import time
+
+import orjson
+
+from fastbench.config import BenchConfig
+from fastbench.load.datasets import build_workload
+
+TARGET_S = 2.0
+TURNS = 10
+WORDS = ("the", "model", "server", "token", "cache", "prefix", "answer", "question", "batch", "latency")
+
+
+def _write(path: str, sessions: int, seed: int) -> None:
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        for i in range(sessions):
+            messages = [{"role": "system", "content": "You are a helpful assistant."}]
+            for _ in range(TURNS):
+                messages.append({"role": "user", "content": " ".join(rng.choices(WORDS, k=rng.randint(30, 90)))})
+                messages.append({"role": "assistant", "content": " ".join(rng.choices(WORDS, k=rng.randint(60, 180)))})
+            f.write(orjson.dumps({"id": str(i), "messages": messages}) + b"\n")
+
+
+def _naive(path: str, model: str) -> int:
+    built = 0
+    with open(path, "rb") as f:
+        for line in f:
+            messages = orjson.loads(line)["messages"]
+            for k in range(1, len(messages), 2):
+                body = {"model": model, "messages": messages[: k + 1], "max_tokens": 128, "stream": True,
+                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+                built += len(orjson.dumps(body))
+    return built
+
+
+async def _build(config: BenchConfig) -> tuple[int, int]:
+    # the workload stays inside: handing a 100,000-body result out of asyncio.run took a minute of repr()
+    work = await build_workload(config, "m", max_model_len=None)
+    return len(work.requests), sum(len(r.body) for r in work.requests)
+
+
+def _timed(fn):  # type: ignore[no-untyped-def]
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = fn()
+    return value, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=10_000, help=f"conversations of {TURNS} turns")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "conversations.jsonl")
+        _write(path, args.sessions, 0)
+        config = BenchConfig(endpoint="/v1/chat/completions", dataset_name="jsonl", dataset_path=path,
+                             dataset_order="file", multi_turn=True, multi_turn_history="dataset",
+                             num_prompts=args.sessions, max_model_len=1_000_000)
+        (n, size), wall, cpu = _timed(lambda: asyncio.run(_build(config)))
+        naive_bytes, naive_wall, naive_cpu = _timed(lambda: _naive(path, "m"))
+    print()
+    print("| build | requests | MB of bodies | wall s | CPU s | us/request | under 2 s |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| fastbench (messages serialised once) | {n:,} | {size / 1e6:,.0f} | {wall:.2f} | {cpu:.2f} | "
+          f"{cpu / n * 1e6:.1f} | {'yes' if wall < TARGET_S * n / 100_000 else 'NO'} |")
+    print(f"| naive (each body serialised whole) | {n:,} | {naive_bytes / 1e6:,.0f} | {naive_wall:.2f} | "
+          f"{naive_cpu:.2f} | {naive_cpu / n * 1e6:.1f} | |")
+    print(f"\nnaive / fastbench CPU: {naive_cpu / cpu:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Conversations read for multi-turn sessions (``--multi-turn``): ShareGPT's multi-turn data or a JSONL
+file of message lists, checked turn by turn.
+
+A conversation is an optional leading ``system`` message, then ``user`` and ``assistant`` messages taking
+turns, starting with ``user``; each message has non-empty string content. A *turn* is one user message
+and the assistant reply after it (the last user message may have none).
+
+* ``sharegpt``: the ShareGPT V3 list (``{"conversations": [{"from": "human"|"gpt"|"system", "value"}]}``;
+  ``user``/``assistant`` and vLLM's converted ``{"messages": [{"role", "content"}]}`` are read too). Raw
+  ShareGPT holds many broken conversations (two human turns in a row, empty values), so one with a
+  malformed turn is skipped and counted, and the run goes on.
+* ``jsonl``: one conversation per line, ``{"messages": [{"role": ..., "content": ...}, ...]}`` with an
+  optional ``"id"``. A file written for the run should be right: a malformed turn is a one-line error
+  naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+
+from fastbench.exceptions import DatasetError
+from fastbench.load.sources import read_dataset_file
+
+_ROLES_SHAREGPT = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "chatgpt": "assistant", "bard": "assistant", "system": "system"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    """One conversation: its system prompt (or None) and its turns, each (user text, dataset reply or
+    None for a last user message without one)."""
+
+    ident: str
+    system: str | None
+    turns: list[tuple[str, str | None]]
+
+
+class MalformedTurn(ValueError):
+    """A conversation that breaks the shape (the message says which field and why)."""
+
+
+def read_conversations(path: str, dataset_name: str) -> tuple[list[Conversation], int]:
+    """The conversations of ``path`` and how many were skipped as malformed (sharegpt only: a jsonl
+    file's malformed turn raises).
+
+    :raises DatasetError: unreadable file, bad JSON, a malformed jsonl turn, no usable conversation.
+    """
+    raw = read_dataset_file(path, dataset_name)
+    if dataset_name == "jsonl":
+        conversations, skipped = _read_jsonl(path, raw), 0
+    else:
+        conversations, skipped = _read_sharegpt(path, raw)
+    if not conversations:
+        why = f" ({skipped} skipped as malformed)" if skipped else ""
+        raise DatasetError(f"{path}: no conversation with a user turn{why}")
+    return conversations, skipped
+
+
+def _read_jsonl(path: str, raw: bytes) -> list[Conversation]:
+    conversations = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path} line {lineno}"
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise DatasetError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
+            raise DatasetError(f"{where}: messages: expected an object with a 'messages' list of "
+                               "{'role', 'content'} objects (one conversation per line)")
+        try:
+            conversations.append(_conversation(str(obj.get("id", lineno)), obj["messages"], "role", "content", None))
+        except MalformedTurn as exc:
+            raise DatasetError(f"{where}: {exc}") from None
+    return conversations
+
+
+def _read_sharegpt(path: str, raw: bytes) -> tuple[list[Conversation], int]:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"{path} is not valid JSON ({exc}); a file of one conversation per line needs "
+                           "--dataset-name jsonl") from None
+    if not isinstance(doc, list):
+        raise DatasetError(f"{path} is not a ShareGPT file: expected a JSON list of conversations, found a "
+                           f"JSON {type(doc).__name__}")
+    conversations = []
+    skipped = 0
+    for i, entry in enumerate(doc):
+        if not isinstance(entry, dict):
+            skipped += 1
+            continue
+        ident = str(entry.get("id", i))
+        try:
+            if isinstance(entry.get("conversations"), list):
+                conversations.append(_conversation(ident, entry["conversations"], "from", "value", _ROLES_SHAREGPT))
+            elif isinstance(entry.get("messages"), list):  # vLLM's convert_sharegpt_to_openai.py output
+                conversations.append(_conversation(ident, entry["messages"], "role", "content", None))
+            else:
+                skipped += 1
+        except MalformedTurn:
+            skipped += 1
+    return conversations, skipped
+
+
+def _conversation(ident: str, messages: list[Any], role_key: str, content_key: str,
+                  roles: dict[str, str] | None) -> Conversation:
+    """The turns of ``messages``; MalformedTurn naming the field (``messages[2].role``) when the shape breaks."""
+    system = None
+    turns: list[tuple[str, str | None]] = []
+    user: str | None = None
+    field = "messages" if role_key == "role" else "conversations"
+    if not messages:
+        raise MalformedTurn(f"{field}: empty")
+    for i, m in enumerate(messages):
+        at = f"{field}[{i}]"
+        if not isinstance(m, dict):
+            raise MalformedTurn(f"{at}: expected an object, found a {type(m).__name__}")
+        raw_role = m.get(role_key)
+        role = roles.get(raw_role) if roles is not None and isinstance(raw_role, str) else raw_role
+        if role not in ("system", "user", "assistant"):
+            raise MalformedTurn(f"{at}.{role_key}: expected system, user or assistant, got {raw_role!r}")
+        content = m.get(content_key)
+        if not isinstance(content, str) or not content.strip():
+            what = "missing" if content is None else "empty" if isinstance(content, str) else "not a string"
+            raise MalformedTurn(f"{at}.{content_key}: {what} (every message needs text)")
+        if role == "system":
+            if i != 0:
+                raise MalformedTurn(f"{at}.{role_key}: a system message may only come first")
+            system = content
+        elif role == "user":
+            if user is not None:
+                raise MalformedTurn(f"{at}.{role_key}: user after user (expected the assistant's reply)")
+            user = content
+        else:
+            if user is None:
+                raise MalformedTurn(f"{at}.{role_key}: assistant without a user message before it")
+            turns.append((user, content))
+            user = None
+    if user is not None:
+        turns.append((user, None))
+    if not turns:
+        raise MalformedTurn(f"{field}: no user message")
+    return Conversation(ident, system, turns)

@@ -1,0 +1,111 @@
+"""Merging the workers of one run into the RunData one process would have measured.
+
+Exact by construction: counters are summed; HDR histograms (one layout for all) are added count by
+count; per-request rows are put back at their workload index, so every per-request figure (TTFT,
+TPOT, E2EL and their percentiles) is computed from the same rows one process would hold. Nothing
+that is already a percentile is ever merged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastbench.load.driver import mean_in_flight
+from fastbench.results.records import COL, NCOLS, RunData, TimestampSource, new_histogram
+
+__all__ = ("Part", "histogram_from_counts", "merge_parts")
+
+# Counters of RunData that add up across workers.
+SUMMED_FIELDS = ("reads", "multi_event_reads", "output_events", "kernel_stamped_reads", "connections_opened",
+                 "client_cpu_ns", "warmups", "stale_retries")
+# Counters of RunData.extra that add up across workers.
+SUMMED_EXTRA = ("skew_negative", "wakeups", "ends_watched", "core_sends", "pool_misses", "outputs_unreadable")
+# RunData.extra's maps keyed by request row: their keys become workload indexes.
+ROW_KEYED_EXTRA = ("outputs", "chunk_stamps")
+
+
+@dataclasses.dataclass
+class Part:
+    """One worker's share: which workload requests it held, its request table, and what it reported
+    (``data`` None: it was lost before it could; its table, written as it went, stands)."""
+
+    rows_index: np.ndarray  # int64: workload index of each of its rows
+    table: np.ndarray  # int64 (len(rows_index), NCOLS): its request table
+    data: RunData | None
+    error_messages: dict[int, str] = dataclasses.field(default_factory=dict)  # by its own row
+
+
+def histogram_from_counts(counts: np.ndarray) -> Any:
+    """An HDR histogram (records.new_histogram's layout) holding exactly these counts."""
+    hist = new_histogram()
+    dest = np.ctypeslib.as_array(hist.counts)
+    dest[: len(counts)] = counts
+    filled = np.flatnonzero(counts)
+    hist.set_internal_tacking_values(int(filled[0]) if filled.size else -1, int(filled[-1]) if filled.size else -1,
+                                     int(counts.sum()))
+    return hist
+
+
+def merge_parts(parts: Sequence[Part], n_rows: int, *, start_ns: int, end_ns: int, stopped_reason: str,
+                cap_hit: bool, open_loop: bool, extra: dict[str, Any]) -> RunData:
+    """One RunData for the whole run, from every worker's part (``extra`` is added to its extra)."""
+    rows = np.zeros((n_rows, NCOLS), dtype=np.int64)
+    messages: dict[int, str] = {}
+    reported = [p.data for p in parts if p.data is not None]
+    for part in parts:
+        table = np.array(part.table, dtype=np.int64)
+        started = table.any(axis=1)
+        # The core numbers rows within its worker; the workload index is what the result keys on.
+        table[started, COL["index"]] = part.rows_index[started]
+        rows[part.rows_index] = table
+        own = dict(part.data.error_messages) if part.data is not None else {}
+        own.update(part.error_messages)
+        messages.update({int(part.rows_index[row]): text for row, text in own.items()})
+    histograms: dict[str, Any] = {}
+    for name in (reported[0].histograms if reported else ("itl_chunk", "itl_token", "skew")):
+        counts = [np.asarray(d.histograms[name], dtype=np.int64) for d in reported]
+        histograms[name] = histogram_from_counts(np.sum(counts, axis=0)) if counts else new_histogram()
+    sums = {name: sum(int(getattr(d, name)) for d in reported) for name in SUMMED_FIELDS}
+    merged_extra: dict[str, Any] = {name: sum(int(d.extra.get(name, 0)) for d in reported) for name in SUMMED_EXTRA}
+    clamped: dict[str, int] = {}
+    for d in reported:
+        for name, count in d.extra.get("histogram_clamped", {}).items():
+            clamped[name] = clamped.get(name, 0) + int(count)
+    merged_extra["histogram_clamped"] = clamped
+    for key in ROW_KEYED_EXTRA:
+        found = [(part, part.data.extra[key]) for part in parts if part.data is not None and key in part.data.extra]
+        if found:
+            merged_extra[key] = {int(part.rows_index[row]): value for part, by_row in found
+                                 for row, value in by_row.items()}
+    merged_extra.update(extra)
+    return RunData(
+        rows=rows,
+        error_messages=dict(sorted(messages.items())),
+        histograms=histograms,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        cap_hit=cap_hit,
+        stopped_reason=stopped_reason,
+        timestamp_source=TimestampSource.KERNEL if sums["kernel_stamped_reads"] else TimestampSource.USER,
+        concurrency_samples=_merged_samples([d.concurrency_samples for d in reported]),
+        mean_in_flight=mean_in_flight(rows, start_ns, end_ns),
+        open_loop=open_loop,
+        extra=merged_extra,
+        **sums,
+    )
+
+
+def _merged_samples(samples: Sequence[np.ndarray]) -> np.ndarray:
+    """The workers' in-flight samples added up: each samples at the same interval from the same
+    start, so the k-th samples of all workers are taken within a wake-up of each other."""
+    if not samples:
+        return np.zeros((0, 2), dtype=np.float64)
+    k = min(len(s) for s in samples)
+    merged = np.array(samples[0][:k], dtype=np.float64).reshape(-1, 2)
+    for other in samples[1:]:
+        merged[:, 1] += other[:k, 1]
+    return merged

@@ -1,0 +1,293 @@
+"""Multi-turn sessions (``--multi-turn``): conversations replayed turn by turn, each turn's prompt the
+history so far plus the next user message.
+
+A session is one conversation (``fastbench.load.conversations``); ``--num-prompts`` counts sessions, and
+each sends one request per turn (``--max-turns`` caps them). The history a turn carries holds the
+assistant replies of the earlier turns: the server's own (``--multi-turn-history server``, the default,
+as vLLM's multi-turn benchmark) or the dataset's (``dataset``: every body is known before the run and
+built ahead, so a run is repeatable whatever the server answers). Each turn asks for ``--max-tokens``,
+else as many tokens as the dataset's reply to it has (vLLM's default).
+
+Between a reply and the next turn the user thinks: ``--think-time`` seconds, ``constant``, ``uniform`` on
+[0, 2 x mean] or ``exponential`` with that mean (``--think-time-distribution``), drawn ahead from the seed.
+
+Bodies: on the chat endpoint the history goes as ``messages``; on the completions endpoint it is rendered
+into one prompt by a chat template given locally (:class:`ChatTemplate`). Each message is serialised once;
+a turn's body joins the serialised messages between the two halves of a body serialised once, so
+building 100,000 turns takes a fraction of a second (bench/build_requests.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError, DatasetError
+from fastbench.load.conversations import read_conversations
+from fastbench.load.tokens import TokenCounter
+
+__all__ = ("DEFAULT_TEMPLATE", "ChatTemplate", "SessionPlan", "build_sessions", "load_template", "think_times_ns")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatTemplate:
+    """How the completions endpoint gets a conversation as one prompt: each message is ``message`` with
+    ``{role}`` and ``{content}`` replaced, the messages are joined as they are, and ``generation_prompt``
+    follows (where the model's answer begins). A ``--chat-template`` file is a JSON object with these two
+    keys. The model's own template (Jinja, in its tokenizer_config.json) is not read: fastbench takes no
+    Jinja dependency, and a benchmark needs the same bytes every run, whatever is installed."""
+
+    message: str = "<|{role}|>\n{content}\n"
+    generation_prompt: str = "<|assistant|>\n"
+
+    def render(self, role: str, content: str) -> str:
+        # {content} last: a message's own text may hold "{role}" and must stay as it is
+        return self.message.replace("{role}", role).replace("{content}", content)
+
+
+DEFAULT_TEMPLATE = ChatTemplate()
+
+
+def load_template(path: str | None) -> ChatTemplate:
+    """The ``--chat-template`` file's template, or the default; a DatasetError says what is wrong."""
+    if path is None:
+        return DEFAULT_TEMPLATE
+    try:
+        with open(path, "rb") as f:
+            doc = orjson.loads(f.read())
+    except OSError as exc:
+        raise DatasetError(f"cannot read --chat-template {path}: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"--chat-template {path} is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("message"), str) or "{content}" not in doc["message"]:
+        raise DatasetError(f"--chat-template {path}: message: expected a string holding {{content}} (and usually "
+                           "{role}), e.g. {\"message\": \"<|{role}|>\\n{content}\\n\", \"generation_prompt\": "
+                           "\"<|assistant|>\\n\"}")
+    generation = doc.get("generation_prompt", "")
+    if not isinstance(generation, str):
+        raise DatasetError(f"--chat-template {path}: generation_prompt: expected a string")
+    return ChatTemplate(doc["message"], generation)
+
+
+def think_times_ns(n: int, mean_s: float, distribution: str, seed: int) -> np.ndarray:
+    """``n`` think times in ns, drawn from ``seed``: ``constant`` (all ``mean_s``), ``uniform`` on
+    [0, 2 x mean_s], ``exponential`` with mean ``mean_s``."""
+    if mean_s <= 0 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    rng = np.random.default_rng([seed, 0x5E55])  # apart from the arrival schedule's stream
+    if distribution == "constant":
+        draws = np.full(n, mean_s)
+    elif distribution == "uniform":
+        draws = rng.uniform(0.0, 2.0 * mean_s, n)
+    elif distribution == "exponential":
+        draws = rng.exponential(mean_s, n)
+    else:
+        raise ConfigError(f"--think-time-distribution must be constant, uniform or exponential, got {distribution!r}")
+    return np.round(draws * 1e9).astype(np.int64)
+
+
+@dataclasses.dataclass
+class SessionPlan:
+    """What the driver needs to replay sessions: their rows, think times, and each turn's body.
+
+    :param first_rows: per session, the row of its first turn; its turns take the rows after it.
+    :param turns: per session, how many turns it sends.
+    :param think_ns: per row, the think time before that turn is sent (0 for a first turn).
+    :param server_history: the history carries the server's replies: bodies after the first turn are
+        built when the reply before them is in (the driver then keeps response texts).
+    """
+
+    first_rows: list[int]
+    turns: list[int]
+    think_ns: np.ndarray
+    server_history: bool
+    bodies: list[bytes]  # per row: the body, or b"" where it waits for the server's reply
+    # server history: per session, the serialised messages so far (chat) or rendered text (completions)
+    _history: list[list[bytes]] = dataclasses.field(default_factory=list)
+    _user: list[bytes] = dataclasses.field(default_factory=list)  # per row: the user message, serialised
+    _max_tokens: list[int] = dataclasses.field(default_factory=list)  # per row
+    _session: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _make: Any = None  # (history fragments, max_tokens) -> body bytes
+    _reply: Any = None  # reply text -> serialised assistant message
+
+    @property
+    def session_of_row(self) -> np.ndarray:
+        return self._session
+
+    @property
+    def turn_of_row(self) -> np.ndarray:
+        starts = np.asarray(self.first_rows, dtype=np.int64)
+        turn: np.ndarray = np.arange(len(self._session), dtype=np.int64) - starts[self._session]
+        return turn
+
+    def body(self, row: int, reply: str | None) -> bytes:
+        """The body of ``row``: built ahead, or (server history) built now from the session's history,
+        ``reply`` (the server's answer to the turn before) and this turn's user message. Called for a
+        session's turns in order."""
+        if not self.server_history or self.bodies[row]:
+            return self.bodies[row]
+        history = self._history[int(self._session[row])]
+        history.append(self._reply(reply or ""))
+        history.append(self._user[row])
+        body: bytes = self._make(history, self._max_tokens[row])
+        return body
+
+
+def _fields(config: BenchConfig, model: str, chat: bool) -> dict[str, Any]:
+    """The body's fields other than the history and max_tokens, in the order vllm bench serve sends them."""
+    body: dict[str, Any] = {"model": model}
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if config.ignore_eos:
+        body["ignore_eos"] = True
+    body.update(config.sampling)
+    if config.logprobs is not None:
+        body.update({"logprobs": True, "top_logprobs": config.logprobs} if chat else {"logprobs": config.logprobs})
+    return body
+
+
+def _body_maker(config: BenchConfig, model: str, chat: bool, template: ChatTemplate) -> Any:
+    """(history fragments, max_tokens) -> body bytes. The body around them is serialised once."""
+    history_mark, max_mark = "\x00fastbench history\x00", "\x00fastbench max_tokens\x00"
+    key = "messages" if chat else "prompt"
+    fields = {"model": model, key: history_mark, "max_tokens": max_mark, **_fields(config, model, chat)}
+    fields.update(config.extra_body)  # last: the user's keys win
+    try:
+        around = orjson.dumps(fields)
+    except TypeError as exc:
+        raise ConfigError(f"extra_body cannot be sent as JSON: {exc}") from None
+    head, found_history, rest = around.partition(orjson.dumps(history_mark))
+    middle, found_max, tail = rest.partition(orjson.dumps(max_mark))
+    spliced = bool(found_history) and bool(found_max)
+    if not spliced:  # --extra-body replaced the history or max_tokens: every body made whole
+        def whole(history: Sequence[bytes], max_tokens: int) -> bytes:
+            full = {**fields, key: orjson.loads(_join(history, chat, template)), "max_tokens": max_tokens}
+            full.update(config.extra_body)
+            return orjson.dumps(full)
+        return whole
+
+    def make(history: Sequence[bytes], max_tokens: int) -> bytes:
+        return b"".join((head, _join(history, chat, template), middle, str(max_tokens).encode(), tail))
+    return make
+
+
+def _join(history: Sequence[bytes], chat: bool, template: ChatTemplate) -> bytes:
+    if chat:
+        return b"[" + b",".join(history) + b"]"
+    # completions: the rendered messages (UTF-8) and the generation prompt, as one JSON string
+    return orjson.dumps((b"".join(history)).decode() + template.generation_prompt)
+
+
+def _fragment(role: str, content: str, chat: bool, template: ChatTemplate) -> bytes:
+    if chat:
+        return orjson.dumps({"role": role, "content": content})
+    return template.render(role, content).encode()
+
+
+async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int | None, counter: TokenCounter,
+                         notes: list[str]) -> tuple[SessionPlan, list[int | None], list[int], list[bytes], str]:
+    """Read the conversations and lay out the run's sessions.
+
+    :returns: the plan, each row's prompt length (message text only; None where the server's replies make it
+        unknown ahead), each row's max_tokens, the warm-up bodies (first turns of the sessions after the
+        measured ones) and the dataset's name for the result.
+    """
+    path = os.fspath(config.dataset_path or "")
+    conversations, skipped = read_conversations(path, config.dataset_name)
+    if skipped:
+        notes.append(f"multi-turn: skipped {skipped} malformed conversations (role order, missing content)")
+    if config.dataset_order == "random":
+        random.Random(config.seed).shuffle(conversations)
+    template = load_template(os.fspath(config.chat_template) if config.chat_template else None)
+    sessions_needed = config.num_prompts + config.num_warmups
+    if len(conversations) < sessions_needed:
+        notes.append(f"multi-turn: {len(conversations)} conversations for {config.num_prompts} sessions"
+                     f" + {config.num_warmups} warm-ups; conversations were reused in order")
+    picked = [conversations[i % len(conversations)] for i in range(sessions_needed)]
+    # Count every distinct message once; a turn's history length is a sum of them.
+    texts: dict[str, int] = {}
+    for k, conv in enumerate(picked):
+        if conv.system:
+            texts.setdefault(conv.system, 0)
+        for user, reply in conv.turns[:config.max_turns if k < config.num_prompts else 1]:
+            texts.setdefault(user, 0)
+            if reply is not None:
+                texts.setdefault(reply, 0)
+    for text, n in zip(texts, await counter.count(list(texts))):
+        texts[text] = n
+    make = _body_maker(config, model, chat, template)
+    server = config.multi_turn_history == "server"
+    first_rows: list[int] = []
+    turns: list[int] = []
+    bodies: list[bytes] = []
+    users: list[bytes] = []
+    prompt_lens: list[int | None] = []
+    max_tokens: list[int] = []
+    histories: list[list[bytes]] = []
+    no_length = cut = 0
+    for conv in picked[:config.num_prompts]:
+        history = [_fragment("system", conv.system, chat, template)] if conv.system else []
+        history_len = texts[conv.system] if conv.system else 0
+        sent = 0
+        first = len(bodies)
+        for t, (user, reply) in enumerate(conv.turns[:config.max_turns]):
+            out = config.max_tokens or (max(1, texts[reply]) if reply is not None else None)
+            if out is None:  # a last user message without a reply: no output length to ask for
+                no_length += 1
+                break
+            length = history_len + texts[user]
+            if mml is not None and length + out > mml:  # the history has outgrown the context
+                cut += len(conv.turns[:config.max_turns]) - t
+                break
+            user_fragment = _fragment("user", user, chat, template)
+            history.append(user_fragment)
+            users.append(user_fragment)
+            bodies.append(make(history, out) if t == 0 or not server else b"")
+            prompt_lens.append(length if t == 0 or not server else None)
+            max_tokens.append(out)
+            history.append(_fragment("assistant", reply or "", chat, template))
+            history_len = length + (texts[reply] if reply is not None else 0)
+            sent += 1
+        if sent:
+            first_rows.append(first)
+            turns.append(sent)
+            # server history: what the second turn's body starts from, the replies coming in the run
+            histories.append(history[: 2 if conv.system else 1] if server else [])
+    if not bodies:
+        raise DatasetError(f"{path}: no turn to send (see the notes: {'; '.join(notes) or 'no conversation'})")
+    if no_length:
+        notes.append(f"multi-turn: {no_length} last user messages without a reply were not sent (no output "
+                     "length to ask for: give --max-tokens)")
+    if cut:
+        notes.append(f"multi-turn: {cut} turns not sent: their history + max_tokens passes max_model_len {mml}")
+    notes.append(f"multi-turn: {len(first_rows)} sessions, {len(bodies)} turns; history with the "
+                 f"{'server' if server else 'dataset'}'s replies; think time {config.think_time_s:g} s "
+                 f"{config.think_time_distribution}")
+    if not chat:
+        rendered_by = (f"--chat-template {os.fspath(config.chat_template)}" if config.chat_template
+                       else "the default template")
+        notes.append(f"multi-turn on /v1/completions: the history is rendered by {rendered_by} (see "
+                     "docs/multiturn.md), not the model's own")
+    session = np.repeat(np.arange(len(first_rows), dtype=np.int64), turns)
+    turn = np.arange(len(bodies), dtype=np.int64) - np.asarray(first_rows, dtype=np.int64)[session]
+    think = think_times_ns(len(bodies), config.think_time_s, config.think_time_distribution, config.seed)
+    think[turn == 0] = 0
+    plan = SessionPlan(first_rows=first_rows, turns=turns, think_ns=think, server_history=server, bodies=bodies,
+                       _history=histories, _user=users, _max_tokens=max_tokens,
+                       _session=session, _make=make,
+                       _reply=lambda text: _fragment("assistant", text, chat, template))
+    warmups = []
+    for conv in picked[config.num_prompts:]:
+        user, reply = conv.turns[0]
+        out = config.max_tokens or (max(1, texts[reply]) if reply is not None else 16)
+        warm = ([_fragment("system", conv.system, chat, template)] if conv.system else []) + [
+            _fragment("user", user, chat, template)]
+        warmups.append(make(warm, out))
+    return plan, prompt_lens, max_tokens, warmups, f"{config.dataset_name} multi-turn:{path}"

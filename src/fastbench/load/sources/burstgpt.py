@@ -1,0 +1,131 @@
+"""The ``burstgpt`` dataset: vllm bench serve's (``BurstGPTDataset``): request and response lengths from the
+BurstGPT trace's CSV, given locally (``BurstGPT_without_fails_2.csv`` and the like).
+
+The CSV's columns: ``Timestamp, Model, Request tokens, Response tokens, Total tokens, Log Type``. As
+vLLM: only rows of Model ``GPT-4`` with more than 0 response tokens are kept (the others are another
+model's, or failed), ``--num-prompts`` of them drawn at random (seeded by ``--seed``), and request ``i``'s
+prompt is ``Request tokens`` token ids ``(i + j)`` running on from ``i``, asking for ``Response tokens``
+tokens (``--max-tokens`` wins when given). The trace's timestamps are not used (vLLM's meaning):
+arrivals follow ``--request-rate``; for a replay at recorded times, see ``timed_trace``.
+
+Where fastbench differs: vLLM draws the rows with pandas (``DataFrame.sample``, with replacement when the
+file has fewer), decodes the ids over its tokenizer's vocabulary and takes the decoded text's length as
+the row's; fastbench draws with numpy, reuses rows in order when the file runs short, and sends the ids
+themselves to ``/v1/completions`` (ids ``1000 + (i + j) mod 29000``, counted exactly) or, on the chat
+endpoint, common words in the same running order (one word taken as one token). Rows with 0 request
+tokens (an empty prompt in vLLM) are skipped and counted in the notes. A row whose numbers do not parse
+stops the run, naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+
+import numpy as np
+
+from fastbench.config import BenchConfig
+from fastbench.exceptions import DatasetError
+from fastbench.load.screening import Candidate, Prompt
+from fastbench.load.sources import Context, read_dataset_file
+from fastbench.load.sources.prefixed import TOKEN_ID_HIGH, TOKEN_ID_LOW, WORDS
+from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
+
+MODEL = "GPT-4"  # the rows vLLM keeps
+_COLUMNS = ("Model", "Request tokens", "Response tokens")
+
+
+def check(config: BenchConfig) -> None:
+    """The CSV parses and has the columns (DatasetError naming the line if not)."""
+    if config.dataset_path:
+        _load(os.fspath(config.dataset_path))
+
+
+async def offer(ctx: Context) -> str:
+    config, selector = ctx.config, ctx.selector
+    path = os.fspath(config.dataset_path or "")
+    rows, other_model, failed, empty = _load(path)
+    if not rows:
+        raise DatasetError(f"{path}: no usable row (Model {MODEL}, request and response tokens > 0): "
+                           f"{other_model} of another model, {failed} with 0 response tokens, {empty} with 0 "
+                           "request tokens")
+    rng = np.random.default_rng(config.seed)
+    order = rng.permutation(len(rows)).tolist()
+    words = ctx.chat
+    skipped = [f"{other_model} rows of another model", f"{failed} with 0 response tokens (failed)"]
+    if empty:
+        skipped.append(f"{empty} with 0 request tokens")
+    ctx.notes.append(
+        f"burstgpt: {len(rows)} {MODEL} rows in {path} (skipped {', '.join(skipped)}), drawn in a seeded random "
+        "order; the trace's timestamps are not used (vLLM's meaning); "
+        + ("chat prompts are common words in a running order, one word taken as one token" if words else
+           f"prompts sent as token-id lists, ids {TOKEN_ID_LOW} + (i + j) mod {TOKEN_ID_HIGH - TOKEN_ID_LOW}")
+    )
+    span = TOKEN_ID_HIGH - TOKEN_ID_LOW
+    source = SOURCE_WORDS if words else SOURCE_TOKEN_IDS
+    i = 0
+    while selector.remaining > 0 and i < len(order):
+        batch = []
+        for row in order[i:i + max(selector.remaining, 16)]:
+            n_in, n_out = rows[row]
+            prompt: Prompt
+            if words:
+                prompt = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(n_in))
+            else:
+                prompt = (TOKEN_ID_LOW + (i + np.arange(n_in)) % span).tolist()
+            batch.append(Candidate(prompt, n_in, config.max_tokens or n_out, source))
+            i += 1
+        selector.offer(batch)
+    return f"burstgpt:{path}"
+
+
+def _load(path: str) -> tuple[list[tuple[int, int]], int, int, int]:
+    """The usable rows' (request tokens, response tokens); and how many rows were of another model, had 0
+    response tokens, had 0 request tokens."""
+    raw = read_dataset_file(path, "burstgpt")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not a UTF-8 CSV file ({exc.reason} at byte {exc.start})") from None
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        raise DatasetError(f"{path} is empty; expected BurstGPT's CSV with a header line")
+    header = [name.strip() for name in header]
+    missing = [name for name in _COLUMNS if name not in header]
+    if missing:
+        raise DatasetError(f"{path} line 1: no {', '.join(repr(m) for m in missing)} column (the header has "
+                           f"{', '.join(header)}); expected BurstGPT's CSV")
+    model_at, in_at, out_at = (header.index(name) for name in _COLUMNS)
+    rows: list[tuple[int, int]] = []
+    other_model = failed = empty = 0
+    for row in reader:
+        if not row:
+            continue
+        lineno = reader.line_num
+        if len(row) < len(header):
+            raise DatasetError(f"{path} line {lineno}: {len(row)} columns, the header has {len(header)}")
+        if row[model_at].strip() != MODEL:
+            other_model += 1
+            continue
+        n_in, n_out = (_count(path, lineno, name, row[at]) for name, at in (("Request tokens", in_at),
+                                                                             ("Response tokens", out_at)))
+        if n_out <= 0:
+            failed += 1
+        elif n_in <= 0:
+            empty += 1
+        else:
+            rows.append((n_in, n_out))
+    return rows, other_model, failed, empty
+
+
+def _count(path: str, lineno: int, column: str, value: str) -> int:
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not (math.isfinite(number) and number == int(number)):
+        raise DatasetError(f"{path} line {lineno}: '{column}' must be a whole number, got {value!r}")
+    return int(number)

@@ -1,0 +1,257 @@
+"""One ``--workers`` process: its share of the schedule, run by an ordinary LoadGenerator on its own
+event loop and native core, told when to start and stop by the parent (:mod:`fastbench.load.workers`).
+
+The worker itself (:func:`run_worker`) takes plain data (a :class:`WorkerSpec`) and returns plain data
+(a :class:`WorkerOutcome`); it talks to its parent only through a ``send`` callable and an inbox queue,
+so that any transport can host it. The one here (:func:`main`, ``python -m fastbench.load.worker``)
+is a socket inherited from the parent, carrying length-prefixed pickles, and a request table in
+memory the parent shares (a memfd): what a worker finished stands even if it dies.
+
+Messages, worker to parent: ``("ready", {})`` after its warm-ups; ``("progress", counts)`` every
+``report_interval_s`` of the window; ``("done", WorkerOutcome)``; ``("failed", "one line")``.
+Parent to worker: ``("start", start_ns)``, the window's common start on CLOCK_MONOTONIC (one clock for
+every process of a host); ``("stop", reason)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import mmap
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastbench._core import now_ns
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
+from fastbench.results.records import NCOLS, RunData
+
+__all__ = ("WorkerOutcome", "WorkerSpec", "histogram_counts", "read_frame", "run_worker", "write_frame")
+
+# How often a worker tells its parent its counts: the parent judges --max-error-rate over all
+# workers from them, so this is how late that judgement can be.
+REPORT_INTERVAL_S = 0.05
+# The start instant is awaited by sleeping to this much before it, then reading the clock until it
+# comes: an event loop's timers are only as fine as a millisecond.
+START_SPIN_NS = 2_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """A worker's share of one run: plain, picklable data."""
+
+    index: int
+    target: Target
+    api_key: str | None
+    headers: dict[str, str]
+    rows: np.ndarray  # int64: the workload index of each of this worker's requests, in its order
+    bodies: list[bytes]
+    warmup_bodies: list[bytes]
+    concurrency: int  # this worker's slots
+    request_rate: float | None  # this worker's share of the arrivals per second (sizes its pool)
+    arrival_offsets_ns: np.ndarray | None  # its arrivals' offsets from the common start; None: closed loop
+    max_seconds: float | None
+    request_timeout_s: float | None
+    verify_tls: bool
+    coalesce_s: float
+    expected_output_tokens: list[int] | None
+    save_outputs: bool
+    keep_chunk_stamps: bool
+    report_interval_s: float = REPORT_INTERVAL_S
+
+
+@dataclasses.dataclass
+class WorkerOutcome:
+    """What a worker measured: its RunData with the histograms as their HDR counts arrays (the
+    library's histogram objects do not pickle), and its request table left out when it was written
+    to memory the parent shares (``data.rows`` is then empty)."""
+
+    index: int
+    data: RunData
+    pid: int
+    started_late_ns: int  # how long after the common start instant the worker's window began
+
+
+def histogram_counts(hist: Any) -> np.ndarray:
+    """An HDR histogram's counts, copied (the layout is the one of records.new_histogram)."""
+    raw = np.ctypeslib.as_array(hist.counts)
+    return np.array(raw[: int(hist.counts_len)], dtype=np.int64)
+
+
+async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: asyncio.Queue[tuple[str, Any]],
+                     rows: np.ndarray | None = None) -> WorkerOutcome:
+    """Run one worker's share: warm up, say "ready", wait for "start", run, return what it measured.
+
+    :param send: delivers one message to the parent (``kind``, ``payload``).
+    :param inbox: the parent's messages ("start", "stop"), put there by the transport.
+    :param rows: the request table to fill (shared with the parent); by default the worker's own,
+        returned in the outcome.
+    """
+    loop = asyncio.get_running_loop()
+    started: asyncio.Future[int | None] = loop.create_future()
+    baseline: dict[str, int] = {}
+    lateness: list[int] = []
+    generator: LoadGenerator | None = None
+    stop_reason: list[str] = []
+
+    def report(progress: dict[str, Any]) -> None:
+        assert generator is not None
+        c = generator.state.counters
+        send("progress", {
+            "completed": c["completed"] - baseline.get("completed", 0),
+            "failed": c["failed"] - baseline.get("failed", 0),
+            "in_flight": progress["in_flight"],
+            "output_tokens": progress["output_tokens"] - baseline.get("output_tokens", 0),
+            "claimed": int(generator.state.next_row),  # rows claimed so far, in this worker's order
+        })
+
+    async def wait_start() -> int:
+        send("ready", {})
+        start_ns = await started
+        if start_ns is None:  # stopped before the window opened
+            return now_ns()
+        assert generator is not None
+        baseline.update(generator.state.counters)
+        ahead_s = (start_ns - now_ns() - START_SPIN_NS) / 1e9
+        if ahead_s > 0:
+            await asyncio.sleep(ahead_s)
+        while now_ns() < start_ns:
+            pass
+        lateness.append(now_ns() - start_ns)
+        return start_ns
+
+    async def listen() -> None:
+        while True:
+            kind, payload = await inbox.get()
+            if kind == "start" and not started.done():
+                started.set_result(int(payload))
+            elif kind == "stop":
+                stop_reason.append(str(payload))
+                if not started.done():
+                    started.set_result(None)
+                if generator is not None:
+                    generator.stop(str(payload))
+
+    plan = LoadPlan(
+        bodies=spec.bodies,
+        warmup_bodies=spec.warmup_bodies,
+        concurrency=spec.concurrency,
+        request_rate=spec.request_rate,
+        arrival_offsets_ns=spec.arrival_offsets_ns,
+        max_seconds=spec.max_seconds,
+        request_timeout_s=spec.request_timeout_s,
+        max_error_rate=None,  # judged by the parent, over every worker
+        verify_tls=spec.verify_tls,
+        coalesce_s=spec.coalesce_s,
+        expected_output_tokens=spec.expected_output_tokens,
+        save_outputs=spec.save_outputs,
+        keep_chunk_stamps=spec.keep_chunk_stamps,
+        headers=spec.headers,
+        on_progress=report,
+        progress_interval_s=spec.report_interval_s,
+        start_at=wait_start,
+    )
+    generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows)
+    listener = loop.create_task(listen())
+    try:
+        if stop_reason:  # a stop that came while the generator was being built
+            generator.stop(stop_reason[0])
+        data = await generator.run()
+    finally:
+        listener.cancel()
+    if rows is not None:
+        data.rows = np.zeros((0, NCOLS), dtype=np.int64)  # the parent reads the shared table
+    data.histograms = {name: histogram_counts(h) for name, h in data.histograms.items()}
+    return WorkerOutcome(index=spec.index, data=data, pid=os.getpid(),
+                         started_late_ns=lateness[0] if lateness else 0)
+
+
+# -- the transport: a socket inherited from the parent, length-prefixed pickles -------------------------
+
+_LENGTH = struct.Struct("!Q")
+
+
+def write_frame(kind: str, payload: Any) -> bytes:
+    """One message as it travels: its length, then the pickle of ``(kind, payload)``."""
+    body = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(body)) + body
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[str, Any] | None:
+    """The next message, or None at the end of the stream (the other side is gone)."""
+    try:
+        head = await reader.readexactly(_LENGTH.size)
+        body = await reader.readexactly(_LENGTH.unpack(head)[0])
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    kind, payload = pickle.loads(body)
+    return str(kind), payload
+
+
+async def _serve(control: socket.socket, rows_fd: int) -> int:
+    reader, writer = await asyncio.open_connection(sock=control)
+    first = await read_frame(reader)
+    if first is None or first[0] != "spec":
+        return 2
+    spec: WorkerSpec = first[1]
+    size = len(spec.bodies) * NCOLS * 8
+    shared = mmap.mmap(rows_fd, max(size, 8)) if rows_fd >= 0 else None
+    rows = (np.frombuffer(shared, dtype=np.int64, count=len(spec.bodies) * NCOLS).reshape(-1, NCOLS)
+            if shared is not None else None)
+    inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def send(kind: str, payload: Any) -> None:
+        writer.write(write_frame(kind, payload))
+
+    async def pump() -> None:
+        while True:
+            message = await read_frame(reader)
+            if message is None:  # the parent is gone: stop, nobody will read the result
+                inbox.put_nowait(("stop", "the parent process went away"))
+                return
+            inbox.put_nowait(message)
+
+    pumping = asyncio.get_running_loop().create_task(pump())
+    try:
+        outcome = await run_worker(spec, send, inbox, rows)
+    except Exception as exc:  # its own error, for the parent to fail the run with
+        send("failed", f"{type(exc).__name__}: {exc}")
+        await writer.drain()
+        return 1
+    finally:
+        pumping.cancel()
+    send("done", outcome)
+    await writer.drain()
+    writer.close()
+    return 0  # the shared table goes with the process (the core still holds views of it)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fastbench.load.worker CONTROL_FD ROWS_FD``: the fds are inherited from the parent."""
+    args = sys.argv[1:] if argv is None else argv
+    # Ctrl-C at a terminal reaches the whole process group: the parent alone decides, and tells
+    # every worker to stop, so that the merged partial result is written (SIGTERM stays default).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control = socket.socket(fileno=int(args[0]))
+    rows_fd = int(args[1])
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(_serve(control, rows_fd))
+    return uvloop.run(_serve(control, rows_fd))
+
+
+if __name__ == "__main__":
+    # Run as the module's real name, so that what it pickles (WorkerOutcome) names a class the
+    # parent can find, not one of ``__main__``.
+    from fastbench.load.worker import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,463 @@
+"""``--workers N``: one run's schedule over N processes of this machine, merged exactly.
+
+Each worker is a process of its own (``python -m fastbench.load.worker``: a fresh interpreter, not
+multiprocessing, so that a script calling ``fastbench.run()`` without a ``__main__`` guard is never
+re-run in the children, and nothing of the parent's event loop or threads is forked) running an
+ordinary LoadGenerator on its own event loop and native core. The parent keeps the rest: the one
+server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, the merge.
+
+* One schedule. Closed loop: the slots are dealt round-robin to the workers, and request ``i`` goes
+  to the worker of slot ``i mod concurrency``, so each worker holds requests in proportion to its
+  slots. Open loop: the arrivals are drawn once, here, exactly as one process draws them, and
+  arrival ``i`` (request ``i``) goes to worker ``i mod N``: the union of the workers' arrivals is the
+  drawn process itself. No request is in two workers. Warm-ups are dealt round-robin too.
+* One start instant on CLOCK_MONOTONIC (one clock for every process of the host), chosen once every
+  worker is warm; ``--max-seconds`` ends every worker at the same instant from it.
+* ``--max-error-rate`` is judged here over the counts every worker reports each
+  worker.REPORT_INTERVAL_S; the parent then tells every worker to stop.
+* Faults. A worker's request table lives in memory shared with the parent (a memfd), so what it
+  finished stands if it dies; its requests claimed but unfinished then are counted failed as
+  WORKER_LOST, the run stops ("worker lost": the load asked for is no longer applied), and the
+  result names the worker and when. A worker that cannot start fails the run with its own error.
+
+The merge is :mod:`fastbench.load.merge`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import mmap
+import os
+import pathlib
+import signal
+import socket
+import sys
+from typing import Any
+
+import numpy as np
+
+from fastbench._core import now_ns
+from fastbench.exceptions import WorkerError
+from fastbench.load import pacer
+from fastbench.load.merge import Part, histogram_from_counts, merge_parts
+from fastbench.load.plan import LoadPlan, Target
+from fastbench.load.worker import WorkerOutcome, WorkerSpec, read_frame, write_frame
+from fastbench.results.records import COL, NCOLS, ErrorClass, RunData
+
+__all__ = ("STREAMS_PER_WORKER", "Share", "WorkerPool", "arrival_offsets_ns", "choose_workers", "split_schedule")
+
+# From the chosen instant to the window's start: time for the start message to reach every worker
+# and for each to wake (a few ms even on a loaded 2-core machine).
+START_MARGIN_NS = 50_000_000
+# --workers auto: streams one worker is given before another is added. One process holds 256
+# streams at 20 ms per chunk within 0.07 ms (bench/RESULTS.md); past that its core is the limit.
+STREAMS_PER_WORKER = 256
+# How long a worker that got "stop" has to hand in its result before it is killed.
+STOP_GRACE_S = 30.0
+
+
+def choose_workers(concurrency: int | None, num_requests: int, cores: int, server_here: bool) -> tuple[int, str]:
+    """``--workers auto``: one worker per STREAMS_PER_WORKER streams, no more than the cores this
+    process may run on (less one when the server runs on this machine too). Returns the count and
+    the sentence the result records."""
+    streams = concurrency if concurrency is not None else num_requests
+    usable = max(1, cores - (1 if server_here else 0))
+    wanted = max(1, math.ceil(streams / STREAMS_PER_WORKER))
+    chosen = min(wanted, usable)
+    where = f"{cores} cores usable" + (", one left to the server on this machine" if server_here else "")
+    shown = "--concurrency" if concurrency is not None else "requests (no --concurrency cap)"
+    return chosen, (f"auto: {streams} streams ({shown}) at {STREAMS_PER_WORKER} per worker want {wanted}; "
+                    f"{where}: {chosen}")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def arrival_offsets_ns(plan: LoadPlan) -> np.ndarray | None:
+    """The open loop's arrivals, drawn as one process draws them (None: closed loop)."""
+    n = len(plan.bodies)
+    if plan.arrival_offsets_ns is not None:  # a trace's times
+        return np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
+    if plan.ramp_up is not None:
+        strategy, start_rps, end_rps = plan.ramp_up
+        return pacer.ramp_up_offsets_ns(n, strategy, start_rps, end_rps, plan.burstiness, plan.seed)
+    if plan.request_rate is not None:
+        return pacer.arrival_offsets_ns(n, plan.request_rate, plan.burstiness, plan.seed)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """One worker's part of the schedule."""
+
+    rows: np.ndarray  # int64: the workload indexes of its requests, in the order it sends them
+    slots: int
+    warmups: list[int]  # indexes into the warm-up bodies
+    offsets: np.ndarray | None  # its arrivals' offsets from the common start (open loop)
+
+
+def split_schedule(n: int, concurrency: int, offsets: np.ndarray | None, n_warmups: int,
+                   workers: int) -> list[Share]:
+    """Deal one run's schedule to ``workers`` workers (fewer when there are fewer slots or requests:
+    each holds at least one of both). See the module's docstring for the rule."""
+    count = max(1, min(workers, concurrency, n))
+    slots = [concurrency // count + (1 if w < concurrency % count else 0) for w in range(count)]
+    index = np.arange(n, dtype=np.int64)
+    owner = index % count if offsets is not None else (index % concurrency) % count
+    shares = []
+    for w in range(count):
+        rows = index[owner == w]
+        shares.append(Share(rows=rows, slots=slots[w], warmups=list(range(w, n_warmups, count)),
+                            offsets=offsets[rows] if offsets is not None else None))
+    return shares
+
+
+@dataclasses.dataclass
+class _Worker:
+    share: Share
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    writer: asyncio.StreamWriter | None = None
+    reader: asyncio.StreamReader | None = None
+    shared: mmap.mmap | None = None
+    table: np.ndarray | None = None
+    ready: bool = False
+    progress: dict[str, int] = dataclasses.field(default_factory=dict)
+    outcome: WorkerOutcome | None = None
+    failure: str | None = None  # its own error, when it reported one
+    lost_ns: int = 0
+    lost_how: str = ""
+    stderr_tail: list[str] = dataclasses.field(default_factory=list)
+
+    def send(self, kind: str, payload: Any) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(write_frame(kind, payload))
+
+
+class WorkerPool:
+    """Runs one LoadPlan over several worker processes and returns one merged RunData; the same
+    interface as LoadGenerator (``run()``, ``stop(reason)``)."""
+
+    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *, workers: int,
+                 chosen_because: str | None = None) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.target = target
+        self.plan = plan
+        self.api_key = api_key
+        self.requested = workers
+        self.chosen_because = chosen_because
+        self._workers: list[_Worker] = []
+        self._stop_reason: str | None = None
+        self._start_ns = 0
+        self._all_ready: asyncio.Future[None] | None = None
+        self.merge_ns = 0  # how long the merge took (bench/workers.py weighs it against the run)
+
+    # -- control -------------------------------------------------------------------------------
+
+    def stop(self, reason: str) -> None:
+        """Stop every worker (what is in flight is cancelled, as in one process)."""
+        if self._stop_reason is not None:
+            return
+        self._stop_reason = reason
+        for worker in self._workers:
+            worker.send("stop", reason)
+
+    def _judge_error_rate(self) -> None:
+        limit = self.plan.max_error_rate
+        if limit is None or self._stop_reason is not None:
+            return
+        failed = sum(w.progress.get("failed", 0) for w in self._workers)
+        finished = failed + sum(w.progress.get("completed", 0) for w in self._workers)
+        if finished >= 20 and failed > limit * finished:  # the rule one process applies
+            self.stop("max error rate")
+
+    # -- the run -------------------------------------------------------------------------------
+
+    async def run(self) -> RunData:
+        plan = self.plan
+        n = len(plan.bodies)
+        offsets = arrival_offsets_ns(plan)
+        shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), self.requested)
+        self._workers = [_Worker(share, i) for i, share in enumerate(shares)]
+        loop = asyncio.get_running_loop()
+        self._all_ready = loop.create_future()
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            for worker in self._workers:
+                await self._spawn(worker)
+            tasks = [loop.create_task(self._follow(w)) for w in self._workers]
+            if plan.stop_event is not None:
+                tasks.append(loop.create_task(self._watch_stop(plan.stop_event)))
+            await self._all_ready  # raises WorkerError when one could not start
+            self._start_ns = now_ns() + START_MARGIN_NS
+            if plan.on_window_start is not None:
+                plan.on_window_start()
+            for worker in self._workers:
+                worker.send("start", self._start_ns)
+            if plan.on_progress is not None:
+                tasks.append(loop.create_task(self._report_progress()))
+            await asyncio.gather(*tasks[: len(self._workers)])
+        except BaseException:
+            self._kill_all()
+            raise
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self._reap()
+        started = now_ns()
+        data = self._merged()
+        self.merge_ns = now_ns() - started
+        data.extra["workers"]["merge_s"] = self.merge_ns / 1e9
+        return data
+
+    async def _spawn(self, worker: _Worker) -> None:
+        share = worker.share
+        size = len(share.rows) * NCOLS * 8
+        fd = os.memfd_create(f"fastbench-worker-{worker.index}", 0)
+        parent_end, child_end = socket.socketpair()
+        try:
+            os.ftruncate(fd, max(size, 8))
+            worker.shared = mmap.mmap(fd, max(size, 8))
+            worker.table = np.frombuffer(worker.shared, dtype=np.int64, count=len(share.rows) * NCOLS).reshape(
+                -1, NCOLS)
+            # The package this module is in, first on the child's path: the same fastbench as here.
+            env = dict(os.environ)
+            root = str(pathlib.Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+            worker.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "fastbench.load.worker", str(child_end.fileno()), str(fd),
+                pass_fds=(child_end.fileno(), fd), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+                # Out of the terminal's process group: Ctrl-C reaches the parent alone, which stops
+                # every worker and merges what they measured (a worker also stops when the parent goes).
+                start_new_session=True)
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+            os.close(fd)  # the mmap and the child hold their own
+        worker.reader, worker.writer = await asyncio.open_connection(sock=parent_end)
+        worker.send("spec", self._spec(worker))
+
+    def _spec(self, worker: _Worker) -> WorkerSpec:
+        plan, share = self.plan, worker.share
+        rows = share.rows.tolist()
+        expected = plan.expected_output_tokens
+        rate = None
+        if share.offsets is not None and len(share.offsets) > 1:
+            span_s = (int(share.offsets[-1]) - int(share.offsets[0])) / 1e9
+            rate = (len(share.offsets) - 1) / span_s if span_s > 0 else float(len(share.offsets))
+        elif share.offsets is not None:
+            rate = 1.0
+        return WorkerSpec(
+            index=worker.index, target=self.target, api_key=self.api_key, headers=dict(plan.headers),
+            rows=share.rows, bodies=[plan.bodies[i] for i in rows],
+            warmup_bodies=[plan.warmup_bodies[i] for i in share.warmups],
+            concurrency=share.slots, request_rate=rate, arrival_offsets_ns=share.offsets,
+            max_seconds=plan.max_seconds, request_timeout_s=plan.request_timeout_s, verify_tls=plan.verify_tls,
+            coalesce_s=plan.coalesce_s, expected_output_tokens=[expected[i] for i in rows] if expected else None,
+            save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps)
+
+    async def _follow(self, worker: _Worker) -> None:
+        """Read one worker's messages until it hands in its result or is gone."""
+        assert worker.reader is not None and worker.process is not None
+        stderr = asyncio.get_running_loop().create_task(self._read_stderr(worker))
+        while True:
+            message = await read_frame(worker.reader)
+            if message is None:
+                break
+            kind, payload = message
+            if kind == "ready":
+                worker.ready = True
+                if all(w.ready for w in self._workers) and self._all_ready and not self._all_ready.done():
+                    self._all_ready.set_result(None)
+            elif kind == "progress":
+                worker.progress = payload
+                self._judge_error_rate()
+            elif kind == "done":
+                worker.outcome = payload
+                break
+            elif kind == "failed":
+                worker.failure = str(payload)
+        if worker.outcome is not None:
+            return
+        lost_ns = now_ns()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(worker.process.wait(), 5.0)
+        await asyncio.wait([stderr], timeout=1.0)
+        code = worker.process.returncode
+        if worker.failure is not None:
+            how = worker.failure
+        elif code is not None and code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+        else:
+            last = worker.stderr_tail[-1] if worker.stderr_tail else ""
+            how = f"exited with status {code}" + (f": {last}" if last else "")
+        worker.lost_ns, worker.lost_how = lost_ns, how
+        if self._all_ready is not None and not self._all_ready.done():
+            self._all_ready.set_exception(WorkerError(
+                f"--workers: worker {worker.index} (pid {worker.process.pid}) could not start: {how}"))
+            return
+        self.stop("worker lost")
+
+    async def _read_stderr(self, worker: _Worker) -> None:
+        assert worker.process is not None and worker.process.stderr is not None
+        async for line in worker.process.stderr:
+            text = line.decode("utf-8", "replace").rstrip()
+            if text:
+                worker.stderr_tail = [*worker.stderr_tail[-19:], text]
+
+    async def _watch_stop(self, event: asyncio.Event) -> None:
+        await event.wait()
+        self.stop("interrupted")
+
+    async def _report_progress(self) -> None:
+        plan = self.plan
+        assert plan.on_progress is not None
+        while True:
+            await asyncio.sleep(plan.progress_interval_s)
+            totals = {key: sum(w.progress.get(key, 0) for w in self._workers)
+                      for key in ("completed", "failed", "in_flight", "output_tokens")}
+            plan.on_progress({"elapsed_s": (now_ns() - self._start_ns) / 1e9, "max_seconds": plan.max_seconds,
+                              "total": len(plan.bodies), **totals})
+
+    def _kill_all(self) -> None:
+        for worker in self._workers:
+            if worker.process is not None and worker.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.kill()
+
+    async def _reap(self) -> None:
+        """Every worker process ended (killed after STOP_GRACE_S), its control socket closed."""
+        for worker in self._workers:
+            if worker.process is not None:
+                try:
+                    await asyncio.wait_for(worker.process.wait(), STOP_GRACE_S)
+                except asyncio.TimeoutError:
+                    worker.process.kill()
+                    await worker.process.wait()
+            if worker.writer is not None:
+                worker.writer.close()
+
+    # -- the merge -----------------------------------------------------------------------------
+
+    def _merged(self) -> RunData:
+        parts = []
+        for worker in self._workers:
+            assert worker.table is not None
+            table = np.array(worker.table)  # a copy: the shared memory is let go below
+            worker.table = None
+            if worker.shared is not None:
+                with contextlib.suppress(BufferError):
+                    worker.shared.close()
+            part = Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None)
+            if worker.outcome is None:
+                self._mark_lost(worker, part)
+            parts.append(part)
+        reported = [p.data for p in parts if p.data is not None]
+        reasons = {d.stopped_reason for d in reported}
+        if self._stop_reason is not None:
+            reason = self._stop_reason
+        elif reasons - {"completed", "time cap"}:
+            reason = sorted(reasons - {"completed", "time cap"})[0]
+        else:
+            reason = "time cap" if "time cap" in reasons else "completed"
+        cap_hit = any(d.cap_hit for d in reported)
+        end_ns = max([d.end_ns for d in reported] + [w.lost_ns for w in self._workers if w.lost_ns] + [self._start_ns])
+        if cap_hit and self.plan.max_seconds is not None:
+            end_ns = min(end_ns, self._start_ns + int(self.plan.max_seconds * 1e9))
+        open_loop = self.plan.request_rate is not None or self.plan.ramp_up is not None
+        return merge_parts(parts, len(self.plan.bodies), start_ns=self._start_ns, end_ns=end_ns,
+                           stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop,
+                           extra={"workers": self._section(parts),
+                                  # each worker's own slots: a request waits only for one of its worker's
+                                  "slot_pools": [(w.share.rows, w.share.slots) for w in self._workers]})
+
+    def _mark_lost(self, worker: _Worker, part: Part) -> None:
+        """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
+        means: below the last count of claims it reported, below its last finished row, or (open
+        loop) due by the loss."""
+        table = part.table
+        finished = np.flatnonzero(table.any(axis=1))
+        claimed = max(int(worker.progress.get("claimed", 0)), int(finished[-1]) + 1 if finished.size else 0)
+        offsets = worker.share.offsets
+        if offsets is not None:
+            claimed = max(claimed, int(np.searchsorted(offsets, worker.lost_ns - self._start_ns, side="right")))
+        at_s = (worker.lost_ns - self._start_ns) / 1e9
+        pid = worker.process.pid if worker.process is not None else "?"
+        why = f"in flight in worker {worker.index} (pid {pid}) when it {worker.lost_how} at {at_s:.3f} s"
+        for row in range(min(claimed, len(table))):
+            if table[row].any():
+                continue
+            r = table[row]
+            r[COL["index"]] = row
+            r[COL["scheduled_ns"]] = self._start_ns + (int(offsets[row]) if offsets is not None else 0)
+            r[COL["end_ns"]] = worker.lost_ns
+            r[COL["prompt_tokens"]] = -1
+            r[COL["error"]] = int(ErrorClass.WORKER_LOST)
+            part.error_messages[row] = why
+
+    def _section(self, parts: list[Part]) -> dict[str, Any]:
+        """The result's per-worker section: enough to see a lagging or lost worker."""
+        each = []
+        for worker, part in zip(self._workers, parts, strict=True):
+            table = part.table
+            started = table.any(axis=1)
+            error = table[:, COL["error"]]
+            done = started & (error == 0) & (table[:, COL["end_ns"]] > 0)
+            classes: dict[str, int] = {}
+            for code in error[started & (error != 0)].tolist():
+                name = ErrorClass(code).name
+                classes[name] = classes.get(name, 0) + 1
+            data = part.data
+            entry: dict[str, Any] = {
+                "index": worker.index,
+                "pid": worker.process.pid if worker.process is not None else None,
+                "requests": len(worker.share.rows),
+                "slots": worker.share.slots,
+                "completed": int(done.sum()),
+                "not_started": int((~started).sum()),
+                "errors": classes,
+                "stopped_reason": data.stopped_reason if data is not None else "lost",
+                "lost": None if worker.outcome is not None else {
+                    "at_s": (worker.lost_ns - self._start_ns) / 1e9, "how": worker.lost_how},
+            }
+            if data is not None and worker.outcome is not None:
+                samples = data.concurrency_samples
+                skew = _quantiles_ms(data.histograms["skew"])
+                entry.update(
+                    started_late_ms=worker.outcome.started_late_ns / 1e6,
+                    client_cpu_s=data.client_cpu_ns / 1e9,
+                    cpu_per_event_us=data.client_cpu_ns / 1e3 / data.output_events if data.output_events else None,
+                    mean_in_flight=float(np.mean(samples[:, 1])) if len(samples) else 0.0,
+                    max_in_flight=int(samples[:, 1].max()) if len(samples) else 0,
+                    skew_ms=skew,
+                )
+            each.append(entry)
+        return {
+            "count": len(self._workers),
+            "requested": self.requested,
+            "chosen_because": self.chosen_because,
+            "process": "python -m fastbench.load.worker, one event loop and native core each",
+            "start_ns": self._start_ns,
+            "lost": [w.index for w in self._workers if w.outcome is None],
+            "per_worker": each,
+        }
+
+
+def _quantiles_ms(counts: Any) -> dict[str, float] | None:
+    """p50/p99/max of a worker's skew histogram (its HDR counts), in ms; None when it is empty."""
+    hist = histogram_from_counts(np.asarray(counts, dtype=np.int64))
+    if hist.get_total_count() == 0:
+        return None
+    return {"p50": hist.get_value_at_percentile(50.0) / 1e6, "p99": hist.get_value_at_percentile(99.0) / 1e6,
+            "max": hist.get_max_value() / 1e6}

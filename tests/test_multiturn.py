@@ -1,0 +1,227 @@
+"""Multi-turn sessions: conversations read and checked turn by turn, think times, the bodies each turn
+sends (the server's replies or the dataset's in the history), the per-turn and per-session figures, and
+the TTFT effect of a growing history and of the prefix cache against the synthetic server."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import orjson
+import pytest
+
+from _timing import until_a_round_passes
+from fastbench import BenchConfig, run
+from fastbench.exceptions import ConfigError, DatasetError
+from fastbench.load.conversations import read_conversations
+from fastbench.load.sessions import load_template, think_times_ns
+from fastbench.results.card import render_card
+from fastbench.results.writers import render_console
+from fastbench.synthetic import SyntheticServer
+
+OVERHEAD = 4  # the synthetic server's tokens per chat message
+
+
+def _write_jsonl(path: pathlib.Path, conversations: list[list[dict[str, str]]]) -> pathlib.Path:
+    path.write_text("".join(json.dumps({"id": str(i), "messages": m}) + "\n" for i, m in enumerate(conversations)))
+    return path
+
+
+def _conversation(words: int, turns: int, reply_words: int, tag: str) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": "be brief"}]
+    for t in range(turns):
+        messages.append({"role": "user", "content": " ".join([f"{tag}{t}"] * words)})
+        messages.append({"role": "assistant", "content": " ".join(["reply"] * reply_words)})
+    return messages
+
+
+# -- reading conversations --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("messages", "field"), [
+    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "messages[1].role: user after user"),
+    ([{"role": "assistant", "content": "a"}], "messages[0].role: assistant without a user"),
+    ([{"role": "user"}], "messages[0].content: missing"),
+    ([{"role": "user", "content": "  "}], "messages[0].content: empty"),
+    ([{"role": "user", "content": "a"}, {"role": "system", "content": "s"}], "messages[1].role: a system message"),
+    ([{"role": "tool", "content": "a"}], "messages[0].role: expected system, user or assistant, got 'tool'"),
+])
+def test_a_malformed_jsonl_turn_is_one_line_naming_file_line_and_field(
+        tmp_path: pathlib.Path, messages: list[dict[str, str]], field: str) -> None:
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(2, 1, 1, "q"), messages])
+    with pytest.raises(DatasetError) as err:
+        read_conversations(str(path), "jsonl")
+    message = str(err.value)
+    assert message.startswith(f"{path} line 2: {field}") and "\n" not in message
+
+
+def test_malformed_sharegpt_conversations_are_skipped_and_counted(tmp_path: pathlib.Path) -> None:
+    good = {"id": "a", "conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "hello"},
+                                         {"from": "human", "value": "more"}]}
+    doubled = {"id": "b", "conversations": [{"from": "human", "value": "x"}, {"from": "human", "value": "y"}]}
+    empty = {"id": "c", "conversations": [{"from": "human", "value": ""}]}
+    converted = {"id": "d", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}]}
+    path = tmp_path / "sg.json"
+    path.write_bytes(orjson.dumps([good, doubled, empty, converted, "junk"]))
+    conversations, skipped = read_conversations(str(path), "sharegpt")
+    assert skipped == 3
+    assert [c.ident for c in conversations] == ["a", "d"]
+    assert conversations[0].turns == [("hi there", "hello"), ("more", None)]
+
+
+def test_the_chat_template_file_is_checked(tmp_path: pathlib.Path) -> None:
+    assert load_template(None).render("user", "hi {role}") == "<|user|>\nhi {role}\n"
+    bad = tmp_path / "t.json"
+    bad.write_text('{"message": "no placeholder"}')
+    with pytest.raises(DatasetError, match="message: expected a string holding {content}"):
+        load_template(str(bad))
+
+
+# -- think times --------------------------------------------------------------------------------------------
+
+
+def test_think_times_follow_their_distribution_and_the_seed() -> None:
+    n = 200_000
+    assert (think_times_ns(5, 1.5, "constant", 0) == 1_500_000_000).all()
+    uniform = think_times_ns(n, 2.0, "uniform", 3) / 1e9
+    assert uniform.min() >= 0 and uniform.max() <= 4.0 and abs(uniform.mean() - 2.0) < 0.02
+    exponential = think_times_ns(n, 2.0, "exponential", 3) / 1e9
+    # an exponential's standard deviation equals its mean; a uniform's is mean / sqrt(3)
+    assert abs(exponential.mean() - 2.0) < 0.03 and abs(exponential.std() - 2.0) < 0.05
+    assert abs(uniform.std() - 2.0 / np.sqrt(3)) < 0.02
+    assert (think_times_ns(100, 2.0, "exponential", 3) == think_times_ns(100, 2.0, "exponential", 3)).all()
+    assert (think_times_ns(100, 2.0, "exponential", 3) != think_times_ns(100, 2.0, "exponential", 4)).any()
+    assert not think_times_ns(10, 0.0, "exponential", 3).any()
+
+
+def test_multi_turn_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="--think-time is for multi-turn sessions: give --multi-turn"):
+        run(BenchConfig(think_time_s=1.0))
+    with pytest.raises(ConfigError, match="give --dataset-name sharegpt or jsonl, not random"):
+        run(BenchConfig(multi_turn=True))
+    with pytest.raises(ConfigError, match="--workers is not available with --multi-turn"):
+        run(BenchConfig(multi_turn=True, dataset_name="jsonl", dataset_path="c.jsonl", workers=2))
+
+
+# -- runs against the synthetic server ----------------------------------------------------------------------
+
+
+def _prompt_tokens_per_turn(system: int, users: list[int], replies: list[int]) -> list[int]:
+    """What the synthetic server counts for each turn of a chat session: every message's words plus 4."""
+    out, history = [], system + OVERHEAD
+    for user, reply in zip(users, replies):
+        out.append(history + user + OVERHEAD)
+        history += user + OVERHEAD + reply + OVERHEAD
+    return out
+
+
+@pytest.mark.parametrize("history", ["server", "dataset"])
+def test_each_turn_carries_the_history_so_far(tmp_path: pathlib.Path, history: str) -> None:
+    # dataset replies of 7 words; the server answers max_tokens (--max-tokens 3) words: the prompt
+    # lengths tell whose replies the history held
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(10 + i, 3, 7, f"s{i}-") for i in range(4)])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, dataset_order="file", multi_turn=True, multi_turn_history=history,
+                                 max_tokens=3, num_prompts=4, concurrency=2, think_time_s=0.01))
+    sessions = result.sessions
+    assert sessions is not None and result.counts.completed == 12
+    assert (sessions["sessions"], sessions["completed"], sessions["ended_early"]) == (4, 4, 0)
+    reply = 3 if history == "server" else 7
+    expected = [np.mean([_prompt_tokens_per_turn(2, [10 + i] * 3, [reply] * 3)[t] for i in range(4)])
+                for t in range(3)]
+    assert [t["mean_prompt_tokens"] for t in sessions["per_turn"]] == expected
+    assert [t["completed"] for t in sessions["per_turn"]] == [4, 4, 4]
+    assert sessions["turns_completed"]["mean"] == 3.0
+    # a session takes at least its two think times of 10 ms
+    assert sessions["duration_s"]["min"] >= 0.02
+
+
+def test_completions_render_the_history_with_the_template(tmp_path: pathlib.Path) -> None:
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(5, 2, 6, "q")])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        result = run(BenchConfig(base_url=server.base_url, dataset_name="jsonl", dataset_path=path,
+                                 multi_turn=True, multi_turn_history="dataset", num_prompts=1, concurrency=1))
+    # the default template: "<|role|>\n" + content + "\n" per message, then "<|assistant|>\n"; the synthetic
+    # server counts words, so each message is its words + 1 and the generation prompt 1
+    first = (1 + 2) + (1 + 5) + 1
+    second = (1 + 2) + (1 + 5) + (1 + 6) + (1 + 5) + 1
+    assert result.sessions is not None
+    assert [t["mean_prompt_tokens"] for t in result.sessions["per_turn"]] == [first, second]
+    # max_tokens from the dataset's reply: 6 words, as the synthetic server counts them (estimate: chars / 4)
+    assert result.counts.completed == 2
+
+
+def test_ttft_grows_with_the_history_and_the_prefix_cache_cuts_it(tmp_path: pathlib.Path) -> None:
+    # 300-word user turns, 50-word replies: turn 4 carries ~4.5x turn 1's prompt. At 20,000 prompt tok/s
+    # turn 1 takes ~16 ms of prefill and turn 4 ~70 ms; with the cache, turn 4 computes only its new
+    # tokens (~18 ms). Judged as ratios within each run, over up to three rounds.
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(300, 4, 50, f"s{i}-") for i in range(4)])
+
+    def per_turn(caching: bool) -> list[float]:
+        with SyntheticServer(prefill_tok_s=20000, itl_ms=1, enable_prefix_caching=caching, block_size=16) as server:
+            result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                     dataset_path=path, multi_turn=True, max_tokens=50, num_prompts=4,
+                                     concurrency=1))
+        assert result.sessions is not None and result.counts.completed == 16
+        return [t["ttft_ms_p50"] for t in result.sessions["per_turn"]]
+
+    def one_round() -> None:
+        cold, cached = per_turn(False), per_turn(True)
+        assert cold[0] < cold[1] < cold[2] < cold[3] and cold[3] > 3 * cold[0]
+        assert cached[3] < 0.5 * cold[3]
+
+    until_a_round_passes(one_round)
+
+
+def test_a_failed_turn_ends_its_session_and_the_figures_say_so(tmp_path: pathlib.Path) -> None:
+    # the synthetic server answers every 5th request with HTTP 500
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(4, 3, 2, f"s{i}-") for i in range(5)])
+    with SyntheticServer(ttft_ms=1, itl_ms=1, fault="http-500", fault_every=5) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=5, concurrency=1))
+    sessions = result.sessions
+    assert sessions is not None
+    assert result.counts.failed >= 1 and sessions["ended_early"] == result.counts.failed
+    assert result.counts.not_started == 15 - result.counts.completed - result.counts.failed
+    assert sessions["completed"] == 5 - sessions["ended_early"]
+
+
+def test_open_loop_sessions_arrive_at_the_rate_and_the_cap_stops_their_think_time(tmp_path: pathlib.Path) -> None:
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(4, 3, 2, f"s{i}-") for i in range(6)])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=6, request_rate=200,
+                                 think_time_s=60, max_seconds=1.0))
+    sessions = result.sessions
+    assert sessions is not None
+    # every session sent its first turn, then thought for a minute: the cap ended the run, not the sleep
+    assert [t["completed"] for t in sessions["per_turn"]] == [6, 0, 0]
+    assert result.duration_s < 5 and sessions["ended_early"] == 6 and result.counts.not_started == 12
+
+
+def test_the_card_and_console_show_turns_and_sessions(tmp_path: pathlib.Path) -> None:
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(3, 2, 2, "q")])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        config = BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                             dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=1, concurrency=1)
+        result = run(config)
+    card = render_card(result, config)
+    assert "## Multi-turn sessions" in card and "| 2 | 1/1 |" in card
+    console = render_console(result)
+    assert "Multi-turn sessions" in console and "Sessions completed / ended early:        1 / 0" in console
+
+
+def test_every_key_of_a_multi_turn_result_is_documented(tmp_path: pathlib.Path) -> None:
+    from test_result_schema import undocumented
+
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(3, 2, 2, "q")])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                        dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=1, concurrency=1,
+                        result_json=tmp_path / "r.json"))
+    doc = orjson.loads((tmp_path / "r.json").read_bytes())
+    assert doc["fastbench"]["sessions"]["per_turn"][1]["turn"] == 2
+    assert undocumented(doc["fastbench"]["sessions"], ("fastbench", "sessions")) == []
+    assert undocumented(doc) == []

@@ -1,0 +1,168 @@
+"""Trace replay (timed_trace, mooncake): prompts that share exactly the blocks their hash ids name, requests
+sent at the trace's times (the lateness of each recorded), and bad traces refused with the line and field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from fastbench import BenchConfig, run
+from fastbench.exceptions import ConfigError, DatasetError
+from fastbench.load.datasets import build_workload_sync, check_inputs
+from fastbench.synthetic import SyntheticServer
+
+SERVER_BLOCK = 16  # the synthetic server's cache block
+TRACE_BLOCK = 32  # tokens per hash id (--timed-trace-chunk-hash-size)
+
+# (timestamp s, input tokens, hash ids), and the tokens the server's cache finds, worked out by hand from
+# vLLM's rules (only full 16-token blocks hit; a block hits only when everything before it matched; the
+# last prompt token is always computed): the requests arrive 50 ms apart, in this order.
+TRACE = [
+    (10.00, 96, [1, 2, 3], 0),  # all new
+    (10.05, 96, [1, 2, 4], 64),  # blocks 1 and 2 (32 tokens each)
+    (10.10, 90, [1, 2, 3], 80),  # 1 and 2, then block 3 cut at 26 tokens: its first 16 hit
+    (10.15, 40, [5], 0),  # new block 5, then 8 tokens of its own
+    (10.20, 128, [1, 2, 3, 6], 96),  # 1, 2, 3 hit; 6 is new
+    (10.25, 50, [], 0),  # no hash ids: 50 tokens of its own
+    (10.30, 64, [5, 7], 32),  # block 5 (seen whole in the 4th) hits, 7 is new
+]
+
+
+def _write_trace(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return path
+
+
+def _trace_file(tmp_path: Path) -> Path:
+    return _write_trace(tmp_path / "trace.jsonl", [
+        {"timestamp": ts, "input_length": n, "output_length": 3, "hash_ids": ids} for ts, n, ids, _ in TRACE])
+
+
+def _config(path: Path, **changes: Any) -> BenchConfig:
+    return BenchConfig(dataset_name="timed_trace", dataset_path=path, num_prompts=len(TRACE),
+                       timed_trace_chunk_hash_size=TRACE_BLOCK, metrics_interval_s=0.2).replace(**changes)
+
+
+def _prompts(config: BenchConfig) -> list[list[int]]:
+    work = build_workload_sync(config, "m", max_model_len=None)
+    return [orjson.loads(spec.body)["prompt"] for spec in work.requests]
+
+
+def test_requests_sharing_hash_ids_share_exactly_those_blocks(tmp_path: Path) -> None:
+    prompts = _prompts(_config(_trace_file(tmp_path)))
+    assert [len(p) for p in prompts] == [n for _, n, _, _ in TRACE]
+
+    def block(request: int, position: int) -> list[int]:
+        return prompts[request][position * TRACE_BLOCK:(position + 1) * TRACE_BLOCK]
+
+    assert block(0, 0) == block(1, 0) == block(2, 0) == block(4, 0)  # hash id 1
+    assert block(0, 1) == block(1, 1) == block(4, 1)  # hash id 2
+    assert block(0, 2) != block(1, 2)  # 3 against 4
+    assert prompts[2][64:90] == block(0, 2)[:26]  # block 3 cut short: its first 26 tokens
+    assert block(3, 0) == block(6, 0)  # hash id 5
+
+    def elsewhere(tokens: list[int], owner: int) -> bool:
+        return any(tokens == p[i:i + len(tokens)] for j, p in enumerate(prompts) if j != owner for i in range(len(p)))
+
+    assert not elsewhere(prompts[3][32:], 3) and not elsewhere(prompts[5], 5)  # tokens past the blocks: its own
+
+
+def test_arrivals_follow_the_trace_scaled_from_its_first_request(tmp_path: Path) -> None:
+    path = _trace_file(tmp_path)
+    work = build_workload_sync(_config(path), "m", max_model_len=None)
+    expected = [round((ts - 10.0) * 1e9) for ts, *_ in TRACE]
+    assert work.arrival_offsets_ns == pytest.approx(expected, abs=1)
+    doubled = build_workload_sync(_config(path, timed_trace_sec_multiplier=2.0), "m", max_model_len=None)
+    assert doubled.arrival_offsets_ns == pytest.approx([2 * e for e in expected], abs=2)
+    # mooncake: milliseconds, 512 tokens per hash id, SGLang's slowdown factor stretches the gaps
+    moon = _write_trace(tmp_path / "moon.jsonl", [
+        {"timestamp": 1000, "input_length": 600, "output_length": 2, "hash_ids": [7, 8]},
+        {"timestamp": 1250, "input_length": 512, "output_length": 2, "hash_ids": [7]}])
+    mooncake = build_workload_sync(BenchConfig(dataset_name="mooncake", dataset_path=moon, num_prompts=2,
+                                               mooncake_slowdown_factor=2.0), "m", max_model_len=None)
+    assert mooncake.arrival_offsets_ns == [0, 500_000_000]
+    first, second = (orjson.loads(spec.body)["prompt"] for spec in mooncake.requests)
+    assert first[:512] == second and first[512:] != second[:88]
+    untimed = build_workload_sync(_config(path, self_timed=False), "m", max_model_len=None)
+    assert untimed.arrival_offsets_ns is None
+
+
+def test_a_trace_replay_hits_exactly_the_shared_blocks_and_records_each_sends_lateness(tmp_path: Path) -> None:
+    path = _trace_file(tmp_path)
+    jsonl = tmp_path / "requests.jsonl"
+    with SyntheticServer(enable_prefix_caching=True, block_size=SERVER_BLOCK, ttft_ms=1, itl_ms=1) as server:
+        result = run(_config(path, base_url=server.base_url, save_detailed=jsonl))
+        counted = server.stats()["prefix_cache"]
+    stats = result.server_info["prefix_cache_stats"]
+    assert counted["queries"] == sum(n for _, n, _, _ in TRACE)
+    assert counted["hits"] == sum(hit for *_, hit in TRACE)  # the blocks the hash ids share, no more
+    assert (stats["queries"], stats["hits"]) == (counted["queries"], counted["hits"])
+    assert result.counts.completed == len(TRACE)
+    records = sorted((orjson.loads(line) for line in jsonl.read_bytes().splitlines()), key=lambda r: r["id"])
+    # each request was due at its time in the trace, and its send stamp beside it gives its lateness
+    assert [r["scheduled_ms"] for r in records] == pytest.approx([(ts - 10.0) * 1e3 for ts, *_ in TRACE],
+                                                                 abs=0.01)
+    assert all(r["sent_ms"] >= r["scheduled_ms"] for r in records)
+    notes = " ".join(result.notes)
+    assert "trace replay at the trace's times" in notes
+    assert "the trace's pace was kept" in notes or "could not keep the trace's pace" in notes
+
+
+def test_a_client_that_falls_behind_the_trace_says_so(tmp_path: Path) -> None:
+    """Eight requests due at once under --concurrency 1 with 100 ms each: at least seven are sent late."""
+    path = _write_trace(tmp_path / "burst.jsonl", [
+        {"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": []} for _ in range(8)])
+    with SyntheticServer(ttft_ms=100, itl_ms=1) as server:
+        result = run(_config(path, base_url=server.base_url, num_prompts=8, concurrency=1))
+    note = next(n for n in result.notes if "trace's pace" in n)
+    behind = re.match(r"the client could not keep the trace's pace: (\d) of 8 requests were sent more than 1 ms "
+                      r"after their time in the trace", note)
+    assert behind is not None and int(behind.group(1)) >= 7, note
+    assert "--concurrency" in note
+
+
+def test_bad_traces_are_refused_with_file_line_and_field(tmp_path: Path) -> None:
+    good = {"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1]}
+    cases = [
+        ([good, {**good, "timestamp": 0.5}], "line 2: 'timestamp' 0.5 is earlier than line 1's 1"),
+        ([good, b"{not json"], "line 2: not valid JSON"),
+        ([good, {k: v for k, v in good.items() if k != "input_length"}], "line 2: no 'input_length' field"),
+        ([{**good, "output_length": 0}], "line 1: 'output_length' must be an integer >= 1, got 0"),
+        ([{**good, "hash_ids": [1, "x"]}], "line 1: 'hash_ids' must be a list of integers"),
+        ([{**good, "timestamp": "noon"}], "line 1: 'timestamp' must be a number, got 'noon'"),
+        ([[1, 2]], "line 1: expected a JSON object, found a list"),
+    ]
+    for rows, message in cases:
+        path = tmp_path / "bad.jsonl"
+        path.write_bytes(b"\n".join(row if isinstance(row, bytes) else orjson.dumps(row) for row in rows))
+        with pytest.raises(DatasetError) as info:
+            check_inputs(_config(path))
+        assert str(info.value) == f"{path} {message}" or str(info.value).startswith(f"{path} {message}"), info.value
+        assert "\n" not in str(info.value)
+    labelled = _write_trace(tmp_path / "labels.jsonl", [{"t": 0, "in": 10, "out": 2}])
+    with pytest.raises(DatasetError, match="no 'timestamp' field .--timed-trace-label-timestamp names another"):
+        check_inputs(_config(labelled))
+    check_inputs(_config(labelled, timed_trace_label_timestamp="t", timed_trace_label_input_length="in",
+                         timed_trace_label_output_length="out"))
+
+
+def test_a_request_longer_than_the_context_is_skipped_and_counted(tmp_path: Path) -> None:
+    path = _trace_file(tmp_path)
+    work = build_workload_sync(_config(path), "m", max_model_len=100)  # 128 + 3 tokens do not fit
+    assert work.screened_out == 1 and len(work.requests) == len(TRACE) - 1
+    kept = [ts for ts, n, _, _ in TRACE if n + 3 <= 100]
+    assert work.arrival_offsets_ns == pytest.approx([round((ts - 10.0) * 1e9) for ts in kept], abs=1)
+    assert any("the trace ran short" in note for note in work.notes)
+
+
+def test_a_trace_paces_itself_unless_told_not_to(tmp_path: Path) -> None:
+    path = _trace_file(tmp_path)
+    with pytest.raises(ConfigError, match="--request-rate and the trace's times both pace the run"):
+        build_workload_sync(_config(path, request_rate=5.0), "m", max_model_len=None)
+    with pytest.raises(ConfigError, match="--self-timed/--no-self-timed is for the trace datasets"):
+        build_workload_sync(BenchConfig(self_timed=True), "m", max_model_len=None)
+    assert _config(path).open_loop and not _config(path, self_timed=False).open_loop

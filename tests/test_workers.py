@@ -1,0 +1,291 @@
+"""--workers: one schedule over several processes, merged into what one process would report.
+
+Against the synthetic server: exact counts, merged figures equal to those recomputed from the merged
+per-request rows, the open loop's merged arrivals tested against the asked-for distribution
+(Kolmogorov-Smirnov, written here: scipy is not a dependency), a worker killed mid-run, a stop
+(as Ctrl-C asks it) and a worker that cannot start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uvloop
+
+from fastbench import api
+from fastbench.config import BenchConfig
+from fastbench.exceptions import ConfigError, WorkerError
+from fastbench.load import pacer
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
+from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
+from fastbench.results.records import COL, ErrorClass
+from fastbench.synthetic import SyntheticServer
+
+ENDPOINT = "/v1/completions"
+
+
+def _body(tokens: int) -> bytes:
+    return json.dumps({"model": "synthetic", "prompt": "hi", "max_tokens": tokens, "ignore_eos": True,
+                       "stream": True, "stream_options": {"include_usage": True,
+                                                          "continuous_usage_stats": True}}).encode()
+
+
+def _run(coro: object) -> object:
+    return uvloop.run(coro)  # type: ignore[arg-type]
+
+
+# -- the schedule ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "concurrency", "workers"), [(1000, 256, 2), (7, 3, 2), (10, 64, 3), (5, 2, 8)])
+def test_the_closed_loop_is_dealt_by_slots_without_repeats(n: int, concurrency: int, workers: int) -> None:
+    shares = split_schedule(n, concurrency, None, 5, workers)
+    assert len(shares) == min(workers, concurrency, n)
+    assert sorted(np.concatenate([s.rows for s in shares]).tolist()) == list(range(n))  # each request once
+    assert sum(s.slots for s in shares) == concurrency
+    assert sorted(sum((s.warmups for s in shares), [])) == list(range(5))
+    for w, share in enumerate(shares):  # request i goes to the worker of slot i mod concurrency
+        assert all((i % concurrency) % len(shares) == w for i in share.rows.tolist())
+
+
+def test_open_loop_arrivals_are_drawn_once_and_partitioned() -> None:
+    offsets = pacer.arrival_offsets_ns(1001, 50.0, 1.0, seed=3)
+    shares = split_schedule(1001, 1001, offsets, 0, 3)
+    merged = np.sort(np.concatenate([s.offsets for s in shares if s.offsets is not None]))
+    assert np.array_equal(merged, offsets)  # the aggregate is the drawn process itself
+    for share in shares:
+        assert np.array_equal(share.offsets, offsets[share.rows])
+
+
+def test_auto_picks_from_cores_and_streams_and_says_why() -> None:
+    assert choose_workers(256, 1000, 8, False)[0] == 1
+    assert choose_workers(4096, 10_000, 8, False)[0] == 8
+    count, why = choose_workers(4096, 10_000, 2, True)
+    assert count == 1 and "one left to the server" in why and "4096 streams" in why
+    assert choose_workers(None, 600, 4, False)[0] == 3  # open loop without a cap: the requests bound it
+
+
+def test_workers_is_checked_with_the_other_options() -> None:
+    for bad in (0, -1, "two", 1.5):
+        with pytest.raises(ConfigError, match="workers"):
+            api.validate(BenchConfig(workers=bad))  # type: ignore[arg-type]
+    api.validate(BenchConfig(workers="auto"))
+
+
+# -- runs against the synthetic server -------------------------------------------------------------------
+
+
+def test_two_workers_count_exactly_and_merge_to_the_rows_figures(tmp_path: Path) -> None:
+    config = BenchConfig(concurrency=16, num_prompts=96, random_input_len=8, random_output_len=12, workers=2,
+                         synthetic_args=("--ttft-ms", "5", "--itl-ms", "2"), result_json=tmp_path / "r.json",
+                         save_detailed=tmp_path / "r.jsonl", progress=False)
+    result = api.run(config)
+    assert result.counts.completed == 96 and result.counts.failed == 0
+    section = result.workers
+    assert section is not None and section["count"] == 2 and section["lost"] == []
+    assert sum(w["completed"] for w in section["per_worker"]) == 96
+    assert sum(w["requests"] for w in section["per_worker"]) == 96
+    # Merged per-request figures are the ones recomputed from the merged records.
+    ttfts = np.array(result.per_request.ttfts) * 1e3
+    assert sorted(result.per_request.index) == list(range(96))
+    assert result.distributions["ttft"].p99 == pytest.approx(float(np.percentile(ttfts, 99)), rel=1e-12)
+    assert result.distributions["ttft"].median == pytest.approx(float(np.median(ttfts)), rel=1e-12)
+    assert result.total_output_tokens == sum(result.per_request.output_lens) == 96 * 12
+    # Chunk histograms added: every gap between two chunks of a completed request is in ITL.
+    assert result.histograms["itl"].get_total_count() == result.distributions["itl"].count == 96 * 11
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["fastbench"]["workers"]["count"] == 2
+    assert doc["completed"] == 96
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert len(lines) == 96
+
+
+def test_one_worker_is_the_single_process_path() -> None:
+    plan = LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1)
+    target = Target.parse("http://127.0.0.1:1", ENDPOINT)
+    generator, chosen = api._load_generator(BenchConfig(), target, plan, server_here=True)
+    assert type(generator) is LoadGenerator and chosen is None
+    generator, chosen = api._load_generator(BenchConfig(workers=2), target, plan, server_here=True)
+    assert isinstance(generator, WorkerPool)
+
+
+def _ks_statistic(samples: np.ndarray, cdf: object) -> float:
+    x = np.sort(samples)
+    f = np.asarray(cdf(x))  # type: ignore[operator]
+    n = len(x)
+    return float(max((np.arange(1, n + 1) / n - f).max(), (f - np.arange(n) / n).max()))
+
+
+def _erlang_cdf(shape: int, rate: float) -> object:
+    """CDF of gamma gaps with a whole shape and mean 1/rate (scale 1/(rate*shape))."""
+    lam = rate * shape
+
+    def cdf(x: np.ndarray) -> np.ndarray:
+        terms = sum(np.exp(-lam * x) * (lam * x) ** k / math.factorial(k) for k in range(shape))
+        return np.asarray(1.0 - terms)
+
+    return cdf
+
+
+@pytest.mark.parametrize("burstiness", [1.0, 2.0])
+def test_open_loop_merged_arrivals_fit_the_asked_distribution(burstiness: float) -> None:
+    n, rate = 600, 300.0
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        plan = LoadPlan(bodies=[_body(3)] * n, warmup_bodies=[], concurrency=n, request_rate=rate,
+                        burstiness=burstiness, seed=11)
+        pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=3)
+        data = _run(pool.run())
+    rows = data.rows  # type: ignore[attr-defined]
+    assert int((rows[:, COL["error"]] == 0).sum()) == n
+    # Each worker sent its share only.
+    assert {w["requests"] for w in data.extra["workers"]["per_worker"]} == {200}  # type: ignore[attr-defined]
+    scheduled = np.sort(rows[:, COL["scheduled_ns"]])
+    expected = pacer.arrival_offsets_ns(n, rate, burstiness, 11)
+    assert np.array_equal(scheduled - scheduled[0], expected)  # the drawn schedule, exactly
+    # The arrivals the workers kept, merged, pass KS against the asked-for gaps (the sends add the
+    # host's own lateness, judged by validate, not here).
+    gaps_s = np.diff(scheduled) / 1e9
+    d = _ks_statistic(gaps_s, _erlang_cdf(int(burstiness), rate))
+    assert d < 1.95 / math.sqrt(len(gaps_s)), d  # alpha = 0.001
+
+
+def test_the_error_rate_is_judged_over_all_workers() -> None:
+    """Every request fails (a path the server does not serve gives HTTP 404): one stop for all."""
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        plan = LoadPlan(bodies=[_body(2)] * 4000, warmup_bodies=[], concurrency=4, max_error_rate=0.5)
+        data = _run(WorkerPool(Target.parse(server.base_url, "/v1/nowhere"), plan, workers=2).run())
+    assert data.stopped_reason == "max error rate"  # type: ignore[attr-defined]
+    assert 20 <= int((data.rows[:, COL["error"]] != 0).sum()) < 4000  # type: ignore[attr-defined]
+
+
+async def _run_and_then(pool: WorkerPool, action: object, after_completed: int) -> object:
+    task = asyncio.ensure_future(pool.run())
+    while not task.done():
+        await asyncio.sleep(0.02)
+        workers = pool._workers
+        if pool._start_ns and sum(w.progress.get("completed", 0) for w in workers) >= after_completed:
+            action(pool)  # type: ignore[operator]
+            break
+    return await task
+
+
+def test_a_killed_worker_is_reported_and_its_in_flight_requests_fail_as_lost() -> None:
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        plan = LoadPlan(bodies=[_body(30)] * 400, warmup_bodies=[], concurrency=8)
+        pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+
+        def kill(p: WorkerPool) -> None:
+            assert p._workers[1].process is not None
+            os.kill(p._workers[1].process.pid, signal.SIGKILL)
+
+        data = _run(_run_and_then(pool, kill, 8))
+    rows = data.rows  # type: ignore[attr-defined]
+    section = data.extra["workers"]  # type: ignore[attr-defined]
+    assert data.stopped_reason == "worker lost"  # type: ignore[attr-defined]
+    assert section["lost"] == [1]
+    lost = section["per_worker"][1]["lost"]
+    assert lost is not None and "SIGKILL" in lost["how"] and lost["at_s"] > 0
+    error = rows[:, COL["error"]]
+    mine = pool._workers[1].share.rows
+    assert int((error[mine] == int(ErrorClass.WORKER_LOST)).sum()) >= 1  # its in-flight ones
+    assert int((error == int(ErrorClass.WORKER_LOST)).sum()) == int((error[mine] == int(ErrorClass.WORKER_LOST)).sum())
+    assert all("worker 1" in data.error_messages[int(i)]  # type: ignore[attr-defined]
+               for i in np.flatnonzero(error == int(ErrorClass.WORKER_LOST)))
+    assert int(((error == 0) & (rows[:, COL["end_ns"]] > 0))[pool._workers[0].share.rows].sum()) > 0
+    assert all(w.process is not None and w.process.returncode is not None for w in pool._workers)
+
+
+def test_a_stop_ends_every_worker_and_keeps_what_was_measured() -> None:
+    stop: list[asyncio.Event] = []
+
+    async def main() -> object:
+        stop.append(asyncio.Event())
+        with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+            plan = LoadPlan(bodies=[_body(30)] * 400, warmup_bodies=[], concurrency=8, stop_event=stop[0])
+            pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+            data = await _run_and_then(pool, lambda p: stop[0].set(), 8)
+            assert all(w.process is not None and w.process.returncode == 0 for w in pool._workers)
+            return data
+
+    data = uvloop.run(main())
+    assert data.stopped_reason == "interrupted"  # type: ignore[attr-defined]
+    error = data.rows[:, COL["error"]]  # type: ignore[attr-defined]
+    assert int((error == int(ErrorClass.CANCELLED)).sum()) > 0
+    assert int((error != 0).sum()) == int((error == int(ErrorClass.CANCELLED)).sum())  # cancelled, not failed
+
+
+def test_a_worker_that_cannot_start_fails_the_run_with_its_own_error() -> None:
+    plan = LoadPlan(bodies=[_body(2)] * 4, warmup_bodies=[], concurrency=2, coalesce_s=-1.0)
+    pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
+    with pytest.raises(WorkerError, match=r"worker \d .*could not start: .*--coalesce-ms must be >= 0"):
+        _run(pool.run())
+    assert all(w.process is not None and w.process.returncode is not None for w in pool._workers)
+
+
+def test_ctrl_c_at_the_terminal_writes_the_merged_partial_result(tmp_path: Path) -> None:
+    """SIGINT to the whole process group, as a terminal sends it: the workers ignore it, the parent
+    stops them all and writes the merged result; exit status 130."""
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastbench", "--workers", "2", "--concurrency", "8", "--num-prompts", "2000",
+         "--random-input-len", "8", "--random-output-len", "200", "--synthetic-args=--itl-ms 10 --ttft-ms 5",
+         "--result-json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = 60.0
+        while deadline > 0 and not _window_open(proc.pid):
+            deadline -= 0.1
+            asyncio.run(asyncio.sleep(0.1))
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["fastbench"]["run"]["stopped_reason"] == "interrupted"
+    assert doc["fastbench"]["workers"]["count"] == 2 and doc["fastbench"]["workers"]["lost"] == []
+    assert doc["fastbench"]["counts"]["failed"] == 0 and doc["fastbench"]["counts"]["cancelled"] > 0
+
+
+def _window_open(pid: int) -> bool:
+    """Both workers of the fastbench process ``pid`` hold their 4 streams open: a socket each, beside
+    the 3 a worker holds before its window (its control socket, its event loop's own pair) and the
+    kernel-stamp guard."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return False
+    workers = [int(c) for c in children if "fastbench.load.worker" in _cmdline(int(c))]
+    return len(workers) == 2 and all(_sockets(w) >= 3 + 1 + 4 for w in workers)
+
+
+def _sockets(pid: int) -> int:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return 0
+    count = 0
+    for fd in fds:
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
