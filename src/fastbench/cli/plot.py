@@ -1,5 +1,6 @@
-"""``fastbench plot``: the study's figures (crossover, Pareto frontier, latency against load, one run's
-percentile spectrum) from stored runs, as PNG and SVG, each with its numbers in a JSON file beside it."""
+"""``fastbench plot``: the study's figures (crossover, Pareto frontier, latency and acceptance against
+load, one run's percentile spectrum, one run over time) from stored runs, as PNG and SVG, each with its
+numbers in a JSON file beside it."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import orjson
 from fastbench.cli.argtypes import HelpFormatter, Parser, whole_number
 from fastbench.cli.runs import STORE_ENV, default_store, parse_when
 from fastbench.exceptions import FastbenchError
-from fastbench.study.figures_data import RunPoint, load_points
+from fastbench.study.figures_data import RunPoint, load_points, point_document, point_records
 from fastbench.study.runfile import load_result
 from fastbench.study.store import RESULT_FILE
 
 __all__ = ("main",)
 
-FIGURES = ("crossover", "pareto", "latency", "acceptance", "spectrum", "all")
-MAX_SPECTRA = 8
+FIGURES = ("crossover", "pareto", "latency", "acceptance", "spectrum", "timeline", "all")
+MAX_SPECTRA = 8  # spectrum and timeline draw a figure per run
 
 EPILOG = f"""\
 figures:
@@ -33,9 +34,13 @@ figures:
              frontier joined and named
   latency    TTFT, TPOT, ITL and E2E latency p50 / p90 / p99 against load, per variant
   acceptance speculative decoding's mean acceptance length (the server's counters) and the client's
-             tokens per chunk against load, per variant
+             tokens per chunk against load, per variant; and the acceptance rate at each draft
+             position, where the server counts them per position
   spectrum   one run's latency percentile spectrum from its HDR histograms (a figure per run named;
              at most {MAX_SPECTRA})
+  timeline   one run over time: requests in flight (client; the server's running and waiting), output
+             tokens/s, each request's TTFT at its send time, the server's KV-cache use, memory (a
+             figure per run named; at most {MAX_SPECTRA}); what the run did not keep is named
   all        crossover, pareto, latency and acceptance
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
@@ -115,9 +120,13 @@ def _main(ns: argparse.Namespace) -> int:
             drawn.append(plots.draw_acceptance(points, out, formats, ns.axis))
         else:
             if len(points) > MAX_SPECTRA:
-                raise FastbenchError(f"spectrum draws a figure per run: {len(points)} runs given or matched, "
+                raise FastbenchError(f"{figure} draws a figure per run: {len(points)} runs given or matched, "
                                      f"at most {MAX_SPECTRA} (name runs, or --last N)")
-            drawn += [plots.draw_spectrum(point, _histograms(point), out, formats) for point in points]
+            if figure == "spectrum":
+                drawn += [plots.draw_spectrum(point, _histograms(point), out, formats) for point in points]
+            else:
+                drawn += [plots.draw_timeline(point, point_document(point), point_records(point), out, formats)
+                          for point in points]
     for paths, summary in drawn:
         sidecar = out / f"{summary['figure']}.json"
         sidecar.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
