@@ -121,8 +121,10 @@ def _main(ns: argparse.Namespace, argv: list[str]) -> int:
     if sweep is not None:
         points = [p for p in points if p.flat.get("sweep") == sweep]
         journal = [e for e in Journal(store, sweep).read() if e.get("sweep") in (None, sweep)]
-        if not points and not journal:
-            raise FastbenchError(f"no runs of the sweep {sweep!r} in the store {store}")
+        filtered = any(v is not None for v in filters.values())
+        if not points and (not journal or filtered):  # a sweep whose every cell failed is still reported
+            raise FastbenchError(f"no runs of the sweep {sweep!r} in the store {store}"
+                                 + (" match the filters" if filtered else ""))
     elif not points:
         raise FastbenchError("no runs to report (none named, or none match in the store)")
     title = ns.title or sweep or ns.label or "fastbench study"

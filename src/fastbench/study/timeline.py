@@ -78,7 +78,9 @@ def token_rate(first_s: np.ndarray, end_s: np.ndarray, tokens: np.ndarray, windo
         return (edges[:-1] + width / 2, np.zeros(bins)), width
     span = np.maximum(end_s - first_s, 1e-9)[:, None]
     spread = np.clip((edges[None, :] - first_s[:, None]) / span, 0.0, 1.0) * (tokens - 1)[:, None]
-    cumulative = ((edges[None, :] >= first_s[:, None]) + spread).sum(axis=0)  # tokens out by each edge
+    # tokens out before each edge (a first token on an edge is the next bin's; the last edge takes all)
+    out = (edges[None, :] > first_s[:, None]) | (edges[None, :] == edges[-1])
+    cumulative = (out + spread).sum(axis=0)
     return (edges[:-1] + width / 2, np.diff(cumulative) / width), width
 
 
