@@ -15,7 +15,7 @@ from fastbench.cli.runs import STORE_ENV, default_store, parse_when
 from fastbench.exceptions import FastbenchError
 from fastbench.redact import redact_argv
 from fastbench.study.figures_data import RunPoint, load_points
-from fastbench.study.store import INDEX_NAME
+from fastbench.study.store import INDEX_NAME, RUNS_DIR
 from fastbench.study.sweep import Journal
 
 if sys.version_info >= (3, 11):
@@ -99,7 +99,7 @@ def _main(ns: argparse.Namespace, argv: list[str]) -> int:
                                "limit": ns.last}
     store, sweep, refs = ns.store, ns.sweep, list(ns.sources)
     sweep_files = [r for r in refs if r.endswith(".toml") and Path(r).is_file()]
-    stores = [r for r in refs if Path(r).is_dir() and (Path(r) / INDEX_NAME).is_file()]
+    stores = [r for r in refs if Path(r).is_dir() and any((Path(r) / n).exists() for n in (INDEX_NAME, RUNS_DIR))]
     command_lines: list[str] = []
     if sweep_files or stores:
         if len(refs) != 1:
@@ -127,7 +127,9 @@ def _main(ns: argparse.Namespace, argv: list[str]) -> int:
                                  + (" match the filters" if filtered else ""))
     elif not points:
         raise FastbenchError("no runs to report (none named, or none match in the store)")
-    title = ns.title or sweep or ns.label or "fastbench study"
+    sweeps = {p.flat.get("sweep") for p in points}
+    one_sweep = next(iter(sweeps)) if len(sweeps) == 1 and isinstance(next(iter(sweeps)), str) else None
+    title = ns.title or sweep or one_sweep or ns.label or "fastbench study"
     source = (f"sweep {sweep} in the store {store}" if sweep is not None else
               "the runs named" if refs else f"the store {store}" + _filters_text(filters))
     command_lines.append(shlex.join(["fastbench", "report", *redact_argv(argv)]))
