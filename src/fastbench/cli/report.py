@@ -127,8 +127,8 @@ def _main(ns: argparse.Namespace, argv: list[str]) -> int:
                                  + (" match the filters" if filtered else ""))
     elif not points:
         raise FastbenchError("no runs to report (none named, or none match in the store)")
-    sweeps = {p.flat.get("sweep") for p in points}
-    one_sweep = next(iter(sweeps)) if len(sweeps) == 1 and isinstance(next(iter(sweeps)), str) else None
+    sweeps = {str(p.flat["sweep"]) if isinstance(p.flat.get("sweep"), str) else None for p in points}
+    one_sweep = next(iter(sweeps)) if len(sweeps) == 1 else None
     title = ns.title or sweep or one_sweep or ns.label or "fastbench study"
     source = (f"sweep {sweep} in the store {store}" if sweep is not None else
               "the runs named" if refs else f"the store {store}" + _filters_text(filters))
