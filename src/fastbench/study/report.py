@@ -349,8 +349,12 @@ FIGURE_CAPTIONS = {
 def draw_figures(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
     """The study's figures, each written as OUT/NAME.svg and .png; a figure the runs cannot make (no
     speculative decoding, no load) is left out."""
+    import importlib.util
+
     from fastbench.study import plots  # matplotlib only now
 
+    if importlib.util.find_spec("matplotlib") is None:  # else every figure would be left out, silently
+        raise ConfigError("fastbench report draws its figures with matplotlib: pip install 'fastbench[plot]'")
     drawn: list[Figure] = []
     for name, draw in (("crossover", plots.draw_crossover), ("pareto", plots.draw_pareto),
                        ("latency", plots.draw_latency), ("acceptance", plots.draw_acceptance)):
