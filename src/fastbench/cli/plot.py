@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from fastbench.cli.argtypes import HelpFormatter, Parser, whole_number
+from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser, whole_number
 from fastbench.cli.runs import STORE_ENV, default_store, parse_when
 from fastbench.exceptions import FastbenchError
 from fastbench.study.figures_data import RunPoint, load_points, point_document, point_records
@@ -29,7 +29,7 @@ figures:
   crossover  per-stream decode rate (the median of each request's own rate) and aggregate output
              throughput against concurrency, one line per --variant, where each pair of lines crosses
              computed (interpolated between load points; on a log axis in log load) and marked, with the
-             stretch where their 95%% intervals overlap when cells were repeated
+             stretch where their 95% intervals overlap when cells were repeated
   pareto     per-stream rate against aggregate throughput, one point per variant and load, the Pareto
              frontier joined and named
   latency    TTFT, TPOT, ITL and E2E latency p50 / p90 / p99 against load, per variant
@@ -45,7 +45,7 @@ figures:
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
 of the store that matches the filters (as `fastbench runs` takes them). Runs of one variant at one load
-are repeats: their mean is drawn, with its 95%% t-interval. Each figure is written as OUT/NAME.png and/or
+are repeats: their mean is drawn, with its 95% t-interval. Each figure is written as OUT/NAME.png and/or
 .svg, with OUT/NAME.json holding its numbers; the crossings are printed. Without --store: ${STORE_ENV},
 else ./fastbench-runs. Needs matplotlib: pip install 'fastbench[plot]'. Exit status: 0 done, 2 bad input.
 """
@@ -53,7 +53,7 @@ else ./fastbench-runs. Needs matplotlib: pip install 'fastbench[plot]'. Exit sta
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="fastbench plot", description="Draw the study's figures from stored runs.", epilog=EPILOG,
-               formatter_class=HelpFormatter)
+               formatter_class=LaidOutHelpFormatter)
     p.add_argument("figure", choices=FIGURES, help="which figure (below)")
     p.add_argument("runs", nargs="*", metavar="RUN", help="run ids, run folders or result files (default: the "
                    "store's runs matching the filters)")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastbench.cli.argtypes import HelpFormatter, Parser, whole_number
+from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser, whole_number
 from fastbench.cli.runs import STORE_ENV, default_store, parse_when
 from fastbench.exceptions import FastbenchError
 from fastbench.redact import redact_argv
@@ -43,7 +43,7 @@ matplotlib: pip install 'fastbench[plot]'. Exit status: 0 done, 2 bad input.
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="fastbench report", description="One self-contained HTML report and a Markdown study card "
-               "from a sweep, a store query or runs.", epilog=EPILOG, formatter_class=HelpFormatter)
+               "from a sweep, a store query or runs.", epilog=EPILOG, formatter_class=LaidOutHelpFormatter)
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="a sweep file, a store directory, or run ids / "
                    "folders / result files (below)")
     p.add_argument("--store", metavar="DIR", default=None, help=f"the store (default: ${STORE_ENV}, else "
