@@ -48,13 +48,13 @@ def test_the_harness_sees_a_page_that_reaches_out(chromium: str, tmp_path: Path)
 
 
 def test_the_report_renders_offline_and_quietly(chromium: str, tmp_path: Path,
-                                                record_property: Callable[[str, object], None]) -> None:
+                                                record_testsuite_property: Callable[[str, object], None]) -> None:
     sweep = make_study(tmp_path)
     done = fastbench("report", sweep.name, "--out", "report", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     screenshot = shots(tmp_path) / "fastbench-report.png"
     report: PageReport = asyncio.run(open_page(chromium, tmp_path / "report" / "report.html", screenshot))
-    record_property("screenshot", str(screenshot.resolve()))
+    record_testsuite_property("screenshot", str(screenshot.resolve()))
     print(f"screenshot: {screenshot.resolve()}")
     assert report.console == [] and report.exceptions == [] and report.log_errors == []
     assert report.outside_requests == [], report.outside_requests
