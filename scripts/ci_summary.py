@@ -33,6 +33,7 @@ STAGES = [
     ("suite", "suite"),
     ("vllm", "real vLLM"),
     ("llamacpp", "real llama.cpp"),
+    ("browser", "browser"),
     ("sanitizers", "sanitizers"),
     ("fuzzing", "fuzzing"),
 ]
@@ -182,6 +183,23 @@ def _missing_llamacpp() -> str | None:
     return None
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")  # tests/_browser.py's
+
+
+def _missing_browser() -> str | None:
+    """A Chromium to drive, or apt-get able to install Debian's (.ci/run installs it when missing)."""
+    given = os.environ.get("FASTBENCH_CHROMIUM", "")
+    if any(shutil.which(name) for name in (*BROWSERS, *([given] if given else []))):
+        return None
+    if shutil.which("apt-get") is None:
+        return "no Chromium, and no apt-get to install one"
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        return "no Chromium, and not root to apt-get install one"
+    if not _quiet("apt-get", "install", "--simulate", "-qq", "chromium", timeout_s=120):
+        return "no Chromium, and apt-get cannot install Debian's chromium package"
+    return None
+
+
 def _missing_sanitizers() -> str | None:
     for runtime in ("libasan.so", "libubsan.so"):
         try:
@@ -203,6 +221,7 @@ NEEDS: dict[str, Callable[[], str | None]] = {
     "suite": lambda: None,  # the README's command runs anywhere fastbench installs
     "vllm": _missing_vllm,
     "llamacpp": _missing_llamacpp,
+    "browser": _missing_browser,
     "sanitizers": _missing_sanitizers,
     "fuzzing": _missing_fuzzing,
 }

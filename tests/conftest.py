@@ -18,12 +18,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the tests marked llamacpp: they build (scripts/setup_llamacpp.sh, cached) and launch a real "
         "llama.cpp llama-server; setting FASTBENCH_LLAMACPP runs them too",
     )
+    parser.addoption(
+        "--run-browser", action="store_true", default=False,
+        help="run the tests marked browser: they open fastbench report's page in a real headless Chromium "
+        "(Debian: apt-get install chromium); setting FASTBENCH_CHROMIUM (1, or the browser's path) runs them too",
+    )
 
 
 # marker -> (option, environment variable, what it is): skipped unless the option or the variable is given
 _REAL_SERVERS = {
     "vllm": ("--run-vllm", "FASTBENCH_VLLM_VENV", "real vLLM test"),
     "llamacpp": ("--run-llamacpp", "FASTBENCH_LLAMACPP", "real llama.cpp test"),
+    "browser": ("--run-browser", "FASTBENCH_CHROMIUM", "headless browser test"),
 }
 
 

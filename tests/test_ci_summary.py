@@ -66,6 +66,7 @@ def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[in
     _stage(tmp_path, "suite", report=reports["passing"])
     _stage(tmp_path, "vllm", report=reports["skipping"])
     _stage(tmp_path, "llamacpp", report=reports["failing"])
+    _stage(tmp_path, "browser", report=reports["passing"])
     _stage(tmp_path, "sanitizers", skip="gcc has no libasan.so")
     _stage(tmp_path, "fuzzing", rc=0, note="no clang: the seeds replayed under gcc's sanitizers, not fuzzed")
     asked: list[str] = []
@@ -120,6 +121,19 @@ def test_a_machine_without_compilers_lacks_what_fuzzing_needs(tmp_path: Path) ->
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), "--needs", "fuzzing"],
                           capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=False)
     assert (proc.returncode, proc.stdout) == (1, "neither clang nor gcc\n")
+
+
+def test_a_machine_without_chromium_or_apt_lacks_what_the_browser_stage_needs(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path), "FASTBENCH_CHROMIUM": ""}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), "--needs", "browser"],
+                          capture_output=True, text=True, env=env, check=False)
+    assert (proc.returncode, proc.stdout) == (1, "no Chromium, and no apt-get to install one\n")
+    # a Chromium on PATH is all it needs (a stand-in here: the stage would run it)
+    (tmp_path / "chromium").write_text("#!/bin/sh\n")
+    (tmp_path / "chromium").chmod(0o755)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), "--needs", "browser"],
+                          capture_output=True, text=True, env=env, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "")
 
 
 def test_ci_records_every_stage_and_ends_with_the_summary() -> None:

@@ -105,6 +105,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return text + " (default: %(default)s)"
 
 
+class LaidOutHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """HelpFormatter that prints the description and epilog as written: for epilogs laid out as tables."""
+
+
 class Parser(argparse.ArgumentParser):
     """Errors in one line that points at --help, not the whole usage block; no abbreviations (argparse
     would take --num-prompt as --num-prompts without a word): a flag it does not know is an error that

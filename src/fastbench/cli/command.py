@@ -34,7 +34,8 @@ Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 
 chunks) and benchmarks that. Subcommands: `fastbench validate --help` (the client's own accuracy
 and overhead, against the synthetic server), `fastbench synthetic-server --help`, `fastbench runs
 --help` and `fastbench compare --help` (runs kept with --store, listed and compared), `fastbench sweep
---help` (server variants x a grid of loads, into a store) and `fastbench plot --help` (its figures).
+--help` (server variants x a grid of loads, into a store), `fastbench plot --help` (its figures) and
+`fastbench report --help` (one self-contained HTML page and a study card).
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
 the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
@@ -49,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         "       fastbench synthetic-server [options]  (the built-in yardstick server)\n"
         "       fastbench runs|compare [options]      (runs kept with --store)\n"
         "       fastbench sweep FILE [options]        (server variants x a grid of loads)\n"
-        "       fastbench plot FIGURE [options]       (a study's figures)",
+        "       fastbench plot FIGURE [options]       (a study's figures)\n"
+        "       fastbench report [SOURCE] [options]   (an offline HTML report and a study card)",
         description="Benchmark an OpenAI-compatible LLM server (vLLM, SGLang, TGI, llama.cpp) with "
         "timestamps taken at socket read.",
         epilog=EPILOG,
@@ -471,6 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fastbench.cli import plot
 
         return plot.main(argv[1:])
+    if argv and argv[0] == "report":
+        from fastbench.cli import report
+
+        return report.main(argv[1:])
     parser = build_parser()
     try:
         config_file, argv = tomlconfig.expand(argv, parser)

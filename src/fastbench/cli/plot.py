@@ -1,5 +1,6 @@
-"""``fastbench plot``: the study's figures (crossover, Pareto frontier, latency against load, one run's
-percentile spectrum) from stored runs, as PNG and SVG, each with its numbers in a JSON file beside it."""
+"""``fastbench plot``: the study's figures (crossover, Pareto frontier, latency and acceptance against
+load, one run's percentile spectrum, one run over time) from stored runs, as PNG and SVG, each with its
+numbers in a JSON file beside it."""
 
 from __future__ import annotations
 
@@ -11,36 +12,40 @@ from typing import Any
 
 import orjson
 
-from fastbench.cli.argtypes import HelpFormatter, Parser, whole_number
+from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser, whole_number
 from fastbench.cli.runs import STORE_ENV, default_store, parse_when
 from fastbench.exceptions import FastbenchError
-from fastbench.study.figures_data import RunPoint, load_points
+from fastbench.study.figures_data import RunPoint, load_points, point_document, point_records
 from fastbench.study.runfile import load_result
 from fastbench.study.store import RESULT_FILE
 
 __all__ = ("main",)
 
-FIGURES = ("crossover", "pareto", "latency", "acceptance", "spectrum", "all")
-MAX_SPECTRA = 8
+FIGURES = ("crossover", "pareto", "latency", "acceptance", "spectrum", "timeline", "all")
+MAX_SPECTRA = 8  # spectrum and timeline draw a figure per run
 
 EPILOG = f"""\
 figures:
   crossover  per-stream decode rate (the median of each request's own rate) and aggregate output
              throughput against concurrency, one line per --variant, where each pair of lines crosses
              computed (interpolated between load points; on a log axis in log load) and marked, with the
-             stretch where their 95%% intervals overlap when cells were repeated
+             stretch where their 95% intervals overlap when cells were repeated
   pareto     per-stream rate against aggregate throughput, one point per variant and load, the Pareto
              frontier joined and named
   latency    TTFT, TPOT, ITL and E2E latency p50 / p90 / p99 against load, per variant
   acceptance speculative decoding's mean acceptance length (the server's counters) and the client's
-             tokens per chunk against load, per variant
+             tokens per chunk against load, per variant; and the acceptance rate at each draft
+             position, where the server counts them per position
   spectrum   one run's latency percentile spectrum from its HDR histograms (a figure per run named;
              at most {MAX_SPECTRA})
+  timeline   one run over time: requests in flight (client; the server's running and waiting), output
+             tokens/s, each request's TTFT at its send time, the server's KV-cache use, memory (a
+             figure per run named; at most {MAX_SPECTRA}); what the run did not keep is named
   all        crossover, pareto, latency and acceptance
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
 of the store that matches the filters (as `fastbench runs` takes them). Runs of one variant at one load
-are repeats: their mean is drawn, with its 95%% t-interval. Each figure is written as OUT/NAME.png and/or
+are repeats: their mean is drawn, with its 95% t-interval. Each figure is written as OUT/NAME.png and/or
 .svg, with OUT/NAME.json holding its numbers; the crossings are printed. Without --store: ${STORE_ENV},
 else ./fastbench-runs. Needs matplotlib: pip install 'fastbench[plot]'. Exit status: 0 done, 2 bad input.
 """
@@ -48,7 +53,7 @@ else ./fastbench-runs. Needs matplotlib: pip install 'fastbench[plot]'. Exit sta
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="fastbench plot", description="Draw the study's figures from stored runs.", epilog=EPILOG,
-               formatter_class=HelpFormatter)
+               formatter_class=LaidOutHelpFormatter)
     p.add_argument("figure", choices=FIGURES, help="which figure (below)")
     p.add_argument("runs", nargs="*", metavar="RUN", help="run ids, run folders or result files (default: the "
                    "store's runs matching the filters)")
@@ -115,9 +120,13 @@ def _main(ns: argparse.Namespace) -> int:
             drawn.append(plots.draw_acceptance(points, out, formats, ns.axis))
         else:
             if len(points) > MAX_SPECTRA:
-                raise FastbenchError(f"spectrum draws a figure per run: {len(points)} runs given or matched, "
+                raise FastbenchError(f"{figure} draws a figure per run: {len(points)} runs given or matched, "
                                      f"at most {MAX_SPECTRA} (name runs, or --last N)")
-            drawn += [plots.draw_spectrum(point, _histograms(point), out, formats) for point in points]
+            if figure == "spectrum":
+                drawn += [plots.draw_spectrum(point, _histograms(point), out, formats) for point in points]
+            else:
+                drawn += [plots.draw_timeline(point, point_document(point), point_records(point), out, formats)
+                          for point in points]
     for paths, summary in drawn:
         sidecar = out / f"{summary['figure']}.json"
         sidecar.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))

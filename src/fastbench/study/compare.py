@@ -85,7 +85,7 @@ def load_run(ref: str, store_root: str | None) -> RunSide:
     run_id = None
     if path.is_file():
         doc = load_result(path)
-        records_path = _records_of_file(path, doc)
+        records_path = records_of_file(path, doc)
     elif path.is_dir():
         if not (path / RESULT_FILE).is_file():
             raise StoreError(f"{ref}: a directory without {RESULT_FILE}; give a run folder, a result file or a run id")
@@ -107,7 +107,7 @@ def load_run(ref: str, store_root: str | None) -> RunSide:
     return RunSide(ref=ref, run_id=run_id, doc=doc, flat=flat_keys(doc), series=series, records=records)
 
 
-def _records_of_file(path: Path, doc: Mapping[str, Any]) -> Path | None:
+def records_of_file(path: Path, doc: Mapping[str, Any]) -> Path | None:
     """The --save-detailed file a result file names, as written (relative to where the run was started)
     or beside the result file."""
     given = ((doc.get("fastbench") or {}).get("config") or {}).get("save_detailed")

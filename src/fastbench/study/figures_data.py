@@ -18,11 +18,12 @@ from typing import Any, Literal
 import numpy as np
 
 from fastbench.exceptions import StoreError
-from fastbench.study.runfile import Scalar, flat_keys, load_result
-from fastbench.study.store import RESULT_FILE, Store
+from fastbench.study.compare import records_of_file
+from fastbench.study.runfile import Scalar, flat_keys, load_result, read_records
+from fastbench.study.store import RECORDS_FILE, RESULT_FILE, Store
 
 __all__ = ("Cell", "Crossing", "RunPoint", "crossings", "group_series", "load_points", "mean_interval",
-           "pareto_front", "spectrum")
+           "pareto_front", "per_position_points", "point_document", "point_records", "spectrum")
 
 Axis = Literal["concurrency", "rate"]
 NO_VARIANT = "(no variant)"
@@ -98,6 +99,49 @@ def load_points(refs: Sequence[str], store_root: str | None, filters: Mapping[st
                 stored = store.resolve(ref)
             points.append(_point(stored.run_id, load_result(Path(stored.folder) / RESULT_FILE), stored.folder))
     return points
+
+
+def point_document(point: RunPoint) -> dict[str, Any]:
+    """The run's whole result document: its folder's result file, or the result file it was named by."""
+    path = Path(point.folder) / RESULT_FILE if point.folder is not None else Path(point.run_id)
+    return load_result(path / RESULT_FILE if path.is_dir() else path)
+
+
+def point_records(point: RunPoint) -> list[dict[str, Any]] | None:
+    """The run's per-request records: its folder's requests.jsonl.gz, or the --save-detailed file its
+    result file names; None where none is kept."""
+    if point.folder is not None:
+        path = Path(point.folder) / RECORDS_FILE
+        return read_records(path) if path.is_file() else None
+    found = records_of_file(Path(point.run_id), point_document(point))
+    return read_records(found) if found is not None else None
+
+
+PER_POSITION_KEY = "spec_decode_per_position_acceptance_rates"
+
+
+def position_key(position: int) -> str:
+    return f"spec_decode_acceptance_rate_position_{position}"
+
+
+def per_position_points(points: Sequence[RunPoint]) -> tuple[list[RunPoint], int]:
+    """The runs with per-position acceptance (vLLM's ``spec_decode_num_accepted_tokens_per_pos_total``
+    over drafts, in the result file as a list), each with one flat key per position
+    (:func:`position_key`) so that :func:`group_series` takes them; and the most positions any has.
+    Only runs with an acceptance length have counters, so only their result files are read."""
+    found: list[RunPoint] = []
+    positions = 0
+    for point in points:
+        if point.value("spec_decode_acceptance_length") is None:
+            continue
+        rates = point_document(point).get(PER_POSITION_KEY)
+        if not isinstance(rates, list) or not rates:
+            continue
+        extra = {position_key(i): float(r) for i, r in enumerate(rates)
+                 if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r)}
+        positions = max(positions, len(rates))
+        found.append(dataclasses.replace(point, flat={**point.flat, **extra}))
+    return found, positions
 
 
 # -- series ---------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fastbench.exceptions import ConfigError
 from fastbench.study.figures_data import (
     Axis,
@@ -25,13 +27,16 @@ from fastbench.study.figures_data import (
     group_series,
     log_axis,
     pareto_front,
+    per_position_points,
+    position_key,
     read_histogram_log,
     spectrum,
 )
 from fastbench.study.store import HISTOGRAMS_FILE
+from fastbench.study.timeline import timeline
 
 __all__ = ("FORMATS", "OKABE_ITO", "crossing_text", "draw_acceptance", "draw_crossover", "draw_latency", "draw_pareto",
-           "draw_spectrum")
+           "draw_spectrum", "draw_timeline")
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any colour-vision deficiency.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
@@ -248,19 +253,27 @@ ACCEPTANCE_KEY = "spec_decode_acceptance_length"
 TOKENS_PER_CHUNK_KEY = "mean_tokens_per_chunk"
 
 
+POSITION_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+
+
 def draw_acceptance(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[str] = FORMATS,
                     axis: Axis = "concurrency", name: str = "acceptance") -> tuple[list[Path], dict[str, Any]]:
-    """Speculative decoding's mean acceptance length (the server's counters) against load per variant,
-    solid, and the client's tokens per chunk (its estimate of it, which a server merging steps under load
-    inflates) dashed."""
+    """Speculative decoding against load per variant: the mean acceptance length (the server's counters)
+    solid, with the client's tokens per chunk (its estimate of it, which a server merging steps under
+    load inflates) dashed; and beside it, where the server counts them per position, the acceptance rate
+    at each draft position (a line style per position)."""
     plt = _pyplot()
     server = group_series(points, ACCEPTANCE_KEY, axis)
     client = group_series(points, TOKENS_PER_CHUNK_KEY, axis)
     if not server and not client:
         raise ConfigError(f"no run has an acceptance length or tokens per chunk and a {LOAD_WORD[axis]}")
+    with_positions, positions = per_position_points(points)
+    by_position = [group_series(with_positions, position_key(i), axis) for i in range(positions)]
     order = sorted(set(server) | set(client))
     loads = sorted({c.load for s in (*server.values(), *client.values()) for c in s})
-    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    fig, axes = plt.subplots(1, 2 if positions else 1, figsize=(15, 5.5) if positions else (8.5, 5.5),
+                             squeeze=False)
+    ax = axes[0][0]
     for series, linestyle, what in ((server, "-", "acceptance length (server)"),
                                     (client, "--", "tokens per chunk (client)")):
         for variant, cells in series.items():
@@ -270,10 +283,27 @@ def draw_acceptance(points: Sequence[RunPoint], out_dir: Path, formats: Sequence
     ax.set_ylabel("Tokens per decode step (tokens)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=9)
-    ax.set_title("Speculative decoding: mean acceptance length against load", fontsize=10)
+    ax.set_title("Mean acceptance length against load", fontsize=10)
+    if positions:
+        ax = axes[0][1]
+        for i, series in enumerate(by_position):
+            for variant, cells in series.items():
+                style = _style(order.index(variant) if variant in order else len(order))
+                yerr = [[100 * (c.mean - c.low) for c in cells], [100 * (c.high - c.mean) for c in cells]]
+                ax.errorbar([c.load for c in cells], [100 * c.mean for c in cells],
+                            yerr=yerr if any(c.high > c.low for c in cells) else None, capsize=3,
+                            linestyle=POSITION_STYLES[i % len(POSITION_STYLES)], linewidth=1.6,
+                            label=f"{variant} position {i + 1}", **style)
+        _load_axis(ax, loads, axis, log_axis(loads))
+        ax.set_ylabel("Accepted at the position / drafts (%)")
+        ax.set_ylim(0, 100)
+        ax.legend(fontsize=8)
+        ax.set_title("Per-position acceptance against load (position 1 solid, 2 dashed, 3 dotted)", fontsize=10)
+    fig.suptitle("Speculative decoding against load", fontsize=11)
     summary = {"figure": name, "load_axis": axis, "acceptance_length": _series_summary(server),
-               "tokens_per_chunk": _series_summary(client)}
-    return _save(plt, fig, out_dir, name, formats, "Mean acceptance length against load"), summary
+               "tokens_per_chunk": _series_summary(client),
+               "per_position": [_series_summary(series) for series in by_position]}
+    return _save(plt, fig, out_dir, name, formats, "Acceptance against load"), summary
 
 
 SPECTRUM_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (per chunk)"), ("e2el", "E2E latency"))
@@ -331,3 +361,85 @@ def _percentile_label(x: float) -> str:
     p = 100.0 * (1.0 - 1.0 / x)
     digits = max(0, round(math.log10(x)) - 2)
     return f"{p:.{digits}f}%"
+
+
+def draw_timeline(point: RunPoint, doc: Mapping[str, Any], records: Sequence[Mapping[str, Any]] | None,
+                  out_dir: Path, formats: Sequence[str] = FORMATS,
+                  name: str | None = None) -> tuple[list[Path], dict[str, Any]]:
+    """One run over time (``timeline``): requests in flight (the client's, and the server's running and
+    waiting where its /metrics gives them), output tokens/s, each request's TTFT at its send time, the
+    server's KV-cache use and memory, panels sharing one time axis; a panel whose data the run did not
+    keep is left out and named in the figure."""
+    plt = _pyplot()
+    line = timeline(doc, records)
+    panels: list[str] = []
+    if len(line.in_flight[0]) or "running" in line.server or "waiting" in line.server:
+        panels.append("requests")
+    if len(line.tokens_per_s[0]):
+        panels.append("tokens")
+    if len(line.ttft[0]) or len(line.failed_sends):
+        panels.append("ttft")
+    if "kv_cache_usage" in line.server:
+        panels.append("kv")
+    if line.memory:
+        panels.append("memory")
+    if not panels:
+        raise ConfigError(f"run {point.run_id}: nothing kept to draw over time ({'; '.join(line.missing)})")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.3 * len(panels) + 1.2), sharex=True, squeeze=False)
+    summary: dict[str, Any] = {"figure": name or f"timeline-{point.run_id}", "run": point.run_id,
+                               "window_s": line.window_s, "panels": panels, "missing": list(line.missing),
+                               "lines": [f"run {point.run_id} over time: not kept: {m}" for m in line.missing]}
+    for ax, panel in zip((row[0] for row in axes), panels):
+        if panel == "requests":
+            times, counts = line.in_flight
+            if len(times):
+                ax.step(np.concatenate([[0.0], times]), np.concatenate([[0.0], counts]), where="post",
+                        color=OKABE_ITO[0], linewidth=1.4, label="in flight (client)")
+                summary["max_in_flight"] = float(counts.max())
+            for index, gauge in ((1, "running"), (3, "waiting")):
+                if gauge in line.server:
+                    t, v = line.server[gauge]
+                    ax.plot(t, v, color=OKABE_ITO[index], marker=MARKERS[index], markersize=4, linewidth=1.2,
+                            linestyle="--", label=f"{gauge} (server)")
+            ax.set_ylabel("Requests")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8, loc="upper right")
+        elif panel == "tokens":
+            centres, rates = line.tokens_per_s
+            ax.bar(centres, rates, width=line.bin_s, color=OKABE_ITO[2], alpha=0.8,
+                   label=f"output tokens/s ({line.bin_s * 1000:.3g} ms bins)")
+            ax.set_ylabel("Output tokens/s")
+            ax.legend(fontsize=8, loc="upper right")
+            summary["peak_tokens_per_s"] = float(rates.max()) if len(rates) else None
+        elif panel == "ttft":
+            sends, ttfts = line.ttft
+            ax.scatter(sends, ttfts, s=8, color=OKABE_ITO[0], alpha=0.7, label="TTFT at its send")
+            if len(line.failed_sends):
+                ax.scatter(line.failed_sends, np.zeros(len(line.failed_sends)), s=30, marker="x",
+                           color=OKABE_ITO[3], label="failed request (sent)", zorder=3)
+            ax.set_ylabel("TTFT (ms)")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8, loc="upper right")
+            summary["requests_with_ttft"] = int(len(sends))
+            summary["failed"] = int(len(line.failed_sends))
+        elif panel == "kv":
+            t, v = line.server["kv_cache_usage"]
+            ax.plot(t, v, color=OKABE_ITO[4], marker=MARKERS[4], markersize=4, linewidth=1.4, label="KV-cache use")
+            ax.set_ylabel("KV cache used (%)")
+            ax.set_ylim(0, max(100.0, float(v.max()) if len(v) else 100.0))
+        else:
+            for index, (label, (t, v)) in enumerate(line.memory.items()):
+                ax.plot(t, v, color=OKABE_ITO[(index + 5) % len(OKABE_ITO)], linewidth=1.4, label=label,
+                        linestyle=("-", "--", ":", "-.")[index % 4])
+            ax.set_ylabel("Memory (GiB)")
+            ax.legend(fontsize=8, loc="upper right")
+    last = axes[-1][0]
+    last.set_xlabel("Time from the start of the measured window (s)")
+    last.set_xlim(left=0)
+    title = f"Run {point.run_id} over time ({point.variant}"
+    title += f", {LOAD_WORD['concurrency']} {point.concurrency})" if point.concurrency is not None else ")"
+    if line.missing:
+        fig.text(0.01, 0.005, "Not kept: " + "; ".join(line.missing), fontsize=7, wrap=True, va="bottom")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.06 if line.missing else 0, 1, 1))
+    return _save(plt, fig, out_dir, summary["figure"], formats, title), summary
