@@ -128,7 +128,8 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
 
 def test_real_vllm_sweep_ngram_against_none_and_resume(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 13's study in small: two variants (no speculation; n-gram, 3 tokens) x concurrency 1 and 4, into a
-    store; the crossover figure's data from it; the same sweep again finds nothing left to do."""
+    store; the crossover figure's data from it and the report; the same sweep again finds nothing left to do.
+    About 13 minutes here under other sessions' load (each vLLM ready in 150-240 s, its cells 1-2 minutes)."""
     from fastbench.study import figures_data
 
     vllm, model = real_vllm
@@ -196,6 +197,14 @@ max_seconds = 120
     if max(load_before, load_after) < 3.0:
         assert rate["ngram"][1.0] > 1.2 * rate["none"][1.0]
     assert all(total[v][4.0] > total[v][1.0] for v in total)  # more streams, more aggregate throughput
+
+    # the report: one offline HTML file and the study card, its table a row per cell
+    report = subprocess.run([sys.executable, "-m", "fastbench", "report", str(sweep_file), "--out",
+                             str(tmp_path / "report")], capture_output=True, text=True, timeout=300, check=False)
+    assert report.returncode == 0, report.stderr
+    card = (tmp_path / "report" / "study.md").read_text()
+    assert all(f"| {v} | concurrency={c} | 1 |" in card for v in ("ngram", "none") for c in (1, 4)), card
+    assert (tmp_path / "report" / "report.html").stat().st_size > 10_000
 
     again = subprocess.run([sys.executable, "-m", "fastbench", "sweep", str(sweep_file)], capture_output=True,
                            text=True, timeout=300, check=False)
