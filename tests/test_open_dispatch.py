@@ -218,17 +218,19 @@ def test_the_arrival_lead_follows_how_late_the_loop_gets_to_arrivals() -> None:
 
 def test_a_loop_on_time_keeps_the_lead_short() -> None:
     """The same arrivals with the loop woken by the timer itself: the lead stays near the wake-up's
-    own delay, well under the bound, so little time is spent waiting it out."""
+    own delay, far under a loose bound, so little time is spent waiting it out. (A lead measured
+    from the wrong moment feeds on itself and runs up to the bound; a host stall of a few ms in a
+    round only sets the lead to that stall.)"""
     def one_round() -> None:
         bench = _Bench(0, 24)
         try:
             state = bench.state
-            state.lead_min_ns, state.lead_max_ns = 20_000, 2_000_000
+            state.lead_min_ns, state.lead_max_ns = 20_000, 50_000_000
             state.lead_ns = 20_000
             _dispatch_spaced(bench, 24, 2_000_000, late_ns=None)
             assert state.core_sends == 24 and state.lead_samples == 24
-            assert state.lead_ns < 500_000
-            assert state.lead_wait_ns < 24 * 500_000
+            assert state.lead_ns < 10_000_000
+            assert state.lead_wait_ns < 24 * 10_000_000
         finally:
             bench.close()
 
