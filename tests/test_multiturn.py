@@ -4,6 +4,7 @@ the TTFT effect of a growing history and of the prefix cache against the synthet
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 
@@ -15,6 +16,7 @@ from _timing import until_a_round_passes
 from fastbench import BenchConfig, run
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
+from fastbench.load.datasets import build_workload
 from fastbench.load.sessions import load_template, think_times_ns
 from fastbench.results.card import render_card
 from fastbench.results.writers import render_console
@@ -68,6 +70,34 @@ def test_malformed_sharegpt_conversations_are_skipped_and_counted(tmp_path: path
     assert skipped == 3
     assert [c.ident for c in conversations] == ["a", "d"]
     assert conversations[0].turns == [("hi there", "hello"), ("more", None)]
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("extra_body", [{}, {"max_tokens": 9}])
+def test_each_body_holds_the_conversation_so_far_as_a_whole_build_would(
+        tmp_path: pathlib.Path, endpoint: str, extra_body: dict[str, int]) -> None:
+    # texts that JSON escapes (quotes, backslash, control and non-ASCII characters, U+2028) and a
+    # template placeholder in a message; with max_tokens in --extra-body each body is built whole
+    odd = 'say "hi" \\ {role} \u00e9\u2028\t'
+    conversations = [[{"role": "system", "content": odd}] + _conversation(3, 3, 2, f"s{i}-{odd}")[1:]
+                     for i in range(3)]
+    path = _write_jsonl(tmp_path / "c.jsonl", conversations)
+    config = BenchConfig(endpoint=endpoint, dataset_name="jsonl", dataset_path=path, dataset_order="file",
+                         multi_turn=True, multi_turn_history="dataset", num_prompts=3, max_turns=2,
+                         extra_body=extra_body)
+    work = asyncio.run(build_workload(config, "m", max_model_len=None))
+    template = load_template(None)
+    expected = []
+    for messages in conversations:
+        for user in (1, 3):  # the first two turns: history up to each user message
+            sent = messages[:user + 1]
+            prompt = "".join(template.render(m["role"], m["content"]) for m in sent) + template.generation_prompt
+            expected.append(sent if endpoint == "/v1/chat/completions" else prompt)
+    key = "messages" if endpoint == "/v1/chat/completions" else "prompt"
+    bodies = [orjson.loads(r.body) for r in work.requests]
+    assert [b[key] for b in bodies] == expected
+    # the dataset's reply "reply reply" is (11 + 3) // 4 = 3 tokens by the estimate
+    assert [b["max_tokens"] for b in bodies] == [extra_body.get("max_tokens", 3)] * 6
 
 
 def test_the_chat_template_file_is_checked(tmp_path: pathlib.Path) -> None:
