@@ -14,10 +14,11 @@ import pytest
 
 from _timing import until_a_round_passes
 from fastbench import BenchConfig, run
+from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
 from fastbench.load.datasets import build_workload
-from fastbench.load.sessions import load_template, think_times_ns
+from fastbench.load.sessions import load_template, start_on_arrival, think_times_ns
 from fastbench.results.card import render_card
 from fastbench.results.writers import render_console
 from fastbench.synthetic import SyntheticServer
@@ -134,6 +135,65 @@ def test_multi_turn_options_are_checked() -> None:
         run(BenchConfig(multi_turn=True, dataset_name="jsonl", dataset_path="c.jsonl", workers=2))
 
 
+# -- the open loop's session starts ------------------------------------------------------------------------
+
+
+def test_sessions_start_as_they_arrive_holding_few_tasks() -> None:
+    # 20,000 sessions all due at once, 8 slots: each holds a slot for its first turn, then takes one again
+    # for a second. Tasks exist only for started sessions: at most the 8 in a turn, the 8 queued for
+    # their second turn and the one being started, not 20,000 waiting ones.
+    n, slots_n = 20_000, 8
+    started: list[int] = []
+    alive = 0
+    most_alive = 0
+
+    async def main() -> int:
+        slots = asyncio.Semaphore(slots_n)
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def session(s: int, due: int) -> None:
+            nonlocal alive, most_alive
+            alive += 1
+            most_alive = max(most_alive, alive)
+            assert due == dues[s] and now_ns() >= due
+            started.append(s)
+            await asyncio.sleep(0)  # the first turn, in the slot given
+            slots.release()
+            async with slots:  # the second turn
+                await asyncio.sleep(0)
+            alive -= 1
+
+        dues = np.full(n, now_ns(), dtype=np.int64)
+        return await start_on_arrival(dues, slots, stop, session)
+
+    peak = asyncio.run(main())
+    assert started == list(range(n)) and alive == 0
+    assert peak == most_alive and 1 < most_alive <= 2 * slots_n + 1
+
+
+def test_a_session_starts_at_its_due_time_and_none_after_the_stop() -> None:
+    async def main() -> tuple[list[tuple[int, int, int]], int]:
+        slots = asyncio.Semaphore(4)
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        runs: list[tuple[int, int, int]] = []
+
+        async def session(s: int, due: int) -> None:
+            runs.append((s, due, now_ns()))
+            slots.release()
+            if s == 5:
+                stop.set_result(None)
+
+        start = now_ns()
+        dues = start + np.arange(50, dtype=np.int64) * 2_000_000  # one every 2 ms
+        await start_on_arrival(dues, slots, stop, session)
+        return runs, start
+
+    runs, start = asyncio.run(main())
+    # the stop came from session 5: none after it started (each waited for its own due time)
+    assert [s for s, _, _ in runs] == list(range(6))
+    assert all(due == start + s * 2_000_000 and began >= due for s, due, began in runs)
+
+
 # -- runs against the synthetic server ----------------------------------------------------------------------
 
 
@@ -229,6 +289,23 @@ def test_open_loop_sessions_arrive_at_the_rate_and_the_cap_stops_their_think_tim
     # every session sent its first turn, then thought for a minute: the cap ended the run, not the sleep
     assert [t["completed"] for t in sessions["per_turn"]] == [6, 0, 0]
     assert result.duration_s < 5 and sessions["ended_early"] == 6 and result.counts.not_started == 12
+
+
+def test_many_sessions_at_a_high_rate_all_run_their_turns(tmp_path: pathlib.Path) -> None:
+    # 3,000 two-turn sessions arriving at 100,000/s, through the driver: started as they arrive (the
+    # scheduler's own test above takes 20,000), every turn sent once
+    n = 3_000
+    path = _write_jsonl(tmp_path / "c.jsonl", [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"},
+                                               {"role": "user", "content": "q2"}]] * n)
+    with SyntheticServer(ttft_ms=0, itl_ms=0) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=1, num_prompts=n,
+                                 request_rate=100_000, concurrency=32))
+    sessions = result.sessions
+    assert sessions is not None
+    assert result.counts.completed == 2 * n and result.counts.failed == 0
+    assert (sessions["completed"], sessions["ended_early"]) == (n, 0)
+    assert [t["completed"] for t in sessions["per_turn"]] == [n, n]
 
 
 def test_the_card_and_console_show_turns_and_sessions(tmp_path: pathlib.Path) -> None:

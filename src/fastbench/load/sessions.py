@@ -21,21 +21,25 @@ would (bench/build_requests.py).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
+from collections.abc import Callable, Coroutine
 from itertools import accumulate, chain, zip_longest
 from typing import Any
 
 import numpy as np
 import orjson
 
+from fastbench._core import now_ns
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
 from fastbench.load.tokens import SOURCE_CHARS, TokenCounter
 
-__all__ = ("DEFAULT_TEMPLATE", "ChatTemplate", "SessionPlan", "build_sessions", "load_template", "think_times_ns")
+__all__ = ("DEFAULT_TEMPLATE", "ChatTemplate", "SessionPlan", "build_sessions", "load_template", "start_on_arrival",
+           "think_times_ns")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,3 +329,37 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         pieces = ([message("system", conv.system)] if conv.system else []) + [message("user", conv.users[0])]
         warmups.append(make(sep.join(pieces), out))
     return plan, prompt_lens, max_tokens, warmups, f"{config.dataset_name} multi-turn:{path}"
+
+
+async def start_on_arrival(due_ns: np.ndarray, slots: asyncio.Semaphore, stop: asyncio.Future[None],
+                           session: Callable[[int, int], Coroutine[Any, Any, None]]) -> int:
+    """Open loop: start session ``s`` as ``session(s, due_ns[s])`` once it is due and a slot for its first
+    turn is free; the session holds that slot and releases it when its first turn is done. Sessions start
+    in order; one whose slot comes late keeps its due time (its turn's latency counts from it). A task
+    exists only for a session that has started and not ended (at most the slots' count plus those between
+    turns), not one per session from the start: 100,000 sessions would be 100,000 timers. Stops starting
+    when ``stop`` is done. Returns the most sessions that ran at once."""
+    running: set[asyncio.Task[None]] = set()
+    loop = asyncio.get_running_loop()
+    peak = 0
+    try:
+        for s, due in enumerate(due_ns.tolist()):
+            delay_s = (due - now_ns()) / 1e9
+            if delay_s > 0:
+                await asyncio.wait([stop], timeout=delay_s)
+            if stop.done():
+                break
+            await slots.acquire()
+            if stop.done():
+                slots.release()
+                break
+            task = loop.create_task(session(s, due))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            peak = max(peak, len(running))
+        if running:
+            await asyncio.gather(*running)
+    finally:
+        for task in running:
+            task.cancel()
+    return peak
