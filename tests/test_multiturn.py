@@ -18,6 +18,7 @@ from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
 from fastbench.load.datasets import build_workload
+from fastbench.load.outputs import decode_outputs, decode_text
 from fastbench.load.sessions import load_template, start_on_arrival, think_times_ns
 from fastbench.results.card import render_card
 from fastbench.results.writers import render_console
@@ -57,6 +58,20 @@ def test_a_malformed_jsonl_turn_is_one_line_naming_file_line_and_field(
         read_conversations(str(path), "jsonl")
     message = str(err.value)
     assert message.startswith(f"{path} line 2: {field}") and "\n" not in message
+
+
+def test_a_jsonl_line_that_is_no_conversation_is_one_line_naming_it(tmp_path: pathlib.Path) -> None:
+    good = json.dumps({"messages": _conversation(2, 1, 1, "q")})
+    path = tmp_path / "c.jsonl"
+    # CRLF line ends and a blank line are read as lines; the line numbers count every line
+    path.write_bytes(f"{good}\r\n\r\n{good}\r\n".encode())
+    assert len(read_conversations(str(path), "jsonl")[0]) == 2
+    for line, why in [("{not json", "not valid JSON"), ('{"turns": []}', "messages: expected an object with a"),
+                      ('{"messages": ["hi"]}', "messages[0]: expected an object, found a str")]:
+        path.write_text(f"{good}\n\n{line}\n")
+        with pytest.raises(DatasetError) as err:
+            read_conversations(str(path), "jsonl")
+        assert str(err.value).startswith(f"{path} line 3: {why}") and "\n" not in str(err.value)
 
 
 def test_malformed_sharegpt_conversations_are_skipped_and_counted(tmp_path: pathlib.Path) -> None:
@@ -133,6 +148,24 @@ def test_multi_turn_options_are_checked() -> None:
         run(BenchConfig(multi_turn=True))
     with pytest.raises(ConfigError, match="--workers is not available with --multi-turn"):
         run(BenchConfig(multi_turn=True, dataset_name="jsonl", dataset_path="c.jsonl", workers=2))
+
+
+@pytest.mark.parametrize("events", [
+    [{"choices": [{"delta": {"content": "a"}}]}, {"choices": [{"delta": {"content": "b"}}], "usage": {}}],
+    [{"choices": [{"text": "x"}]}, {"choices": [{"text": ""}]}, {"choices": [{"text": "y"}]}],  # completions
+    [{"choices": [{"delta": {"content": "a"}}]}, {"usage": {"completion_tokens": 3}}],  # a usage-only chunk
+    [{"choices": [{"delta": {"reasoning": "r"}}, {"delta": {"content": "c"}}]}],
+    [{"choices": [{"delta": {"content": 5}}]}],  # unreadable: no text
+    [{"choices": "abc"}],
+    [[1, 2]],
+])
+def test_a_reply_text_is_what_the_saved_outputs_read(events: list[object]) -> None:
+    # decode_text reads the usual shape in one pass during a run; whatever the events, it must give
+    # the answer decode_outputs gives after a run ("" where that finds the row unreadable)
+    blob = b"".join(orjson.dumps(e) + b"\0" for e in events)
+    (answer, _), = decode_outputs({0: blob})[0].values()
+    assert decode_text(blob) == (answer or "")
+    assert decode_text(b"not json\0") == "" and decode_text(None) == ""
 
 
 # -- the open loop's session starts ------------------------------------------------------------------------
