@@ -4,6 +4,7 @@ the TTFT effect of a growing history and of the prefix cache against the synthet
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 
@@ -13,9 +14,12 @@ import pytest
 
 from _timing import until_a_round_passes
 from fastbench import BenchConfig, run
+from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
-from fastbench.load.sessions import load_template, think_times_ns
+from fastbench.load.datasets import build_workload
+from fastbench.load.outputs import decode_outputs, decode_text
+from fastbench.load.sessions import load_template, start_on_arrival, think_times_ns
 from fastbench.results.card import render_card
 from fastbench.results.writers import render_console
 from fastbench.synthetic import SyntheticServer
@@ -56,6 +60,20 @@ def test_a_malformed_jsonl_turn_is_one_line_naming_file_line_and_field(
     assert message.startswith(f"{path} line 2: {field}") and "\n" not in message
 
 
+def test_a_jsonl_line_that_is_no_conversation_is_one_line_naming_it(tmp_path: pathlib.Path) -> None:
+    good = json.dumps({"messages": _conversation(2, 1, 1, "q")})
+    path = tmp_path / "c.jsonl"
+    # CRLF line ends and a blank line are read as lines; the line numbers count every line
+    path.write_bytes(f"{good}\r\n\r\n{good}\r\n".encode())
+    assert len(read_conversations(str(path), "jsonl")[0]) == 2
+    for line, why in [("{not json", "not valid JSON"), ('{"turns": []}', "messages: expected an object with a"),
+                      ('{"messages": ["hi"]}', "messages[0]: expected an object, found a str")]:
+        path.write_text(f"{good}\n\n{line}\n")
+        with pytest.raises(DatasetError) as err:
+            read_conversations(str(path), "jsonl")
+        assert str(err.value).startswith(f"{path} line 3: {why}") and "\n" not in str(err.value)
+
+
 def test_malformed_sharegpt_conversations_are_skipped_and_counted(tmp_path: pathlib.Path) -> None:
     good = {"id": "a", "conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "hello"},
                                          {"from": "human", "value": "more"}]}
@@ -68,6 +86,34 @@ def test_malformed_sharegpt_conversations_are_skipped_and_counted(tmp_path: path
     assert skipped == 3
     assert [c.ident for c in conversations] == ["a", "d"]
     assert conversations[0].turns == [("hi there", "hello"), ("more", None)]
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("extra_body", [{}, {"max_tokens": 9}])
+def test_each_body_holds_the_conversation_so_far_as_a_whole_build_would(
+        tmp_path: pathlib.Path, endpoint: str, extra_body: dict[str, int]) -> None:
+    # texts that JSON escapes (quotes, backslash, control and non-ASCII characters, U+2028) and a
+    # template placeholder in a message; with max_tokens in --extra-body each body is built whole
+    odd = 'say "hi" \\ {role} \u00e9\u2028\t'
+    conversations = [[{"role": "system", "content": odd}] + _conversation(3, 3, 2, f"s{i}-{odd}")[1:]
+                     for i in range(3)]
+    path = _write_jsonl(tmp_path / "c.jsonl", conversations)
+    config = BenchConfig(endpoint=endpoint, dataset_name="jsonl", dataset_path=path, dataset_order="file",
+                         multi_turn=True, multi_turn_history="dataset", num_prompts=3, max_turns=2,
+                         extra_body=extra_body)
+    work = asyncio.run(build_workload(config, "m", max_model_len=None))
+    template = load_template(None)
+    expected = []
+    for messages in conversations:
+        for user in (1, 3):  # the first two turns: history up to each user message
+            sent = messages[:user + 1]
+            prompt = "".join(template.render(m["role"], m["content"]) for m in sent) + template.generation_prompt
+            expected.append(sent if endpoint == "/v1/chat/completions" else prompt)
+    key = "messages" if endpoint == "/v1/chat/completions" else "prompt"
+    bodies = [orjson.loads(r.body) for r in work.requests]
+    assert [b[key] for b in bodies] == expected
+    # the dataset's reply "reply reply" is (11 + 3) // 4 = 3 tokens by the estimate
+    assert [b["max_tokens"] for b in bodies] == [extra_body.get("max_tokens", 3)] * 6
 
 
 def test_the_chat_template_file_is_checked(tmp_path: pathlib.Path) -> None:
@@ -102,6 +148,83 @@ def test_multi_turn_options_are_checked() -> None:
         run(BenchConfig(multi_turn=True))
     with pytest.raises(ConfigError, match="--workers is not available with --multi-turn"):
         run(BenchConfig(multi_turn=True, dataset_name="jsonl", dataset_path="c.jsonl", workers=2))
+
+
+@pytest.mark.parametrize("events", [
+    [{"choices": [{"delta": {"content": "a"}}]}, {"choices": [{"delta": {"content": "b"}}], "usage": {}}],
+    [{"choices": [{"text": "x"}]}, {"choices": [{"text": ""}]}, {"choices": [{"text": "y"}]}],  # completions
+    [{"choices": [{"delta": {"content": "a"}}]}, {"usage": {"completion_tokens": 3}}],  # a usage-only chunk
+    [{"choices": [{"delta": {"reasoning": "r"}}, {"delta": {"content": "c"}}]}],
+    [{"choices": [{"delta": {"content": 5}}]}],  # unreadable: no text
+    [{"choices": "abc"}],
+    [[1, 2]],
+])
+def test_a_reply_text_is_what_the_saved_outputs_read(events: list[object]) -> None:
+    # decode_text reads the usual shape in one pass during a run; whatever the events, it must give
+    # the answer decode_outputs gives after a run ("" where that finds the row unreadable)
+    blob = b"".join(orjson.dumps(e) + b"\0" for e in events)
+    (answer, _), = decode_outputs({0: blob})[0].values()
+    assert decode_text(blob) == (answer or "")
+    assert decode_text(b"not json\0") == "" and decode_text(None) == ""
+
+
+# -- the open loop's session starts ------------------------------------------------------------------------
+
+
+def test_sessions_start_as_they_arrive_holding_few_tasks() -> None:
+    # 20,000 sessions all due at once, 8 slots: each holds a slot for its first turn, then takes one again
+    # for a second. Tasks exist only for started sessions: at most the 8 in a turn, the 8 queued for
+    # their second turn and the one being started, not 20,000 waiting ones.
+    n, slots_n = 20_000, 8
+    started: list[int] = []
+    alive = 0
+    most_alive = 0
+
+    async def main() -> int:
+        slots = asyncio.Semaphore(slots_n)
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def session(s: int, due: int) -> None:
+            nonlocal alive, most_alive
+            alive += 1
+            most_alive = max(most_alive, alive)
+            assert due == dues[s] and now_ns() >= due
+            started.append(s)
+            await asyncio.sleep(0)  # the first turn, in the slot given
+            slots.release()
+            async with slots:  # the second turn
+                await asyncio.sleep(0)
+            alive -= 1
+
+        dues = np.full(n, now_ns(), dtype=np.int64)
+        return await start_on_arrival(dues, slots, stop, session)
+
+    peak = asyncio.run(main())
+    assert started == list(range(n)) and alive == 0
+    assert peak == most_alive and 1 < most_alive <= 2 * slots_n + 1
+
+
+def test_a_session_starts_at_its_due_time_and_none_after_the_stop() -> None:
+    async def main() -> tuple[list[tuple[int, int, int]], int]:
+        slots = asyncio.Semaphore(4)
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        runs: list[tuple[int, int, int]] = []
+
+        async def session(s: int, due: int) -> None:
+            runs.append((s, due, now_ns()))
+            slots.release()
+            if s == 5:
+                stop.set_result(None)
+
+        start = now_ns()
+        dues = start + np.arange(50, dtype=np.int64) * 2_000_000  # one every 2 ms
+        await start_on_arrival(dues, slots, stop, session)
+        return runs, start
+
+    runs, start = asyncio.run(main())
+    # the stop came from session 5: none after it started (each waited for its own due time)
+    assert [s for s, _, _ in runs] == list(range(6))
+    assert all(due == start + s * 2_000_000 and began >= due for s, due, began in runs)
 
 
 # -- runs against the synthetic server ----------------------------------------------------------------------
@@ -199,6 +322,23 @@ def test_open_loop_sessions_arrive_at_the_rate_and_the_cap_stops_their_think_tim
     # every session sent its first turn, then thought for a minute: the cap ended the run, not the sleep
     assert [t["completed"] for t in sessions["per_turn"]] == [6, 0, 0]
     assert result.duration_s < 5 and sessions["ended_early"] == 6 and result.counts.not_started == 12
+
+
+def test_many_sessions_at_a_high_rate_all_run_their_turns(tmp_path: pathlib.Path) -> None:
+    # 3,000 two-turn sessions arriving at 100,000/s, through the driver: started as they arrive (the
+    # scheduler's own test above takes 20,000), every turn sent once
+    n = 3_000
+    path = _write_jsonl(tmp_path / "c.jsonl", [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"},
+                                               {"role": "user", "content": "q2"}]] * n)
+    with SyntheticServer(ttft_ms=0, itl_ms=0) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=1, num_prompts=n,
+                                 request_rate=100_000, concurrency=32))
+    sessions = result.sessions
+    assert sessions is not None
+    assert result.counts.completed == 2 * n and result.counts.failed == 0
+    assert (sessions["completed"], sessions["ended_early"]) == (n, 0)
+    assert [t["completed"] for t in sessions["per_turn"]] == [n, n]
 
 
 def test_the_card_and_console_show_turns_and_sessions(tmp_path: pathlib.Path) -> None:

@@ -28,6 +28,7 @@ from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
 from fastbench.load.outputs import decode_outputs, decode_text
 from fastbench.load.plan import LoadPlan, Target, check_api_key
+from fastbench.load.sessions import start_on_arrival
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
 
 # The arrival timer fires early by a lead and the core waits out the rest: a wake-up from epoll takes
@@ -112,6 +113,7 @@ class LoadGenerator:
         self._bodies = list(plan.bodies)
         self.state.set_requests(target.request_head(api_key, plan.headers), self._bodies)
         self._session_stop: asyncio.Future[None] | None = None
+        self.sessions_at_once = 0  # open-loop sessions: the most that ran at once
         if plan.max_error_rate is not None:
             self.state.max_error_rate = plan.max_error_rate
         self.state.on_stop = self._stop_soon
@@ -429,10 +431,14 @@ class LoadGenerator:
             await asyncio.gather(*(slot() for _ in range(min(self.plan.concurrency, n))))
         else:
             limit = asyncio.Semaphore(self.plan.concurrency)
-            await asyncio.gather(*(self._run_session(s, start_ns + int(offsets[s]), limit) for s in range(n)))
+            self.sessions_at_once = await start_on_arrival(
+                start_ns + offsets.astype(np.int64), limit, self._session_stop,
+                lambda s, due: self._run_session(s, due, limit, holds_slot=True))
 
-    async def _run_session(self, session: int, due: int, limit: asyncio.Semaphore | None) -> None:
-        """One session's turns in order; it ends early when a turn fails (its history would be wrong)."""
+    async def _run_session(self, session: int, due: int, limit: asyncio.Semaphore | None,
+                           holds_slot: bool = False) -> None:
+        """One session's turns in order; it ends early when a turn fails (its history would be wrong).
+        ``holds_slot``: its first turn's slot of ``limit`` is taken already (start_on_arrival)."""
         sessions = self.plan.sessions
         assert sessions is not None
         first = sessions.first_rows[session]
@@ -443,14 +449,21 @@ class LoadGenerator:
             if delay_s > 0 and self._session_stop is not None:
                 await asyncio.wait([self._session_stop], timeout=delay_s)
             if self._stopping:
+                if holds_slot and limit is not None:
+                    limit.release()
                 return
             body = sessions.body(row, reply)
             self._bodies[row] = body  # where a stale-connection retry finds it
             if limit is None:
                 error = await self._send_one(body, row, due)
             else:
-                async with limit:
+                if not holds_slot:
+                    await limit.acquire()
+                holds_slot = False
+                try:
                     error = await self._send_one(body, row, due)
+                finally:
+                    limit.release()
             if error != ErrorClass.OK or self._stopping:
                 return
             due = int(self.rows[row, COL["end_ns"]]) or now_ns()

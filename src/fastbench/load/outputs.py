@@ -3,6 +3,8 @@ or --save-detailed): never on the hot path."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 
@@ -25,10 +27,7 @@ def decode_outputs(raw: dict[int, bytes]) -> tuple[dict[int, tuple[str, str] | t
 def _decode_events(blob: bytes) -> tuple[str, str]:
     answer: list[str] = []
     reasoning: list[str] = []
-    for event in blob.split(b"\0"):
-        if not event:
-            continue
-        chunk = orjson.loads(event)
+    for chunk in _chunks(blob):
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):
@@ -41,6 +40,13 @@ def _decode_events(blob: bytes) -> tuple[str, str]:
     return "".join(answer), "".join(reasoning)
 
 
+def _chunks(blob: bytes) -> list[Any]:
+    # The events as one JSON array, parsed in one call, not one per event (a session decodes each reply
+    # during the run).
+    chunks: list[Any] = orjson.loads(b"[%b]" % blob.strip(b"\0").replace(b"\0", b","))
+    return chunks
+
+
 def _text(value: object) -> str:
     if value is None:
         return ""
@@ -51,9 +57,20 @@ def _text(value: object) -> str:
 
 def decode_text(blob: bytes | None) -> str:
     """The answer text of one request's kept output events ("" when none were kept or they cannot be
-    read): what a multi-turn session puts into its history, once per turn."""
+    read): what a multi-turn session puts into its history, once per turn, during the run. The usual
+    shape (each chunk's choices with a ``text`` or a ``delta``) is read in one pass; any other goes
+    through the checks of :func:`decode_outputs`."""
     if not blob:
         return ""
+    try:
+        chunks = _chunks(blob)
+    except ValueError:
+        return ""
+    try:
+        return "".join([choice.get("text") or choice["delta"].get("content") or ""
+                        for chunk in chunks for choice in chunk["choices"]])
+    except (KeyError, TypeError, AttributeError, IndexError):
+        pass
     try:
         return _decode_events(blob)[0]
     except (ValueError, TypeError):

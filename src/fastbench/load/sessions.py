@@ -12,28 +12,34 @@ Between a reply and the next turn the user thinks: ``--think-time`` seconds, ``c
 [0, 2 x mean] or ``exponential`` with that mean (``--think-time-distribution``), drawn ahead from the seed.
 
 Bodies: on the chat endpoint the history goes as ``messages``; on the completions endpoint it is rendered
-into one prompt by a chat template given locally (:class:`ChatTemplate`). Each message is serialised once;
-a turn's body joins the serialised messages between the two halves of a body serialised once, so
-building 100,000 turns takes a fraction of a second (bench/build_requests.py).
+into one prompt by a chat template given locally (:class:`ChatTemplate`). Each message is serialised once
+and a conversation's messages are joined once; a turn's history is a prefix of them, and its body one join
+of that prefix between the two halves of a body serialised once. Each message's tokens are counted once
+and a history's length is their sum. Building 100,000 turns costs about what serialising each body whole
+would (bench/build_requests.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine
+from itertools import accumulate, chain, zip_longest
 from typing import Any
 
 import numpy as np
 import orjson
 
+from fastbench._core import now_ns
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
-from fastbench.load.tokens import TokenCounter
+from fastbench.load.tokens import SOURCE_CHARS, TokenCounter
 
-__all__ = ("DEFAULT_TEMPLATE", "ChatTemplate", "SessionPlan", "build_sessions", "load_template", "think_times_ns")
+__all__ = ("DEFAULT_TEMPLATE", "ChatTemplate", "SessionPlan", "build_sessions", "load_template", "start_on_arrival",
+           "think_times_ns")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +115,12 @@ class SessionPlan:
     think_ns: np.ndarray
     server_history: bool
     bodies: list[bytes]  # per row: the body, or b"" where it waits for the server's reply
-    # server history: per session, the serialised messages so far (chat) or rendered text (completions)
-    _history: list[list[bytes]] = dataclasses.field(default_factory=list)
-    _user: list[bytes] = dataclasses.field(default_factory=list)  # per row: the user message, serialised
+    # server history: per session, its history so far (the pieces _Bodies joins); per row, its user message
+    _history: list[bytearray] = dataclasses.field(default_factory=list)
+    _user: list[bytes] = dataclasses.field(default_factory=list)
     _max_tokens: list[int] = dataclasses.field(default_factory=list)  # per row
     _session: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _make: Any = None  # (history fragments, max_tokens) -> body bytes
-    _reply: Any = None  # reply text -> serialised assistant message
+    _bodies: _Bodies | None = None
 
     @property
     def session_of_row(self) -> np.ndarray:
@@ -133,11 +138,14 @@ class SessionPlan:
         session's turns in order."""
         if not self.server_history or self.bodies[row]:
             return self.bodies[row]
+        assert self._bodies is not None
+        maker = self._bodies
         history = self._history[int(self._session[row])]
-        history.append(self._reply(reply or ""))
-        history.append(self._user[row])
-        body: bytes = self._make(history, self._max_tokens[row])
-        return body
+        history += maker.sep
+        history += maker.message("assistant", reply or "")
+        history += maker.sep
+        history += self._user[row]
+        return maker.make(history, self._max_tokens[row])
 
 
 def _fields(config: BenchConfig, model: str, chat: bool) -> dict[str, Any]:
@@ -153,42 +161,59 @@ def _fields(config: BenchConfig, model: str, chat: bool) -> dict[str, Any]:
     return body
 
 
-def _body_maker(config: BenchConfig, model: str, chat: bool, template: ChatTemplate) -> Any:
-    """(history fragments, max_tokens) -> body bytes. The body around them is serialised once."""
-    history_mark, max_mark = "\x00fastbench history\x00", "\x00fastbench max_tokens\x00"
-    key = "messages" if chat else "prompt"
-    fields = {"model": model, key: history_mark, "max_tokens": max_mark, **_fields(config, model, chat)}
-    fields.update(config.extra_body)  # last: the user's keys win
-    try:
-        around = orjson.dumps(fields)
-    except TypeError as exc:
-        raise ConfigError(f"extra_body cannot be sent as JSON: {exc}") from None
-    head, found_history, rest = around.partition(orjson.dumps(history_mark))
-    middle, found_max, tail = rest.partition(orjson.dumps(max_mark))
-    spliced = bool(found_history) and bool(found_max)
-    if not spliced:  # --extra-body replaced the history or max_tokens: every body made whole
-        def whole(history: Sequence[bytes], max_tokens: int) -> bytes:
-            full = {**fields, key: orjson.loads(_join(history, chat, template)), "max_tokens": max_tokens}
-            full.update(config.extra_body)
-            return orjson.dumps(full)
-        return whole
+class _Bodies:
+    """A turn's body from its history: the serialised messages (chat) or the rendered, JSON-escaped text
+    (completions), one piece per message, joined by ``sep``. The body around the history is serialised
+    once, so a body is one join of five pieces (bench/build_requests.py)."""
 
-    def make(history: Sequence[bytes], max_tokens: int) -> bytes:
-        return b"".join((head, _join(history, chat, template), middle, str(max_tokens).encode(), tail))
-    return make
+    def __init__(self, config: BenchConfig, model: str, chat: bool, template: ChatTemplate) -> None:
+        self.chat, self.template = chat, template
+        history_mark, max_mark = "\x00fastbench history\x00", "\x00fastbench max_tokens\x00"
+        self.key = "messages" if chat else "prompt"
+        fields = {"model": model, self.key: history_mark, "max_tokens": max_mark, **_fields(config, model, chat)}
+        fields.update(config.extra_body)  # last: the user's keys win
+        self.fields, self.extra_body = fields, config.extra_body
+        try:
+            around = orjson.dumps(fields)
+        except TypeError as exc:
+            raise ConfigError(f"extra_body cannot be sent as JSON: {exc}") from None
+        head, found_history, rest = around.partition(orjson.dumps(history_mark))
+        middle, found_max, tail = rest.partition(orjson.dumps(max_mark))
+        # --extra-body replaced the history or max_tokens: every body is made whole (make_whole)
+        self.spliced = bool(found_history) and bool(found_max)
+        if chat:
+            self.sep, self.open, self.close = b",", b"[", b"]"
+        else:  # one JSON string: the escaped text of each message, then the generation prompt's
+            self.sep, self.open = b"", b'"'
+            self.close = orjson.dumps(template.generation_prompt)[1:]
+        self.head, self.middle, self.tail = head + self.open, self.close + middle, tail
+
+    def message(self, role: str, content: str) -> bytes:
+        if self.chat:
+            return orjson.dumps({"role": role, "content": content})
+        # a JSON string's escaping is per character: the escaped pieces join into the escaped whole
+        return orjson.dumps(self.template.render(role, content))[1:-1]
+
+    def make(self, history: bytes | bytearray | memoryview, max_tokens: int) -> bytes:
+        """The body whose history is ``history`` (pieces joined by ``sep``)."""
+        if self.spliced:
+            return b"".join((self.head, history, self.middle, b"%d" % max_tokens, self.tail))
+        return self.make_whole(history, max_tokens)
+
+    def make_whole(self, history: bytes | bytearray | memoryview, max_tokens: int) -> bytes:
+        value = orjson.loads(b"".join((self.open, history, self.close)))
+        full = {**self.fields, self.key: value, "max_tokens": max_tokens}
+        full.update(self.extra_body)
+        return orjson.dumps(full)
 
 
-def _join(history: Sequence[bytes], chat: bool, template: ChatTemplate) -> bytes:
-    if chat:
-        return b"[" + b",".join(history) + b"]"
-    # completions: the rendered messages (UTF-8) and the generation prompt, as one JSON string
-    return orjson.dumps((b"".join(history)).decode() + template.generation_prompt)
-
-
-def _fragment(role: str, content: str, chat: bool, template: ChatTemplate) -> bytes:
-    if chat:
-        return orjson.dumps({"role": role, "content": content})
-    return template.render(role, content).encode()
+async def _count_tokens(texts: list[str], counter: TokenCounter) -> list[int]:
+    """The tokens of each text, each distinct text counted once where counting costs more than a lookup."""
+    if counter.source == SOURCE_CHARS:
+        return await counter.count(texts)
+    distinct = dict.fromkeys(texts)
+    tokens = dict(zip(distinct, await counter.count(list(distinct))))
+    return list(map(tokens.__getitem__, texts))
 
 
 async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int | None, counter: TokenCounter,
@@ -211,55 +236,69 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         notes.append(f"multi-turn: {len(conversations)} conversations for {config.num_prompts} sessions"
                      f" + {config.num_warmups} warm-ups; conversations were reused in order")
     picked = [conversations[i % len(conversations)] for i in range(sessions_needed)]
-    # Count every distinct message once; a turn's history length is a sum of them.
-    texts: dict[str, int] = {}
-    for k, conv in enumerate(picked):
-        if conv.system:
-            texts.setdefault(conv.system, 0)
-        for user, reply in conv.turns[:config.max_turns if k < config.num_prompts else 1]:
-            texts.setdefault(user, 0)
-            if reply is not None:
-                texts.setdefault(reply, 0)
-    for text, n in zip(texts, await counter.count(list(texts))):
-        texts[text] = n
-    make = _body_maker(config, model, chat, template)
+    # Every message sent is counted (a distinct text once); a turn's history length is a sum of these.
+    turns_wanted = [config.max_turns] * config.num_prompts + [1] * config.num_warmups
+    counts = await _count_tokens(list(chain.from_iterable(
+        chain(([conv.system] if conv.system else []), conv.users[:n], conv.replies[:n])
+        for conv, n in zip(picked, turns_wanted))), counter)
+    counted = 0
+    maker = _Bodies(config, model, chat, template)
+    message, make, sep = maker.message, maker.make, maker.sep
     server = config.multi_turn_history == "server"
     first_rows: list[int] = []
     turns: list[int] = []
     bodies: list[bytes] = []
-    users: list[bytes] = []
+    users_sent: list[bytes] = []  # server history: per row, its user message
     prompt_lens: list[int | None] = []
     max_tokens: list[int] = []
-    histories: list[list[bytes]] = []
+    histories: list[bytearray] = []
     no_length = cut = 0
     for conv in picked[:config.num_prompts]:
-        history = [_fragment("system", conv.system, chat, template)] if conv.system else []
-        history_len = texts[conv.system] if conv.system else 0
+        users, replies = conv.users[:config.max_turns], conv.replies[:config.max_turns]
+        history_len = counts[counted] if conv.system else 0
+        counted += 1 if conv.system else 0
+        user_tokens = counts[counted:counted + len(users)]
+        reply_tokens = counts[counted + len(users):counted + len(users) + len(replies)]
+        counted += len(users) + len(replies)
         sent = 0
-        first = len(bodies)
-        for t, (user, reply) in enumerate(conv.turns[:config.max_turns]):
-            out = config.max_tokens or (max(1, texts[reply]) if reply is not None else None)
+        for user_len, reply_len in zip_longest(user_tokens, reply_tokens):
+            out = config.max_tokens or (max(1, reply_len) if reply_len is not None else None)
             if out is None:  # a last user message without a reply: no output length to ask for
                 no_length += 1
                 break
-            length = history_len + texts[user]
+            length = history_len + user_len
             if mml is not None and length + out > mml:  # the history has outgrown the context
-                cut += len(conv.turns[:config.max_turns]) - t
+                cut += len(users) - sent
                 break
-            user_fragment = _fragment("user", user, chat, template)
-            history.append(user_fragment)
-            users.append(user_fragment)
-            bodies.append(make(history, out) if t == 0 or not server else b"")
-            prompt_lens.append(length if t == 0 or not server else None)
+            prompt_lens.append(length if sent == 0 or not server else None)
             max_tokens.append(out)
-            history.append(_fragment("assistant", reply or "", chat, template))
-            history_len = length + (texts[reply] if reply is not None else 0)
+            history_len = length + (reply_len or 0)
             sent += 1
-        if sent:
-            first_rows.append(first)
-            turns.append(sent)
-            # server history: what the second turn's body starts from, the replies coming in the run
-            histories.append(history[: 2 if conv.system else 1] if server else [])
+        if not sent:
+            continue
+        first_rows.append(len(bodies))
+        turns.append(sent)
+        outs = max_tokens[-sent:]
+        pieces = [message("system", conv.system)] if conv.system else []
+        if server:  # the first turn's body now; the later ones from the server's replies, in the run
+            pieces.append(message("user", users[0]))
+            history = bytearray(sep.join(pieces))
+            bodies.append(make(history, outs[0]))
+            histories.append(history)
+            users_sent.append(b"")
+            for user in users[1:sent]:
+                bodies.append(b"")
+                users_sent.append(message("user", user))
+            continue
+        # dataset history: the conversation's messages joined once; each turn's history is a prefix of them
+        for t in range(sent):
+            if t:
+                pieces.append(message("assistant", replies[t - 1]))
+            pieces.append(message("user", users[t]))
+        ends = list(accumulate(len(piece) + len(sep) for piece in pieces))
+        whole = memoryview(sep.join(pieces))
+        first = 1 if conv.system else 0
+        bodies.extend([make(whole[:ends[first + 2 * t] - len(sep)], out) for t, out in enumerate(outs)])
     if not bodies:
         raise DatasetError(f"{path}: no turn to send (see the notes: {'; '.join(notes) or 'no conversation'})")
     if no_length:
@@ -280,14 +319,47 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
     think = think_times_ns(len(bodies), config.think_time_s, config.think_time_distribution, config.seed)
     think[turn == 0] = 0
     plan = SessionPlan(first_rows=first_rows, turns=turns, think_ns=think, server_history=server, bodies=bodies,
-                       _history=histories, _user=users, _max_tokens=max_tokens,
-                       _session=session, _make=make,
-                       _reply=lambda text: _fragment("assistant", text, chat, template))
+                       _history=histories, _user=users_sent, _max_tokens=max_tokens, _session=session,
+                       _bodies=maker)
     warmups = []
     for conv in picked[config.num_prompts:]:
-        user, reply = conv.turns[0]
-        out = config.max_tokens or (max(1, texts[reply]) if reply is not None else 16)
-        warm = ([_fragment("system", conv.system, chat, template)] if conv.system else []) + [
-            _fragment("user", user, chat, template)]
-        warmups.append(make(warm, out))
+        counted += 2 if conv.system else 1
+        out = config.max_tokens or (max(1, counts[counted]) if conv.replies else 16)
+        counted += 1 if conv.replies else 0
+        pieces = ([message("system", conv.system)] if conv.system else []) + [message("user", conv.users[0])]
+        warmups.append(make(sep.join(pieces), out))
     return plan, prompt_lens, max_tokens, warmups, f"{config.dataset_name} multi-turn:{path}"
+
+
+async def start_on_arrival(due_ns: np.ndarray, slots: asyncio.Semaphore, stop: asyncio.Future[None],
+                           session: Callable[[int, int], Coroutine[Any, Any, None]]) -> int:
+    """Open loop: start session ``s`` as ``session(s, due_ns[s])`` once it is due and a slot for its first
+    turn is free; the session holds that slot and releases it when its first turn is done. Sessions start
+    in order; one whose slot comes late keeps its due time (its turn's latency counts from it). A task
+    exists only for a session that has started and not ended (at most the slots' count plus those between
+    turns), not one per session from the start: 100,000 sessions would be 100,000 timers. Stops starting
+    when ``stop`` is done. Returns the most sessions that ran at once."""
+    running: set[asyncio.Task[None]] = set()
+    loop = asyncio.get_running_loop()
+    peak = 0
+    try:
+        for s, due in enumerate(due_ns.tolist()):
+            delay_s = (due - now_ns()) / 1e9
+            if delay_s > 0:
+                await asyncio.wait([stop], timeout=delay_s)
+            if stop.done():
+                break
+            await slots.acquire()
+            if stop.done():
+                slots.release()
+                break
+            task = loop.create_task(session(s, due))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            peak = max(peak, len(running))
+        if running:
+            await asyncio.gather(*running)
+    finally:
+        for task in running:
+            task.cancel()
+    return peak
