@@ -307,6 +307,7 @@ def test_a_failed_turn_ends_its_session_and_the_figures_say_so(tmp_path: pathlib
     sessions = result.sessions
     assert sessions is not None
     assert result.counts.failed >= 1 and sessions["ended_early"] == result.counts.failed
+    assert sessions["ended_by_failure"] == sessions["ended_early"] and sessions["cut_short"] == 0
     assert result.counts.not_started == 15 - result.counts.completed - result.counts.failed
     assert sessions["completed"] == 5 - sessions["ended_early"]
 
@@ -321,7 +322,9 @@ def test_open_loop_sessions_arrive_at_the_rate_and_the_cap_stops_their_think_tim
     assert sessions is not None
     # every session sent its first turn, then thought for a minute: the cap ended the run, not the sleep
     assert [t["completed"] for t in sessions["per_turn"]] == [6, 0, 0]
-    assert result.duration_s < 5 and sessions["ended_early"] == 6 and result.counts.not_started == 12
+    assert result.stopped_reason == "time cap" and result.duration_s < 60  # not the think time's end
+    assert sessions["ended_early"] == sessions["cut_short"] == 6 and sessions["ended_by_failure"] == 0
+    assert result.counts.not_started == 12
 
 
 def test_many_sessions_at_a_high_rate_all_run_their_turns(tmp_path: pathlib.Path) -> None:
@@ -350,7 +353,8 @@ def test_the_card_and_console_show_turns_and_sessions(tmp_path: pathlib.Path) ->
     card = render_card(result, config)
     assert "## Multi-turn sessions" in card and "| 2 | 1/1 |" in card
     console = render_console(result)
-    assert "Multi-turn sessions" in console and "Sessions completed / ended early:        1 / 0" in console
+    assert "Multi-turn sessions" in console and "Sessions completed / failed / cut short: 1 / 0 / 0" in console
+    assert "(1 completed, 0 ended by a failed turn, 0 cut short by the run's end, 0 not started)" in card
 
 
 def test_every_key_of_a_multi_turn_result_is_documented(tmp_path: pathlib.Path) -> None:
@@ -365,3 +369,28 @@ def test_every_key_of_a_multi_turn_result_is_documented(tmp_path: pathlib.Path) 
     assert doc["fastbench"]["sessions"]["per_turn"][1]["turn"] == 2
     assert undocumented(doc["fastbench"]["sessions"], ("fastbench", "sessions")) == []
     assert undocumented(doc) == []
+
+
+def test_server_replies_count_at_their_max_tokens_against_the_context(tmp_path: pathlib.Path) -> None:
+    """History from the server's replies: each may run to its max_tokens (40 here, the dataset's are one
+    word), so the turns that could pass the 200-token context are left out before the run, never sent
+    to fail."""
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(4, 8, 1, f"s{i}-") for i in range(2)])
+    with SyntheticServer(ttft_ms=1, itl_ms=1, max_model_len=200) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=40, ignore_eos=True,
+                                 num_prompts=2, concurrency=2, num_warmups=0))
+    sessions = result.sessions
+    assert sessions is not None
+    assert result.counts.failed == 0 and sessions["ended_by_failure"] == 0
+    assert sessions["completed"] == 2 and len(sessions["per_turn"]) < 8
+    assert any("turns not sent: their history + max_tokens passes max_model_len 200" in n for n in result.notes)
+
+
+def test_warm_ups_that_repeat_measured_sessions_are_noted(tmp_path: pathlib.Path) -> None:
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(4, 2, 2, f"s{i}-") for i in range(2)])
+    with SyntheticServer(ttft_ms=1, itl_ms=1) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=2, concurrency=2,
+                                 num_warmups=1))
+    assert any("warm-ups' first turns are measured sessions' first turns too" in n for n in result.notes)

@@ -59,6 +59,10 @@ class ChatTemplate:
 
 
 DEFAULT_TEMPLATE = ChatTemplate()
+# The context check counts each message's text; a chat template adds a few tokens around each (~4-5 in
+# Llama 3's, Qwen's and Gemma's, 4 in the synthetic server's), allowed for here so that a turn near the
+# limit is left out before the run instead of failing in it.
+MESSAGE_ALLOWANCE = 8
 
 
 def load_template(path: str | None) -> ChatTemplate:
@@ -236,6 +240,9 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         notes.append(f"multi-turn: {len(conversations)} conversations for {config.num_prompts} sessions"
                      f" + {config.num_warmups} warm-ups; conversations were reused in order")
     picked = [conversations[i % len(conversations)] for i in range(sessions_needed)]
+    if config.num_warmups and sessions_needed > len(conversations):
+        notes.append("multi-turn: the warm-ups' first turns are measured sessions' first turns too (too few "
+                     "conversations): a server's prefix cache may hold them before the window")
     # Every message sent is counted (a distinct text once); a turn's history length is a sum of these.
     turns_wanted = [config.max_turns] * config.num_prompts + [1] * config.num_warmups
     counts = await _count_tokens(list(chain.from_iterable(
@@ -267,12 +274,16 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
                 no_length += 1
                 break
             length = history_len + user_len
-            if mml is not None and length + out > mml:  # the history has outgrown the context
+            # messages so far: the system's, a user's and a reply per earlier turn, this user's
+            messages = (1 if conv.system else 0) + 2 * sent + 1
+            if mml is not None and length + messages * MESSAGE_ALLOWANCE + out > mml:  # outgrown the context
                 cut += len(users) - sent
                 break
             prompt_lens.append(length if sent == 0 or not server else None)
             max_tokens.append(out)
-            history_len = length + (reply_len or 0)
+            # The next turn's history holds this reply: the dataset's, or the server's, which may run to
+            # the max_tokens it was asked for.
+            history_len = length + (out if server else (reply_len or 0))
             sent += 1
         if not sent:
             continue
@@ -305,7 +316,8 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         notes.append(f"multi-turn: {no_length} last user messages without a reply were not sent (no output "
                      "length to ask for: give --max-tokens)")
     if cut:
-        notes.append(f"multi-turn: {cut} turns not sent: their history + max_tokens passes max_model_len {mml}")
+        notes.append(f"multi-turn: {cut} turns not sent: their history + max_tokens passes max_model_len {mml} "
+                     f"(counting {MESSAGE_ALLOWANCE} tokens per message for the chat template)")
     notes.append(f"multi-turn: {len(first_rows)} sessions, {len(bodies)} turns; history with the "
                  f"{'server' if server else 'dataset'}'s replies; think time {config.think_time_s:g} s "
                  f"{config.think_time_distribution}")

@@ -348,8 +348,9 @@ def _session_tables(sessions: Mapping[str, Any]) -> list[str]:
     """Sessions in a table like the others, then TTFT against history length, one row per turn index."""
     turns, duration = sessions["turns_completed"], sessions["duration_s"]
     lines = _table([
-        ("Sessions", f"{sessions['sessions']} ({sessions['completed']} completed, {sessions['ended_early']} ended "
-                     f"early, {sessions['not_started']} not started)"),
+        ("Sessions", f"{sessions['sessions']} ({sessions['completed']} completed, {sessions['ended_by_failure']} "
+                     f"ended by a failed turn, {sessions['cut_short']} cut short by the run's end, "
+                     f"{sessions['not_started']} not started)"),
         ("Turns completed per session", f"mean {_num(turns['mean'])} · min {_num(turns['min'], 0)} · max "
                                         f"{_num(turns['max'], 0)}"),
         ("Session duration (s)", f"median {_num(duration['median'])} · p99 {_num(duration['p99'])}"),

@@ -52,6 +52,8 @@ def session_figures(rows: np.ndarray, session_of_row: np.ndarray, turn_of_row: n
     turns = np.bincount(session_of_row, minlength=n)
     done_turns = np.bincount(session_of_row, weights=completed, minlength=n).astype(np.int64)
     began = np.bincount(session_of_row, weights=started, minlength=n) > 0
+    failed = started & (col["error"] != ErrorClass.OK) & (col["error"] != ErrorClass.CANCELLED)
+    had_failure = np.bincount(session_of_row, weights=failed, minlength=n) > 0
     finished = done_turns == turns
     # a session's span: its first turn's start to its last turn's end (completed sessions only)
     first = np.full(n, np.iinfo(np.int64).max)
@@ -63,6 +65,8 @@ def session_figures(rows: np.ndarray, session_of_row: np.ndarray, turn_of_row: n
         "sessions": n,
         "completed": int(finished.sum()),
         "ended_early": int((began & ~finished).sum()),
+        "ended_by_failure": int((began & ~finished & had_failure).sum()),
+        "cut_short": int((began & ~finished & ~had_failure).sum()),
         "not_started": int((~began).sum()),
         "turns_per_session_mean": float(turns.mean()) if n else None,
         "turns_completed": _summary(done_turns[began].astype(np.float64)),

@@ -280,7 +280,8 @@ def session_console_lines(sessions: Mapping[str, Any]) -> list[str]:
 
     turns, duration = sessions["turns_completed"], sessions["duration_s"]
     lines = [f"{'Multi-turn sessions':-^50}",
-             f"{'Sessions completed / ended early:':<40} {sessions['completed']} / {sessions['ended_early']}",
+             f"{'Sessions completed / failed / cut short:':<40} {sessions['completed']} / "
+             f"{sessions['ended_by_failure']} / {sessions['cut_short']}",
              f"{'Turns completed per session, mean:':<40} {ms(turns['mean'])}",
              f"{'Session duration, median (s):':<40} {ms(duration['median'])}",
              f"{'Turn':>4} {'done':>6} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'prompt tok':>11}"]
