@@ -394,3 +394,18 @@ def test_warm_ups_that_repeat_measured_sessions_are_noted(tmp_path: pathlib.Path
                                  dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=2, concurrency=2,
                                  num_warmups=1))
     assert any("warm-ups' first turns are measured sessions' first turns too" in n for n in result.notes)
+
+
+def test_open_loop_turns_waiting_for_a_slot_at_the_cap_are_cancelled_not_unsent(tmp_path: pathlib.Path) -> None:
+    """20 sessions arrive within ~1 s for 1 slot held ~0.5 s a turn; the cap at 2 s: the first turns that
+    had arrived and waited are cancelled (their wait is what the load did), as single-turn arrivals are."""
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(2, 2, 1, f"s{i}-") for i in range(20)])
+    with SyntheticServer(ttft_ms=500, itl_ms=1) as server:
+        result = run(BenchConfig(base_url=server.base_url, endpoint="/v1/chat/completions", dataset_name="jsonl",
+                                 dataset_path=path, multi_turn=True, max_tokens=2, num_prompts=20, request_rate=20,
+                                 concurrency=1, max_seconds=2.0, num_warmups=0))
+    sessions = result.sessions
+    assert sessions is not None
+    first = sessions["per_turn"][0]
+    assert first["started"] == 20  # every session's first turn had arrived: sent, or cancelled waiting
+    assert result.counts.cancelled >= 10 and sessions["not_started"] == 0

@@ -431,9 +431,17 @@ class LoadGenerator:
             await asyncio.gather(*(slot() for _ in range(min(self.plan.concurrency, n))))
         else:
             limit = asyncio.Semaphore(self.plan.concurrency)
+            first_due = start_ns + offsets.astype(np.int64)
             self.sessions_at_once = await start_on_arrival(
-                start_ns + offsets.astype(np.int64), limit, self._session_stop,
+                first_due, limit, self._session_stop,
                 lambda s, due: self._run_session(s, due, limit, holds_slot=True))
+            if self._stopping:  # sessions that arrived and never got a slot for their first turn
+                for s, due in enumerate(first_due.tolist()):
+                    if due > self._stopped_ns:
+                        break
+                    row = sessions.first_rows[s]
+                    if not self.rows[row].any():
+                        self._cancel_waiting(row, due)
 
     async def _run_session(self, session: int, due: int, limit: asyncio.Semaphore | None,
                            holds_slot: bool = False) -> None:
@@ -451,6 +459,8 @@ class LoadGenerator:
             if self._stopping:
                 if holds_slot and limit is not None:
                     limit.release()
+                if limit is not None and due <= self._stopped_ns:
+                    self._cancel_waiting(row, due)  # it was due: the stop, not its think time, held it
                 return
             body = sessions.body(row, reply)
             self._bodies[row] = body  # where a stale-connection retry finds it
@@ -459,6 +469,10 @@ class LoadGenerator:
             else:
                 if not holds_slot:
                     await limit.acquire()
+                    if self._stopping:  # the slot came after the stop
+                        limit.release()
+                        self._cancel_waiting(row, due)
+                        return
                 holds_slot = False
                 try:
                     error = await self._send_one(body, row, due)
@@ -503,20 +517,24 @@ class LoadGenerator:
     def _cancel_arrived(self, offsets: np.ndarray, first_row: int, start_ns: int) -> None:
         """Open loop, run stopped: the arrivals already due that were still waiting for a free slot
         are cancelled requests, not "not started": their wait is part of what the load did."""
-        slots = self.plan.concurrency
         for k in range(len(offsets)):
-            row, due = first_row + k, start_ns + int(offsets[k])
+            due = start_ns + int(offsets[k])
             if due > self._stopped_ns:
                 break  # arrival times only grow
-            r = self.rows[row]
-            r[COL["index"]] = row
-            r[COL["scheduled_ns"]] = due
-            r[COL["end_ns"]] = self._stopped_ns
-            r[COL["prompt_tokens"]] = -1
-            r[COL["error"]] = int(ErrorClass.CANCELLED)
-            self.state.error_messages[row] = (
-                f"arrived {(self._stopped_ns - due) / 1e6:.1f} ms before the run stopped ({self._stop_reason}) "
-                f"and was still waiting for one of the {slots} slots")
+            self._cancel_waiting(first_row + k, due)
+
+    def _cancel_waiting(self, row: int, due: int) -> None:
+        """A request that was due before the run stopped and still waited for a slot: cancelled, with
+        its wait (see _cancel_arrived)."""
+        r = self.rows[row]
+        r[COL["index"]] = row
+        r[COL["scheduled_ns"]] = due
+        r[COL["end_ns"]] = self._stopped_ns
+        r[COL["prompt_tokens"]] = -1
+        r[COL["error"]] = int(ErrorClass.CANCELLED)
+        self.state.error_messages[row] = (
+            f"arrived {(self._stopped_ns - due) / 1e6:.1f} ms before the run stopped ({self._stop_reason}) "
+            f"and was still waiting for one of the {self.plan.concurrency} slots")
 
     def _wake_pacer(self) -> None:
         if self._pacer_wake is not None and not self._pacer_wake.done():
