@@ -146,10 +146,10 @@ def unknown_arguments(extras: Sequence[str], parser: argparse.ArgumentParser) ->
 
 # What a config file writes for an option: the plain kinds as a message names them, and the option
 # types above that take more than one TOML form.
-ValueKind = Literal["true or false", "an integer", "a number", "a string", "a JSON object", "flags", "KEY:MS",
-                    "KEY=VALUE", "names, comma-separated", "numbers, comma-separated"]
+ValueKind = Literal["true or false", "an integer", 'an integer or "auto"', "a number", "a string", "a JSON object",
+                    "flags", "KEY:MS", "KEY=VALUE", "names, comma-separated", "numbers, comma-separated"]
 _KIND_OF_TYPE: dict[Any, ValueKind] = {
-    int: "an integer", whole_number: "an integer", float: "a number",
+    int: "an integer", whole_number: "an integer", workers_count: 'an integer or "auto"', float: "a number",
     json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS", range_ratio: "a number",
     key_value: "KEY=VALUE", comma_words: "names, comma-separated", comma_numbers: "numbers, comma-separated",
 }
