@@ -32,6 +32,7 @@ from fastbench.load import workers as workers_module
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
+from fastbench.results import notes as notes_module
 from fastbench.results.records import COL, ErrorClass
 from fastbench.synthetic import SyntheticServer
 
@@ -425,3 +426,31 @@ def test_the_error_rate_rule_stops_each_worker_at_once() -> None:
     # Each worker stops by its 20th failure of its own; after it, at most a few more, as one process
     # has (its slots' connects already under way when the stop lands).
     assert 20 <= failed <= 2 * (20 + 4), failed
+
+
+def test_a_closed_loop_dealt_unevenly_says_so_and_flags_the_idle_slots() -> None:
+    """Long and short requests alternate: dealt by slot, one worker gets every long one and the
+    other runs out early. The result says how the work was dealt and a note flags the shortfall."""
+    lengths = [100 if i % 2 == 0 else 2 for i in range(40)]
+    with SyntheticServer(ttft_ms=1, itl_ms=2) as server:
+        plan = LoadPlan(bodies=[_body(n) for n in lengths], warmup_bodies=[], concurrency=4)
+        pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+        data = _guarded(pool.run(), pool)
+    section = data.extra["workers"]  # type: ignore[attr-defined]
+    assert section["dealt"].startswith("closed loop") and "up front" in section["dealt"]
+    assert section["mean_in_flight"] == pytest.approx(data.mean_in_flight, rel=1e-9)  # type: ignore[attr-defined]
+    dry = section["per_worker"][1]
+    assert dry["ran_out_s"] > section["per_worker"][0]["ran_out_s"]  # the short requests' worker
+    # Each worker's 2 slots stood idle from when its share ran out: their share of the window's slot time.
+    window_s = (data.end_ns - data.start_ns) / 1e9  # type: ignore[attr-defined]
+    idle_s = sum(w["ran_out_s"] * 2 for w in section["per_worker"])
+    assert section["idle_slot_share"] == pytest.approx(idle_s / (4 * window_s), rel=1e-6) and idle_s > window_s / 2
+    note = notes_module._workers_note(section)
+    assert "SHORTFALL" in note and "worker 1 ran out" in note and "of --concurrency 4" in note
+
+
+def test_the_shortfall_note_is_only_for_a_real_shortfall() -> None:
+    section = {"count": 2, "idle_slot_share": 0.04, "mean_in_flight": 3.9, "concurrency": 4,
+               "per_worker": [{"index": 0, "ran_out_s": 0.1}, {"index": 1, "ran_out_s": 0.0}]}
+    assert "SHORTFALL" not in notes_module._workers_note(section)
+    assert "SHORTFALL" in notes_module._workers_note({**section, "idle_slot_share": 0.3})
