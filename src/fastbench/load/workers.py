@@ -26,6 +26,9 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
   time cap or a stop, is killed and counted lost, and the merged result is written all the same.
 
 The merge is :mod:`fastbench.load.merge`.
+
+One module of ~630 lines because the pool's start, deadlines, loss accounting and per-worker result
+section all read the same per-worker bookkeeping (_Worker).
 """
 
 from __future__ import annotations
