@@ -153,7 +153,11 @@ def test_open_loop_merged_arrivals_fit_the_asked_distribution(burstiness: float)
     rows = data.rows  # type: ignore[attr-defined]
     assert int((rows[:, COL["error"]] == 0).sum()) == n
     # Each worker sent its share only.
-    assert {w["requests"] for w in data.extra["workers"]["per_worker"]} == {200}  # type: ignore[attr-defined]
+    each = data.extra["workers"]["per_worker"]  # type: ignore[attr-defined]
+    assert {w["requests"] for w in each} == {200}
+    # The arrival timer's lead (what validate reports): the largest worker's, and the waits summed.
+    assert data.extra["arrival_lead_ns"] == pytest.approx(max(w["arrival_lead_us"] for w in each) * 1e3)  # type: ignore[attr-defined]
+    assert data.extra["lead_wait_ns"] >= 0  # type: ignore[attr-defined]  (summed; absent before)
     scheduled = np.sort(rows[:, COL["scheduled_ns"]])
     expected = pacer.arrival_offsets_ns(n, rate, burstiness, 11)
     assert np.array_equal(scheduled - scheduled[0], expected)  # the drawn schedule, exactly
