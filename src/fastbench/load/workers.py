@@ -482,9 +482,9 @@ class WorkerPool:
         parts = []
         claimed = []
         for worker in self._workers:
-            assert worker.table is not None and worker.claims is not None
+            assert worker.table is not None
             table = np.array(worker.table)  # a copy: the shared memory is let go below
-            claimed.append(int(worker.claims[0]))
+            claimed.append(int(worker.claims[0]) if worker.claims is not None else _claimed_as_reported(worker, table))
             parts.append(Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None))
         self._release()
         for worker, part, count in zip(self._workers, parts, claimed, strict=True):
@@ -609,6 +609,14 @@ class WorkerPool:
                     "whose requests run out leaves its slots idle while another still has work")
         return (f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; the --concurrency cap "
                 f"split over the workers, so an arrival waits for a slot of its own worker")
+
+
+def _claimed_as_reported(worker: _Worker, table: np.ndarray) -> int:
+    """Rows claimed, for a transport without the shared claim count: at least the count it last
+    reported and every row up to its last finished one (rows claimed since its last report are
+    missed)."""
+    finished = np.flatnonzero(table.any(axis=1))
+    return max(int(worker.progress.get("claimed", 0)), int(finished[-1]) + 1 if finished.size else 0)
 
 
 def _ran_dry_ns(table: np.ndarray, end_ns: int) -> int:
