@@ -8,7 +8,9 @@ per-request rows, the open loop's merged arrivals tested against the asked-for d
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -22,12 +24,15 @@ import pytest
 import uvloop
 
 from fastbench import api
+from fastbench.cli.argtypes import workers_count
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load import pacer
+from fastbench.load import workers as workers_module
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
+from fastbench.results import notes as notes_module
 from fastbench.results.records import COL, ErrorClass
 from fastbench.synthetic import SyntheticServer
 
@@ -148,7 +153,11 @@ def test_open_loop_merged_arrivals_fit_the_asked_distribution(burstiness: float)
     rows = data.rows  # type: ignore[attr-defined]
     assert int((rows[:, COL["error"]] == 0).sum()) == n
     # Each worker sent its share only.
-    assert {w["requests"] for w in data.extra["workers"]["per_worker"]} == {200}  # type: ignore[attr-defined]
+    each = data.extra["workers"]["per_worker"]  # type: ignore[attr-defined]
+    assert {w["requests"] for w in each} == {200}
+    # The arrival timer's lead (what validate reports): the largest worker's, and the waits summed.
+    assert data.extra["arrival_lead_ns"] == pytest.approx(max(w["arrival_lead_us"] for w in each) * 1e3)  # type: ignore[attr-defined]
+    assert data.extra["lead_wait_ns"] >= 0  # type: ignore[attr-defined]  (summed; absent before)
     scheduled = np.sort(rows[:, COL["scheduled_ns"]])
     expected = pacer.arrival_offsets_ns(n, rate, burstiness, 11)
     assert np.array_equal(scheduled - scheduled[0], expected)  # the drawn schedule, exactly
@@ -224,12 +233,47 @@ def test_a_stop_ends_every_worker_and_keeps_what_was_measured() -> None:
     assert int((error != 0).sum()) == int((error == int(ErrorClass.CANCELLED)).sum())  # cancelled, not failed
 
 
+def _open_fds_and_worker_maps() -> tuple[int, int]:
+    maps = Path("/proc/self/maps").read_text()
+    return len(os.listdir("/proc/self/fd")), maps.count("fastbench-worker")
+
+
 def test_a_worker_that_cannot_start_fails_the_run_with_its_own_error() -> None:
-    plan = LoadPlan(bodies=[_body(2)] * 4, warmup_bodies=[], concurrency=2, coalesce_s=-1.0)
-    pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
-    with pytest.raises(WorkerError, match=r"worker \d .*could not start: .*--coalesce-ms must be >= 0"):
-        _run(pool.run())
-    assert all(w.process is not None and w.process.returncode is not None for w in pool._workers)
+    gc.collect()
+    gc.disable()  # what the run leaves must be let go by the run, not found later by the collector
+    try:
+        left = []
+        for _ in range(3):
+            plan = LoadPlan(bodies=[_body(2)] * 4, warmup_bodies=[], concurrency=2, coalesce_s=-1.0)
+            pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
+            with pytest.raises(WorkerError, match=r"worker \d .*could not start: .*--coalesce-ms must be >= 0"):
+                _run(pool.run())
+            assert all(w.process is not None and w.process.returncode is not None for w in pool._workers)
+            left.append(_open_fds_and_worker_maps())
+        # Sockets and shared memory let go by each run (the first leaves the event loop's own for good).
+        assert left[1] == left[2] == left[0] and left[0][1] == 0
+    finally:
+        gc.enable()
+
+
+def test_what_the_pool_cannot_honour_is_refused_and_a_smaller_pool_says_why() -> None:
+    target = Target.parse("http://127.0.0.1:9", ENDPOINT)
+
+    async def start() -> int:
+        return 0
+
+    with pytest.raises(ConfigError, match="start instant"):
+        WorkerPool(target, LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1, start_at=start), workers=2)
+    pool = WorkerPool(target, LoadPlan(bodies=[b"{}"] * 10, warmup_bodies=[], concurrency=2), workers=4)
+    pool._workers = [workers_module._Worker(share, i) for i, share in enumerate(split_schedule(10, 2, None, 0, 4))]
+    assert pool._fewer_because() == ("4 asked for, 2 used: each worker needs a slot and a request of its own "
+                                     "(--concurrency 2, 10 requests)")
+
+
+def test_workers_flag_names_auto_in_its_error() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="'auto'"):
+        workers_count("x")
+    assert workers_count("AUTO") == "auto" and workers_count("3") == 3
 
 
 def test_ctrl_c_at_the_terminal_writes_the_merged_partial_result(tmp_path: Path) -> None:
@@ -289,3 +333,128 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
     except OSError:
         return ""
+
+
+# -- faults the parent must hold the deadline on ---------------------------------------------------------
+
+
+def _guarded(coro: object, pool: WorkerPool, guard_s: float = 120.0) -> object:
+    """Run ``coro``; past ``guard_s`` (a hang, not a measurement) kill the workers and fail."""
+    async def main() -> object:
+        try:
+            return await asyncio.wait_for(coro, guard_s)  # type: ignore[arg-type]
+        except asyncio.TimeoutError:
+            pool._kill_all()
+            pytest.fail(f"the run did not end within {guard_s} s")
+
+    return _run(main())
+
+
+@pytest.mark.parametrize("then_stop", [False, True])
+def test_a_stalled_worker_is_killed_as_lost_and_the_merged_result_is_returned(
+        monkeypatch: pytest.MonkeyPatch, then_stop: bool) -> None:
+    """SIGSTOP: the worker neither reports nor exits; the parent kills it once it has been silent
+    for SILENCE_LIMIT_S, with or without a stop (Ctrl-C) asked meanwhile."""
+    monkeypatch.setattr(workers_module, "SILENCE_LIMIT_S", 1.0)
+    stop = asyncio.Event() if then_stop else None
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        plan = LoadPlan(bodies=[_body(30)] * 400, warmup_bodies=[], concurrency=8, max_seconds=600.0,
+                        stop_event=stop)
+        pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+
+        def freeze(p: WorkerPool) -> None:
+            assert p._workers[1].process is not None
+            os.kill(p._workers[1].process.pid, signal.SIGSTOP)
+            if stop is not None:
+                stop.set()
+
+        data = _guarded(_run_and_then(pool, freeze, 8), pool)
+    section = data.extra["workers"]  # type: ignore[attr-defined]
+    assert section["lost"] == [1]
+    assert "said nothing" in section["per_worker"][1]["lost"]["how"]
+    assert data.stopped_reason == ("interrupted" if then_stop else "worker lost")  # type: ignore[attr-defined]
+    error = data.rows[:, COL["error"]]  # type: ignore[attr-defined]
+    assert int((error[pool._workers[1].share.rows] == int(ErrorClass.WORKER_LOST)).sum()) == 4  # its 4 slots
+    assert pool._workers[1].process is not None and pool._workers[1].process.returncode == -signal.SIGKILL
+    assert pool._workers[0].process is not None and pool._workers[0].process.returncode == 0
+
+
+def test_workers_that_handed_in_their_result_are_reaped_together_and_killed_if_they_linger(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that sent "done" and does not exit holds the run EXIT_GRACE_S at most, whatever the
+    stop grace (here an hour), and lingering workers are waited for together, not in turn."""
+    monkeypatch.setattr(workers_module, "STOP_GRACE_S", 3600.0)
+    plan = LoadPlan(bodies=[_body(2)] * 4, warmup_bodies=[], concurrency=2)
+    pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
+
+    async def main() -> list[int | None]:
+        for index in range(2):
+            worker = workers_module._Worker(split_schedule(4, 2, None, 0, 2)[index], index)
+            worker.process = await asyncio.create_subprocess_exec("sleep", "3600")
+            pool._workers.append(worker)
+        await pool._reap()
+        return [w.process.returncode for w in pool._workers if w.process is not None]
+
+    assert _guarded(main(), pool) == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+def test_a_killed_worker_counts_exactly_what_it_had_claimed() -> None:
+    """Short requests, several claimed between two progress reports: the core's count of claims in
+    the shared header says exactly which were in flight (its 4 slots), whenever the kill lands."""
+    with SyntheticServer(ttft_ms=2, itl_ms=2) as server:
+        for round_ in range(3):
+            plan = LoadPlan(bodies=[_body(5)] * 20_000, warmup_bodies=[], concurrency=8)
+            pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+
+            def kill(p: WorkerPool) -> None:
+                assert p._workers[1].process is not None
+                os.kill(p._workers[1].process.pid, signal.SIGKILL)
+
+            data = _guarded(_run_and_then(pool, kill, 100 + 37 * round_), pool)
+            mine = data.rows[pool._workers[1].share.rows]  # type: ignore[attr-defined]
+            lost = np.flatnonzero(mine[:, COL["error"]] == int(ErrorClass.WORKER_LOST))
+            started = np.flatnonzero(mine.any(axis=1))
+            assert len(lost) == 4, (round_, lost.tolist())  # its slots, each with a request claimed
+            assert started.tolist() == list(range(len(started)))  # claimed in order, none skipped
+            assert lost.tolist() == started[-4:].tolist()
+
+
+def test_the_error_rate_rule_stops_each_worker_at_once() -> None:
+    """Every connect is refused: each worker applies the rule to its own counts (and the others' as
+    last told), so none goes on failing while the parent hears of it; one process fails ~25 here."""
+    plan = LoadPlan(bodies=[_body(2)] * 200_000, warmup_bodies=[], concurrency=4, max_error_rate=0.5)
+    pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
+    data = _guarded(pool.run(), pool)
+    assert data.stopped_reason == "max error rate"  # type: ignore[attr-defined]
+    failed = int((data.rows[:, COL["error"]] != 0).sum())  # type: ignore[attr-defined]
+    # Each worker stops by its 20th failure of its own; after it, at most a few more, as one process
+    # has (its slots' connects already under way when the stop lands).
+    assert 20 <= failed <= 2 * (20 + 4), failed
+
+
+def test_a_closed_loop_dealt_unevenly_says_so_and_flags_the_idle_slots() -> None:
+    """Long and short requests alternate: dealt by slot, one worker gets every long one and the
+    other runs out early. The result says how the work was dealt and a note flags the shortfall."""
+    lengths = [100 if i % 2 == 0 else 2 for i in range(40)]
+    with SyntheticServer(ttft_ms=1, itl_ms=2) as server:
+        plan = LoadPlan(bodies=[_body(n) for n in lengths], warmup_bodies=[], concurrency=4)
+        pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+        data = _guarded(pool.run(), pool)
+    section = data.extra["workers"]  # type: ignore[attr-defined]
+    assert section["dealt"].startswith("closed loop") and "up front" in section["dealt"]
+    assert section["mean_in_flight"] == pytest.approx(data.mean_in_flight, rel=1e-9)  # type: ignore[attr-defined]
+    dry = section["per_worker"][1]
+    assert dry["ran_out_s"] > section["per_worker"][0]["ran_out_s"]  # the short requests' worker
+    # Each worker's 2 slots stood idle from when its share ran out: their share of the window's slot time.
+    window_s = (data.end_ns - data.start_ns) / 1e9  # type: ignore[attr-defined]
+    idle_s = sum(w["ran_out_s"] * 2 for w in section["per_worker"])
+    assert section["idle_slot_share"] == pytest.approx(idle_s / (4 * window_s), rel=1e-6) and idle_s > window_s / 2
+    note = notes_module._workers_note(section)
+    assert "SHORTFALL" in note and "worker 1 ran out" in note and "of --concurrency 4" in note
+
+
+def test_the_shortfall_note_is_only_for_a_real_shortfall() -> None:
+    section = {"count": 2, "idle_slot_share": 0.04, "mean_in_flight": 3.9, "concurrency": 4,
+               "per_worker": [{"index": 0, "ran_out_s": 0.1}, {"index": 1, "ran_out_s": 0.0}]}
+    assert "SHORTFALL" not in notes_module._workers_note(section)
+    assert "SHORTFALL" in notes_module._workers_note({**section, "idle_slot_share": 0.3})

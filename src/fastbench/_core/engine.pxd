@@ -202,12 +202,17 @@ cdef class RunState:
     cdef public object on_stop         # called with a reason when the core decides to stop the run
     cdef public Py_ssize_t next_row    # next request to claim
     cdef public Py_ssize_t n_rows      # requests in the run
+    cdef int64_t *claims_out           # --workers: next_row is written here on every claim (publish_claims); NULL: off
+    cdef object claims_owner           # the buffer claims_out points into (kept alive with it)
+    cdef public int64_t others_completed  # --workers: the other workers' finished requests, as last told (the
+    cdef public int64_t others_failed     # error-rate rule counts them with this one's own)
     cdef list bodies                   # request bodies (JSON), by row
     cdef bytes head                    # HTTP request head up to "Content-Length: "
     cpdef bytes body(self, Py_ssize_t row)
     cpdef Py_ssize_t _claim_row(self)
     cpdef Py_ssize_t _claim_due_row(self, int64_t now)
     cdef _check_error_rate(self)
+    cdef void _publish_claim(self) noexcept
 
 
 cdef class StreamConnection:

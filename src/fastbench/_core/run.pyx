@@ -235,19 +235,44 @@ cdef class RunState:
         self._check_error_rate()
 
     cdef _check_error_rate(self):
-        cdef int64_t finished = self.completed + self.failed
+        # others_*: 0 in one process; a --workers worker counts the others' too, as its parent last told
+        cdef int64_t failed = self.failed + self.others_failed
+        cdef int64_t finished = self.completed + self.others_completed + failed
         if (self.max_error_rate >= 0 and not self.stopping and finished >= 20
-                and self.failed > self.max_error_rate * finished):
+                and failed > self.max_error_rate * finished):
             self.stopping = True
             if self.on_stop is not None:
                 # Later, not from inside this connection's own read callback.
                 self.on_stop("max error rate")
+
+    def publish_claims(self, object claims):
+        """--workers: write next_row into ``claims[0]`` (int64; memory a parent process shares) on
+        every claim, so that the parent knows exactly which requests a worker had taken if it dies.
+        A plain store: a process that is killed leaves every store it made in the shared pages,
+        and each claim's is made before its request is sent (a call the compiler cannot move it
+        past). None turns it off."""
+        cdef int64_t[::1] view
+        if claims is None:
+            self.claims_out = NULL
+            self.claims_owner = None
+            return
+        view = claims
+        if view.shape[0] < 1:
+            raise ValueError("publish_claims needs an int64 array of at least one element")
+        self.claims_owner = view
+        self.claims_out = &view[0]
+        self.claims_out[0] = self.next_row
+
+    cdef inline void _publish_claim(self) noexcept:
+        if self.claims_out != NULL:
+            self.claims_out[0] = self.next_row
 
     cpdef Py_ssize_t _claim_row(self):
         """Index of the next request to send, or -1 when none is left."""
         if self.next_row >= self.n_rows:
             return -1
         self.next_row += 1
+        self._publish_claim()
         return self.next_row - 1
 
     def chain_arrivals(self, object offsets_ns, int64_t base_ns=0):
@@ -272,6 +297,7 @@ cdef class RunState:
         if self.next_row >= self.n_rows or self.arrival_base_ns + self.arrival_offsets[self.next_row] > now:
             return -1
         self.next_row += 1
+        self._publish_claim()
         return self.next_row - 1
 
     # -- open loop: arrivals sent by the core ---------------------------------------------------
@@ -432,6 +458,7 @@ cdef class RunState:
                         now = fb_now_ns()
                     self.lead_wait_ns += now - waited_from
                 self.next_row += 1
+                self._publish_claim()
                 self.core_sends += 1
                 conn._start_from_core(self.next_row - 1, due)
             if len(self.pool) < self.pool_low:

@@ -27,7 +27,12 @@ def whole_number(text: str) -> int:
 
 def workers_count(text: str) -> int | str:
     """--workers: a whole number, or "auto" (the range is checked with the other options)."""
-    return "auto" if text.strip().lower() == "auto" else whole_number(text)
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
 
 
 def json_object(text: str) -> dict[str, Any]:

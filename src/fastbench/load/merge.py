@@ -23,7 +23,8 @@ __all__ = ("Part", "histogram_from_counts", "merge_parts")
 SUMMED_FIELDS = ("reads", "multi_event_reads", "output_events", "kernel_stamped_reads", "connections_opened",
                  "client_cpu_ns", "warmups", "stale_retries")
 # Counters of RunData.extra that add up across workers.
-SUMMED_EXTRA = ("skew_negative", "wakeups", "ends_watched", "core_sends", "pool_misses", "outputs_unreadable")
+SUMMED_EXTRA = ("skew_negative", "wakeups", "ends_watched", "core_sends", "pool_misses", "outputs_unreadable",
+                "lead_wait_ns")
 # RunData.extra's maps keyed by request row: their keys become workload indexes.
 ROW_KEYED_EXTRA = ("outputs", "chunk_stamps")
 
@@ -76,6 +77,9 @@ def merge_parts(parts: Sequence[Part], n_rows: int, *, start_ns: int, end_ns: in
         for name, count in d.extra.get("histogram_clamped", {}).items():
             clamped[name] = clamped.get(name, 0) + int(count)
     merged_extra["histogram_clamped"] = clamped
+    # Each worker's core learns its own arrival lead; the largest is the one that cost the most.
+    leads = [int(d.extra["arrival_lead_ns"]) for d in reported if d.extra.get("arrival_lead_ns") is not None]
+    merged_extra["arrival_lead_ns"] = max(leads) if leads else None
     for key in ROW_KEYED_EXTRA:
         found = [(part, part.data.extra[key]) for part in parts if part.data is not None and key in part.data.extra]
         if found:
@@ -91,21 +95,10 @@ def merge_parts(parts: Sequence[Part], n_rows: int, *, start_ns: int, end_ns: in
         cap_hit=cap_hit,
         stopped_reason=stopped_reason,
         timestamp_source=TimestampSource.KERNEL if sums["kernel_stamped_reads"] else TimestampSource.USER,
-        concurrency_samples=_merged_samples([d.concurrency_samples for d in reported]),
+        # Each worker's samples stay in its own section; the merged in-flight figure is from the rows.
+        concurrency_samples=np.zeros((0, 2), dtype=np.float64),
         mean_in_flight=mean_in_flight(rows, start_ns, end_ns),
         open_loop=open_loop,
         extra=merged_extra,
         **sums,
     )
-
-
-def _merged_samples(samples: Sequence[np.ndarray]) -> np.ndarray:
-    """The workers' in-flight samples added up: each samples at the same interval from the same
-    start, so the k-th samples of all workers are taken within a wake-up of each other."""
-    if not samples:
-        return np.zeros((0, 2), dtype=np.float64)
-    k = min(len(s) for s in samples)
-    merged = np.array(samples[0][:k], dtype=np.float64).reshape(-1, 2)
-    for other in samples[1:]:
-        merged[:, 1] += other[:k, 1]
-    return merged

@@ -7,10 +7,18 @@ so that any transport can host it. The one here (:func:`main`, ``python -m fastb
 is a socket inherited from the parent, carrying length-prefixed pickles, and a request table in
 memory the parent shares (a memfd): what a worker finished stands even if it dies.
 
-Messages, worker to parent: ``("ready", {})`` after its warm-ups; ``("progress", counts)`` every
-``report_interval_s`` of the window; ``("done", WorkerOutcome)``; ``("failed", "one line")``.
-Parent to worker: ``("start", start_ns)``, the window's common start on CLOCK_MONOTONIC (one clock for
-every process of a host); ``("stop", reason)``.
+Messages, worker to parent: ``("alive", None)`` every ``report_interval_s`` from the spec on (a
+parent that hears nothing for a while judges the worker stalled); ``("ready", {})`` after its
+warm-ups; ``("progress", counts)`` every ``report_interval_s`` of the window; ``("stopping", reason)``
+when it stops of its own accord (--max-error-rate), for the parent to stop the others at once;
+``("finishing", None)`` when its window has ended and it builds its result; ``("done",
+WorkerOutcome)``; ``("failed", "one line")``. Parent to worker: ``("start", start_ns)``, the window's
+common start on CLOCK_MONOTONIC (one clock for every process of a host); ``("stop", reason)``;
+``("others", {"completed": n, "failed": n})``, the other workers' counts as last reported, which its
+--max-error-rate rule adds to its own.
+
+The shared memory is a header of HEADER_BYTES (its first int64: the rows this worker has claimed so
+far, written by the core on every claim) and then the request table.
 """
 
 from __future__ import annotations
@@ -34,11 +42,15 @@ from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import NCOLS, RunData
 
-__all__ = ("WorkerOutcome", "WorkerSpec", "histogram_counts", "read_frame", "run_worker", "write_frame")
+__all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "histogram_counts", "read_frame", "run_worker",
+           "shared_size", "shared_views", "write_frame")
 
-# How often a worker tells its parent its counts: the parent judges --max-error-rate over all
-# workers from them, so this is how late that judgement can be.
+# How often a worker tells its parent its counts (and, outside its window, that it is alive); the
+# parent sends every worker the others' counts as often, for --max-error-rate.
 REPORT_INTERVAL_S = 0.05
+# The shared memory's header, before the request table: one cache line, its first int64 the count of
+# rows claimed (RunState.publish_claims).
+HEADER_BYTES = 64
 # The start instant is awaited by sleeping to this much before it, then reading the clock until it
 # comes: an event loop's timers are only as fine as a millisecond.
 START_SPIN_NS = 2_000_000
@@ -66,6 +78,8 @@ class WorkerSpec:
     save_outputs: bool
     keep_chunk_stamps: bool
     report_interval_s: float = REPORT_INTERVAL_S
+    max_error_rate: float | None = None  # the rule applied here, to its own counts and the others' as last told
+    kernel_timestamps: bool = True
 
 
 @dataclasses.dataclass
@@ -87,13 +101,15 @@ def histogram_counts(hist: Any) -> np.ndarray:
 
 
 async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: asyncio.Queue[tuple[str, Any]],
-                     rows: np.ndarray | None = None) -> WorkerOutcome:
+                     rows: np.ndarray | None = None, claims: np.ndarray | None = None) -> WorkerOutcome:
     """Run one worker's share: warm up, say "ready", wait for "start", run, return what it measured.
 
     :param send: delivers one message to the parent (``kind``, ``payload``).
-    :param inbox: the parent's messages ("start", "stop"), put there by the transport.
+    :param inbox: the parent's messages ("start", "stop", "others"), put there by the transport.
     :param rows: the request table to fill (shared with the parent); by default the worker's own,
         returned in the outcome.
+    :param claims: an int64 array (shared with the parent) whose first element the core keeps at
+        the count of rows claimed, so that a parent knows what a worker that died had taken.
     """
     loop = asyncio.get_running_loop()
     started: asyncio.Future[int | None] = loop.create_future()
@@ -139,6 +155,15 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
                     started.set_result(None)
                 if generator is not None:
                     generator.stop(str(payload))
+            elif kind == "others" and generator is not None:
+                generator.state.others_completed = int(payload["completed"])
+                generator.state.others_failed = int(payload["failed"])
+                generator.state.check_error_rate()
+
+    async def beat() -> None:
+        while True:
+            send("alive", None)
+            await asyncio.sleep(spec.report_interval_s)
 
     plan = LoadPlan(
         bodies=spec.bodies,
@@ -148,7 +173,8 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         arrival_offsets_ns=spec.arrival_offsets_ns,
         max_seconds=spec.max_seconds,
         request_timeout_s=spec.request_timeout_s,
-        max_error_rate=None,  # judged by the parent, over every worker
+        max_error_rate=spec.max_error_rate,
+        kernel_timestamps=spec.kernel_timestamps,
         verify_tls=spec.verify_tls,
         coalesce_s=spec.coalesce_s,
         expected_output_tokens=spec.expected_output_tokens,
@@ -160,13 +186,25 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         start_at=wait_start,
     )
     generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows)
+    if claims is not None:
+        generator.state.publish_claims(claims)
+    core_stop = generator.state.on_stop
+
+    def stopping(reason: str) -> None:  # the core stops of its own accord: the parent stops the others
+        send("stopping", reason)
+        core_stop(reason)
+
+    generator.state.on_stop = stopping
     listener = loop.create_task(listen())
+    beating = loop.create_task(beat())
     try:
         if stop_reason:  # a stop that came while the generator was being built
             generator.stop(stop_reason[0])
         data = await generator.run()
     finally:
         listener.cancel()
+        beating.cancel()
+    send("finishing", None)  # what follows is not a loop that beats (outputs decoded, the pickle)
     if rows is not None:
         data.rows = np.zeros((0, NCOLS), dtype=np.int64)  # the parent reads the shared table
     data.histograms = {name: histogram_counts(h) for name, h in data.histograms.items()}
@@ -177,6 +215,17 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
 # -- the transport: a socket inherited from the parent, length-prefixed pickles -------------------------
 
 _LENGTH = struct.Struct("!Q")
+
+
+def shared_views(shared: mmap.mmap, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The claims header (int64) and the request table in a worker's shared memory."""
+    claims = np.frombuffer(shared, dtype=np.int64, count=HEADER_BYTES // 8)
+    table = np.frombuffer(shared, dtype=np.int64, count=n_rows * NCOLS, offset=HEADER_BYTES).reshape(-1, NCOLS)
+    return claims, table
+
+
+def shared_size(n_rows: int) -> int:
+    return HEADER_BYTES + n_rows * NCOLS * 8
 
 
 def write_frame(kind: str, payload: Any) -> bytes:
@@ -202,10 +251,8 @@ async def _serve(control: socket.socket, rows_fd: int) -> int:
     if first is None or first[0] != "spec":
         return 2
     spec: WorkerSpec = first[1]
-    size = len(spec.bodies) * NCOLS * 8
-    shared = mmap.mmap(rows_fd, max(size, 8)) if rows_fd >= 0 else None
-    rows = (np.frombuffer(shared, dtype=np.int64, count=len(spec.bodies) * NCOLS).reshape(-1, NCOLS)
-            if shared is not None else None)
+    shared = mmap.mmap(rows_fd, shared_size(len(spec.bodies))) if rows_fd >= 0 else None
+    claims, rows = shared_views(shared, len(spec.bodies)) if shared is not None else (None, None)
     inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     def send(kind: str, payload: Any) -> None:
@@ -221,7 +268,7 @@ async def _serve(control: socket.socket, rows_fd: int) -> int:
 
     pumping = asyncio.get_running_loop().create_task(pump())
     try:
-        outcome = await run_worker(spec, send, inbox, rows)
+        outcome = await run_worker(spec, send, inbox, rows, claims)
     except Exception as exc:  # its own error, for the parent to fail the run with
         send("failed", f"{type(exc).__name__}: {exc}")
         await writer.drain()

@@ -13,14 +13,22 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
   drawn process itself. No request is in two workers. Warm-ups are dealt round-robin too.
 * One start instant on CLOCK_MONOTONIC (one clock for every process of the host), chosen once every
   worker is warm; ``--max-seconds`` ends every worker at the same instant from it.
-* ``--max-error-rate`` is judged here over the counts every worker reports each
-  worker.REPORT_INTERVAL_S; the parent then tells every worker to stop.
+* ``--max-error-rate``: each worker applies the rule to its own counts plus the others' as the
+  parent last sent them (every worker.REPORT_INTERVAL_S), and stops at once; it tells the parent,
+  which stops the others.
 * Faults. A worker's request table lives in memory shared with the parent (a memfd), so what it
-  finished stands if it dies; its requests claimed but unfinished then are counted failed as
-  WORKER_LOST, the run stops ("worker lost": the load asked for is no longer applied), and the
-  result names the worker and when. A worker that cannot start fails the run with its own error.
+  finished stands if it dies; so does the count of rows it had claimed, which its core writes there
+  on every claim. Its requests claimed but unfinished are then counted failed as WORKER_LOST, the run
+  stops ("worker lost": the load asked for is no longer applied), and the result names the worker
+  and when. A worker that cannot start fails the run with its own error.
+* The parent holds the deadlines: a worker says something every worker.REPORT_INTERVAL_S, and one
+  silent for SILENCE_LIMIT_S (stopped, or its loop blocked), or still running STOP_GRACE_S past the
+  time cap or a stop, is killed and counted lost, and the merged result is written all the same.
 
 The merge is :mod:`fastbench.load.merge`.
+
+One module of ~630 lines because the pool's start, deadlines, loss accounting and per-worker result
+section all read the same per-worker bookkeeping (_Worker).
 """
 
 from __future__ import annotations
@@ -40,12 +48,21 @@ from typing import Any
 import numpy as np
 
 from fastbench._core import now_ns
-from fastbench.exceptions import WorkerError
+from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load import pacer
+from fastbench.load.driver import mean_in_flight
 from fastbench.load.merge import Part, histogram_from_counts, merge_parts
 from fastbench.load.plan import LoadPlan, Target
-from fastbench.load.worker import WorkerOutcome, WorkerSpec, read_frame, write_frame
-from fastbench.results.records import COL, NCOLS, ErrorClass, RunData
+from fastbench.load.worker import (
+    REPORT_INTERVAL_S,
+    WorkerOutcome,
+    WorkerSpec,
+    read_frame,
+    shared_size,
+    shared_views,
+    write_frame,
+)
+from fastbench.results.records import COL, ErrorClass, RunData
 
 __all__ = ("STREAMS_PER_WORKER", "Share", "WorkerPool", "arrival_offsets_ns", "choose_workers", "split_schedule")
 
@@ -55,8 +72,18 @@ START_MARGIN_NS = 50_000_000
 # --workers auto: streams one worker is given before another is added. One process holds 256
 # streams at 20 ms per chunk within 0.07 ms (bench/RESULTS.md); past that its core is the limit.
 STREAMS_PER_WORKER = 256
-# How long a worker that got "stop" has to hand in its result before it is killed.
-STOP_GRACE_S = 30.0
+# How long after the time cap or a stop a worker may still be running its window before it is
+# killed and counted lost (it cancels what is in flight at once: this is for a wedged one).
+STOP_GRACE_S = 10.0
+# A worker that says nothing for this long is stalled (stopped, or its loop blocked) and is killed.
+# It speaks every REPORT_INTERVAL_S; a loop held up by a loaded host is late by milliseconds, not this.
+SILENCE_LIMIT_S = 5.0
+# The same, before its first word (an interpreter starting and importing) and while it builds its
+# result (outputs decoded and pickled, which a long run makes large).
+STARTUP_LIMIT_S = 60.0
+FINISH_LIMIT_S = 60.0
+# How long a worker that handed in its result has to exit before it is killed.
+EXIT_GRACE_S = 2.0
 
 
 def choose_workers(concurrency: int | None, num_requests: int, cores: int, server_here: bool) -> tuple[int, str]:
@@ -128,7 +155,10 @@ class _Worker:
     reader: asyncio.StreamReader | None = None
     shared: mmap.mmap | None = None
     table: np.ndarray | None = None
+    claims: np.ndarray | None = None  # the shared header: [0] is the count of rows it has claimed
     ready: bool = False
+    heard_ns: int = 0  # when it last said anything (0: not yet)
+    finishing: bool = False  # its window is over; it is building its result
     progress: dict[str, int] = dataclasses.field(default_factory=dict)
     outcome: WorkerOutcome | None = None
     failure: str | None = None  # its own error, when it reported one
@@ -149,6 +179,11 @@ class WorkerPool:
                  chosen_because: str | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if plan.sessions is not None:  # checks.py refuses --multi-turn with --workers; a plan built directly too
+            raise ConfigError("--workers cannot run multi-turn sessions (their turns are built during the run, "
+                              "in one process): use --workers 1")
+        if plan.start_at is not None:
+            raise ConfigError("WorkerPool chooses the start instant itself: a plan's start_at cannot be honoured")
         self.target = target
         self.plan = plan
         self.api_key = api_key
@@ -156,6 +191,7 @@ class WorkerPool:
         self.chosen_because = chosen_because
         self._workers: list[_Worker] = []
         self._stop_reason: str | None = None
+        self._stopped_ns = 0
         self._start_ns = 0
         self._all_ready: asyncio.Future[None] | None = None
         self.merge_ns = 0  # how long the merge took (bench/workers.py weighs it against the run)
@@ -167,8 +203,11 @@ class WorkerPool:
         if self._stop_reason is not None:
             return
         self._stop_reason = reason
+        self._stopped_ns = now_ns()
         for worker in self._workers:
             worker.send("stop", reason)
+        if self._all_ready is not None and not self._all_ready.done():  # stopped before the window
+            self._all_ready.set_result(None)
 
     def _judge_error_rate(self) -> None:
         limit = self.plan.max_error_rate
@@ -178,6 +217,12 @@ class WorkerPool:
         finished = failed + sum(w.progress.get("completed", 0) for w in self._workers)
         if finished >= 20 and failed > limit * finished:  # the rule one process applies
             self.stop("max error rate")
+
+    def _send_others(self) -> None:
+        """--max-error-rate: every worker is told the others' counts, which its own rule adds in."""
+        totals = {key: sum(w.progress.get(key, 0) for w in self._workers) for key in ("completed", "failed")}
+        for worker in self._workers:
+            worker.send("others", {key: totals[key] - worker.progress.get(key, 0) for key in totals})
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -189,29 +234,38 @@ class WorkerPool:
         self._workers = [_Worker(share, i) for i, share in enumerate(shares)]
         loop = asyncio.get_running_loop()
         self._all_ready = loop.create_future()
-        tasks: list[asyncio.Task[Any]] = []
+        follows: list[asyncio.Task[None]] = []
+        helpers: list[asyncio.Task[None]] = []
         try:
             for worker in self._workers:
                 await self._spawn(worker)
-            tasks = [loop.create_task(self._follow(w)) for w in self._workers]
+            follows = [loop.create_task(self._follow(w)) for w in self._workers]
+            # Both until every worker is reaped: a stalled one is killed, a Ctrl-C is heard.
+            helpers.append(loop.create_task(self._watch()))
             if plan.stop_event is not None:
-                tasks.append(loop.create_task(self._watch_stop(plan.stop_event)))
+                helpers.append(loop.create_task(self._watch_stop(plan.stop_event)))
             await self._all_ready  # raises WorkerError when one could not start
-            self._start_ns = now_ns() + START_MARGIN_NS
-            if plan.on_window_start is not None:
-                plan.on_window_start()
-            for worker in self._workers:
-                worker.send("start", self._start_ns)
-            if plan.on_progress is not None:
-                tasks.append(loop.create_task(self._report_progress()))
-            await asyncio.gather(*tasks[: len(self._workers)])
+            if self._stop_reason is None:
+                self._start_ns = now_ns() + START_MARGIN_NS
+                if plan.on_window_start is not None:
+                    plan.on_window_start()
+                for worker in self._workers:
+                    worker.send("start", self._start_ns)
+                if plan.on_progress is not None:
+                    helpers.append(loop.create_task(self._report_progress()))
+            else:  # stopped before the window opened: the workers end without one
+                self._start_ns = now_ns()
+            await asyncio.gather(*follows)
+            await self._reap()
         except BaseException:
             self._kill_all()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._reap())
+            self._release()
             raise
         finally:
-            for task in tasks:
+            for task in follows + helpers:
                 task.cancel()
-            await self._reap()
         started = now_ns()
         data = self._merged()
         self.merge_ns = now_ns() - started
@@ -220,14 +274,13 @@ class WorkerPool:
 
     async def _spawn(self, worker: _Worker) -> None:
         share = worker.share
-        size = len(share.rows) * NCOLS * 8
-        fd = os.memfd_create(f"fastbench-worker-{worker.index}", 0)
+        # CLOEXEC: no other child inherits it; pass_fds hands it to this worker alone.
+        fd = os.memfd_create(f"fastbench-worker-{worker.index}", os.MFD_CLOEXEC)
         parent_end, child_end = socket.socketpair()
         try:
-            os.ftruncate(fd, max(size, 8))
-            worker.shared = mmap.mmap(fd, max(size, 8))
-            worker.table = np.frombuffer(worker.shared, dtype=np.int64, count=len(share.rows) * NCOLS).reshape(
-                -1, NCOLS)
+            os.ftruncate(fd, shared_size(len(share.rows)))
+            worker.shared = mmap.mmap(fd, shared_size(len(share.rows)))
+            worker.claims, worker.table = shared_views(worker.shared, len(share.rows))
             # The package this module is in, first on the child's path: the same fastbench as here.
             env = dict(os.environ)
             root = str(pathlib.Path(__file__).resolve().parents[2])
@@ -239,13 +292,14 @@ class WorkerPool:
                 # Out of the terminal's process group: Ctrl-C reaches the parent alone, which stops
                 # every worker and merges what they measured (a worker also stops when the parent goes).
                 start_new_session=True)
+            worker.reader, worker.writer = await asyncio.open_connection(sock=parent_end)
         except BaseException:
             parent_end.close()
             raise
         finally:
             child_end.close()
             os.close(fd)  # the mmap and the child hold their own
-        worker.reader, worker.writer = await asyncio.open_connection(sock=parent_end)
+        worker.heard_ns = 0
         worker.send("spec", self._spec(worker))
 
     def _spec(self, worker: _Worker) -> WorkerSpec:
@@ -265,7 +319,8 @@ class WorkerPool:
             concurrency=share.slots, request_rate=rate, arrival_offsets_ns=share.offsets,
             max_seconds=plan.max_seconds, request_timeout_s=plan.request_timeout_s, verify_tls=plan.verify_tls,
             coalesce_s=plan.coalesce_s, expected_output_tokens=[expected[i] for i in rows] if expected else None,
-            save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps)
+            save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
+            max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps)
 
     async def _follow(self, worker: _Worker) -> None:
         """Read one worker's messages until it hands in its result or is gone."""
@@ -275,6 +330,7 @@ class WorkerPool:
             message = await read_frame(worker.reader)
             if message is None:
                 break
+            worker.heard_ns = now_ns()
             kind, payload = message
             if kind == "ready":
                 worker.ready = True
@@ -283,6 +339,10 @@ class WorkerPool:
             elif kind == "progress":
                 worker.progress = payload
                 self._judge_error_rate()
+            elif kind == "stopping":  # it stopped of its own accord: the others stop now too
+                self.stop(str(payload))
+            elif kind == "finishing":
+                worker.finishing = True
             elif kind == "done":
                 worker.outcome = payload
                 break
@@ -290,12 +350,14 @@ class WorkerPool:
                 worker.failure = str(payload)
         if worker.outcome is not None:
             return
-        lost_ns = now_ns()
+        lost_ns = worker.lost_ns or now_ns()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(worker.process.wait(), 5.0)
         await asyncio.wait([stderr], timeout=1.0)
         code = worker.process.returncode
-        if worker.failure is not None:
+        if worker.lost_how:  # killed here (see _watch)
+            how = worker.lost_how
+        elif worker.failure is not None:
             how = worker.failure
         elif code is not None and code < 0:
             how = f"was killed by {signal.Signals(-code).name}"
@@ -320,6 +382,59 @@ class WorkerPool:
         await event.wait()
         self.stop("interrupted")
 
+    async def _watch(self) -> None:
+        """The parent's deadlines, every REPORT_INTERVAL_S: a worker silent too long, or still running
+        STOP_GRACE_S past the time cap or a stop, is killed and counted lost. Also hands out the
+        others' counts for --max-error-rate."""
+        spawned_ns = last_ns = now_ns()
+        while True:
+            await asyncio.sleep(REPORT_INTERVAL_S)
+            now = now_ns()
+            # This loop itself held up (its messages unread): judge no one until they are read.
+            behind = now - last_ns > SILENCE_LIMIT_S * 1e9 / 2
+            last_ns = now
+            if self.plan.max_error_rate is not None and self._start_ns and self._stop_reason is None:
+                self._send_others()
+            if behind:
+                continue
+            for worker in self._workers:
+                why = self._overdue(worker, now, spawned_ns)
+                if why is not None:
+                    self._kill_lost(worker, now, why)
+
+    def _deadline_ns(self) -> int | None:
+        """When every worker should have ended its window: the time cap or the stop, plus the grace."""
+        ends = []
+        if self._start_ns and self.plan.max_seconds is not None:
+            ends.append(self._start_ns + int(self.plan.max_seconds * 1e9))
+        if self._stop_reason is not None:
+            ends.append(self._stopped_ns)
+        return min(ends) + int(STOP_GRACE_S * 1e9) if ends else None
+
+    def _overdue(self, worker: _Worker, now: int, spawned_ns: int) -> str | None:
+        """Why ``worker`` is to be killed now, or None."""
+        if worker.outcome is not None or worker.lost_how or worker.process is None:
+            return None
+        if worker.process.returncode is not None:
+            return None  # gone: _follow reports it
+        if worker.heard_ns == 0:
+            silent_s, limit_s = (now - spawned_ns) / 1e9, STARTUP_LIMIT_S
+        else:
+            silent_s, limit_s = (now - worker.heard_ns) / 1e9, FINISH_LIMIT_S if worker.finishing else SILENCE_LIMIT_S
+        if silent_s > limit_s:
+            return f"said nothing for {silent_s:.1f} s (stalled: stopped, or its event loop blocked) and was killed"
+        deadline = self._deadline_ns()
+        if deadline is not None and now > deadline and not worker.finishing:
+            after = "the time cap" if self._stop_reason is None else f"the stop ({self._stop_reason})"
+            return f"was still running {STOP_GRACE_S:g} s after {after} and was killed"
+        return None
+
+    def _kill_lost(self, worker: _Worker, now: int, why: str) -> None:
+        assert worker.process is not None
+        worker.lost_ns, worker.lost_how = now, why
+        with contextlib.suppress(ProcessLookupError):
+            worker.process.kill()  # its socket closes: _follow reports it lost
+
     async def _report_progress(self) -> None:
         plan = self.plan
         assert plan.on_progress is not None
@@ -337,32 +452,44 @@ class WorkerPool:
                     worker.process.kill()
 
     async def _reap(self) -> None:
-        """Every worker process ended (killed after STOP_GRACE_S), its control socket closed."""
+        """Every worker process ended, its control socket closed. Each has handed in its result or is
+        lost already, so they are waited for together, EXIT_GRACE_S at most, then killed."""
+        running = [w.process for w in self._workers if w.process is not None]
+        if running:
+            waits = [asyncio.ensure_future(p.wait()) for p in running]
+            _, late = await asyncio.wait(waits, timeout=EXIT_GRACE_S)
+            if late:
+                self._kill_all()
+                await asyncio.wait(late)
         for worker in self._workers:
-            if worker.process is not None:
-                try:
-                    await asyncio.wait_for(worker.process.wait(), STOP_GRACE_S)
-                except asyncio.TimeoutError:
-                    worker.process.kill()
-                    await worker.process.wait()
             if worker.writer is not None:
                 worker.writer.close()
+                with contextlib.suppress(Exception):
+                    await worker.writer.wait_closed()
+
+    def _release(self) -> None:
+        """The shared memory let go (the run failed: nothing will be merged from it)."""
+        for worker in self._workers:
+            worker.table = worker.claims = None
+            if worker.shared is not None:
+                with contextlib.suppress(BufferError):
+                    worker.shared.close()
+                worker.shared = None
 
     # -- the merge -----------------------------------------------------------------------------
 
     def _merged(self) -> RunData:
         parts = []
+        claimed = []
         for worker in self._workers:
             assert worker.table is not None
             table = np.array(worker.table)  # a copy: the shared memory is let go below
-            worker.table = None
-            if worker.shared is not None:
-                with contextlib.suppress(BufferError):
-                    worker.shared.close()
-            part = Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None)
+            claimed.append(int(worker.claims[0]) if worker.claims is not None else _claimed_as_reported(worker, table))
+            parts.append(Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None))
+        self._release()
+        for worker, part, count in zip(self._workers, parts, claimed, strict=True):
             if worker.outcome is None:
-                self._mark_lost(worker, part)
-            parts.append(part)
+                self._mark_lost(worker, part, count)
         reported = [p.data for p in parts if p.data is not None]
         reasons = {d.stopped_reason for d in reported}
         if self._stop_reason is not None:
@@ -378,17 +505,15 @@ class WorkerPool:
         open_loop = self.plan.request_rate is not None or self.plan.ramp_up is not None
         return merge_parts(parts, len(self.plan.bodies), start_ns=self._start_ns, end_ns=end_ns,
                            stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop,
-                           extra={"workers": self._section(parts),
+                           extra={"workers": self._section(parts, end_ns),
                                   # each worker's own slots: a request waits only for one of its worker's
                                   "slot_pools": [(w.share.rows, w.share.slots) for w in self._workers]})
 
-    def _mark_lost(self, worker: _Worker, part: Part) -> None:
+    def _mark_lost(self, worker: _Worker, part: Part, claimed: int) -> None:
         """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
-        means: below the last count of claims it reported, below its last finished row, or (open
-        loop) due by the loss."""
+        means: below the count of claims its core wrote in the shared header, or (open loop) due by
+        the loss (an arrival waiting for a slot is part of the load it no longer applies)."""
         table = part.table
-        finished = np.flatnonzero(table.any(axis=1))
-        claimed = max(int(worker.progress.get("claimed", 0)), int(finished[-1]) + 1 if finished.size else 0)
         offsets = worker.share.offsets
         if offsets is not None:
             claimed = max(claimed, int(np.searchsorted(offsets, worker.lost_ns - self._start_ns, side="right")))
@@ -406,11 +531,15 @@ class WorkerPool:
             r[COL["error"]] = int(ErrorClass.WORKER_LOST)
             part.error_messages[row] = why
 
-    def _section(self, parts: list[Part]) -> dict[str, Any]:
-        """The result's per-worker section: enough to see a lagging or lost worker."""
+    def _section(self, parts: list[Part], end_ns: int) -> dict[str, Any]:
+        """The result's per-worker section: enough to see a lagging or lost worker, and how the work
+        was dealt (and what that cost: slots left idle by a worker whose share ran out first)."""
         each = []
+        idle_slot_ns = 0
         for worker, part in zip(self._workers, parts, strict=True):
             table = part.table
+            dry_ns = _ran_dry_ns(table, end_ns) if worker.share.offsets is None else 0
+            idle_slot_ns += dry_ns * worker.share.slots
             started = table.any(axis=1)
             error = table[:, COL["error"]]
             done = started & (error == 0) & (table[:, COL["end_ns"]] > 0)
@@ -428,6 +557,7 @@ class WorkerPool:
                 "not_started": int((~started).sum()),
                 "errors": classes,
                 "stopped_reason": data.stopped_reason if data is not None else "lost",
+                "ran_out_s": dry_ns / 1e9,  # closed loop: its share was done this long before the window's end
                 "lost": None if worker.outcome is not None else {
                     "at_s": (worker.lost_ns - self._start_ns) / 1e9, "how": worker.lost_how},
             }
@@ -441,17 +571,61 @@ class WorkerPool:
                     mean_in_flight=float(np.mean(samples[:, 1])) if len(samples) else 0.0,
                     max_in_flight=int(samples[:, 1].max()) if len(samples) else 0,
                     skew_ms=skew,
+                    arrival_lead_us=(data.extra["arrival_lead_ns"] / 1e3
+                                     if data.extra.get("arrival_lead_ns") is not None else None),
                 )
             each.append(entry)
         return {
             "count": len(self._workers),
             "requested": self.requested,
-            "chosen_because": self.chosen_because,
+            "chosen_because": self.chosen_because or self._fewer_because(),
+            "dealt": self._dealt(),
+            # closed loop: the share of the window's slot time left idle because a worker's requests ran
+            # out while another's had not (one process keeps every slot busy until the last request)
+            "mean_in_flight": sum(mean_in_flight(p.table, self._start_ns, end_ns) for p in parts),
+            "concurrency": self.plan.concurrency,
+            "idle_slot_share": (idle_slot_ns / (self.plan.concurrency * (end_ns - self._start_ns))
+                                if end_ns > self._start_ns else 0.0),
             "process": "python -m fastbench.load.worker, one event loop and native core each",
             "start_ns": self._start_ns,
             "lost": [w.index for w in self._workers if w.outcome is None],
             "per_worker": each,
         }
+
+
+    def _fewer_because(self) -> str | None:
+        count = len(self._workers)
+        if count >= self.requested:
+            return None
+        return (f"{self.requested} asked for, {count} used: each worker needs a slot and a request of its own "
+                f"(--concurrency {self.plan.concurrency}, {len(self.plan.bodies)} requests)")
+
+    def _dealt(self) -> str:
+        """How the schedule was split, in words for the result."""
+        count = len(self._workers)
+        if arrival_offsets_ns(self.plan) is None:
+            return (f"closed loop: the {self.plan.concurrency} slots split over {count} workers, and each request "
+                    "dealt up front to the worker of its slot (request i to slot i mod concurrency); a worker "
+                    "whose requests run out leaves its slots idle while another still has work")
+        return (f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; the --concurrency cap "
+                f"split over the workers, so an arrival waits for a slot of its own worker")
+
+
+def _claimed_as_reported(worker: _Worker, table: np.ndarray) -> int:
+    """Rows claimed, for a transport without the shared claim count: at least the count it last
+    reported and every row up to its last finished one (rows claimed since its last report are
+    missed)."""
+    finished = np.flatnonzero(table.any(axis=1))
+    return max(int(worker.progress.get("claimed", 0)), int(finished[-1]) + 1 if finished.size else 0)
+
+
+def _ran_dry_ns(table: np.ndarray, end_ns: int) -> int:
+    """How long before ``end_ns`` a worker's last request ended, when it had sent them all (else 0)."""
+    started = table.any(axis=1)
+    if not started.size or not started.all():
+        return 0
+    last = int(table[:, COL["end_ns"]].max())
+    return max(0, end_ns - last)
 
 
 def _quantiles_ms(counts: Any) -> dict[str, float] | None:

@@ -253,6 +253,11 @@ def _fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}" if value < 10 else f"{value:.1f}"
 
 
+# --workers: a note when more than this share of the slot time stood idle because the requests
+# dealt to one worker ran out before another's.
+IDLE_SLOT_NOTE_SHARE = 0.05
+
+
 def _workers_note(workers: dict[str, Any]) -> str:
     """What --workers did: how many processes, why, how far apart they started, any lost."""
     count = workers.get("count", 1)
@@ -263,6 +268,14 @@ def _workers_note(workers: dict[str, Any]) -> str:
     if late:
         text += f", window started within {max(late):.3f} ms of the common instant"
     text += "; merged exactly (rows concatenated, histograms added)" if count > 1 else ""
+    idle = workers.get("idle_slot_share") or 0.0
+    if count > 1 and idle > IDLE_SLOT_NOTE_SHARE:
+        dry = max(workers.get("per_worker", ()), key=lambda w: w.get("ran_out_s") or 0.0)
+        text += (f"; SHORTFALL: requests were dealt to the workers up front (by slot), and worker {dry['index']} ran "
+                 f"out {dry['ran_out_s']:.2f} s before the end, so {idle:.0%} of the window's slot time stood idle: "
+                 f"mean in flight {workers.get('mean_in_flight', 0.0):.2f} "
+                 f"of --concurrency {workers.get('concurrency')} "
+                 "(one process keeps every slot busy until the requests run out; docs/workers.md)")
     for lost in workers.get("per_worker", ()):
         if lost.get("lost"):
             text += (f"; worker {lost['index']} LOST at {lost['lost']['at_s']:.3f} s ({lost['lost']['how']}): "
