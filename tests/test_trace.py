@@ -71,6 +71,39 @@ def test_requests_sharing_hash_ids_share_exactly_those_blocks(tmp_path: Path) ->
     assert not elsewhere(prompts[3][32:], 3) and not elsewhere(prompts[5], 5)  # tokens past the blocks: its own
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
+def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path, endpoint: str) -> None:
+    """Many requests, built in bulk: every occurrence of a hash id carries the same tokens (a block cut
+    short its first ones), distinct ids differ, and each prompt is exactly its input length. The trace
+    repeats ids within a request, leaves some without ids, cuts blocks short and has an odd block size."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    block = 7
+    rows = []
+    for t in range(300):
+        ids = rng.integers(0, 60, size=int(rng.integers(0, 6))).tolist()  # ids 0-59 recur across requests
+        rows.append({"timestamp": t, "input_length": int(rng.integers(1, 60)), "output_length": 2, "hash_ids": ids})
+    path = _write_trace(tmp_path / "random.jsonl", rows)
+    config = _config(path, num_prompts=len(rows), endpoint=endpoint, timed_trace_chunk_hash_size=block)
+    work = build_workload_sync(config, "m", max_model_len=None)
+    chat = endpoint == "/v1/chat/completions"
+    seen: dict[int, list[Any]] = {}
+    for row, spec in zip(rows, work.requests):
+        body = orjson.loads(spec.body)
+        tokens = body["messages"][0]["content"].split(" ") if chat else body["prompt"]
+        assert len(tokens) == row["input_length"] == spec.prompt_len
+        for k, hash_id in enumerate(row["hash_ids"][:-(-row["input_length"] // block)]):
+            piece = tokens[k * block:(k + 1) * block]
+            known = seen.setdefault(hash_id, piece)
+            common = min(len(known), len(piece))
+            assert known[:common] == piece[:common], (hash_id, known, piece)
+            if len(piece) > len(known):
+                seen[hash_id] = piece
+    whole = [tuple(p) for p in seen.values() if len(p) == block]
+    assert len(set(whole)) == len(whole) > 20  # distinct ids, distinct blocks
+
+
 def test_arrivals_follow_the_trace_scaled_from_its_first_request(tmp_path: Path) -> None:
     path = _trace_file(tmp_path)
     work = build_workload_sync(_config(path), "m", max_model_len=None)
