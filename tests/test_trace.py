@@ -199,3 +199,27 @@ def test_a_trace_paces_itself_unless_told_not_to(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--self-timed/--no-self-timed is for the trace datasets"):
         build_workload_sync(BenchConfig(self_timed=True), "m", max_model_len=None)
     assert _config(path).open_loop and not _config(path, self_timed=False).open_loop
+
+
+def test_two_workers_split_a_trace_and_keep_its_times(tmp_path: Path) -> None:
+    """--workers 2: the trace's requests are dealt to both processes, and each is still due at its own time
+    in the trace (the schedule is the trace's, not a rate's), as one process would send it."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    stamps = np.sort(rng.uniform(0, 800, size=40)).round(3)  # ms, with bursts and gaps
+    path = _write_trace(tmp_path / "split.jsonl", [
+        {"timestamp": float(ts), "input_length": 24, "output_length": 2, "hash_ids": [i % 3]}
+        for i, ts in enumerate(stamps)])
+    jsonl = tmp_path / "requests.jsonl"
+    config = _config(path, num_prompts=40, workers=2, concurrency=8, timed_trace_sec_multiplier=0.001,
+                     save_detailed=jsonl, synthetic_args=("--ttft-ms", "2", "--itl-ms", "1"), progress=False)
+    result = run(config)
+    assert result.counts.completed == 40
+    section = result.workers
+    assert section is not None and section["count"] == 2
+    assert all(w["requests"] > 0 for w in section["per_worker"])  # both sent part of the trace
+    records = sorted((orjson.loads(line) for line in jsonl.read_bytes().splitlines()), key=lambda r: r["id"])
+    assert [r["id"] for r in records] == list(range(40))
+    assert [r["scheduled_ms"] for r in records] == pytest.approx((stamps - stamps[0]).tolist(), abs=0.01)
+    assert all(r["sent_ms"] >= r["scheduled_ms"] for r in records)
