@@ -51,11 +51,13 @@ exact blocks.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import itertools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -124,6 +126,24 @@ def check(config: BenchConfig) -> None:
 
 
 async def offer(ctx: Context) -> str:
+    with _gc_paused():
+        return _offer(ctx)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The collector paused: a trace's build makes ten objects or so per request (the parsed line, its
+    prompt, its candidate), none in a cycle, and the passes over them took a tenth of the build."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
     fmt = trace_format(config)
     path = os.fspath(config.dataset_path or "")
@@ -136,14 +156,15 @@ async def offer(ctx: Context) -> str:
     timed = config.self_timed is not False
     source = SOURCE_WORDS if words else SOURCE_TOKEN_IDS
     skipped = Candidate(JsonPrompt((b"[]",), 0), None, 1, source)  # stands for one the context cannot hold
+    prompts = blocks.prompts([trace.input_lengths[i] for i in sent])
+    seconds = trace.seconds.tolist() if timed else [None] * len(trace.lines)
     batch: list[Candidate] = []
     last = -1
-    for k, i in enumerate(sent):
-        n_in = trace.input_lengths[i]
-        batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
-                     for j in range(last + 1, i))
-        batch.append(Candidate(blocks.prompt(k, n_in), n_in, outputs[i], source,
-                               float(trace.seconds[i]) if timed else None))
+    for prompt, i in zip(prompts, sent):
+        if i > last + 1:
+            batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
+                         for j in range(last + 1, i))
+        batch.append(Candidate(prompt, trace.input_lengths[i], outputs[i], source, seconds[i]))
         last = i
     if len(sent) < selector.need:
         batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
@@ -193,10 +214,23 @@ def load_trace(path: str, fmt: TraceFormat) -> Trace:
     except orjson.JSONDecodeError:
         objs = [_parse_line(path, n, line) for n, line in lines]
     numbers = [n for n, _ in lines]
-    stamps: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    hashes: list[list[int]] = []
+    ts_key, in_key, out_key, hash_key = fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids
+    # Checked column by column; line by line only to name a bad line.
+    if set(map(type, objs)) != {dict}:
+        _refuse_bad_record(path, numbers, objs, fmt)
+    stamps: list[Any] = [obj.get(ts_key) for obj in objs]
+    inputs: list[Any] = [obj.get(in_key) for obj in objs]
+    outputs: list[Any] = [obj.get(out_key) for obj in objs]
+    hashes: list[Any] = [obj.get(hash_key, []) for obj in objs]
+    if not (set(map(type, stamps)) <= {int, float} and set(map(type, inputs)) == {int}
+            and set(map(type, outputs)) == {int} and set(map(type, hashes)) == {list}
+            and min(inputs) >= 1 and min(outputs) >= 1 and all(map(math.isfinite, stamps))):
+        _refuse_bad_record(path, numbers, objs, fmt)
+    return _checked_trace(path, numbers, objs, stamps, inputs, outputs, hashes, fmt)
+
+
+def _refuse_bad_record(path: str, numbers: list[int], objs: list[Any], fmt: TraceFormat) -> None:
+    """Raise the one-line error for the first bad record (returns only if there is none)."""
     ts_key, in_key, out_key, hash_key = fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids
     for n, obj in zip(numbers, objs):
         if type(obj) is not dict:
@@ -209,10 +243,12 @@ def load_trace(path: str, fmt: TraceFormat) -> Trace:
             _refuse_record(path, n, obj, fmt)
         if not (n_in >= 1 and n_out >= 1 and math.isfinite(ts)):
             _refuse_record(path, n, obj, fmt)
-        stamps.append(ts)
-        inputs.append(n_in)
-        outputs.append(n_out)
-        hashes.append(ids)
+
+
+def _checked_trace(path: str, numbers: list[int], objs: list[Any], stamps: list[float], inputs: list[int],
+                   outputs: list[int], hashes: list[list[int]], fmt: TraceFormat) -> Trace:
+    """The trace from its checked columns, once its hash ids and its time order are checked too."""
+    ts_key, hash_key = fmt.timestamp, fmt.hash_ids
     if not set(map(type, itertools.chain.from_iterable(hashes))) <= {int}:  # one pass; the line found after
         n, obj = next((n, obj) for n, obj in zip(numbers, objs) if not all(type(h) is int for h in obj[hash_key]))
         _refuse_record(path, n, obj, fmt)
@@ -324,8 +360,10 @@ class _Blocks:
         width = self.width
         runs = np.empty(2 * len(heads), np.int64)
         runs[0::2], runs[1::2] = start[heads] * width, run_end * width
+        first_run = np.searchsorted(owner[heads], np.arange(n + 1))
+        runs[2 * first_run[1:] - 1] -= 1  # a prompt's last run: without the last token's separator
         self._runs = runs.tolist()
-        self._first_run = np.searchsorted(owner[heads], np.arange(n + 1)).tolist()
+        self._first_run = first_run.tolist()
         self._buffer = self._tokens(total)
 
     def _tokens(self, count: int) -> np.ndarray:
@@ -343,13 +381,14 @@ class _Blocks:
             np.take(items, rows, out=out[first:first + len(rows)])
         return out.view(np.uint8)[:count * self.width]
 
-    def prompt(self, request: int, n_in: int) -> JsonPrompt:
-        """Request ``request``'s prompt of ``n_in`` tokens (in the order given to ``draw``): its runs of the
-        buffer, the last token's separator left out."""
-        buffer, runs = self._buffer, self._runs
-        first, end = 2 * self._first_run[request], 2 * self._first_run[request + 1]
-        parts: list[Any] = [b'"' if self.words else b"["]
-        parts.extend(buffer[runs[at]:runs[at + 1]] for at in range(first, end, 2))
-        parts[-1] = parts[-1][:-1]
-        parts.append(b'"' if self.words else b"]")
-        return JsonPrompt(tuple(parts), n_in * self.width - 1 if self.words else 0)
+    def prompts(self, input_lengths: Sequence[int]) -> list[JsonPrompt]:
+        """The prompts of the requests given to ``draw`` (of these input lengths), in order: each its runs
+        of the buffer, the last token's separator left out."""
+        buffer, runs, first = self._buffer, self._runs, self._first_run
+        # numpy views export the buffer protocol; numpy's stubs do not say so on Python 3.11
+        views: list[Any] = [buffer[runs[at]:runs[at + 1]] for at in range(0, len(runs), 2)]
+        quote = b'"' if self.words else None
+        open_, close = (quote, quote) if quote else (b"[", b"]")
+        width = self.width
+        return [JsonPrompt((open_, *views[first[k]:first[k + 1]], close), n_in * width - 1 if quote else 0)
+                for k, n_in in enumerate(input_lengths)]
