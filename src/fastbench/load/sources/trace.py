@@ -51,13 +51,11 @@ exact blocks.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import itertools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -66,7 +64,7 @@ import orjson
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, Selector, screening_limit
-from fastbench.load.sources import Context, read_dataset_file
+from fastbench.load.sources import Context, gc_paused, read_dataset_file
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
@@ -126,21 +124,8 @@ def check(config: BenchConfig) -> None:
 
 
 async def offer(ctx: Context) -> str:
-    with _gc_paused():
+    with gc_paused():  # no await inside
         return _offer(ctx)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The collector paused: a trace's build makes ten objects or so per request (the parsed line, its
-    prompt, its candidate), none in a cycle, and the passes over them took a tenth of the build."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _offer(ctx: Context) -> str:
