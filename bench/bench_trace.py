@@ -1,7 +1,7 @@
 """How long building 100,000 trace-replay requests takes (timed_trace, mooncake), beside a naive build.
 
 The traces are made here. The first is shaped like Mooncake's own conversation trace: each turn of a
-conversation carries its history, so most blocks are shared (``write_conversation_trace``). The others
+conversation carries its history, so its blocks recur (``write_conversation_trace``). The others
 share little, to bound the cost: requests arrive ~20 ms apart; each belongs to one of 2,000 sessions whose
 first blocks (one to four) it shares with the session's other requests, and its remaining blocks are its
 own; input lengths are log-normal around the median asked for, output lengths 16-512. The cost follows
@@ -155,7 +155,7 @@ def main() -> None:
           "naive / fastbench |")
     print("|---|---|---|---|---|---|---|---|")
     cases = [
-        ("mooncake, conversations (most blocks shared), completions (token ids)", "conversation", 512, 0,
+        ("mooncake, conversations (history shared), completions (token ids)", "conversation", 512, 0,
          "/v1/completions"),
         ("mooncake, 512-token blocks, short prompts, completions (token ids)", "mooncake", 512, 256,
          "/v1/completions"),
