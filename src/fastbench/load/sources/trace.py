@@ -286,8 +286,8 @@ class _Blocks:
     its order, then its own tokens. A request whose blocks are new is then one run of the buffer, and one
     that shares a leading block or two a run for those and one for the rest, so that a prompt is a few
     slices of the buffer however many blocks it has. The layout is computed for all requests at once with
-    numpy (no per-block Python), the tokens are drawn in bulk as indices into a table of each token's
-    bytes, and a prompt's parts are numpy views of the buffer (not tracked by the garbage collector, as
+    numpy (no per-block Python), the tokens are drawn in bulk, two at a time from a table of random pairs
+    (``_tokens``), and a prompt's parts are numpy views of the buffer (not tracked by the garbage collector, as
     memoryviews are), copied once, into the request's body."""
 
     def __init__(self, block: int, words: bool, rng: np.random.Generator) -> None:
