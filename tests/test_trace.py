@@ -71,6 +71,39 @@ def test_requests_sharing_hash_ids_share_exactly_those_blocks(tmp_path: Path) ->
     assert not elsewhere(prompts[3][32:], 3) and not elsewhere(prompts[5], 5)  # tokens past the blocks: its own
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
+def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path, endpoint: str) -> None:
+    """Many requests, built in bulk: every occurrence of a hash id carries the same tokens (a block cut
+    short its first ones), distinct ids differ, and each prompt is exactly its input length. The trace
+    repeats ids within a request, leaves some without ids, cuts blocks short and has an odd block size."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    block = 7
+    rows = []
+    for t in range(300):
+        ids = rng.integers(0, 60, size=int(rng.integers(0, 6))).tolist()  # ids 0-59 recur across requests
+        rows.append({"timestamp": t, "input_length": int(rng.integers(1, 60)), "output_length": 2, "hash_ids": ids})
+    path = _write_trace(tmp_path / "random.jsonl", rows)
+    config = _config(path, num_prompts=len(rows), endpoint=endpoint, timed_trace_chunk_hash_size=block)
+    work = build_workload_sync(config, "m", max_model_len=None)
+    chat = endpoint == "/v1/chat/completions"
+    seen: dict[int, list[Any]] = {}
+    for row, spec in zip(rows, work.requests):
+        body = orjson.loads(spec.body)
+        tokens = body["messages"][0]["content"].split(" ") if chat else body["prompt"]
+        assert len(tokens) == row["input_length"] == spec.prompt_len
+        for k, hash_id in enumerate(row["hash_ids"][:-(-row["input_length"] // block)]):
+            piece = tokens[k * block:(k + 1) * block]
+            known = seen.setdefault(hash_id, piece)
+            common = min(len(known), len(piece))
+            assert known[:common] == piece[:common], (hash_id, known, piece)
+            if len(piece) > len(known):
+                seen[hash_id] = piece
+    whole = [tuple(p) for p in seen.values() if len(p) == block]
+    assert len(set(whole)) == len(whole) > 20  # distinct ids, distinct blocks
+
+
 def test_arrivals_follow_the_trace_scaled_from_its_first_request(tmp_path: Path) -> None:
     path = _trace_file(tmp_path)
     work = build_workload_sync(_config(path), "m", max_model_len=None)
@@ -166,3 +199,27 @@ def test_a_trace_paces_itself_unless_told_not_to(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--self-timed/--no-self-timed is for the trace datasets"):
         build_workload_sync(BenchConfig(self_timed=True), "m", max_model_len=None)
     assert _config(path).open_loop and not _config(path, self_timed=False).open_loop
+
+
+def test_two_workers_split_a_trace_and_keep_its_times(tmp_path: Path) -> None:
+    """--workers 2: the trace's requests are dealt to both processes, and each is still due at its own time
+    in the trace (the schedule is the trace's, not a rate's), as one process would send it."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    stamps = np.sort(rng.uniform(0, 800, size=40)).round(3)  # ms, with bursts and gaps
+    path = _write_trace(tmp_path / "split.jsonl", [
+        {"timestamp": float(ts), "input_length": 24, "output_length": 2, "hash_ids": [i % 3]}
+        for i, ts in enumerate(stamps)])
+    jsonl = tmp_path / "requests.jsonl"
+    config = _config(path, num_prompts=40, workers=2, concurrency=8, timed_trace_sec_multiplier=0.001,
+                     save_detailed=jsonl, synthetic_args=("--ttft-ms", "2", "--itl-ms", "1"), progress=False)
+    result = run(config)
+    assert result.counts.completed == 40
+    section = result.workers
+    assert section is not None and section["count"] == 2
+    assert all(w["requests"] > 0 for w in section["per_worker"])  # both sent part of the trace
+    records = sorted((orjson.loads(line) for line in jsonl.read_bytes().splitlines()), key=lambda r: r["id"])
+    assert [r["id"] for r in records] == list(range(40))
+    assert [r["scheduled_ms"] for r in records] == pytest.approx((stamps - stamps[0]).tolist(), abs=0.01)
+    assert all(r["sent_ms"] >= r["scheduled_ms"] for r in records)

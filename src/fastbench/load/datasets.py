@@ -43,6 +43,7 @@ from fastbench.load.sources import (
     Dataset,
     burstgpt,
     custom,
+    gc_paused,
     jsonl,
     prefix_repetition,
     random_prompts,
@@ -209,7 +210,8 @@ async def _build(
     if chat:
         notes.append("chat: prompt_len counts the message text only; the chat template adds tokens")
 
-    specs = _make_specs(accepted, config, model, chat)
+    with gc_paused():  # no await inside: nothing else runs meanwhile
+        specs = _make_specs(accepted, config, model, chat)
     n = config.num_prompts
     arrivals = None
     if timed:  # a trace never cycles: its times would repeat

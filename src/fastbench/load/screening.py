@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, NamedTuple, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # bytes, or a numpy view of a larger buffer (a trace's prompts)
 
 
 class JsonPrompt(NamedTuple):
@@ -21,7 +24,7 @@ class JsonPrompt(NamedTuple):
     joined only into each request body: shared-prefix datasets serialise their prefix once, not per
     request, and its bytes are copied once, into the body."""
 
-    parts: tuple[bytes, ...]  # joined, the prompt's JSON value
+    parts: tuple[Buffer, ...]  # joined, the prompt's JSON value (a trace's: views of its token buffer)
     chars: int  # characters of prompt text; 0 for token ids
 
     @property

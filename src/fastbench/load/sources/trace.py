@@ -27,7 +27,10 @@ common vocabulary), so that a block's first k tokens are the first ``6k - 1`` by
 chat endpoint gets random common words, one word taken as one token (the server's chat template adds
 its own tokens before them, so the blocks no longer start at a cache block's edge, though the shared
 runs stay shared). Each distinct block is drawn once (seeded by ``--seed``, in order of first
-appearance) and serialised once, and every prompt is spliced from those bytes.
+appearance), its bytes made once, and every prompt is spliced from those bytes. Tokens are drawn two at
+a time from 65,536 random pairs (made per run): a token's neighbour is one of a few it could have, which
+no prefix cache sees, and it makes drawing tens of millions of tokens a fast numpy gather
+(bench/bench_trace.py).
 
 Bad input: a line that is not JSON, a field missing or of the wrong type, or a timestamp earlier than
 the line before it stops the run with one line naming the file, the line and the field. A request whose
@@ -48,8 +51,6 @@ exact blocks.
 
 from __future__ import annotations
 
-import bisect
-import collections
 import dataclasses
 import itertools
 import math
@@ -63,7 +64,7 @@ import orjson
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, Selector, screening_limit
-from fastbench.load.sources import Context, read_dataset_file
+from fastbench.load.sources import Context, gc_paused, read_dataset_file
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
@@ -75,8 +76,9 @@ _ID_WIDTH = 6
 # Chat: four-letter common words, each and its space five bytes (one word taken as one token).
 _FIXED_WORDS = np.array([list(f"{w} ".encode()) for w in WORDS if len(w) == 4], dtype=np.uint8)
 _WORD_WIDTH = 5
-_DRAW_TOKENS = 1 << 22  # tokens drawn per numpy call: bounds the int64 array held at once
-_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_ID_TABLE = np.frombuffer(b"".join(b"%d," % i for i in range(TRACE_ID_LOW, TRACE_ID_HIGH)), np.uint8).reshape(-1, 6)
+_PAIRS = 1 << 16  # pairs of tokens to draw from: indexed by a uint16
+_DRAW_PAIRS = 1 << 22  # pairs drawn per numpy call: bounds the index array held at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +124,11 @@ def check(config: BenchConfig) -> None:
 
 
 async def offer(ctx: Context) -> str:
+    with gc_paused():  # no await inside
+        return _offer(ctx)
+
+
+def _offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
     fmt = trace_format(config)
     path = os.fspath(config.dataset_path or "")
@@ -134,14 +141,15 @@ async def offer(ctx: Context) -> str:
     timed = config.self_timed is not False
     source = SOURCE_WORDS if words else SOURCE_TOKEN_IDS
     skipped = Candidate(JsonPrompt((b"[]",), 0), None, 1, source)  # stands for one the context cannot hold
+    prompts = blocks.prompts([trace.input_lengths[i] for i in sent])
+    seconds = trace.seconds.tolist() if timed else [None] * len(trace.lines)
     batch: list[Candidate] = []
     last = -1
-    for k, i in enumerate(sent):
-        n_in = trace.input_lengths[i]
-        batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
-                     for j in range(last + 1, i))
-        batch.append(Candidate(blocks.prompt(k, trace.hash_ids[i], n_in), n_in, outputs[i], source,
-                               float(trace.seconds[i]) if timed else None))
+    for prompt, i in zip(prompts, sent):
+        if i > last + 1:
+            batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
+                         for j in range(last + 1, i))
+        batch.append(Candidate(prompt, trace.input_lengths[i], outputs[i], source, seconds[i]))
         last = i
     if len(sent) < selector.need:
         batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
@@ -150,7 +158,7 @@ async def offer(ctx: Context) -> str:
     taken = len(sent)
     ctx.notes.append(
         f"{fmt.name}: {len(trace.lines)} requests in {path}, the first {taken} taken in file order, "
-        f"{fmt.block} tokens per hash id; {len(blocks.index)} distinct blocks, {blocks.shared} of them carried by "
+        f"{fmt.block} tokens per hash id; {blocks.distinct} distinct blocks, {blocks.shared} of them carried by "
         "more than one request; "
         + (f"sent at the trace's times ({fmt.scale_flag}), the first at the start"
            if timed else "timestamps not used (--no-self-timed)")
@@ -191,10 +199,23 @@ def load_trace(path: str, fmt: TraceFormat) -> Trace:
     except orjson.JSONDecodeError:
         objs = [_parse_line(path, n, line) for n, line in lines]
     numbers = [n for n, _ in lines]
-    stamps: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    hashes: list[list[int]] = []
+    ts_key, in_key, out_key, hash_key = fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids
+    # Checked column by column; line by line only to name a bad line.
+    if set(map(type, objs)) != {dict}:
+        _refuse_bad_record(path, numbers, objs, fmt)
+    stamps: list[Any] = [obj.get(ts_key) for obj in objs]
+    inputs: list[Any] = [obj.get(in_key) for obj in objs]
+    outputs: list[Any] = [obj.get(out_key) for obj in objs]
+    hashes: list[Any] = [obj.get(hash_key, []) for obj in objs]
+    if not (set(map(type, stamps)) <= {int, float} and set(map(type, inputs)) == {int}
+            and set(map(type, outputs)) == {int} and set(map(type, hashes)) == {list}
+            and min(inputs) >= 1 and min(outputs) >= 1 and all(map(math.isfinite, stamps))):
+        _refuse_bad_record(path, numbers, objs, fmt)
+    return _checked_trace(path, numbers, objs, stamps, inputs, outputs, hashes, fmt)
+
+
+def _refuse_bad_record(path: str, numbers: list[int], objs: list[Any], fmt: TraceFormat) -> None:
+    """Raise the one-line error for the first bad record (returns only if there is none)."""
     ts_key, in_key, out_key, hash_key = fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids
     for n, obj in zip(numbers, objs):
         if type(obj) is not dict:
@@ -207,10 +228,12 @@ def load_trace(path: str, fmt: TraceFormat) -> Trace:
             _refuse_record(path, n, obj, fmt)
         if not (n_in >= 1 and n_out >= 1 and math.isfinite(ts)):
             _refuse_record(path, n, obj, fmt)
-        stamps.append(ts)
-        inputs.append(n_in)
-        outputs.append(n_out)
-        hashes.append(ids)
+
+
+def _checked_trace(path: str, numbers: list[int], objs: list[Any], stamps: list[float], inputs: list[int],
+                   outputs: list[int], hashes: list[list[int]], fmt: TraceFormat) -> Trace:
+    """The trace from its checked columns, once its hash ids and its time order are checked too."""
+    ts_key, hash_key = fmt.timestamp, fmt.hash_ids
     if not set(map(type, itertools.chain.from_iterable(hashes))) <= {int}:  # one pass; the line found after
         n, obj = next((n, obj) for n, obj in zip(numbers, objs) if not all(type(h) is int for h in obj[hash_key]))
         _refuse_record(path, n, obj, fmt)
@@ -258,80 +281,99 @@ def _refuse_record(path: str, n: int, obj: dict[str, Any], fmt: TraceFormat) -> 
 
 
 class _Blocks:
-    """Every token a fixed-width run of bytes in a few large buffers: a token id is five digits and a comma
-    (ids in [10000, 30000)), a chat word four letters and a space. A block, a block cut short and a
-    request's own tokens are then slices of a buffer: each distinct block is drawn and serialised once,
-    with the run's other tokens, in a handful of numpy and orjson calls, and its bytes are shared by every
-    prompt that carries it. Slices are bytes, not memoryviews: those are tracked by the garbage
-    collector, whose passes over 700,000 of them took seconds."""
+    """Every token a fixed-width run of bytes in one buffer (a token id five digits and a comma, a chat
+    word four letters and a space), laid out request by request: the blocks a request carries first, in
+    its order, then its own tokens. A request whose blocks are new is then one run of the buffer, and one
+    that shares a leading block or two a run for those and one for the rest, so that a prompt is a few
+    slices of the buffer however many blocks it has. The layout is computed for all requests at once with
+    numpy (no per-block Python), the tokens are drawn in bulk, two at a time from a table of random pairs
+    (``_tokens``), and a prompt's parts are numpy views of the buffer (not tracked by the garbage collector, as
+    memoryviews are), copied once, into the request's body."""
 
     def __init__(self, block: int, words: bool, rng: np.random.Generator) -> None:
         self.block = block
         self.words = words
         self.rng = rng
         self.width = _WORD_WIDTH if words else _ID_WIDTH
-        self.index: dict[int, int] = {}  # hash id -> the token its block starts at
-        self.own: list[int] = []  # per request, the token its own tokens start at (-1: none)
-        self.shared = 0  # blocks that more than one request carries
-        self._buffers: list[tuple[int, bytes]] = []  # (first token, the tokens from it), in order
-        self._starts: list[int] = []
-        self.full: dict[int, bytes] = {}  # hash id -> its whole block
+        self.distinct = 0  # distinct blocks the requests carry
+        self.shared = 0  # of them, blocks that more than one request carries
+        self._buffer = np.empty(0, np.uint8)
+        self._runs: list[int] = []  # per run: its first byte, then its end, flat
+        self._first_run: list[int] = []  # per request, its first run (and the next request's is its end)
 
     def draw(self, hash_ids: Sequence[list[int]], input_lengths: Sequence[int]) -> None:
-        """Draw every block these requests carry (in order of first appearance) and each one's own tokens."""
+        """Lay out and draw every block these requests carry (each distinct one once) and their own tokens."""
         block = self.block
-        used = [ids[:-(-n_in // block)] for ids, n_in in zip(hash_ids, input_lengths)]
-        carried = collections.Counter(itertools.chain.from_iterable(used))  # hash id -> requests carrying it
-        self.shared = sum(1 for count in carried.values() if count > 1)
-        starts = range(0, block * len(carried), block)
-        self.index = dict(zip(carried, starts))  # Counter keeps the order of first appearance
-        blocks_end = block * len(carried)
-        in_blocks = block * np.fromiter(map(len, used), np.int64, len(used))
-        own = np.maximum(np.asarray(input_lengths, dtype=np.int64) - in_blocks, 0)  # tokens past the blocks
-        own_starts = blocks_end + np.cumsum(own) - own
-        self.own = np.where(own > 0, own_starts, -1).tolist()
-        tokens = blocks_end + int(own.sum())
-        # buffers of about _DRAW_TOKENS each, cut only where a block or a request's own tokens start
-        cuts = np.concatenate((np.arange(0, blocks_end, block), own_starts[own > 0], [tokens]))
-        first = 0
-        while first < tokens:
-            at = int(np.searchsorted(cuts, first + _DRAW_TOKENS))
-            cut = int(cuts[at]) if at < len(cuts) else tokens
-            self._buffers.append((first, self._tokens(cut - first)))
-            self._starts.append(first)
-            first = cut
-        step = block * self.width
-        full: list[bytes] = []
-        for first, buffer in self._buffers:  # the blocks lie one after another from token 0
-            if first >= blocks_end:
-                break
-            end = min(len(buffer), (blocks_end - first) * self.width)
-            full.extend(buffer[at:at + step] for at in range(0, end, step))
-        self.full = dict(zip(self.index, full))
+        n = len(input_lengths)
+        if n == 0:
+            return
+        n_in = np.asarray(input_lengths, dtype=np.int64)
+        n_used = np.minimum(np.fromiter(map(len, hash_ids), np.int64, n), -(-n_in // block))
+        used = np.fromiter(itertools.chain.from_iterable(ids[:k] for ids, k in zip(hash_ids, n_used.tolist())),
+                           np.int64, int(n_used.sum()))
+        request_of = np.repeat(np.arange(n), n_used)
+        distinct, first_at, which = np.unique(used, return_index=True, return_inverse=True)
+        which = which.reshape(-1)  # numpy 2.0 and 2.1 shape it like the input; the same here
+        self.distinct = len(distinct)
+        self.shared = int(np.count_nonzero(np.bincount(which, minlength=len(distinct)) > 1))
+        own = np.maximum(n_in - block * n_used, 0)  # tokens past the blocks
+        # Allocation order: each request's blocks (a block's first carrier allocates it whole), then its own.
+        ends = np.cumsum(n_used)
+        at_block = np.arange(len(used)) + request_of  # each request before adds its own-tokens slot
+        at_own = ends + np.arange(n)
+        size = np.zeros(len(used) + n, np.int64)
+        size[at_block[first_at]] = block
+        size[at_own] = own
+        start = np.cumsum(size) - size
+        total = int(size.sum())
+        # The pieces of every prompt in order: its blocks (the last cut short where the input ends in it),
+        # then its own tokens; consecutive pieces that lie one after the other in the buffer make one run.
+        length = np.full(len(used) + n, block, np.int64)
+        length[at_own] = own
+        last = at_block[ends[n_used > 0] - 1]  # each request's last block
+        length[last] = np.minimum(block, n_in[n_used > 0] - block * (n_used[n_used > 0] - 1))
+        start[at_block] = start[at_block[first_at]][which]  # a block lies where its first carrier put it
+        owner = np.empty(len(used) + n, np.int64)
+        owner[at_block], owner[at_own] = request_of, np.arange(n)
+        keep = length > 0
+        start, length, owner = start[keep], length[keep], owner[keep]
+        joins = np.empty(len(start), bool)
+        joins[0] = False
+        joins[1:] = (owner[1:] == owner[:-1]) & (start[1:] == start[:-1] + length[:-1])
+        heads = np.flatnonzero(~joins)
+        run_end = start[heads] + np.add.reduceat(length, heads)
+        width = self.width
+        runs = np.empty(2 * len(heads), np.int64)
+        runs[0::2], runs[1::2] = start[heads] * width, run_end * width
+        first_run = np.searchsorted(owner[heads], np.arange(n + 1))
+        runs[2 * first_run[1:] - 1] -= 1  # a prompt's last run: without the last token's separator
+        self._runs = runs.tolist()
+        self._first_run = first_run.tolist()
+        self._buffer = self._tokens(total)
 
-    def _tokens(self, count: int) -> bytes:
-        if self.words:
-            return bytes(_FIXED_WORDS[self.rng.integers(0, len(_FIXED_WORDS), size=count)].tobytes())
-        return orjson.dumps(self.rng.integers(TRACE_ID_LOW, TRACE_ID_HIGH, size=count), option=_NUMPY)[1:-1] + b","
+    def _tokens(self, count: int) -> np.ndarray:
+        """``count`` random tokens' bytes, each with its separator. Drawn two at a time, from a table of
+        65,536 random pairs of tokens made here: one numpy gather of 10- or 12-byte items per pair, from a
+        table that stays in the CPU's cache, and a 16-bit draw per pair with no rejection (a range of
+        2**16), several times faster than drawing each token's id and printing it."""
+        table = _FIXED_WORDS if self.words else _ID_TABLE
+        pairs = table[self.rng.integers(0, len(table), size=(_PAIRS, 2))].reshape(_PAIRS, -1)
+        items = pairs.view(f"V{pairs.shape[1]}").ravel()
+        half = -(-count // 2)
+        out = np.empty(half, items.dtype)
+        for first in range(0, half, _DRAW_PAIRS):
+            rows = self.rng.integers(0, _PAIRS, size=min(_DRAW_PAIRS, half - first), dtype=np.uint16)
+            np.take(items, rows, out=out[first:first + len(rows)])
+        return out.view(np.uint8)[:count * self.width]
 
-    def _slice(self, token: int, count: int) -> bytes:
-        """``count`` tokens from ``token``, each with its separator after it."""
-        first, buffer = self._buffers[bisect.bisect_right(self._starts, token) - 1]
-        at = (token - first) * self.width
-        return buffer[at:at + count * self.width]
-
-    def prompt(self, request: int, hash_ids: list[int], n_in: int) -> JsonPrompt:
-        """Request ``request``'s prompt of ``n_in`` tokens: its hash ids' blocks, the last cut short where
-        needed, then its own tokens."""
-        block = self.block
-        used = hash_ids[:-(-n_in // block)]
-        parts: list[bytes] = [b'"' if self.words else b"["]
-        parts.extend(map(self.full.__getitem__, used))
-        cut = n_in - block * (len(used) - 1) if used else 0
-        if 0 < cut < block:  # the last block cut short: its first tokens
-            parts[-1] = parts[-1][:cut * self.width]
-        elif n_in > block * len(used):
-            parts.append(self._slice(self.own[request], n_in - block * len(used)))
-        parts[-1] = parts[-1][:-1]  # the last token's separator
-        parts.append(b'"' if self.words else b"]")
-        return JsonPrompt(tuple(parts), n_in * self.width - 1 if self.words else 0)
+    def prompts(self, input_lengths: Sequence[int]) -> list[JsonPrompt]:
+        """The prompts of the requests given to ``draw`` (of these input lengths), in order: each its runs
+        of the buffer, the last token's separator left out."""
+        buffer, runs, first = self._buffer, self._runs, self._first_run
+        # numpy views export the buffer protocol; numpy's stubs do not say so on Python 3.11
+        views: list[Any] = [buffer[runs[at]:runs[at + 1]] for at in range(0, len(runs), 2)]
+        quote = b'"' if self.words else None
+        open_, close = (quote, quote) if quote else (b"[", b"]")
+        width = self.width
+        return [JsonPrompt((open_, *views[first[k]:first[k + 1]], close), n_in * width - 1 if quote else 0)
+                for k, n_in in enumerate(input_lengths)]
