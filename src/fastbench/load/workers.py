@@ -47,7 +47,8 @@ from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.worker import WorkerOutcome, WorkerSpec, read_frame, write_frame
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData
 
-__all__ = ("STREAMS_PER_WORKER", "Share", "WorkerPool", "arrival_offsets_ns", "choose_workers", "split_schedule")
+__all__ = ("STREAMS_PER_WORKER", "Share", "WorkerLink", "WorkerPool", "arrival_offsets_ns", "choose_workers",
+           "split_schedule")
 
 # From the chosen instant to the window's start: time for the start message to reach every worker
 # and for each to wake (a few ms even on a loaded 2-core machine).
@@ -120,7 +121,9 @@ def split_schedule(n: int, concurrency: int, offsets: np.ndarray | None, n_warmu
 
 
 @dataclasses.dataclass
-class _Worker:
+class WorkerLink:
+    """The parent's end of one worker: how it is reached, and what it said."""
+
     share: Share
     index: int
     process: asyncio.subprocess.Process | None = None
@@ -140,6 +143,13 @@ class _Worker:
         if self.writer is not None and not self.writer.is_closing():
             self.writer.write(write_frame(kind, payload))
 
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def name(self) -> str:
+        """How the result names it: "worker 1 (pid 123)"."""
+        return f"worker {self.index} (pid {self.pid() if self.pid() is not None else '?'})"
+
 
 class WorkerPool:
     """Runs one LoadPlan over several worker processes and returns one merged RunData; the same
@@ -154,10 +164,12 @@ class WorkerPool:
         self.api_key = api_key
         self.requested = workers
         self.chosen_because = chosen_because
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerLink] = []
         self._stop_reason: str | None = None
         self._start_ns = 0
         self._all_ready: asyncio.Future[None] | None = None
+        # From the chosen instant to the window's start: time for "start" to reach every worker.
+        self.start_margin_ns = START_MARGIN_NS
         self.merge_ns = 0  # how long the merge took (bench/workers.py weighs it against the run)
 
     # -- control -------------------------------------------------------------------------------
@@ -185,19 +197,21 @@ class WorkerPool:
         plan = self.plan
         n = len(plan.bodies)
         offsets = arrival_offsets_ns(plan)
-        shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), self.requested)
-        self._workers = [_Worker(share, i) for i, share in enumerate(shares)]
         loop = asyncio.get_running_loop()
         self._all_ready = loop.create_future()
         tasks: list[asyncio.Task[Any]] = []
         try:
+            count = await self._prepare()
+            shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), count)
+            self._workers = [self._new_worker(share, i) for i, share in enumerate(shares)]
             for worker in self._workers:
                 await self._spawn(worker)
             tasks = [loop.create_task(self._follow(w)) for w in self._workers]
             if plan.stop_event is not None:
                 tasks.append(loop.create_task(self._watch_stop(plan.stop_event)))
             await self._all_ready  # raises WorkerError when one could not start
-            self._start_ns = now_ns() + START_MARGIN_NS
+            await self._before_start()
+            self._start_ns = now_ns() + self.start_margin_ns
             if plan.on_window_start is not None:
                 plan.on_window_start()
             for worker in self._workers:
@@ -218,7 +232,19 @@ class WorkerPool:
         data.extra["workers"]["merge_s"] = self.merge_ns / 1e9
         return data
 
-    async def _spawn(self, worker: _Worker) -> None:
+    # -- the transport: worker processes of this machine (fastbench.load.raypool overrides these) ----
+
+    async def _prepare(self) -> int:
+        """Ready the transport; returns how many workers to deal the schedule to."""
+        return self.requested
+
+    def _new_worker(self, share: Share, index: int) -> WorkerLink:
+        return WorkerLink(share, index)
+
+    async def _before_start(self) -> None:
+        """Every worker is warm; the start instant is chosen next."""
+
+    async def _spawn(self, worker: WorkerLink) -> None:
         share = worker.share
         size = len(share.rows) * NCOLS * 8
         fd = os.memfd_create(f"fastbench-worker-{worker.index}", 0)
@@ -248,7 +274,7 @@ class WorkerPool:
         worker.reader, worker.writer = await asyncio.open_connection(sock=parent_end)
         worker.send("spec", self._spec(worker))
 
-    def _spec(self, worker: _Worker) -> WorkerSpec:
+    def _spec(self, worker: WorkerLink) -> WorkerSpec:
         plan, share = self.plan, worker.share
         rows = share.rows.tolist()
         expected = plan.expected_output_tokens
@@ -267,7 +293,7 @@ class WorkerPool:
             coalesce_s=plan.coalesce_s, expected_output_tokens=[expected[i] for i in rows] if expected else None,
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps)
 
-    async def _follow(self, worker: _Worker) -> None:
+    async def _follow(self, worker: WorkerLink) -> None:
         """Read one worker's messages until it hands in its result or is gone."""
         assert worker.reader is not None and worker.process is not None
         stderr = asyncio.get_running_loop().create_task(self._read_stderr(worker))
@@ -309,7 +335,7 @@ class WorkerPool:
             return
         self.stop("worker lost")
 
-    async def _read_stderr(self, worker: _Worker) -> None:
+    async def _read_stderr(self, worker: WorkerLink) -> None:
         assert worker.process is not None and worker.process.stderr is not None
         async for line in worker.process.stderr:
             text = line.decode("utf-8", "replace").rstrip()
@@ -382,7 +408,7 @@ class WorkerPool:
                                   # each worker's own slots: a request waits only for one of its worker's
                                   "slot_pools": [(w.share.rows, w.share.slots) for w in self._workers]})
 
-    def _mark_lost(self, worker: _Worker, part: Part) -> None:
+    def _mark_lost(self, worker: WorkerLink, part: Part) -> None:
         """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
         means: below the last count of claims it reported, below its last finished row, or (open
         loop) due by the loss."""
@@ -393,8 +419,7 @@ class WorkerPool:
         if offsets is not None:
             claimed = max(claimed, int(np.searchsorted(offsets, worker.lost_ns - self._start_ns, side="right")))
         at_s = (worker.lost_ns - self._start_ns) / 1e9
-        pid = worker.process.pid if worker.process is not None else "?"
-        why = f"in flight in worker {worker.index} (pid {pid}) when it {worker.lost_how} at {at_s:.3f} s"
+        why = f"in flight in {worker.name()} when it {worker.lost_how} at {at_s:.3f} s"
         for row in range(min(claimed, len(table))):
             if table[row].any():
                 continue
@@ -421,7 +446,7 @@ class WorkerPool:
             data = part.data
             entry: dict[str, Any] = {
                 "index": worker.index,
-                "pid": worker.process.pid if worker.process is not None else None,
+                "pid": worker.pid(),
                 "requests": len(worker.share.rows),
                 "slots": worker.share.slots,
                 "completed": int(done.sum()),
