@@ -215,7 +215,7 @@ class RayPool(WorkerPool):
                 worker.last_heard_ns = now_ns()
                 self._take(worker, report)
                 if report["failed"] is not None:
-                    how = str(report["failed"])
+                    how = f"failed: {report['failed']}"
                 elif report["done"]:
                     outcome = await asyncio.wait_for(self._await(worker.actor.outcome.remote()), OUTCOME_TIMEOUT_S)
                     worker.outcome = self._on_driver_clock(worker, outcome)

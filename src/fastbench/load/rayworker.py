@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import threading
@@ -48,7 +49,11 @@ class WorkerActor:
     """A Ray actor hosting one worker (see the module's docstring)."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        self._spec = spec
+        # Ray hands large arrays over read-only, straight from its object store; the core takes
+        # writable views of its arrays.
+        offsets = spec.arrival_offsets_ns
+        self._spec = dataclasses.replace(spec, rows=np.array(spec.rows),
+                                         arrival_offsets_ns=np.array(offsets) if offsets is not None else None)
         self._lock = threading.Lock()
         self._ready = False
         self._progress: dict[str, Any] | None = None
