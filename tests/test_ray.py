@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +91,7 @@ def test_two_nodes_count_exactly_and_merge_to_the_rows_figures(cluster: str, tmp
     assert result.histograms["itl"].get_total_count() == result.distributions["itl"].count == 96 * 11
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["completed"] == 96 and doc["fastbench"]["workers"]["ray"]["address"] == cluster
+    assert any("Ray actors on 2 nodes (every node on this host's clock)" in note for note in result.notes)
 
 
 def test_open_loop_keeps_the_drawn_schedule_over_two_workers_per_node(cluster: str) -> None:
@@ -172,3 +178,31 @@ def test_a_worker_that_cannot_start_fails_the_run_with_its_own_error(cluster: st
     pool = RayPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, address=cluster)
     with pytest.raises(WorkerError, match=r"--ray: worker \d \(Ray actor.*could not start: failed: .*--coalesce-ms"):
         uvloop.run(pool.run())
+
+
+def test_ctrl_c_at_the_terminal_writes_the_merged_partial_result(cluster: str, tmp_path: Path) -> None:
+    """`fastbench --ray ADDRESS` as a user runs it; SIGINT to its whole process group once both actors
+    hold their streams open (the server counts them): every actor stops, the merged partial result is
+    written, exit status 130."""
+    out = tmp_path / "r.json"
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastbench", "--ray", cluster, "--base-url", server.base_url,
+             "--concurrency", "8", "--num-prompts", "2000", "--random-input-len", "8",
+             "--random-output-len", "200", "--result-json", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and proc.poll() is None and server.stats()["streams_open"] < 8:
+                time.sleep(0.1)
+            os.killpg(proc.pid, signal.SIGINT)
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["fastbench"]["run"]["stopped_reason"] == "interrupted"
+    section = doc["fastbench"]["workers"]
+    assert section["count"] == 2 and section["lost"] == [] and len(section["ray"]["nodes"]) == 2
+    assert doc["fastbench"]["counts"]["failed"] == 0 and doc["fastbench"]["counts"]["cancelled"] > 0
