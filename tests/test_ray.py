@@ -38,6 +38,10 @@ pytestmark = pytest.mark.ray
 ENDPOINT = "/v1/completions"
 
 
+# The module's cluster: its Cluster, and the node added beside the head (the last test removes it).
+_CLUSTER: dict[str, Any] = {}
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """Two Ray nodes on this machine, two logical CPUs each; yields the head's address."""
@@ -46,11 +50,12 @@ def cluster() -> Iterator[str]:
 
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     try:
-        made.add_node(num_cpus=2)
+        _CLUSTER.update(cluster=made, second=made.add_node(num_cpus=2))
         made.wait_for_nodes()
         yield str(made.address)
     finally:
         made.shutdown()
+        _CLUSTER.clear()
 
 
 def _body(tokens: int) -> bytes:
@@ -206,3 +211,32 @@ def test_ctrl_c_at_the_terminal_writes_the_merged_partial_result(cluster: str, t
     section = doc["fastbench"]["workers"]
     assert section["count"] == 2 and section["lost"] == [] and len(section["ray"]["nodes"]) == 2
     assert doc["fastbench"]["counts"]["failed"] == 0 and doc["fastbench"]["counts"]["cancelled"] > 0
+
+
+def test_a_node_that_dies_mid_run_loses_its_worker_alone(cluster: str) -> None:
+    """The second node removed (its raylet and its workers killed) while both hold streams: its worker
+    is lost, the head's finishes its part. Last in the module: the cluster has one node after it."""
+    with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
+        plan = LoadPlan(bodies=[_body(30)] * 400, warmup_bodies=[], concurrency=8)
+        pool = RayPool(Target.parse(server.base_url, ENDPOINT), plan, address=cluster)
+
+        async def main() -> Any:
+            task = asyncio.ensure_future(pool.run())
+            while not task.done():
+                await asyncio.sleep(0.02)
+                if pool._start_ns and all(w.progress.get("completed", 0) >= 4 for w in pool._workers):
+                    await asyncio.to_thread(_CLUSTER["cluster"].remove_node, _CLUSTER["second"])
+                    break
+            return await task
+
+        data = uvloop.run(main())
+    section = data.extra["workers"]
+    gone = [w.index for w in pool._workers
+            if isinstance(w, RayWorkerLink) and w.identity.get("node_id") == _CLUSTER["second"].node_id]
+    assert len(gone) == 1 and section["lost"] == gone
+    assert data.stopped_reason == "worker lost"
+    error = data.rows[:, COL["error"]]
+    lost_rows = np.flatnonzero(error == int(ErrorClass.WORKER_LOST))
+    assert lost_rows.size >= 1 and set(lost_rows.tolist()) <= set(pool._workers[gone[0]].share.rows.tolist())
+    survivor = pool._workers[1 - gone[0]]
+    assert survivor.outcome is not None and section["per_worker"][survivor.index]["lost"] is None
