@@ -206,6 +206,8 @@ class WorkerPool:
             self._workers = [self._new_worker(share, i) for i, share in enumerate(shares)]
             for worker in self._workers:
                 await self._spawn(worker)
+                if self._stop_reason is not None:  # stopped while the transport was being readied
+                    worker.send("stop", self._stop_reason)
             tasks = [loop.create_task(self._follow(w)) for w in self._workers]
             if plan.stop_event is not None:
                 tasks.append(loop.create_task(self._watch_stop(plan.stop_event)))
