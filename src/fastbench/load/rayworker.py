@@ -128,7 +128,10 @@ class WorkerActor:
     def poll(self) -> dict[str, Any]:
         done = self._finished.is_set()
         with self._lock:
-            report: dict[str, Any] = {"ready": self._ready, "progress": self._progress, "failed": self._failure,
+            failure = self._failure
+            if done and failure is None and self._outcome is None:
+                failure = "its thread ended without a result"
+            report: dict[str, Any] = {"ready": self._ready, "progress": self._progress, "failed": failure,
                                       "done": done and self._outcome is not None}
         # Rows the worker finished since the last poll. The core writes a row at once, when its
         # request ends, holding the GIL: a row read here is whole or still all zeros.
