@@ -14,6 +14,7 @@ exit 3 where they find the machine cannot).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import platform
 import re
@@ -34,6 +35,7 @@ STAGES = [
     ("vllm", "real vLLM"),
     ("llamacpp", "real llama.cpp"),
     ("browser", "browser"),
+    ("ray", "Ray cluster"),
     ("sanitizers", "sanitizers"),
     ("fuzzing", "fuzzing"),
 ]
@@ -200,6 +202,18 @@ def _missing_browser() -> str | None:
     return None
 
 
+def _missing_ray() -> str | None:
+    """The extra fastbench[ray]: Ray installed, or a wheel of it that pip finds for this machine."""
+    if importlib.util.find_spec("ray") is not None:
+        return None
+    extra = re.search(r"^ray = \[(.*)\]", (SCRIPTS.parent / "pyproject.toml").read_text(), re.M)
+    assert extra is not None, "pyproject.toml has no extra named ray"
+    pins = re.findall(r'"([^"]+)"', extra.group(1))
+    if not _pip_gets("--only-binary", ":all:", *pins):
+        return f"pip finds no wheel of {' '.join(pins)} for this machine"
+    return None
+
+
 def _missing_sanitizers() -> str | None:
     for runtime in ("libasan.so", "libubsan.so"):
         try:
@@ -222,6 +236,7 @@ NEEDS: dict[str, Callable[[], str | None]] = {
     "vllm": _missing_vllm,
     "llamacpp": _missing_llamacpp,
     "browser": _missing_browser,
+    "ray": _missing_ray,
     "sanitizers": _missing_sanitizers,
     "fuzzing": _missing_fuzzing,
 }

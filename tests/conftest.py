@@ -23,6 +23,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the tests marked browser: they open fastbench report's page in a real headless Chromium "
         "(Debian: apt-get install chromium); setting FASTBENCH_CHROMIUM (1, or the browser's path) runs them too",
     )
+    parser.addoption(
+        "--run-ray", action="store_true", default=False,
+        help="run the tests marked ray: they start a real local Ray cluster of two nodes (needs fastbench[ray]); "
+        "setting FASTBENCH_RAY runs them too",
+    )
 
 
 # marker -> (option, environment variable, what it is): skipped unless the option or the variable is given
@@ -30,6 +35,7 @@ _REAL_SERVERS = {
     "vllm": ("--run-vllm", "FASTBENCH_VLLM_VENV", "real vLLM test"),
     "llamacpp": ("--run-llamacpp", "FASTBENCH_LLAMACPP", "real llama.cpp test"),
     "browser": ("--run-browser", "FASTBENCH_CHROMIUM", "headless browser test"),
+    "ray": ("--run-ray", "FASTBENCH_RAY", "real Ray cluster test"),
 }
 
 

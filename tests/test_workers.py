@@ -265,7 +265,7 @@ def test_what_the_pool_cannot_honour_is_refused_and_a_smaller_pool_says_why() ->
     with pytest.raises(ConfigError, match="start instant"):
         WorkerPool(target, LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1, start_at=start), workers=2)
     pool = WorkerPool(target, LoadPlan(bodies=[b"{}"] * 10, warmup_bodies=[], concurrency=2), workers=4)
-    pool._workers = [workers_module._Worker(share, i) for i, share in enumerate(split_schedule(10, 2, None, 0, 4))]
+    pool._workers = [workers_module.WorkerLink(share, i) for i, share in enumerate(split_schedule(10, 2, None, 0, 4))]
     assert pool._fewer_because() == ("4 asked for, 2 used: each worker needs a slot and a request of its own "
                                      "(--concurrency 2, 10 requests)")
 
@@ -389,7 +389,7 @@ def test_workers_that_handed_in_their_result_are_reaped_together_and_killed_if_t
 
     async def main() -> list[int | None]:
         for index in range(2):
-            worker = workers_module._Worker(split_schedule(4, 2, None, 0, 2)[index], index)
+            worker = workers_module.WorkerLink(split_schedule(4, 2, None, 0, 2)[index], index)
             worker.process = await asyncio.create_subprocess_exec("sleep", "3600")
             pool._workers.append(worker)
         await pool._reap()

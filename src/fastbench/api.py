@@ -390,6 +390,12 @@ def _load_generator(config: BenchConfig, target: Target, plan: LoadPlan, *,
                     server_here: bool) -> tuple[LoadGenerator | WorkerPool, dict[str, Any] | None]:
     """One process (--workers 1, the default: today's path, untouched), or a pool of worker
     processes; with --workers auto, also what was chosen and why, for the result."""
+    if config.ray is not None:  # Ray is imported by the pool itself, only here
+        from fastbench.load.raypool import RayPool
+
+        total = config.workers if isinstance(config.workers, int) and config.workers > 1 else None
+        return RayPool(target, plan, config.api_key, address=config.ray, workers=total,
+                       workers_per_node=config.workers_per_node), None
     if config.workers == "auto":
         count, why = choose_workers(config.concurrency, len(plan.bodies), usable_cores(), server_here)
         if plan.sessions is not None:

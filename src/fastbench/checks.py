@@ -74,6 +74,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_error_rate": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
     "coalesce_ms": (lambda v: 0 <= v <= 1000, "must be between 0 and 1000"),
     "workers": (lambda v: v == "auto" or 1 <= v <= MAX_WORKERS, f"must be 'auto' or between 1 and {MAX_WORKERS}"),
+    "workers_per_node": (lambda v: 1 <= v <= MAX_WORKERS, f"must be between 1 and {MAX_WORKERS}"),
     "max_tokens": (lambda v: v >= 1, "must be >= 1"),
     "random_input_len": (lambda v: v >= 1, "must be >= 1"),
     "random_output_len": (lambda v: v >= 1, "must be >= 1"),
@@ -402,6 +403,21 @@ def _check_trace_timing(config: BenchConfig) -> None:
                           f"trace's prompts by {what}, or leave it out")
 
 
+def _check_ray(config: BenchConfig) -> None:
+    """--ray's options: the placement is given one way, and only with --ray."""
+    if config.ray is None:
+        if config.workers_per_node is not None:
+            raise ConfigError("--workers-per-node places workers on the nodes of a Ray cluster: give --ray")
+        return
+    if not config.ray.strip():
+        raise ConfigError("--ray must be 'auto' or a Ray cluster's address (host:port or ray://host:port)")
+    if config.workers_per_node is not None and config.workers not in (1, "auto"):
+        raise ConfigError("--ray: give --workers N (N workers spread over the nodes) or --workers-per-node K "
+                          "(K on each node), not both")
+    if config.multi_turn:
+        raise ConfigError("--ray is not available with --multi-turn (turns are built during the run, in one process)")
+
+
 def _check_idle_and_needed(config: BenchConfig) -> None:
     """No option is given that the others make idle, and none is missing that another needs: found
     out before a launched server spends minutes loading."""
@@ -430,6 +446,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
     _check_multi_turn(config)
     _check_trace_timing(config)
+    _check_ray(config)
     if config.random_prefix_len and config.dataset_name != "random":
         raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
                           "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")

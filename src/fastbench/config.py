@@ -166,6 +166,10 @@ class BenchConfig:
     # client processes sharing the schedule, merged exactly (fastbench.load.workers); "auto": from the
     # cores and the concurrency; 1: today's single process
     workers: int | Literal["auto"] = 1
+    # workers as Ray actors over a cluster's nodes (fastbench.load.raypool): "auto" (the cluster this
+    # machine belongs to) or its address; None: this machine only. Needs the extra fastbench[ray].
+    ray: str | None = None
+    workers_per_node: int | None = None  # with ray: workers on each node (default 1, unless workers is given)
     # requests
     max_tokens: int | None = None  # overrides the dataset's output length when set
     ignore_eos: bool = False

@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client processes sharing the load, each with its own event loop and core, merged exactly "
                    "(rows concatenated, histograms added); 'auto' picks from the cores and --concurrency "
                    "(default 1: one process). See docs/workers.md")
+    g.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                   help="run the workers as Ray actors spread over a Ray cluster's nodes ('auto': the cluster this "
+                   "machine belongs to; or its address, host:port or ray://host:port); this process keeps the "
+                   "server, the scraping and the memory sampling. One worker per node unless --workers N or "
+                   "--workers-per-node K says otherwise. Needs pip install 'fastbench[ray]'. See docs/workers.md")
+    g.add_argument("--workers-per-node", type=whole_number, default=None,
+                   help="with --ray: workers on each node of the cluster (default 1)")
     g = p.add_argument_group("requests")
     g.add_argument("--max-tokens", type=whole_number, default=None,
                    help="output tokens per request (default: the dataset's output length)")
@@ -370,6 +377,8 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         request_timeout_s=ns.request_timeout,
         coalesce_ms=ns.coalesce_ms,
         workers=ns.workers,
+        ray=ns.ray,
+        workers_per_node=ns.workers_per_node,
         max_error_rate=ns.max_error_rate,
         max_tokens=max_tokens,
         ignore_eos=ns.ignore_eos,

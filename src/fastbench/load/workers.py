@@ -28,7 +28,7 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
 The merge is :mod:`fastbench.load.merge`.
 
 One module of ~630 lines because the pool's start, deadlines, loss accounting and per-worker result
-section all read the same per-worker bookkeeping (_Worker).
+section all read the same per-worker bookkeeping (WorkerLink).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ from fastbench.load.worker import (
 )
 from fastbench.results.records import COL, ErrorClass, RunData
 
-__all__ = ("STREAMS_PER_WORKER", "Share", "WorkerPool", "arrival_offsets_ns", "choose_workers", "split_schedule")
+__all__ = ("STREAMS_PER_WORKER", "Share", "WorkerLink", "WorkerPool", "arrival_offsets_ns", "choose_workers",
+           "split_schedule")
 
 # From the chosen instant to the window's start: time for the start message to reach every worker
 # and for each to wake (a few ms even on a loaded 2-core machine).
@@ -147,7 +148,9 @@ def split_schedule(n: int, concurrency: int, offsets: np.ndarray | None, n_warmu
 
 
 @dataclasses.dataclass
-class _Worker:
+class WorkerLink:
+    """The parent's end of one worker: how it is reached, and what it said."""
+
     share: Share
     index: int
     process: asyncio.subprocess.Process | None = None
@@ -170,6 +173,13 @@ class _Worker:
         if self.writer is not None and not self.writer.is_closing():
             self.writer.write(write_frame(kind, payload))
 
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def name(self) -> str:
+        """How the result names it: "worker 1 (pid 123)"."""
+        return f"worker {self.index} (pid {self.pid() if self.pid() is not None else '?'})"
+
 
 class WorkerPool:
     """Runs one LoadPlan over several worker processes and returns one merged RunData; the same
@@ -189,11 +199,13 @@ class WorkerPool:
         self.api_key = api_key
         self.requested = workers
         self.chosen_because = chosen_because
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerLink] = []
         self._stop_reason: str | None = None
         self._stopped_ns = 0
         self._start_ns = 0
         self._all_ready: asyncio.Future[None] | None = None
+        # From the chosen instant to the window's start: time for "start" to reach every worker.
+        self.start_margin_ns = START_MARGIN_NS
         self.merge_ns = 0  # how long the merge took (bench/workers.py weighs it against the run)
 
     # -- control -------------------------------------------------------------------------------
@@ -230,15 +242,18 @@ class WorkerPool:
         plan = self.plan
         n = len(plan.bodies)
         offsets = arrival_offsets_ns(plan)
-        shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), self.requested)
-        self._workers = [_Worker(share, i) for i, share in enumerate(shares)]
         loop = asyncio.get_running_loop()
         self._all_ready = loop.create_future()
         follows: list[asyncio.Task[None]] = []
         helpers: list[asyncio.Task[None]] = []
         try:
+            count = await self._prepare()
+            shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), count)
+            self._workers = [self._new_worker(share, i) for i, share in enumerate(shares)]
             for worker in self._workers:
                 await self._spawn(worker)
+                if self._stop_reason is not None:  # stopped while the transport was being readied
+                    worker.send("stop", self._stop_reason)
             follows = [loop.create_task(self._follow(w)) for w in self._workers]
             # Both until every worker is reaped: a stalled one is killed, a Ctrl-C is heard.
             helpers.append(loop.create_task(self._watch()))
@@ -246,7 +261,8 @@ class WorkerPool:
                 helpers.append(loop.create_task(self._watch_stop(plan.stop_event)))
             await self._all_ready  # raises WorkerError when one could not start
             if self._stop_reason is None:
-                self._start_ns = now_ns() + START_MARGIN_NS
+                await self._before_start()
+                self._start_ns = now_ns() + self.start_margin_ns
                 if plan.on_window_start is not None:
                     plan.on_window_start()
                 for worker in self._workers:
@@ -272,7 +288,19 @@ class WorkerPool:
         data.extra["workers"]["merge_s"] = self.merge_ns / 1e9
         return data
 
-    async def _spawn(self, worker: _Worker) -> None:
+    # -- the transport: worker processes of this machine (fastbench.load.raypool overrides these) ----
+
+    async def _prepare(self) -> int:
+        """Ready the transport; returns how many workers to deal the schedule to."""
+        return self.requested
+
+    def _new_worker(self, share: Share, index: int) -> WorkerLink:
+        return WorkerLink(share, index)
+
+    async def _before_start(self) -> None:
+        """Every worker is warm; the start instant is chosen next."""
+
+    async def _spawn(self, worker: WorkerLink) -> None:
         share = worker.share
         # CLOEXEC: no other child inherits it; pass_fds hands it to this worker alone.
         fd = os.memfd_create(f"fastbench-worker-{worker.index}", os.MFD_CLOEXEC)
@@ -302,7 +330,7 @@ class WorkerPool:
         worker.heard_ns = 0
         worker.send("spec", self._spec(worker))
 
-    def _spec(self, worker: _Worker) -> WorkerSpec:
+    def _spec(self, worker: WorkerLink) -> WorkerSpec:
         plan, share = self.plan, worker.share
         rows = share.rows.tolist()
         expected = plan.expected_output_tokens
@@ -322,7 +350,7 @@ class WorkerPool:
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
             max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps)
 
-    async def _follow(self, worker: _Worker) -> None:
+    async def _follow(self, worker: WorkerLink) -> None:
         """Read one worker's messages until it hands in its result or is gone."""
         assert worker.reader is not None and worker.process is not None
         stderr = asyncio.get_running_loop().create_task(self._read_stderr(worker))
@@ -371,7 +399,7 @@ class WorkerPool:
             return
         self.stop("worker lost")
 
-    async def _read_stderr(self, worker: _Worker) -> None:
+    async def _read_stderr(self, worker: WorkerLink) -> None:
         assert worker.process is not None and worker.process.stderr is not None
         async for line in worker.process.stderr:
             text = line.decode("utf-8", "replace").rstrip()
@@ -411,7 +439,7 @@ class WorkerPool:
             ends.append(self._stopped_ns)
         return min(ends) + int(STOP_GRACE_S * 1e9) if ends else None
 
-    def _overdue(self, worker: _Worker, now: int, spawned_ns: int) -> str | None:
+    def _overdue(self, worker: WorkerLink, now: int, spawned_ns: int) -> str | None:
         """Why ``worker`` is to be killed now, or None."""
         if worker.outcome is not None or worker.lost_how or worker.process is None:
             return None
@@ -429,7 +457,7 @@ class WorkerPool:
             return f"was still running {STOP_GRACE_S:g} s after {after} and was killed"
         return None
 
-    def _kill_lost(self, worker: _Worker, now: int, why: str) -> None:
+    def _kill_lost(self, worker: WorkerLink, now: int, why: str) -> None:
         assert worker.process is not None
         worker.lost_ns, worker.lost_how = now, why
         with contextlib.suppress(ProcessLookupError):
@@ -509,7 +537,7 @@ class WorkerPool:
                                   # each worker's own slots: a request waits only for one of its worker's
                                   "slot_pools": [(w.share.rows, w.share.slots) for w in self._workers]})
 
-    def _mark_lost(self, worker: _Worker, part: Part, claimed: int) -> None:
+    def _mark_lost(self, worker: WorkerLink, part: Part, claimed: int) -> None:
         """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
         means: below the count of claims its core wrote in the shared header, or (open loop) due by
         the loss (an arrival waiting for a slot is part of the load it no longer applies)."""
@@ -518,8 +546,7 @@ class WorkerPool:
         if offsets is not None:
             claimed = max(claimed, int(np.searchsorted(offsets, worker.lost_ns - self._start_ns, side="right")))
         at_s = (worker.lost_ns - self._start_ns) / 1e9
-        pid = worker.process.pid if worker.process is not None else "?"
-        why = f"in flight in worker {worker.index} (pid {pid}) when it {worker.lost_how} at {at_s:.3f} s"
+        why = f"in flight in {worker.name()} when it {worker.lost_how} at {at_s:.3f} s"
         for row in range(min(claimed, len(table))):
             if table[row].any():
                 continue
@@ -550,7 +577,7 @@ class WorkerPool:
             data = part.data
             entry: dict[str, Any] = {
                 "index": worker.index,
-                "pid": worker.process.pid if worker.process is not None else None,
+                "pid": worker.pid(),
                 "requests": len(worker.share.rows),
                 "slots": worker.share.slots,
                 "completed": int(done.sum()),
@@ -611,7 +638,7 @@ class WorkerPool:
                 f"split over the workers, so an arrival waits for a slot of its own worker")
 
 
-def _claimed_as_reported(worker: _Worker, table: np.ndarray) -> int:
+def _claimed_as_reported(worker: WorkerLink, table: np.ndarray) -> int:
     """Rows claimed, for a transport without the shared claim count: at least the count it last
     reported and every row up to its last finished one (rows claimed since its last report are
     missed)."""

@@ -264,6 +264,14 @@ def _workers_note(workers: dict[str, Any]) -> str:
     text = f"{count} client worker process{'es' if count != 1 else ''}"
     if workers.get("chosen_because"):
         text += f" ({workers['chosen_because']})"
+    ray = workers.get("ray")
+    if ray:  # --ray: where they ran, and how well the nodes' clocks are known
+        nodes = ray.get("nodes", ())
+        unknown = [n["estimate"]["uncertainty_ns"] / 1e6 for n in nodes
+                   if not n.get("same_clock") and n.get("estimate")]
+        clocks = (f"node clocks put on this host's to within {max(unknown):.3f} ms" if unknown
+                  else "every node on this host's clock")
+        text += f", Ray actors on {len(nodes)} node{'s' if len(nodes) != 1 else ''} ({clocks})"
     late = [w.get("started_late_ms") for w in workers.get("per_worker", ()) if w.get("started_late_ms") is not None]
     if late:
         text += f", window started within {max(late):.3f} ms of the common instant"

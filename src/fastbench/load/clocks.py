@@ -1,0 +1,77 @@
+"""A remote clock's offset to this one, estimated as NTP does: from the exchange with the shortest
+round trip.
+
+One exchange: this side reads its clock (``sent_ns``), asks the other side for its clock
+(``remote_ns``), reads its own again (``received_ns``). The remote reading was taken somewhere
+between the two local ones, so ``remote_ns - (sent_ns + received_ns) / 2`` is the offset to within
+half the round trip, whatever the delays of each leg. Of many exchanges the one with the shortest
+round trip bounds it tightest; that half round trip is the uncertainty recorded with it.
+
+Used by ``--ray`` (fastbench.load.raypool): every latency is a difference of two stamps taken on one
+node's clock and needs no offset; only the window's edges and time series, which set stamps of
+different nodes side by side, are put on the driver's clock with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+__all__ = ("ClockOffset", "ClockSample", "estimate_offset")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockSample:
+    """One exchange: this clock before asking, the remote clock's answer, this clock after."""
+
+    sent_ns: int
+    remote_ns: int
+    received_ns: int
+
+    @property
+    def round_trip_ns(self) -> int:
+        return self.received_ns - self.sent_ns
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockOffset:
+    """``offset_ns``: the remote clock minus this one (a remote stamp ``t`` is ``t - offset_ns`` here),
+    true to within ``uncertainty_ns`` either way."""
+
+    offset_ns: int
+    uncertainty_ns: int
+    min_round_trip_ns: int
+    median_round_trip_ns: int
+    samples: int
+
+    def to_remote(self, local_ns: int) -> int:
+        """An instant of this clock on the remote one."""
+        return local_ns + self.offset_ns
+
+    def to_local(self, remote_ns: int) -> int:
+        """An instant of the remote clock on this one."""
+        return remote_ns - self.offset_ns
+
+    def agrees_with(self, offset_ns: int) -> bool:
+        """Whether ``offset_ns`` lies within this estimate's uncertainty."""
+        return abs(offset_ns - self.offset_ns) <= self.uncertainty_ns
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def estimate_offset(samples: Sequence[ClockSample]) -> ClockOffset:
+    """The offset from the exchange with the shortest round trip (see the module's docstring)."""
+    if not samples:
+        raise ValueError("no clock samples")
+    for sample in samples:
+        if sample.received_ns < sample.sent_ns:
+            raise ValueError(f"a clock sample ends before it starts: {sample}")
+    best = min(samples, key=lambda s: s.round_trip_ns)
+    # The true offset lies in [remote - received, remote - sent]; its middle, rounded down, is within
+    # half the width rounded up of either end.
+    low, high = best.remote_ns - best.received_ns, best.remote_ns - best.sent_ns
+    trips = sorted(s.round_trip_ns for s in samples)
+    return ClockOffset(offset_ns=(low + high) // 2, uncertainty_ns=(high - low + 1) // 2,
+                       min_round_trip_ns=best.round_trip_ns, median_round_trip_ns=trips[len(trips) // 2],
+                       samples=len(samples))

@@ -1,0 +1,343 @@
+"""``--ray auto|ADDRESS``: one run's workers as Ray actors spread over a cluster's nodes, merged exactly.
+
+The schedule, the start, the stop, the error-rate judgement and the merge are the ones of
+``--workers`` (fastbench.load.workers.WorkerPool, which this extends); only the transport differs.
+Each worker is a :class:`fastbench.load.rayworker.WorkerActor` running the same ``run_worker``; the
+driver (this process) keeps the server's lifecycle, the /metrics scraper and the memory sampler.
+
+* Placement: one placement group reserves the workers' CPUs. With ``--workers-per-node K`` (1 by
+  default) it holds one bundle of K CPUs on each node that has them (STRICT_SPREAD: distinct nodes);
+  with ``--workers N`` it holds N bundles of one CPU spread as evenly as Ray can (SPREAD). Worker
+  ``i`` goes to bundle ``i mod bundles``, so a small run still reaches every node.
+* Clocks. Every latency is a difference of stamps of one node's clock. For what sets stamps of
+  different nodes side by side (the window's edges, the start instant, each row's send and receive
+  instants in the time series) each node's offset to the driver's clock is estimated from
+  CLOCK_SAMPLES exchanges (fastbench.load.clocks: the shortest round trip bounds it) and recorded
+  with its uncertainty. A node with the driver's kernel (same boot id) whose estimate agrees with
+  zero shares the driver's clock: its offset is then exactly zero. The start instant is chosen on
+  the driver's clock and sent to each node on its own; rows are put on the driver's clock as they
+  arrive.
+* Transport: the driver polls every worker each REPORT_INTERVAL_S (its counts, and the rows it
+  finished since, which the driver keeps); ``outcome()`` hands in the rest once it is done.
+* Faults. A worker whose actor or node dies (a poll raises, or goes unanswered for LOST_AFTER_S) is
+  lost: the rows it handed in stand, its requests claimed but unfinished are failed as WORKER_LOST,
+  the run stops ("worker lost") and the result names the worker, its node and when. A worker that
+  cannot start (its actor fails to build, its node has another fastbench, no room for the
+  placement group within PLACEMENT_TIMEOUT_S, its own error before the window) fails the run at once.
+
+Ray is imported only here, and only when a pool is built (``--ray``): the extra ``fastbench[ray]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+from collections.abc import Awaitable
+from typing import Any
+
+import numpy as np
+
+from fastbench._core import now_ns
+from fastbench._version import __version__
+from fastbench.exceptions import WorkerError
+from fastbench.load.clocks import ClockOffset, ClockSample, estimate_offset
+from fastbench.load.merge import Part
+from fastbench.load.plan import LoadPlan, Target
+from fastbench.load.rayworker import WorkerActor, boot_id
+from fastbench.load.worker import REPORT_INTERVAL_S, WorkerOutcome
+from fastbench.load.workers import Share, WorkerLink, WorkerPool
+from fastbench.results.records import COL, NCOLS
+
+__all__ = ("RayPool", "import_ray", "shift_rows")
+
+# Exchanges per node for its clock offset: the shortest round trip of these bounds the estimate.
+CLOCK_SAMPLES = 64
+# How long the cluster has to find room for the placement group before the run fails.
+PLACEMENT_TIMEOUT_S = 60.0
+# A worker that answers no poll for this long is lost (its node is gone or cut off).
+LOST_AFTER_S = 10.0
+# An actor's first answer: its node starts a Ray worker process that imports fastbench (seconds on
+# a busy machine), after the placement group has room.
+ACTOR_START_TIMEOUT_S = 120.0
+# From the chosen instant to the window's start: an actor call takes ~1 ms, but a busy node or a
+# cluster across hosts needs more margin than processes of one machine.
+RAY_START_MARGIN_NS = 250_000_000
+# How long a stopped worker has to hand in its outcome.
+OUTCOME_TIMEOUT_S = 60.0
+# Columns of the request table that are instants (absolute stamps), not durations or counts.
+INSTANT_COLUMNS = [COL[name] for name in ("scheduled_ns", "sent_ns", "first_byte_ns", "first_token_ns",
+                                          "first_answer_ns", "end_ns")]
+
+
+def import_ray() -> Any:
+    """The ray module, or a one-line error naming the extra that installs it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise WorkerError(f"--ray needs Ray: pip install 'fastbench[ray]' ({exc})") from None
+
+
+def shift_rows(rows: np.ndarray, offset_ns: int) -> np.ndarray:
+    """A node's request rows on the driver's clock: every instant set (non-zero) less the offset."""
+    if offset_ns == 0 or not len(rows):
+        return rows
+    shifted = np.array(rows, dtype=np.int64)
+    instants = shifted[:, INSTANT_COLUMNS]
+    shifted[:, INSTANT_COLUMNS] = np.where(instants != 0, instants - offset_ns, 0)
+    return shifted
+
+
+@dataclasses.dataclass
+class RayWorkerLink(WorkerLink):
+    """The driver's end of one actor."""
+
+    actor: Any = None
+    bundle: int = 0
+    identity: dict[str, Any] = dataclasses.field(default_factory=dict)
+    offset_ns: int = 0  # its node's clock minus the driver's
+    last_heard_ns: int = 0
+
+    def send(self, kind: str, payload: Any) -> None:
+        if self.actor is None:
+            return
+        if kind == "start":  # the driver's instant, on this worker's node
+            self.actor.start.remote(int(payload) + self.offset_ns)
+        elif kind == "stop":
+            self.actor.stop.remote(str(payload))
+        elif kind == "others":
+            self.actor.others.remote(payload)
+
+    def pid(self) -> int | None:
+        pid = self.identity.get("pid")
+        return int(pid) if pid is not None else None
+
+    def name(self) -> str:
+        node = str(self.identity.get("node_id", "?"))[:12]
+        return f"worker {self.index} (Ray actor, pid {self.pid()}, node {node} on {self.identity.get('host', '?')})"
+
+
+@dataclasses.dataclass
+class _Node:
+    node_id: str
+    host: str
+    same_kernel: bool
+    estimate: ClockOffset | None = None
+    offset_ns: int = 0
+    same_clock: bool = False
+
+
+class RayPool(WorkerPool):
+    """Runs one LoadPlan over Ray actors and returns one merged RunData (``run()``, ``stop(reason)``)."""
+
+    def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *, address: str,
+                 workers: int | None = None, workers_per_node: int | None = None) -> None:
+        super().__init__(target, plan, api_key, workers=max(1, workers or 1))
+        if workers is not None and workers_per_node is not None:
+            raise ValueError("give workers or workers_per_node, not both")
+        self.address = address
+        self.total = workers
+        self.per_node = workers_per_node if workers_per_node is not None else (1 if workers is None else None)
+        self.start_margin_ns = RAY_START_MARGIN_NS
+        self._ray: Any = None
+        self._connected_here = False
+        self._group: Any = None
+        self._bundles = 0
+        self._strategy = ""
+        self._nodes: dict[str, _Node] = {}
+        self._actors: list[Any] = []
+
+    # -- the transport ---------------------------------------------------------------------------------
+
+    async def _prepare(self) -> int:
+        ray = self._ray = import_ray()
+        if not ray.is_initialized():
+            try:
+                await asyncio.to_thread(ray.init, address=self.address, namespace="fastbench", log_to_driver=False,
+                                        logging_level="ERROR")
+            except Exception as exc:
+                raise WorkerError(f"--ray {self.address}: cannot join the Ray cluster: {_first_line(exc)}") from None
+            self._connected_here = True
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if self.per_node is not None:
+            fit = [n for n in nodes if float(n.get("Resources", {}).get("CPU", 0)) >= self.per_node]
+            if not fit:
+                raise WorkerError(f"--ray: no node of the cluster has {self.per_node} CPUs for "
+                                  f"--workers-per-node {self.per_node}")
+            self._bundles, self._strategy = len(fit), "STRICT_SPREAD"
+            bundles = [{"CPU": float(self.per_node)}] * len(fit)
+            count = len(fit) * self.per_node
+        else:
+            assert self.total is not None
+            self._bundles, self._strategy = self.total, "SPREAD"
+            bundles = [{"CPU": 1.0}] * self.total
+            count = self.total
+        placement = importlib.import_module("ray.util.placement_group")
+        self._group = placement.placement_group(bundles, strategy=self._strategy)
+        try:
+            await asyncio.wait_for(self._await(self._group.ready()), PLACEMENT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            free = {str(n.get("NodeManagerAddress")): n.get("Resources", {}).get("CPU", 0) for n in nodes}
+            raise WorkerError(f"--ray: the cluster found no room in {PLACEMENT_TIMEOUT_S:.0f} s for "
+                              f"{len(bundles)} bundles of {bundles[0]['CPU']:g} CPU ({self._strategy}); CPUs by "
+                              f"node: {free}") from None
+        self.requested = count
+        return count
+
+    def _new_worker(self, share: Share, index: int) -> WorkerLink:
+        return RayWorkerLink(share, index, bundle=index % self._bundles)
+
+    async def _spawn(self, worker: WorkerLink) -> None:
+        assert isinstance(worker, RayWorkerLink)
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        remote = self._ray.remote(WorkerActor).options(
+            num_cpus=1, max_concurrency=4, max_restarts=0, max_task_retries=0,
+            scheduling_strategy=strategies.PlacementGroupSchedulingStrategy(
+                self._group, placement_group_bundle_index=worker.bundle))
+        worker.table = np.zeros((len(worker.share.rows), NCOLS), dtype=np.int64)
+        worker.actor = remote.remote(self._spec(worker))
+        self._actors.append(worker.actor)
+
+    async def _follow(self, worker: WorkerLink) -> None:
+        """Poll one actor until it hands in its outcome, fails, or is lost."""
+        assert isinstance(worker, RayWorkerLink)
+        ray = self._ray
+        how = ""
+        try:
+            worker.identity = await asyncio.wait_for(self._await(worker.actor.identity.remote()),
+                                                     ACTOR_START_TIMEOUT_S)
+            if worker.identity.get("version") != __version__:
+                how = (f"its node runs fastbench {worker.identity.get('version')}, the driver {__version__}: "
+                       "install the same on every node")
+            else:
+                self._node_of(worker)
+            while not how:
+                report = await self._call(worker.actor.poll.remote())
+                worker.last_heard_ns = now_ns()
+                self._take(worker, report)
+                if report["failed"] is not None:
+                    how = f"failed: {report['failed']}"
+                elif report["done"]:
+                    outcome = await asyncio.wait_for(self._await(worker.actor.outcome.remote()), OUTCOME_TIMEOUT_S)
+                    worker.outcome = self._on_driver_clock(worker, outcome)
+                    return
+                else:
+                    await asyncio.sleep(REPORT_INTERVAL_S)
+        except asyncio.TimeoutError:
+            how = "stopped answering" if worker.identity else f"did not answer in {ACTOR_START_TIMEOUT_S:g} s"
+        except ray.exceptions.RayError as exc:
+            how = f"died ({type(exc).__name__}: {_first_line(exc)})"
+        worker.lost_ns, worker.lost_how = now_ns(), how
+        if self._all_ready is not None and not self._all_ready.done():
+            self._all_ready.set_exception(WorkerError(f"--ray: {worker.name()} could not start: {how}"))
+            return
+        self.stop("worker lost")
+
+    def _take(self, worker: RayWorkerLink, report: dict[str, Any]) -> None:
+        if report["ready"] and not worker.ready:
+            worker.ready = True
+            if all(w.ready for w in self._workers) and self._all_ready is not None and not self._all_ready.done():
+                self._all_ready.set_result(None)
+        if report["progress"] is not None:
+            worker.progress = report["progress"]
+            self._judge_error_rate()
+        if report.get("stopping"):
+            self.stop(report["stopping"])
+        index, rows = report["rows"]
+        if len(index) and worker.table is not None:
+            worker.table[index] = shift_rows(rows, worker.offset_ns)
+
+    def _on_driver_clock(self, worker: RayWorkerLink, outcome: WorkerOutcome) -> WorkerOutcome:
+        data = outcome.data
+        worker.table = shift_rows(data.rows, worker.offset_ns)
+        data.rows = np.zeros((0, NCOLS), dtype=np.int64)
+        data.start_ns -= worker.offset_ns
+        data.end_ns -= worker.offset_ns
+        return outcome
+
+    def _node_of(self, worker: RayWorkerLink) -> None:
+        node_id = str(worker.identity.get("node_id"))
+        if node_id not in self._nodes:
+            self._nodes[node_id] = _Node(node_id, str(worker.identity.get("host")),
+                                         same_kernel=worker.identity.get("boot_id") == boot_id() != "")
+
+    async def _before_start(self) -> None:
+        """Each node's clock offset, from one of its workers (every worker is warm and idle now)."""
+        first: dict[str, RayWorkerLink] = {}
+        for worker in self._workers:
+            assert isinstance(worker, RayWorkerLink)
+            first.setdefault(str(worker.identity.get("node_id")), worker)
+        for node_id, worker in first.items():
+            node = self._nodes[node_id]
+            node.estimate = await asyncio.to_thread(self._sample_clock, worker.actor)
+            node.same_clock = node.same_kernel and node.estimate.agrees_with(0)
+            node.offset_ns = 0 if node.same_clock else node.estimate.offset_ns
+        for worker in self._workers:
+            assert isinstance(worker, RayWorkerLink)
+            worker.offset_ns = self._nodes[str(worker.identity.get("node_id"))].offset_ns
+
+    def _sample_clock(self, actor: Any) -> ClockOffset:
+        samples = []
+        for _ in range(CLOCK_SAMPLES):
+            sent = now_ns()
+            remote = int(self._ray.get(actor.clock.remote(), timeout=LOST_AFTER_S))
+            samples.append(ClockSample(sent, remote, now_ns()))
+        return estimate_offset(samples)
+
+    async def _call(self, ref: Any) -> Any:
+        return await asyncio.wait_for(self._await(ref), LOST_AFTER_S)
+
+    @staticmethod
+    def _await(ref: Any) -> Awaitable[Any]:
+        return asyncio.wrap_future(ref.future())
+
+    def _kill_all(self) -> None:
+        for actor in self._actors:
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor, no_restart=True)
+
+    async def _reap(self) -> None:
+        """Every actor ended, the placement group let go, and the connection closed if it was opened here."""
+        if self._ray is None:
+            return
+        self._kill_all()
+        if self._group is not None:
+            placement = importlib.import_module("ray.util.placement_group")
+            with contextlib.suppress(Exception):
+                placement.remove_placement_group(self._group)
+        if self._connected_here:
+            await asyncio.to_thread(self._ray.shutdown)
+
+    # -- the result --------------------------------------------------------------------------------------
+
+    def _section(self, parts: list[Part], end_ns: int) -> dict[str, Any]:
+        section = super()._section(parts, end_ns)
+        section["process"] = "Ray actors (fastbench.load.rayworker.WorkerActor), one event loop and native core each"
+        section["chosen_because"] = (
+            f"--ray: {self._bundles} nodes x {self.per_node} per node" if self.per_node is not None
+            else f"--ray: {self.total} workers spread over the nodes")
+        for worker, entry in zip(self._workers, section["per_worker"], strict=True):
+            assert isinstance(worker, RayWorkerLink)
+            entry["node"] = worker.identity.get("node_id")
+            entry["host"] = worker.identity.get("host")
+            if entry["lost"] is not None:
+                entry["lost"]["last_heard_s"] = ((worker.last_heard_ns - self._start_ns) / 1e9
+                                                 if worker.last_heard_ns else None)
+                entry["lost"]["worker"] = worker.name()
+        section["ray"] = {
+            "address": self.address,
+            "placement": {"strategy": self._strategy, "bundles": self._bundles, "workers_per_node": self.per_node},
+            "nodes": [{"node": node.node_id, "host": node.host, "same_clock": node.same_clock,
+                       "offset_ns": node.offset_ns,
+                       "estimate": node.estimate.as_dict() if node.estimate is not None else None,
+                       "workers": [w.index for w in self._workers
+                                   if isinstance(w, RayWorkerLink) and w.identity.get("node_id") == node.node_id]}
+                      for node in self._nodes.values()],
+        }
+        return section
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
