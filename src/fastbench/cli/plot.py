@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser, whole_number
-from fastbench.cli.runs import STORE_ENV, default_store, parse_when
+from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser
+from fastbench.cli.runs import STORE_ENV, add_filter_args, default_store, parse_when
 from fastbench.exceptions import FastbenchError
 from fastbench.study.figures_data import RunPoint, load_points, point_document, point_records
 from fastbench.study.runfile import load_result
@@ -64,13 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="png, svg or both, comma-separated (default png,svg)")
     p.add_argument("--x", dest="axis", choices=("concurrency", "rate"), default="concurrency",
                    help="the load axis: --max-concurrency, or --request-rate (default concurrency)")
-    g = p.add_argument_group("filters (all must hold; without named runs)")
-    g.add_argument("--label", metavar="PATTERN", default=None, help="runs whose --label matches")
-    g.add_argument("--model", metavar="PATTERN", default=None, help="runs whose model matches")
-    g.add_argument("--variant", metavar="PATTERN", default=None, help="runs whose --variant matches")
-    g.add_argument("--since", metavar="WHEN", default=None, help="runs made at or after this time")
-    g.add_argument("--until", metavar="WHEN", default=None, help="runs made before this time")
-    g.add_argument("--last", metavar="N", type=whole_number, default=None, help="only the newest N that match")
+    add_filter_args(p.add_argument_group("filters (all must hold; without named runs)"))
     return p
 
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser, whole_number
-from fastbench.cli.runs import STORE_ENV, default_store, parse_when
+from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser
+from fastbench.cli.runs import STORE_ENV, add_filter_args, default_store, parse_when
 from fastbench.exceptions import FastbenchError
 from fastbench.redact import redact_argv
 from fastbench.study.figures_data import RunPoint, load_points
@@ -52,13 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default="report", help="where the files go (default ./report)")
     p.add_argument("--title", metavar="TEXT", default=None, help="the report's title (default: the sweep's name, "
                    "else the label filter, else 'fastbench study')")
-    g = p.add_argument_group("filters (as fastbench runs takes them; not with runs named)")
-    g.add_argument("--label", metavar="PATTERN", default=None, help="runs whose --label matches")
-    g.add_argument("--model", metavar="PATTERN", default=None, help="runs whose model matches")
-    g.add_argument("--variant", metavar="PATTERN", default=None, help="runs whose --variant matches")
-    g.add_argument("--since", metavar="WHEN", default=None, help="runs made at or after this time")
-    g.add_argument("--until", metavar="WHEN", default=None, help="runs made before this time")
-    g.add_argument("--last", metavar="N", type=whole_number, default=None, help="only the newest N that match")
+    add_filter_args(p.add_argument_group("filters (as fastbench runs takes them; not with runs named)"))
     return p
 
 

@@ -41,12 +41,8 @@ def default_store() -> str:
     return os.environ.get(STORE_ENV) or DEFAULT_STORE
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="fastbench runs", description="List, filter and export the runs of a results store.",
-               epilog=EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--store", metavar="DIR", default=None, help=f"the store (default: ${STORE_ENV}, else "
-                   f"./{DEFAULT_STORE})")
-    g = p.add_argument_group("filters (all must hold)")
+def add_filter_args(g: argparse._ArgumentGroup) -> None:
+    """The store's filters, the same in `runs`, `plot` and `report`."""
     g.add_argument("--label", metavar="PATTERN", default=None, help="runs whose --label matches")
     g.add_argument("--model", metavar="PATTERN", default=None, help="runs whose model matches")
     g.add_argument("--variant", metavar="PATTERN", default=None, help="runs whose --variant matches")
@@ -54,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--until", metavar="WHEN", default=None,
                    help="runs made before this time (a date alone: up to the end of that day)")
     g.add_argument("--last", metavar="N", type=whole_number, default=None, help="only the newest N that match")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="fastbench runs", description="List, filter and export the runs of a results store.",
+               epilog=EPILOG, formatter_class=HelpFormatter)
+    p.add_argument("--store", metavar="DIR", default=None, help=f"the store (default: ${STORE_ENV}, else "
+                   f"./{DEFAULT_STORE})")
+    add_filter_args(p.add_argument_group("filters (all must hold)"))
     g = p.add_argument_group("actions")
     g.add_argument("--csv", metavar="FILE", default=None,
                    help="write the matching runs as CSV (- for stdout): every configuration field and flat key")
