@@ -11,6 +11,10 @@ users run) against the C synthetic server (``fast_server.c``: it keeps 50 ms bet
 * skew p99, streams the server saw open (mean), client CPU per chunk;
 * closed loop at the same stream count: streams kept open, skew, CPU per chunk.
 
+Beside them, per open-loop setting and round, the host's own floor: ``timer_floor.c``, a C process that
+does nothing but wait for Poisson arrivals at the same rate (timerfd armed 40 us early, the rest spun),
+pinned and scheduled as the clients are. Its lateness is what any client on this host gets at best.
+
 ``--baseline-python`` is the interpreter of a venv with the other build installed, e.g. main at
 0efc6a7 (``git archive 0efc6a7 | tar -x -C /tmp/base && cd /tmp/base && python3 -m venv .venv &&
 .venv/bin/pip install -e .``). Each client run is a subprocess; client and server are pinned to
@@ -27,6 +31,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from fast_server import FastServer  # noqa: E402  (a sibling script)
+from fast_server import CFLAGS, CompilerNotFoundError, FastServer, find_compiler  # noqa: E402  (a sibling script)
 
 ITL_MS = 50.0
 TTFT_MS = 20.0
@@ -105,7 +110,33 @@ def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | N
     return report
 
 
-def figures(r: dict[str, Any]) -> dict[str, float | None]:
+FLOOR_LEAD_US = 40
+
+
+def build_timer_floor(out_dir: str) -> str:
+    cc = find_compiler()
+    if cc is None:
+        raise CompilerNotFoundError("open_loop_lag: no C compiler found (set $CC, or install cc, gcc or clang)")
+    exe = os.path.join(out_dir, "timer_floor")
+    subprocess.run([*cc, *CFLAGS, "-o", exe, str(ROOT / "bench" / "timer_floor.c"), "-lm"], check=True)
+    return exe
+
+
+def run_floor(exe: str, s: Setting, cpus: set[int] | None, realtime: bool, seed: int) -> dict[str, Any]:
+    """The host's floor at this setting's rate, for as long as the clients' arrivals last."""
+    assert s.rate
+    cmd = [exe, str(s.rate), f"{s.num_requests / s.rate:.1f}", str(FLOOR_LEAD_US), str(seed)]
+    if realtime:
+        cmd = ["chrt", "-f", "10", *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    r: dict[str, Any] = json.loads(out.stdout)
+    # slot_*: with nothing to wait for, the floor's lateness is its lateness past when it could send
+    return {"lag_p50": r["lag_p50"], "lag_p99": r["lag_p99"], "lag_p995": r["lag_p995"], "lag_max": r["lag_max"],
+            "slot_p99": r["lag_p99"], "slot_max": r["lag_max"], "late_share": r["late_share"]}
+
+
+def figures(r: dict[str, Any]) -> dict[str, Any]:
     series = {x["name"]: x for x in r["series"]}
     lag, slot = r["dispatch_lag"], r.get("slot_to_send") or {}
     return {
@@ -114,7 +145,7 @@ def figures(r: dict[str, Any]) -> dict[str, float | None]:
         "ttft_bound_p99": series["ttft"]["error_bound_p99_ms"],
         "skew_p99": r["skew"]["p99"], "streams_open": r["streams_open_mean"],
         "cpu_us_chunk": r["client_cpu_us_per_chunk"], "chunks_s": r["chunks_per_s"],
-        "failed": r["failed"] + r["cancelled"],
+        "failed": r["failed"] + r["cancelled"], "late_share": r.get("late_share"),
     }
 
 
@@ -128,7 +159,7 @@ def _f(v: Any, digits: int = 3) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--baseline-python", required=True, help="python of a venv with the other build")
+    p.add_argument("--baseline-python", help="python of a venv with the other build (without it: this build alone)")
     p.add_argument("--rounds", type=int, default=1, help="runs of each client per setting (alternating)")
     p.add_argument("--quick", action="store_true", help="half the requests")
     p.add_argument("--only", default="", help="comma-separated setting indexes to run (0-based)")
@@ -137,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="run each client under chrt -f 10 (root): on a shared machine, what the client does "
                         "when other processes cannot preempt it")
     a = p.parse_args(argv)
-    clients = {"this": sys.executable, "baseline": a.baseline_python}
+    clients = {"this": sys.executable}
+    if a.baseline_python:
+        clients["baseline"] = a.baseline_python
+    floor_dir = tempfile.mkdtemp(prefix="timer_floor-")
+    floor = build_timer_floor(floor_dir)
     client_cpus, server_cpus = cpu_plan()
     chosen = settings(a.quick)
     if a.only:
@@ -157,18 +192,25 @@ def main(argv: list[str] | None = None) -> int:
                     fig = figures(run_client(clients[name], server.base_url, s, client_cpus, a.realtime))
                     fig.update(client=name, setting=s.label, round=rnd, wall_s=time.monotonic() - t0)
                     results.append(fig)
-                    print(f"  {s.label:<40} {name:<8} lag p50/p99/max {_f(fig['lag_p50'])}/{_f(fig['lag_p99'])}/"
+                    print(f"  {s.label:<40} {name:<10} lag p50/p99/max {_f(fig['lag_p50'])}/{_f(fig['lag_p99'])}/"
                           f"{_f(fig['lag_max'])} ms; TTFT p99 bound {_f(fig['ttft_bound_p99'])}", flush=True)
+                if s.rate:
+                    fig = run_floor(floor, s, client_cpus, a.realtime, seed=k * 100 + rnd + 1)
+                    fig.update(client="host floor", setting=s.label, round=rnd, wall_s=None)
+                    results.append(fig)
+                    print(f"  {s.label:<40} host floor lag p50/p99/p99.5/max {_f(fig['lag_p50'])}/"
+                          f"{_f(fig['lag_p99'])}/{_f(fig['lag_p995'])}/{_f(fig['lag_max'])} ms", flush=True)
         finally:
             server.stop()
-    cols = ["lag_p50", "lag_p99", "lag_max", "slot_p99", "slot_max", "ttft_bound_p99", "skew_p99",
-            "streams_open", "cpu_us_chunk", "chunks_s", "failed"]
+    shutil.rmtree(floor_dir, ignore_errors=True)
+    cols = ["lag_p50", "lag_p99", "lag_p995", "lag_max", "slot_p99", "slot_max", "ttft_bound_p99", "skew_p99",
+            "streams_open", "cpu_us_chunk", "chunks_s", "failed", "late_share"]
     print()
     print("| setting | client | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for fig in results:
         print(f"| {fig['setting']} | {fig['client']} | " + " | ".join(
-            _f(fig[c], 1 if c in ("streams_open", "chunks_s") else 3) for c in cols) + " |")
+            _f(fig.get(c), 1 if c in ("streams_open", "chunks_s") else 3) for c in cols) + " |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
