@@ -1,6 +1,7 @@
-"""--ray without Ray: the clock-offset estimator, rows put on the driver's clock, the options' checks,
-and Ray never imported unless --ray is given (a clear error naming the extra when it is missing).
-The runs on a real Ray cluster are tests/test_ray.py."""
+"""--ray without Ray: the clock-offset estimator, rows put on the driver's clock, the core's skew put on
+the server's clock, the options' checks (fastbench and fastbench validate), and Ray never imported
+unless --ray is given (a clear error naming the extra when it is missing). The runs on a real Ray
+cluster are tests/test_ray.py."""
 
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ import sys
 
 import numpy as np
 import pytest
+import uvloop
 
 from fastbench import api
+from fastbench.cli import validate as fv
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load.clocks import ClockSample, estimate_offset
+from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.raypool import INSTANT_COLUMNS, RayPool, import_ray, shift_rows
 from fastbench.results.records import COL, NCOLS
+from fastbench.synthetic import SyntheticServer
 
 
 def _exchanges(true_offset_ns: int, rng: random.Random, count: int) -> list[ClockSample]:
@@ -95,8 +100,6 @@ def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     plan = LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1)
     pool = RayPool(Target.parse("http://127.0.0.1:9", "/v1/completions"), plan, address="auto")
     with pytest.raises(WorkerError, match="fastbench\\[ray\\]"):
-        import uvloop
-
         uvloop.run(pool.run())
 
 
@@ -113,3 +116,88 @@ def test_ray_is_never_imported_without_the_flag() -> None:
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _skews_with_offset(skew_offset_ns: int) -> tuple[int, int, int, int]:
+    """One small run against the synthetic server with the core subtracting ``skew_offset_ns`` from its
+    receive stamps for skew: (chunks, skews recorded, negative ones, smallest recorded in ns)."""
+    with SyntheticServer(ttft_ms=2, itl_ms=2) as server:
+        body = fv.request_body(6)
+        plan = LoadPlan(bodies=[body] * 8, warmup_bodies=[], concurrency=4)
+        generator = LoadGenerator(Target.parse(server.base_url, fv.ENDPOINT), plan)
+        generator.state.skew_offset_ns = skew_offset_ns
+        data = uvloop.run(generator.run())
+    skew = data.histograms["skew"]
+    return (int(data.rows[:, COL["chunks"]].sum()), int(skew.get_total_count()), int(data.extra["skew_negative"]),
+            int(skew.get_min_value()))
+
+
+def test_the_core_sets_receive_stamps_beside_the_servers_by_the_skew_offset() -> None:
+    """--ray's correction, one subtraction per chunk in the core: a node whose clock reads 40 ms behind
+    the server's is given -40 ms, and every skew it records is then at least 40 ms; one 10 s ahead, given
+    nothing, would see every chunk received before it was sent (counted negative, failing validate)."""
+    chunks, recorded, negative, smallest = _skews_with_offset(-40_000_000)
+    assert chunks == recorded == 8 * 6 and negative == 0
+    assert smallest >= 40_000_000 * 0.999  # the HDR histogram's 3 significant digits
+    chunks, recorded, negative, smallest = _skews_with_offset(10_000_000_000)
+    assert chunks == recorded == negative == 8 * 6
+    chunks, recorded, negative, smallest = _skews_with_offset(0)
+    assert chunks == recorded == 8 * 6 and negative == 0 and smallest < 10_000_000  # the default: no offset
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--workers-per-node", "2"], "--workers-per-node places workers on the nodes of a Ray cluster: give --ray"),
+    (["--ray", "auto", "--workers", "4", "--workers-per-node", "2"], "--ray: give --workers N"),
+    (["--ray", " "], "--ray must be 'auto' or a Ray cluster's address"),
+    (["--ray", "auto", "--pin"], "--pin pins the client to a CPU of this host"),
+    (["--ray", "auto", "--workers-per-node", "0"], "--workers-per-node must be between 1 and 256"),
+    (["--ray", "auto", "--workers", "0"], "--workers must be 'auto' or between 1 and 256"),
+])
+def test_validate_refuses_bad_ray_combinations_before_the_run(args: list[str], words: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        fv.main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(f"fastbench validate: error: {words}"), err
+
+
+def test_validate_ray_without_ray_names_the_extra_and_starts_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+
+    def no_server(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(SyntheticServer, "start", no_server)
+    assert fv.main(["--ray", "auto", "--concurrency", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fastbench validate: error: --ray needs Ray: pip install "
+                                               "'fastbench[ray]'"), err
+
+
+def _section(*nodes: dict[str, object]) -> dict[str, object]:
+    return {"ray": {"nodes": list(nodes)}}
+
+
+def _node(node: str, offset_ns: int, uncertainty_ns: int, same_clock: bool,
+          estimated: bool = True) -> dict[str, object]:
+    estimate = {"offset_ns": offset_ns + 7, "uncertainty_ns": uncertainty_ns or 600_000,
+                "min_round_trip_ns": 1_200_000, "median_round_trip_ns": 2_000_000, "samples": 64}
+    return {"node": node, "host": "h", "workers": [0], "same_clock": same_clock, "offset_ns": offset_ns,
+            "uncertainty_ns": uncertainty_ns, "skew_offset_ns": offset_ns - uncertainty_ns,
+            "estimate": estimate if estimated else None}
+
+
+def test_validate_states_each_nodes_clock_and_refuses_one_unknown() -> None:
+    clocks = fv._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("bbbb2222", 1_500_000_000, 600_000, False)))
+    assert clocks is not None and [c["uncertainty_ms"] for c in clocks] == [0.0, 0.6]
+    assert clocks[1]["offset_ms"] == 1500.0 and clocks[1]["skew_offset_ms"] == 1499.4
+    notes = fv._clock_notes(clocks)
+    assert "this host's" in notes[0] and "exact" in notes[0]
+    assert "offset +1500.000 +- 0.600 ms" in notes[1] and "plus 0 to 1.200 ms" in notes[1]
+    assert "widened by the nodes' clock uncertainty (up to +- 0.600 ms" in notes[2]
+    assert fv._clock_notes(fv._node_clocks(_section(_node("aaaa1111", 0, 0, True))) or [])[-1].endswith("exact")
+    assert fv._node_clocks({"count": 2}) is None and fv._node_clocks(None) is None  # not --ray
+    with pytest.raises(WorkerError, match=r"^validate --ray: the clock offset of node cccc3333 on h is unknown"):
+        fv._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("cccc3333", 0, 0, False, estimated=False)))

@@ -1,7 +1,8 @@
 """--ray: workers as Ray actors on a real local Ray cluster of two nodes (two raylets on this machine),
 against the synthetic server: exact counts, merged figures equal to those recomputed from the merged
 rows, the drawn open-loop schedule kept exactly across nodes, clock offsets recorded with their
-uncertainty, an actor killed mid-run, a stop, and a worker that cannot start.
+uncertainty, an actor killed mid-run, a stop, and a worker that cannot start; fastbench validate --ray
+across the nodes, and with a node whose clock reads 1.5 s ahead (the actor's test hook).
 
 Marked ``ray``: run with --run-ray (or FASTBENCH_RAY set); needs fastbench[ray]. The cluster starts
 once for the module (about 30-40 s on a busy 2-core machine).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,12 +26,15 @@ import numpy as np
 import pytest
 import uvloop
 
+from _timing import until_a_round_passes
 from fastbench import api
+from fastbench.cli import validate as fv
 from fastbench.config import BenchConfig
 from fastbench.exceptions import WorkerError
 from fastbench.load import pacer
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.raypool import RayPool, RayWorkerLink
+from fastbench.load.rayworker import CLOCK_SHIFT_ENV
 from fastbench.results.records import COL, ErrorClass
 from fastbench.synthetic import SyntheticServer
 
@@ -211,6 +216,79 @@ def test_ctrl_c_at_the_terminal_writes_the_merged_partial_result(cluster: str, t
     section = doc["fastbench"]["workers"]
     assert section["count"] == 2 and section["lost"] == [] and len(section["ray"]["nodes"]) == 2
     assert doc["fastbench"]["counts"]["failed"] == 0 and doc["fastbench"]["counts"]["cancelled"] > 0
+
+
+# validate --ray's tolerance: far under the 1.5 s clock shift below, far over what a loaded 2-core host does
+# to skew (the 0.5 ms default is judged by bench/, not by tests on a shared machine).
+RAY_TOLERANCE_MS = 25.0
+
+
+def _validate_passes(cluster: str) -> fv.ValidationReport:
+    """validate --ray across the cluster's nodes, one worker on each, until a round passes: a stall of
+    this shared host can fail the streams-open check of one round (the server late by tens of ms)."""
+    def one_round() -> fv.ValidationReport:
+        report = fv.validate(12, itl_ms=5, ttft_ms=10, num_requests=36, output_len=12,
+                             tolerance_ms=RAY_TOLERANCE_MS, ray=cluster)
+        failed = {c.name: c.value for c in report.checks if not c.passed}
+        assert (report.verdict, failed) == ("PASS", {}), report.notes
+        return report
+
+    return until_a_round_passes(one_round)
+
+
+def test_validate_over_two_nodes_passes_with_each_nodes_clock_in_the_report(cluster: str) -> None:
+    report = _validate_passes(cluster)
+    assert report.completed == 36 and report.skew.count == 36 * 12
+    assert "listening on 127.0.0.1 (every node of the Ray cluster is on this host)" in report.settings["server"]
+    clocks = report.clocks
+    assert clocks is not None and len(clocks) == 2 and len({c["node"] for c in clocks}) == 2
+    assert sorted(w for c in clocks for w in c["workers"]) == [0, 1]
+    for c in clocks:  # one VM: one CLOCK_MONOTONIC, recognised and applied exactly
+        assert c["same_clock"] and c["offset_ms"] == c["uncertainty_ms"] == c["skew_offset_ms"] == 0
+        assert abs(c["estimate_offset_ms"]) <= c["estimate_uncertainty_ms"]
+    assert report.request_read_delay is not None and report.request_read_delay.count == 36
+    text = report.render()
+    assert "node clocks (offset to this host's" in text and text.count("(this host's clock)") == 2
+    assert json.loads(json.dumps(report.to_dict()))["clocks"][0]["same_clock"] is True
+
+
+def test_validate_corrects_a_node_with_another_clock_and_widens_by_its_uncertainty(cluster: str) -> None:
+    """A third node whose actors show a clock 1.5 s ahead of this host's (every stamp crossing the actor
+    shifted, rayworker's test hook): its offset is estimated, its skews set beside the server's stamps
+    (uncorrected they would be 1,500 ms), its rows put on this host's clock (the server's read of its
+    requests follows its sends), and its skews carry the estimate's uncertainty."""
+    shift_ns = 1_500_000_123
+    node = _CLUSTER["cluster"].add_node(num_cpus=2, env_vars={CLOCK_SHIFT_ENV: str(shift_ns)})
+    try:
+        _CLUSTER["cluster"].wait_for_nodes()
+        report = _validate_passes(cluster)
+    finally:
+        _CLUSTER["cluster"].remove_node(node)
+    assert report.completed == 36 and report.skew_negative == 0
+    assert report.clocks is not None and len(report.clocks) == 3
+    shifted = next(c for c in report.clocks if c["node"] == node.node_id)
+    assert not shifted["same_clock"] and shifted["uncertainty_ms"] > 0
+    assert abs(shifted["offset_ms"] * 1e6 - shift_ns) <= shifted["uncertainty_ms"] * 1e6 + 1  # the estimate holds it
+    assert shifted["skew_offset_ms"] == pytest.approx(shifted["offset_ms"] - shifted["uncertainty_ms"], abs=1e-6)
+    assert all(c["same_clock"] and c["offset_ms"] == 0 for c in report.clocks if c is not shifted)
+    # Its core subtracted the least the offset can be: each of its skews is the true one plus this much,
+    # between 0 and twice the uncertainty; the bounds derived from skews carry it.
+    bias_ms = shift_ns / 1e6 - shifted["skew_offset_ms"]
+    assert -1e-6 <= bias_ms <= 2 * shifted["uncertainty_ms"] + 1e-6
+    (worker,) = shifted["workers"]
+    per_worker = next(n for n in report.notes if n.startswith("3 client worker processes"))
+    own = re.search(rf"worker {worker} \(node {node.node_id[:8]}\) \d+ done, .*? skew p99 ([0-9.]+) ms", per_worker)
+    assert own is not None, per_worker
+    assert float(own.group(1)) >= bias_ms * 0.999 - 0.0005  # its own skews (the note rounds to 1 us)
+    ttft = next(x for x in report.series if x.name == "ttft")
+    assert ttft.error_bound_worst_ms is not None and ttft.error_bound_worst_ms >= bias_ms * 0.999
+    assert any("plus 0 to" in n and node.node_id[:8] in n for n in report.notes)
+    assert any("widened by the nodes' clock uncertainty" in n for n in report.notes)
+    # Its rows are on this host's clock: the server read every request after the client sent it, to
+    # within the uncertainty (1.5 s before it, uncorrected).
+    delay = report.request_read_delay
+    assert delay is not None and delay.count == 36
+    assert delay.min is not None and delay.min >= -shifted["uncertainty_ms"] and delay.max < RAY_TOLERANCE_MS * 4
 
 
 def test_a_node_that_dies_mid_run_loses_its_worker_alone(cluster: str) -> None:

@@ -488,7 +488,7 @@ cdef class StreamConnection:
         cdef int64_t gap, k
         for i in range(r.n_ev):
             if r.ev[i].sent > 0:
-                self.run.skew.record(r.ev[i].ts - r.ev[i].sent, 1)
+                self.run.skew.record(r.ev[i].ts - self.run.skew_offset_ns - r.ev[i].sent, 1)
             if i == 0:
                 continue
             gap = r.ev[i].ts - r.ev[i - 1].ts

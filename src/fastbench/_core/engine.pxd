@@ -125,6 +125,8 @@ cdef class RunState:
     cdef public Recorder itl_chunk     # gaps between output chunks
     cdef public Recorder itl_token     # gaps per token
     cdef public Recorder skew          # receive stamp minus server send stamp
+    cdef public int64_t skew_offset_ns # subtracted from each receive stamp for skew: this clock less the
+                                       # server's (--ray, another node's clock); 0 on the server's host
     cdef public dict error_messages    # row -> message, failed requests only
     cdef char *read_buffer             # one buffer for every read: reads are handled one at a time
     cdef size_t max_event_bytes        # largest SSE event accepted

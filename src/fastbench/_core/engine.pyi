@@ -68,6 +68,7 @@ class RunState:
     n_rows: int
     others_completed: int
     others_failed: int
+    skew_offset_ns: int  # subtracted from receive stamps for skew (--ray: this node's clock less the server's)
     reads: int
     kernel_reads: int
     multi_event_reads: int

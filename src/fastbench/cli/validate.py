@@ -26,6 +26,17 @@ JSON report):
 * "measured - nominal" is shown beside each series: it holds the server's own lateness too (its
   ``/fb/stats`` are reported apart: server lateness is not client error).
 
+With ``--ray`` the client workers are Ray actors on the nodes of a cluster and the server stays on
+this host (the driver); on another node CLOCK_MONOTONIC is another clock. Each node's receive stamps
+are set beside the server's send stamps by the node's offset to this host's clock (estimated from the
+shortest of 64 round trips, fastbench.load.clocks), less its uncertainty: the core subtracts that from
+every receive stamp before it records the chunk's skew (fastbench.load.raypool). So no chunk's skew is
+below its true value nor above it by more than twice the uncertainty, and every bound above, derived
+from skews, holds and is widened by the uncertainty (by it on average, by at most twice it); the
+report gives each node's offset and uncertainty. Rows are put on this host's clock by the offset
+itself, so "request sent -> read by the server" is known to within the uncertainty. A node on this
+host's kernel whose estimate holds 0 shares the clock: exact, nothing widened.
+
 Python API: :func:`validate` (sync) and :func:`avalidate` (inside a running loop) return a
 :class:`ValidationReport`; ``report.render()`` is the console table, ``report.to_dict()`` the JSON.
 
@@ -58,7 +69,7 @@ from fastbench.checks import MAX_PROMPTS, check_value
 from fastbench.cli import hostload
 from fastbench.cli.argtypes import HelpFormatter, Parser
 from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, ValidationReport, verdict_line
-from fastbench.exceptions import ConfigError, FastbenchError, ServerError
+from fastbench.exceptions import ConfigError, FastbenchError, ServerError, WorkerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.workers import WorkerPool
@@ -179,15 +190,20 @@ def checked_settings(
     warmup: bool,
     max_seconds: float | None,
     coalesce_ms: float,
-    workers: int = 1,
+    workers: int | None = None,
+    ray: str | None = None,
+    workers_per_node: int | None = None,
+    pin: bool = False,
 ) -> dict[str, Any]:
     """The run's settings as the report records them, or a ConfigError naming the flag of one that
     cannot work: the one statement of validate's checks, for the Python API and the command line.
-    Those a benchmark run takes too (concurrency, request rate, max seconds, coalescing) are checked
-    by its rules (:mod:`fastbench.checks`)."""
+    Those a benchmark run takes too (concurrency, request rate, max seconds, coalescing, workers) are
+    checked by its rules (:mod:`fastbench.checks`)."""
     for name, value in (("concurrency", concurrency), ("request_rate", request_rate),
-                        ("max_seconds", max_seconds), ("coalesce_ms", coalesce_ms), ("workers", workers)):
+                        ("max_seconds", max_seconds), ("coalesce_ms", coalesce_ms), ("workers", workers),
+                        ("workers_per_node", workers_per_node)):
         check_value(name, value)
+    _check_ray(ray, workers, workers_per_node, pin)
     n = num_requests if num_requests is not None else DEFAULT_ROUNDS * concurrency
     if not 1 <= n <= MAX_REQUESTS:
         raise ConfigError(f"--concurrency must be at least 1, --num-requests between 1 and {MAX_REQUESTS:,} "
@@ -210,8 +226,25 @@ def checked_settings(
         "concurrency": concurrency, "request_rate": request_rate, "tokens_per_chunk": tokens_per_chunk,
         "itl_ms": itl_ms, "ttft_ms": ttft_ms, "num_requests": n, "output_len": output_len,
         "tolerance_ms": tolerance_ms, "warmup": warmup, "max_seconds": max_seconds,
-        "coalesce_ms": coalesce_ms, "workers": workers,
+        "coalesce_ms": coalesce_ms, "workers": workers if workers is not None or ray is not None else 1,
+        "ray": ray, "workers_per_node": workers_per_node,
     }
+
+
+def _check_ray(ray: str | None, workers: int | None, workers_per_node: int | None, pin: bool) -> None:
+    """--ray's options: the placement given one way, and only with --ray; nothing that pins this host."""
+    if ray is None:
+        if workers_per_node is not None:
+            raise ConfigError("--workers-per-node places workers on the nodes of a Ray cluster: give --ray")
+        return
+    if not ray.strip():
+        raise ConfigError("--ray must be 'auto' or a Ray cluster's address (host:port or ray://host:port)")
+    if workers is not None and workers_per_node is not None:
+        raise ConfigError("--ray: give --workers N (N workers spread over the nodes) or --workers-per-node K "
+                          "(K on each node), not both")
+    if pin:
+        raise ConfigError("--pin pins the client to a CPU of this host; with --ray the client workers are Ray "
+                          "actors on the cluster's nodes: leave --pin out")
 
 
 async def avalidate(
@@ -229,7 +262,9 @@ async def avalidate(
     warmup: bool = True,
     max_seconds: float | None = None,
     coalesce_ms: float = 0.0,
-    workers: int = 1,
+    workers: int | None = None,
+    ray: str | None = None,
+    workers_per_node: int | None = None,
 ) -> ValidationReport:
     """Run a validation inside a running event loop (uvloop recommended: it is what the client uses)
     and return its report; :func:`validate` runs it to the end on uvloop.
@@ -246,30 +281,43 @@ async def avalidate(
     :param coalesce_ms: drain the client's sockets at least every this many ms, not on every arrival,
         so that one wake-up reads many sockets (kernel stamps keep arrival times; a stream about
         to end is watched on every arrival; chunks of one stream closer than this share a read).
-    :param workers: client processes sharing the streams (``--workers``); the report is of their merged
-        figures, and names each worker's skew and start.
+    :param workers: client processes sharing the streams (``--workers``; default 1); the report is of their
+        merged figures, and names each worker's skew and start. With ``ray``: that many Ray actors
+        spread over the nodes.
+    :param ray: "auto" or a Ray cluster's address (``--ray``): the client workers are Ray actors on its
+        nodes (by default one on each node), the server stays on this host; see the module's docstring
+        for the clocks. Needs ``fastbench[ray]``.
+    :param workers_per_node: with ``ray``: this many workers on each node.
     :raises ConfigError: settings that cannot work (see :func:`checked_settings`), before anything starts.
+    :raises WorkerError: --ray without Ray, a cluster that cannot be joined, a node whose clock offset is
+        unknown.
     """
     settings = checked_settings(concurrency, request_rate, tokens_per_chunk, itl_ms, ttft_ms, num_requests,
                                 output_len, tolerance_ms, warmup=warmup, max_seconds=max_seconds,
-                                coalesce_ms=coalesce_ms, workers=workers)
+                                coalesce_ms=coalesce_ms, workers=workers, ray=ray,
+                                workers_per_node=workers_per_node, pin=pin)
     tokens_per_chunk, n = settings["tokens_per_chunk"], settings["num_requests"]
     if base_url is not None:
         # also drops a trailing /v1, as the client does, for the server's own /fb/ endpoints
         base_url = Target.parse(base_url, ENDPOINT).base_url
     server = None
-    if base_url is None:
-        from fastbench.synthetic import SyntheticServer
-
-        server = SyntheticServer(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk,
-                                 max_model_len=max(4096, output_len + 64))  # room for any --output-len
-        await asyncio.to_thread(server.start)
-        base_url = server.base_url
-        settings["server"] = "started: " + " ".join(server.argv)
-    else:
-        settings["server"] = f"external: {base_url}"
+    cluster = _RayCluster(ray) if ray is not None else None
+    listen, listen_why = "127.0.0.1", ""
+    if cluster is not None:  # joined first: where the server listens depends on where the nodes are
+        listen, listen_why = await asyncio.to_thread(cluster.join)
     host: hostload.HostLoad | None = None
     try:
+        if base_url is None:
+            from fastbench.synthetic import SyntheticServer
+
+            server = SyntheticServer(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk, host=listen,
+                                     max_model_len=max(4096, output_len + 64))  # room for any --output-len
+            await asyncio.to_thread(server.start)
+            base_url = server.base_url
+            settings["server"] = "started: " + " ".join(server.argv) + (
+                f"; listening on {listen} ({listen_why})" if listen_why else "")
+        else:
+            settings["server"] = f"external: {base_url}"
         with _pinned(server.pid if server is not None else None, pin) as pinning:
             settings["pinning"] = pinning
             window_cpu: list[float | None] = []  # the server's CPU seconds when the window opened
@@ -293,7 +341,16 @@ async def avalidate(
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
             target = Target.parse(base_url, ENDPOINT)
-            generator = LoadGenerator(target, plan) if workers == 1 else WorkerPool(target, plan, workers=workers)
+            generator: LoadGenerator | WorkerPool
+            if cluster is not None:
+                from fastbench.load.raypool import RayPool
+
+                generator = RayPool(target, plan, address=cluster.address, workers=workers,
+                                    workers_per_node=workers_per_node)
+            elif workers is None or workers == 1:
+                generator = LoadGenerator(target, plan)
+            else:
+                generator = WorkerPool(target, plan, workers=workers)
             data = await generator.run()
             host_end = hostload.snapshot()
             if server is not None and window_cpu and window_cpu[0] is not None:
@@ -310,7 +367,38 @@ async def avalidate(
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
+        if cluster is not None:
+            await asyncio.to_thread(cluster.leave)
     return build_report(data, settings, server_stats, host)
+
+
+class _RayCluster:
+    """--ray: the cluster validate joins before it starts its server, and leaves at the end."""
+
+    def __init__(self, address: str) -> None:
+        from fastbench.load.raypool import import_ray
+
+        self.address = address
+        self.ray = import_ray()  # a one-line error naming the extra, before anything starts
+        self.joined_here = False
+
+    def join(self) -> tuple[str, str]:
+        """Join; returns where the synthetic server listens, and why there: loopback when every node
+        is on this host, else the address Ray's nodes reach this host at."""
+        from fastbench.load.raypool import join_cluster
+
+        self.joined_here = join_cluster(self.ray, self.address)
+        here = str(self.ray.util.get_node_ip_address())
+        elsewhere = sorted({str(n.get("NodeManagerAddress")) for n in self.ray.nodes() if n.get("Alive")}
+                           - {here, "127.0.0.1", "::1", "localhost"})
+        if not elsewhere:
+            return "127.0.0.1", "every node of the Ray cluster is on this host"
+        return here, (f"the address the Ray cluster reaches this host at; nodes elsewhere: "
+                      f"{', '.join(elsewhere[:4])}{' ...' if len(elsewhere) > 4 else ''}")
+
+    def leave(self) -> None:
+        if self.joined_here:
+            self.ray.shutdown()
 
 
 def _on_uvloop(coro_fn: Callable[P, Coroutine[Any, Any, R]], name: str) -> Callable[P, R]:
@@ -359,6 +447,7 @@ def _sub(a: float | None, b: float | None) -> float | None:
 def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str, Any],
                  host: hostload.HostLoad | None = None) -> ValidationReport:
     """Derive every figure of the report from what the client measured and the server said."""
+    clocks = _node_clocks(data.extra.get("workers"))  # --ray: refused here when a node's offset is unknown
     rows = data.rows
     tol = float(settings["tolerance_ms"])
     concurrency = int(settings["concurrency"])
@@ -476,9 +565,11 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     section = data.extra.get("workers")
     if section is not None:  # --workers: figures above are the merged ones; each worker's own here
         notes.append(f"{section['count']} client worker processes, merged: " + "; ".join(
-            f"worker {w['index']} {w['completed']} done, started {w.get('started_late_ms', 0):.3f} ms after the "
+            f"worker {w['index']}" + (f" (node {str(w['node'])[:8]})" if w.get("node") else "")
+            + f" {w['completed']} done, started {w.get('started_late_ms', 0):.3f} ms after the "
             f"common instant, skew p99 {(w.get('skew_ms') or {}).get('p99', float('nan')):.3f} ms, "
             f"CPU {w.get('client_cpu_s', 0):.2f} s" for w in section["per_worker"]))
+    notes.extend(_clock_notes(clocks or []))
     coalesce_ms = float(settings.get("coalesce_ms") or 0.0)
     if coalesce_ms * 2 > itl_ms:
         notes.append(f"--coalesce-ms {coalesce_ms:g} is over half the chunk gap ({itl_ms:g} ms): chunks of one "
@@ -532,7 +623,58 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         server_cpu_share_of_core=server_cpu_share,
         server_saturated=server_saturated,
         notes=notes,
+        clocks=clocks,
     )
+
+
+def _node_clocks(section: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """--ray: each node's clock as its stamps were set beside the server's (ms), from the result's
+    workers section; None without --ray. A node whose offset is unknown is refused (WorkerError): its
+    skews would compare two clocks."""
+    ray = (section or {}).get("ray")
+    if not ray:
+        return None
+    clocks = []
+    for node in ray["nodes"]:
+        estimate = node.get("estimate")
+        if estimate is None:
+            raise WorkerError(f"validate --ray: the clock offset of node {str(node['node'])[:12]} on {node['host']} "
+                              "is unknown: its chunks' skews cannot be set beside the server's send stamps")
+        clocks.append({
+            "node": node["node"], "host": node["host"], "workers": list(node.get("workers", ())),
+            "same_clock": bool(node["same_clock"]),
+            "offset_ms": node["offset_ns"] / 1e6,  # applied to its rows
+            "uncertainty_ms": node["uncertainty_ns"] / 1e6,  # of the offset applied (0: same clock)
+            "skew_offset_ms": node["skew_offset_ns"] / 1e6,  # subtracted from its receive stamps for skew
+            "estimate_offset_ms": estimate["offset_ns"] / 1e6,
+            "estimate_uncertainty_ms": estimate["uncertainty_ns"] / 1e6,
+            "min_round_trip_ms": estimate["min_round_trip_ns"] / 1e6,
+        })
+    return clocks
+
+
+def _clock_notes(clocks: list[dict[str, Any]]) -> list[str]:
+    """--ray: what each node's clock adds to the figures above."""
+    if not clocks:
+        return []
+    notes = []
+    for c in clocks:
+        where = f"node {str(c['node'])[:8]} on {c['host']} (workers {', '.join(map(str, c['workers']))})"
+        if c["same_clock"]:
+            notes.append(f"clock of {where}: this host's (same kernel; its estimate {c['estimate_offset_ms']:+.3f} "
+                         f"+- {c['estimate_uncertainty_ms']:.3f} ms holds 0): its skews are exact")
+        else:
+            notes.append(f"clock of {where}: offset {c['offset_ms']:+.3f} +- {c['uncertainty_ms']:.3f} ms to this "
+                         f"host's (shortest of the round trips {c['min_round_trip_ms']:.3f} ms); its skews are the "
+                         f"true ones plus 0 to {2 * c['uncertainty_ms']:.3f} ms (its receive stamps less "
+                         f"{c['skew_offset_ms']:+.3f} ms, the least the offset can be), and its requests' "
+                         f"'sent -> read by the server' is known to +- {c['uncertainty_ms']:.3f} ms")
+    widest = max(c["uncertainty_ms"] for c in clocks)
+    if widest > 0:
+        notes.append(f"skew and every bound derived from it are widened by the nodes' clock uncertainty (up to "
+                     f"+- {widest:.3f} ms: by that on average, by at most {2 * widest:.3f} ms): the checks hold "
+                     "for the true values")
+    return notes
 
 
 # The checks a busy host or a late server can fail; the others (requests failed, stamps missing or
@@ -625,9 +767,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "wake-ups per chunk; kernel stamps keep arrival times; streams about to end are still "
                    "watched on every arrival; keep it under half the chunk gap, or chunks of one stream "
                    "share a read)")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=int, default=None,
                    help="client processes sharing the streams, merged exactly (default 1); the report is of the "
-                   "merged figures")
+                   "merged figures. With --ray: that many Ray actors spread over the nodes")
+    p.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                   help="the client workers as Ray actors on a Ray cluster's nodes (auto: the cluster this machine "
+                   "belongs to; or host:port, ray://host:port), one per node unless --workers or "
+                   "--workers-per-node says otherwise; the server stays here. Each node's clock offset and its "
+                   "uncertainty are in the report, and skews and bounds are widened by it. Needs "
+                   "pip install 'fastbench[ray]'")
+    p.add_argument("--workers-per-node", type=int, default=None, metavar="K",
+                   help="with --ray: K workers on each node")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
     p.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, help="output tokens per request")
     p.add_argument("--tolerance-ms", type=float, default=0.5,
@@ -650,7 +800,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # before the run, so that nothing is started for settings that cannot work
         checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
                          ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
-                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers)
+                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray,
+                         workers_per_node=ns.workers_per_node, pin=ns.pin)
         if ns.base_url is not None:
             Target.parse(ns.base_url, ENDPOINT)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
@@ -661,7 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = validate(
             ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
             ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
-            coalesce_ms=ns.coalesce_ms, workers=ns.workers,
+            coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray, workers_per_node=ns.workers_per_node,
             max_seconds=ns.max_seconds,
         )
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:

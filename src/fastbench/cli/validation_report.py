@@ -62,6 +62,12 @@ DEFINITIONS: dict[str, str] = {
             "runnable but waiting for a CPU (/proc/self/schedstat); steal_share, the hypervisor's share of "
             "CPU time. A FAIL of the timing checks with others >= 0.5 CPU, a wait >= 10 % of the window or "
             "steal >= 20 % is the busy host's (verdict_cause).",
+    "clocks": "--ray: per node of the cluster, its CLOCK_MONOTONIC's offset to this host's (the server's), "
+              "estimated from the shortest of 64 round trips to within half of it (uncertainty_ms); 0 with "
+              "uncertainty 0 for a node on this host's kernel whose estimate holds 0. The node's rows are "
+              "put on this host's clock by offset_ms; its receive stamps less skew_offset_ms (offset less "
+              "uncertainty) give its skews, so each is its true value plus 0 to 2 x uncertainty_ms and every "
+              "bound derived from skews holds, widened by that.",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }
@@ -173,6 +179,8 @@ class ValidationReport:
     server_cpu_share_of_core: float | None  # server CPU time / window (only when validate started it)
     server_saturated: bool
     notes: list[str]
+    # --ray: each node's clock offset to this host's and its uncertainty, as applied (ms); None without
+    clocks: list[dict[str, Any]] | None = None
     definitions: dict[str, str] = dataclasses.field(default_factory=lambda: dict(DEFINITIONS))
 
     @property
@@ -204,6 +212,18 @@ def verdict_line(r: ValidationReport) -> str:
     return f"verdict: {r.verdict}" + (f" (cause: {r.verdict_cause})" if r.verdict_cause else "")
 
 
+def _clock_lines(clocks: list[dict[str, Any]] | None) -> list[str]:
+    """--ray: one line per node, its offset to this host's clock and the uncertainty its skews carry."""
+    if not clocks:
+        return []
+    lines = ["  node clocks (offset to this host's +- uncertainty, ms; skews and bounds widened by it):"]
+    for c in clocks:
+        same = " (this host's clock)" if c["same_clock"] else ""
+        lines.append(f"    node {str(c['node'])[:8]} on {c['host']}: {c['offset_ms']:+.3f} +- "
+                     f"{c['uncertainty_ms']:.3f}{same}; workers {', '.join(map(str, c['workers']))}")
+    return lines
+
+
 def render(r: ValidationReport) -> str:
     """The console table: settings, skew, each series against the schedule, overhead, checks, verdict."""
     s = r.settings
@@ -226,6 +246,7 @@ def render(r: ValidationReport) -> str:
         "",
         f"  {'client skew (recv - server send), ms':<40}{'p50':>9}{'p99':>9}{'p99.9':>9}{'max':>9}",
         f"  {'':<40}{_cell(k.p50)}{_cell(k.p99)}{_cell(k.p999)}{_cell(k.max)}",
+        *_clock_lines(r.clocks),
         "",
         (f"  {'series, ms':<14}{'p50':>9}{'p99':>9}{'nominal':>9}{'p50-nom':>9}{'p99-nom':>9}"
          f"{'bound p99':>11}{'bound max':>11}"),

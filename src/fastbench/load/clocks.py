@@ -8,8 +8,9 @@ half the round trip, whatever the delays of each leg. Of many exchanges the one 
 round trip bounds it tightest; that half round trip is the uncertainty recorded with it.
 
 Used by ``--ray`` (fastbench.load.raypool): every latency is a difference of two stamps taken on one
-node's clock and needs no offset; only the window's edges and time series, which set stamps of
-different nodes side by side, are put on the driver's clock with it.
+node's clock and needs no offset; the window's edges and time series, which set stamps of different
+nodes side by side, are put on the driver's clock with it (:func:`shift_rows`), and so is each chunk's
+skew, which sets a node's receive stamp beside the server's send stamp (the core subtracts the offset).
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-__all__ = ("ClockOffset", "ClockSample", "estimate_offset")
+import numpy as np
+
+from fastbench.results.records import COL
+
+__all__ = ("INSTANT_COLUMNS", "ClockOffset", "ClockSample", "estimate_offset", "shift_rows")
+
+# Columns of the request table that are instants (absolute stamps), not durations or counts.
+INSTANT_COLUMNS = [COL[name] for name in ("scheduled_ns", "sent_ns", "first_byte_ns", "first_token_ns",
+                                          "first_answer_ns", "end_ns")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,3 +84,14 @@ def estimate_offset(samples: Sequence[ClockSample]) -> ClockOffset:
     return ClockOffset(offset_ns=(low + high) // 2, uncertainty_ns=(high - low + 1) // 2,
                        min_round_trip_ns=best.round_trip_ns, median_round_trip_ns=trips[len(trips) // 2],
                        samples=len(samples))
+
+
+def shift_rows(rows: np.ndarray, offset_ns: int) -> np.ndarray:
+    """Request rows of a clock ``offset_ns`` ahead of this one, on this one: every instant set
+    (non-zero) less the offset; a copy (the rows themselves when the offset is 0)."""
+    if offset_ns == 0 or not len(rows):
+        return rows
+    shifted = np.array(rows, dtype=np.int64)
+    instants = shifted[:, INSTANT_COLUMNS]
+    shifted[:, INSTANT_COLUMNS] = np.where(instants != 0, instants - offset_ns, 0)
+    return shifted

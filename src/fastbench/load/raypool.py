@@ -16,7 +16,10 @@ driver (this process) keeps the server's lifecycle, the /metrics scraper and the
   with its uncertainty. A node with the driver's kernel (same boot id) whose estimate agrees with
   zero shares the driver's clock: its offset is then exactly zero. The start instant is chosen on
   the driver's clock and sent to each node on its own; rows are put on the driver's clock as they
-  arrive.
+  arrive. Skew (a node's receive stamp less a server's send stamp, the server on the driver's host)
+  is put on the driver's clock in the core, by the smallest offset the estimate allows (offset less
+  uncertainty): no chunk's skew is then below its true value, none above it by more than twice the
+  uncertainty, and every bound derived from skews holds (fastbench validate --ray).
 * Transport: the driver polls every worker each REPORT_INTERVAL_S (its counts, and the rows it
   finished since, which the driver keeps); ``outcome()`` hands in the rest once it is done.
 * Faults. A worker whose actor or node dies (a poll raises, or goes unanswered for LOST_AFTER_S) is
@@ -42,15 +45,15 @@ import numpy as np
 from fastbench._core import now_ns
 from fastbench._version import __version__
 from fastbench.exceptions import WorkerError
-from fastbench.load.clocks import ClockOffset, ClockSample, estimate_offset
+from fastbench.load.clocks import INSTANT_COLUMNS, ClockOffset, ClockSample, estimate_offset, shift_rows
 from fastbench.load.merge import Part
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.rayworker import WorkerActor, boot_id
 from fastbench.load.worker import REPORT_INTERVAL_S, WorkerOutcome
 from fastbench.load.workers import Share, WorkerLink, WorkerPool
-from fastbench.results.records import COL, NCOLS
+from fastbench.results.records import NCOLS
 
-__all__ = ("RayPool", "import_ray", "shift_rows")
+__all__ = ("INSTANT_COLUMNS", "RayPool", "import_ray", "join_cluster", "shift_rows")
 
 # Exchanges per node for its clock offset: the shortest round trip of these bounds the estimate.
 CLOCK_SAMPLES = 64
@@ -66,9 +69,6 @@ ACTOR_START_TIMEOUT_S = 120.0
 RAY_START_MARGIN_NS = 250_000_000
 # How long a stopped worker has to hand in its outcome.
 OUTCOME_TIMEOUT_S = 60.0
-# Columns of the request table that are instants (absolute stamps), not durations or counts.
-INSTANT_COLUMNS = [COL[name] for name in ("scheduled_ns", "sent_ns", "first_byte_ns", "first_token_ns",
-                                          "first_answer_ns", "end_ns")]
 
 
 def import_ray() -> Any:
@@ -79,14 +79,16 @@ def import_ray() -> Any:
         raise WorkerError(f"--ray needs Ray: pip install 'fastbench[ray]' ({exc})") from None
 
 
-def shift_rows(rows: np.ndarray, offset_ns: int) -> np.ndarray:
-    """A node's request rows on the driver's clock: every instant set (non-zero) less the offset."""
-    if offset_ns == 0 or not len(rows):
-        return rows
-    shifted = np.array(rows, dtype=np.int64)
-    instants = shifted[:, INSTANT_COLUMNS]
-    shifted[:, INSTANT_COLUMNS] = np.where(instants != 0, instants - offset_ns, 0)
-    return shifted
+def join_cluster(ray: Any, address: str) -> bool:
+    """Join the Ray cluster at ``address`` ("auto": the one this machine belongs to) unless this
+    process has already; returns whether it joined here (and so is to leave it)."""
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address=address, namespace="fastbench", log_to_driver=False, logging_level="ERROR")
+    except Exception as exc:
+        raise WorkerError(f"--ray {address}: cannot join the Ray cluster: {_first_line(exc)}") from None
+    return True
 
 
 @dataclasses.dataclass
@@ -97,13 +99,14 @@ class RayWorkerLink(WorkerLink):
     bundle: int = 0
     identity: dict[str, Any] = dataclasses.field(default_factory=dict)
     offset_ns: int = 0  # its node's clock minus the driver's
+    skew_offset_ns: int = 0  # what its core subtracts from receive stamps for skew (see _Node)
     last_heard_ns: int = 0
 
     def send(self, kind: str, payload: Any) -> None:
         if self.actor is None:
             return
         if kind == "start":  # the driver's instant, on this worker's node
-            self.actor.start.remote(int(payload) + self.offset_ns)
+            self.actor.start.remote(int(payload) + self.offset_ns, self.skew_offset_ns)
         elif kind == "stop":
             self.actor.stop.remote(str(payload))
         elif kind == "others":
@@ -126,6 +129,18 @@ class _Node:
     estimate: ClockOffset | None = None
     offset_ns: int = 0
     same_clock: bool = False
+
+    @property
+    def uncertainty_ns(self) -> int:
+        """How far the offset applied may be from the truth: 0 on the driver's own clock."""
+        return 0 if self.same_clock or self.estimate is None else self.estimate.uncertainty_ns
+
+    @property
+    def skew_offset_ns(self) -> int:
+        """The smallest offset the estimate allows: subtracted from the node's receive stamps for
+        skew, it never makes a chunk look received before it was sent (a skew histogram clamps
+        negative values, which would break the bounds derived from its spread)."""
+        return self.offset_ns - self.uncertainty_ns
 
 
 class RayPool(WorkerPool):
@@ -152,13 +167,7 @@ class RayPool(WorkerPool):
 
     async def _prepare(self) -> int:
         ray = self._ray = import_ray()
-        if not ray.is_initialized():
-            try:
-                await asyncio.to_thread(ray.init, address=self.address, namespace="fastbench", log_to_driver=False,
-                                        logging_level="ERROR")
-            except Exception as exc:
-                raise WorkerError(f"--ray {self.address}: cannot join the Ray cluster: {_first_line(exc)}") from None
-            self._connected_here = True
+        self._connected_here = await asyncio.to_thread(join_cluster, ray, self.address)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if self.per_node is not None:
             fit = [n for n in nodes if float(n.get("Resources", {}).get("CPU", 0)) >= self.per_node]
@@ -270,12 +279,17 @@ class RayPool(WorkerPool):
             first.setdefault(str(worker.identity.get("node_id")), worker)
         for node_id, worker in first.items():
             node = self._nodes[node_id]
-            node.estimate = await asyncio.to_thread(self._sample_clock, worker.actor)
+            try:
+                node.estimate = await asyncio.to_thread(self._sample_clock, worker.actor)
+            except Exception as exc:  # without its offset, none of its stamps can be set beside the others'
+                raise WorkerError(f"--ray: the clock offset of node {node_id[:12]} on {node.host} is unknown: "
+                                  f"reading its clock failed ({_first_line(exc)})") from None
             node.same_clock = node.same_kernel and node.estimate.agrees_with(0)
             node.offset_ns = 0 if node.same_clock else node.estimate.offset_ns
         for worker in self._workers:
             assert isinstance(worker, RayWorkerLink)
-            worker.offset_ns = self._nodes[str(worker.identity.get("node_id"))].offset_ns
+            node = self._nodes[str(worker.identity.get("node_id"))]
+            worker.offset_ns, worker.skew_offset_ns = node.offset_ns, node.skew_offset_ns
 
     def _sample_clock(self, actor: Any) -> ClockOffset:
         samples = []
@@ -329,7 +343,8 @@ class RayPool(WorkerPool):
             "address": self.address,
             "placement": {"strategy": self._strategy, "bundles": self._bundles, "workers_per_node": self.per_node},
             "nodes": [{"node": node.node_id, "host": node.host, "same_clock": node.same_clock,
-                       "offset_ns": node.offset_ns,
+                       "offset_ns": node.offset_ns, "uncertainty_ns": node.uncertainty_ns,
+                       "skew_offset_ns": node.skew_offset_ns,
                        "estimate": node.estimate.as_dict() if node.estimate is not None else None,
                        "workers": [w.index for w in self._workers
                                    if isinstance(w, RayWorkerLink) and w.identity.get("node_id") == node.node_id]}

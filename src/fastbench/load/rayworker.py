@@ -7,12 +7,19 @@ actor's other threads (the actor is created with ``max_concurrency`` above one):
 
 * ``identity()``: the node it runs on and the fastbench it imported (the driver refuses a mismatch).
 * ``clock()``: this node's CLOCK_MONOTONIC, for the driver's offset estimate (fastbench.load.clocks).
-* ``start(start_ns)`` and ``stop(reason)``: the messages a ``--workers`` process gets, ``start_ns`` on
-  this node's clock (the driver converted its own instant).
+* ``start(start_ns, skew_offset_ns)`` and ``stop(reason)``: the messages a ``--workers`` process gets,
+  ``start_ns`` on this node's clock (the driver converted its own instant); ``skew_offset_ns`` is what
+  the core subtracts from its receive stamps to set them beside the server's send stamps.
 * ``poll()``: what the worker said since the last poll (ready, its latest counts, its own error), and
   the request rows it finished since: the driver keeps them, so what a worker finished stands even
   if its node dies later (the role of the shared request table of a local worker).
 * ``outcome()``: once ``poll`` says done, the WorkerOutcome with its whole request table.
+
+A test hook: with ``FASTBENCH_TEST_CLOCK_SHIFT_NS=X`` in its node's environment, the actor shows the
+driver the clock of a node whose CLOCK_MONOTONIC reads X ns later than this host's: ``clock()``, the
+start instant, the skew offset, the rows' instants and the window's edges all cross the actor's
+boundary as such a node's would. tests/test_ray.py gives one node of a local cluster that clock, which
+the driver must estimate and correct as it would another host's.
 """
 
 from __future__ import annotations
@@ -29,10 +36,14 @@ import numpy as np
 
 from fastbench._core import now_ns
 from fastbench._version import __version__
+from fastbench.load.clocks import shift_rows
 from fastbench.load.worker import WorkerOutcome, WorkerSpec, run_worker
 from fastbench.results.records import NCOLS
 
-__all__ = ("WorkerActor", "boot_id")
+__all__ = ("CLOCK_SHIFT_ENV", "WorkerActor", "boot_id")
+
+# The test hook (see the module's docstring): this node's clock shown X ns ahead of its own.
+CLOCK_SHIFT_ENV = "FASTBENCH_TEST_CLOCK_SHIFT_NS"
 
 
 def boot_id() -> str:
@@ -54,6 +65,7 @@ class WorkerActor:
         offsets = spec.arrival_offsets_ns
         self._spec = dataclasses.replace(spec, rows=np.array(spec.rows),
                                          arrival_offsets_ns=np.array(offsets) if offsets is not None else None)
+        self._shift_ns = int(os.environ.get(CLOCK_SHIFT_ENV) or 0)
         self._lock = threading.Lock()
         self._ready = False
         self._progress: dict[str, Any] | None = None
@@ -90,7 +102,9 @@ class WorkerActor:
             with self._lock:
                 self._failure = f"{type(exc).__name__}: {exc}"
         else:
-            outcome.data.rows = self._table
+            outcome.data.rows = shift_rows(self._table, -self._shift_ns)
+            outcome.data.start_ns += self._shift_ns
+            outcome.data.end_ns += self._shift_ns
             with self._lock:
                 self._outcome = outcome
         finally:
@@ -120,10 +134,12 @@ class WorkerActor:
                 "pid": os.getpid(), "boot_id": boot_id(), "version": __version__}
 
     def clock(self) -> int:
-        return now_ns()
+        return now_ns() + self._shift_ns
 
-    def start(self, start_ns: int) -> None:
-        self._tell("start", int(start_ns))
+    def start(self, start_ns: int, skew_offset_ns: int = 0) -> None:
+        # One call, two messages in order: the offset is set before the window opens.
+        self._tell("skew_offset", int(skew_offset_ns) - self._shift_ns)
+        self._tell("start", int(start_ns) - self._shift_ns)
 
     def stop(self, reason: str) -> None:
         self._tell("stop", str(reason))
@@ -148,7 +164,7 @@ class WorkerActor:
         self._handed[fresh] = True
         while self._low < len(self._handed) and self._handed[self._low]:
             self._low += 1
-        report["rows"] = (fresh.astype(np.int64), self._table[fresh].copy())
+        report["rows"] = (fresh.astype(np.int64), shift_rows(self._table[fresh], -self._shift_ns))
         return report
 
     def outcome(self) -> WorkerOutcome | None:

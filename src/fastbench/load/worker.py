@@ -15,7 +15,8 @@ when it stops of its own accord (--max-error-rate), for the parent to stop the o
 WorkerOutcome)``; ``("failed", "one line")``. Parent to worker: ``("start", start_ns)``, the window's
 common start on CLOCK_MONOTONIC (one clock for every process of a host); ``("stop", reason)``;
 ``("others", {"completed": n, "failed": n})``, the other workers' counts as last reported, which its
---max-error-rate rule adds to its own.
+--max-error-rate rule adds to its own; ``("skew_offset", ns)`` before ``start`` (--ray): what the core
+subtracts from its receive stamps for skew, its clock less the server's (0 on the server's host).
 
 The shared memory is a header of HEADER_BYTES (its first int64: the rows this worker has claimed so
 far, written by the core on every claim) and then the request table.
@@ -155,6 +156,8 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
                     started.set_result(None)
                 if generator is not None:
                     generator.stop(str(payload))
+            elif kind == "skew_offset" and generator is not None:
+                generator.state.skew_offset_ns = int(payload)
             elif kind == "others" and generator is not None:
                 generator.state.others_completed = int(payload["completed"])
                 generator.state.others_failed = int(payload["failed"])
