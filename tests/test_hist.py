@@ -43,3 +43,19 @@ def test_recorder_counts_and_encoding_roundtrip() -> None:
     decoded = HdrHistogram.decode(h.encode())
     assert decoded.get_total_count() == 6
     assert decoded.get_count_at_value(20_000_000) == 4
+
+
+def test_values_at_percentiles_are_hdrhs_own() -> None:
+    """The merge's percentiles of a worker's histogram (one cumulative sum, fastbench.load.merge) are
+    exactly the library's get_value_at_percentile, at every percentile asked and on an empty one."""
+    from fastbench.load.merge import values_at_percentiles
+
+    rng = np.random.default_rng(7)
+    qs = (0.0, 0.1, 50.0, 90.0, 99.0, 99.5, 99.9, 100.0)
+    for size in (1, 2, 17, 5000):
+        hist = new_histogram()
+        for v in np.concatenate([rng.lognormal(10, 1.5, size), rng.integers(0, 3000, size)]).astype(np.int64):
+            hist.record_value(int(v))
+        assert values_at_percentiles(hist, qs) == [hist.get_value_at_percentile(q) for q in qs]
+    empty = new_histogram()
+    assert values_at_percentiles(empty, qs) == [empty.get_value_at_percentile(q) for q in qs]

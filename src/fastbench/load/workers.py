@@ -51,7 +51,7 @@ from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load import pacer
 from fastbench.load.driver import mean_in_flight
-from fastbench.load.merge import Part, histogram_from_counts, merge_parts
+from fastbench.load.merge import Part, histogram_from_counts, merge_parts, values_at_percentiles
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.worker import (
     REPORT_INTERVAL_S,
@@ -660,5 +660,5 @@ def _quantiles_ms(counts: Any) -> dict[str, float] | None:
     hist = histogram_from_counts(np.asarray(counts, dtype=np.int64))
     if hist.get_total_count() == 0:
         return None
-    return {"p50": hist.get_value_at_percentile(50.0) / 1e6, "p99": hist.get_value_at_percentile(99.0) / 1e6,
-            "max": hist.get_max_value() / 1e6}
+    p50, p99 = values_at_percentiles(hist, (50.0, 99.0))
+    return {"p50": p50 / 1e6, "p99": p99 / 1e6, "max": hist.get_max_value() / 1e6}
