@@ -3,36 +3,48 @@
 1. Accuracy at many slow streams (``fastbench validate``'s own run, merged over the workers): 4,096
    streams, 200 ms between chunks, against the built-in synthetic server: streams kept open, client
    skew p99, and the p99-level error bounds of TTFT and of chunk gaps (ITL).
-2. Capacity: chunks/s one client takes from bench/fast_server.c (the C twin of the synthetic server,
-   which keeps its schedule far past one Python core) when its chunks come faster than the client can
-   read them, with 1 and N workers; and the merge's cost as a share of the run.
+2. Capacity: validate's run against bench/fast_server.c (the C twin of the synthetic server, which keeps
+   its schedule far past one Python core) over a sweep of chunk gaps, with 1 and N workers: chunks/s
+   taken, skew p99 and the chunk-gap error bound, client CPU per chunk (all workers), client cores
+   busy, and chunks/s per client core. "Sustained" is the most chunks/s of a point whose skew p99 is
+   within --tolerance-ms (as bench_client.py's max_sustained).
+3. Merge: one --workers run of --merge-seconds (short requests: many rows), and what merging its
+   workers took, as a share of the window (the target: under 1 %).
 
 Rounds alternate 1, N, 1, N, ... so that the host's drift falls on both alike. On a 2-core machine the
 server, the workers and anything else running share two cores: the figures say what this machine
 does, not what the design allows (see bench/RESULTS.md).
 
-    .venv/bin/python bench/workers.py                   # both parts, 2 rounds each
-    .venv/bin/python bench/workers.py --part capacity --rounds 3 --workers 2
+    .venv/bin/python bench/workers.py                   # every part, 2 rounds each
+    .venv/bin/python bench/workers.py --part capacity --rounds 2 --workers 2
+    .venv/bin/python bench/workers.py --part merge --rounds 1 --merge-seconds 60
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import math
 import os
 import statistics
 import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fast_server import FastServer  # noqa: E402  (a sibling script)
 
 from fastbench.cli.validate import ENDPOINT, avalidate, request_body  # noqa: E402
-from fastbench.load.driver import LoadGenerator  # noqa: E402
+from fastbench.load import workers as workers_module  # noqa: E402
 from fastbench.load.plan import LoadPlan, Target  # noqa: E402
 from fastbench.load.workers import WorkerPool  # noqa: E402
-from fastbench.results.records import COL  # noqa: E402
+from fastbench.results.records import COL, RunData  # noqa: E402
 
 
 def accuracy(workers: int, streams: int, itl_ms: float, output_len: int) -> dict[str, float | None]:
@@ -49,24 +61,122 @@ def accuracy(workers: int, streams: int, itl_ms: float, output_len: int) -> dict
     }
 
 
-async def _capacity_run(base_url: str, workers: int, streams: int, output_len: int, seconds: float
-                        ) -> dict[str, float]:
-    n = streams * 50  # more than the window takes: the time cap ends it
-    plan = LoadPlan(bodies=[request_body(output_len)] * n, warmup_bodies=[request_body(1)] * streams,
-                    concurrency=streams, max_seconds=seconds, expected_output_tokens=[output_len] * n)
-    target = Target.parse(base_url, ENDPOINT)
-    generator = LoadGenerator(target, plan) if workers == 1 else WorkerPool(target, plan, workers=workers)
-    data = await generator.run()
-    duration_s = (data.end_ns - data.start_ns) / 1e9
-    chunks = int(data.rows[:, COL["chunks"]].sum())
-    merge_s = data.extra["workers"]["merge_s"] if "workers" in data.extra else 0.0
-    return {"chunks_per_s": chunks / duration_s, "cpu_us_per_chunk": data.client_cpu_ns / 1e3 / max(chunks, 1),
-            "merge_share": merge_s / duration_s}
+def capacity(workers: int, streams: int, gap_ms: float, seconds: float, output_len: int) -> dict[str, float | None]:
+    """One point of the capacity sweep: validate's run (merged over the workers) against bench/fast_server.c
+    at ``gap_ms`` between chunks, ended by the time cap: what it took, at what skew and CPU."""
+    with FastServer(ttft_ms=1.0, itl_ms=gap_ms, max_model_len=output_len + 64) as server:
+        server_cpu = _process_cpu_s(server.pid)
+        per_request_s = output_len * gap_ms / 1e3
+        n = int(streams * (seconds / per_request_s + 2))  # more than the window takes: the time cap ends it
+        report = uvloop.run(avalidate(streams, itl_ms=gap_ms, ttft_ms=1.0, num_requests=n, output_len=output_len,
+                                      base_url=server.base_url, max_seconds=seconds, workers=workers))
+        server_cpu_s = (_process_cpu_s(server.pid) or 0.0) - (server_cpu or 0.0)
+    return {
+        "offered_chunks_per_s": streams / (gap_ms / 1e3),
+        "chunks_per_s": report.chunks_per_s,
+        "skew_p99_ms": report.skew.p99,
+        "itl_bound_p99_ms": next(x.error_bound_p99_ms for x in report.series if x.name == "itl_chunk"),
+        "streams_open": report.streams_open_mean,
+        "cpu_us_per_chunk": report.client_cpu_us_per_chunk,  # all workers' CPU over their chunks
+        "client_cores": report.client_cpu_share_of_core,  # all workers' CPU over the window
+        "server_cpu_s_whole_run": server_cpu_s,  # warm-up and set-up included
+        "chunks_per_client_core_s": 1e6 / report.client_cpu_us_per_chunk if report.client_cpu_us_per_chunk else None,
+        "verdict": 1.0 if report.passed else 0.0,
+    }
 
 
-def capacity(workers: int, streams: int, itl_ms: float, seconds: float) -> dict[str, float]:
-    with FastServer(ttft_ms=1.0, itl_ms=itl_ms, max_model_len=1_000_000) as server:
-        return uvloop.run(_capacity_run(server.base_url, workers, streams, 400, seconds))
+def _process_cpu_s(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _baseline_merge(path: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """--baseline-merge FILE: another version's merge.py (e.g. ``git show main:src/fastbench/load/merge.py``),
+    and the library's own percentile walk for the per-worker skew (as before values_at_percentiles):
+    a context in which WorkerPool merges as that version did."""
+    spec = importlib.util.spec_from_file_location("baseline_merge", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    names = ("merge_parts", "values_at_percentiles")  # what fastbench.load.workers calls them by
+
+    def library_percentiles(hist: Any, percentiles: Sequence[float]) -> list[int]:
+        return [hist.get_value_at_percentile(p) for p in percentiles]
+
+    @contextlib.contextmanager
+    def as_baseline() -> Iterator[None]:
+        saved = [getattr(workers_module, name) for name in names]
+        for name, value in zip(names, (module.merge_parts, library_percentiles), strict=True):
+            setattr(workers_module, name, value)
+        try:
+            yield
+        finally:
+            for name, value in zip(names, saved, strict=True):
+                setattr(workers_module, name, value)
+
+    return as_baseline
+
+
+def merge_cost(workers: int, streams: int, gap_ms: float, output_len: int, seconds: float,
+               baseline: Callable[[], contextlib.AbstractContextManager[None]] | None, baseline_first: bool
+               ) -> dict[str, float]:
+    """A --workers run of ``seconds`` against bench/fast_server.c, and what merging its workers took (the
+    whole of WorkerPool._merged: rows put back, histograms added, counters summed, the per-worker
+    section), wall and CPU time. With ``baseline``, the same workers' data merged a second time as the
+    baseline merges it (before or after this version's, as ``baseline_first`` says), the results
+    checked equal."""
+    real_merged = WorkerPool._merged
+    timings: dict[str, float] = {}
+
+    def timed_merge(self: WorkerPool, label: str) -> RunData:
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        data = real_merged(self)
+        timings[f"{label}_merge_s"] = (time.perf_counter_ns() - wall) / 1e9
+        timings[f"{label}_merge_cpu_s"] = (time.thread_time_ns() - cpu) / 1e9
+        return data
+
+    def both(self: WorkerPool) -> RunData:
+        # What _merged reads and then lets go: each worker's table and claim count, kept for the second merge.
+        kept = [(np.array(w.table), None if w.claims is None else np.array(w.claims)) for w in self._workers]
+        order = ["baseline", "this"] if baseline_first else ["this", "baseline"]
+        merged: dict[str, RunData] = {}
+        for label in order if baseline is not None else ["this"]:
+            for worker, (table, claims) in zip(self._workers, kept, strict=True):
+                worker.table, worker.claims, worker.shared = np.array(table), claims, None
+            with baseline() if label == "baseline" and baseline is not None else contextlib.nullcontext():
+                merged[label] = timed_merge(self, label)
+        if "baseline" in merged:  # the same figures, whichever merged them
+            a, b = merged["this"], merged["baseline"]
+            assert np.array_equal(a.rows, b.rows)
+            assert a.extra["workers"]["per_worker"] == b.extra["workers"]["per_worker"]
+        return merged["this"]
+
+    async def run(base_url: str) -> tuple[RunData, WorkerPool]:
+        n = int(streams * (seconds / (output_len * gap_ms / 1e3) + 2))
+        plan = LoadPlan(bodies=[request_body(output_len)] * n, warmup_bodies=[request_body(1)] * streams,
+                        concurrency=streams, max_seconds=seconds, expected_output_tokens=[output_len] * n)
+        pool = WorkerPool(Target.parse(base_url, ENDPOINT), plan, workers=workers)
+        return await pool.run(), pool
+
+    WorkerPool._merged = both  # type: ignore[method-assign]
+    try:
+        with FastServer(ttft_ms=1.0, itl_ms=gap_ms, max_model_len=output_len + 64) as server:
+            data, pool = uvloop.run(run(server.base_url))
+    finally:
+        WorkerPool._merged = real_merged  # type: ignore[method-assign]
+    window_s = (data.end_ns - data.start_ns) / 1e9
+    started = int((data.rows[:, COL["sent_ns"]] > 0).sum())
+    out = {"window_s": window_s, "rows": float(len(data.rows)), "requests_started": float(started),
+           "chunks": float(data.rows[:, COL["chunks"]].sum()), **timings}
+    for label in ("this", "baseline"):
+        if f"{label}_merge_s" in timings:
+            out[f"{label}_merge_share"] = timings[f"{label}_merge_s"] / window_s
+    return out
 
 
 def _median(rows: list[dict[str, float | None]], key: str) -> float | None:
@@ -89,19 +199,27 @@ def _table(title: str, results: dict[int, list[dict[str, float | None]]], keys: 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=("both", "accuracy", "capacity"), default="both")
+    p.add_argument("--part", choices=("all", "accuracy", "capacity", "merge"), default="all")
     p.add_argument("--workers", type=int, default=2, help="the N measured beside one process")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--streams", type=int, default=4096, help="accuracy: streams kept open")
     p.add_argument("--itl-ms", type=float, default=200.0, help="accuracy: ms between chunks")
     p.add_argument("--output-len", type=int, default=25, help="accuracy: chunks per request")
     p.add_argument("--capacity-streams", type=int, default=256)
-    p.add_argument("--capacity-itl-ms", type=float, default=0.2,
-                   help="capacity: ms between chunks (fast enough that the client, not the server, is the limit)")
-    p.add_argument("--capacity-seconds", type=float, default=5.0)
+    p.add_argument("--capacity-gaps-ms", default="10,5,3.3,2.5,2",
+                   help="capacity: the chunk gaps swept (offered chunks/s = streams / gap)")
+    p.add_argument("--capacity-seconds", type=float, default=4.0)
+    p.add_argument("--capacity-output-len", type=int, default=200)
+    p.add_argument("--tolerance-ms", type=float, default=0.5, help="capacity: 'sustained' means skew p99 <= this")
+    p.add_argument("--merge-seconds", type=float, default=30.0, help="merge: the run's window")
+    p.add_argument("--merge-gap-ms", type=float, default=5.0)
+    p.add_argument("--merge-output-len", type=int, default=20, help="merge: chunks per request (short: many rows)")
+    p.add_argument("--baseline-merge", metavar="FILE",
+                   help="merge: also merge each run's data as this merge.py did (e.g. git show "
+                   "main:src/fastbench/load/merge.py > /tmp/merge_main.py), side by side, alternating which goes first")
     a = p.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start")
-    if a.part in ("both", "accuracy"):
+    if a.part in ("all", "accuracy"):
         acc: dict[int, list[dict[str, float | None]]] = {1: [], a.workers: []}
         for r in range(a.rounds):
             for w in (1, a.workers) if r % 2 == 0 else (a.workers, 1):
@@ -110,15 +228,36 @@ def main() -> int:
         print(_table(f"accuracy: {a.streams} streams, {a.itl_ms:g} ms between chunks (validate, merged)", acc,
                      ["streams_open", "skew_p99_ms", "ttft_bound_p99_ms", "itl_bound_p99_ms", "cpu_us_per_chunk",
                       "verdict"]))
-    if a.part in ("both", "capacity"):
-        cap: dict[int, list[dict[str, float | None]]] = {1: [], a.workers: []}
+    if a.part in ("all", "capacity"):
+        gaps = [float(g) for g in a.capacity_gaps_ms.split(",")]
+        points: dict[tuple[int, float], list[dict[str, float | None]]] = {}
         for r in range(a.rounds):
             for w in (1, a.workers) if r % 2 == 0 else (a.workers, 1):
-                cap[w].append(dict(capacity(w, a.capacity_streams, a.capacity_itl_ms, a.capacity_seconds)))
-                print(f"  capacity round {r + 1}, {w} worker(s): {cap[w][-1]}", flush=True)
-        print(_table(f"capacity: {a.capacity_streams} streams against bench/fast_server.c, "
-                     f"{a.capacity_itl_ms:g} ms between chunks, {a.capacity_seconds:g} s windows", cap,
-                     ["chunks_per_s", "cpu_us_per_chunk", "merge_share"]))
+                for gap in gaps:
+                    point = capacity(w, a.capacity_streams, gap, a.capacity_seconds, a.capacity_output_len)
+                    points.setdefault((w, gap), []).append(point)
+                    print(f"  capacity round {r + 1}, {w} worker(s), gap {gap:g} ms: "
+                          + ", ".join(f"{k} {v:.4g}" for k, v in point.items() if v is not None), flush=True)
+        keys = ["offered_chunks_per_s", "chunks_per_s", "skew_p99_ms", "itl_bound_p99_ms", "cpu_us_per_chunk",
+                "client_cores", "chunks_per_client_core_s", "verdict"]
+        print(f"capacity: {a.capacity_streams} streams against bench/fast_server.c, {a.capacity_seconds:g} s windows "
+              f"(medians of {a.rounds} rounds)")
+        print("  workers gap_ms " + " ".join(f"{k:>24}" for k in keys))
+        for (w, gap), rows in sorted(points.items()):
+            print(f"  {w:>7} {gap:>6g} " + " ".join(
+                f"{v:>24.4f}" if (v := _median(rows, k)) is not None else f"{'-':>24}" for k in keys))
+        for w in (1, a.workers):
+            held = [_median(points[(w, g)], "chunks_per_s") or 0.0 for g in gaps
+                    if (_median(points[(w, g)], "skew_p99_ms") or math.inf) <= a.tolerance_ms]
+            print(f"  {w} worker(s): most chunks/s with skew p99 <= {a.tolerance_ms:g} ms: "
+                  f"{max(held) if held else float('nan'):,.0f}")
+    if a.part in ("all", "merge"):
+        baseline = _baseline_merge(a.baseline_merge) if a.baseline_merge else None
+        for r in range(a.rounds):
+            cost = merge_cost(a.workers, a.capacity_streams, a.merge_gap_ms, a.merge_output_len, a.merge_seconds,
+                              baseline, baseline_first=r % 2 == 1)
+            print(f"  merge round {r + 1}, {a.workers} workers: "
+                  + ", ".join(f"{k} {v:.6g}" for k, v in cost.items()), flush=True)
     print(f"host load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
