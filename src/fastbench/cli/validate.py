@@ -41,7 +41,7 @@ Python API: :func:`validate` (sync) and :func:`avalidate` (inside a running loop
 :class:`ValidationReport`; ``report.render()`` is the console table, ``report.to_dict()`` the JSON.
 
 This module is the command: its settings, the run, the derivation above (:func:`build_report`) and
-the command line. One module of ~640 lines because the derivation is read against this text and the
+the command line. One module of ~850 lines because the derivation is read against this text and the
 run's settings. What the report holds (its types, the definitions, the console table) is in
 :mod:`fastbench.cli.validation_report`.
 """
