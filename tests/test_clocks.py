@@ -201,3 +201,32 @@ def test_validate_states_each_nodes_clock_and_refuses_one_unknown() -> None:
     assert fv._node_clocks({"count": 2}) is None and fv._node_clocks(None) is None  # not --ray
     with pytest.raises(WorkerError, match=r"^validate --ray: the clock offset of node cccc3333 on h is unknown"):
         fv._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("cccc3333", 0, 0, False, estimated=False)))
+
+
+def test_a_clock_that_moved_during_the_run_widens_the_skew_check_and_every_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node estimated at +1500.000 +- 0.600 ms before the window and +1498.000 +- 0.500 ms after it: its
+    receive stamps were set back by 1499.400 ms, up to 1.900 ms more than the 1497.500 the offset may have
+    come down to, so its skews may be that much below the truth: the skew check and every bound carry it."""
+    moved = _node("bbbb2222", 1_500_000_000, 600_000, False)
+    moved["estimate_after"] = {"offset_ns": 1_498_000_000, "uncertainty_ns": 500_000, "min_round_trip_ns": 1_000_000,
+                               "median_round_trip_ns": 2_000_000, "samples": 64}
+    (clock,) = fv._node_clocks(_section(moved)) or []
+    assert clock["below_truth_ms"] == pytest.approx(1.9) and clock["moved_ms"] == pytest.approx(-2.000007)
+    assert "up to 1.900 ms below their true values" in fv._clock_notes([clock])[0]
+    real_run = fv.LoadGenerator.run
+
+    async def as_if_over_ray(self: LoadGenerator) -> object:
+        data = await real_run(self)
+        data.extra["workers"] = {"count": 1, "per_worker": [], **_section(moved)}
+        return data
+
+    monkeypatch.setattr(fv.LoadGenerator, "run", as_if_over_ray)
+    report = fv.validate(2, num_requests=4, output_len=4, itl_ms=2, ttft_ms=2, tolerance_ms=50)
+    checks = {c.name: c for c in report.checks}
+    assert report.skew.p99 is not None
+    assert checks["skew p99 (ms)"].value == pytest.approx(report.skew.p99 + 1.9)
+    assert checks["chunk-gap p99-level error bound (ms)"].value is not None
+    assert checks["chunk-gap p99-level error bound (ms)"].value >= 1.9
+    ttft = next(x for x in report.series if x.name == "ttft")
+    assert ttft.error_bound_worst_ms == pytest.approx((report.skew.max or 0) + 1.9)

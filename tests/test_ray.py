@@ -243,9 +243,11 @@ def test_validate_over_two_nodes_passes_with_each_nodes_clock_in_the_report(clus
     clocks = report.clocks
     assert clocks is not None and len(clocks) == 2 and len({c["node"] for c in clocks}) == 2
     assert sorted(w for c in clocks for w in c["workers"]) == [0, 1]
-    for c in clocks:  # one VM: one CLOCK_MONOTONIC, recognised and applied exactly
+    for c in clocks:  # one VM: one CLOCK_MONOTONIC, recognised and applied exactly, before and after the window
         assert c["same_clock"] and c["offset_ms"] == c["uncertainty_ms"] == c["skew_offset_ms"] == 0
         assert abs(c["estimate_offset_ms"]) <= c["estimate_uncertainty_ms"]
+        assert c["after_offset_ms"] is not None and abs(c["after_offset_ms"]) <= c["after_uncertainty_ms"]
+        assert c["below_truth_ms"] == 0
     assert report.request_read_delay is not None and report.request_read_delay.count == 36
     text = report.render()
     assert "node clocks (offset to this host's" in text and text.count("(this host's clock)") == 2
@@ -271,6 +273,11 @@ def test_validate_corrects_a_node_with_another_clock_and_widens_by_its_uncertain
     assert abs(shifted["offset_ms"] * 1e6 - shift_ns) <= shifted["uncertainty_ms"] * 1e6 + 1  # the estimate holds it
     assert shifted["skew_offset_ms"] == pytest.approx(shifted["offset_ms"] - shifted["uncertainty_ms"], abs=1e-6)
     assert all(c["same_clock"] and c["offset_ms"] == 0 for c in report.clocks if c is not shifted)
+    # Estimated again after the window, the shift is held again; what the two estimates leave open below
+    # the offset subtracted widens the bounds (it is noise of the estimates here, the clock never moved).
+    assert shifted["after_offset_ms"] is not None
+    assert abs(shifted["after_offset_ms"] * 1e6 - shift_ns) <= shifted["after_uncertainty_ms"] * 1e6 + 1
+    assert 0 <= shifted["below_truth_ms"] <= shifted["uncertainty_ms"] + shifted["after_uncertainty_ms"] + 1e-6
     # Its core subtracted the least the offset can be: each of its skews is the true one plus this much,
     # between 0 and twice the uncertainty; the bounds derived from skews carry it.
     bias_ms = shift_ns / 1e6 - shifted["skew_offset_ms"]

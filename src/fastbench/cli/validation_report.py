@@ -67,7 +67,10 @@ DEFINITIONS: dict[str, str] = {
               "uncertainty 0 for a node on this host's kernel whose estimate holds 0. The node's rows are "
               "put on this host's clock by offset_ms; its receive stamps less skew_offset_ms (offset less "
               "uncertainty) give its skews, so each is its true value plus 0 to 2 x uncertainty_ms and every "
-              "bound derived from skews holds, widened by that.",
+              "bound derived from skews holds, widened by that. after_offset_ms: the offset estimated again once "
+              "the window was over (moved_ms from the first estimate); a clock that moved below the first "
+              "estimate's range can leave skews below their true values by up to below_truth_ms, and the "
+              "skew check and every bound are widened by the largest of it.",
     "server_lateness": "The synthetic server's own write lateness (write time - due time) from /fb/stats, "
                        "over the run including warm-up chunks. Not client error.",
 }

@@ -129,6 +129,7 @@ class _Node:
     estimate: ClockOffset | None = None
     offset_ns: int = 0
     same_clock: bool = False
+    estimate_after: ClockOffset | None = None  # again once the window is over: how far its clock moved
 
     @property
     def uncertainty_ns(self) -> int:
@@ -162,6 +163,7 @@ class RayPool(WorkerPool):
         self._strategy = ""
         self._nodes: dict[str, _Node] = {}
         self._actors: list[Any] = []
+        self._killed = False
 
     # -- the transport ---------------------------------------------------------------------------------
 
@@ -221,7 +223,7 @@ class RayPool(WorkerPool):
                        "install the same on every node")
             else:
                 self._node_of(worker)
-            while not how:
+            while not how and not self._killed:
                 report = await self._call(worker.actor.poll.remote())
                 worker.last_heard_ns = now_ns()
                 self._take(worker, report)
@@ -237,6 +239,8 @@ class RayPool(WorkerPool):
             how = "stopped answering" if worker.identity else f"did not answer in {ACTOR_START_TIMEOUT_S:g} s"
         except ray.exceptions.RayError as exc:
             how = f"died ({type(exc).__name__}: {_first_line(exc)})"
+        if self._killed:  # the run failed and its actors were killed: nothing to report, and no stop to send
+            return  # (a Ray call after the driver let go of Ray would join a cluster again: Ray's auto-init)
         worker.lost_ns, worker.lost_how = now_ns(), how
         if self._all_ready is not None and not self._all_ready.done():
             self._all_ready.set_exception(WorkerError(f"--ray: {worker.name()} could not start: {how}"))
@@ -291,6 +295,21 @@ class RayPool(WorkerPool):
             node = self._nodes[str(worker.identity.get("node_id"))]
             worker.offset_ns, worker.skew_offset_ns = node.offset_ns, node.skew_offset_ns
 
+    async def _clocks_after(self) -> None:
+        """Each node's offset estimated again once the window is over, from one of its workers that
+        finished: the offset applied was estimated before it, and two hosts' clocks drift apart (tens
+        of ppm without NTP: ms over a minute). The result records both; validate widens by the move."""
+        first: dict[str, RayWorkerLink] = {}
+        for worker in self._workers:
+            if isinstance(worker, RayWorkerLink) and worker.outcome is not None:
+                first.setdefault(str(worker.identity.get("node_id")), worker)
+        for node_id, worker in first.items():
+            node = self._nodes.get(node_id)
+            if node is None or node.estimate is None:
+                continue
+            with contextlib.suppress(Exception):  # only a record: the run's figures are in already
+                node.estimate_after = await asyncio.to_thread(self._sample_clock, worker.actor)
+
     def _sample_clock(self, actor: Any) -> ClockOffset:
         samples = []
         for _ in range(CLOCK_SAMPLES):
@@ -307,6 +326,7 @@ class RayPool(WorkerPool):
         return asyncio.wrap_future(ref.future())
 
     def _kill_all(self) -> None:
+        self._killed = True
         for actor in self._actors:
             with contextlib.suppress(Exception):
                 self._ray.kill(actor, no_restart=True)
@@ -315,7 +335,12 @@ class RayPool(WorkerPool):
         """Every actor ended, the placement group let go, and the connection closed if it was opened here."""
         if self._ray is None:
             return
+        if not self._killed:  # the run ended as planned: its actors still answer
+            await self._clocks_after()
         self._kill_all()
+        for worker in self._workers:  # nothing is sent to them any more (see _follow)
+            if isinstance(worker, RayWorkerLink):
+                worker.actor = None
         if self._group is not None:
             placement = importlib.import_module("ray.util.placement_group")
             with contextlib.suppress(Exception):
@@ -346,6 +371,7 @@ class RayPool(WorkerPool):
                        "offset_ns": node.offset_ns, "uncertainty_ns": node.uncertainty_ns,
                        "skew_offset_ns": node.skew_offset_ns,
                        "estimate": node.estimate.as_dict() if node.estimate is not None else None,
+                       "estimate_after": node.estimate_after.as_dict() if node.estimate_after is not None else None,
                        "workers": [w.index for w in self._workers
                                    if isinstance(w, RayWorkerLink) and w.identity.get("node_id") == node.node_id]}
                       for node in self._nodes.values()],
