@@ -249,6 +249,10 @@ def test_a_stop_ends_every_worker_and_keeps_what_was_measured() -> None:
     error = data.rows[:, COL["error"]]  # type: ignore[attr-defined]
     assert int((error == int(ErrorClass.CANCELLED)).sum()) > 0
     assert int((error != 0).sum()) == int((error == int(ErrorClass.CANCELLED)).sum())  # cancelled, not failed
+    # Each worker's messages (keyed by the rows it claimed from the shared table) land on their rows.
+    cancelled = np.flatnonzero(error == int(ErrorClass.CANCELLED)).tolist()
+    assert sorted(data.error_messages) == cancelled  # type: ignore[attr-defined]
+    assert all("in flight when the run stopped" in data.error_messages[i] for i in cancelled)  # type: ignore[attr-defined]
 
 
 def _open_fds_and_worker_maps() -> tuple[int, int]:
@@ -590,6 +594,7 @@ def test_uneven_requests_over_two_workers_hold_the_concurrency_one_process_holds
     n = 80
     base = BenchConfig(dataset_name="custom", dataset_path=_alternating_dataset(tmp_path, n), custom_output_len=-1,
                        dataset_order="file", num_prompts=n, concurrency=4, num_warmups=6, progress=False,
+                       save_outputs=True,
                        per_request_arrays=True, result_json=tmp_path / "r.json",
                        synthetic_args=("--ttft-ms", "1", "--itl-ms", "2"))
     one = api.run(base)
@@ -599,6 +604,11 @@ def test_uneven_requests_over_two_workers_hold_the_concurrency_one_process_holds
         assert sorted(result.per_request.index) == list(range(n))  # every request once
         by_index = dict(zip(result.per_request.index, result.per_request.output_lens, strict=True))
         assert [by_index[i] for i in range(n)] == [100 if i % 2 == 0 else 2 for i in range(n)]  # its own body
+        # What the workers' cores kept by row (chunk stamps, outputs) is put on the right request.
+        assert result.per_request.itls is not None and result.per_request.generated_texts is not None
+        assert [len(gaps) for gaps in result.per_request.itls] == [99 if i % 2 == 0 else 1 for i in range(n)]
+        texts = result.per_request.generated_texts
+        assert all(len(texts[i]) > len(texts[i + 1]) > 0 for i in range(0, n, 2))
         assert any("6 warm-up requests sent before the measured window" in note for note in result.notes)
     section = two.workers
     assert section is not None and section["count"] == 2 and section["lost"] == []
