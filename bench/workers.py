@@ -6,6 +6,10 @@
 2. Capacity: chunks/s one client takes from bench/fast_server.c (the C twin of the synthetic server,
    which keeps its schedule far past one Python core) when its chunks come faster than the client can
    read them, with 1 and N workers; and the merge's cost as a share of the run.
+3. Uneven requests (``--part uneven``), closed loop: long and short requests alternate; the mean in
+   flight of one process, of N workers claiming each request from the shared table as a slot frees,
+   and of N workers dealt their requests up front by slot (what --ray's workers, which share no
+   memory, do), beside --concurrency.
 
 Rounds alternate 1, N, 1, N, ... so that the host's drift falls on both alike. On a 2-core machine the
 server, the workers and anything else running share two cores: the figures say what this machine
@@ -13,6 +17,7 @@ does, not what the design allows (see bench/RESULTS.md).
 
     .venv/bin/python bench/workers.py                   # both parts, 2 rounds each
     .venv/bin/python bench/workers.py --part capacity --rounds 3 --workers 2
+    .venv/bin/python bench/workers.py --part uneven --rounds 3
 """
 
 from __future__ import annotations
@@ -33,6 +38,29 @@ from fastbench.load.driver import LoadGenerator  # noqa: E402
 from fastbench.load.plan import LoadPlan, Target  # noqa: E402
 from fastbench.load.workers import WorkerPool  # noqa: E402
 from fastbench.results.records import COL  # noqa: E402
+from fastbench.synthetic import SyntheticServer  # noqa: E402
+
+
+class DealtPool(WorkerPool):
+    """Workers of this machine dealt the closed loop's requests up front by slot, as --ray's are."""
+
+    SHARED_MEMORY = False
+
+
+def uneven(mode: str, workers: int, concurrency: int, requests: int, long_len: int) -> dict[str, float | None]:
+    """One closed-loop run of alternating long (``long_len`` tokens) and 2-token requests, 2 ms per token."""
+    bodies = [request_body(long_len if i % 2 == 0 else 2) for i in range(requests)]
+    plan = LoadPlan(bodies=bodies, warmup_bodies=[], concurrency=concurrency)
+    with SyntheticServer(ttft_ms=1, itl_ms=2) as server:
+        target = Target.parse(server.base_url, ENDPOINT)
+        generator = (LoadGenerator(target, plan) if mode == "1 process"
+                     else (WorkerPool if mode == "claimed" else DealtPool)(target, plan, workers=workers))
+        data = uvloop.run(generator.run())
+    completed = int(((data.rows[:, COL["error"]] == 0) & (data.rows[:, COL["end_ns"]] > 0)).sum())
+    section = data.extra.get("workers")
+    return {"mean_in_flight": data.mean_in_flight, "duration_s": (data.end_ns - data.start_ns) / 1e9,
+            "completed": float(completed),
+            "idle_slot_share": section["idle_slot_share"] if section is not None else None}
 
 
 def accuracy(workers: int, streams: int, itl_ms: float, output_len: int) -> dict[str, float | None]:
@@ -89,7 +117,7 @@ def _table(title: str, results: dict[int, list[dict[str, float | None]]], keys: 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=("both", "accuracy", "capacity"), default="both")
+    p.add_argument("--part", choices=("both", "accuracy", "capacity", "uneven"), default="both")
     p.add_argument("--workers", type=int, default=2, help="the N measured beside one process")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--streams", type=int, default=4096, help="accuracy: streams kept open")
@@ -99,6 +127,9 @@ def main() -> int:
     p.add_argument("--capacity-itl-ms", type=float, default=0.2,
                    help="capacity: ms between chunks (fast enough that the client, not the server, is the limit)")
     p.add_argument("--capacity-seconds", type=float, default=5.0)
+    p.add_argument("--uneven-concurrency", type=int, default=4)
+    p.add_argument("--uneven-requests", type=int, default=200)
+    p.add_argument("--uneven-long-len", type=int, default=100, help="uneven: the long requests' tokens")
     a = p.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start")
     if a.part in ("both", "accuracy"):
@@ -119,6 +150,21 @@ def main() -> int:
         print(_table(f"capacity: {a.capacity_streams} streams against bench/fast_server.c, "
                      f"{a.capacity_itl_ms:g} ms between chunks, {a.capacity_seconds:g} s windows", cap,
                      ["chunks_per_s", "cpu_us_per_chunk", "merge_share"]))
+    if a.part == "uneven":
+        modes = ["1 process", "claimed", "dealt"]
+        runs: dict[str, list[dict[str, float | None]]] = {m: [] for m in modes}
+        for r in range(a.rounds):
+            for mode in modes[r % 3:] + modes[:r % 3]:  # each mode first in turn
+                runs[mode].append(uneven(mode, a.workers, a.uneven_concurrency, a.uneven_requests,
+                                         a.uneven_long_len))
+                print(f"  uneven round {r + 1}, {mode}: {runs[mode][-1]}", flush=True)
+        print(f"uneven: {a.uneven_requests} requests alternating {a.uneven_long_len} and 2 tokens (2 ms each), "
+              f"--concurrency {a.uneven_concurrency}, {a.workers} workers claimed or dealt (median of rounds)")
+        for mode in modes:
+            values = {key: _median(runs[mode], key) for key in
+                      ("mean_in_flight", "duration_s", "completed", "idle_slot_share")}
+            cells = "".join(f"  {key} {'-' if v is None else f'{v:.3f}'}" for key, v in values.items())
+            print(f"  {mode:<10}{cells}")
     print(f"host load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
