@@ -346,6 +346,43 @@ random_output_len = 96
     assert page.count('<details id="run-') == 6 and page.count("<td>Engine arguments</td>") == 2
 
 
+def test_a_launch_that_dies_mid_sweep_fails_its_cell_and_the_later_ones_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server dies during a cell: that cell is kept as measured and recorded failed (the server
+    exited); each later cell of the launch fails at once, saying how the server had exited, instead of
+    being run against nothing."""
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    store = tmp_path / "store"
+    text = f"""
+[sweep]
+store = "{store}"
+warmup = 0
+stop = []
+[server]
+engine = "vllm"
+model = "fake/model"
+engine_bin = "{vllm}"
+port = {free_port()}
+ready_timeout = 30
+stop_grace = 3
+args = ["--served-model-name", "fake-model"]
+env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 2 --itl-ms 5", FAKE_VLLM_MODE = "die-mid-run", FAKE_DIE_AFTER = "0.3" }}
+[benchmark]
+concurrency = [1, 2, 4]
+num_prompts = 400
+random_input_len = 8
+random_output_len = 32
+"""
+    rc, out, _ = sweep(tmp_path, text, capsys=capsys)
+    assert rc == 1, out
+    failed = {orjson.loads(e["cell"])["concurrency"]: e["reason"] for e in journal(store) if e["event"] == "failed"}
+    assert sorted(failed) == [1, 2, 4]
+    assert "exited with status 1 during the measured window" in failed[1]
+    assert all(re.search(r"vLLM \(pid \d+\) exited with status 1 before this run", failed[c]) for c in (2, 4))
+    (kept,) = stored(store)  # the dying cell's run, as measured; the later ones never ran
+    assert kept["stopped_reason"] == "server exited"
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ("[benchmark]\nconcurency = [1, 2]", "[benchmark] has no option 'concurency'"),
     ("[variants.a]\nmodle = 'x'", "[variants.a] has no field 'modle'"),

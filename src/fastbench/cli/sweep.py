@@ -29,7 +29,7 @@ The file (docs/sweep.md)::
 Each cell's options become the command line they stand for (the --config machinery, so a key and a
 value mean what they mean there) and go through fastbench.api, one run per cell.
 
-One module of ~640 lines because the file's keys are checked where the plan reads them (each error
+One module of ~650 lines because the file's keys are checked where the plan reads them (each error
 names its key), and the summary's table, CSV and dry run print what that plan holds.
 """
 
