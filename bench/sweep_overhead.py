@@ -48,9 +48,9 @@ class StampedRunner(sweep_cli._ApiRunner):
         super().__init__(plan)
         self.stamps: list[tuple[float, float, str]] = []
 
-    async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
+    async def run(self, cell: Cell, server: Any, stop: asyncio.Event) -> str:
         started = time.perf_counter()
-        run_id = await super().run(cell, base_url, stop)
+        run_id = await super().run(cell, server, stop)
         self.stamps.append((started, time.perf_counter(), run_id))
         return run_id
 

@@ -10,6 +10,10 @@
    within --tolerance-ms (as bench_client.py's max_sustained).
 3. Merge: one --workers run of --merge-seconds (short requests: many rows), and what merging its
    workers took, as a share of the window (the target: under 1 %).
+4. Uneven requests (``--part uneven``), closed loop: long and short requests alternate; the mean in
+   flight of one process, of N workers claiming each request from the shared table as a slot frees,
+   and of N workers dealt their requests up front by slot (what --ray's workers, which share no
+   memory, do), beside --concurrency.
 
 Rounds alternate 1, N, 1, N, ... so that the host's drift falls on both alike. On a 2-core machine the
 server, the workers and anything else running share two cores: the figures say what this machine
@@ -18,6 +22,7 @@ does, not what the design allows (see bench/RESULTS.md).
     .venv/bin/python bench/workers.py                   # every part, 2 rounds each
     .venv/bin/python bench/workers.py --part capacity --rounds 2 --workers 2
     .venv/bin/python bench/workers.py --part merge --rounds 1 --merge-seconds 60
+    .venv/bin/python bench/workers.py --part uneven --rounds 3
 """
 
 from __future__ import annotations
@@ -42,9 +47,33 @@ from fast_server import FastServer  # noqa: E402  (a sibling script)
 
 from fastbench.cli.validate import ENDPOINT, avalidate, request_body  # noqa: E402
 from fastbench.load import workers as workers_module  # noqa: E402
+from fastbench.load.driver import LoadGenerator  # noqa: E402
 from fastbench.load.plan import LoadPlan, Target  # noqa: E402
 from fastbench.load.workers import WorkerPool  # noqa: E402
 from fastbench.results.records import COL, RunData  # noqa: E402
+from fastbench.synthetic import SyntheticServer  # noqa: E402
+
+
+class DealtPool(WorkerPool):
+    """Workers of this machine dealt the closed loop's requests up front by slot, as --ray's are."""
+
+    SHARED_MEMORY = False
+
+
+def uneven(mode: str, workers: int, concurrency: int, requests: int, long_len: int) -> dict[str, float | None]:
+    """One closed-loop run of alternating long (``long_len`` tokens) and 2-token requests, 2 ms per token."""
+    bodies = [request_body(long_len if i % 2 == 0 else 2) for i in range(requests)]
+    plan = LoadPlan(bodies=bodies, warmup_bodies=[], concurrency=concurrency)
+    with SyntheticServer(ttft_ms=1, itl_ms=2) as server:
+        target = Target.parse(server.base_url, ENDPOINT)
+        generator = (LoadGenerator(target, plan) if mode == "1 process"
+                     else (WorkerPool if mode == "claimed" else DealtPool)(target, plan, workers=workers))
+        data = uvloop.run(generator.run())
+    completed = int(((data.rows[:, COL["error"]] == 0) & (data.rows[:, COL["end_ns"]] > 0)).sum())
+    section = data.extra.get("workers")
+    return {"mean_in_flight": data.mean_in_flight, "duration_s": (data.end_ns - data.start_ns) / 1e9,
+            "completed": float(completed),
+            "idle_slot_share": section["idle_slot_share"] if section is not None else None}
 
 
 def accuracy(workers: int, streams: int, itl_ms: float, output_len: int) -> dict[str, float | None]:
@@ -141,13 +170,21 @@ def merge_cost(workers: int, streams: int, gap_ms: float, output_len: int, secon
         return data
 
     def both(self: WorkerPool) -> RunData:
-        # What _merged reads and then lets go: each worker's table and claim count, kept for the second merge.
-        kept = [(np.array(w.table), None if w.claims is None else np.array(w.claims)) for w in self._workers]
+        # What _merged reads and then lets go (each worker's table and claim count; the run's claimed table,
+        # its counter and marks), kept as copies for the second merge.
+        def copy(value: Any) -> Any:
+            return None if value is None else np.array(value)
+
+        kept = [(copy(w.table), copy(w.claims)) for w in self._workers]
+        shared = {name: copy(getattr(self, name, None)) for name in ("_claim_next", "_claimers", "_claim_table")}
         order = ["baseline", "this"] if baseline_first else ["this", "baseline"]
         merged: dict[str, RunData] = {}
         for label in order if baseline is not None else ["this"]:
             for worker, (table, claims) in zip(self._workers, kept, strict=True):
-                worker.table, worker.claims, worker.shared = np.array(table), claims, None
+                worker.table, worker.claims, worker.shared = copy(table), copy(claims), None
+            for name, value in shared.items():
+                if hasattr(self, name):
+                    setattr(self, name, copy(value))
             with baseline() if label == "baseline" and baseline is not None else contextlib.nullcontext():
                 merged[label] = timed_merge(self, label)
         if "baseline" in merged:  # the same figures, whichever merged them
@@ -199,7 +236,8 @@ def _table(title: str, results: dict[int, list[dict[str, float | None]]], keys: 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=("all", "accuracy", "capacity", "merge"), default="all")
+    p.add_argument("--part", choices=("all", "accuracy", "capacity", "merge", "uneven"), default="all",
+                   help="all: accuracy, capacity and merge (uneven only when asked)")
     p.add_argument("--workers", type=int, default=2, help="the N measured beside one process")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--streams", type=int, default=4096, help="accuracy: streams kept open")
@@ -217,6 +255,9 @@ def main() -> int:
     p.add_argument("--baseline-merge", metavar="FILE",
                    help="merge: also merge each run's data as this merge.py did (e.g. git show "
                    "main:src/fastbench/load/merge.py > /tmp/merge_main.py), side by side, alternating which goes first")
+    p.add_argument("--uneven-concurrency", type=int, default=4)
+    p.add_argument("--uneven-requests", type=int, default=200)
+    p.add_argument("--uneven-long-len", type=int, default=100, help="uneven: the long requests' tokens")
     a = p.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start")
     if a.part in ("all", "accuracy"):
@@ -258,6 +299,21 @@ def main() -> int:
                               baseline, baseline_first=r % 2 == 1)
             print(f"  merge round {r + 1}, {a.workers} workers: "
                   + ", ".join(f"{k} {v:.6g}" for k, v in cost.items()), flush=True)
+    if a.part == "uneven":
+        modes = ["1 process", "claimed", "dealt"]
+        runs: dict[str, list[dict[str, float | None]]] = {m: [] for m in modes}
+        for r in range(a.rounds):
+            for mode in modes[r % 3:] + modes[:r % 3]:  # each mode first in turn
+                runs[mode].append(uneven(mode, a.workers, a.uneven_concurrency, a.uneven_requests,
+                                         a.uneven_long_len))
+                print(f"  uneven round {r + 1}, {mode}: {runs[mode][-1]}", flush=True)
+        print(f"uneven: {a.uneven_requests} requests alternating {a.uneven_long_len} and 2 tokens (2 ms each), "
+              f"--concurrency {a.uneven_concurrency}, {a.workers} workers claimed or dealt (median of rounds)")
+        for mode in modes:
+            values = {key: _median(runs[mode], key) for key in
+                      ("mean_in_flight", "duration_s", "completed", "idle_slot_share")}
+            cells = "".join(f"  {key} {'-' if v is None else f'{v:.3f}'}" for key, v in values.items())
+            print(f"  {mode:<10}{cells}")
     print(f"host load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

@@ -271,3 +271,29 @@ def fake_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+# What a run keeps of its measured window (the store's server.log after this header): the same rule
+# as the card's, stated again here so that the tests judge the kept lines against the raw log.
+KEPT_WINDOW_HEADER = "# fastbench: the measured window's warnings, errors and \"SpecDecoding metrics\" lines\n"
+
+
+def windows_in_log(raw: str) -> list[list[str]]:
+    """Each measured window of a launch's raw log, in order: the lines between the window's last
+    "measured window starts" mark and its "measured window ends" mark that a run keeps (WARNING,
+    ERROR and CRITICAL lines, "SpecDecoding metrics" lines; not fastbench's own)."""
+    import re
+
+    kept = re.compile(r"\b(?:WARNING|ERROR|CRITICAL)\b|SpecDecoding metrics")
+    windows: list[list[str]] = []
+    current: list[str] | None = None
+    for line in raw.splitlines():
+        if line.startswith("# fastbench "):
+            if line.endswith("measured window starts"):
+                current = []
+            elif line.endswith("measured window ends") and current is not None:
+                windows.append(current)
+                current = None
+        elif current is not None and kept.search(line):
+            current.append(line)
+    return windows

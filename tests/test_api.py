@@ -599,3 +599,76 @@ def test_the_package_imports_its_public_names_on_first_use() -> None:
 
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         fastbench.nothing  # noqa: B018
+
+
+def test_runs_given_a_launched_server_are_runs_of_that_launch_and_leave_it_up(tmp_path: Path) -> None:
+    """arun(server=...): the server launched once serves two runs. Each is recorded as launched (engine,
+    arguments, the launch's one load time, its footprint from the loading log), keeps in the store the
+    loading log and its own window's lines only, and neither launches nor stops the server."""
+    from _fakevllm import KEPT_WINDOW_HEADER, free_port, windows_in_log, write_fake_engines
+    from fastbench.server.engines import make_server
+    from fastbench.study.store import Store
+
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    log = tmp_path / "server.log"
+    ngram = '{"method": "ngram", "num_speculative_tokens": 3}'
+    launch = LaunchConfig(engine="vllm", model="fake/model", engine_bin=str(vllm), port=free_port(),
+                          engine_args=("--served-model-name", "fake-model", "--speculative-config", ngram),
+                          env=("FAKE_SYNTH_ARGS=--ttft-ms 5 --itl-ms 15 --tokens-per-chunk 3",), log_path=str(log),
+                          ready_timeout_s=30.0, stop_grace_s=3.0)
+    # ~2 s a run (4 requests one at a time, 32 chunks of 15 ms each): the fake logs a "SpecDecoding
+    # metrics" line every 0.3 s while it drafts, so every window has lines of its own
+    config = BenchConfig(num_prompts=4, concurrency=1, random_input_len=8, random_output_len=96, progress=False,
+                         store=str(tmp_path / "s"))
+    server = make_server(launch)
+
+    async def main() -> list[Any]:
+        with pytest.raises(ConfigError, match="is not ready: start it"):
+            await api.arun(config, server=server)
+        await server.astart()
+        try:
+            results = []
+            for _ in range(2):
+                results.append(await api.arun(config, server=server))
+                assert server.exit_message() is None  # still serving: the run did not stop it
+            with pytest.raises(ConfigError, match="leave base_url unset"):
+                await api.arun(config.replace(base_url=server.base_url), server=server)
+            with pytest.raises(ConfigError, match="not the given server's LaunchConfig"):
+                await api.arun(config.replace(launch=dataclasses.replace(launch, port=1)), server=server)
+        finally:
+            await server.astop()
+        with pytest.raises(ServerError, match="was stopped before this run"):
+            await api.arun(config, server=server)
+        return results
+
+    results = asyncio.run(main())
+    assert server.load_time_s is not None
+    windows = windows_in_log(log.read_text())
+    assert len(windows) == 2 and all(any("SpecDecoding metrics" in line for line in w) for w in windows)
+    with Store(tmp_path / "s") as store:
+        rows = {r.run_id: r for r in store.query()}
+    loadings = []
+    for run_of_launch, (result, window) in enumerate(zip(results, windows), 1):
+        info = result.server_info
+        provenance = info["provenance"]
+        assert provenance["launched"] and provenance["shared_launch"] and provenance["engine"] == "vllm"
+        assert provenance["run_of_launch"] == run_of_launch and provenance["load_time_s"] == server.load_time_s
+        assert info["engine"] == f"vLLM {server.version}" and info["variant"] == "NGRAM speculative decoding"
+        assert info["load"]["Launch"].startswith(f"launched once for several runs, this is its run {run_of_launch}")
+        assert "teardown" not in info and "Teardown" not in info["load"]  # its launcher stops it, after the last
+        assert info["footprint"]["weights_gib"] == [0.51]  # from the loading log, for every run of the launch
+        assert info["memory_series"]["series"]  # sampled, as for a launched server
+        assert info["spec_decode_stats"]["server_log"]["lines"] == len(
+            [line for line in window if "SpecDecoding metrics" in line])
+        row = rows[result.run_id]
+        assert row.meta.engine == "vllm"
+        kept = (Path(row.folder) / "server.log").read_text()
+        loading, header, own = kept.partition(KEPT_WINDOW_HEADER)
+        assert header and own.splitlines() == window  # its own window's lines, no other run's
+        loadings.append(loading.split("\n", 1)[1])
+        assert f"this is its run {run_of_launch}" in loading.split("\n", 1)[0]
+        card = (Path(row.folder) / "card.md").read_text()
+        assert "Engine arguments" in card and "num_speculative_tokens" in card
+        assert f"ready in {server.load_time_s:.1f} s" in card
+    assert loadings[0] == loadings[1]  # the loading phase, the same for each run
+    assert "Model loading took 0.51 GiB" in loadings[0] and "SpecDecoding metrics" not in loadings[0]

@@ -38,7 +38,7 @@ from fastbench.server.launch import ServerLaunchError
 from fastbench.server.memoryrun import memory_report
 from fastbench.server.monitor import WindowMonitor
 from fastbench.server.processes import group_members, port_is_free
-from fastbench.server.serverlog import parse_vllm_footprint, parse_vllm_precision, window_warnings
+from fastbench.server.serverlog import ServerLog, parse_vllm_footprint, parse_vllm_precision, window_warnings
 from fastbench.synthetic import SyntheticServer
 
 SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
@@ -581,6 +581,31 @@ def test_the_footprint_is_parsed_from_the_loading_phase_only(tmp_path: Path) -> 
     tracemalloc.stop()
     assert info is not None and info.footprint is not None and info.footprint["weights_gib"] == [0.51]
     assert peak < 4 << 20, peak  # the window is ~17 MB
+
+
+def test_a_launch_serving_several_runs_keeps_its_loading_phase_and_each_window_apart(tmp_path: Path) -> None:
+    """Two measured windows in one launch's log: the loading phase ends where the first began (for
+    every run of the launch), each window's lines are its own, and the windows are counted."""
+    log = ServerLog(tmp_path / "server.log")
+    out = log.open()
+
+    def engine(line: str) -> None:
+        out.write(line.encode() + b"\n")
+        out.flush()
+
+    engine("INFO Model loading took 0.51 GiB")
+    for run in (1, 2):
+        log.mark_window_start()
+        engine(f"WARNING run {run} before its warm-ups ended")
+        log.mark_window_start()  # the window restarted after the run's warm-ups
+        engine(f"WARNING run {run} measured")
+        log.mark_window_end()
+        assert log.windows_ended == run
+        assert log.window_lines() == [f"WARNING run {run} measured"]
+        loading = log.text(until_first_window=True)
+        assert "Model loading took 0.51 GiB" in loading and "run 1" not in loading
+        assert ("run 1 measured" in log.text(until_window=True)) is (run == 2)  # the latest window's start
+    log.close()
 
 
 def test_launch_problems_are_one_line_errors(tmp_path: Path) -> None:

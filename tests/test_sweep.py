@@ -26,6 +26,8 @@ from fastbench import api
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, build_parser, load_plan
 from fastbench.study import grid
+from fastbench.study.figures_data import load_points
+from fastbench.study.report import cell_rows, render_html
 from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
 from fastbench.study.sweep import Cell, Plan, StopRules, _stop_reason, auto_loads, execute, t_interval
@@ -252,6 +254,135 @@ max_tokens = 4
     assert len([e for e in journal(store) if e["event"] == "launched"]) == 4
 
 
+def test_a_launched_variants_cells_are_stored_as_runs_of_its_launch(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Each cell of a launched variant is a run of that launch, as a --launch run is: the result says the
+    server was launched (engine, the variant's arguments, the launch's one load time), the run folder has
+    server.log with that cell's window lines only, the card shows the engine settings. Attached and
+    synthetic cells are as before. compare and the report read them."""
+    from _fakevllm import KEPT_WINDOW_HEADER, windows_in_log
+    from fastbench.synthetic import SyntheticServer
+
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    store = tmp_path / "store"
+    ngram = '{"method": "ngram", "num_speculative_tokens": 3}'
+    with SyntheticServer("--ttft-ms", "2", "--itl-ms", "1") as remote:
+        # ~1-2 s a launched cell (32 chunks of 15 ms a request): "SpecDecoding metrics" lines in each window
+        text = f"""
+[sweep]
+store = "{store}"
+warmup = 0
+stop = []
+[server]
+engine = "vllm"
+model = "fake/model"
+engine_bin = "{vllm}"
+port = {free_port()}
+ready_timeout = 30
+stop_grace = 3
+args = ["--served-model-name", "fake-model"]
+env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 5 --itl-ms 15 --tokens-per-chunk 3" }}
+[variants.ngram]
+args = ["--speculative-config", '{ngram}']
+[variants.synth]
+synthetic_args = {FAST}
+[variants.remote]
+base_url = "{remote.base_url}"
+[benchmark]
+concurrency = [1, 2]
+num_prompts = 4
+random_input_len = 8
+random_output_len = 96
+"""
+        rc, out, _ = sweep(tmp_path, text, capsys=capsys)
+    assert rc == 0, out
+    (load_s,) = [e["load_s"] for e in journal(store) if e["event"] == "launched"]
+    windows = windows_in_log((store / "sweeps" / "s-logs" / "ngram.log").read_text())
+    assert len(windows) == 2 and all(any("SpecDecoding metrics" in line for line in w) for w in windows)
+    with Store(store) as s:
+        rows = {r.run_id: r for r in s.query()}
+    by_variant: dict[str, list[Any]] = {}
+    for row in rows.values():
+        by_variant.setdefault(str(row.meta.variant), []).append(row)
+    assert sorted((v, len(r)) for v, r in by_variant.items()) == [("ngram", 2), ("remote", 2), ("synth", 2)]
+    seen_runs = []
+    for row in by_variant["ngram"]:
+        assert row.meta.engine == "vllm"
+        doc = load_result(Path(row.folder) / "result.json")
+        server = doc["fastbench"]["server"]
+        provenance = server["provenance"]
+        assert provenance["launched"] and provenance["shared_launch"] and provenance["engine"] == "vllm"
+        assert provenance["load_time_s"] == load_s  # measured once, at the launch: the same in every cell
+        assert ngram in provenance["argv"] and "--served-model-name" in provenance["argv"]
+        assert doc["fastbench"]["config"]["launch"]["engine_args"][-2:] == ["--speculative-config", ngram]
+        assert server["engine"] == f"vLLM {provenance['engine_version']}"
+        assert server["variant"] == "NGRAM speculative decoding"
+        assert "memory_series" in server and server["footprint"]["weights_gib"] == [0.51]
+        seen_runs.append(provenance["run_of_launch"])
+        kept = (Path(row.folder) / "server.log").read_text()
+        assert kept.partition(KEPT_WINDOW_HEADER)[2].splitlines() == windows[provenance["run_of_launch"] - 1]
+        card = (Path(row.folder) / "card.md").read_text()
+        assert f"| Engine | {server['engine']} |" in card
+        assert "Engine arguments" in card and "num_speculative_tokens" in card
+        assert f"ready in {load_s:.1f} s" in card and "launched once for several runs" in card
+    assert sorted(seen_runs) == [1, 2]
+    for variant, engine in (("synth", "synthetic"), ("remote", None)):
+        for row in by_variant[variant]:  # as before: not launched, no server log kept
+            assert row.meta.engine == engine and not (Path(row.folder) / "server.log").exists()
+            provenance = load_result(Path(row.folder) / "result.json")["fastbench"]["server"]["provenance"]
+            assert provenance["launched"] is False and "shared_launch" not in provenance
+    first, second = sorted(r.run_id for r in by_variant["ngram"])
+    capsys.readouterr()
+    assert command.main(["compare", first, second, "--store", str(store)]) == 0
+    compared = capsys.readouterr().out
+    assert compared.startswith(f"A  {first}, label s, variant ngram")
+    assert f"B  {second}, label s, variant ngram" in compared
+    # the report's reading of them (the figures read the same flat keys as any run's: not drawn here)
+    points = load_points([], str(store), {"label": "s"})
+    rows = cell_rows(points, journal(store))
+    assert sorted((r.variant, r.status, len(r.run_ids)) for r in rows) == [
+        (v, "done", 1) for v in ("ngram", "ngram", "remote", "remote", "synth", "synth")]
+    page = render_html("s", "", [], rows, points, [])
+    assert page.count('<details id="run-') == 6 and page.count("<td>Engine arguments</td>") == 2
+
+
+def test_a_launch_that_dies_mid_sweep_fails_its_cell_and_the_later_ones_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server dies during a cell: that cell is kept as measured and recorded failed (the server
+    exited); each later cell of the launch fails at once, saying how the server had exited, instead of
+    being run against nothing."""
+    vllm, _ = write_fake_engines(tmp_path / "bin")
+    store = tmp_path / "store"
+    text = f"""
+[sweep]
+store = "{store}"
+warmup = 0
+stop = []
+[server]
+engine = "vllm"
+model = "fake/model"
+engine_bin = "{vllm}"
+port = {free_port()}
+ready_timeout = 30
+stop_grace = 3
+args = ["--served-model-name", "fake-model"]
+env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 2 --itl-ms 5", FAKE_VLLM_MODE = "die-mid-run", FAKE_DIE_AFTER = "0.3" }}
+[benchmark]
+concurrency = [1, 2, 4]
+num_prompts = 400
+random_input_len = 8
+random_output_len = 32
+"""
+    rc, out, _ = sweep(tmp_path, text, capsys=capsys)
+    assert rc == 1, out
+    failed = {orjson.loads(e["cell"])["concurrency"]: e["reason"] for e in journal(store) if e["event"] == "failed"}
+    assert sorted(failed) == [1, 2, 4]
+    assert "exited with status 1 during the measured window" in failed[1]
+    assert all(re.search(r"vLLM \(pid \d+\) exited with status 1 before this run", failed[c]) for c in (2, 4))
+    (kept,) = stored(store)  # the dying cell's run, as measured; the later ones never ran
+    assert kept["stopped_reason"] == "server exited"
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ("[benchmark]\nconcurency = [1, 2]", "[benchmark] has no option 'concurency'"),
     ("[variants.a]\nmodle = 'x'", "[variants.a] has no field 'modle'"),
@@ -330,7 +461,7 @@ class ScriptedRunner:
     async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
         raise AssertionError("a synthetic cell's run starts its own server: nothing to warm up")
 
-    async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
+    async def run(self, cell: Cell, server: Any, stop: asyncio.Event) -> str:
         out = self.tmp_path / f"r{len(self.loads)}.json"
         await api.arun(dataclasses.replace(cell.config, store=None, result_json=out), stop=stop)
         doc = load_result(out)

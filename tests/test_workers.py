@@ -1,9 +1,10 @@
 """--workers: one schedule over several processes, merged into what one process would report.
 
 Against the synthetic server: exact counts, merged figures equal to those recomputed from the merged
-per-request rows, the open loop's merged arrivals tested against the asked-for distribution
-(Kolmogorov-Smirnov, written here: scipy is not a dependency), a worker killed mid-run, a stop
-(as Ctrl-C asks it) and a worker that cannot start.
+per-request rows, the closed loop's requests claimed from one shared table (--concurrency held with
+uneven requests, as one process holds it), the open loop's merged arrivals tested against the
+asked-for distribution (Kolmogorov-Smirnov, written here: scipy is not a dependency), a worker killed
+mid-run, a stop (as Ctrl-C asks it) and a worker that cannot start.
 """
 
 from __future__ import annotations
@@ -13,17 +14,21 @@ import asyncio
 import gc
 import json
 import math
+import mmap
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 import uvloop
 
 from fastbench import api
+from fastbench._core import Recorder, RunState
 from fastbench.cli.argtypes import workers_count
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
@@ -31,9 +36,10 @@ from fastbench.load import pacer
 from fastbench.load import workers as workers_module
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
+from fastbench.load.worker import claim_layout, claim_views
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
 from fastbench.results import notes as notes_module
-from fastbench.results.records import COL, ErrorClass
+from fastbench.results.records import COL, NCOLS, ErrorClass, new_histogram
 from fastbench.synthetic import SyntheticServer
 
 ENDPOINT = "/v1/completions"
@@ -49,6 +55,12 @@ def _run(coro: object) -> object:
     return uvloop.run(coro)  # type: ignore[arg-type]
 
 
+class DealtPool(WorkerPool):
+    """Local workers that deal the closed loop's requests up front, as --ray's (no shared memory) do."""
+
+    SHARED_MEMORY = False
+
+
 # -- the schedule ------------------------------------------------------------------------------------
 
 
@@ -61,6 +73,12 @@ def test_the_closed_loop_is_dealt_by_slots_without_repeats(n: int, concurrency: 
     assert sorted(sum((s.warmups for s in shares), [])) == list(range(5))
     for w, share in enumerate(shares):  # request i goes to the worker of slot i mod concurrency
         assert all((i % concurrency) % len(shares) == w for i in share.rows.tolist())
+    claimed = split_schedule(n, concurrency, None, 5, workers, claimed=True)  # one table, claimed as slots free
+    assert [s.slots for s in claimed] == [s.slots for s in shares]
+    assert all(s.rows.tolist() == list(range(n)) for s in claimed)
+    assert sorted(sum((s.warmups for s in claimed), [])) == list(range(5))
+    with pytest.raises(ValueError, match="open loop"):
+        split_schedule(n, concurrency, np.zeros(n, dtype=np.int64), 0, workers, claimed=True)
 
 
 def test_open_loop_arrivals_are_drawn_once_and_partitioned() -> None:
@@ -205,12 +223,12 @@ def test_a_killed_worker_is_reported_and_its_in_flight_requests_fail_as_lost() -
     lost = section["per_worker"][1]["lost"]
     assert lost is not None and "SIGKILL" in lost["how"] and lost["at_s"] > 0
     error = rows[:, COL["error"]]
-    mine = pool._workers[1].share.rows
+    mine = pool.rows_by_worker[1]  # the rows it claimed
     assert int((error[mine] == int(ErrorClass.WORKER_LOST)).sum()) >= 1  # its in-flight ones
     assert int((error == int(ErrorClass.WORKER_LOST)).sum()) == int((error[mine] == int(ErrorClass.WORKER_LOST)).sum())
     assert all("worker 1" in data.error_messages[int(i)]  # type: ignore[attr-defined]
                for i in np.flatnonzero(error == int(ErrorClass.WORKER_LOST)))
-    assert int(((error == 0) & (rows[:, COL["end_ns"]] > 0))[pool._workers[0].share.rows].sum()) > 0
+    assert int(((error == 0) & (rows[:, COL["end_ns"]] > 0))[pool.rows_by_worker[0]].sum()) > 0
     assert all(w.process is not None and w.process.returncode is not None for w in pool._workers)
 
 
@@ -231,6 +249,10 @@ def test_a_stop_ends_every_worker_and_keeps_what_was_measured() -> None:
     error = data.rows[:, COL["error"]]  # type: ignore[attr-defined]
     assert int((error == int(ErrorClass.CANCELLED)).sum()) > 0
     assert int((error != 0).sum()) == int((error == int(ErrorClass.CANCELLED)).sum())  # cancelled, not failed
+    # Each worker's messages (keyed by the rows it claimed from the shared table) land on their rows.
+    cancelled = np.flatnonzero(error == int(ErrorClass.CANCELLED)).tolist()
+    assert sorted(data.error_messages) == cancelled  # type: ignore[attr-defined]
+    assert all("in flight when the run stopped" in data.error_messages[i] for i in cancelled)  # type: ignore[attr-defined]
 
 
 def _open_fds_and_worker_maps() -> tuple[int, int]:
@@ -374,7 +396,7 @@ def test_a_stalled_worker_is_killed_as_lost_and_the_merged_result_is_returned(
     assert "said nothing" in section["per_worker"][1]["lost"]["how"]
     assert data.stopped_reason == ("interrupted" if then_stop else "worker lost")  # type: ignore[attr-defined]
     error = data.rows[:, COL["error"]]  # type: ignore[attr-defined]
-    assert int((error[pool._workers[1].share.rows] == int(ErrorClass.WORKER_LOST)).sum()) == 4  # its 4 slots
+    assert int((error[pool.rows_by_worker[1]] == int(ErrorClass.WORKER_LOST)).sum()) == 4  # its 4 slots
     assert pool._workers[1].process is not None and pool._workers[1].process.returncode == -signal.SIGKILL
     assert pool._workers[0].process is not None and pool._workers[0].process.returncode == 0
 
@@ -398,25 +420,38 @@ def test_workers_that_handed_in_their_result_are_reaped_together_and_killed_if_t
     assert _guarded(main(), pool) == [-signal.SIGKILL, -signal.SIGKILL]
 
 
-def test_a_killed_worker_counts_exactly_what_it_had_claimed() -> None:
-    """Short requests, several claimed between two progress reports: the core's count of claims in
-    the shared header says exactly which were in flight (its 4 slots), whenever the kill lands."""
+@pytest.mark.parametrize("pool_class", [WorkerPool, DealtPool])
+def test_a_killed_worker_counts_exactly_what_it_had_claimed(pool_class: type[WorkerPool]) -> None:
+    """Short requests, several claimed between two progress reports: what the core writes in the shared
+    memory on every claim (its mark at each row it claimed from the shared table; dealt, its count of
+    claims) says exactly which were in flight (its 4 slots), whenever the kill lands; no row is run
+    twice or skipped."""
     with SyntheticServer(ttft_ms=2, itl_ms=2) as server:
         for round_ in range(3):
             plan = LoadPlan(bodies=[_body(5)] * 20_000, warmup_bodies=[], concurrency=8)
-            pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+            pool = pool_class(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
 
             def kill(p: WorkerPool) -> None:
                 assert p._workers[1].process is not None
                 os.kill(p._workers[1].process.pid, signal.SIGKILL)
 
             data = _guarded(_run_and_then(pool, kill, 100 + 37 * round_), pool)
-            mine = data.rows[pool._workers[1].share.rows]  # type: ignore[attr-defined]
-            lost = np.flatnonzero(mine[:, COL["error"]] == int(ErrorClass.WORKER_LOST))
-            started = np.flatnonzero(mine.any(axis=1))
-            assert len(lost) == 4, (round_, lost.tolist())  # its slots, each with a request claimed
-            assert started.tolist() == list(range(len(started)))  # claimed in order, none skipped
-            assert lost.tolist() == started[-4:].tolist()
+            rows = data.rows  # type: ignore[attr-defined]
+            error = rows[:, COL["error"]]
+            others, mine = pool.rows_by_worker  # worker 1 is the one killed
+            assert not np.intersect1d(mine, others).size  # no row in two workers
+            lost = np.flatnonzero(error == int(ErrorClass.WORKER_LOST))
+            assert len(lost) == 4 and np.isin(lost, mine).all(), (round_, lost.tolist())  # its slots' rows
+            assert all("worker 1" in data.error_messages[int(i)] for i in lost)  # type: ignore[attr-defined]
+            started = np.flatnonzero(rows.any(axis=1))
+            if pool_class is WorkerPool:  # one table claimed in order: rows 0..k-1, each once
+                assert rows[mine].any(axis=1).all()  # each row it claimed finished there, or is lost
+                assert started.tolist() == list(range(len(started)))
+                assert sorted(np.concatenate([mine, others]).tolist()) == started.tolist()
+                assert len(mine) > 10 and len(others) > 10  # both took their part of the one table
+            else:  # dealt: each worker's own rows, claimed in its order
+                position = np.flatnonzero(rows[mine].any(axis=1))
+                assert position.tolist() == list(range(len(position)))
 
 
 def test_the_error_rate_rule_stops_each_worker_at_once() -> None:
@@ -433,15 +468,17 @@ def test_the_error_rate_rule_stops_each_worker_at_once() -> None:
 
 
 def test_a_closed_loop_dealt_unevenly_says_so_and_flags_the_idle_slots() -> None:
-    """Long and short requests alternate: dealt by slot, one worker gets every long one and the
-    other runs out early. The result says how the work was dealt and a note flags the shortfall."""
+    """Workers that share no memory (--ray's) deal requests up front. Long and short requests alternate:
+    dealt by slot, one worker gets every long one and the other runs out early. The result says how the
+    work was dealt and a note flags the shortfall."""
     lengths = [100 if i % 2 == 0 else 2 for i in range(40)]
     with SyntheticServer(ttft_ms=1, itl_ms=2) as server:
         plan = LoadPlan(bodies=[_body(n) for n in lengths], warmup_bodies=[], concurrency=4)
-        pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
+        pool = DealtPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
         data = _guarded(pool.run(), pool)
     section = data.extra["workers"]  # type: ignore[attr-defined]
     assert section["dealt"].startswith("closed loop") and "up front" in section["dealt"]
+    assert "share no memory" in section["dealt"]
     assert section["mean_in_flight"] == pytest.approx(data.mean_in_flight, rel=1e-9)  # type: ignore[attr-defined]
     dry = section["per_worker"][1]
     assert dry["ran_out_s"] > section["per_worker"][0]["ran_out_s"]  # the short requests' worker
@@ -458,3 +495,137 @@ def test_the_shortfall_note_is_only_for_a_real_shortfall() -> None:
                "per_worker": [{"index": 0, "ran_out_s": 0.1}, {"index": 1, "ran_out_s": 0.0}]}
     assert "SHORTFALL" not in notes_module._workers_note(section)
     assert "SHORTFALL" in notes_module._workers_note({**section, "idle_slot_share": 0.3})
+
+
+# -- the closed loop's requests claimed from one table every worker shares ------------------------------
+
+
+def _claiming_state(header: np.ndarray, claimers: np.ndarray, rows: np.ndarray, who: int) -> RunState:
+    state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
+    state.set_requests(b"", [b"{}"] * len(rows))
+    state.claim_from(header, claimers, who)
+    return state
+
+
+def test_cores_claim_each_row_of_the_shared_table_once_and_mark_it() -> None:
+    n = 5
+    header, claimers = np.zeros(8, dtype=np.int64), np.zeros(n, dtype=np.int32)
+    rows = np.zeros((n, NCOLS), dtype=np.int64)
+    first, second = (_claiming_state(header, claimers, rows, who) for who in (1, 2))
+    assert [first._claim_row(), second._claim_row(), second._claim_row(), first._claim_row()] == [0, 1, 2, 3]
+    assert second._claim_row() == 4 and first._claim_row() == -1 and second._claim_row() == -1
+    assert claimers.tolist() == [1, 2, 2, 1, 2]
+    assert header[0] == n  # an exhausted counter is read, not added to, by every slot that frees
+    assert first.next_row == second.next_row == n
+    with pytest.raises(ValueError, match="closed loop"):
+        first.chain_arrivals(np.zeros(n, dtype=np.int64))
+    with pytest.raises(ValueError, match="index \\+ 1"):
+        first.claim_from(header, claimers, 0)
+    with pytest.raises(ValueError, match="5 int32 claimer marks"):
+        first.claim_from(header, claimers[:4], 1)
+    first.claim_from(None, None, 0)  # off: its own table again
+    first.next_row = 0
+    assert first._claim_row() == 0 and header[0] == n
+
+
+CLAIMER = textwrap.dedent("""
+    import mmap, sys
+    import numpy as np
+    from fastbench._core import Recorder, RunState
+    from fastbench.load.worker import claim_layout, claim_views
+    from fastbench.results.records import new_histogram
+    fd, n, who = map(int, sys.argv[1:])
+    header, claimers, rows = claim_views(mmap.mmap(fd, claim_layout(n)[0]), n)
+    state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
+    state.set_requests(b"", [b"{}"] * n)
+    state.claim_from(header, claimers, who)
+    claim, count = state._claim_row, 0
+    print("ready", flush=True)
+    sys.stdin.readline()
+    while claim() >= 0:
+        count += 1
+    print(count, flush=True)
+""")
+
+
+def test_processes_claiming_at_once_never_take_a_row_twice() -> None:
+    """Two processes claim from one counter as fast as they can, together: an add that is not atomic
+    loses updates, and then two processes take one row (their counts add up to more than the rows,
+    and a row's mark is only the last writer's)."""
+    n = 2_000_000
+    size = claim_layout(n)[0]
+    fd = os.memfd_create("fastbench-test-claims", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        shared = mmap.mmap(fd, size)
+        procs = [subprocess.Popen([sys.executable, "-c", CLAIMER, str(fd), str(n), str(who)], pass_fds=(fd,),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for who in (1, 2)]
+        try:
+            for proc in procs:
+                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            for proc in procs:  # both go at once
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            counts = [int(proc.communicate(timeout=120)[0]) for proc in procs]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+        marks = np.bincount(claim_views(shared, n)[1], minlength=3).tolist()  # the views go at once
+        shared.close()
+    finally:
+        os.close(fd)
+    assert sum(counts) == n and marks == [0, *counts], (counts, marks)  # every row once, by who counted it
+    assert min(counts) > 0
+
+
+def _alternating_dataset(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / "uneven.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"prompt": "hi", "output_tokens": 100 if i % 2 == 0 else 2}) + b"\n"
+                              for i in range(n)))
+    return path
+
+
+def test_uneven_requests_over_two_workers_hold_the_concurrency_one_process_holds(tmp_path: Path) -> None:
+    """Long (100 tokens) and short (2) requests alternate, --concurrency 4: dealt up front by slot, one
+    worker got every long one and the mean in flight fell to ~2 of 4 (the review: 2.04 against 3.88);
+    claimed from one table, a freed slot of either worker takes the next request, as one process's do."""
+    n = 80
+    base = BenchConfig(dataset_name="custom", dataset_path=_alternating_dataset(tmp_path, n), custom_output_len=-1,
+                       dataset_order="file", num_prompts=n, concurrency=4, num_warmups=6, progress=False,
+                       save_outputs=True,
+                       per_request_arrays=True, result_json=tmp_path / "r.json",
+                       synthetic_args=("--ttft-ms", "1", "--itl-ms", "2"))
+    one = api.run(base)
+    two = api.run(base.replace(workers=2))
+    for result in (one, two):
+        assert result.counts.completed == n and result.counts.failed == 0
+        assert sorted(result.per_request.index) == list(range(n))  # every request once
+        by_index = dict(zip(result.per_request.index, result.per_request.output_lens, strict=True))
+        assert [by_index[i] for i in range(n)] == [100 if i % 2 == 0 else 2 for i in range(n)]  # its own body
+        # What the workers' cores kept by row (chunk stamps, outputs) is put on the right request.
+        assert result.per_request.itls is not None and result.per_request.generated_texts is not None
+        assert [len(gaps) for gaps in result.per_request.itls] == [99 if i % 2 == 0 else 1 for i in range(n)]
+        texts = result.per_request.generated_texts
+        assert all(len(texts[i]) > len(texts[i + 1]) > 0 for i in range(0, n, 2))
+        assert any("6 warm-up requests sent before the measured window" in note for note in result.notes)
+    section = two.workers
+    assert section is not None and section["count"] == 2 and section["lost"] == []
+    assert "claims the next request" in section["dealt"]
+    each = section["per_worker"]
+    assert sum(w["requests"] for w in each) == sum(w["completed"] for w in each) == n
+    assert all(w["requests"] > 0 and w["ran_out_s"] == 0.0 for w in each)
+    assert section["idle_slot_share"] == 0.0 and not any("SHORTFALL" in note for note in two.notes)
+    # --concurrency held as one process holds it (judged loosely against the one-process run just made:
+    # dealt up front, the same run gave ~0.53 of it).
+    assert two.client.mean_in_flight >= 0.85 * one.client.mean_in_flight, (two.client.mean_in_flight,
+                                                                              one.client.mean_in_flight)
+    # Merged per-request percentiles are the ones recomputed from the merged records.
+    assert two.per_request.latencies is not None
+    e2els = np.array(two.per_request.latencies) * 1e3
+    ttfts = np.array(two.per_request.ttfts) * 1e3
+    assert two.distributions["e2el"].p99 == pytest.approx(float(np.percentile(e2els, 99)), rel=1e-12)
+    assert two.distributions["e2el"].median == pytest.approx(float(np.median(e2els)), rel=1e-12)
+    assert two.distributions["ttft"].p99 == pytest.approx(float(np.percentile(ttfts, 99)), rel=1e-12)
+    assert two.histograms["itl"].get_total_count() == (n // 2) * 99 + (n // 2) * 1

@@ -99,10 +99,11 @@ def _check_outputs(config: BenchConfig) -> None:
         run_store.check_store_path(config.store)
 
 
-def run(config: BenchConfig) -> Result:
+def run(config: BenchConfig, *, server: LaunchedServer | None = None) -> Result:
     """Run a benchmark to the end and return its Result (on uvloop when it is installed).
 
     :param config: the run's options.
+    :param server: a launched server, ready, to measure without launching or stopping it (see :func:`arun`).
     :raises ConfigError: options that cannot work, or an output path that cannot be written
         (before anything is sent).
     :raises ServerError: the server cannot be reached or does not serve the model;
@@ -119,8 +120,8 @@ def run(config: BenchConfig) -> Result:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency, but the API does not need it
-        return asyncio.run(arun(config))
-    return uvloop.run(arun(config))
+        return asyncio.run(arun(config, server=server))
+    return uvloop.run(arun(config, server=server))
 
 
 async def arun(
@@ -128,6 +129,7 @@ async def arun(
     *,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     stop: asyncio.Event | None = None,
+    server: LaunchedServer | None = None,
 ) -> Result:
     """Run a benchmark inside the running event loop (any asyncio loop) and return its Result.
 
@@ -137,7 +139,15 @@ async def arun(
     :param on_progress: called about twice a second with counters (completed, in flight, ...).
     :param stop: set it to end the run early (e.g. on a signal): requests in flight are cancelled,
         and the Result, and any result files, say the run was interrupted and hold what was measured.
+    :param server: a server fastbench launched earlier and made ready
+        (``server = make_server(launch); await server.astart()``), to serve several runs: this run
+        measures it as a launched server (its engine, arguments and load time, memory, /metrics, and
+        in a store its loading log with this run's window lines) without launching or stopping it;
+        the caller stops it (``await server.astop()``) after its last run. ``config.launch`` is the
+        server's own LaunchConfig, or None for it; ``config.base_url`` None.
     """
+    if server is not None:
+        config = _handed(config, server)
     validate(config)
     synthetic = None
     launched = None
@@ -145,6 +155,11 @@ async def arun(
     # started before any launch, so that its baseline is the machine without the server
     memory = start_memory_sampler(config)
     try:
+        if server is not None:  # launched and ready already: watched as a launch, never stopped here
+            if memory is not None and server.pid is not None:
+                memory.set_server_pid(server.pid)
+            return await _run_against(config, server.base_url, None, on_progress, stop, watched=server,
+                                      memory=memory, shared_launch=True)
         if config.launch is not None:
             if config.dataset_path is None or os.path.isfile(config.dataset_path):  # a pipe is read once
                 # A dataset, tokenizer or length option that cannot work is found before the engine
@@ -192,6 +207,23 @@ async def arun(
             synthetic.stop()
         if launched is not None:
             await launched.astop()  # SIGTERM, SIGKILL after the grace period; checks the port is free
+
+
+def _handed(config: BenchConfig, server: LaunchedServer) -> BenchConfig:
+    """The run's config for a server handed to it (its launch filled in); ConfigError when the two
+    disagree or the server is not ready, ServerError when it has stopped."""
+    if config.base_url is not None:
+        raise ConfigError("a run given a launched server measures that server: leave base_url unset")
+    if config.launch is not None and config.launch != server.launch:
+        raise ConfigError("config.launch is not the given server's LaunchConfig: pass that one, or None")
+    if server.stopped:
+        raise ServerError(f"the given {server.engine_name} server was stopped before this run")
+    if server.process is None or server.load_time_s is None:
+        raise ConfigError(f"the given {server.engine_name} server is not ready: start it (await server.astart())")
+    died = server.exit_message()
+    if died is not None:
+        raise ServerError(f"{died} before this run; log: {server.log_path}; last lines:\n{server.log_tail()}")
+    return dataclasses.replace(config, launch=server.launch)
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None, why: str) -> T:
@@ -260,7 +292,9 @@ async def _run_against(
     *,
     watched: LaunchedServer | ExternalServer,
     memory: MemoryRun | None = None,
+    shared_launch: bool = False,
 ) -> Result:
+    """The run against a ready server (``shared_launch``: launched before this run, kept up after it)."""
     target = Target.parse(base_url, config.endpoint)
     server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
     async with control.http_session(verify_tls=not config.insecure, headers=config.headers) as session:
@@ -330,16 +364,19 @@ async def _run_against(
         finally:
             await monitor.finish()
         window = monitor.report()
+        if shared_launch:
+            window = window.for_shared_launch()
         if synthetic is not None or str(server_info.get("version") or "").startswith("fastbench-synthetic"):
             # the synthetic server's /metrics mimic vLLM's names: they tell no engine
             window = dataclasses.replace(window, metrics=dataclasses.replace(window.metrics, engine=None))
         memory_seen = None
-        if memory is not None:  # stopped here, before teardown: the series covers launch to window end
-            attached = synthetic is None and not isinstance(watched, LaunchedServer)
-            memory_seen = memory_report(memory.stop(), watched, baseline_before_server=not attached)
-        if isinstance(watched, LaunchedServer):
-            await watched.astop()  # here, not only in arun's finally: the result says how the teardown went
-        server_log = _server_log_to_keep(watched) if config.store is not None else None
+        launched_here = watched if isinstance(watched, LaunchedServer) and not shared_launch else None
+        if memory is not None:  # stopped before teardown: from the launch (a shared one's: this run) to window end
+            before = synthetic is not None or launched_here is not None
+            memory_seen = memory_report(memory.stop(), watched, baseline_before_server=before)
+        if launched_here is not None:
+            await launched_here.astop()  # here, not only in arun's finally: the result says how the teardown went
+        server_log = _server_log_to_keep(watched, shared_launch) if config.store is not None else None
         died = monitor.server_died
         synthetic_stats = None
         synthetic_lost: list[str] = []
@@ -368,7 +405,7 @@ async def _run_against(
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
     server_info.update(card.server_sections(
-        window, memory=memory_seen, teardown=watched.teardown if isinstance(watched, LaunchedServer) else None,
+        window, memory=memory_seen, teardown=launched_here.teardown if launched_here is not None else None,
         client_tokens_per_chunk=result.mean_tokens_per_chunk,
         client_in_flight=card.ClientInFlight(result.client.mean_in_flight, data.rows),
         later_notes=[*reset_notes, *synthetic_lost]))
@@ -431,15 +468,22 @@ async def _ready_check(base_url: str, session: Any, config: BenchConfig) -> None
 SERVER_LOG_KEPT_CHARS = 256 * 1024
 
 
-def _server_log_to_keep(watched: LaunchedServer | ExternalServer) -> str | None:
+def _server_log_to_keep(watched: LaunchedServer | ExternalServer, shared_launch: bool = False) -> str | None:
     """A launched server's log for the store: from its launch to the measured window (the last
     SERVER_LOG_KEPT_CHARS of it), then the window's warnings, errors and "SpecDecoding metrics"
-    lines; secrets redacted. None for a server fastbench did not launch (it has no log here)."""
+    lines; secrets redacted (a launch serving several runs: up to its first window, the same for each).
+    None for a server fastbench did not launch (it has no log here)."""
     if not isinstance(watched, LaunchedServer):
         return None
-    loading = watched.log_text(until_window=True)
+    if shared_launch:
+        loading = watched.log_text(until_first_window=True)
+        until = (f"its first measured run (launched once for several runs, this is its run "
+                 f"{watched.log.windows_ended}; all of them in {watched.log_path})")
+    else:
+        loading = watched.log_text(until_window=True)
+        until = "the measured window"
     cut = len(loading) > SERVER_LOG_KEPT_CHARS
-    parts = [f"# fastbench: the server's log from its launch to the measured window"
+    parts = [f"# fastbench: the server's log from its launch to {until}"
              f"{' (its last 256 KiB)' if cut else ''}\n",
              loading[-SERVER_LOG_KEPT_CHARS:],
              "\n# fastbench: the measured window's warnings, errors and \"SpecDecoding metrics\" lines\n",

@@ -1,6 +1,6 @@
 # cython: language_level=3
 # Every C declaration from csrc/ lives here; the .pyx files use these names only.
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from posix.time cimport timespec, CLOCK_MONOTONIC
 from posix.uio cimport iovec
 
@@ -18,6 +18,11 @@ cdef extern from "fb_clock.h" nogil:
 
 cdef extern from "fb_cache.h" nogil:
     void fb_prefetch(const void *p, size_t bytes)
+
+
+cdef extern from "fb_claim.h" nogil:
+    int64_t fb_claim_next(int64_t *next, int64_t n)
+    void fb_claim_mark(int32_t *claimers, int64_t row, int32_t claimer)
 
 
 cdef extern from "fb_errors.h":

@@ -206,6 +206,11 @@ cdef class RunState:
     cdef public Py_ssize_t n_rows      # requests in the run
     cdef int64_t *claims_out           # --workers: next_row is written here on every claim (publish_claims); NULL: off
     cdef object claims_owner           # the buffer claims_out points into (kept alive with it)
+    cdef int64_t *claim_next           # --workers, closed loop on one machine: the counter every worker
+                                       # claims rows from, in memory they share (claim_from); NULL: off
+    cdef int32_t *claimers             # with it: per row, the worker that claimed it (its index + 1)
+    cdef int32_t claimer               # this worker's mark there
+    cdef object claim_buffers          # the buffers those two point into (kept alive with them)
     cdef public int64_t others_completed  # --workers: the other workers' finished requests, as last told (the
     cdef public int64_t others_failed     # error-rate rule counts them with this one's own)
     cdef list bodies                   # request bodies (JSON), by row
@@ -215,6 +220,7 @@ cdef class RunState:
     cpdef Py_ssize_t _claim_due_row(self, int64_t now)
     cdef _check_error_rate(self)
     cdef void _publish_claim(self) noexcept
+    cdef Py_ssize_t _claim_shared(self) noexcept
 
 
 cdef class StreamConnection:

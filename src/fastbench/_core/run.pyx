@@ -267,8 +267,47 @@ cdef class RunState:
         if self.claims_out != NULL:
             self.claims_out[0] = self.next_row
 
+    def claim_from(self, object next_row, object claimers, int claimer):
+        """--workers on one machine, closed loop: claim rows from one request table that several
+        processes share, as one process's slots claim them from its own. ``next_row`` (int64,
+        ``[0]``) is the next row of the whole table, taken with an atomic add by every worker's
+        core; ``claimers`` (int32, one per row) gets ``claimer`` (this worker's index + 1) at each
+        row this worker takes, before the request is sent: a parent knows exactly which rows a
+        worker that died had taken. The table (``rows``) and bodies are the whole run's. None
+        turns it off. Not for the open loop (its arrivals are dealt: chain_arrivals refuses)."""
+        cdef int64_t[::1] counter
+        cdef int32_t[::1] marks
+        if next_row is None:
+            self.claim_next = NULL
+            self.claimers = NULL
+            self.claim_buffers = None
+            return
+        counter = next_row
+        marks = claimers
+        if counter.shape[0] < 1 or marks.shape[0] < self.n_rows:
+            raise ValueError(f"claim_from needs an int64 counter and {self.n_rows} int32 claimer marks")
+        if claimer < 1:
+            raise ValueError("a claimer's mark is its index + 1 (0 means unclaimed)")
+        if self.chain_due:
+            raise ValueError("shared claims are for the closed loop: the open loop's arrivals are dealt")
+        self.claim_buffers = (counter, marks)
+        self.claim_next = &counter[0]
+        self.claimers = &marks[0] if marks.shape[0] else NULL
+        self.claimer = claimer
+
+    cdef Py_ssize_t _claim_shared(self) noexcept:
+        cdef int64_t row = fb_claim_next(self.claim_next, self.n_rows)
+        if row < 0:
+            self.next_row = self.n_rows
+            return -1
+        fb_claim_mark(self.claimers, row, self.claimer)
+        self.next_row = row + 1  # here: one past the last row this worker took
+        return row
+
     cpdef Py_ssize_t _claim_row(self):
         """Index of the next request to send, or -1 when none is left."""
+        if self.claim_next != NULL:  # --workers: from the table every worker shares
+            return self._claim_shared()
         if self.next_row >= self.n_rows:
             return -1
         self.next_row += 1
@@ -285,6 +324,8 @@ cdef class RunState:
             self.chain_due = False
             self.arrival_offsets = None
             return
+        if self.claim_next != NULL:
+            raise ValueError("shared claims are for the closed loop: the open loop's arrivals are dealt")
         if len(offsets_ns) != self.n_rows:
             raise ValueError(f"{len(offsets_ns)} arrival times for {self.n_rows} requests")
         self.arrival_offsets = offsets_ns

@@ -29,7 +29,7 @@ The file (docs/sweep.md)::
 Each cell's options become the command line they stand for (the --config machinery, so a key and a
 value mean what they mean there) and go through fastbench.api, one run per cell.
 
-One module of ~640 lines because the file's keys are checked where the plan reads them (each error
+One module of ~650 lines because the file's keys are checked where the plan reads them (each error
 names its key), and the summary's table, CSV and dry run print what that plan holds.
 """
 
@@ -46,7 +46,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
@@ -54,7 +54,21 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, StoreError
 from fastbench.study import grid
 from fastbench.study import store as run_store
-from fastbench.study.sweep import SUMMARY_FIGURES, Cell, Group, Journal, Plan, Point, Search, StopRules, execute
+from fastbench.study.sweep import (
+    SUMMARY_FIGURES,
+    Cell,
+    Group,
+    Journal,
+    Launched,
+    Plan,
+    Point,
+    Search,
+    StopRules,
+    execute,
+)
+
+if TYPE_CHECKING:
+    from fastbench.server.launch import LaunchedServer
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -443,17 +457,19 @@ class _ApiRunner:
         await server.astart(stop)
         return _Launched(server, server.load_time_s or time.monotonic() - started)
 
-    async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
+    async def run(self, cell: Cell, server: Launched | None, stop: asyncio.Event) -> str:
+        """The cell's run; against the group's launched server, a run of that launch (api.arun's
+        ``server``): its result and store folder say so, as a ``--launch`` run's do."""
         from fastbench import api
 
         config = cell.config
-        if base_url is not None:
-            config = dataclasses.replace(config, launch=None, base_url=base_url)
-        result = await api.arun(config, stop=stop)
+        launched = server.server if isinstance(server, _Launched) else None
+        if launched is not None:  # its launch as it ran: the log's path the sweep gave it
+            config = dataclasses.replace(config, launch=launched.launch)
+        result = await api.arun(config, stop=stop, server=launched)
         if result.run_id is None:
             raise StoreError("the run was not stored")
         return result.run_id
-
 
     async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
         from fastbench import api
@@ -466,7 +482,9 @@ class _ApiRunner:
 
 
 class _Launched:
-    def __init__(self, server: Any, load_s: float) -> None:
+    """A group's server, launched and ready, serving the group's cells."""
+
+    def __init__(self, server: LaunchedServer, load_s: float) -> None:
         self.server = server
         self.base_url: str | None = server.base_url
         self.load_s = load_s

@@ -37,7 +37,16 @@ class Part:
     rows_index: np.ndarray  # int64: workload index of each of its rows
     table: np.ndarray  # int64 (len(rows_index), NCOLS): its request table
     data: RunData | None
-    error_messages: dict[int, str] = dataclasses.field(default_factory=dict)  # by its own row
+    error_messages: dict[int, str] = dataclasses.field(default_factory=dict)  # by its row in ``table``
+    # The maps the worker's core keyed by row (error messages, outputs, chunk stamps) are keyed by workload
+    # index already: it claimed rows from the whole run's table. False: by its own row, rows_index's order.
+    keyed_by_index: bool = False
+
+    def workload_keys(self, by_row: dict[int, Any]) -> dict[int, Any]:
+        """One of the worker's maps keyed by its core's row, keyed by workload index."""
+        if self.keyed_by_index:
+            return {int(row): value for row, value in by_row.items()}
+        return {int(self.rows_index[row]): value for row, value in by_row.items()}
 
 
 def histogram_from_counts(counts: np.ndarray) -> Any:
@@ -80,9 +89,9 @@ def merge_parts(parts: Sequence[Part], n_rows: int, *, start_ns: int, end_ns: in
         # The core numbers rows within its worker; the workload index is what the result keys on.
         started = part.rows_index[part.table.any(axis=1)]
         rows[started, COL["index"]] = started
-        own = dict(part.data.error_messages) if part.data is not None else {}
-        own.update(part.error_messages)
-        messages.update({int(part.rows_index[row]): text for row, text in own.items()})
+        if part.data is not None:
+            messages.update(part.workload_keys(part.data.error_messages))
+        messages.update({int(part.rows_index[row]): text for row, text in part.error_messages.items()})
     histograms: dict[str, Any] = {}
     for name in (reported[0].histograms if reported else ("itl_chunk", "itl_token", "skew")):
         counts = [np.asarray(d.histograms[name], dtype=np.int64) for d in reported]
@@ -100,8 +109,8 @@ def merge_parts(parts: Sequence[Part], n_rows: int, *, start_ns: int, end_ns: in
     for key in ROW_KEYED_EXTRA:
         found = [(part, part.data.extra[key]) for part in parts if part.data is not None and key in part.data.extra]
         if found:
-            merged_extra[key] = {int(part.rows_index[row]): value for part, by_row in found
-                                 for row, value in by_row.items()}
+            merged_extra[key] = {index: value for part, by_row in found
+                                 for index, value in part.workload_keys(by_row).items()}
     merged_extra.update(extra)
     return RunData(
         rows=rows,

@@ -147,6 +147,9 @@ class _Node:
 class RayPool(WorkerPool):
     """Runs one LoadPlan over Ray actors and returns one merged RunData (``run()``, ``stop(reason)``)."""
 
+    # Actors on other nodes share no memory with the driver: a closed loop's requests are dealt up front.
+    SHARED_MEMORY = False
+
     def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *, address: str,
                  workers: int | None = None, workers_per_node: int | None = None) -> None:
         super().__init__(target, plan, api_key, workers=max(1, workers or 1))

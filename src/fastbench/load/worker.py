@@ -18,8 +18,14 @@ common start on CLOCK_MONOTONIC (one clock for every process of a host); ``("sto
 --max-error-rate rule adds to its own; ``("skew_offset", ns)`` before ``start`` (--ray): what the core
 subtracts from its receive stamps for skew, its clock less the server's (0 on the server's host).
 
-The shared memory is a header of HEADER_BYTES (its first int64: the rows this worker has claimed so
-far, written by the core on every claim) and then the request table.
+The shared memory, in one of two layouts. Requests dealt to the worker (open loop, or a closed loop
+dealt up front; see :mod:`fastbench.load.workers`): the worker's own, a header of HEADER_BYTES (its
+first int64 the rows this worker has claimed so far, written by the core on every claim) and then its
+request table.
+Requests claimed (closed loop, ``WorkerSpec.shared_claims``): one memory for the whole run, shared by
+every worker: a header of HEADER_BYTES (its first int64 the next row to claim, taken by the cores with
+an atomic add), one int32 per row (the worker that claimed it, its index + 1; padded to 64 bytes),
+then the whole run's request table, each row written by the worker that claimed it.
 """
 
 from __future__ import annotations
@@ -43,14 +49,15 @@ from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import NCOLS, RunData
 
-__all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "histogram_counts", "read_frame", "run_worker",
-           "shared_size", "shared_views", "write_frame")
+__all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "claim_layout", "claim_views", "histogram_counts",
+           "read_frame", "run_worker", "shared_size", "shared_views", "write_frame")
 
 # How often a worker tells its parent its counts (and, outside its window, that it is alive); the
 # parent sends every worker the others' counts as often, for --max-error-rate.
 REPORT_INTERVAL_S = 0.05
 # The shared memory's header, before the request table: one cache line, its first int64 the count of
-# rows claimed (RunState.publish_claims).
+# rows claimed (RunState.publish_claims), or with shared claims the next row to claim (RunState.claim_from:
+# a line of its own, which every worker's atomic add takes in turn).
 HEADER_BYTES = 64
 # The start instant is awaited by sleeping to this much before it, then reading the clock until it
 # comes: an event loop's timers are only as fine as a millisecond.
@@ -81,6 +88,9 @@ class WorkerSpec:
     report_interval_s: float = REPORT_INTERVAL_S
     max_error_rate: float | None = None  # the rule applied here, to its own counts and the others' as last told
     kernel_timestamps: bool = True
+    # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,
+    # and each request is claimed from the table the parent shares with every worker (RunState.claim_from).
+    shared_claims: bool = False
 
 
 @dataclasses.dataclass
@@ -102,7 +112,8 @@ def histogram_counts(hist: Any) -> np.ndarray:
 
 
 async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: asyncio.Queue[tuple[str, Any]],
-                     rows: np.ndarray | None = None, claims: np.ndarray | None = None) -> WorkerOutcome:
+                     rows: np.ndarray | None = None, claims: np.ndarray | None = None,
+                     shared_claims: tuple[np.ndarray, np.ndarray] | None = None) -> WorkerOutcome:
     """Run one worker's share: warm up, say "ready", wait for "start", run, return what it measured.
 
     :param send: delivers one message to the parent (``kind``, ``payload``).
@@ -111,6 +122,9 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         returned in the outcome.
     :param claims: an int64 array (shared with the parent) whose first element the core keeps at
         the count of rows claimed, so that a parent knows what a worker that died had taken.
+    :param shared_claims: with ``spec.shared_claims``, the run's claim counter (int64) and claimer marks
+        (int32, one per row), shared by every worker (RunState.claim_from); ``rows`` is then the whole
+        run's table, shared too.
     """
     loop = asyncio.get_running_loop()
     started: asyncio.Future[int | None] = loop.create_future()
@@ -191,6 +205,8 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
     generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows)
     if claims is not None:
         generator.state.publish_claims(claims)
+    if shared_claims is not None:
+        generator.state.claim_from(shared_claims[0], shared_claims[1], spec.index + 1)
     core_stop = generator.state.on_stop
 
     def stopping(reason: str) -> None:  # the core stops of its own accord: the parent stops the others
@@ -231,6 +247,24 @@ def shared_size(n_rows: int) -> int:
     return HEADER_BYTES + n_rows * NCOLS * 8
 
 
+def claim_layout(n_rows: int) -> tuple[int, int, int]:
+    """The run's claimed table in shared memory: its size, and where the claimer marks and the request
+    table begin (each on a cache line of its own: a request row is two lines, written by one worker)."""
+    marks = HEADER_BYTES
+    table = marks + -(-n_rows * 4 // 64) * 64
+    return table + n_rows * NCOLS * 8, marks, table
+
+
+def claim_views(shared: mmap.mmap, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The claim counter's header (int64), the claimer marks (int32) and the request table of a run's
+    claimed table (claim_layout)."""
+    _, marks, table = claim_layout(n_rows)
+    header = np.frombuffer(shared, dtype=np.int64, count=HEADER_BYTES // 8)
+    claimers = np.frombuffer(shared, dtype=np.int32, count=n_rows, offset=marks)
+    rows = np.frombuffer(shared, dtype=np.int64, count=n_rows * NCOLS, offset=table).reshape(-1, NCOLS)
+    return header, claimers, rows
+
+
 def write_frame(kind: str, payload: Any) -> bytes:
     """One message as it travels: its length, then the pickle of ``(kind, payload)``."""
     body = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
@@ -254,8 +288,15 @@ async def _serve(control: socket.socket, rows_fd: int) -> int:
     if first is None or first[0] != "spec":
         return 2
     spec: WorkerSpec = first[1]
-    shared = mmap.mmap(rows_fd, shared_size(len(spec.bodies))) if rows_fd >= 0 else None
-    claims, rows = shared_views(shared, len(spec.bodies)) if shared is not None else (None, None)
+    n = len(spec.bodies)
+    claims: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    shared_claims: tuple[np.ndarray, np.ndarray] | None = None
+    if rows_fd >= 0 and spec.shared_claims:
+        header, claimers, rows = claim_views(mmap.mmap(rows_fd, claim_layout(n)[0]), n)
+        shared_claims = (header, claimers)
+    elif rows_fd >= 0:
+        claims, rows = shared_views(mmap.mmap(rows_fd, shared_size(n)), n)
     inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     def send(kind: str, payload: Any) -> None:
@@ -271,7 +312,7 @@ async def _serve(control: socket.socket, rows_fd: int) -> int:
 
     pumping = asyncio.get_running_loop().create_task(pump())
     try:
-        outcome = await run_worker(spec, send, inbox, rows, claims)
+        outcome = await run_worker(spec, send, inbox, rows, claims, shared_claims)
     except Exception as exc:  # its own error, for the parent to fail the run with
         send("failed", f"{type(exc).__name__}: {exc}")
         await writer.drain()

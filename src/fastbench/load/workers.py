@@ -6,19 +6,24 @@ re-run in the children, and nothing of the parent's event loop or threads is for
 ordinary LoadGenerator on its own event loop and native core. The parent keeps the rest: the one
 server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, the merge.
 
-* One schedule. Closed loop: the slots are dealt round-robin to the workers, and request ``i`` goes
-  to the worker of slot ``i mod concurrency``, so each worker holds requests in proportion to its
-  slots. Open loop: the arrivals are drawn once, here, exactly as one process draws them, and
-  arrival ``i`` (request ``i``) goes to worker ``i mod N``: the union of the workers' arrivals is the
-  drawn process itself. No request is in two workers. Warm-ups are dealt round-robin too.
+* One schedule. Closed loop: the slots are dealt round-robin to the workers, and every worker holds the
+  whole request table, in memory they share with this process: a worker whose slot frees claims the
+  next request with an atomic add on one counter there (RunState.claim_from), as one process's slots
+  claim the next row of its table, so --concurrency is held until the requests run out, whatever
+  their lengths. (A transport without shared memory, --ray's, deals request ``i`` to the worker of
+  slot ``i mod concurrency`` up front instead, and says so.) Open loop: the arrivals are drawn once,
+  here, exactly as one process draws them, and arrival ``i`` (request ``i``) goes to worker
+  ``i mod N``: the union of the workers' arrivals is the drawn process itself. No request is in two
+  workers. Warm-ups are dealt round-robin.
 * One start instant on CLOCK_MONOTONIC (one clock for every process of the host), chosen once every
   worker is warm; ``--max-seconds`` ends every worker at the same instant from it.
 * ``--max-error-rate``: each worker applies the rule to its own counts plus the others' as the
   parent last sent them (every worker.REPORT_INTERVAL_S), and stops at once; it tells the parent,
   which stops the others.
 * Faults. A worker's request table lives in memory shared with the parent (a memfd), so what it
-  finished stands if it dies; so does the count of rows it had claimed, which its core writes there
-  on every claim. Its requests claimed but unfinished are then counted failed as WORKER_LOST, the run
+  finished stands if it dies; so does what it had claimed, which its core writes there on every claim
+  before the request is sent (closed loop: its mark at each row it claimed; open loop: the count of
+  its rows it had claimed). Its requests claimed but unfinished are then counted failed as WORKER_LOST, the run
   stops ("worker lost": the load asked for is no longer applied), and the result names the worker
   and when. A worker that cannot start fails the run with its own error.
 * The parent holds the deadlines: a worker says something every worker.REPORT_INTERVAL_S, and one
@@ -57,6 +62,8 @@ from fastbench.load.worker import (
     REPORT_INTERVAL_S,
     WorkerOutcome,
     WorkerSpec,
+    claim_layout,
+    claim_views,
     read_frame,
     shared_size,
     shared_views,
@@ -125,23 +132,26 @@ def arrival_offsets_ns(plan: LoadPlan) -> np.ndarray | None:
 class Share:
     """One worker's part of the schedule."""
 
-    rows: np.ndarray  # int64: the workload indexes of its requests, in the order it sends them
+    rows: np.ndarray  # int64: the workload indexes of its requests, in the order it sends them (claimed: all)
     slots: int
     warmups: list[int]  # indexes into the warm-up bodies
     offsets: np.ndarray | None  # its arrivals' offsets from the common start (open loop)
 
 
 def split_schedule(n: int, concurrency: int, offsets: np.ndarray | None, n_warmups: int,
-                   workers: int) -> list[Share]:
+                   workers: int, *, claimed: bool = False) -> list[Share]:
     """Deal one run's schedule to ``workers`` workers (fewer when there are fewer slots or requests:
-    each holds at least one of both). See the module's docstring for the rule."""
+    each holds at least one of both). See the module's docstring for the rule. ``claimed`` (closed
+    loop only): every worker holds every request and claims them as its slots free."""
+    if claimed and offsets is not None:
+        raise ValueError("only the closed loop's requests are claimed: the open loop's arrivals are dealt")
     count = max(1, min(workers, concurrency, n))
     slots = [concurrency // count + (1 if w < concurrency % count else 0) for w in range(count)]
     index = np.arange(n, dtype=np.int64)
     owner = index % count if offsets is not None else (index % concurrency) % count
     shares = []
     for w in range(count):
-        rows = index[owner == w]
+        rows = index if claimed else index[owner == w]
         shares.append(Share(rows=rows, slots=slots[w], warmups=list(range(w, n_warmups, count)),
                             offsets=offsets[rows] if offsets is not None else None))
     return shares
@@ -157,8 +167,8 @@ class WorkerLink:
     writer: asyncio.StreamWriter | None = None
     reader: asyncio.StreamReader | None = None
     shared: mmap.mmap | None = None
-    table: np.ndarray | None = None
-    claims: np.ndarray | None = None  # the shared header: [0] is the count of rows it has claimed
+    table: np.ndarray | None = None  # dealt requests: its own table (claimed: the pool holds the run's)
+    claims: np.ndarray | None = None  # the shared header: [0] is the count of rows it has claimed (dealt)
     ready: bool = False
     heard_ns: int = 0  # when it last said anything (0: not yet)
     finishing: bool = False  # its window is over; it is building its result
@@ -185,6 +195,10 @@ class WorkerPool:
     """Runs one LoadPlan over several worker processes and returns one merged RunData; the same
     interface as LoadGenerator (``run()``, ``stop(reason)``)."""
 
+    # The workers are processes of this machine, sharing memory with this one: a closed loop's requests
+    # are claimed from one table (False: dealt up front, as --ray's actors on other nodes need).
+    SHARED_MEMORY = True
+
     def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *, workers: int,
                  chosen_because: str | None = None) -> None:
         if workers < 1:
@@ -207,6 +221,15 @@ class WorkerPool:
         # From the chosen instant to the window's start: time for "start" to reach every worker.
         self.start_margin_ns = START_MARGIN_NS
         self.merge_ns = 0  # how long the merge took (bench/workers.py weighs it against the run)
+        # Closed loop over shared memory: the run's one request table, its claim counter and claimer
+        # marks (worker.claim_layout), and its memfd until every worker has its own copy.
+        self._claiming = False
+        self._claim_fd = -1
+        self._claim_map: mmap.mmap | None = None
+        self._claim_next: np.ndarray | None = None
+        self._claimers: np.ndarray | None = None
+        self._claim_table: np.ndarray | None = None
+        self.rows_by_worker: list[np.ndarray] = []  # after the run: the workload indexes each worker held
 
     # -- control -------------------------------------------------------------------------------
 
@@ -248,12 +271,17 @@ class WorkerPool:
         helpers: list[asyncio.Task[None]] = []
         try:
             count = await self._prepare()
-            shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), count)
+            self._claiming = self.SHARED_MEMORY and offsets is None
+            shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), count,
+                                    claimed=self._claiming)
             self._workers = [self._new_worker(share, i) for i, share in enumerate(shares)]
+            if self._claiming:
+                self._open_claim_table(n)
             for worker in self._workers:
                 await self._spawn(worker)
                 if self._stop_reason is not None:  # stopped while the transport was being readied
                     worker.send("stop", self._stop_reason)
+            self._close_claim_fd()  # every worker has its own
             follows = [loop.create_task(self._follow(w)) for w in self._workers]
             # Both until every worker is reaped: a stalled one is killed, a Ctrl-C is heard.
             helpers.append(loop.create_task(self._watch()))
@@ -300,15 +328,33 @@ class WorkerPool:
     async def _before_start(self) -> None:
         """Every worker is warm; the start instant is chosen next."""
 
+    def _open_claim_table(self, n: int) -> None:
+        """The closed loop's one request table, claim counter and claimer marks, in a memfd every worker
+        maps (worker.claim_layout)."""
+        size = claim_layout(n)[0]
+        self._claim_fd = os.memfd_create("fastbench-worker-claims", os.MFD_CLOEXEC)
+        os.ftruncate(self._claim_fd, size)
+        self._claim_map = mmap.mmap(self._claim_fd, size)
+        self._claim_next, self._claimers, self._claim_table = claim_views(self._claim_map, n)
+
+    def _close_claim_fd(self) -> None:
+        if self._claim_fd >= 0:
+            os.close(self._claim_fd)
+            self._claim_fd = -1
+
     async def _spawn(self, worker: WorkerLink) -> None:
         share = worker.share
         # CLOEXEC: no other child inherits it; pass_fds hands it to this worker alone.
-        fd = os.memfd_create(f"fastbench-worker-{worker.index}", os.MFD_CLOEXEC)
+        if self._claim_fd >= 0:  # the run's claimed table: each worker its own fd of the one memfd
+            fd = os.dup(self._claim_fd)
+        else:
+            fd = os.memfd_create(f"fastbench-worker-{worker.index}", os.MFD_CLOEXEC)
         parent_end, child_end = socket.socketpair()
         try:
-            os.ftruncate(fd, shared_size(len(share.rows)))
-            worker.shared = mmap.mmap(fd, shared_size(len(share.rows)))
-            worker.claims, worker.table = shared_views(worker.shared, len(share.rows))
+            if self._claim_fd < 0:
+                os.ftruncate(fd, shared_size(len(share.rows)))
+                worker.shared = mmap.mmap(fd, shared_size(len(share.rows)))
+                worker.claims, worker.table = shared_views(worker.shared, len(share.rows))
             # The package this module is in, first on the child's path: the same fastbench as here.
             env = dict(os.environ)
             root = str(pathlib.Path(__file__).resolve().parents[2])
@@ -340,15 +386,21 @@ class WorkerPool:
             rate = (len(share.offsets) - 1) / span_s if span_s > 0 else float(len(share.offsets))
         elif share.offsets is not None:
             rate = 1.0
+        if self._claiming:  # every request, claimed as the slots free
+            bodies, expected_here = list(plan.bodies), list(expected) if expected else None
+        else:
+            bodies = [plan.bodies[i] for i in rows]
+            expected_here = [expected[i] for i in rows] if expected else None
         return WorkerSpec(
             index=worker.index, target=self.target, api_key=self.api_key, headers=dict(plan.headers),
-            rows=share.rows, bodies=[plan.bodies[i] for i in rows],
+            rows=share.rows, bodies=bodies,
             warmup_bodies=[plan.warmup_bodies[i] for i in share.warmups],
             concurrency=share.slots, request_rate=rate, arrival_offsets_ns=share.offsets,
             max_seconds=plan.max_seconds, request_timeout_s=plan.request_timeout_s, verify_tls=plan.verify_tls,
-            coalesce_s=plan.coalesce_s, expected_output_tokens=[expected[i] for i in rows] if expected else None,
+            coalesce_s=plan.coalesce_s, expected_output_tokens=expected_here,
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
-            max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps)
+            max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps,
+            shared_claims=self._claiming)
 
     async def _follow(self, worker: WorkerLink) -> None:
         """Read one worker's messages until it hands in its result or is gone."""
@@ -496,25 +548,26 @@ class WorkerPool:
                     await worker.writer.wait_closed()
 
     def _release(self) -> None:
-        """The shared memory let go (the run failed: nothing will be merged from it)."""
+        """The shared memory let go (merged, or the run failed: nothing will be merged from it)."""
         for worker in self._workers:
             worker.table = worker.claims = None
             if worker.shared is not None:
                 with contextlib.suppress(BufferError):
                     worker.shared.close()
                 worker.shared = None
+        self._claim_next = self._claimers = self._claim_table = None
+        if self._claim_map is not None:
+            with contextlib.suppress(BufferError):
+                self._claim_map.close()
+            self._claim_map = None
+        self._close_claim_fd()
 
     # -- the merge -----------------------------------------------------------------------------
 
     def _merged(self) -> RunData:
-        parts = []
-        claimed = []
-        for worker in self._workers:
-            assert worker.table is not None
-            table = np.array(worker.table)  # a copy: the shared memory is let go below
-            claimed.append(int(worker.claims[0]) if worker.claims is not None else _claimed_as_reported(worker, table))
-            parts.append(Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None))
+        parts, claimed = self._claimed_parts() if self._claim_table is not None else self._dealt_parts()
         self._release()
+        self.rows_by_worker = [part.rows_index for part in parts]
         for worker, part, count in zip(self._workers, parts, claimed, strict=True):
             if worker.outcome is None:
                 self._mark_lost(worker, part, count)
@@ -535,12 +588,44 @@ class WorkerPool:
                            stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop,
                            extra={"workers": self._section(parts, end_ns),
                                   # each worker's own slots: a request waits only for one of its worker's
-                                  "slot_pools": [(w.share.rows, w.share.slots) for w in self._workers]})
+                                  "slot_pools": [(p.rows_index, w.share.slots)
+                                                 for w, p in zip(self._workers, parts, strict=True)]})
+
+    def _dealt_parts(self) -> tuple[list[Part], list[int]]:
+        """Each worker's part from its own table; how many of its rows it had claimed."""
+        parts = []
+        claimed = []
+        for worker in self._workers:
+            assert worker.table is not None
+            table = np.array(worker.table)  # a copy: the shared memory is let go after
+            claimed.append(int(worker.claims[0]) if worker.claims is not None else _claimed_as_reported(worker, table))
+            parts.append(Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None))
+        return parts, claimed
+
+    def _claimed_parts(self) -> tuple[list[Part], list[int]]:
+        """Each worker's part from the run's claimed table: the rows its mark is on (all of them claimed).
+        A row the counter handed out that bears no mark was taken by a worker killed between its add and
+        its mark (an instruction apart): only a lost worker can leave one, so it goes to the (first)
+        lost worker, in flight there."""
+        assert self._claim_next is not None and self._claimers is not None and self._claim_table is not None
+        claimers = np.array(self._claimers)
+        taken = min(int(self._claim_next[0]), len(claimers))
+        lost = [w for w in self._workers if w.outcome is None]
+        unmarked = np.flatnonzero(claimers[:taken] == 0)
+        if unmarked.size and lost:
+            claimers[unmarked] = lost[0].index + 1
+        parts = []
+        for worker in self._workers:
+            mine = np.flatnonzero(claimers == worker.index + 1)
+            parts.append(Part(mine, self._claim_table[mine],  # a copy: the shared memory is let go after
+                              worker.outcome.data if worker.outcome is not None else None, keyed_by_index=True))
+        return parts, [len(part.rows_index) for part in parts]
 
     def _mark_lost(self, worker: WorkerLink, part: Part, claimed: int) -> None:
         """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
-        means: below the count of claims its core wrote in the shared header, or (open loop) due by
-        the loss (an arrival waiting for a slot is part of the load it no longer applies)."""
+        means: the first ``claimed`` rows of its part: with claimed requests, every row its mark is on;
+        dealt, those below the count of claims its core wrote in the shared header, or (open loop) due
+        by the loss (an arrival waiting for a slot is part of the load it no longer applies)."""
         table = part.table
         offsets = worker.share.offsets
         if offsets is not None:
@@ -565,7 +650,8 @@ class WorkerPool:
         idle_slot_ns = 0
         for worker, part in zip(self._workers, parts, strict=True):
             table = part.table
-            dry_ns = _ran_dry_ns(table, end_ns) if worker.share.offsets is None else 0
+            # dealt up front, a closed loop's worker can run out while another has work (claimed: never)
+            dry_ns = _ran_dry_ns(table, end_ns) if worker.share.offsets is None and not self._claiming else 0
             idle_slot_ns += dry_ns * worker.share.slots
             started = table.any(axis=1)
             error = table[:, COL["error"]]
@@ -578,7 +664,7 @@ class WorkerPool:
             entry: dict[str, Any] = {
                 "index": worker.index,
                 "pid": worker.pid(),
-                "requests": len(worker.share.rows),
+                "requests": len(part.rows_index),  # dealt to it, or claimed by it
                 "slots": worker.share.slots,
                 "completed": int(done.sum()),
                 "not_started": int((~started).sum()),
@@ -607,8 +693,9 @@ class WorkerPool:
             "requested": self.requested,
             "chosen_because": self.chosen_because or self._fewer_because(),
             "dealt": self._dealt(),
-            # closed loop: the share of the window's slot time left idle because a worker's requests ran
-            # out while another's had not (one process keeps every slot busy until the last request)
+            # closed loop dealt up front: the share of the window's slot time left idle because a worker's
+            # requests ran out while another's had not (one process keeps every slot busy until the last
+            # request; claimed requests do too: 0)
             "mean_in_flight": sum(mean_in_flight(p.table, self._start_ns, end_ns) for p in parts),
             "concurrency": self.plan.concurrency,
             "idle_slot_share": (idle_slot_ns / (self.plan.concurrency * (end_ns - self._start_ns))
@@ -630,10 +717,16 @@ class WorkerPool:
     def _dealt(self) -> str:
         """How the schedule was split, in words for the result."""
         count = len(self._workers)
+        if self._claiming:
+            return (f"closed loop: the {self.plan.concurrency} slots split over {count} workers, each holding every "
+                    "request; a slot that frees claims the next request from one counter in memory the workers "
+                    "share (an atomic add), as one process's slots do, so --concurrency is held until the "
+                    "requests run out")
         if arrival_offsets_ns(self.plan) is None:
             return (f"closed loop: the {self.plan.concurrency} slots split over {count} workers, and each request "
-                    "dealt up front to the worker of its slot (request i to slot i mod concurrency); a worker "
-                    "whose requests run out leaves its slots idle while another still has work")
+                    "dealt up front to the worker of its slot (request i to slot i mod concurrency), as workers "
+                    "on other nodes share no memory to claim from; a worker whose requests run out leaves its "
+                    "slots idle while another still has work")
         return (f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; the --concurrency cap "
                 f"split over the workers, so an arrival waits for a slot of its own worker")
 

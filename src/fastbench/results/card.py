@@ -384,14 +384,18 @@ def server_sections(
     teardown_text = _teardown_text(teardown, launch.port) if teardown is not None and launch is not None else None
     if launch is not None:
         info["engine"] = f"{launch.engine_name} {launch.version}" if launch.version else launch.engine_name
+        shared = f"launched once for several runs, this is its run {launch.run_of_launch}" if launch.shared else ""
         info["launch_command"] = (
-            f"# server, started by fastbench ({launch.launcher}; ready in {launch.load_time_s:.1f} s):\n"
-            f"{launch.command}" if launch.load_time_s is not None else launch.command
+            f"# server, started by fastbench ({launch.launcher}; ready in {launch.load_time_s:.1f} s"
+            f"{'; ' + shared if shared else ''}):\n{launch.command}" if launch.load_time_s is not None
+            else launch.command
         )
         load: dict[str, str] = {}
         if launch.load_time_s is not None:
             load["Load time"] = f"ready in {launch.load_time_s:.1f} s (launch until /v1/models lists the model)"
-            notes.append(f"Load: ready in {launch.load_time_s:.1f} s")
+            notes.append(f"Load: ready in {launch.load_time_s:.1f} s" + (f" ({shared})" if shared else ""))
+        if shared:
+            load["Launch"] = f"{shared}: the server was ready before this run and kept up after it"
         if teardown_text is not None:
             load["Teardown"] = teardown_text
         if load:

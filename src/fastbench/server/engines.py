@@ -33,11 +33,12 @@ class VLLMServer(LaunchedServer):
         return [self.launch.model, *self.server_args("0.0.0.0")]
 
     def precision(self) -> str | None:
-        return parse_vllm_precision(self.log.text(until_window=True))
+        return parse_vllm_precision(self.log.text(until_first_window=True))
 
     def footprint(self) -> dict[str, Any] | None:
-        # logged while loading: the window's request lines may be hundreds of MB
-        return parse_vllm_footprint(self.log.text(until_window=True)) or None
+        # logged while loading: the windows' request lines may be hundreds of MB (a launch may
+        # serve several runs)
+        return parse_vllm_footprint(self.log.text(until_first_window=True)) or None
 
 
 class SGLangServer(LaunchedServer):

@@ -223,9 +223,10 @@ class LaunchedServer:
         self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
         self._finalizer = weakref.finalize(self, processes.kill_group_at_exit, self.pgid)
 
-    def log_text(self, last_bytes: int | None = None, *, until_window: bool = False) -> str:
+    def log_text(self, last_bytes: int | None = None, *, until_window: bool = False,
+                 until_first_window: bool = False) -> str:
         """What this launch logged (see ``ServerLog.text``)."""
-        return self.log.text(last_bytes, until_window=until_window)
+        return self.log.text(last_bytes, until_window=until_window, until_first_window=until_first_window)
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         """The last lines of the log, for an error message: read from the end, secrets redacted (an
@@ -522,6 +523,8 @@ class LaunchedServer:
             "base_url": self.base_url,
             "log_path": str(self.log_path),
             "load_time_s": self.load_time_s,
+            "shared_launch": False,  # a run handed this server says otherwise (WindowReport.for_shared_launch)
+            "run_of_launch": self.log.windows_ended,
         }
 
     def facts(self) -> LaunchFacts:
@@ -543,6 +546,7 @@ class LaunchedServer:
             quantization=engine_option(launch.engine_args, "--quantization", "-q"),
             speculative_method=_speculative_method(launch.engine_args),
             gpu_memory_utilization=engine_option(launch.engine_args, "--gpu-memory-utilization"),
+            run_of_launch=self.log.windows_ended,
         )
 
     def precision(self) -> str | None:

@@ -33,6 +33,10 @@ class LaunchFacts:
     quantization: str | None  # --quantization
     speculative_method: str | None  # --speculative-config's "method"; "" when it names none, None without one
     gpu_memory_utilization: str | None  # --gpu-memory-utilization, as given
+    # Launched before this run and kept up after it, for several runs (a sweep's variant, a server
+    # handed to api.arun): this run neither launched nor stopped it.
+    shared: bool = False
+    run_of_launch: int = 1  # the measured windows this launch has served, this run's included
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +116,11 @@ class WindowReport:
             return None
         stats: dict[str, Any] | None = self.metrics.analysis.get("prefix_cache")
         return stats
+
+    def for_shared_launch(self) -> WindowReport:
+        """This report, for a run measuring a server launched before it and kept up after it."""
+        launch = dataclasses.replace(self.launch, shared=True) if self.launch is not None else None
+        return dataclasses.replace(self, provenance={**self.provenance, "shared_launch": True}, launch=launch)
 
     def spec_decode_json(self) -> dict[str, Any] | None:
         """The result file's ``spec_decode_stats``: the counters' figures and the log's cross-check."""

@@ -58,6 +58,10 @@ class ServerLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.window: tuple[int, int | None] | None = None
+        # Where the first measured window began: the end of the loading phase for every run a launch
+        # serves (a sweep's launch serves several, each with its own window).
+        self.first_window_start: int | None = None
+        self.windows_ended = 0  # measured windows marked in this launch's log, the latest included
         self._file: IO[bytes] | None = None
         self._scan_pos = self._launch_pos = 0
         self._scan_rest = b""
@@ -120,17 +124,24 @@ class ServerLog:
 
     # -- reading it back -----------------------------------------------------------------------
 
-    def text(self, last_bytes: int | None = None, *, until_window: bool = False) -> str:
+    def text(self, last_bytes: int | None = None, *, until_window: bool = False,
+             until_first_window: bool = False) -> str:
         """What this launch logged (from its launch on), or its last ``last_bytes``; with
-        ``until_window``, only up to the measured window's start (the loading phase)."""
+        ``until_window``, only up to the latest measured window's start; with ``until_first_window``,
+        only up to the first one's (the loading phase, the same for every run of the launch)."""
+        end = None
+        if until_first_window and self.first_window_start is not None:
+            end = self.first_window_start
+        elif (until_window or until_first_window) and self.window is not None:
+            end = self.window[0]
         try:
             with open(self.path, "rb") as f:
                 start = self._launch_pos
                 if last_bytes is not None:
                     start = max(start, f.seek(0, os.SEEK_END) - last_bytes)
                 f.seek(start)
-                if until_window and self.window is not None:
-                    return f.read(max(0, self.window[0] - start)).decode("utf-8", errors="replace")
+                if end is not None:
+                    return f.read(max(0, end - start)).decode("utf-8", errors="replace")
                 return f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
@@ -144,10 +155,13 @@ class ServerLog:
     def mark_window_start(self) -> None:
         self.note("measured window starts")
         self.window = (self._size(), None)
+        if self.first_window_start is None:
+            self.first_window_start = self.window[0]
 
     def mark_window_end(self) -> None:
         if self.window is not None:
             self.window = (self.window[0], self._size())
+            self.windows_ended += 1
             self.note("measured window ends")
 
     def window_lines(self) -> list[str]:

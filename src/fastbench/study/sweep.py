@@ -36,7 +36,7 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import StoreError
 from fastbench.study.grid import canonical
 
-__all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Plan", "Point", "Runner", "StopRules",
+__all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Launched", "Plan", "Point", "Runner", "StopRules",
            "execute", "summarize", "t_interval")
 
 # The figures a summary gives a mean and a 95% interval for (flat keys of the stored runs).
@@ -55,7 +55,7 @@ class Cell:
     variant: str
     values: Mapping[str, Any]  # the crossed options' values (and linked ones), as the file gives them
     repeat: int  # 0 .. repeats-1
-    config: BenchConfig  # the run's options, its server still to be filled in for a launched variant
+    config: BenchConfig  # the run's options (a launched variant's: run against the group's launch, not its own)
     spec: str  # grid.spec_hash of the variant's server and the cell's options
     series: str  # the cells of one series share it: variant and values less the load axis
     load: float | None  # the value on the load axis (None: no load axis)
@@ -141,9 +141,10 @@ class Runner(Protocol):
         """Start the group's server and wait until it is ready (raise to fail the group)."""
         ...
 
-    async def run(self, cell: Cell, base_url: str | None, stop: asyncio.Event) -> str:
-        """Run the cell against ``base_url`` (None: the config's own server) and keep it in the plan's
-        store; return its run id. Raise to fail the cell."""
+    async def run(self, cell: Cell, server: Launched | None, stop: asyncio.Event) -> str:
+        """Run the cell against the group's launched ``server`` (None: the config's own, attached or
+        synthetic), recorded as a run of that launch, and keep it in the plan's store; return its run
+        id. Raise to fail the cell."""
         ...
 
     async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
@@ -331,7 +332,7 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
                         break
                 say(f"  cell {cell.key}")
                 try:
-                    run_id = await runner.run(cell, launched.base_url if launched else None, stop)
+                    run_id = await runner.run(cell, launched, stop)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # recorded; the other cells go on

@@ -16,7 +16,9 @@ import dataclasses
 import gc
 import os
 from collections.abc import Awaitable, Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import orjson
 
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
@@ -56,6 +58,29 @@ def read_dataset_file(path: str | None, name: str) -> bytes:
         raise DatasetError(f"dataset file not found: {path}") from None
     except OSError as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc.strerror}") from None
+
+
+def json_lines(raw: bytes, path: str, expected: str = "a JSON object") -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Each non-blank line of a JSON Lines file as (line number, "PATH line N", its object); a DatasetError
+    naming the line for one that is not a JSON object (``expected`` says what it should be)."""
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path} line {lineno}"
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            hint = _array_hint(lineno, line.lstrip()[:1] == b"[")
+            raise DatasetError(f"{where}: not valid JSON ({exc}){hint}") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{where}: expected {expected}, found a {type(obj).__name__}"
+                               f"{_array_hint(lineno, isinstance(obj, list))}")
+        yield lineno, where, obj
+
+
+def _array_hint(lineno: int, is_array: bool) -> str:
+    """A first line that is (or opens) a JSON array: the whole file is one, as ShareGPT's are."""
+    return "; a JSON array (a ShareGPT file) needs --dataset-name sharegpt" if lineno == 1 and is_array else ""
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ import orjson
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Messages
-from fastbench.load.sources import Context, read_dataset_file
+from fastbench.load.sources import Context, json_lines, read_dataset_file
 
 _ROLES = ("system", "user", "assistant", "developer", "tool")
 
@@ -96,16 +96,7 @@ def _load(config: BenchConfig) -> list[_Line]:
     category = config.spec_bench_category
     lines: list[_Line] = []
     categories: set[str] = set()
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {lineno}"
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: not valid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise DatasetError(f"{where}: expected a JSON object, found a {type(obj).__name__}")
+    for lineno, where, obj in json_lines(raw, path):
         if name == "spec_bench":
             categories.add(str(obj.get("category")))
             if category is not None and obj.get("category") != category:

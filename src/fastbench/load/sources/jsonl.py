@@ -13,12 +13,10 @@ import os
 import random
 from typing import Any
 
-import orjson
-
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Prompt
-from fastbench.load.sources import Context, read_dataset_file
+from fastbench.load.sources import Context, json_lines, read_dataset_file
 from fastbench.load.tokens import SOURCE_TOKEN_IDS
 
 
@@ -72,22 +70,7 @@ class _JsonlLine:
 def _load_jsonl(path: str, max_tokens: int | None) -> list[_JsonlLine]:
     raw = read_dataset_file(path, "jsonl")
     lines: list[_JsonlLine] = []
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {lineno}"
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            hint = ("; a JSON array (a ShareGPT file) needs --dataset-name sharegpt"
-                    if lineno == 1 and line.lstrip().startswith(b"[") else "")
-            raise DatasetError(f"{where}: not valid JSON ({exc}){hint}") from None
-        if not isinstance(obj, dict):
-            hint = ("; a JSON array (a ShareGPT file) needs --dataset-name sharegpt"
-                    if lineno == 1 and isinstance(obj, list) else "")
-            raise DatasetError(
-                f"{where}: expected a JSON object with a 'prompt', found a {type(obj).__name__}{hint}"
-            )
+    for lineno, where, obj in json_lines(raw, path, "a JSON object with a 'prompt'"):
         prompt = obj.get("prompt")
         if isinstance(prompt, str):
             if not prompt:
