@@ -11,7 +11,8 @@ synthetic server (its own process), the same sessions:
 * ``server``: history with the server's replies (answer kept, decoded and a body built per later turn).
 
 ``--baseline-python`` runs the same rounds with another build's interpreter (a venv of main's code),
-each round alternating the two builds, so that both are measured under the same load.
+each round alternating the two builds (the first of the two flips each round), so that both are
+measured under the same load.
 
 The dataset's replies are as long as the server's (``--max-tokens`` words), so both histories, and the
 server's work, are the same size. Figures: the client's CPU per output event over the run's window
@@ -88,9 +89,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, SyntheticServer(ttft_ms=5, itl_ms=args.itl_ms) as server:
         path = os.path.join(tmp, "conversations.jsonl")
         _write(path, args.sessions, args.turns, args.max_tokens)
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for mode in MODES:
-                for build, python in builds.items():
+                # the builds' order flips each round: a run right after the same prompts finds the server's
+                # prefix cache warmer (shorter TTFTs, a shorter window)
+                for build, python in list(builds.items())[::-1 if round_ % 2 else 1]:
                     if not args.baseline_python:  # in this process, as before
                         per_event[build, mode].append(measure(mode, server.base_url, path, tmp, args.sessions,
                                                               args.max_tokens, args.turns))
