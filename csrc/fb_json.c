@@ -10,8 +10,10 @@
  * deeper text is an error, which also bounds the recursion below.
  *
  * Facts are picked up by "role": the meaning of a value, known from its key and where the
- * enclosing object sits. Keys are compared on their raw bytes: a key spelled with an escape
- * (e.g. "\u0063ontent") matches nothing, which no server does. */
+ * enclosing object sits (an element of the top-level "choices" array is a choice, its
+ * "delta" a delta: their "text" and "content" are the answer). Keys are compared on their raw
+ * bytes: a key spelled with an escape (e.g. "\u0063ontent") matches nothing, which no server
+ * does. */
 #include <string.h>
 #include "fb_json.h"
 

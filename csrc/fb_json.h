@@ -2,8 +2,9 @@
  *
  * Not a JSON parser: it walks the object once, tracking strings (with escapes) and nesting,
  * checks that the text is one well-formed JSON value, and picks out the few facts the
- * client needs per chunk. Keys are matched only outside strings, so text inside "content"
- * can never be mistaken for a key. */
+ * client needs per chunk, and (fb_json_scan_chunk_text) the answer's strings as it passes
+ * them, so that a caller keeps a reply's text without decoding any event. Keys are matched
+ * only outside strings, so text inside "content" can never be mistaken for a key. */
 #ifndef FB_JSON_H
 #define FB_JSON_H
 #include <stddef.h>
