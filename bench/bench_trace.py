@@ -16,6 +16,7 @@ Prints a Markdown table.
 
     .venv/bin/python bench/bench_trace.py            # 100,000 requests per case
     .venv/bin/python bench/bench_trace.py --requests 20000
+    .venv/bin/python bench/bench_trace.py --baseline-python /tmp/fb/base/.venv/bin/python   # CPU s side by side
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import argparse
 import asyncio
 import gc
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +41,13 @@ from fastbench.load.datasets import build_workload
 
 TARGET_S = 2.0
 SESSIONS = 2000
+CASES = [  # name, dataset ("conversation": mooncake's, written by write_conversation_trace), block, median, endpoint
+    ("mooncake, conversations (history shared), completions (token ids)", "conversation", 512, 0, "/v1/completions"),
+    ("mooncake, 512-token blocks, short prompts, completions (token ids)", "mooncake", 512, 256, "/v1/completions"),
+    ("mooncake, 512-token blocks, completions (token ids)", "mooncake", 512, 1024, "/v1/completions"),
+    ("timed_trace, vLLM's 16-token blocks, completions (token ids)", "timed_trace", 16, 512, "/v1/completions"),
+    ("mooncake, 512-token blocks, chat (words)", "mooncake", 512, 1024, "/v1/chat/completions"),
+]
 
 
 def write_trace(path: Path, n: int, block: int, median_input: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -145,35 +156,70 @@ def _distinct_tokens(rows: list[dict[str, Any]], block: int) -> int:
     return block * len(seen) + own
 
 
+def _config(dataset: str, path: Path, n: int, block: int, endpoint: str) -> BenchConfig:
+    return BenchConfig(dataset_name=dataset, dataset_path=path, num_prompts=n,  # type: ignore[arg-type]
+                       endpoint=endpoint, timed_trace_chunk_hash_size=block,  # type: ignore[arg-type]
+                       timed_trace_sec_multiplier=0.001)
+
+
+def side_by_side(n: int, baseline: str, rounds: int) -> None:
+    """Each case's build in fresh processes of this build and of ``baseline`` (another build's python),
+    alternating, on the same trace file: CPU s per build, each round's."""
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; {n:,} requests per case; CPU s of "
+          f"each build, {rounds} rounds alternating (this build first)\n")
+    print("| case | this build CPU s | baseline CPU s | baseline / this |")
+    print("|---|---|---|---|")
+    builds = [sys.executable, baseline]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, dataset, block, median, endpoint in CASES:
+            path = Path(tmp) / f"{dataset}.jsonl"
+            if dataset == "conversation":
+                write_conversation_trace(path, n, block)
+                dataset = "mooncake"
+            else:
+                write_trace(path, n, block, median)
+            cpu: list[list[float]] = [[], []]
+            for _ in range(rounds):
+                for k, python in enumerate(builds):
+                    out = subprocess.run([python, __file__, "--one", dataset, str(path), str(n), str(block), endpoint],
+                                         check=True, capture_output=True, text=True).stdout
+                    cpu[k].append(float(out.split()[-1]))
+            mine, base = (statistics.median(c) for c in cpu)
+            print(f"| {name} | {', '.join(f'{c:.2f}' for c in cpu[0])} | {', '.join(f'{c:.2f}' for c in cpu[1])} | "
+                  f"{base / mine:.2f}x |")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
-    n = parser.parse_args().requests
+    parser.add_argument("--baseline-python", help="another build's python: CPU s side by side, alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="with --baseline-python")
+    parser.add_argument("--one", nargs=5, metavar=("DATASET", "PATH", "N", "BLOCK", "ENDPOINT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:  # a child's build: its wall and CPU s on stdout
+        dataset, path, count, block, endpoint = args.one
+        work, wall, cpu = _build_in_a_loop(_config(dataset, Path(path), int(count), int(block), endpoint))
+        assert len(work.requests) == int(count)
+        print(f"{wall:.3f} {cpu:.3f}")
+        return
+    n = args.requests
+    if args.baseline_python:
+        side_by_side(n, args.baseline_python, args.rounds)
+        return
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; {n:,} requests per case; "
           f"target under {TARGET_S:g} s\n")
     print("| case | prompt tokens (mean) | distinct tokens (M) | wall s | CPU s | bodies MB | naive wall s | "
           "naive / fastbench |")
     print("|---|---|---|---|---|---|---|---|")
-    cases = [
-        ("mooncake, conversations (history shared), completions (token ids)", "conversation", 512, 0,
-         "/v1/completions"),
-        ("mooncake, 512-token blocks, short prompts, completions (token ids)", "mooncake", 512, 256,
-         "/v1/completions"),
-        ("mooncake, 512-token blocks, completions (token ids)", "mooncake", 512, 1024, "/v1/completions"),
-        ("timed_trace, vLLM's 16-token blocks, completions (token ids)", "timed_trace", 16, 512, "/v1/completions"),
-        ("mooncake, 512-token blocks, chat (words)", "mooncake", 512, 1024, "/v1/chat/completions"),
-    ]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, dataset, block, median, endpoint in cases:
+        for name, dataset, block, median, endpoint in CASES:
             path = Path(tmp) / f"{dataset}.jsonl"
             if dataset == "conversation":
                 rows, dataset = write_conversation_trace(path, n, block), "mooncake"
             else:
                 rows = write_trace(path, n, block, median)
-            config = BenchConfig(dataset_name=dataset, dataset_path=path, num_prompts=n,  # type: ignore[arg-type]
-                                 endpoint=endpoint, timed_trace_chunk_hash_size=block,  # type: ignore[arg-type]
-                                 timed_trace_sec_multiplier=0.001)
-            work, wall, cpu = _build_in_a_loop(config)
+            work, wall, cpu = _build_in_a_loop(_config(dataset, path, n, block, endpoint))
             assert len(work.requests) == n and work.arrival_offsets_ns is not None
             size = sum(len(r.body) for r in work.requests) / 1e6
             tokens = sum(r["input_length"] for r in rows) / n

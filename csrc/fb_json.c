@@ -10,8 +10,10 @@
  * deeper text is an error, which also bounds the recursion below.
  *
  * Facts are picked up by "role": the meaning of a value, known from its key and where the
- * enclosing object sits. Keys are compared on their raw bytes: a key spelled with an escape
- * (e.g. "\u0063ontent") matches nothing, which no server does. */
+ * enclosing object sits (an element of the top-level "choices" array is a choice, its
+ * "delta" a delta: their "text" and "content" are the answer). Keys are compared on their raw
+ * bytes: a key spelled with an escape (e.g. "\u0063ontent") matches nothing, which no server
+ * does. */
 #include <string.h>
 #include "fb_json.h"
 
@@ -27,12 +29,18 @@ enum {
     R_PROMPT,     /* "prompt_tokens" directly inside the top-level "usage" object */
     R_CONTENT,    /* "content" or "text", any depth */
     R_REASONING,  /* "reasoning" or "reasoning_content", any depth */
-    R_FINISH      /* "finish_reason", any depth */
+    R_FINISH,     /* "finish_reason", any depth */
+    R_CHOICE,     /* an element of the top-level "choices" array */
+    R_DELTA,      /* "delta" directly inside a choice */
+    R_ANSWER      /* the answer's text: a choice's "text", its delta's "content" (also R_CONTENT's fact) */
 };
 
 typedef struct {
     const char *p, *end;
     fb_chunk_info_t *out;
+    fb_json_text_fn on_answer; /* NULL: answer pieces not wanted */
+    void *ctx;
+    int stopped;               /* on_answer asked to stop */
 } fb_json_t;
 
 /* Value kinds, returned by the scanning functions (>= 0) next to -FB_ERR_JSON. */
@@ -137,6 +145,12 @@ static inline int fb_json_literal(fb_json_t *s, const char *lit, size_t n, int k
 
 /* The role of the value under key k[0..n) in an object at `depth` whose own role is `role`. */
 static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
+    if (role == R_CHOICE) {
+        if (n == 4 && memcmp(k, "text", 4) == 0) return R_ANSWER;
+        if (n == 5 && memcmp(k, "delta", 5) == 0) return R_DELTA;
+    } else if (role == R_DELTA) {
+        if (n == 7 && memcmp(k, "content", 7) == 0) return R_ANSWER;
+    }
     if (depth == 1) {
         switch (n) {
         case 5:
@@ -198,10 +212,19 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
         s->p++;
         fb_json_ws(s);
         int64_t num = -1;
+        const char *value = s->p;
         int kind = fb_json_value(s, depth, vrole, &num);
         if (kind < 0) return kind;
         fb_chunk_info_t *o = s->out;
         switch (vrole) {
+        case R_ANSWER:
+            if (kind == V_STRING && s->on_answer != NULL &&
+                s->on_answer(s->ctx, value + 1, (size_t)(s->p - value - 2)) != 0) {
+                s->stopped = 1;
+                return -FB_ERR_CALLBACK;
+            }
+            if (kind == V_STRING) o->has_content = 1; /* an answer is content too */
+            break;
         case R_CONTENT:
             if (kind == V_STRING) o->has_content = 1;
             break;
@@ -240,8 +263,10 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
     }
 }
 
-/* s->p is just past '['; the array is at `depth`. Returns the element count or -FB_ERR_JSON. */
-static int fb_json_array(fb_json_t *s, int depth) {
+/* s->p is just past '['; the array is at `depth` and has role `role`. Returns the element count or
+ * -FB_ERR_JSON. */
+static int fb_json_array(fb_json_t *s, int depth, int role) {
+    int element = role == R_CHOICES ? R_CHOICE : R_PLAIN;
     int count = 0;
     fb_json_ws(s);
     if (s->p < s->end && *s->p == ']') {
@@ -250,7 +275,7 @@ static int fb_json_array(fb_json_t *s, int depth) {
     }
     for (;;) {
         int64_t num;
-        int kind = fb_json_value(s, depth, R_PLAIN, &num);
+        int kind = fb_json_value(s, depth, element, &num);
         if (kind < 0) return kind;
         if (count < INT32_MAX) count++;
         fb_json_ws(s);
@@ -280,7 +305,7 @@ static int fb_json_value(fb_json_t *s, int depth, int role, int64_t *num) {
     case '[':
         if (depth >= FB_JSON_MAX_DEPTH) return -FB_ERR_JSON;
         s->p++;
-        rc = fb_json_array(s, depth + 1);
+        rc = fb_json_array(s, depth + 1, role);
         if (rc < 0) return rc;
         if (role == R_CHOICES) s->out->n_choices = rc;
         return V_OTHER;
@@ -314,10 +339,11 @@ static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->n_choices = -1;
 }
 
-int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out) {
+int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
+                            void *ctx) {
     fb_json_defaults(out);
     if (len == 0) return -FB_ERR_JSON; /* also keeps NULL + 0 out of the arithmetic below */
-    fb_json_t s = {data, data + len, out};
+    fb_json_t s = {data, data + len, out, on_answer, ctx, 0};
     fb_json_ws(&s);
     if (s.p >= s.end || *s.p != '{') goto bad;
     s.p++;
@@ -328,5 +354,9 @@ int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out) {
 bad:
     /* No half-read facts: a caller that ignores the error still sees "nothing found". */
     fb_json_defaults(out);
-    return -FB_ERR_JSON;
+    return s.stopped ? -FB_ERR_CALLBACK : -FB_ERR_JSON;
+}
+
+int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out) {
+    return fb_json_scan_chunk_text(data, len, out, NULL, NULL);
 }

@@ -2,8 +2,9 @@
  *
  * Not a JSON parser: it walks the object once, tracking strings (with escapes) and nesting,
  * checks that the text is one well-formed JSON value, and picks out the few facts the
- * client needs per chunk. Keys are matched only outside strings, so text inside "content"
- * can never be mistaken for a key. */
+ * client needs per chunk, and (fb_json_scan_chunk_text) the answer's strings as it passes
+ * them, so that a caller keeps a reply's text without decoding any event. Keys are matched
+ * only outside strings, so text inside "content" can never be mistaken for a key. */
 #ifndef FB_JSON_H
 #define FB_JSON_H
 #include <stddef.h>
@@ -28,4 +29,17 @@ typedef struct {
 /* Scan data[0..len). Fills *out (always initialised) and returns 0, or -FB_ERR_JSON when the
  * text is not exactly one well-formed JSON object (surrounding whitespace allowed). */
 int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out);
+
+/* Given each piece of the answer's text as the scan finds it: the raw bytes between the quotes of a
+ * non-empty string under "text" directly in an element of the top-level "choices" array, or under
+ * "content" directly in such an element's "delta" object (escapes as sent, already checked). Not
+ * reasoning, and not a "content" or "text" found anywhere else (a logprobs entry). Return 0 to go on,
+ * non-zero to stop the scan. */
+typedef int (*fb_json_text_fn)(void *ctx, const char *text, size_t len);
+
+/* fb_json_scan_chunk, calling on_answer (when not NULL) with each answer piece in the order of the
+ * text. Returns what fb_json_scan_chunk does, or -FB_ERR_CALLBACK when on_answer stopped it. A scan
+ * that fails may have called on_answer before finding the fault: the caller drops those pieces. */
+int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
+                            void *ctx);
 #endif

@@ -47,6 +47,10 @@ FBT_ERR_OUT_FULL = -100
 ) = range(9)
 LINE_MAX = 8192
 
+# fbt_json's facts, in its array's order
+JSON_FACTS = ("completion_tokens", "prompt_tokens", "sent_ns", "has_content", "has_reasoning", "has_error",
+              "has_finish", "has_usage", "n_choices", "usage_invalid")
+
 # fb_test_shim.c modes
 SSE, HTTP, HTTP_SSE = 0, 1, 2
 
@@ -154,6 +158,9 @@ class Lib:
         d.fbt_check_splits.restype = ctypes.c_int64
         d.fbt_json.argtypes = [p, sz, ctypes.POINTER(ctypes.c_int64)]
         d.fbt_json.restype = ctypes.c_int
+        d.fbt_json_answer.argtypes = [p, sz, ctypes.POINTER(ctypes.c_int64), p, sz, ctypes.POINTER(sz),
+                                      ctypes.POINTER(ctypes.c_int64)]
+        d.fbt_json_answer.restype = ctypes.c_int
 
     def run(
         self,
@@ -217,16 +224,14 @@ class Lib:
     def json(self, data: bytes) -> tuple[int, dict[str, int]]:
         facts = (ctypes.c_int64 * 10)()
         rc = self.dll.fbt_json(data, len(data), facts)
-        names = (
-            "completion_tokens",
-            "prompt_tokens",
-            "sent_ns",
-            "has_content",
-            "has_reasoning",
-            "has_error",
-            "has_finish",
-            "has_usage",
-            "n_choices",
-            "usage_invalid",
-        )
-        return rc, dict(zip(names, facts))
+        return rc, dict(zip(JSON_FACTS, facts))
+
+    def json_answer(self, data: bytes, cap: int = 1 << 16) -> tuple[int, dict[str, int], bytes, int]:
+        """fb_json_scan_chunk_text: its rc and facts, the answer pieces' raw bytes joined, and how many
+        pieces there were (a piece over ``cap`` bytes in all stops the scan)."""
+        facts = (ctypes.c_int64 * 10)()
+        out = ctypes.create_string_buffer(max(cap, 1))
+        out_len = ctypes.c_size_t()
+        pieces = ctypes.c_int64()
+        rc = self.dll.fbt_json_answer(data, len(data), facts, out, cap, ctypes.byref(out_len), ctypes.byref(pieces))
+        return rc, dict(zip(JSON_FACTS, facts)), out.raw[:out_len.value], pieces.value

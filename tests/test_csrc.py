@@ -982,6 +982,19 @@ if HAVE_HYPOTHESIS:
         assert rc == 0
         assert facts == _py_facts(obj)
 
+    CHOICE_LISTS = st.lists(st.dictionaries(KEYS, VALUES | st.dictionaries(KEYS, VALUES, max_size=4), max_size=4),
+                            max_size=3)
+    CHUNKS = st.builds(lambda extra, choices: {**extra, "choices": choices}, OBJECTS, CHOICE_LISTS)
+
+    @needs_hypothesis
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(obj=CHUNKS, opts=DUMPS)
+    def test_json_property_answer(lib: Lib, obj: dict[str, Any], opts: dict[str, Any]) -> None:
+        text = json.dumps(obj, **opts).encode()
+        rc, facts, raw, _ = lib.json_answer(text)
+        assert rc == 0 and facts == _py_facts(obj)
+        assert _decoded(raw) == _py_answer(obj)
+
     @needs_hypothesis
     @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(
@@ -1025,6 +1038,96 @@ def _keys_unique(text: bytes) -> bool:
 
     json.loads(text, object_pairs_hook=hook)
     return ok
+
+
+
+# The answer's text (fb_json_scan_chunk_text): what a multi-turn session's history keeps of a reply.
+
+
+def _py_answer_pieces(obj: Any) -> list[str]:
+    """The answer's strings in one chunk, computed on the decoded object: each choice's "text", and its
+    delta's "content", where they are strings, in the order the chunk has them."""
+    pieces = []
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
+        for key, value in choice.items() if isinstance(choice, dict) else ():
+            if key == "text" and isinstance(value, str):
+                pieces.append(value)
+            elif key == "delta" and isinstance(value, dict):
+                pieces.extend(v for k, v in value.items() if k == "content" and isinstance(v, str))
+    return pieces
+
+
+def _py_answer(obj: Any) -> str:
+    return "".join(_py_answer_pieces(obj))
+
+
+def _decoded(raw: bytes) -> str:
+    text: str = json.loads(b'"' + raw + b'"')
+    return text
+
+
+ANSWER_CASES = [
+    ("chat", {"choices": [{"index": 0, "delta": {"content": 'a "b"\n\\ \t\u00e9\U0001f600'}}]},
+     'a "b"\n\\ \t\u00e9\U0001f600'),
+    ("completions", {"choices": [{"index": 0, "text": " wor\"ld", "logprobs": None}]}, ' wor"ld'),
+    ("reasoning_left_out", {"choices": [{"delta": {"reasoning_content": "r", "reasoning": "s", "content": "c"}}]},
+     "c"),
+    ("reasoning_only", {"choices": [{"delta": {"reasoning_content": "r"}}]}, ""),
+    ("logprobs_content",
+     {"choices": [{"delta": {"content": "x"}, "logprobs": {"content": [{"token": "x", "text": "t"}]}}]}, "x"),
+    ("message_not_delta", {"choices": [{"message": {"content": "m"}}]}, ""),
+    ("top_level_content", {"content": "t", "text": "u", "choices": []}, ""),
+    ("delta_under_delta", {"choices": [{"delta": {"delta": {"content": "no"}, "content": "yes"}}]}, "yes"),
+    ("content_not_a_string", {"choices": [{"delta": {"content": {"content": "no"}}}]}, ""),
+    ("two_choices",
+     {"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]}, "ab"),
+    ("choices_under_usage", {"usage": {"choices": [{"text": "no"}]}, "choices": [{"text": "yes"}]}, "yes"),
+    ("empty", {"choices": [{"delta": {"content": ""}}]}, ""),
+]
+
+
+@pytest.mark.parametrize("name,obj,answer", ANSWER_CASES, ids=[c[0] for c in ANSWER_CASES])
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_json_answer_pieces(lib: Lib, name: str, obj: dict[str, Any], answer: str, ascii_only: bool) -> None:
+    text = json.dumps(obj, ensure_ascii=ascii_only).encode()
+    rc, facts, raw, pieces = lib.json_answer(text)
+    assert rc == 0 and facts == lib.json(text)[1] == _py_facts(obj)  # the facts are the plain scan's
+    assert _decoded(raw) == answer == _py_answer(obj)
+    assert pieces == sum(1 for piece in _py_answer_pieces(obj) if piece)  # an empty string is no piece
+
+
+def test_json_answer_key_spelled_with_an_escape_is_no_answer(lib: Lib) -> None:
+    rc, facts, raw, _ = lib.json_answer(b'{"choices":[{"delta":{"\\u0063ontent":"x"}}]}')
+    assert rc == 0 and raw == b"" and facts["has_content"] == 0
+
+
+def test_json_answer_callback_stops_the_scan(lib: Lib) -> None:
+    text = json.dumps({"choices": [{"delta": {"content": "abcdef"}}], "usage": {"completion_tokens": 3}}).encode()
+    rc, facts, raw, pieces = lib.json_answer(text, cap=3)
+    assert rc == -FB_ERR_CALLBACK and raw == b"" and pieces == 0
+    assert facts == _facts()  # no half-read facts
+    assert lib.json_answer(text, cap=6)[0] == 0
+
+
+def test_json_answer_of_a_bad_chunk_is_an_error(lib: Lib) -> None:
+    # The pieces before the fault may have been given: the caller (events.pyx) drops them on the error.
+    rc, facts, _, _ = lib.json_answer(b'{"choices":[{"delta":{"content":"x"}}],')
+    assert rc == -FB_ERR_JSON and facts == _facts()
+
+
+def test_json_answer_joined_over_a_stream(lib: Lib) -> None:
+    """A reply's pieces, joined over its events, decode once to the joined texts, a surrogate pair split
+    over two events included."""
+    events = [{"choices": [{"delta": {"role": "assistant", "content": ""}}]},
+              {"choices": [{"delta": {"reasoning_content": "hmm"}}]},
+              {"choices": [{"delta": {"content": "caf\u00e9 "}}]},
+              {"choices": [{"delta": {"content": "\\n\"q\""}}]}]
+    joined = b"".join(lib.json_answer(json.dumps(e).encode())[2] for e in events)
+    split_pair = lib.json_answer(b'{"choices":[{"text":"\\ud83d"}]}')[2] + lib.json_answer(
+        b'{"choices":[{"text":"\\ude00!"}]}')[2]
+    assert _decoded(joined) == "caf\u00e9 \\n\"q\""
+    assert _decoded(split_pair) == "\U0001f600!"
 
 
 def test_json_sse_events_roundtrip(lib: Lib) -> None:

@@ -12,15 +12,19 @@ import numpy as np
 import orjson
 import pytest
 
+from _scripted import CHUNKED_END, STREAM_HEAD, ScriptedServer, chunked
 from _timing import until_a_round_passes
 from fastbench import BenchConfig, run
 from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
 from fastbench.load.datasets import build_workload
-from fastbench.load.outputs import decode_outputs, decode_text
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.outputs import decode_answer, decode_outputs
+from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.sessions import load_template, start_on_arrival, think_times_ns
 from fastbench.results.card import render_card
+from fastbench.results.records import COL
 from fastbench.results.writers import render_console
 from fastbench.synthetic import SyntheticServer
 
@@ -150,22 +154,78 @@ def test_multi_turn_options_are_checked() -> None:
         run(BenchConfig(multi_turn=True, dataset_name="jsonl", dataset_path="c.jsonl", workers=2))
 
 
-@pytest.mark.parametrize("events", [
-    [{"choices": [{"delta": {"content": "a"}}]}, {"choices": [{"delta": {"content": "b"}}], "usage": {}}],
-    [{"choices": [{"text": "x"}]}, {"choices": [{"text": ""}]}, {"choices": [{"text": "y"}]}],  # completions
-    [{"choices": [{"delta": {"content": "a"}}]}, {"usage": {"completion_tokens": 3}}],  # a usage-only chunk
-    [{"choices": [{"delta": {"reasoning": "r"}}, {"delta": {"content": "c"}}]}],
-    [{"choices": [{"delta": {"content": 5}}]}],  # unreadable: no text
-    [{"choices": "abc"}],
-    [[1, 2]],
-])
-def test_a_reply_text_is_what_the_saved_outputs_read(events: list[object]) -> None:
-    # decode_text reads the usual shape in one pass during a run; whatever the events, it must give
-    # the answer decode_outputs gives after a run ("" where that finds the row unreadable)
-    blob = b"".join(orjson.dumps(e) + b"\0" for e in events)
-    (answer, _), = decode_outputs({0: blob})[0].values()
-    assert decode_text(blob) == (answer or "")
-    assert decode_text(b"not json\0") == "" and decode_text(None) == ""
+def test_a_reply_kept_is_read_as_the_saved_outputs_read_it() -> None:
+    # decode_answer reads what the core keeps of a reply (its answer strings' raw bytes, joined); a text
+    # that cannot be read is "", as decode_outputs then finds the row unreadable (its answer None)
+    pieces = [b"caf\xc3\xa9 ", b"\\\"q\\\"\\n", b"\\ud83d", b"\\ude00"]
+    assert decode_answer(b"".join(pieces)) == "caf\u00e9 \"q\"\n\U0001f600"
+    assert decode_answer(b"plain") == "plain" and decode_answer(b"") == "" and decode_answer(None) == ""
+    for unreadable in (b"\\ud800", b"\xff\xfe", b"\\x"):
+        blob = b'{"choices":[{"text":"%b"}]}\0' % unreadable
+        (answer, _), = decode_outputs({0: blob})[0].values()
+        assert answer is None and decode_answer(unreadable) == ""
+
+
+# A reply with what a history must carry exactly: JSON escapes, raw UTF-8 and escaped non-BMP
+# characters, reasoning (left out), a logprobs entry (left out), and an empty first delta.
+_REPLY_PIECES = ["", "H\u00e9 \"quoted\"\n\\ tab\t", "\u65e5\u672c\u8a9e \U0001f600", " \U0001f680 ok", "!"]
+_REPLY = "".join(_REPLY_PIECES)
+
+
+def _reply_stream(chat: bool) -> bytes:
+    """The first turn's answer: each piece in its own event, the first raw UTF-8, the rest escaped."""
+    def chunk(piece: str, reasoning: str | None, n: int) -> dict[str, object]:
+        choice: dict[str, object] = {"index": 0, "finish_reason": None}
+        if chat:
+            choice["delta"] = {"reasoning_content": reasoning} if reasoning else {"content": piece}
+        else:
+            choice["text"] = piece
+        if n == 4:
+            choice["logprobs"] = {"content": [{"token": "!", "logprob": -0.1, "text": "not the answer"}]}
+        return {"id": "x", "choices": [choice],
+                "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}}
+
+    events = [(chunk(piece, None, n), n != 2) for n, piece in enumerate(_REPLY_PIECES)]  # (event, escaped)
+    if chat:
+        events.insert(1, (chunk("", "I think \"so\" \u65e5", 1), True))
+    data = b"".join(b"data: " + json.dumps(e, ensure_ascii=escaped).encode() + b"\n\n" for e, escaped in events)
+    return data + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
+def test_the_history_carries_the_server_reply_exactly(tmp_path: pathlib.Path, endpoint: str) -> None:
+    """The core keeps the answer's strings as it scans each event; the reply in the next turn's history
+    is the answer exactly, with a stream split in reads mid-event and mid-character, and the reasoning
+    left out."""
+    path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(3, 2, 4, "q")])
+    config = BenchConfig(endpoint=endpoint, dataset_name="jsonl", dataset_path=path, multi_turn=True,  # type: ignore[arg-type]
+                         max_tokens=8, num_prompts=1, num_warmups=0)
+    stream = _reply_stream(endpoint == "/v1/chat/completions")
+    cut = stream.index("\u65e5".encode()) + 1  # a read ends inside a character's UTF-8
+    reads = [stream[:cut], *(stream[k:k + 7] for k in range(cut, len(stream), 7))]
+
+    def script(n: int, body: bytes) -> list[object]:
+        steps: list[object] = [STREAM_HEAD]
+        for piece in reads if n == 0 else [_reply_stream(False)]:
+            steps += [chunked(piece), 0.001]
+        return [*steps, CHUNKED_END]
+
+    async def main() -> list[tuple[bytes, bytes]]:
+        work = await build_workload(config, "m", max_model_len=None)
+        assert work.sessions is not None and work.sessions.server_history
+        async with ScriptedServer(script) as server:
+            plan = LoadPlan(bodies=[r.body for r in work.requests], warmup_bodies=[], concurrency=1,
+                            sessions=work.sessions)
+            data = await LoadGenerator(Target.parse(server.base_url, endpoint), plan, None).run()
+            assert list(data.rows[:, COL["error"]]) == [0, 0]
+            return server.requests
+
+    requests = asyncio.run(main())
+    second = orjson.loads(requests[1][1])
+    if endpoint == "/v1/chat/completions":
+        assert second["messages"][-2] == {"role": "assistant", "content": _REPLY}
+    else:
+        assert f"<|assistant|>\n{_REPLY}\n<|user|>\n" in second["prompt"]
 
 
 # -- the open loop's session starts ------------------------------------------------------------------------

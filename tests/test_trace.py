@@ -72,7 +72,8 @@ def test_requests_sharing_hash_ids_share_exactly_those_blocks(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
-def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path, endpoint: str) -> None:
+@pytest.mark.parametrize("spread", [1, -10**15])  # ids dense (counted in a table), or sparse (sorted)
+def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path, endpoint: str, spread: int) -> None:
     """Many requests, built in bulk: every occurrence of a hash id carries the same tokens (a block cut
     short its first ones), distinct ids differ, and each prompt is exactly its input length. The trace
     repeats ids within a request, leaves some without ids, cuts blocks short and has an odd block size."""
@@ -82,7 +83,7 @@ def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path
     block = 7
     rows = []
     for t in range(300):
-        ids = rng.integers(0, 60, size=int(rng.integers(0, 6))).tolist()  # ids 0-59 recur across requests
+        ids = (rng.integers(0, 60, size=int(rng.integers(0, 6))) * spread).tolist()  # ids recur across requests
         rows.append({"timestamp": t, "input_length": int(rng.integers(1, 60)), "output_length": 2, "hash_ids": ids})
     path = _write_trace(tmp_path / "random.jsonl", rows)
     config = _config(path, num_prompts=len(rows), endpoint=endpoint, timed_trace_chunk_hash_size=block)
@@ -102,6 +103,23 @@ def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path
                 seen[hash_id] = piece
     whole = [tuple(p) for p in seen.values() if len(p) == block]
     assert len(set(whole)) == len(whole) > 20  # distinct ids, distinct blocks
+
+
+@pytest.mark.parametrize("span", [50, 10**6, 2**62])
+def test_blocks_are_numbered_as_np_unique_numbers_them(span: int) -> None:
+    """The table that numbers dense ids gives np.unique's answer (so a trace's prompts are the same bytes
+    whichever way its ids went); wide ids take np.unique itself."""
+    import numpy as np
+
+    from fastbench.load.sources.trace import _first_seen
+
+    rng = np.random.default_rng(span % 1000)
+    for size in (0, 1, 1000, 20_000):
+        ids = rng.integers(-span, span, size=size, dtype=np.int64)
+        want = np.unique(ids, return_index=True, return_inverse=True)
+        got = _first_seen(ids)
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b.reshape(-1))
 
 
 def test_arrivals_follow_the_trace_scaled_from_its_first_request(tmp_path: Path) -> None:
@@ -168,6 +186,10 @@ def test_bad_traces_are_refused_with_file_line_and_field(tmp_path: Path) -> None
         ([{**good, "hash_ids": [1, "x"]}], "line 1: 'hash_ids' must be a list of integers"),
         ([{**good, "timestamp": "noon"}], "line 1: 'timestamp' must be a number, got 'noon'"),
         ([[1, 2]], "line 1: expected a JSON object, found a list"),
+        ([good, orjson.dumps(good) + b"," + orjson.dumps(good)], "line 2: not valid JSON"),  # two records in a line
+        ([good, b'{"timestamp": 3, "input_length": 10,', b'"output_length": 2}'], "line 2: not valid JSON"),
+        ([good, b"", b"   ", {**good, "timestamp": 0}], "line 4: 'timestamp' 0 is earlier than line 1's 1"),
+        ([good, {**good, "timestamp": 0}, b""], "line 2: 'timestamp' 0 is earlier than line 1's 1"),
     ]
     for rows, message in cases:
         path = tmp_path / "bad.jsonl"
@@ -176,6 +198,9 @@ def test_bad_traces_are_refused_with_file_line_and_field(tmp_path: Path) -> None
             check_inputs(_config(path))
         assert str(info.value) == f"{path} {message}" or str(info.value).startswith(f"{path} {message}"), info.value
         assert "\n" not in str(info.value)
+    path.write_bytes(b"\r\n".join(orjson.dumps({**good, "timestamp": t}) for t in (2, 1)) + b"\r\n\r\n")
+    with pytest.raises(DatasetError, match=r"line 2: 'timestamp' 1 is earlier than line 1's 2"):
+        check_inputs(_config(path))  # CRLF line ends, a blank line at the end
     labelled = _write_trace(tmp_path / "labels.jsonl", [{"t": 0, "in": 10, "out": 2}])
     with pytest.raises(DatasetError, match="no 'timestamp' field .--timed-trace-label-timestamp names another"):
         check_inputs(_config(labelled))

@@ -225,3 +225,40 @@ int fbt_json(const char *data, size_t len, int64_t *facts) {
     facts[9] = info.usage_invalid;
     return rc;
 }
+
+/* fb_json_scan_chunk_text: the answer pieces joined into out[0..cap), their count in *pieces. A piece
+ * that does not fit stops the scan (the callback's non-zero return). */
+typedef struct {
+    char *out;
+    size_t cap, len;
+    int64_t pieces;
+} fbt_answer_t;
+
+static int fbt_keep_answer(void *ctx, const char *text, size_t len) {
+    fbt_answer_t *a = ctx;
+    if (len > a->cap - a->len) return 1;
+    memcpy(a->out + a->len, text, len);
+    a->len += len;
+    a->pieces++;
+    return 0;
+}
+
+int fbt_json_answer(const char *data, size_t len, int64_t *facts, char *out, size_t cap, size_t *out_len,
+                    int64_t *pieces) {
+    fbt_answer_t a = {out, cap, 0, 0};
+    fb_chunk_info_t info;
+    int rc = fb_json_scan_chunk_text(data, len, &info, fbt_keep_answer, &a);
+    facts[0] = info.completion_tokens;
+    facts[1] = info.prompt_tokens;
+    facts[2] = info.sent_ns;
+    facts[3] = info.has_content;
+    facts[4] = info.has_reasoning;
+    facts[5] = info.has_error;
+    facts[6] = info.has_finish;
+    facts[7] = info.has_usage;
+    facts[8] = info.n_choices;
+    facts[9] = info.usage_invalid;
+    *out_len = a.len;
+    *pieces = a.pieces;
+    return rc;
+}

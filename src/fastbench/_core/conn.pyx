@@ -31,6 +31,7 @@ cdef class StreamConnection:
         self.kernel_timestamps = run.kernel_timestamps and fb_net_setup(self.fd) == 1
         self.c.max_event_bytes = run.max_event_bytes
         self.c.save_outputs = run.save_outputs
+        self.c.keep_answer = run.keep_answers
         self.busy = False
         self.closed = False
         self.requests_served = 0
@@ -47,6 +48,7 @@ cdef class StreamConnection:
         _counted_free(self.c.sse.buf)
         _counted_free(self.c.req.ev)
         _counted_free(self.c.out_buf)
+        _counted_free(self.c.answer_buf)
 
     @property
     def is_usable(self):
@@ -110,6 +112,7 @@ cdef class StreamConnection:
         self.c.read_output_events = 0
         self.c.read_ts = 0
         self.c.out_len = 0
+        self.c.answer_len = 0
         r.max_chunk_tokens = 0
         self.expected_tokens = 0
         if self.run.has_expected and 0 <= row < self.run.expected_tokens.shape[0]:
@@ -377,6 +380,8 @@ cdef class StreamConnection:
                 self.run.completed += 1
                 if self.c.save_outputs:
                     self.run.outputs[row] = self.c.out_buf[:self.c.out_len]
+                if self.c.keep_answer:
+                    self.run.answers[row] = self.c.answer_buf[:self.c.answer_len]
                 if self.run.keep_chunk_stamps:
                     self.run.chunk_stamps[row] = self._chunk_stamps()
             elif r.error != ERR_CANCELLED:

@@ -84,6 +84,9 @@ cdef extern from "fb_json.h" nogil:
         int usage_invalid
         int n_choices
     int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out)
+    ctypedef int (*fb_json_text_fn)(void *ctx, const char *text, size_t len) noexcept nogil
+    int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
+                                void *ctx)
 
 
 cdef extern from "fb_hdr.h" nogil:

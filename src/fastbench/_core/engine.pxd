@@ -112,6 +112,10 @@ ctypedef struct fb_conn_t:
     char *out_buf                # those events, NUL-separated (owned, reused)
     size_t out_len               # bytes used in out_buf
     size_t out_cap               # its capacity
+    int keep_answer              # keep the answer's text (multi-turn sessions with the server's replies)
+    char *answer_buf             # its JSON strings' raw bytes, escapes as sent, joined (owned, reused)
+    size_t answer_len            # bytes used in answer_buf
+    size_t answer_cap            # its capacity
     size_t errtext_len           # bytes in errtext
     fb_http_t http               # response framing state
     char errtext[ERRTEXT_BYTES]  # start of a non-stream body or of an error event, for the message
@@ -133,6 +137,8 @@ cdef class RunState:
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
     cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
     cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs
+    cdef public bint keep_answers      # keep each answer's text (the history of multi-turn sessions)
+    cdef public dict answers           # row -> the answer's JSON strings' raw bytes joined, when keep_answers
     cdef public bint keep_chunk_stamps # keep each completed request's chunk stamps (vllm's itls)
     cdef public dict chunk_stamps      # row -> its output chunks' receive stamps (int64 ns), when asked
     cdef public int64_t reads          # reads that returned bytes

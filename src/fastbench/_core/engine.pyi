@@ -45,6 +45,8 @@ class RunState:
     outputs: dict[int, bytes]
     kernel_timestamps: bool
     save_outputs: bool
+    keep_answers: bool
+    answers: dict[int, bytes]
     keep_chunk_stamps: bool
     chunk_stamps: dict[int, bytes]
     refill: bool

@@ -45,11 +45,23 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     cdef fb_chunk_info_t info
     cdef int64_t tokens = -1
     cdef bint output, had_usage
+    cdef size_t answer_len = c.answer_len
+    cdef fb_json_text_fn keep_answer = NULL
+    cdef int rc
+    if c.keep_answer:
+        keep_answer = _keep_answer
     r.events += 1
     if length == 6 and memcmp(data, b"[DONE]", 6) == 0:
         r.done_seen = 1
         return 0
-    if fb_json_scan_chunk(data, length, &info) != 0:
+    # The answer's text, kept as the scan finds it: its strings' raw bytes, decoded once per request
+    # (load/outputs.py decode_answer), not an object per event.
+    rc = fb_json_scan_chunk_text(data, length, &info, keep_answer, ctx)
+    if rc != 0:
+        c.answer_len = answer_len  # a bad event's pieces are no text
+        if rc == -FB_ERR_CALLBACK:
+            _fail(c, ERR_PROTOCOL, "out of memory for the answer's text")
+            return 1
         _keep_text(c, data, length)
         _fail(c, ERR_PROTOCOL, "an SSE data event is not a JSON object")
         return 1
@@ -133,6 +145,26 @@ cdef int _keep_output(fb_conn_t *c, const char *data, size_t length) noexcept no
     memcpy(c.out_buf + c.out_len, data, length)
     c.out_buf[c.out_len + length] = 0
     c.out_len = need
+    return 0
+
+
+cdef int _keep_answer(void *ctx, const char *text, size_t length) noexcept nogil:
+    """Append one piece of the answer's text (a JSON string's raw bytes) to the connection's buffer,
+    which grows by doubling and is reused from request to request: no allocation per event."""
+    cdef fb_conn_t *c = <fb_conn_t *>ctx
+    cdef size_t need = c.answer_len + length
+    cdef size_t cap = c.answer_cap if c.answer_cap else 4096
+    cdef char *p
+    if need > c.answer_cap:
+        while cap < need:
+            cap *= 2
+        p = <char *>_counted_realloc(c.answer_buf, cap)
+        if p == NULL:
+            return -1
+        c.answer_buf = p
+        c.answer_cap = cap
+    memcpy(c.answer_buf + c.answer_len, text, length)
+    c.answer_len = need
     return 0
 
 

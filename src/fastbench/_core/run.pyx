@@ -28,6 +28,8 @@ cdef class RunState:
         self.keep_chunk_stamps = False
         self.chunk_stamps = {}
         self.save_outputs = False
+        self.keep_answers = False
+        self.answers = {}
         self.max_event_bytes = max_event_bytes
         self.kernel_timestamps = True
         self.refill = False

@@ -26,7 +26,7 @@ from fastbench._core import Recorder, RunState, StreamConnection, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
-from fastbench.load.outputs import decode_outputs, decode_text
+from fastbench.load.outputs import decode_answer, decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.load.sessions import start_on_arrival
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
@@ -118,8 +118,10 @@ class LoadGenerator:
             self.state.max_error_rate = plan.max_error_rate
         self.state.on_stop = self._stop_soon
         self.state.kernel_timestamps = plan.kernel_timestamps
-        # sessions whose history carries the server's replies need each reply's text, and only those
-        self.state.save_outputs = plan.save_outputs or (plan.sessions is not None and plan.sessions.server_history)
+        self.state.save_outputs = plan.save_outputs
+        # sessions whose history carries the server's replies need each reply's text, and only those: the
+        # core keeps the answer's strings as it scans the events (reasoning left out), decoded once per turn
+        self.state.keep_answers = plan.sessions is not None and plan.sessions.server_history
         self.state.keep_chunk_stamps = plan.keep_chunk_stamps
 
     # -- connections -------------------------------------------------------------------------
@@ -482,8 +484,7 @@ class LoadGenerator:
                 return
             due = int(self.rows[row, COL["end_ns"]]) or now_ns()
             if sessions.server_history:
-                kept = self.state.outputs.get(row) if self.plan.save_outputs else self.state.outputs.pop(row, None)
-                reply = decode_text(kept)
+                reply = decode_answer(self.state.answers.pop(row, None))
 
     def _top_up(self, target: int, spawn: Any) -> None:
         """Open connections ahead of need, so that an arrival never waits for a handshake: up to

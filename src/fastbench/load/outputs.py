@@ -1,5 +1,6 @@
 """The response texts of a run, decoded after it from the output events the core kept (--save-outputs,
-or --save-detailed): never on the hot path."""
+or --save-detailed), and a multi-turn session's replies, decoded once per turn from the answer strings
+the core kept: never per event."""
 
 from __future__ import annotations
 
@@ -41,8 +42,7 @@ def _decode_events(blob: bytes) -> tuple[str, str]:
 
 
 def _chunks(blob: bytes) -> list[Any]:
-    # The events as one JSON array, parsed in one call, not one per event (a session decodes each reply
-    # during the run).
+    # The events as one JSON array, parsed in one call, not one per event.
     chunks: list[Any] = orjson.loads(b"[%b]" % blob.strip(b"\0").replace(b"\0", b","))
     return chunks
 
@@ -55,23 +55,19 @@ def _text(value: object) -> str:
     return value
 
 
-def decode_text(blob: bytes | None) -> str:
-    """The answer text of one request's kept output events ("" when none were kept or they cannot be
-    read): what a multi-turn session puts into its history, once per turn, during the run. The usual
-    shape (each chunk's choices with a ``text`` or a ``delta``) is read in one pass; any other goes
-    through the checks of :func:`decode_outputs`."""
-    if not blob:
+def decode_answer(raw: bytes | None) -> str:
+    """The answer text of one request from what the core kept of it for a multi-turn session's history:
+    the raw bytes of its answer strings (each chunk's ``text``, or its delta's ``content``; reasoning
+    left out), escapes as sent, joined. Once per turn, during the run: one UTF-8 decode, or one JSON
+    string decode when an escape is in it (a string's escapes are per character, so the joined pieces
+    decode to the joined texts). "" when none was kept, or when the text cannot be read (bytes that are
+    not UTF-8, a lone surrogate escape), as the saved outputs then read it as unreadable."""
+    if not raw:
         return ""
     try:
-        chunks = _chunks(blob)
-    except ValueError:
+        if b"\\" not in raw:
+            return raw.decode()
+        text: str = orjson.loads(b'"%b"' % raw)
+    except ValueError:  # UnicodeDecodeError and orjson.JSONDecodeError are ValueErrors
         return ""
-    try:
-        return "".join([choice.get("text") or choice["delta"].get("content") or ""
-                        for chunk in chunks for choice in chunk["choices"]])
-    except (KeyError, TypeError, AttributeError, IndexError):
-        pass
-    try:
-        return _decode_events(blob)[0]
-    except (ValueError, TypeError):
-        return ""
+    return text

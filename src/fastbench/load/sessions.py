@@ -111,7 +111,7 @@ class SessionPlan:
     :param turns: per session, how many turns it sends.
     :param think_ns: per row, the think time before that turn is sent (0 for a first turn).
     :param server_history: the history carries the server's replies: bodies after the first turn are
-        built when the reply before them is in (the driver then keeps response texts).
+        built when the reply before them is in (the core then keeps each reply's answer text).
     """
 
     first_rows: list[int]

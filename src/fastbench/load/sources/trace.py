@@ -190,15 +190,7 @@ def _fitting(inputs: list[int], outputs: list[int], selector: Selector) -> list[
 
 def load_trace(path: str, fmt: TraceFormat) -> Trace:
     """The trace's requests; DatasetError naming the file, line and field for the first bad one."""
-    raw = read_dataset_file(path, fmt.name)
-    lines = [(n, line) for n, line in enumerate(raw.splitlines(), start=1) if line.strip()]
-    if not lines:
-        raise DatasetError(f"{path} has no requests (only blank lines)")
-    try:  # one parse for the whole file; line by line only to name a bad line
-        objs = orjson.loads(b"[" + b",".join(line for _, line in lines) + b"]")
-    except orjson.JSONDecodeError:
-        objs = [_parse_line(path, n, line) for n, line in lines]
-    numbers = [n for n, _ in lines]
+    numbers, objs = _records(path, read_dataset_file(path, fmt.name))
     ts_key, in_key, out_key, hash_key = fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids
     # Checked column by column; line by line only to name a bad line.
     if set(map(type, objs)) != {dict}:
@@ -212,6 +204,31 @@ def load_trace(path: str, fmt: TraceFormat) -> Trace:
             and min(inputs) >= 1 and min(outputs) >= 1 and all(map(math.isfinite, stamps))):
         _refuse_bad_record(path, numbers, objs, fmt)
     return _checked_trace(path, numbers, objs, stamps, inputs, outputs, hashes, fmt)
+
+
+def _records(path: str, raw: bytes) -> tuple[list[int], list[Any]]:
+    """Each record's line number and its parsed JSON. One parse for the whole file, its lines made one
+    JSON array by turning each newline into a comma (no copy per line), and a record for every line;
+    else (blank lines, a line that is not one JSON value) line by line, which names a bad line."""
+    body = raw.rstrip()
+    count = body.count(b"\n") + 1
+    try:
+        objs: list[Any] = orjson.loads(b"[%b]" % body.replace(b"\n", b","))
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if len(objs) == count:
+            return list(range(1, count + 1)), objs
+    lines = [(n, line) for n, line in enumerate(raw.splitlines(), start=1) if line.strip()]
+    if not lines:
+        raise DatasetError(f"{path} has no requests (only blank lines)")
+    try:
+        objs = orjson.loads(b"[" + b",".join(line for _, line in lines) + b"]")
+    except orjson.JSONDecodeError:
+        objs = []
+    if len(objs) != len(lines):  # a bad line, or one holding two records ("{...},{...}")
+        objs = [_parse_line(path, n, line) for n, line in lines]
+    return [n for n, _ in lines], objs
 
 
 def _refuse_bad_record(path: str, numbers: list[int], objs: list[Any], fmt: TraceFormat) -> None:
@@ -280,6 +297,26 @@ def _refuse_record(path: str, n: int, obj: dict[str, Any], fmt: TraceFormat) -> 
     raise DatasetError(f"{where}: not a trace record: {str(obj)[:80]}")  # not reached: one check above fails
 
 
+def _first_seen(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_index=True, return_inverse=True)``: the distinct ids in order, where each is
+    first seen, and each id's place among them. Traces number their blocks densely (Mooncake's from 0), so
+    where the ids span at most a few times their count, a table over that span does it in linear time,
+    not a sort of millions of ids (bench/bench_trace.py); any other ids go through np.unique."""
+    if not len(ids):
+        return ids, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    low = int(ids.min())
+    span = int(ids.max()) - low + 1
+    if span > 4 * len(ids) + (1 << 16):
+        distinct, first_at, which = np.unique(ids, return_index=True, return_inverse=True)
+        return distinct, first_at, which.reshape(-1)  # numpy 2.0 and 2.1 shape it like the input
+    slot = ids - low
+    first = np.full(span, len(ids), np.int64)
+    np.minimum.at(first, slot, np.arange(len(ids)))
+    present = first < len(ids)
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present) + low, first[present], rank[slot]
+
+
 class _Blocks:
     """Every token a fixed-width run of bytes in one buffer (a token id five digits and a comma, a chat
     word four letters and a space), laid out request by request: the blocks a request carries first, in
@@ -312,8 +349,7 @@ class _Blocks:
         used = np.fromiter(itertools.chain.from_iterable(ids[:k] for ids, k in zip(hash_ids, n_used.tolist())),
                            np.int64, int(n_used.sum()))
         request_of = np.repeat(np.arange(n), n_used)
-        distinct, first_at, which = np.unique(used, return_index=True, return_inverse=True)
-        which = which.reshape(-1)  # numpy 2.0 and 2.1 shape it like the input; the same here
+        distinct, first_at, which = _first_seen(used)
         self.distinct = len(distinct)
         self.shared = int(np.count_nonzero(np.bincount(which, minlength=len(distinct)) > 1))
         own = np.maximum(n_in - block * n_used, 0)  # tokens past the blocks
