@@ -129,19 +129,28 @@ cdef int _grow_event_slots(fb_req_t *r) noexcept nogil:
     return 0
 
 
+cdef int _reserve(char **buf, size_t *cap, size_t need) noexcept nogil:
+    """Room for ``need`` bytes in ``*buf`` (of ``*cap``), grown by doubling from 4 KiB and kept from
+    request to request: no allocation per event once a connection's buffers have grown. -1: no memory."""
+    cdef size_t size = cap[0] if cap[0] else 4096
+    cdef char *p
+    if need <= cap[0]:
+        return 0
+    while size < need:
+        size *= 2
+    p = <char *>_counted_realloc(buf[0], size)
+    if p == NULL:
+        return -1
+    buf[0] = p
+    cap[0] = size
+    return 0
+
+
 cdef int _keep_output(fb_conn_t *c, const char *data, size_t length) noexcept nogil:
     """Append one output event and a NUL separator (JSON text never contains a raw NUL)."""
     cdef size_t need = c.out_len + length + 1
-    cdef size_t cap = c.out_cap if c.out_cap else 4096
-    cdef char *p
-    if need > c.out_cap:
-        while cap < need:
-            cap *= 2
-        p = <char *>_counted_realloc(c.out_buf, cap)
-        if p == NULL:
-            return -1
-        c.out_buf = p
-        c.out_cap = cap
+    if _reserve(&c.out_buf, &c.out_cap, need) < 0:
+        return -1
     memcpy(c.out_buf + c.out_len, data, length)
     c.out_buf[c.out_len + length] = 0
     c.out_len = need
@@ -149,20 +158,11 @@ cdef int _keep_output(fb_conn_t *c, const char *data, size_t length) noexcept no
 
 
 cdef int _keep_answer(void *ctx, const char *text, size_t length) noexcept nogil:
-    """Append one piece of the answer's text (a JSON string's raw bytes) to the connection's buffer,
-    which grows by doubling and is reused from request to request: no allocation per event."""
+    """Append one piece of the answer's text (a JSON string's raw bytes) to the connection's buffer."""
     cdef fb_conn_t *c = <fb_conn_t *>ctx
     cdef size_t need = c.answer_len + length
-    cdef size_t cap = c.answer_cap if c.answer_cap else 4096
-    cdef char *p
-    if need > c.answer_cap:
-        while cap < need:
-            cap *= 2
-        p = <char *>_counted_realloc(c.answer_buf, cap)
-        if p == NULL:
-            return -1
-        c.answer_buf = p
-        c.answer_cap = cap
+    if _reserve(&c.answer_buf, &c.answer_cap, need) < 0:
+        return -1
     memcpy(c.answer_buf + c.answer_len, text, length)
     c.answer_len = need
     return 0
