@@ -31,6 +31,7 @@ cdef class StreamConnection:
         self.kernel_timestamps = run.kernel_timestamps and fb_net_setup(self.fd) == 1
         self.c.max_event_bytes = run.max_event_bytes
         self.c.save_outputs = run.save_outputs
+        self.c.gap_counts = &run.gap_counts[0]
         self.busy = False
         self.closed = False
         self.requests_served = 0
@@ -370,6 +371,13 @@ cdef class StreamConnection:
             usage = USAGE_FINAL
         else:
             usage = USAGE_NONE
+        if row >= 0 and run.auto_coalesce and r.error != ERR_CANCELLED:
+            # automatic coalescing keeps the streams open by these (coalesce.pyx)
+            run.ends_weight += 1.0
+            run.ends_duration_ns += <double>(r.end_ns - r.sent_ns)
+            if not self.in_ends_set:
+                run.ends_unwatched += 1
+                run.ends_unwatched_weight += 1.0
         if row >= 0:
             self._write_row(row, status, usage)
             if r.error == ERR_OK:
