@@ -94,7 +94,9 @@ def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: floa
             "verdict": doc["verdict"], "skew_p99_ms": doc["skew"]["p99"], "streams_open": doc["streams_open_mean"],
             "tick_ms": chosen["tick_ms"] if chosen else None,
             "tick_changes": chosen["changes_total"] if chosen else None,
-            "first_tick_s": next((c["at_s"] for c in chosen["changes"] if c["tick_ms"] > 0), None) if chosen else None}
+            "first_tick_s": next((c["at_s"] for c in chosen["changes"] if c["tick_ms"] > 0), None) if chosen else None,
+            "tick_share": chosen["reads_on_tick"] / max(1, chosen["reads_on_tick"] + chosen["reads_on_arrival"])
+            if chosen else None}
 
 
 def wake_accounting(fastbench: dict[str, float], floor: dict[str, float], wake_us: float) -> dict[str, float]:
@@ -218,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{wake:.1f} | {ratio:.2f}x |")
     if ns.auto:
         rs = runs[("fastbench auto", AUTO)]
-        print(f"\nauto chose (per rep): ticks {[r['tick_ms'] for r in rs]} ms, first from "
+        print(f"\nauto chose (per rep): reads on the tick {[round(r['tick_share'], 2) for r in rs]}, ticks at the end "
+              f"{[r['tick_ms'] for r in rs]} ms, first from "
               f"{[r['first_tick_s'] for r in rs]} s, {[r['tick_changes'] for r in rs]} changes; skew p99 "
               f"{[r['skew_p99_ms'] for r in rs]} ms; streams open {[round(r['streams_open'], 2) for r in rs]}; "
               f"verdicts {[r['verdict'] for r in rs]} (vs floor epoll at {coalesce_us / 1000:g} ms)")

@@ -52,7 +52,13 @@ def figures(r: dict[str, Any]) -> dict[str, Any]:
         "first_tick_ms": first_tick["tick_ms"] if first_tick else None,
         "first_tick_at_s": first_tick["at_s"] if first_tick else None,
         "changes": chosen["changes_total"] if chosen else None,
+        # of the reads, those made on the tick (the rest on every arrival, learning included)
+        "tick_share": chosen["reads_on_tick"] / max(1, chosen["reads_on_tick"] + chosen["reads_on_arrival"])
+        if chosen else None,
     }
+
+
+DIGITS = {"streams_open": 2, "cpu_us_chunk": 2, "tick_ms": 2, "tick_share": 2, "wakeups_s": 0, "multi_share": 4}
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_f(fig['tick_ms'], 2)} ms (first {_f(fig['first_tick_ms'], 2)} at {fig['first_tick_at_s']} s, "
                       f"{fig['changes']} changes)", flush=True)
     cols = ["skew_p99", "ttft_bound_p99", "gap_bound_p99", "streams_open", "cpu_us_chunk", "wakeups_s",
-            "multi_share", "tick_ms"]
+            "multi_share", "tick_ms", "tick_share"]
     print(f"\nMedians over {a.rounds} rounds (range), validate --concurrency {a.concurrency}:\n")
     print("| tokens/chunk | build | " + " | ".join(cols) + " | verdicts |")
     print("|---|---|" + "---|" * (len(cols) + 1))
@@ -95,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = []
             for c in cols:
                 vals = [r[c] for r in rs if r[c] is not None]
-                digits = 2 if c in ("streams_open", "cpu_us_chunk", "tick_ms") else (0 if c == "wakeups_s" else 4
-                                                                                    if c == "multi_share" else 3)
+                digits = DIGITS.get(c, 3)
                 cells.append("-" if not vals else f"{statistics.median(vals):.{digits}f} "
                              f"({min(vals):.{digits}f}-{max(vals):.{digits}f})")
             print(f"| {tpc} | {name} | " + " | ".join(cells) + f" | {' '.join(r['verdict'] for r in rs)} |")

@@ -21,6 +21,11 @@
 #   time as the time since the start (a lower bound).
 # - A stamp at all: a read without a kernel stamp is stamped when it is read; then every arrival, to
 #   the end of the run.
+# - An arrival on time: in open loop the arrival timer sits in the set the loop watches either way,
+#   but a loop that sleeps a tick wakes from deeper idle, and bench/open_loop_lag.py saw the send lag's
+#   median grow by 15-45 us with a tick (RESULTS.md: 5-8 us more with a fixed 8 ms on a quiet host).
+#   While the core sends arrivals (dispatch_arrivals), reads stay on every arrival; --coalesce-ms X
+#   still coalesces there when asked.
 # - CPU: fewer than 4 reads per tick gain too little over a wake-up per arrival (2 to go back), and a
 #   tick under COALESCE_TICK_MIN_NS would wake about as often as the arrivals.
 
@@ -37,7 +42,7 @@ cdef double COALESCE_SHORT_QUANTILE = 0.001  # the short gap: this quantile of t
 cdef double COALESCE_OPEN_LOSS = 0.0005     # the streams kept open that unwatched ends may cost
 
 # CoalesceWhy's names, as RunState.coalescing gives them
-COALESCE_WHY = ("learning", "gaps", "max", "ends", "few reads", "shared reads", "user stamps")
+COALESCE_WHY = ("learning", "gaps", "max", "ends", "few reads", "shared reads", "user stamps", "open loop")
 
 
 cdef int64_t _short_gap_ns(RunState run, int64_t *total) noexcept:
@@ -125,10 +130,15 @@ cdef void _coalesce_decide(RunState run, int64_t now) noexcept:
         run.ends_unwatched_weight /= 2
         run.ends_duration_ns /= 2
     target = _bucket_floor(target)
-    if target < COALESCE_TICK_MIN_NS:
+    if run.dispatching:
+        target = 0
+        why = WHY_OPEN_LOOP
+    elif target < COALESCE_TICK_MIN_NS:
         target = 0
     elif reads * target < (2 if tick else 4) * elapsed:  # reads per tick, at this period's rate
         target = 0
         why = WHY_FEW_READS
     if target < tick or (target > tick and now >= run.hold_until_ns and (tick == 0 or target >= tick + tick // 4)):
         run._set_tick(target, why, now)
+    elif why == WHY_OPEN_LOOP and run.change_why[min(run.changes, COALESCE_CHANGES) - 1] != WHY_OPEN_LOOP:
+        run._set_tick(0, why, now)  # no change, but the result says why it stays on every arrival

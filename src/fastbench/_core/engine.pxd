@@ -54,6 +54,7 @@ cdef enum CoalesceWhy:
     WHY_FEW_READS = 4            # too few reads per tick to gain from one: on every arrival
     WHY_SHARED_READS = 5         # chunks of one stream shared reads beyond the server's own share: halved
     WHY_USER_STAMPS = 6          # a read without a kernel stamp: on every arrival for the rest of the run
+    WHY_OPEN_LOOP = 7            # the core sends open-loop arrivals: on every arrival, so they stay on time
 
 
 cdef enum:

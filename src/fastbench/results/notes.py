@@ -260,6 +260,7 @@ COALESCING_WHY = {
     "few reads": "too few reads per tick to gain",
     "shared reads": "backed off: chunks of one stream shared reads",
     "user stamps": "reads without kernel stamps",
+    "open loop": "open loop: arrivals on time first",
 }
 
 
