@@ -115,10 +115,13 @@ cdef class StreamConnection:
         self.expected_tokens = 0
         if self.run.has_expected and 0 <= row < self.run.expected_tokens.shape[0]:
             self.expected_tokens = self.run.expected_tokens[row]
-        if self.in_ends_set:
-            self.run._move(self, False)
         r.sent_ns = fb_now_ns()
         self._send(body, length_line, length_len)
+        if self.in_ends_set and not self.closed:
+            # Back to the inner set after the send, not before: the two epoll_ctl calls (a few us
+            # each here) would otherwise delay every request sent on a connection that was watched
+            # for its last one's end (a closed loop's refill, an open-loop arrival from the pool).
+            self.run._move(self, False)
 
     @property
     def row(self):
