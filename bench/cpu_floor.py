@@ -18,6 +18,10 @@ Usage (from the repository root)::
     .venv/bin/python bench/cpu_floor.py              # ~2 minutes
     .venv/bin/python bench/cpu_floor.py --reps 1 --seconds 3
     .venv/bin/python bench/cpu_floor.py --tokens-per-chunk 1-4 --coalesce-ms 8
+    .venv/bin/python bench/cpu_floor.py --auto --coalesce-ms 8   # + fastbench's default, --coalesce-ms auto
+
+With ``--auto`` the runs include fastbench with ``--coalesce-ms auto`` (its default), compared with the
+floor at the fixed window, and the table says which tick it chose.
 """
 
 from __future__ import annotations
@@ -71,24 +75,28 @@ def request_seconds(tokens_per_chunk: str, output_len: int = 64, ttft_s: float =
     return ttft_s + (output_len - 1) / mean * itl_s
 
 
-def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: float, tokens_per_chunk: str,
+def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: float | str, tokens_per_chunk: str,
                   output_len: int, cpu: set[int] | None) -> dict[str, Any]:
     # Enough requests to fill `seconds` of window.
     num_requests = streams * max(2, round(seconds / request_seconds(tokens_per_chunk, output_len)))
     cmd = [sys.executable, "-m", "fastbench", "validate", "--base-url", base_url, "--concurrency", str(streams),
            "--num-requests", str(num_requests), "--tokens-per-chunk", tokens_per_chunk,
-           "--output-len", str(output_len), "--json", "-", "--quiet"]
-    if coalesce_ms:
-        cmd += ["--coalesce-ms", str(coalesce_ms)]
+           "--output-len", str(output_len), "--json", "-", "--quiet", "--coalesce-ms", str(coalesce_ms)]
     out = subprocess.run(cmd, capture_output=True, text=True,
                          preexec_fn=(lambda: os.sched_setaffinity(0, cpu)) if cpu else None)
     if out.returncode not in (0, 1):
         raise RuntimeError(f"fastbench validate failed: {out.stderr.strip()}")
     doc = json.loads(out.stdout)
+    chosen = doc.get("coalescing")  # auto: the tick it chose, at the end and the longest
     return {"cpu_us_per_chunk": doc["client_cpu_us_per_chunk"], "chunks_per_s": doc["chunks_per_s"],
             "reads_per_wakeup": doc["reads"] / doc["wakeups"] if doc["wakeups"] else None,
             "wakeups_per_s": doc["wakeups"] / doc["duration_s"], "requests_per_s": doc["completed"] / doc["duration_s"],
-            "verdict": doc["verdict"]}
+            "verdict": doc["verdict"], "skew_p99_ms": doc["skew"]["p99"], "streams_open": doc["streams_open_mean"],
+            "tick_ms": chosen["tick_ms"] if chosen else None,
+            "tick_changes": chosen["changes_total"] if chosen else None,
+            "first_tick_s": next((c["at_s"] for c in chosen["changes"] if c["tick_ms"] > 0), None) if chosen else None,
+            "tick_share": chosen["reads_on_tick"] / max(1, chosen["reads_on_tick"] + chosen["reads_on_arrival"])
+            if chosen else None}
 
 
 def wake_accounting(fastbench: dict[str, float], floor: dict[str, float], wake_us: float) -> dict[str, float]:
@@ -142,6 +150,13 @@ def wake_costs(exe: Path, seconds: float, period_us: int, cpu: set[int] | None) 
     return runs
 
 
+AUTO = -1  # the "coalesce" key of fastbench --coalesce-ms auto
+
+
+def _window(co: int) -> str:
+    return "auto" if co == AUTO else f"{co / 1000:.1f} ms"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=int, default=256)
@@ -150,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--coalesce-ms", type=float, default=1.0, help="the coalesced variant's window")
     p.add_argument("--tokens-per-chunk", default="1", help="the server's tokens per chunk: N or A-B")
     p.add_argument("--output-len", type=int, default=64, help="tokens per request (vllm bench serve's default: 128)")
+    p.add_argument("--auto", action="store_true", help="also fastbench --coalesce-ms auto (its default)")
     p.add_argument("--json", help="write all runs here")
     p.add_argument("--wake-probe", nargs=2, metavar=("SECONDS", "PERIOD_US"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
@@ -165,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         exe, has_uring = build_floor_client(Path(tmp))
         clients = [("fastbench", 0), ("floor epoll", 0), ("fastbench", coalesce_us), ("floor epoll", coalesce_us)]
+        if ns.auto:
+            clients.insert(1, ("fastbench auto", AUTO))
         if has_uring:
             clients += [("floor uring", 0), ("floor uring", coalesce_us)]
         runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in clients}
@@ -173,16 +191,18 @@ def main(argv: list[str] | None = None) -> int:
                 os.sched_setaffinity(server.pid, server_cpu)
             for rep in range(ns.reps):
                 for name, co in clients if rep % 2 == 0 else reversed(clients):
-                    if name == "fastbench":
-                        r = run_fastbench(server.base_url, ns.streams, ns.seconds, co / 1000, ns.tokens_per_chunk,
-                                          ns.output_len, client_cpu)
+                    if name.startswith("fastbench"):
+                        r = run_fastbench(server.base_url, ns.streams, ns.seconds, "auto" if co == AUTO else co / 1000,
+                                          ns.tokens_per_chunk, ns.output_len, client_cpu)
                     else:
                         r = run_floor(exe, server.port, ns.streams, ns.seconds, name.split()[1], co, ns.output_len,
                                       client_cpu)
                     runs[(name, co)].append(r)
-                    print(f"  rep {rep + 1} {name:12s} coalesce {co / 1000:.1f} ms: "
+                    chose = (f", tick {r['tick_ms']:.2f} ms from {r['first_tick_s']} s, {r['tick_changes']} changes"
+                             if co == AUTO else "")
+                    print(f"  rep {rep + 1} {name:14s} coalesce {_window(co)}: "
                           f"{r['cpu_us_per_chunk']:.2f} us/chunk, {r['reads_per_wakeup']:.1f} reads/wake-up, "
-                          f"{r['chunks_per_s']:,.0f} chunks/s", flush=True)
+                          f"{r['chunks_per_s']:,.0f} chunks/s{chose}", flush=True)
 
         wakes = wake_costs(exe, min(ns.seconds, 3.0), 1000, client_cpu)
 
@@ -195,9 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     for (name, co), rs in runs.items():
         cpu = [r["cpu_us_per_chunk"] for r in rs]
         wake = statistics.median(r["reads_per_wakeup"] or 0.0 for r in rs)
-        ratio = medians[(name, co)] / medians[("floor epoll", co)]
-        print(f"| {name} | {co / 1000:.1f} ms | {medians[(name, co)]:.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | "
+        ratio = medians[(name, co)] / medians[("floor epoll", coalesce_us if co == AUTO else co)]
+        print(f"| {name} | {_window(co)} | {medians[(name, co)]:.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | "
               f"{wake:.1f} | {ratio:.2f}x |")
+    if ns.auto:
+        rs = runs[("fastbench auto", AUTO)]
+        print(f"\nauto chose (per rep): reads on the tick {[round(r['tick_share'], 2) for r in rs]}, ticks at the end "
+              f"{[r['tick_ms'] for r in rs]} ms, first from "
+              f"{[r['first_tick_s'] for r in rs]} s, {[r['tick_changes'] for r in rs]} changes; skew p99 "
+              f"{[r['skew_p99_ms'] for r in rs]} ms; streams open {[round(r['streams_open'], 2) for r in rs]}; "
+              f"verdicts {[r['verdict'] for r in rs]} (vs floor epoll at {coalesce_us / 1000:g} ms)")
     print("\nCPU per wake-up by itself (a timerfd every 1 ms, nothing to read):\n")
     for w, who in zip(wakes, ("a C epoll loop (floor_client)", "fastbench's coalesced path (uvloop -> core)")):
         print(f"- {who}: {w['cpu_us_per_wakeup']:.1f} us ({w['wakeups']} wake-ups)")

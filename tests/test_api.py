@@ -35,7 +35,7 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"num_prompts": True}, "BenchConfig.num_prompts must be a whole number, got True (bool)"),
     ({"num_warmups": 1.5}, "BenchConfig.num_warmups must be a whole number"),
     ({"seed": -1}, "--seed must be >= 0, got -1"),
-    ({"coalesce_ms": None}, "BenchConfig.coalesce_ms must be a number, got None"),
+    ({"coalesce_ms": None}, "BenchConfig.coalesce_ms must be a number or 'auto', got None"),
     ({"metrics_interval_s": None}, "BenchConfig.metrics_interval_s must be a number, got None"),
     ({"extra_body": "x"}, "BenchConfig.extra_body must be a dict, got 'x' (str)"),
     # a 400 for every request otherwise (vLLM: "Stream options can only be defined when stream=True")
@@ -60,7 +60,7 @@ UNREACHABLE = "http://127.0.0.1:1"
     ({"random_output_len": 0}, "--random-output-len must be >= 1, got 0"),
     ({"random_range_ratio": 1.0}, "--random-range-ratio must be in [0, 1), got 1.0"),
     ({"concurrency": 0}, "--concurrency must be at least 1, got 0"),
-    ({"coalesce_ms": -1}, "--coalesce-ms must be between 0 and 1000, got -1"),
+    ({"coalesce_ms": -1}, "--coalesce-ms must be 'auto' or between 0 and 1000, got -1"),
     ({"memory_interval_s": 1e300}, "--memory-interval must be between 0 and 3600 s"),
     ({"dataset_name": "sharegpt", "dataset_path": "/nonexistent/sg.json"},
      "--dataset-path /nonexistent/sg.json: not found"),

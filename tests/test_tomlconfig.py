@@ -183,6 +183,7 @@ def test_every_option_can_be_set_from_the_file_by_its_name(tmp_path: Path) -> No
         "KEY:MS": ("{ ttft = 5 }", [("ttft", 5.0)]), "KEY=VALUE": ('{ a = "1" }', [("a", "1")]),
         "names, comma-separated": ('["ttft", "e2el"]', ("ttft", "e2el")),
         "numbers, comma-separated": ("[50, 99.9]", (50.0, 99.9)), 'an integer or "auto"': ('"auto"', "auto"),
+        'a number or "auto"': ("1.5", 1.5),
     }
     known = [option for option in options(parser) if option.dest != "config"]
     assert len(known) > 40

@@ -251,7 +251,7 @@ def test_reference_client_measures() -> None:
     (["--itl-ms", "nan"], "--itl-ms and --ttft-ms must be between 0 and 3600000"),
     (["--ttft-ms", "inf"], "--itl-ms and --ttft-ms must be between 0 and 3600000"),
     (["--itl-ms", "1e7"], "--itl-ms and --ttft-ms must be between 0 and 3600000"),
-    (["--coalesce-ms", "-1"], "--coalesce-ms must be between 0 and 1000"),
+    (["--coalesce-ms", "-1"], "--coalesce-ms must be 'auto' or between 0 and 1000"),
     (["--base-url", "foo"], "--base-url must look like http://host:port, got 'foo'"),
     (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: /nonexistent does not exist"),
     (["--json", "/"], "--json /: is a directory"),

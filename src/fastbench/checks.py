@@ -72,7 +72,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (lambda v: v >= 0, "must be >= 0"),
     "request_timeout_s": (lambda v: 0 < v < math.inf, "must be > 0"),
     "max_error_rate": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "coalesce_ms": (lambda v: 0 <= v <= 1000, "must be between 0 and 1000"),
+    "coalesce_ms": (lambda v: v == "auto" or 0 <= v <= 1000, "must be 'auto' or between 0 and 1000"),
     "workers": (lambda v: v == "auto" or 1 <= v <= MAX_WORKERS, f"must be 'auto' or between 1 and {MAX_WORKERS}"),
     "workers_per_node": (lambda v: 1 <= v <= MAX_WORKERS, f"must be between 1 and {MAX_WORKERS}"),
     "max_tokens": (lambda v: v >= 1, "must be >= 1"),
@@ -132,7 +132,8 @@ def check_value(name: str, value: Any) -> None:
 # Types, read from the annotations
 
 
-Kind = Literal["whole", "whole_or_auto", "number", "bool", "text", "strings", "numbers", "dict", "launch"]
+Kind = Literal["whole", "whole_or_auto", "number", "number_or_auto", "bool", "text", "strings", "numbers", "dict",
+               "launch"]
 
 
 class FieldKind(NamedTuple):
@@ -158,6 +159,7 @@ _KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
     "whole": (_is_whole, "a whole number"),
     "whole_or_auto": (lambda value: _is_whole(value) or value == "auto", "a whole number or 'auto'"),
     "number": (_is_number, "a number"),
+    "number_or_auto": (lambda value: _is_number(value) or value == "auto", "a number or 'auto'"),
     "bool": (lambda value: isinstance(value, bool), "True or False"),
     "text": (lambda value: isinstance(value, str), "a string"),
     "strings": (_is_strings, "a tuple of strings, e.g. ('--itl-ms', '5')"),
@@ -176,6 +178,8 @@ def _field_kind(annotation: Any) -> FieldKind:
     members = tuple(m for m in members if m is not type(None))
     if len(members) == 2 and members[0] is int and typing.get_args(members[1]) == ("auto",):
         return FieldKind("whole_or_auto", optional)  # e.g. workers: int | Literal["auto"]
+    if len(members) == 2 and members[0] is float and typing.get_args(members[1]) == ("auto",):
+        return FieldKind("number_or_auto", optional)  # e.g. coalesce_ms: float | Literal["auto"]
     if str in members and all(m is str or typing.get_origin(m) is os.PathLike for m in members):
         return FieldKind("text", optional)  # a path: a PathLike given is stored as its str
     if len(members) == 1:

@@ -162,7 +162,9 @@ class BenchConfig:
     seed: int = 0
     request_timeout_s: float | None = None
     max_error_rate: float | None = None  # stop early when failed / finished exceeds this (after 20 requests)
-    coalesce_ms: float = 0.0  # read the sockets at least this often instead of on every arrival
+    # read the sockets at least this often instead of on every arrival (0: on every arrival); "auto":
+    # the client chooses from the chunk gaps it sees (what it chose is in fastbench.client.coalescing)
+    coalesce_ms: float | Literal["auto"] = "auto"
     # client processes sharing the schedule, merged exactly (fastbench.load.workers); "auto": from the
     # cores and the concurrency; 1: today's single process
     workers: int | Literal["auto"] = 1

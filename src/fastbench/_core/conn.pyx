@@ -32,6 +32,7 @@ cdef class StreamConnection:
         self.c.max_event_bytes = run.max_event_bytes
         self.c.save_outputs = run.save_outputs
         self.c.keep_answer = run.keep_answers
+        self.c.gap_counts = &run.gap_counts[0]
         self.busy = False
         self.closed = False
         self.requests_served = 0
@@ -117,10 +118,13 @@ cdef class StreamConnection:
         self.expected_tokens = 0
         if self.run.has_expected and 0 <= row < self.run.expected_tokens.shape[0]:
             self.expected_tokens = self.run.expected_tokens[row]
-        if self.in_ends_set:
-            self.run._move(self, False)
         r.sent_ns = fb_now_ns()
         self._send(body, length_line, length_len)
+        if self.in_ends_set and not self.closed:
+            # Back to the inner set after the send, not before: the two epoll_ctl calls (a few us
+            # each here) would otherwise delay every request sent on a connection that was watched
+            # for its last one's end (a closed loop's refill, an open-loop arrival from the pool).
+            self.run._move(self, False)
 
     @property
     def row(self):
@@ -373,6 +377,13 @@ cdef class StreamConnection:
             usage = USAGE_FINAL
         else:
             usage = USAGE_NONE
+        if row >= 0 and run.auto_coalesce and r.error != ERR_CANCELLED:
+            # automatic coalescing keeps the streams open by these (coalesce.pyx)
+            run.ends_weight += 1.0
+            run.ends_duration_ns += <double>(r.end_ns - r.sent_ns)
+            if not self.in_ends_set:
+                run.ends_unwatched += 1
+                run.ends_unwatched_weight += 1.0
         if row >= 0:
             self._write_row(row, status, usage)
             if r.error == ERR_OK:

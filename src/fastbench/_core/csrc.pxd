@@ -100,6 +100,13 @@ cdef extern from "fb_hdr.h" nogil:
     int64_t fb_hdr_index(const fb_hdr_layout_t *l, int64_t value)
 
 
+cdef extern from "fb_gaps.h" nogil:
+    enum:
+        FB_GAP_BUCKETS
+    int fb_gap_bucket(int64_t ns)
+    int64_t fb_gap_bucket_low(int b)
+
+
 cdef extern from "fb_net.h" nogil:
     int fb_net_setup(int fd)
     Py_ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel_rt_ns)

@@ -1,5 +1,5 @@
 # cython: language_level=3
-from libc.stdint cimport int64_t, int32_t, uint64_t
+from libc.stdint cimport int64_t, int32_t, uint32_t, uint64_t
 from .csrc cimport *
 
 
@@ -45,6 +45,18 @@ cpdef enum UsageSource:
     USAGE_INCONSISTENT = 3
 
 
+cdef enum CoalesceWhy:
+    # Why automatic coalescing set the tick it set (RunState.coalescing names them: COALESCE_WHY)
+    WHY_LEARNING = 0             # reads on every arrival until enough chunk gaps are seen
+    WHY_GAPS = 1                 # a share of the short chunk gaps
+    WHY_MAX = 2                  # the longest tick it may choose
+    WHY_ENDS = 3                 # bounded so that ends that come unwatched keep the streams open
+    WHY_FEW_READS = 4            # too few reads per tick to gain from one: on every arrival
+    WHY_SHARED_READS = 5         # chunks of one stream shared reads beyond the server's own share: halved
+    WHY_USER_STAMPS = 6          # a read without a kernel stamp: on every arrival for the rest of the run
+    WHY_OPEN_LOOP = 7            # the core sends open-loop arrivals: on every arrival, so they stay on time
+
+
 cdef enum:
     READ_BUFFER_BYTES = 262144   # one read's buffer, shared by the run's connections
     READY_EVENTS = 256           # ready connections taken per epoll_wait
@@ -53,6 +65,7 @@ cdef enum:
     FIRST_EVENT_BUFFER = 4096    # a connection's SSE event buffer at first (grows to max_event_bytes)
     FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
     ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
+    COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
 
 
 cdef class Recorder:
@@ -107,6 +120,7 @@ ctypedef struct fb_conn_t:
     int read_output_events       # output events found in the read being processed
     int64_t multi_event_reads    # reads with more than one output event, since last flushed to the run
     int64_t output_events        # output events, since last flushed to the run
+    uint32_t *gap_counts         # the run's histogram of chunk gaps (RunState.gap_counts), by fb_gap_bucket
     size_t max_event_bytes       # largest SSE event accepted
     int save_outputs             # keep each output event's JSON (--save-outputs)
     char *out_buf                # those events, NUL-separated (owned, reused)
@@ -193,6 +207,33 @@ cdef class RunState:
     cdef int64_t tick_ns               # its interval
     cdef size_t hot_bytes              # a connection's bytes a read touches (prefetched, see _drain_set)
     cdef set conns                     # the connections registered in it (keeps their pointers valid)
+    # Automatic coalescing (coalesce_auto; the decisions are in coalesce.pyx): the tick is chosen, and
+    # changed, from the chunk gaps the kernel stamps show; tick_ns 0 = reads on every arrival.
+    cdef uint32_t gap_counts[FB_GAP_BUCKETS]  # chunk gaps seen (>0), by fb_gap_bucket; halved as it fills
+    cdef bint auto_coalesce            # on: decisions every COALESCE_DECIDE_NS
+    cdef bint inner_nested             # epfd sits in ends_epfd: the loop wakes on every arrival
+    cdef int64_t auto_max_tick_ns      # the longest tick it may choose
+    cdef int64_t decide_due_ns         # the next decision; INT64_MAX: none
+    cdef int64_t hold_until_ns         # after chunks shared reads: the tick grows no longer before this
+    cdef int64_t hold_ns               # that hold's length (doubles with each such back-off)
+    cdef int64_t period_ns             # the period being judged began (the last decision)
+    cdef int64_t period_reads          # reads, kernel-stamped reads, multi-event reads at its start
+    cdef int64_t period_kernel_reads
+    cdef int64_t period_multi
+    cdef int64_t base_reads            # reads on every arrival, and of them multi-event ones: the
+    cdef int64_t base_multi            # server's own share of events that come together
+    cdef double ends_weight            # ends of requests (decayed), those not watched for (not in the
+    cdef double ends_unwatched_weight  # ends set: seen only on a tick), and their durations (ns)
+    cdef double ends_duration_ns
+    cdef public int64_t ends_unwatched # requests whose end came while not in the ends set (auto only)
+    cdef public int64_t ticked_reads   # reads and multi-event reads while the tick ran (auto only)
+    cdef public int64_t ticked_multi_event_reads
+    cdef int64_t last_short_gap_ns     # the short gap of the last decision (0: too few gaps)
+    cdef int64_t change_ns[COALESCE_CHANGES]     # the tick's changes: when,
+    cdef int64_t change_tick_ns[COALESCE_CHANGES]  # to what (0: every arrival),
+    cdef int64_t change_gap_ns[COALESCE_CHANGES]   # the short gap then,
+    cdef int change_why[COALESCE_CHANGES]        # and why (a CoalesceWhy value); the first ones and the last kept
+    cdef public int64_t changes        # changes made (more than COALESCE_CHANGES: the middle ones dropped)
     cdef epoll_event *ready            # epoll_wait's output array
     cdef _register(self, StreamConnection conn)
     cdef _unregister(self, StreamConnection conn)
@@ -206,6 +247,7 @@ cdef class RunState:
     cdef void _arm_arrival(self, int64_t due) noexcept
     cdef void _learn_lead(self, int64_t delay) noexcept
     cdef _chain_ended(self, StreamConnection conn, int error)
+    cdef void _set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
     cdef public Py_ssize_t next_row    # next request to claim

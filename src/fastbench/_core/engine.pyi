@@ -7,6 +7,7 @@ from typing import Any
 
 BUILD_FLAVOUR: str
 COLUMN_ORDER: tuple[str, ...]
+COALESCE_WHY: tuple[str, ...]
 
 def now_ns() -> int:
     """CLOCK_MONOTONIC in ns, the clock of every stamp the core takes."""
@@ -77,6 +78,11 @@ class RunState:
     output_events: int
     connections_opened: int
     wakeups: int
+    ends_watched: int
+    ends_unwatched: int
+    ticked_reads: int
+    ticked_multi_event_reads: int
+    changes: int
     completed: int
     failed: int
     output_tokens: int
@@ -108,6 +114,12 @@ class RunState:
     def fileno(self) -> int: ...
     def drain(self) -> None: ...
     def coalesce(self, interval_ns: int) -> int: ...
+    def coalesce_auto(self, max_tick_ns: int) -> int:
+        """Coalesced reads with the tick chosen, and changed, from the chunk gaps the run sees; on every
+        arrival at first and whenever a tick would cost accuracy. Returns the fd the loop watches."""
+    @property
+    def coalescing(self) -> dict[str, Any] | None:
+        """What automatic coalescing chose and when (None without coalesce_auto)."""
     def drain_coalesced(self) -> None: ...
     def expect_tokens(self, expected_tokens: Any) -> None: ...
     def watch_ends(self) -> None: ...

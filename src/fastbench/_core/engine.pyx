@@ -7,7 +7,8 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp
 from libc.stdio cimport snprintf
 from libc.errno cimport EAGAIN
-from libc.stdint cimport int64_t, int32_t, uint64_t, INT64_MAX
+from libc.stdint cimport int64_t, int32_t, uint32_t, uint64_t, INT64_MAX
+from libc.math cimport sqrt
 from posix.uio cimport iovec
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
@@ -67,5 +68,6 @@ cdef class ArrivalTimer:
 include "debug.pyx"   # the debug build's checks and counters (nothing in a release build)
 include "hist.pyx"    # Recorder: values into an HDR histogram's layout
 include "events.pyx"  # the per-event callbacks of the C readers
+include "coalesce.pyx"  # automatic coalescing: the tick chosen from the chunk gaps
 include "run.pyx"     # RunState: what a run's connections share
 include "conn.pyx"    # StreamConnection: one connection's requests

@@ -98,6 +98,9 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     if FB_DEBUG:
         _debug_assert(r.n_ev < r.cap_ev, "an event stamp beyond its array")
     r.ev[r.n_ev].ts = c.read_ts
+    if r.n_ev > 0 and c.read_ts > r.ev[r.n_ev - 1].ts:
+        # the chunk gap, for automatic coalescing (0: the same read, counted as a multi-event read)
+        c.gap_counts[fb_gap_bucket(c.read_ts - r.ev[r.n_ev - 1].ts)] += 1
     r.ev[r.n_ev].tokens = tokens if info.completion_tokens >= 0 else -1
     r.ev[r.n_ev].sent = info.sent_ns
     if r.ev[r.n_ev].tokens > r.max_chunk_tokens:

@@ -40,6 +40,7 @@ cdef class RunState:
         self.limit = INT64_MAX
         self.pool_low = 0
         self.next_due_ns = INT64_MAX
+        self.decide_due_ns = INT64_MAX  # no automatic coalescing until coalesce_auto()
         self.on_wake = self.on_stale = None
         self.max_error_rate = -1.0
         self.conns = set()
@@ -109,18 +110,103 @@ cdef class RunState:
         self._arm_tick()
         return self.ends_epfd
 
+    def coalesce_auto(self, int64_t max_tick_ns):
+        """Coalesced reads with the tick chosen from the chunk gaps the run sees (coalesce.pyx):
+        reads on every arrival at first (the inner set sits in the ends set, so its every ready
+        socket wakes the loop), then, once enough gaps are seen, a tick at a share of the short
+        ones (at most ``max_tick_ns``), changed as they change, and back to every arrival when
+        chunks of one stream come to share reads or reads come without kernel stamps. Returns the
+        fd the loop watches, calling drain_coalesced(); ``coalescing`` says what was chosen."""
+        cdef int64_t now
+        if max_tick_ns <= 0:
+            raise ValueError("the longest tick must be positive")
+        fd = self.coalesce(max_tick_ns)
+        now = fb_now_ns()
+        self.auto_coalesce = True
+        self.auto_max_tick_ns = max_tick_ns
+        self.hold_ns = COALESCE_HOLD_NS
+        self.period_ns = now
+        self.period_reads = self.reads
+        self.period_kernel_reads = self.kernel_reads
+        self.period_multi = self.multi_event_reads
+        self.decide_due_ns = now + COALESCE_DECIDE_NS
+        self._set_tick(0, WHY_LEARNING, now)
+        return fd
+
     def drain_coalesced(self):
         """One coalesced wake-up (see coalesce): the streams about to end first, then the rest."""
         cdef uint64_t expirations
-        read(self.tick_fd, &expirations, sizeof(expirations))  # clear the tick, if it was one
+        cdef int64_t now
+        if self.tick_ns:
+            read(self.tick_fd, &expirations, sizeof(expirations))  # clear the tick, if it was one
         self._wake()
         self._arm_tick()  # first: a read that raises must not leave the sockets without a tick
         self._drain_set(self.ends_epfd)
         self._drain_set(self.epfd)
+        if self.decide_due_ns != INT64_MAX:
+            now = fb_now_ns()
+            if now >= self.decide_due_ns:
+                _coalesce_decide(self, now)
+
+    cdef void _set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept:
+        """The tick to ``tick_ns`` (0: reads on every arrival), and the change logged."""
+        cdef epoll_event ev
+        cdef itimerspec spec
+        cdef uint64_t expirations
+        cdef Py_ssize_t k
+        ev.events = EPOLLIN
+        ev.data.ptr = NULL  # not a connection: _drain_set passes over it
+        if tick_ns > 0 and self.inner_nested:
+            epoll_ctl(self.ends_epfd, EPOLL_CTL_DEL, self.epfd, &ev)
+            self.inner_nested = False
+        elif tick_ns == 0 and not self.inner_nested:
+            epoll_ctl(self.ends_epfd, EPOLL_CTL_ADD, self.epfd, &ev)
+            self.inner_nested = True
+        self.tick_ns = tick_ns
+        if tick_ns > 0:
+            self._arm_tick()
+        else:
+            spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+            spec.it_value.tv_sec = spec.it_value.tv_nsec = 0
+            timerfd_settime(self.tick_fd, 0, &spec, NULL)  # disarmed
+            read(self.tick_fd, &expirations, sizeof(expirations))  # and an expiry not yet read, cleared
+        # the first COALESCE_CHANGES - 1 changes, and the latest in the last slot
+        k = self.changes if self.changes < COALESCE_CHANGES else COALESCE_CHANGES - 1
+        self.change_ns[k] = now
+        self.change_tick_ns[k] = tick_ns
+        self.change_gap_ns[k] = self.last_short_gap_ns
+        self.change_why[k] = why
+        self.changes += 1
+
+    @property
+    def coalescing(self):
+        """Automatic coalescing (coalesce_auto) as it went, or None without it: ``tick_ns`` now (0:
+        reads on every arrival), ``changes`` as (when, tick_ns, short gap ns then, why) tuples (the
+        first ones and the last when there were more than COALESCE_CHANGES), their count, and the
+        reads (and multi-event reads) made on the tick and on every arrival, and the requests whose
+        end came while not watched for."""
+        cdef Py_ssize_t i
+        if self.changes == 0:
+            return None
+        return {
+            "tick_ns": self.tick_ns,
+            "changes": [(self.change_ns[i], self.change_tick_ns[i], self.change_gap_ns[i],
+                         COALESCE_WHY[self.change_why[i]]) for i in range(min(self.changes, COALESCE_CHANGES))],
+            "changes_total": self.changes,
+            "short_gap_ns": self.last_short_gap_ns,
+            "ticked_reads": self.ticked_reads,
+            "ticked_multi_event_reads": self.ticked_multi_event_reads,
+            "arrival_reads": self.base_reads,
+            "arrival_multi_event_reads": self.base_multi,
+            "ends_unwatched": self.ends_unwatched,
+        }
 
     cdef void _arm_tick(self) noexcept:
         cdef itimerspec spec
-        cdef int64_t due = fb_now_ns() + self.tick_ns
+        cdef int64_t due
+        if self.tick_ns <= 0:
+            return
+        due = fb_now_ns() + self.tick_ns
         spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
         spec.it_value.tv_sec = due // 1000000000
         spec.it_value.tv_nsec = due % 1000000000

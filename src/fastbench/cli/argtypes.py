@@ -35,6 +35,16 @@ def workers_count(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
 
 
+def coalesce_window(text: str) -> float | str:
+    """--coalesce-ms: a number of ms, or "auto" (the range is checked with the other options)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of ms or 'auto', got {text!r}") from None
+
+
 def json_object(text: str) -> dict[str, Any]:
     try:
         value = orjson.loads(text)
@@ -151,10 +161,12 @@ def unknown_arguments(extras: Sequence[str], parser: argparse.ArgumentParser) ->
 
 # What a config file writes for an option: the plain kinds as a message names them, and the option
 # types above that take more than one TOML form.
-ValueKind = Literal["true or false", "an integer", 'an integer or "auto"', "a number", "a string", "a JSON object",
+ValueKind = Literal["true or false", "an integer", 'an integer or "auto"', "a number", 'a number or "auto"',
+                    "a string", "a JSON object",
                     "flags", "KEY:MS", "KEY=VALUE", "names, comma-separated", "numbers, comma-separated"]
 _KIND_OF_TYPE: dict[Any, ValueKind] = {
     int: "an integer", whole_number: "an integer", workers_count: 'an integer or "auto"', float: "a number",
+    coalesce_window: 'a number or "auto"',
     json_object: "a JSON object", shell_words: "flags", goodput_slo: "KEY:MS", range_ratio: "a number",
     key_value: "KEY=VALUE", comma_words: "names, comma-separated", comma_numbers: "numbers, comma-separated",
 }

@@ -16,6 +16,7 @@ from fastbench.cli import datasetflags, multiturn, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
+    coalesce_window,
     comma_numbers,
     comma_words,
     goodput_slo,
@@ -108,10 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
                    help="stop early once failed/finished exceeds this fraction (after 20 requests)")
-    g.add_argument("--coalesce-ms", type=float, default=0.0,
-                   help="read the sockets at least every this many ms instead of on every arrival (streams about to "
-                   "end are still watched on every arrival): less client CPU per chunk at many streams; "
-                   "kernel stamps keep arrival times; keep it under half the chunk gap (default 0: off)")
+    g.add_argument("--coalesce-ms", type=coalesce_window, default="auto", metavar="auto|X",
+                   help="read the sockets at least every X ms instead of on every arrival (streams about to end are "
+                   "still watched on every arrival): less client CPU per chunk at many streams; kernel stamps keep "
+                   "arrival times; keep X under half the chunk gap. 0: on every arrival. auto (default): on every "
+                   "arrival until the chunk gaps are known, then a tick chosen from them, backed off when chunks "
+                   "of one stream would share a read (the result says what was chosen and when)")
     g.add_argument("--workers", type=workers_count, default=1,
                    help="client processes sharing the load, each with its own event loop and core, merged exactly "
                    "(rows concatenated, histograms added); 'auto' picks from the cores and --concurrency "

@@ -244,6 +244,8 @@ def value_flags(option: Option, value: Any, where: str) -> list[str]:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     elif kind == 'an integer or "auto"':
         ok = (isinstance(value, int) and not isinstance(value, bool)) or value == "auto"
+    elif kind == 'a number or "auto"':
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) or value == "auto"
     else:
         ok = isinstance(value, str)
     if not ok:

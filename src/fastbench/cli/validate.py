@@ -67,7 +67,7 @@ import orjson
 
 from fastbench.checks import MAX_PROMPTS, check_value
 from fastbench.cli import hostload
-from fastbench.cli.argtypes import HelpFormatter, Parser
+from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.cli.validation_report import Check, Quantiles, SeriesCheck, ValidationReport, verdict_line
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError, WorkerError
 from fastbench.load.driver import LoadGenerator, mean_in_flight
@@ -75,6 +75,7 @@ from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.workers import WorkerPool
 from fastbench.results import writers
 from fastbench.results.figures import LATE_NS, client_lateness_ns
+from fastbench.results.notes import coalescing_notes
 from fastbench.results.records import COL, ErrorClass, RunData, TimestampSource
 from fastbench.synthetic.cli import (
     HOUR_MS,  # the longest delay the synthetic server takes
@@ -189,7 +190,7 @@ def checked_settings(
     *,
     warmup: bool,
     max_seconds: float | None,
-    coalesce_ms: float,
+    coalesce_ms: float | str,
     workers: int | None = None,
     ray: str | None = None,
     workers_per_node: int | None = None,
@@ -261,7 +262,7 @@ async def avalidate(
     pin: bool = False,
     warmup: bool = True,
     max_seconds: float | None = None,
-    coalesce_ms: float = 0.0,
+    coalesce_ms: float | str = "auto",
     workers: int | None = None,
     ray: str | None = None,
     workers_per_node: int | None = None,
@@ -280,7 +281,8 @@ async def avalidate(
     :param pin: pin the server and the client to different CPUs (Linux).
     :param coalesce_ms: drain the client's sockets at least every this many ms, not on every arrival,
         so that one wake-up reads many sockets (kernel stamps keep arrival times; a stream about
-        to end is watched on every arrival; chunks of one stream closer than this share a read).
+        to end is watched on every arrival; chunks of one stream closer than this share a read);
+        0: on every arrival; "auto" (default): a tick the client chooses from the chunk gaps.
     :param workers: client processes sharing the streams (``--workers``; default 1); the report is of their
         merged figures, and names each worker's skew and start. With ``ray``: that many Ray actors
         spread over the nodes.
@@ -334,7 +336,7 @@ async def avalidate(
                 concurrency=concurrency,
                 request_rate=request_rate,
                 max_seconds=max_seconds if max_seconds is not None else _safety_cap_s(settings),
-                coalesce_s=coalesce_ms / 1e3,
+                coalesce_s="auto" if coalesce_ms == "auto" else float(coalesce_ms) / 1e3,
                 expected_output_tokens=[output_len] * n,
                 # the same span as the window's figures: not the connections' set-up and warm-up
                 on_window_start=on_window_start,
@@ -578,8 +580,10 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
             f"common instant, skew p99 {(w.get('skew_ms') or {}).get('p99', float('nan')):.3f} ms, "
             f"CPU {w.get('client_cpu_s', 0):.2f} s" for w in section["per_worker"]))
     notes.extend(_clock_notes(clocks or []))
-    coalesce_ms = float(settings.get("coalesce_ms") or 0.0)
-    if coalesce_ms * 2 > itl_ms:
+    coalesce_ms = settings.get("coalesce_ms") or 0.0
+    if coalesce_ms == "auto":
+        notes.extend(coalescing_notes(data.extra.get("coalescing")))
+    elif float(coalesce_ms) * 2 > itl_ms:
         notes.append(f"--coalesce-ms {coalesce_ms:g} is over half the chunk gap ({itl_ms:g} ms): chunks of one "
                      "stream can wait in its socket for the same drain and share one read's stamp")
     verdict = "PASS" if all(c.passed for c in checks) else "FAIL"
@@ -603,6 +607,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
         multi_event_reads=data.multi_event_reads,
         wakeups=int(data.extra.get("wakeups", 0)),
         ends_watched=int(data.extra.get("ends_watched", 0)),
+        coalescing=data.extra.get("coalescing"),
         arrival_lead_us=(None if data.extra.get("arrival_lead_ns") is None
                          else data.extra["arrival_lead_ns"] / 1e3),
         lead_wait_ms=data.extra.get("lead_wait_ns", 0) / 1e6,
@@ -792,11 +797,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per decode step after the first chunk (1-4 mimics speculative decoding)")
     p.add_argument("--itl-ms", type=float, default=20.0, help="server: time between chunks")
     p.add_argument("--ttft-ms", type=float, default=50.0, help="server: time to first token")
-    p.add_argument("--coalesce-ms", type=float, default=0.0,
-                   help="client: drain the sockets at least every this many ms, not on every arrival (fewer "
+    p.add_argument("--coalesce-ms", type=coalesce_window, default="auto", metavar="auto|X",
+                   help="client: drain the sockets at least every X ms, not on every arrival (fewer "
                    "wake-ups per chunk; kernel stamps keep arrival times; streams about to end are still "
                    "watched on every arrival; keep it under half the chunk gap, or chunks of one stream "
-                   "share a read)")
+                   "share a read); 0: on every arrival; auto (default): a tick chosen from the chunk gaps")
     p.add_argument("--workers", type=int, default=None,
                    help="client processes sharing the streams, merged exactly (default 1); the report is of the "
                    "merged figures. With --ray: that many Ray actors spread over the nodes")

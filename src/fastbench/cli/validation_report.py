@@ -155,6 +155,7 @@ class ValidationReport:
     multi_event_reads: int
     wakeups: int  # event-loop wake-ups in the window (each drains every ready connection)
     ends_watched: int  # coalescing: requests whose last chunk was watched for on every arrival
+    coalescing: dict[str, Any] | None  # --coalesce-ms auto: the tick chosen and when (driver.coalescing_summary)
     arrival_lead_us: float | None  # open loop: the arrival timer's lead, as the core learnt it by the end
     lead_wait_ms: float  # open loop: time the core spent waiting out leads (CPU, inside the client's)
     multi_event_read_share: float | None  # of reads that delivered bytes
@@ -295,7 +296,7 @@ def render(r: ValidationReport) -> str:
                f"({_f(100 * (r.multi_event_read_share or 0.0), 2)} % of reads; their error is inside the skew)")
     if r.wakeups:
         ends = (f"; {r.ends_watched} requests' ends watched on every arrival"
-                if r.settings.get("coalesce_ms") else "")
+                if r.settings.get("coalesce_ms") not in (0, 0.0, None) else "")
         out.append(f"  event-loop wake-ups: {r.wakeups} ({r.reads / r.wakeups:.2f} reads per wake-up){ends}")
     if r.host is not None:
         h = r.host

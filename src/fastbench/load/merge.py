@@ -106,6 +106,10 @@ def merge_parts(parts: Sequence[Part], n_rows: int, *, start_ns: int, end_ns: in
     # Each worker's core learns its own arrival lead; the largest is the one that cost the most.
     leads = [int(d.extra["arrival_lead_ns"]) for d in reported if d.extra.get("arrival_lead_ns") is not None]
     merged_extra["arrival_lead_ns"] = max(leads) if leads else None
+    # Each worker's core chooses its own reading tick: the result names each one's choice.
+    choices = [d.extra.get("coalescing") for d in reported]
+    if any(choice is not None for choice in choices):
+        merged_extra["coalescing"] = {"per_worker": choices}
     for key in ROW_KEYED_EXTRA:
         found = [(part, part.data.extra[key]) for part in parts if part.data is not None and key in part.data.extra]
         if found:

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastbench.exceptions import ConfigError
 
@@ -97,7 +97,9 @@ class LoadPlan:
     max_error_rate: float | None = None
     verify_tls: bool = True
     kernel_timestamps: bool = True
-    coalesce_s: float = 0.0
+    # read the sockets at least this often instead of on every arrival (0: on every arrival); "auto":
+    # the core chooses the tick from the chunk gaps (RunState.coalesce_auto)
+    coalesce_s: float | Literal["auto"] = 0.0
     # Per request, the output tokens it asks for (max_tokens): usage beyond it is not trusted; with
     # coalescing, a stream that may end with its next chunk is watched on every arrival, so a
     # closed loop's turnover stays prompt.

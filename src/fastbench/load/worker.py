@@ -40,7 +40,7 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class WorkerSpec:
     max_seconds: float | None
     request_timeout_s: float | None
     verify_tls: bool
-    coalesce_s: float
+    coalesce_s: float | Literal["auto"]
     expected_output_tokens: list[int] | None
     save_outputs: bool
     keep_chunk_stamps: bool

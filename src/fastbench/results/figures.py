@@ -359,6 +359,7 @@ def _client_summary(requests: _Requests, data: RunData, config: BenchConfig) -> 
         cpu_per_event_us=(data.client_cpu_ns / data.output_events / 1e3) if data.output_events else None,
         connections_opened=data.connections_opened,
         late_share=float(np.mean(lateness > LATE_NS)) if lateness.size else None,
+        coalescing=data.extra.get("coalescing"),
     )
 
 

@@ -169,7 +169,9 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
             f"{100 * ts.multi_event_read_ratio:.1f}% of reads carried more than one event "
             f"({ts.events_per_read:.2f} output events per read; events of one read share its timestamp)"
         )
-    if cfg.coalesce_ms:
+    if cfg.coalesce_ms == "auto":
+        notes.extend(coalescing_notes(result.client.coalescing))
+    elif cfg.coalesce_ms:
         text = (f"reads coalesced (--coalesce-ms {cfg.coalesce_ms:g}): each socket drained at least every "
                 f"{cfg.coalesce_ms:g} ms, a stream about to end on every arrival; times from kernel stamps")
         gap = d["itl"].median
@@ -247,6 +249,47 @@ def _slot_wait_notes(waits: SlotWaits) -> list[str]:
                      f"(median {np.median(waits.still_waiting_ms):.1f} ms waited so far): cancelled, so no latency "
                      "figure counts them")
     return notes
+
+
+# Why automatic coalescing set a tick (RunState.coalescing's names), in words
+COALESCING_WHY = {
+    "learning": "until the chunk gaps were known",
+    "gaps": "0.4 of the short chunk gap",
+    "max": "the longest tick",
+    "ends": "held short: ends that came unwatched are seen on the tick",
+    "few reads": "too few reads per tick to gain",
+    "shared reads": "backed off: chunks of one stream shared reads",
+    "user stamps": "reads without kernel stamps",
+    "open loop": "open loop: arrivals on time first",
+}
+
+
+def describe_coalescing(summary: dict[str, Any]) -> str:
+    """One statement of what automatic coalescing chose and when (driver.coalescing_summary)."""
+    def step(change: dict[str, Any]) -> str:
+        tick = "every arrival" if not change["tick_ms"] else f"a {change['tick_ms']:.2f} ms tick"
+        gap = f", short gap {change['short_gap_ms']:.2f} ms" if change.get("short_gap_ms") else ""
+        return f"{change['at_s']:.2f} s {tick} ({COALESCING_WHY.get(change['why'], change['why'])}{gap})"
+
+    changes = summary["changes"]
+    shown = [step(c) for c in changes]
+    if len(shown) > 6:
+        shown = [*shown[:3], f"... {summary['changes_total'] - 5} more ...", *shown[-2:]]
+    reads = summary["reads_on_tick"] + summary["reads_on_arrival"]
+    share = f"{100 * summary['reads_on_tick'] / reads:.1f}" if reads else "0"
+    return (f"reads coalesced automatically (--coalesce-ms auto): {'; '.join(shown)} (s from the window's start); "
+            f"{share} % of reads on the tick, {summary['multi_event_reads_on_tick']} of them with several events "
+            f"({summary['multi_event_reads_on_arrival']} on every arrival); "
+            f"{summary['ends_unwatched']} requests ended unwatched")
+
+
+def coalescing_notes(summary: dict[str, Any] | None) -> list[str]:
+    """The notes on automatic coalescing: one, or one per worker."""
+    if summary is None:
+        return []
+    if "per_worker" in summary:
+        return [f"worker {i}: " + describe_coalescing(s) for i, s in enumerate(summary["per_worker"]) if s]
+    return [describe_coalescing(summary)]
 
 
 def _fmt_ms(value: float | None) -> str:

@@ -140,6 +140,9 @@ class ClientSummary:
     cpu_per_event_us: float | None
     connections_opened: int
     late_share: float | None = None  # of started requests, those the client sent > 0.1 ms late (see DEFINITIONS)
+    # --coalesce-ms auto: the reading tick chosen and when (load.driver.coalescing_summary; with --workers,
+    # {"per_worker": [...]}); None with a fixed --coalesce-ms
+    coalescing: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

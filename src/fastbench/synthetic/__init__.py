@@ -22,7 +22,9 @@ Token model (deterministic, documented):
   not set ``ignore_eos``; finish_reason "stop").
 
 Timing: chunk ``i`` (``i`` = 0 is the first token) of a request received at ``t`` is due at
-``t + TTFT + i * ITL (+ uniform jitter)``, an absolute schedule, so lateness never accumulates.
+``t + TTFT + i * ITL (+ uniform jitter)``, an absolute schedule, so lateness never accumulates; a
+request body's own ``"fb_itl_ms"`` (a number of ms) is its ITL instead of ``--itl-ms`` (a server that
+speeds up or slows down, for tests of the client's choices from the gaps it sees).
 TTFT = ``--ttft-ms`` (default 50) + ``prompt_tokens / --prefill-tok-s`` when that is given (then
 ``--ttft-ms`` defaults to 0); with ``--enable-prefix-caching``, prompt tokens found in the prefix cache
 (``prefixcache``: blocks of ``--block-size`` tokens, vLLM's counting) are left out of that prefill

@@ -436,6 +436,9 @@ class SyntheticEngine:
             ttft += int((prompt_tokens - cached) / cfg.prefill_tok_s * 1e9)
         g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
                  t, t + ttft, include_usage, continuous, fault)
+        itl_ms = req.get("fb_itl_ms")  # a request's own gap between chunks: a server that speeds up or slows down
+        if isinstance(itl_ms, (int, float)) and not isinstance(itl_ms, bool) and 0 <= itl_ms <= 3_600_000:
+            g.itl_ns = int(itl_ms * 1e6)
         conn.gen = g
         self.gen_started()
         if stream and fault != "not-sse":

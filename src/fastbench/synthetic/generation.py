@@ -55,6 +55,7 @@ class Generation:
         "finish",
         "idx",
         "include_usage",
+        "itl_ns",
         "n_out",
         "pre",
         "prev_due",
@@ -76,6 +77,7 @@ class Generation:
         self.n_out = n_out
         self.finish = finish
         self.base = base
+        self.itl_ns = eng.itl_ns  # the server's gap, unless the request asks for its own ("fb_itl_ms")
         self.prev_due = arrival  # jitter may move chunk 0 before base, never before the request
         usage_ok = not cfg.no_usage and not cfg.final_usage_only
         self.include_usage = include_usage and usage_ok
@@ -121,7 +123,7 @@ class Generation:
 
     def _due(self, i: int) -> int:
         eng = self.eng
-        due = self.base + i * eng.itl_ns
+        due = self.base + i * self.itl_ns
         if eng.jitter_ns:
             due += int(eng.rng.uniform(-eng.jitter_ns, eng.jitter_ns))
         due = max(due, self.prev_due)
@@ -214,7 +216,7 @@ class Generation:
         if eng.jitter_ns:
             nd = self._due(i)
         else:
-            nd = self.base + i * eng.itl_ns
+            nd = self.base + i * self.itl_ns
         sched = eng.sched
         sched.seq += 1
         heapq.heappush(sched.heap, (nd, sched.seq, self.step))
