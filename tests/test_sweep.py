@@ -56,6 +56,21 @@ def journal(store: Path, name: str = "s") -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in (store / "sweeps" / f"{name}.jsonl").read_bytes().splitlines()]
 
 
+
+def fake_vllm_server(vllm: Path, synth_args: str, **env: str) -> str:
+    """A sweep file's [server] table that launches the fake vLLM (tests/_fakevllm.py) on a free port,
+    serving the synthetic server with ``synth_args``; ``env``: more of the fake's settings."""
+    settings = "".join(f', {name} = "{value}"' for name, value in env.items())
+    return f"""[server]
+engine = "vllm"
+model = "fake/model"
+engine_bin = "{vllm}"
+port = {free_port()}
+ready_timeout = 30
+stop_grace = 3
+args = ["--served-model-name", "fake-model"]
+env = {{ FAKE_SYNTH_ARGS = "{synth_args}"{settings} }}"""
+
 def test_grid_crosses_listed_options_with_the_load_axis_last_and_rising() -> None:
     bench = {"concurrency": [8, 1, 4], "max_tokens": [16, 32], "num_prompts": 10,
              "percentile_metrics": ["ttft", "tpot"], "metric_percentiles": [[50, 99], [90]]}
@@ -222,15 +237,7 @@ def test_launched_variants_launch_once_or_per_linked_value(tmp_path: Path,
 [sweep]
 store = "{store}"
 link = {{ "--max-num-seqs" = "concurrency" }}
-[server]
-engine = "vllm"
-model = "fake/model"
-engine_bin = "{vllm}"
-port = {free_port()}
-ready_timeout = 30
-stop_grace = 3
-args = ["--served-model-name", "fake-model"]
-env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 2 --itl-ms 1" }}
+{fake_vllm_server(vllm, "--ttft-ms 2 --itl-ms 1")}
 [variants.base]
 [variants.ngram]
 args = ["--speculative-config", '{{"method": "ngram", "num_speculative_tokens": 3}}']
@@ -273,15 +280,7 @@ def test_a_launched_variants_cells_are_stored_as_runs_of_its_launch(tmp_path: Pa
 store = "{store}"
 warmup = 0
 stop = []
-[server]
-engine = "vllm"
-model = "fake/model"
-engine_bin = "{vllm}"
-port = {free_port()}
-ready_timeout = 30
-stop_grace = 3
-args = ["--served-model-name", "fake-model"]
-env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 5 --itl-ms 15 --tokens-per-chunk 3" }}
+{fake_vllm_server(vllm, "--ttft-ms 5 --itl-ms 15 --tokens-per-chunk 3")}
 [variants.ngram]
 args = ["--speculative-config", '{ngram}']
 [variants.synth]
@@ -358,15 +357,7 @@ def test_a_launch_that_dies_mid_sweep_fails_its_cell_and_the_later_ones_at_once(
 store = "{store}"
 warmup = 0
 stop = []
-[server]
-engine = "vllm"
-model = "fake/model"
-engine_bin = "{vllm}"
-port = {free_port()}
-ready_timeout = 30
-stop_grace = 3
-args = ["--served-model-name", "fake-model"]
-env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 2 --itl-ms 5", FAKE_VLLM_MODE = "die-mid-run", FAKE_DIE_AFTER = "0.3" }}
+{fake_vllm_server(vllm, "--ttft-ms 2 --itl-ms 5", FAKE_VLLM_MODE="die-mid-run", FAKE_DIE_AFTER="0.3")}
 [benchmark]
 concurrency = [1, 2, 4]
 num_prompts = 400
@@ -628,15 +619,7 @@ def test_warm_up_runs_after_each_launch_before_the_first_measured_cell(tmp_path:
 [sweep]
 store = "{store}"
 warmup = 3
-[server]
-engine = "vllm"
-model = "fake/model"
-engine_bin = "{vllm}"
-port = {free_port()}
-ready_timeout = 30
-stop_grace = 3
-args = ["--served-model-name", "fake-model"]
-env = {{ FAKE_SYNTH_ARGS = "--ttft-ms 2 --itl-ms 1" }}
+{fake_vllm_server(vllm, "--ttft-ms 2 --itl-ms 1")}
 [benchmark]
 concurrency = [1, 2]
 num_prompts = 4
