@@ -269,7 +269,8 @@ def describe_coalescing(summary: dict[str, Any]) -> str:
     def step(change: dict[str, Any]) -> str:
         tick = "every arrival" if not change["tick_ms"] else f"a {change['tick_ms']:.2f} ms tick"
         gap = f", short gap {change['short_gap_ms']:.2f} ms" if change.get("short_gap_ms") else ""
-        return f"{change['at_s']:.2f} s {tick} ({COALESCING_WHY.get(change['why'], change['why'])}{gap})"
+        at = "from the start," if change["at_s"] < 0.005 else f"{change['at_s']:.2f} s"  # set before the window
+        return f"{at} {tick} ({COALESCING_WHY.get(change['why'], change['why'])}{gap})"
 
     changes = summary["changes"]
     shown = [step(c) for c in changes]
