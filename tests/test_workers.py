@@ -36,7 +36,7 @@ from fastbench.load import pacer
 from fastbench.load import workers as workers_module
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
-from fastbench.load.worker import claim_layout, claim_views
+from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
 from fastbench.results import notes as notes_module
 from fastbench.results.records import COL, NCOLS, ErrorClass, new_histogram
@@ -532,7 +532,7 @@ CLAIMER = textwrap.dedent("""
     import mmap, sys
     import numpy as np
     from fastbench._core import Recorder, RunState
-    from fastbench.load.worker import claim_layout, claim_views
+    from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
     from fastbench.results.records import new_histogram
     fd, n, who = map(int, sys.argv[1:])
     header, claimers, rows = claim_views(mmap.mmap(fd, claim_layout(n)[0]), n)
@@ -629,3 +629,29 @@ def test_uneven_requests_over_two_workers_hold_the_concurrency_one_process_holds
     assert two.distributions["e2el"].median == pytest.approx(float(np.median(e2els)), rel=1e-12)
     assert two.distributions["ttft"].p99 == pytest.approx(float(np.percentile(ttfts, 99)), rel=1e-12)
     assert two.histograms["itl"].get_total_count() == (n // 2) * 99 + (n // 2) * 1
+
+
+def test_a_row_handed_out_but_never_marked_is_lost_with_the_lost_worker() -> None:
+    """The counter gave row 3 to a worker killed before its mark (an instruction later): only a lost
+    worker can leave such a row, so it is counted in flight there; finished rows stay as they are."""
+    plan = LoadPlan(bodies=[_body(2)] * 8, warmup_bodies=[], concurrency=4)
+    pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
+    pool._claiming = True
+    pool._workers = [workers_module.WorkerLink(share, i)
+                     for i, share in enumerate(split_schedule(8, 4, None, 0, 2, claimed=True))]
+    pool._open_claim_table(8)
+    try:
+        assert pool._claim_next is not None and pool._claimers is not None and pool._claim_table is not None
+        pool._claim_next[0] = 6
+        pool._claimers[:6] = [1, 2, 1, 0, 2, 2]
+        pool._claim_table[[0, 1, 2, 4], COL["end_ns"]] = 1  # finished; 5 (worker 2's) and 3 were in flight
+        pool._workers[0].outcome = WorkerOutcome(index=0, data=None, pid=0, started_late_ns=0)  # type: ignore[arg-type]
+        pool._workers[1].lost_ns, pool._workers[1].lost_how = 2, "was killed by SIGKILL"
+        parts, claimed = pool._claimed_parts()
+        assert [p.rows_index.tolist() for p in parts] == [[0, 2], [1, 3, 4, 5]] and claimed == [2, 4]
+        pool._mark_lost(pool._workers[1], parts[1], claimed[1])
+        error = parts[1].table[:, COL["error"]].tolist()
+        assert error == [0, int(ErrorClass.WORKER_LOST), 0, int(ErrorClass.WORKER_LOST)]
+        assert sorted(parts[1].error_messages) == [1, 3]  # by its row in the part: rows 3 and 5
+    finally:
+        pool._release()
