@@ -38,6 +38,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from fastbench.cli.hostload import process_cpu_s
 from fastbench.synthetic import SyntheticServer  # the installed package (pip install .)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,9 +122,7 @@ class StreamsSampler:
 
 
 def _proc_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(pid) or 0.0
 
 
 def _machine_busy_s() -> float:

@@ -45,6 +45,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fast_server import FastServer  # noqa: E402  (a sibling script)
 
+from fastbench.cli.hostload import process_cpu_s  # noqa: E402
 from fastbench.cli.validate import ENDPOINT, avalidate, request_body  # noqa: E402
 from fastbench.load import workers as workers_module  # noqa: E402
 from fastbench.load.driver import LoadGenerator  # noqa: E402
@@ -94,12 +95,12 @@ def capacity(workers: int, streams: int, gap_ms: float, seconds: float, output_l
     """One point of the capacity sweep: validate's run (merged over the workers) against bench/fast_server.c
     at ``gap_ms`` between chunks, ended by the time cap: what it took, at what skew and CPU."""
     with FastServer(ttft_ms=1.0, itl_ms=gap_ms, max_model_len=output_len + 64) as server:
-        server_cpu = _process_cpu_s(server.pid)
+        server_cpu = process_cpu_s(server.pid)
         per_request_s = output_len * gap_ms / 1e3
         n = int(streams * (seconds / per_request_s + 2))  # more than the window takes: the time cap ends it
         report = uvloop.run(avalidate(streams, itl_ms=gap_ms, ttft_ms=1.0, num_requests=n, output_len=output_len,
                                       base_url=server.base_url, max_seconds=seconds, workers=workers))
-        server_cpu_s = (_process_cpu_s(server.pid) or 0.0) - (server_cpu or 0.0)
+        server_cpu_s = (process_cpu_s(server.pid) or 0.0) - (server_cpu or 0.0)
     return {
         "offered_chunks_per_s": streams / (gap_ms / 1e3),
         "chunks_per_s": report.chunks_per_s,
@@ -112,15 +113,6 @@ def capacity(workers: int, streams: int, gap_ms: float, seconds: float, output_l
         "chunks_per_client_core_s": 1e6 / report.client_cpu_us_per_chunk if report.client_cpu_us_per_chunk else None,
         "verdict": 1.0 if report.passed else 0.0,
     }
-
-
-def _process_cpu_s(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _baseline_merge(path: str) -> Callable[[], contextlib.AbstractContextManager[None]]:

@@ -389,7 +389,7 @@ def test_server_cpu_is_shared_over_the_window_it_was_measured_in(monkeypatch: py
         runs.append(await run(self))
         return runs[-1]
 
-    monkeypatch.setattr(fv, "_process_cpu_s", busy_server_cpu_s)
+    monkeypatch.setattr(fv.hostload, "process_cpu_s", busy_server_cpu_s)
     monkeypatch.setattr(LoadGenerator, "run", run_and_keep)
     report = fv.validate(300, num_requests=600, output_len=8, itl_ms=2, ttft_ms=2)
     data = runs[0]

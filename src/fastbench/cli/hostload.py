@@ -21,7 +21,7 @@ import os
 import time
 from typing import Any
 
-__all__ = ("HostLoad", "HostSnapshot", "between", "snapshot", "starved_because")
+__all__ = ("HostLoad", "HostSnapshot", "between", "process_cpu_s", "snapshot", "starved_because")
 
 # A client thread that waited this share of the window for a CPU, other processes that kept this many
 # CPUs busy, or this share of steal: the host, not the client, can explain a FAIL. Measured with
@@ -91,6 +91,16 @@ def _run_queue_wait_ns() -> int | None:
             return int(f.read().split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process, from /proc (Linux); None elsewhere, or once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def snapshot() -> HostSnapshot:

@@ -328,7 +328,7 @@ async def avalidate(
             def on_window_start() -> None:
                 window_host.append(hostload.snapshot())
                 if server is not None:
-                    window_cpu.append(_process_cpu_s(server.pid))
+                    window_cpu.append(hostload.process_cpu_s(server.pid))
 
             plan = LoadPlan(
                 bodies=_request_bodies(output_len, n),
@@ -356,7 +356,7 @@ async def avalidate(
             data = await generator.run()
             host_end = hostload.snapshot()
             if server is not None and window_cpu and window_cpu[0] is not None:
-                cpu = _process_cpu_s(server.pid)
+                cpu = hostload.process_cpu_s(server.pid)
                 if cpu is not None:
                     settings["server_cpu_s"] = cpu - window_cpu[0]
             if window_host:
@@ -426,16 +426,6 @@ def _safety_cap_s(settings: dict[str, Any]) -> float:
     rate = settings["request_rate"]
     expected = (n / float(rate) if rate else -(-n // c) * per_request_s) + per_request_s
     return 60.0 + 5.0 * expected
-
-
-def _process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process, from /proc (Linux); None elsewhere."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------------------------------
