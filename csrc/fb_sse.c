@@ -112,6 +112,7 @@ static inline int fb_sse_line_end(fb_sse_t *st, int was_cr, fb_sse_event_cb on_e
         if (st->have_data) {
             const char *d = st->view ? st->view : st->buf;
             size_t n = st->view ? st->view_len : st->len;
+            if (n == 0) d = ""; /* an empty event before any buffer: never hand a callback NULL */
             st->events++;
             st->have_data = 0;
             st->view = NULL;

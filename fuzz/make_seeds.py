@@ -56,6 +56,9 @@ seeds = {
     "chunk_framing": b"\x01\x02\x00" + chunked(chat, 5),
     "close_body": b"\x02\x03\x00" + b"\xef\xbb\xbf" + chat,
     "sse_only": b"\x33\x00\x00" + chat.replace(b"\n", b"\r\n"),
+    # An empty event ("data" with no colon) before the reader has any buffer: CI's fuzzer found that
+    # it reached the event callback as a NULL pointer (undefined arithmetic in a callback's data + len).
+    "sse_empty_event_unbuffered": b"\x33\x64\x00" + b"data\r\n\r\n" + chat,
 }
 for name, blob in seeds.items():
     (HERE / "seeds" / name).write_bytes(blob)
