@@ -142,9 +142,10 @@ def _pending(sock: socket.socket) -> bool:
 
 
 def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) -> None:  # noqa: F811
-    """Arrivals far faster than 3 slots serve: the pool is topped up ahead of need but never opens
-    more connections than the limit, and no arrival waits for a handshake (one warm-up opens the
-    first connection; the pool opens the rest while the first requests run)."""
+    """Arrivals far faster than 3 slots serve (the second 0.3 ms after the first): the pool is
+    filled before the window opens and topped up ahead of need, never opening more connections than
+    the limit, and no arrival waits for a handshake (one warm-up opens the first connection; the
+    pool opens the rest before the first arrival)."""
     def script(n: int, body: bytes) -> list[Any]:
         return stream_script([1, 1], ttft_s=0.005, gap_s=0.005)
 
@@ -154,9 +155,7 @@ def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) ->
         assert list(col(data, "error")) == [0] * 30
         assert server.connections <= 3
         connected = np.count_nonzero(col(data, "connect_ns") > 0)
-        assert data.extra["pool_misses"] == connected
-        # a connect slower than the 2.5 ms between arrivals (a host stall) makes one wait in a round
-        assert connected == 0
+        assert data.extra["pool_misses"] == connected == 0
 
     until_a_round_passes(one_round)
 

@@ -42,6 +42,9 @@ LEAD_CPU_SHARE = 0.05
 # Automatic coalescing's longest tick: past ~100 wake-ups/s the ticks cost under ~0.4 % of a core
 # (a wake-up ~35 us here), and a longer one only delays what no tick foresees (an unwatched end).
 AUTO_MAX_TICK_NS = 10_000_000
+# The open loop's pool is filled before the window opens; a connect slower than this (an unreachable
+# host) is left to the arrivals, which record it on their rows.
+POOL_FILL_WAIT_S = 2.0
 
 
 def arrival_lead_bounds(rate: float) -> tuple[int, int]:
@@ -369,16 +372,10 @@ class LoadGenerator:
                                  reserved=True, retried=row))
 
         self._core_dispatch = True
-        rate = float(plan.request_rate or 0.0)
-        # Enough connections for the arrivals of ~20 ms (a connect takes ~0.1 ms on loopback, a TLS
-        # handshake a few ms), and a few for bursts.
-        pool_target = min(plan.concurrency, math.ceil(rate * 0.02) + 8)
-        for conn in self._idle:  # the warm-ups' connections
-            state.park(conn)
-        self._idle.clear()
+        pool_target = self._pool_target()
         state.on_wake = self._wake_pacer
         state.on_stale = retry_stale
-        state.lead_min_ns, state.lead_max_ns = arrival_lead_bounds(rate)
+        state.lead_min_ns, state.lead_max_ns = arrival_lead_bounds(float(plan.request_rate or 0.0))
         state.lead_ns = state.lead_min_ns
         self._lead_learnt = True
         state.dispatch_arrivals(offsets, start_ns, plan.concurrency)
@@ -488,6 +485,28 @@ class LoadGenerator:
             due = int(self.rows[row, COL["end_ns"]]) or now_ns()
             if sessions.server_history:
                 reply = decode_answer(self.state.answers.pop(row, None))
+
+    def _pool_target(self) -> int:
+        """Idle connections the open loop keeps ready: enough for the arrivals of ~20 ms (a connect
+        takes ~0.1 ms on loopback, a TLS handshake a few ms), and a few for bursts."""
+        rate = float(self.plan.request_rate or 0.0)
+        return min(self.plan.concurrency, math.ceil(rate * 0.02) + 8)
+
+    async def _fill_pool(self) -> None:
+        """Open loop, before the window opens: the warm-ups' connections into the pool, and the pool
+        filled, so that the first arrivals (Poisson gaps can be microseconds) find connections ready
+        instead of racing the top-up for a handshake. A connect still going after POOL_FILL_WAIT_S is
+        given up; the arrivals then connect for themselves and record what happened on their rows."""
+        for conn in self._idle:
+            self.state.park(conn)
+        self._idle.clear()
+        connects: set[asyncio.Future[None]] = set()
+        self._top_up(self._pool_target(), lambda coro: connects.add(asyncio.ensure_future(coro)))
+        if connects:
+            _, late = await asyncio.wait(connects, timeout=POOL_FILL_WAIT_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*connects, return_exceptions=True)
 
     def _top_up(self, target: int, spawn: Any) -> None:
         """Open connections ahead of need, so that an arrival never waits for a handshake: up to
@@ -657,6 +676,8 @@ class LoadGenerator:
                 offsets = pacer.arrival_offsets_ns(arrivals, plan.request_rate, plan.burstiness, plan.seed)
             else:
                 offsets = None
+            if offsets is not None and plan.sessions is None and not self._stopping:
+                await self._fill_pool()
             # The window's counters start after the warm-ups.
             warm = self.state.counters
             if plan.on_window_start is not None:
