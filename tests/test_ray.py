@@ -225,15 +225,19 @@ RAY_TOLERANCE_MS = 25.0
 
 def _validate_passes(cluster: str) -> fv.ValidationReport:
     """validate --ray across the cluster's nodes, one worker on each, until a round passes: a stall of
-    this shared host can fail the streams-open check of one round (the server late by tens of ms)."""
+    this shared host can fail the streams-open check of one round (the server late by tens of ms).
+    Three actors, their raylets and the server share 2 cores here: a quiet host keeps 11.92-11.94 of
+    12 streams open at a 5 ms chunk gap against the 11.88 asked, 11.93-11.97 at 10 ms (CI's loaded
+    host failed three rounds at 5 ms with 11.81); the slower schedule and a fourth round leave the
+    check to judge the client, not the host."""
     def one_round() -> fv.ValidationReport:
-        report = fv.validate(12, itl_ms=5, ttft_ms=10, num_requests=36, output_len=12,
+        report = fv.validate(12, itl_ms=10, ttft_ms=20, num_requests=36, output_len=12,
                              tolerance_ms=RAY_TOLERANCE_MS, ray=cluster)
         failed = {c.name: c.value for c in report.checks if not c.passed}
         assert (report.verdict, failed) == ("PASS", {}), report.notes
         return report
 
-    return until_a_round_passes(one_round)
+    return until_a_round_passes(one_round, tries=4)
 
 
 def test_validate_over_two_nodes_passes_with_each_nodes_clock_in_the_report(cluster: str) -> None:
