@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 from collections.abc import Callable, Iterable
 
 Step = bytes | float | str  # bytes: write them; float: sleep seconds; "close"/"reset": end the connection
@@ -77,15 +78,16 @@ def stream_script(tokens_per_chunk: Iterable[int], ttft_s: float = 0.0, gap_s: f
 class ScriptedServer:
     """Answers every request on every connection with ``script(n, body)``; n counts requests."""
 
-    def __init__(self, script: Script, close_after_each: bool = False) -> None:
+    def __init__(self, script: Script, close_after_each: bool = False, tls: ssl.SSLContext | None = None) -> None:
         self.script = script
         self.close_after_each = close_after_each
+        self.tls = tls
         self.requests: list[tuple[bytes, bytes]] = []  # (head, body) as received
         self.connections = 0
         self._server: asyncio.base_events.Server | None = None
 
     async def __aenter__(self) -> ScriptedServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -95,7 +97,8 @@ class ScriptedServer:
     @property
     def base_url(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        port = self._server.sockets[0].getsockname()[1]
+        return f"https://localhost:{port}" if self.tls else f"http://127.0.0.1:{port}"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

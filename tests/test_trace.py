@@ -49,7 +49,7 @@ def _config(path: Path, **changes: Any) -> BenchConfig:
 
 def _prompts(config: BenchConfig) -> list[list[int]]:
     work = build_workload_sync(config, "m", max_model_len=None)
-    return [orjson.loads(spec.body)["prompt"] for spec in work.requests]
+    return [orjson.loads(bytes(spec.body))["prompt"] for spec in work.requests]
 
 
 def test_requests_sharing_hash_ids_share_exactly_those_blocks(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path
     chat = endpoint == "/v1/chat/completions"
     seen: dict[int, list[Any]] = {}
     for row, spec in zip(rows, work.requests):
-        body = orjson.loads(spec.body)
+        body = orjson.loads(bytes(spec.body))
         tokens = body["messages"][0]["content"].split(" ") if chat else body["prompt"]
         assert len(tokens) == row["input_length"] == spec.prompt_len
         for k, hash_id in enumerate(row["hash_ids"][:-(-row["input_length"] // block)]):
@@ -136,7 +136,7 @@ def test_arrivals_follow_the_trace_scaled_from_its_first_request(tmp_path: Path)
     mooncake = build_workload_sync(BenchConfig(dataset_name="mooncake", dataset_path=moon, num_prompts=2,
                                                mooncake_slowdown_factor=2.0), "m", max_model_len=None)
     assert mooncake.arrival_offsets_ns == [0, 500_000_000]
-    first, second = (orjson.loads(spec.body)["prompt"] for spec in mooncake.requests)
+    first, second = (orjson.loads(bytes(spec.body))["prompt"] for spec in mooncake.requests)
     assert first[:512] == second and first[512:] != second[:88]
     untimed = build_workload_sync(_config(path, self_timed=False), "m", max_model_len=None)
     assert untimed.arrival_offsets_ns is None

@@ -41,7 +41,7 @@ def build(config: BenchConfig, max_model_len: int | None = None, tokenize: Any =
 
 
 def body(spec: RequestSpec) -> dict[str, Any]:
-    doc = orjson.loads(spec.body)
+    doc = orjson.loads(bytes(spec.body))
     assert isinstance(doc, dict)
     return doc
 

@@ -2,14 +2,16 @@ from .engine import (
     BUILD_FLAVOUR,
     COLUMN_ORDER,
     ArrivalTimer,
+    BodyParts,
     Recorder,
     RunState,
     StreamConnection,
+    TokenRuns,
     debug_counters,
     now_ns,
 )
 
 __all__ = (
-    "ArrivalTimer", "BUILD_FLAVOUR", "COLUMN_ORDER", "Recorder", "RunState", "StreamConnection", "debug_counters",
-    "now_ns",
+    "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Recorder", "RunState", "StreamConnection",
+    "TokenRuns", "debug_counters", "now_ns",
 )

@@ -4,6 +4,10 @@
 # Python; per request one Future resolves.
 
 
+cdef enum:
+    SEND_PARTS = 256  # iovecs of one send: the HTTP head, the length line, a body's head, runs and tail
+
+
 cdef class StreamConnection:
     """One keep-alive HTTP/1.1 connection carrying one streamed request at a time.
 
@@ -59,9 +63,9 @@ cdef class StreamConnection:
     def uses_kernel_timestamps(self):
         return self.kernel_timestamps
 
-    def start(self, bytes body, int64_t row, int64_t scheduled_ns, int64_t connect_ns=0):
-        """Send one request, the run's head with ``body``, and return a Future that resolves to an
-        ErrorClass value.
+    def start(self, object body, int64_t row, int64_t scheduled_ns, int64_t connect_ns=0):
+        """Send one request, the run's head with ``body`` (bytes or BodyParts), and return a Future that
+        resolves to an ErrorClass value.
 
         In closed loop (``RunState.refill``) a connection that stays usable goes straight on to
         the run's next request from inside the core, and in open loop (``chain_arrivals``) to the
@@ -71,6 +75,7 @@ cdef class StreamConnection:
         """
         if self.busy or self.closed:
             raise RuntimeError("connection is busy or closed")
+        _check_body(body)
         self.busy = True
         self.fut = self.loop.create_future()
         self.run.in_flight += 1
@@ -87,10 +92,12 @@ cdef class StreamConnection:
         self.run.in_flight += 1
         self._begin(self.run.body(row), row, scheduled_ns, 0)
 
-    cdef _begin(self, bytes body, int64_t row, int64_t scheduled_ns, int64_t connect_ns):
+    cdef _begin(self, object body, int64_t row, int64_t scheduled_ns, int64_t connect_ns):
         cdef fb_req_t *r = &self.c.req
         cdef char length_line[32]  # "%zd\r\n\r\n": at most 19 digits and 4 bytes
-        cdef Py_ssize_t length_len = snprintf(length_line, sizeof(length_line), "%zd\r\n\r\n", len(body))
+        cdef Py_ssize_t body_len = (PyBytes_GET_SIZE(body) if type(body) is bytes
+                                    else (<BodyParts>body).length)
+        cdef Py_ssize_t length_len = snprintf(length_line, sizeof(length_line), "%zd\r\n\r\n", body_len)
         if FB_DEBUG:
             _debug.requests_begun += 1
             _debug_assert(self.busy and not self.closed and self.send_task is None,
@@ -150,38 +157,47 @@ cdef class StreamConnection:
             return 0
         return self.c.req.completion_tokens
 
-    cdef _send(self, bytes body, char *length_line, Py_ssize_t length_len):
-        """Send the run's head, the body's length line and the body as they lie, in one sendmsg:
-        no joined copy per request. TLS, and a send the kernel takes only part of, join them (a
-        copy that TLS makes anyway; the loop sends the rest)."""
+    cdef _send(self, object body, char *length_line, Py_ssize_t length_len):
+        """Send the run's head, the body's length line and the body as they lie, in one sendmsg: no
+        joined copy per request (a BodyParts body: its head, its runs of the shared buffer, its tail).
+        TLS, a send the kernel takes only part of, and a body of more parts than SEND_PARTS join them
+        (a copy that TLS makes anyway; the loop sends the rest)."""
         cdef bytes head = self.run.head
-        cdef iovec parts[3]
-        cdef Py_ssize_t n
+        cdef iovec parts[SEND_PARTS]
+        cdef Py_ssize_t n, total
+        cdef int count = 3
         cdef bytes wire = None
         if self.ssl_object is None:
             parts[0].iov_base = <char *>head
             parts[0].iov_len = len(head)
             parts[1].iov_base = length_line
             parts[1].iov_len = length_len
-            parts[2].iov_base = <char *>body
-            parts[2].iov_len = len(body)
-            n = fb_net_sendv(self.fd, parts, 3)
-            if n == len(head) + length_len + len(body):
-                return
+            if type(body) is bytes:
+                parts[2].iov_base = <char *>body
+                parts[2].iov_len = PyBytes_GET_SIZE(body)
+                total = PyBytes_GET_SIZE(body)
+            else:
+                count = (<BodyParts>body).fill(&parts[2], SEND_PARTS - 2) + 2
+                total = (<BodyParts>body).length
+            if count >= 3:
+                n = fb_net_sendv(self.fd, parts, count)
+                if n == len(head) + length_len + total:
+                    return
+            else:  # too many parts for one sendmsg: joined
+                wire = _wire(head, length_line, length_len, body)
+                n = fb_net_send(self.fd, wire, len(wire))
+                if n == len(wire):
+                    return
         else:
-            self.ssl_object.write(head + length_line[:length_len] + body)
+            self.ssl_object.write(_wire(head, length_line, length_len, body))
             wire = self.ssl_out.read()
-            if FB_DEBUG:
-                _debug.requests_joined += 1
             n = fb_net_send(self.fd, wire, len(wire))
             if n == len(wire):
                 return
         if n >= 0 or n == -EAGAIN:
             # The socket buffer is full: let the loop finish the write.
             if wire is None:
-                wire = head + length_line[:length_len] + body
-                if FB_DEBUG:
-                    _debug.requests_joined += 1
+                wire = _wire(head, length_line, length_len, body)
             self.send_task = self.loop.create_task(self._send_rest(wire[max(n, 0):]))
             return
         self._fail_now(ERR_CONNECT, "send failed: %s" % os.strerror(-n))

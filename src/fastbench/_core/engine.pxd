@@ -1,5 +1,6 @@
 # cython: language_level=3
 from libc.stdint cimport int64_t, int32_t, uint32_t, uint64_t
+from posix.uio cimport iovec
 from .csrc cimport *
 
 
@@ -261,14 +262,34 @@ cdef class RunState:
     cdef object claim_buffers          # the buffers those two point into (kept alive with them)
     cdef public int64_t others_completed  # --workers: the other workers' finished requests, as last told (the
     cdef public int64_t others_failed     # error-rate rule counts them with this one's own)
-    cdef list bodies                   # request bodies (JSON), by row
+    cdef list bodies                   # request bodies (JSON), by row: bytes or BodyParts
     cdef bytes head                    # HTTP request head up to "Content-Length: "
-    cpdef bytes body(self, Py_ssize_t row)
+    cpdef object body(self, Py_ssize_t row)
     cpdef Py_ssize_t _claim_row(self)
     cpdef Py_ssize_t _claim_due_row(self, int64_t now)
     cdef _check_error_rate(self)
     cdef void _publish_claim(self) noexcept
     cdef Py_ssize_t _claim_shared(self) noexcept
+
+
+cdef class TokenRuns:
+    cdef readonly object buffer        # the bytes every run is cut from (kept alive with base)
+    cdef readonly object runs_array    # int64 (start, end) per run, flat, as given
+    cdef const unsigned char[::1] _data
+    cdef const int64_t[::1] _runs
+    cdef const char *base
+    cdef readonly Py_ssize_t n_runs
+
+
+cdef class BodyParts:
+    cdef readonly bytes head
+    cdef readonly bytes tail
+    cdef readonly TokenRuns source
+    cdef readonly Py_ssize_t first
+    cdef readonly Py_ssize_t end
+    cdef readonly Py_ssize_t length
+    cpdef bytes joined(self)
+    cdef int fill(self, iovec *parts, int room) noexcept
 
 
 cdef class StreamConnection:
@@ -292,9 +313,9 @@ cdef class StreamConnection:
     cdef fb_conn_t c                   # all C state (last: the object's own fields stay together)
     cdef void _watch_if_ending(self) noexcept
     cdef _read_ready(self)
-    cdef _begin(self, bytes body, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
+    cdef _begin(self, object body, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
     cdef _start_from_core(self, int64_t row, int64_t scheduled_ns)
-    cdef _send(self, bytes body, char *length_line, Py_ssize_t length_len)
+    cdef _send(self, object body, char *length_line, Py_ssize_t length_len)
     cdef _fail_now(self, int error, str why)
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts)
     cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts)

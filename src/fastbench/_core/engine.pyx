@@ -10,7 +10,7 @@ from libc.errno cimport EAGAIN
 from libc.stdint cimport int64_t, int32_t, uint32_t, uint64_t, INT64_MAX
 from libc.math cimport sqrt
 from posix.uio cimport iovec
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 BUILD_FLAVOUR = FB_BUILD_FLAVOUR.decode()
 cdef fb_row_t _row_fields  # read for its field names only
@@ -69,5 +69,6 @@ include "debug.pyx"   # the debug build's checks and counters (nothing in a rele
 include "hist.pyx"    # Recorder: values into an HDR histogram's layout
 include "events.pyx"  # the per-event callbacks of the C readers
 include "coalesce.pyx"  # automatic coalescing: the tick chosen from the chunk gaps
+include "parts.pyx"   # BodyParts: a body sent from parts of one shared buffer
 include "run.pyx"     # RunState: what a run's connections share
 include "conn.pyx"    # StreamConnection: one connection's requests

@@ -309,14 +309,16 @@ cdef class RunState:
             (<StreamConnection>conn).abort(ERR_CANCELLED, why)
 
     def set_requests(self, bytes head, list bodies):
-        """The run's request bodies and the HTTP head they are sent with, up to and including
-        "Content-Length: " (a connection sends the head, the length and the body as they are)."""
+        """The run's request bodies (bytes or BodyParts) and the HTTP head they are sent with, up to and
+        including "Content-Length: " (a connection sends the head, the length and the body as they are)."""
+        for body in bodies:
+            _check_body(body)
         self.head = head
         self.bodies = bodies
         self.n_rows = len(bodies)
         self.next_row = 0
 
-    cpdef bytes body(self, Py_ssize_t row):
+    cpdef object body(self, Py_ssize_t row):
         """The request body of ``row``."""
         return self.bodies[row]
 

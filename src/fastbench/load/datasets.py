@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from fastbench._core import BodyParts
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
@@ -34,6 +35,7 @@ from fastbench.load.screening import (
     Candidate,
     JsonPrompt,
     Messages,
+    PartsPrompt,
     Selector,
     max_tokens_override,
     output_limit_known,
@@ -82,14 +84,16 @@ DATASETS: dict[str, Dataset] = {
 class RequestSpec:
     """One request, ready to send.
 
-    :param body: the full JSON body, serialised once with orjson.
+    :param body: the full JSON body, serialised once with orjson: bytes, or (a trace's) ``BodyParts``, the
+        body as a head, runs of one token buffer the bodies share, and a tail, which the core sends as they
+        lie (``bytes(body)`` joins them).
     :param prompt_len: input tokens, exact or estimated as ``Workload.input_length_source`` says;
         None when unknown.
     :param max_tokens: the output tokens asked for (``max_tokens`` in the body).
     :param prompt_text_chars: characters of prompt text (0 for a token-id prompt).
     """
 
-    body: bytes
+    body: bytes | BodyParts
     prompt_len: int | None
     max_tokens: int
     prompt_text_chars: int
@@ -262,11 +266,23 @@ _PROMPT_MARK = "\x00fastbench prompt\x00"
 
 def _make_specs(accepted: list[Candidate], config: BenchConfig, model: str, chat: bool) -> list[RequestSpec]:
     templates: dict[int, tuple[bytes, bytes] | None] = {}  # max_tokens -> the body around the prompt
+    ends: dict[tuple[int, bytes, bytes], tuple[bytes, bytes]] = {}  # ... with a PartsPrompt's open and close
     override = max_tokens_override(config.extra_body)
     specs = []
     for c in accepted:
         prompt = c.prompt
-        if isinstance(prompt, JsonPrompt):
+        if isinstance(prompt, PartsPrompt):
+            if c.max_tokens not in templates:
+                templates[c.max_tokens] = _template(c, config, model, chat)
+            key = (c.max_tokens, prompt.open, prompt.close)
+            if key not in ends and (around := templates[c.max_tokens]) is not None:
+                ends[key] = (around[0] + prompt.open, prompt.close + around[1])
+            if key in ends:  # the body sent from the prompt's runs as they lie: no copy of its tokens
+                head, tail = ends[key]
+                specs.append(RequestSpec(BodyParts(head, prompt.source, prompt.first, prompt.end, tail),
+                                         c.prompt_len, override or c.max_tokens, prompt.chars))
+                continue
+        elif isinstance(prompt, JsonPrompt):
             if c.max_tokens not in templates:
                 templates[c.max_tokens] = _template(c, config, model, chat)
             around = templates[c.max_tokens]
@@ -282,14 +298,14 @@ def _make_specs(accepted: list[Candidate], config: BenchConfig, model: str, chat
 def _template(c: Candidate, config: BenchConfig, model: str, chat: bool) -> tuple[bytes, bytes] | None:
     """The body of ``c`` serialised once, split where its prompt goes; None when --extra-body
     replaces the prompt (then each body is made whole)."""
-    parts = _make_spec(dataclasses.replace(c, prompt=_PROMPT_MARK), config, model, chat).body.split(
-        orjson.dumps(_PROMPT_MARK))
+    whole = bytes(_make_spec(dataclasses.replace(c, prompt=_PROMPT_MARK), config, model, chat).body)  # bytes already
+    parts = whole.split(orjson.dumps(_PROMPT_MARK))
     return (parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> RequestSpec:
     body: dict[str, Any] = {"model": model}
-    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, (JsonPrompt, Messages)) else c.prompt
+    prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, (JsonPrompt, PartsPrompt, Messages)) else c.prompt
     if isinstance(c.prompt, Messages):  # a whole conversation (custom's messages)
         body["messages"] = prompt
         prompt = c.prompt.text
@@ -324,7 +340,11 @@ def _with_request_id(spec: RequestSpec, request_id: str) -> RequestSpec:
     """``spec`` whose body carries ``"request_id"`` first: spliced into the serialised body (which
     begins with ``{``), so that a reused prompt is not serialised again."""
     head = b'{"request_id":' + orjson.dumps(request_id) + b","
-    return dataclasses.replace(spec, body=head + spec.body[1:])
+    body = spec.body
+    if isinstance(body, BodyParts):
+        return dataclasses.replace(spec, body=BodyParts(head + body.head[1:], body.source, body.first, body.end,
+                                                        body.tail))
+    return dataclasses.replace(spec, body=head + body[1:])
 
 
 def build_workload_sync(

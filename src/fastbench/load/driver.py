@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fastbench._core import Recorder, RunState, StreamConnection, now_ns
+from fastbench._core import BodyParts, Recorder, RunState, StreamConnection, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
@@ -178,7 +178,7 @@ class LoadGenerator:
             sock.close()
             raise
 
-    async def _send_one(self, body: bytes, row: int, scheduled_ns: int,
+    async def _send_one(self, body: bytes | BodyParts, row: int, scheduled_ns: int,
                         sent: tuple[StreamConnection, asyncio.Future[int]] | None = None,
                         reserved: bool = False, retried: int | None = None) -> int:
         """Send one request on an idle or new connection; returns the ErrorClass value of the

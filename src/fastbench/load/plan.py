@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from fastbench._core import BodyParts
     from fastbench.load.sessions import SessionPlan
 
 
@@ -86,8 +87,8 @@ def check_api_key(api_key: str | None) -> None:
 class LoadPlan:
     """What to send and how: built by the caller from a BenchConfig and a Workload."""
 
-    bodies: Sequence[bytes]
-    warmup_bodies: Sequence[bytes]
+    bodies: Sequence[bytes | BodyParts]  # BodyParts: sent from their parts as they lie (a trace's)
+    warmup_bodies: Sequence[bytes | BodyParts]
     concurrency: int
     request_rate: float | None = None
     burstiness: float = 1.0

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
+from fastbench._core import BodyParts, TokenRuns
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a numpy view of a larger buffer (a trace's prompts)
 
@@ -32,6 +34,23 @@ class JsonPrompt(NamedTuple):
         return b"".join(self.parts)
 
 
+class PartsPrompt(NamedTuple):
+    """A prompt whose JSON value is ``open``, runs ``first`` to ``end`` of a shared token buffer, then
+    ``close`` (a trace's: each distinct block's tokens lie once in the buffer). Its request's body is
+    sent from those parts (``BodyParts``), never joined into a bytes object of its own."""
+
+    source: TokenRuns
+    first: int
+    end: int
+    open: bytes
+    close: bytes
+    chars: int  # characters of prompt text; 0 for token ids
+
+    @property
+    def json(self) -> bytes:
+        return BodyParts(self.open, self.source, self.first, self.end, self.close).joined()
+
+
 class Messages(NamedTuple):
     """A whole conversation sent as the chat body's ``messages`` (the chat endpoint only)."""
 
@@ -39,7 +58,7 @@ class Messages(NamedTuple):
     text: str  # the contents joined, for counting
 
 
-Prompt = str | list[int] | JsonPrompt | Messages
+Prompt = str | list[int] | JsonPrompt | PartsPrompt | Messages
 
 # Other names servers take for the output limit, which win over max_tokens where they are honoured
 # (vLLM's chat: max_completion_tokens; llama.cpp: n_predict; TGI: max_new_tokens).

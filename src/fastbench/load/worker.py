@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fastbench._core import now_ns
+from fastbench._core import BodyParts, now_ns
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import NCOLS, RunData
@@ -73,8 +73,8 @@ class WorkerSpec:
     api_key: str | None
     headers: dict[str, str]
     rows: np.ndarray  # int64: the workload index of each of this worker's requests, in its order
-    bodies: list[bytes]
-    warmup_bodies: list[bytes]
+    bodies: list[bytes | BodyParts]  # a trace's BodyParts pickle their shared buffer once
+    warmup_bodies: list[bytes | BodyParts]
     concurrency: int  # this worker's slots
     request_rate: float | None  # this worker's share of the arrivals per second (sizes its pool)
     arrival_offsets_ns: np.ndarray | None  # its arrivals' offsets from the common start; None: closed loop

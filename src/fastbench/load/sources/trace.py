@@ -61,9 +61,10 @@ from typing import Any, NoReturn
 import numpy as np
 import orjson
 
+from fastbench._core import TokenRuns
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
-from fastbench.load.screening import Candidate, JsonPrompt, Selector, screening_limit
+from fastbench.load.screening import Candidate, JsonPrompt, PartsPrompt, Selector, screening_limit
 from fastbench.load.sources import Context, gc_paused, read_dataset_file
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
@@ -324,8 +325,8 @@ class _Blocks:
     that shares a leading block or two a run for those and one for the rest, so that a prompt is a few
     slices of the buffer however many blocks it has. The layout is computed for all requests at once with
     numpy (no per-block Python), the tokens are drawn in bulk, two at a time from a table of random pairs
-    (``_tokens``), and a prompt's parts are numpy views of the buffer (not tracked by the garbage collector, as
-    memoryviews are), copied once, into the request's body."""
+    (``_tokens``), and a prompt is its first and last run: its request's body is sent from the buffer as
+    it lies (the core's ``BodyParts``), never copied into a body of its own."""
 
     def __init__(self, block: int, words: bool, rng: np.random.Generator) -> None:
         self.block = block
@@ -335,7 +336,7 @@ class _Blocks:
         self.distinct = 0  # distinct blocks the requests carry
         self.shared = 0  # of them, blocks that more than one request carries
         self._buffer = np.empty(0, np.uint8)
-        self._runs: list[int] = []  # per run: its first byte, then its end, flat
+        self._runs = np.zeros(0, np.int64)  # per run: its first byte, then its end, flat
         self._first_run: list[int] = []  # per request, its first run (and the next request's is its end)
 
     def draw(self, hash_ids: Sequence[list[int]], input_lengths: Sequence[int]) -> None:
@@ -383,7 +384,7 @@ class _Blocks:
         runs[0::2], runs[1::2] = start[heads] * width, run_end * width
         first_run = np.searchsorted(owner[heads], np.arange(n + 1))
         runs[2 * first_run[1:] - 1] -= 1  # a prompt's last run: without the last token's separator
-        self._runs = runs.tolist()
+        self._runs = runs
         self._first_run = first_run.tolist()
         self._buffer = self._tokens(total)
 
@@ -402,14 +403,13 @@ class _Blocks:
             np.take(items, rows, out=out[first:first + len(rows)])
         return out.view(np.uint8)[:count * self.width]
 
-    def prompts(self, input_lengths: Sequence[int]) -> list[JsonPrompt]:
+    def prompts(self, input_lengths: Sequence[int]) -> list[PartsPrompt]:
         """The prompts of the requests given to ``draw`` (of these input lengths), in order: each its runs
-        of the buffer, the last token's separator left out."""
-        buffer, runs, first = self._buffer, self._runs, self._first_run
-        # numpy views export the buffer protocol; numpy's stubs do not say so on Python 3.11
-        views: list[Any] = [buffer[runs[at]:runs[at + 1]] for at in range(0, len(runs), 2)]
+        of the buffer, the last token's separator left out. Their bodies are sent from those runs."""
+        source = TokenRuns(self._buffer, self._runs)
+        first = self._first_run
         quote = b'"' if self.words else None
         open_, close = (quote, quote) if quote else (b"[", b"]")
         width = self.width
-        return [JsonPrompt((open_, *views[first[k]:first[k + 1]], close), n_in * width - 1 if quote else 0)
+        return [PartsPrompt(source, first[k], first[k + 1], open_, close, n_in * width - 1 if quote else 0)
                 for k, n_in in enumerate(input_lengths)]
