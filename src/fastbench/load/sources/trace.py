@@ -400,7 +400,9 @@ class _Blocks:
         out = np.empty(half, items.dtype)
         for first in range(0, half, _DRAW_PAIRS):
             rows = self.rng.integers(0, _PAIRS, size=min(_DRAW_PAIRS, half - first), dtype=np.uint16)
-            np.take(items, rows, out=out[first:first + len(rows)])
+            # mode="clip": a uint16 row is always in range, and numpy buffers ``out`` in the default
+            # mode="raise" (each byte written twice): 0.5-0.7 s, not 0.9-1.2, for 70.7 M tokens here
+            np.take(items, rows, out=out[first:first + len(rows)], mode="clip")
         return out.view(np.uint8)[:count * self.width]
 
     def prompts(self, input_lengths: Sequence[int]) -> list[PartsPrompt]:
