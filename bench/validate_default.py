@@ -41,6 +41,7 @@ def figures(r: dict[str, Any]) -> dict[str, Any]:
     first_tick = next((c for c in chosen["changes"] if c["tick_ms"] > 0), None) if chosen else None
     return {
         "verdict": r["verdict"],
+        "skew_p50": r["skew"]["p50"],
         "skew_p99": r["skew"]["p99"],
         "ttft_bound_p99": series["ttft"]["error_bound_p99_ms"],
         "gap_bound_p99": series["itl_chunk"]["error_bound_p99_ms"],
@@ -86,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                 fig = figures(run_validate(builds[name], a.concurrency, tpc, []))
                 fig.update(build=name, tokens_per_chunk=tpc, round=rnd)
                 results.append(fig)
-                print(f"  {tpc:>4} tok/chunk {name:<12} {fig['verdict']} skew p99 {_f(fig['skew_p99'])} ms, "
+                print(f"  {tpc:>4} tok/chunk {name:<12} {fig['verdict']} skew p50 {_f(fig['skew_p50'])} p99 {_f(fig['skew_p99'])} ms, "
                       f"CPU {_f(fig['cpu_us_chunk'], 2)} us/chunk, streams {_f(fig['streams_open'], 2)}, tick "
                       f"{_f(fig['tick_ms'], 2)} ms (first {_f(fig['first_tick_ms'], 2)} at {fig['first_tick_at_s']} s, "
                       f"{fig['changes']} changes)", flush=True)
-    cols = ["skew_p99", "ttft_bound_p99", "gap_bound_p99", "streams_open", "cpu_us_chunk", "wakeups_s",
+    cols = ["skew_p50", "skew_p99", "ttft_bound_p99", "gap_bound_p99", "streams_open", "cpu_us_chunk", "wakeups_s",
             "multi_share", "tick_ms", "tick_share"]
     print(f"\nMedians over {a.rounds} rounds (range), validate --concurrency {a.concurrency}:\n")
     print("| tokens/chunk | build | " + " | ".join(cols) + " | verdicts |")
