@@ -96,6 +96,11 @@ def test_a_trace_body_is_the_one_orjson_writes_for_the_request_whole(tmp_path: P
             assert bytes(spec.body) == b'{"request_id":"r-%d",' % i + bytes(plain.body)[1:]
 
 
+def test_a_prompt_replaced_by_extra_body_makes_a_whole_body(tmp_path: Path) -> None:
+    work = _workload(tmp_path, extra_body={"prompt": "x"})
+    assert all(type(s.body) is bytes and orjson.loads(s.body)["prompt"] == "x" for s in work.requests)
+
+
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
 

@@ -266,21 +266,22 @@ _PROMPT_MARK = "\x00fastbench prompt\x00"
 
 def _make_specs(accepted: list[Candidate], config: BenchConfig, model: str, chat: bool) -> list[RequestSpec]:
     templates: dict[int, tuple[bytes, bytes] | None] = {}  # max_tokens -> the body around the prompt
-    ends: dict[tuple[int, bytes, bytes], tuple[bytes, bytes]] = {}  # ... with a PartsPrompt's open and close
+    # max_tokens, a PartsPrompt's open and close -> the body's head and tail around its runs
+    ends: dict[tuple[int, bytes, bytes], tuple[bytes, bytes] | None] = {}
     override = max_tokens_override(config.extra_body)
     specs = []
     for c in accepted:
         prompt = c.prompt
         if isinstance(prompt, PartsPrompt):
-            if c.max_tokens not in templates:
-                templates[c.max_tokens] = _template(c, config, model, chat)
             key = (c.max_tokens, prompt.open, prompt.close)
-            if key not in ends and (around := templates[c.max_tokens]) is not None:
-                ends[key] = (around[0] + prompt.open, prompt.close + around[1])
-            if key in ends:  # the body sent from the prompt's runs as they lie: no copy of its tokens
-                head, tail = ends[key]
-                specs.append(RequestSpec(BodyParts(head, prompt.source, prompt.first, prompt.end, tail),
-                                         c.prompt_len, override or c.max_tokens, prompt.chars))
+            if key not in ends:
+                around = _template(c, config, model, chat)
+                ends[key] = (around[0] + prompt.open, prompt.close + around[1]) if around else None
+            head_tail = ends[key]
+            if head_tail is not None:  # the body sent from the prompt's runs as they lie: no copy of its tokens
+                specs.append(RequestSpec(BodyParts(head_tail[0], prompt.source, prompt.first, prompt.end,
+                                                   head_tail[1]), c.prompt_len, override or c.max_tokens,
+                                         prompt.chars))
                 continue
         elif isinstance(prompt, JsonPrompt):
             if c.max_tokens not in templates:

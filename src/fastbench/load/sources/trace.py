@@ -171,22 +171,17 @@ def _offer(ctx: Context) -> str:
 
 def _fitting(inputs: list[int], outputs: list[int], selector: Selector) -> list[int]:
     """The first requests, in file order, whose prompt and output fit the context, as many as the run
-    needs: the selector's rule, applied before any prompt is made."""
+    needs: the selector's rule, applied before any prompt is made (with numpy: each distinct output
+    length's limit computed once)."""
     mml = selector.max_model_len
     need = selector.need
     if mml is None:
         return list(range(min(need, len(inputs))))
-    limits: dict[int, int] = {}
-    out = []
-    for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
-        limit = limits.get(n_out)
-        if limit is None:
-            limit = limits[n_out] = screening_limit(n_out, selector.extra_body)
-        if n_in + limit <= mml:
-            out.append(i)
-            if len(out) == need:
-                break
-    return out
+    lengths, which = np.unique(np.asarray(outputs, dtype=np.int64), return_inverse=True)
+    limits = np.array([screening_limit(int(n), selector.extra_body) for n in lengths], dtype=np.int64)
+    fits = np.asarray(inputs, dtype=np.int64) + limits[which.reshape(-1)] <= mml
+    taken: list[int] = np.flatnonzero(fits)[:need].tolist()
+    return taken
 
 
 def load_trace(path: str, fmt: TraceFormat) -> Trace:
