@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 fig = figures(run_validate(builds[name], a.concurrency, tpc, []))
                 fig.update(build=name, tokens_per_chunk=tpc, round=rnd)
                 results.append(fig)
-                print(f"  {tpc:>4} tok/chunk {name:<12} {fig['verdict']} skew p50 {_f(fig['skew_p50'])} p99 {_f(fig['skew_p99'])} ms, "
+                print(f"  {tpc:>4} tok/chunk {name:<12} {fig['verdict']} skew p50 {_f(fig['skew_p50'])} "
+                      f"p99 {_f(fig['skew_p99'])} ms, "
                       f"CPU {_f(fig['cpu_us_chunk'], 2)} us/chunk, streams {_f(fig['streams_open'], 2)}, tick "
                       f"{_f(fig['tick_ms'], 2)} ms (first {_f(fig['first_tick_ms'], 2)} at {fig['first_tick_at_s']} s, "
                       f"{fig['changes']} changes)", flush=True)

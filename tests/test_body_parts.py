@@ -74,6 +74,10 @@ def test_parts_make_the_body_they_name_and_pickle_their_buffer_once() -> None:
         TokenRuns(np.zeros(4, np.uint8), np.array([0, 5], np.int64))
     with pytest.raises(ValueError, match="outside the 3 runs"):
         BodyParts(b"", source, 2, 4, b"")
+    runs = np.array([0, 2], np.int64)
+    kept = TokenRuns(np.frombuffer(b"abcd", np.uint8), runs)
+    runs[1] = 1 << 40  # the caller's array, changed after: the runs were copied when checked
+    assert bytes(BodyParts(b"", kept, 0, 1, b"")) == b"ab"
 
 
 def test_a_body_that_is_neither_bytes_nor_parts_is_refused() -> None:

@@ -274,7 +274,7 @@ cdef class RunState:
 
 cdef class TokenRuns:
     cdef readonly object buffer        # the bytes every run is cut from (kept alive with base)
-    cdef readonly object runs_array    # int64 (start, end) per run, flat, as given
+    cdef readonly object runs_array    # int64 (start, end) per run, flat: its own copy (an array.array)
     cdef const unsigned char[::1] _data
     cdef const int64_t[::1] _runs
     cdef const char *base

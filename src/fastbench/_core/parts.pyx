@@ -4,26 +4,32 @@
 # and a block many requests carry is held once). Included by engine.pyx.
 
 
+from array import array as _array
+
+
 cdef class TokenRuns:
     """One buffer many request bodies are cut from, and its runs: ``runs`` holds each run's first byte
-    and end, flat (int64). Checked once here, so that a send never reads outside the buffer."""
+    and end, flat (int64). Checked once here, against a copy of ``runs`` kept here (the caller's array may
+    change after), so that a send never reads outside the buffer."""
 
-    def __init__(self, object buffer, object runs):
+    def __cinit__(self, object buffer, object runs):
         cdef const unsigned char[::1] data = buffer
-        cdef const int64_t[::1] flat = runs
-        cdef Py_ssize_t i
-        if flat.shape[0] % 2:
+        cdef const int64_t[::1] given = runs
+        cdef Py_ssize_t i, n = given.shape[0]
+        if n % 2:
             raise ValueError("runs must be (start, end) pairs, flat")
-        for i in range(0, flat.shape[0], 2):
+        own = _array("q", PyBytes_FromStringAndSize(<const char *>&given[0] if n else NULL, n * 8))
+        cdef const int64_t[::1] flat = own
+        for i in range(0, n, 2):
             if not 0 <= flat[i] <= flat[i + 1] <= data.shape[0]:
                 raise ValueError(f"run {i // 2} ({flat[i]}, {flat[i + 1]}) lies outside the buffer "
                                  f"of {data.shape[0]} bytes")
         self.buffer = buffer
-        self.runs_array = runs
+        self.runs_array = own
         self._data = data
         self._runs = flat
         self.base = <const char *>&data[0] if data.shape[0] else NULL
-        self.n_runs = flat.shape[0] // 2
+        self.n_runs = n // 2
 
     def __reduce__(self):
         # Pickled once however many bodies share it (pickle's memo): --workers and --ray ship the buffer
@@ -38,7 +44,8 @@ cdef class BodyParts:
     """A request body as parts: ``head``, runs ``first`` to ``end`` (exclusive) of ``source``, ``tail``.
     The core sends them as they lie; ``bytes(parts)`` is the body they make, byte for byte."""
 
-    def __init__(self, bytes head, TokenRuns source, Py_ssize_t first, Py_ssize_t end, bytes tail):
+    def __cinit__(self, bytes head not None, TokenRuns source not None, Py_ssize_t first, Py_ssize_t end,
+                 bytes tail not None):
         cdef Py_ssize_t i, length = len(head) + len(tail)
         if not 0 <= first <= end <= source.n_runs:
             raise ValueError(f"runs {first}..{end} outside the {source.n_runs} runs of the buffer")
