@@ -26,8 +26,10 @@ import numpy as np
 import pytest
 import uvloop
 
+from _scripted import ScriptedServer, stream_script
 from _timing import until_a_round_passes
 from fastbench import api
+from fastbench._core import BodyParts, TokenRuns
 from fastbench.cli import validate as fv
 from fastbench.config import BenchConfig
 from fastbench.exceptions import WorkerError
@@ -120,6 +122,26 @@ def test_open_loop_keeps_the_drawn_schedule_over_two_workers_per_node(cluster: s
     scheduled = rows[:, COL["scheduled_ns"]]
     expected = pacer.arrival_offsets_ns(n, rate, 1.0, 5)
     assert np.array_equal(scheduled - section["start_ns"], expected)  # on the driver's clock, exactly
+
+
+def test_bodies_sent_from_parts_reach_the_server_whole_from_the_actors(cluster: str) -> None:
+    """A trace's bodies (BodyParts: heads and tails around runs of one shared token buffer) travel to the
+    actors by Ray's serialisation, the buffer as one read-only array; each reaches the server whole."""
+    tokens = np.frombuffer(b"".join(b"%05d," % (10_000 + i) for i in range(400)), np.uint8)
+    runs = np.array([0, 600, 600, 1200, 1200, 2400], np.int64)  # a shared block, then each one's own
+    source = TokenRuns(tokens, runs)
+    bodies = [BodyParts(b'{"model":"m","prompt":[', source, 0, k, b'10000],"max_tokens":3,"stream":true}')
+              for k in (1, 2, 3)] * 8
+
+    async def main() -> tuple[Any, list[bytes]]:
+        async with ScriptedServer(lambda n, body: stream_script([1, 2])) as srv:
+            plan = LoadPlan(bodies=bodies, warmup_bodies=bodies[:2], concurrency=4)
+            data = await RayPool(Target.parse(srv.base_url, ENDPOINT), plan, address=cluster).run()
+            return data, [body for _, body in srv.requests]
+
+    data, received = uvloop.run(main())
+    assert list(data.rows[:, COL["error"]]) == [0] * len(bodies)
+    assert sorted(received) == sorted(bytes(b) for b in bodies + bodies[:2])
 
 
 async def _run_and_then(pool: RayPool, action: Callable[[RayPool], None], worker: int, completed: int) -> Any:
