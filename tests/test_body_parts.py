@@ -130,7 +130,7 @@ def test_the_server_reads_each_body_its_parts_make(tmp_path: Path, loop_name: st
     """A trace's bodies, one too big for one send (the rest joined and sent by the loop) and one of more
     runs than one sendmsg takes (joined): each read whole, in order; debug builds count the two joins."""
     work = _workload(tmp_path)
-    big_source, big = _runs([os.urandom(1_000_000).hex().encode(), b"x"])
+    big_source, big = _runs([os.urandom(3_000_000).hex().encode(), b"x"])  # more than a loopback send takes
     many_source, _ = _runs([b"%d," % i for i in range(600)])
     bodies = [s.body for s in work.requests] + [BodyParts(b"{", big_source, 0, 2, b"}"),
                                                 BodyParts(b"[", many_source, 0, 600, b"]")]
