@@ -9,9 +9,12 @@ side by side in one run.
    on each; before the window, for each node in turn and alternating, the estimate by UDP
    (udpclock.PINGS pings) and by Ray calls (raypool.CLOCK_SAMPLES calls), several rounds; then the
    run itself, whose result records the estimate it applied.
+3. With --ray --validate: ``fastbench validate --ray`` at its default tolerance (0.5 ms) over the same
+   three nodes, three times.
 
     .venv/bin/python bench/udp_clock.py              # part 1
     .venv/bin/python bench/udp_clock.py --ray        # and part 2 (needs fastbench[ray])
+    .venv/bin/python bench/udp_clock.py --ray --validate   # and part 3
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import threading
 import time
@@ -74,7 +78,7 @@ def local(rounds: int) -> None:
         print(_line(name, estimates))
 
 
-def on_ray(rounds: int) -> None:
+def on_ray(rounds: int, validate_too: bool) -> None:
     import ray
     import uvloop
     from ray.cluster_utils import Cluster
@@ -127,20 +131,41 @@ def on_ray(rounds: int) -> None:
                           f"+- {e['uncertainty_ns'] / 1e3:.1f} us (round trip min {e['min_round_trip_ns'] / 1e3:.1f}, "
                           f"median {e['median_round_trip_ns'] / 1e3:.1f} us; {e['samples']} samples, "
                           f"{e['unanswered']} unanswered); fallback: {node['clock_fallback']}")
+        if validate_too:
+            _validate(cluster.address)
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _validate(address: str, rounds: int = 3) -> None:
+    """fastbench validate --ray at its default tolerance (0.5 ms) over the same three nodes, three times:
+    the shifted node's skews carry its uncertainty, now by UDP."""
+    from fastbench.cli import validate as fv
+    from fastbench.cli.validation_report import _clock_lines
+
+    for _ in range(rounds):
+        report = fv.validate(12, itl_ms=5, ttft_ms=10, num_requests=36, output_len=12, ray=address)
+        failed = {c.name: round(c.value, 3) for c in report.checks if not c.passed and c.value is not None}
+        print(f"3. validate --ray --concurrency 12 --num-requests 36 --output-len 12 --itl-ms 5 --ttft-ms 10 "
+              f"(tolerance 0.5 ms; load average {os.getloadavg()[0]:.1f}): {report.verdict} {failed or ''} "
+              f"(cause: {report.verdict_cause})")
+        print(f"   merged skew p99 {report.skew.p99:.3f} ms; per worker: "
+              + "; ".join(re.findall(r"worker \d+ \(node \w+\) [^;]*?skew p99 [0-9.]+ ms", " ".join(report.notes))))
+        for line in _clock_lines(report.clocks):
+            print("  " + line)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--ray", action="store_true", help="also on a local three-node Ray cluster")
+    parser.add_argument("--validate", action="store_true", help="with --ray: and fastbench validate --ray over it")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
     local(args.rounds)
     if args.ray:
-        on_ray(args.rounds)
+        on_ray(args.rounds, args.validate)
 
 
 if __name__ == "__main__":
