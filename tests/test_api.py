@@ -22,6 +22,7 @@ from fastbench.config import LaunchConfig
 from fastbench.load.driver import LoadGenerator
 from fastbench.results import card as run_card
 from fastbench.results import writers as report
+from fastbench.results.environment import environment
 from fastbench.server import control
 from fastbench.synthetic import SyntheticServer
 
@@ -461,13 +462,13 @@ def test_the_environment_names_the_machine_and_its_gpus(tmp_path: Path, monkeypa
     fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 570.86.15'\necho 'NVIDIA H200, 570.86.15'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    env = api.environment()
+    env = environment()
     assert env["gpus"] == ["NVIDIA H200 (driver 570.86.15)"] * 2
     assert env["cpu_model"] and env["mem_total_gib"] and env["mem_total_gib"] > 0
     row = run_card._machine(env)
     assert row.startswith(f"{os.cpu_count()} x {env['cpu_model']}, {env['mem_total_gib']:g} GiB RAM; GPU: NVIDIA H200")
     fake.write_text("#!/bin/sh\nexit 9\n")  # a broken driver: no GPU named, no error
-    assert api.environment()["gpus"] == []
+    assert environment()["gpus"] == []
     assert run_card._machine({"cpu_count": 2}) == "2 x unknown CPU; GPU: none found (nvidia-smi)"
 
 

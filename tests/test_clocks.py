@@ -15,12 +15,14 @@ import uvloop
 
 from fastbench import api
 from fastbench.cli import validate as fv
+from fastbench.cli import validation_report
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load.clocks import ClockSample, estimate_offset
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.raypool import INSTANT_COLUMNS, RayPool, import_ray, shift_rows
+from fastbench.results.notes import _workers_note
 from fastbench.results.records import COL, NCOLS
 from fastbench.synthetic import SyntheticServer
 
@@ -187,6 +189,30 @@ def _node(node: str, offset_ns: int, uncertainty_ns: int, same_clock: bool,
     return {"node": node, "host": "h", "workers": [0], "same_clock": same_clock, "offset_ns": offset_ns,
             "uncertainty_ns": uncertainty_ns, "skew_offset_ns": offset_ns - uncertainty_ns,
             "estimate": estimate if estimated else None}
+
+
+def test_validate_and_the_run_notes_say_how_each_nodes_clock_was_estimated() -> None:
+    """One node estimated by UDP, one that fell back to Ray calls: the notes, the table's lines and
+    the run's workers note name the method, the round trips and why UDP was not used."""
+    by_udp = _node("aaaa1111", 2_000_000, 25_000, False)
+    by_udp["estimate"].update(method="udp", samples=200, min_round_trip_ns=50_000)  # type: ignore[attr-defined]
+    by_calls = _node("bbbb2222", 0, 0, True)
+    by_calls["estimate"]["method"] = "ray-call"  # type: ignore[index]
+    by_calls["clock_fallback"] = ("no valid UDP reply from 10.0.0.2:4000 in 0.5 s (9 pings unanswered, 0 replies "
+                                  "ignored)")
+    clocks = fv._node_clocks(_section(by_udp, by_calls))
+    assert clocks is not None and [c["method"] for c in clocks] == ["udp", "ray-call"]
+    assert [c["fallback"] for c in clocks] == [None, by_calls["clock_fallback"]]
+    notes = fv._clock_notes(clocks)
+    assert "+- 0.025 ms to this host's (UDP pings, shortest of 200 round trips 0.050 ms)" in notes[0]
+    assert ("holds 0, Ray actor calls, shortest of 64 round trips 1.200 ms; not by UDP: no valid UDP reply from "
+            "10.0.0.2:4000 in 0.5 s (9 pings unanswered, 0 replies ignored))") in notes[1]
+    lines = validation_report._clock_lines(clocks)
+    assert lines[1].endswith("+2.000 +- 0.025; by UDP; workers 0")
+    assert lines[2].endswith("(this host's clock); by Ray calls, no UDP reply; workers 0")
+    note = _workers_note({"count": 2, "per_worker": [], **_section(by_udp, by_calls)})
+    assert ("Ray actors on 2 nodes (node clocks put on this host's to within 0.025 ms; no UDP clock reply from node "
+            "bbbb2222: estimated by Ray calls)") in note
 
 
 def test_validate_states_each_nodes_clock_and_refuses_one_unknown() -> None:

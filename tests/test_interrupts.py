@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from _sanitizer import UNDER_SANITIZER
+
 HARNESS = Path(__file__).with_name("_interrupt_harness.py")
 STOPPING = "fastbench: stopping; writing what was measured"
+# Only a hang's guard: 80 runs take ~1 min here, and ASan on a loaded host took them past 300 s.
+HARNESS_TIMEOUT_S = 900 if UNDER_SANITIZER else 300
 
 
 def _interrupted_runs(tmp_path: Path, repeats: int, *flags: str) -> list[dict[str, object]]:
     proc = subprocess.run([sys.executable, str(HARNESS), str(tmp_path), str(repeats), *flags],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=HARNESS_TIMEOUT_S, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(runs) == repeats

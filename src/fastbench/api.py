@@ -6,16 +6,10 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import platform
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from fastbench._version import __version__
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
@@ -24,6 +18,7 @@ from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.load.workers import WorkerPool, choose_workers, usable_cores
 from fastbench.results import card, figures, modelcard, writers
+from fastbench.results.environment import environment
 from fastbench.results.result import Result
 from fastbench.server import control, launch, modelinfo, prefixcache
 from fastbench.server.engines import make_server
@@ -507,59 +502,6 @@ def store_run(result: Result, config: BenchConfig, data: Any, *,
     except FastbenchError as exc:
         return result, [f"could not store the run in --store {config.store}: {exc}"]
     return dataclasses.replace(result, run_id=run_id), []
-
-
-def environment() -> dict[str, Any]:
-    """What the result records about where it ran (nothing secret)."""
-    return {
-        "fastbench": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "hostname": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "cpu_model": _proc_field("/proc/cpuinfo", "model name"),
-        "mem_total_gib": _mem_total_gib(),
-        "gpus": _nvidia_gpus(),
-    }
-
-
-def _proc_field(path: str, name: str) -> str | None:
-    """The first ``name: value`` line's value in a /proc file (Linux), or None."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() == name:
-                    return " ".join(value.split())
-    except OSError:
-        pass
-    return None
-
-
-def _mem_total_gib() -> float | None:
-    total = _proc_field("/proc/meminfo", "MemTotal")  # "24680000 kB"
-    try:
-        return round(int(total.split()[0]) / 2**20, 1) if total else None
-    except (ValueError, IndexError):
-        return None
-
-
-def _nvidia_gpus() -> list[str]:
-    """"NAME (driver VERSION)" per NVIDIA GPU, from nvidia-smi when it is there; [] otherwise."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.splitlines():
-        name, _, driver = (part.strip() for part in line.rpartition(","))
-        if name:
-            gpus.append(f"{name} (driver {driver})")
-    return gpus
 
 
 def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:

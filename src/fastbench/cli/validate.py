@@ -652,6 +652,10 @@ def _node_clocks(section: dict[str, Any] | None) -> list[dict[str, Any]] | None:
             "estimate_offset_ms": estimate["offset_ns"] / 1e6,
             "estimate_uncertainty_ms": estimate["uncertainty_ns"] / 1e6,
             "min_round_trip_ms": estimate["min_round_trip_ns"] / 1e6,
+            "median_round_trip_ms": estimate["median_round_trip_ns"] / 1e6,
+            "method": estimate.get("method") or "ray-call",  # "udp", or "ray-call" (UDP got no valid reply)
+            "samples": estimate["samples"],
+            "fallback": node.get("clock_fallback"),  # why UDP was not used, None when it was
             **_moved(node),
         })
     return clocks
@@ -672,6 +676,15 @@ def _moved(node: dict[str, Any]) -> dict[str, float | None]:
             "moved_ms": (after["offset_ns"] - node["estimate"]["offset_ns"]) / 1e6, "below_truth_ms": below}
 
 
+def _estimated_how(c: dict[str, Any]) -> str:
+    """How a node's offset was estimated: the exchanges, their shortest round trip, and why UDP was
+    not used when it was not."""
+    trips = f"shortest of {c['samples']} round trips {c['min_round_trip_ms']:.3f} ms"
+    if c["method"] == "udp":
+        return f"UDP pings, {trips}"
+    return f"Ray actor calls, {trips}" + (f"; not by UDP: {c['fallback']}" if c["fallback"] else "")
+
+
 def _clock_notes(clocks: list[dict[str, Any]]) -> list[str]:
     """--ray: what each node's clock adds to the figures above."""
     if not clocks:
@@ -679,12 +692,13 @@ def _clock_notes(clocks: list[dict[str, Any]]) -> list[str]:
     notes = []
     for c in clocks:
         where = f"node {str(c['node'])[:8]} on {c['host']} (workers {', '.join(map(str, c['workers']))})"
+        how = _estimated_how(c)
         if c["same_clock"]:
             notes.append(f"clock of {where}: this host's (same kernel; its estimate {c['estimate_offset_ms']:+.3f} "
-                         f"+- {c['estimate_uncertainty_ms']:.3f} ms holds 0): its skews are exact")
+                         f"+- {c['estimate_uncertainty_ms']:.3f} ms holds 0, {how}): its skews are exact")
         else:
             notes.append(f"clock of {where}: offset {c['offset_ms']:+.3f} +- {c['uncertainty_ms']:.3f} ms to this "
-                         f"host's (shortest of the round trips {c['min_round_trip_ms']:.3f} ms); its skews are the "
+                         f"host's ({how}); its skews are the "
                          f"true ones plus 0 to {2 * c['uncertainty_ms']:.3f} ms (its receive stamps less "
                          f"{c['skew_offset_ms']:+.3f} ms, the least the offset can be), and its requests' "
                          f"'sent -> read by the server' is known to +- {c['uncertainty_ms']:.3f} ms"

@@ -63,7 +63,9 @@ DEFINITIONS: dict[str, str] = {
             "CPU time. A FAIL of the timing checks with others >= 0.5 CPU, a wait >= 10 % of the window or "
             "steal >= 20 % is the busy host's (verdict_cause).",
     "clocks": "--ray: per node of the cluster, its CLOCK_MONOTONIC's offset to this host's (the server's), "
-              "estimated from the shortest of 64 round trips to within half of it (uncertainty_ms); 0 with "
+              "estimated from the shortest of many round trips to within half of it (uncertainty_ms): method "
+              "'udp', 200 UDP pings to a responder in the node's worker actor, or 'ray-call', 64 Ray actor "
+              "calls when no valid UDP reply came (fallback says why); 0 with "
               "uncertainty 0 for a node on this host's kernel whose estimate holds 0. The node's rows are "
               "put on this host's clock by offset_ms; its receive stamps less skew_offset_ms (offset less "
               "uncertainty) give its skews, so each is its true value plus 0 to 2 x uncertainty_ms and every "
@@ -223,8 +225,9 @@ def _clock_lines(clocks: list[dict[str, Any]] | None) -> list[str]:
     lines = ["  node clocks (offset to this host's +- uncertainty, ms; skews and bounds widened by it):"]
     for c in clocks:
         same = " (this host's clock)" if c["same_clock"] else ""
+        how = "UDP" if c.get("method") == "udp" else "Ray calls, no UDP reply" if c.get("fallback") else "Ray calls"
         lines.append(f"    node {str(c['node'])[:8]} on {c['host']}: {c['offset_ms']:+.3f} +- "
-                     f"{c['uncertainty_ms']:.3f}{same}; workers {', '.join(map(str, c['workers']))}")
+                     f"{c['uncertainty_ms']:.3f}{same}; by {how}; workers {', '.join(map(str, c['workers']))}")
     return lines
 
 

@@ -52,6 +52,9 @@ class ClockOffset:
     min_round_trip_ns: int
     median_round_trip_ns: int
     samples: int
+    method: str = ""  # how the exchanges went: "udp" (fastbench.load.udpclock) or "ray-call" (an actor call)
+    unanswered: int = 0  # exchanges asked for but never answered (UDP pings lost or late)
+    ignored: int = 0  # answers that were not to the exchange waited for (late, duplicated, garbled)
 
     def to_remote(self, local_ns: int) -> int:
         """An instant of this clock on the remote one."""
@@ -65,12 +68,14 @@ class ClockOffset:
         """Whether ``offset_ns`` lies within this estimate's uncertainty."""
         return abs(offset_ns - self.offset_ns) <= self.uncertainty_ns
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | str]:
         return dataclasses.asdict(self)
 
 
-def estimate_offset(samples: Sequence[ClockSample]) -> ClockOffset:
-    """The offset from the exchange with the shortest round trip (see the module's docstring)."""
+def estimate_offset(samples: Sequence[ClockSample], *, method: str = "", unanswered: int = 0,
+                    ignored: int = 0) -> ClockOffset:
+    """The offset from the exchange with the shortest round trip (see the module's docstring);
+    ``method`` and the counts of exchanges that gave no sample are recorded with it."""
     if not samples:
         raise ValueError("no clock samples")
     for sample in samples:
@@ -83,7 +88,7 @@ def estimate_offset(samples: Sequence[ClockSample]) -> ClockOffset:
     trips = sorted(s.round_trip_ns for s in samples)
     return ClockOffset(offset_ns=(low + high) // 2, uncertainty_ns=(high - low + 1) // 2,
                        min_round_trip_ns=best.round_trip_ns, median_round_trip_ns=trips[len(trips) // 2],
-                       samples=len(samples))
+                       samples=len(samples), method=method, unanswered=unanswered, ignored=ignored)
 
 
 def shift_rows(rows: np.ndarray, offset_ns: int) -> np.ndarray:

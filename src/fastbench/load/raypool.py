@@ -11,10 +11,13 @@ driver (this process) keeps the server's lifecycle, the /metrics scraper and the
   ``i`` goes to bundle ``i mod bundles``, so a small run still reaches every node.
 * Clocks. Every latency is a difference of stamps of one node's clock. For what sets stamps of
   different nodes side by side (the window's edges, the start instant, each row's send and receive
-  instants in the time series) each node's offset to the driver's clock is estimated from
-  CLOCK_SAMPLES exchanges (fastbench.load.clocks: the shortest round trip bounds it) and recorded
-  with its uncertainty. A node with the driver's kernel (same boot id) whose estimate agrees with
-  zero shares the driver's clock: its offset is then exactly zero. The start instant is chosen on
+  instants in the time series) each node's offset to the driver's clock is estimated from many
+  exchanges (fastbench.load.clocks: the shortest round trip bounds it) and recorded with its
+  uncertainty and how it was made: UDP pings to the actor's clock responder
+  (fastbench.load.udpclock, round trips of tens of us), else, when no UDP reply comes (a firewalled
+  node), CLOCK_SAMPLES Ray actor calls (round trips of a millisecond or more), the result saying
+  why. A node with the driver's kernel (same boot id) whose estimate agrees with zero shares the
+  driver's clock: its offset is then exactly zero. The start instant is chosen on
   the driver's clock and sent to each node on its own; rows are put on the driver's clock as they
   arrive. Skew (a node's receive stamp less a server's send stamp, the server on the driver's host)
   is put on the driver's clock in the core, by the smallest offset the estimate allows (offset less
@@ -49,13 +52,15 @@ from fastbench.load.clocks import INSTANT_COLUMNS, ClockOffset, ClockSample, est
 from fastbench.load.merge import Part
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.rayworker import WorkerActor, boot_id
+from fastbench.load.udpclock import NoUdpReply, udp_offset
 from fastbench.load.worker import REPORT_INTERVAL_S, WorkerOutcome
 from fastbench.load.workers import Share, WorkerLink, WorkerPool
 from fastbench.results.records import NCOLS
 
 __all__ = ("INSTANT_COLUMNS", "RayPool", "import_ray", "join_cluster", "shift_rows")
 
-# Exchanges per node for its clock offset: the shortest round trip of these bounds the estimate.
+# Ray actor calls per node for its clock offset when UDP gets no reply: the shortest round trip of
+# these bounds the estimate (UDP sends fastbench.load.udpclock.PINGS).
 CLOCK_SAMPLES = 64
 # How long the cluster has to find room for the placement group before the run fails.
 PLACEMENT_TIMEOUT_S = 60.0
@@ -130,6 +135,9 @@ class _Node:
     offset_ns: int = 0
     same_clock: bool = False
     estimate_after: ClockOffset | None = None  # again once the window is over: how far its clock moved
+    clock_udp: str | None = None  # its clock responder's address (ip:port), None when the actor opened none
+    clock_fallback: str | None = None  # why the estimate was not made by UDP (None: it was)
+    clock_fallback_after: str | None = None  # the same, for estimate_after
 
     @property
     def uncertainty_ns(self) -> int:
@@ -287,12 +295,13 @@ class RayPool(WorkerPool):
         for node_id, worker in first.items():
             node = self._nodes[node_id]
             try:
-                node.estimate = await asyncio.to_thread(self._sample_clock, worker.actor)
+                estimate, node.clock_fallback = await asyncio.to_thread(self._sample_clock, worker, node)
             except Exception as exc:  # without its offset, none of its stamps can be set beside the others'
                 raise WorkerError(f"--ray: the clock offset of node {node_id[:12]} on {node.host} is unknown: "
                                   f"reading its clock failed ({_first_line(exc)})") from None
-            node.same_clock = node.same_kernel and node.estimate.agrees_with(0)
-            node.offset_ns = 0 if node.same_clock else node.estimate.offset_ns
+            node.estimate = estimate
+            node.same_clock = node.same_kernel and estimate.agrees_with(0)
+            node.offset_ns = 0 if node.same_clock else estimate.offset_ns
         for worker in self._workers:
             assert isinstance(worker, RayWorkerLink)
             node = self._nodes[str(worker.identity.get("node_id"))]
@@ -311,15 +320,30 @@ class RayPool(WorkerPool):
             if node is None or node.estimate is None:
                 continue
             with contextlib.suppress(Exception):  # only a record: the run's figures are in already
-                node.estimate_after = await asyncio.to_thread(self._sample_clock, worker.actor)
+                node.estimate_after, node.clock_fallback_after = await asyncio.to_thread(
+                    self._sample_clock, worker, node)
 
-    def _sample_clock(self, actor: Any) -> ClockOffset:
+    def _sample_clock(self, worker: RayWorkerLink, node: _Node) -> tuple[ClockOffset, str | None]:
+        """The node's offset by UDP to the worker's clock responder, else by Ray calls to the worker;
+        with why UDP was not used (None when it was)."""
+        ip, port = (worker.identity.get("clock_udp") or [None, "its actor gave no UDP clock address"])[:2]
+        if ip is None:
+            why = str(port)
+        else:
+            node.clock_udp = f"{ip}:{port}"
+            try:
+                return udp_offset(str(ip), int(port)), None
+            except (NoUdpReply, OSError) as exc:
+                why = str(exc) or type(exc).__name__
+        return self._ray_call_offset(worker.actor), why
+
+    def _ray_call_offset(self, actor: Any) -> ClockOffset:
         samples = []
         for _ in range(CLOCK_SAMPLES):
             sent = now_ns()
             remote = int(self._ray.get(actor.clock.remote(), timeout=LOST_AFTER_S))
             samples.append(ClockSample(sent, remote, now_ns()))
-        return estimate_offset(samples)
+        return estimate_offset(samples, method="ray-call")
 
     async def _call(self, ref: Any) -> Any:
         return await asyncio.wait_for(self._await(ref), LOST_AFTER_S)
@@ -375,6 +399,8 @@ class RayPool(WorkerPool):
                        "skew_offset_ns": node.skew_offset_ns,
                        "estimate": node.estimate.as_dict() if node.estimate is not None else None,
                        "estimate_after": node.estimate_after.as_dict() if node.estimate_after is not None else None,
+                       "clock_udp": node.clock_udp, "clock_fallback": node.clock_fallback,
+                       "clock_fallback_after": node.clock_fallback_after,
                        "workers": [w.index for w in self._workers
                                    if isinstance(w, RayWorkerLink) and w.identity.get("node_id") == node.node_id]}
                       for node in self._nodes.values()],

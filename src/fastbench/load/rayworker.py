@@ -6,7 +6,9 @@ in a ``--workers`` process; the driver reaches it through actor method calls, wh
 actor's other threads (the actor is created with ``max_concurrency`` above one):
 
 * ``identity()``: the node it runs on and the fastbench it imported (the driver refuses a mismatch).
-* ``clock()``: this node's CLOCK_MONOTONIC, for the driver's offset estimate (fastbench.load.clocks).
+* ``clock()``: this node's CLOCK_MONOTONIC, for the driver's offset estimate (fastbench.load.clocks)
+  when the actor's UDP clock responder (fastbench.load.udpclock, opened on the node's IP as Ray reports
+  it; its address is in ``identity()``) cannot be reached: the same reading, through a Ray call.
 * ``start(start_ns, skew_offset_ns)`` and ``stop(reason)``: the messages a ``--workers`` process gets,
   ``start_ns`` on this node's clock (the driver converted its own instant); ``skew_offset_ns`` is what
   the core subtracts from its receive stamps to set them beside the server's send stamps.
@@ -17,9 +19,9 @@ actor's other threads (the actor is created with ``max_concurrency`` above one):
 
 A test hook: with ``FASTBENCH_TEST_CLOCK_SHIFT_NS=X`` in its node's environment, the actor shows the
 driver the clock of a node whose CLOCK_MONOTONIC reads X ns later than this host's: ``clock()``, the
-start instant, the skew offset, the rows' instants and the window's edges all cross the actor's
-boundary as such a node's would. tests/test_ray.py gives one node of a local cluster that clock, which
-the driver must estimate and correct as it would another host's.
+UDP responder's replies, the start instant, the skew offset, the rows' instants and the window's
+edges all cross the actor's boundary as such a node's would. tests/test_ray.py gives one node of a
+local cluster that clock, which the driver must estimate and correct as it would another host's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 from fastbench._core import now_ns
 from fastbench._version import __version__
 from fastbench.load.clocks import shift_rows
+from fastbench.load.udpclock import ClockResponder
 from fastbench.load.worker import WorkerOutcome, WorkerSpec, run_worker
 from fastbench.results.records import NCOLS
 
@@ -81,6 +84,8 @@ class WorkerActor:
         self._finished = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"fastbench-worker-{spec.index}", daemon=True)
         self._thread.start()
+        self._responder: ClockResponder | None = None
+        self._responder_failed: str | None = None  # why it could not open its UDP socket
 
     # -- the worker's own thread ---------------------------------------------------------------------
 
@@ -131,7 +136,20 @@ class WorkerActor:
         import ray  # only ever called in a Ray actor
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-                "pid": os.getpid(), "boot_id": boot_id(), "version": __version__}
+                "pid": os.getpid(), "boot_id": boot_id(), "version": __version__,
+                "clock_udp": self._clock_udp(ray.util.get_node_ip_address())}  # type: ignore[no-untyped-call]
+
+    def _clock_udp(self, node_ip: str) -> list[Any]:
+        """Where its UDP clock responder listens, [ip, port], opened on the first call; or [None, why
+        it could not open] (the driver then reads the clock through Ray calls)."""
+        if self._responder is None and self._responder_failed is None:
+            try:
+                self._responder = ClockResponder(node_ip, self._shift_ns)
+            except OSError as exc:
+                self._responder_failed = f"the actor could not open a UDP socket on {node_ip}: {exc}"
+        if self._responder is not None:
+            return [self._responder.address[0], self._responder.address[1]]
+        return [None, self._responder_failed]
 
     def clock(self) -> int:
         return now_ns() + self._shift_ns

@@ -4,8 +4,8 @@
 layout); ``definitions`` holds the written definition of every figure; ``result`` the typed ``Result``;
 ``figures`` derives every figure from the records, by those definitions, and ``notes`` words what the
 result says about the run; ``vllm_keys`` flattens a result into ``vllm bench serve``'s keys; ``card``
-words every line of the run card (the server's sections included, from the typed records the server
-wing hands over); ``writers`` turns a ``Result`` into the JSON file, the console summary and the
-per-request JSONL. Imports nothing of the server wing (its record types only for type checking) or the
-load generator.
+words every line of the run card (the server's sections included, from the typed records the server wing
+hands over); ``writers`` turns a ``Result`` into the JSON file, the console summary and the per-request
+JSONL; ``environment`` what the result records about the machine it ran on. Imports nothing of the
+server wing (its record types only for type checking) or the load generator.
 """

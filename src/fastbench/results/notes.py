@@ -315,6 +315,10 @@ def _workers_note(workers: dict[str, Any]) -> str:
                    if not n.get("same_clock") and n.get("estimate")]
         clocks = (f"node clocks put on this host's to within {max(unknown):.3f} ms" if unknown
                   else "every node on this host's clock")
+        fell_back = [str(n["node"])[:8] for n in nodes if n.get("clock_fallback")]
+        if fell_back:  # their offsets came from Ray calls: ten times less sure than by UDP
+            clocks += (f"; no UDP clock reply from node{'s' if len(fell_back) > 1 else ''} {', '.join(fell_back)}: "
+                       "estimated by Ray calls")
         text += f", Ray actors on {len(nodes)} node{'s' if len(nodes) != 1 else ''} ({clocks})"
     late = [w.get("started_late_ms") for w in workers.get("per_worker", ()) if w.get("started_late_ms") is not None]
     if late:
