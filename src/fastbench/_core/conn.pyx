@@ -185,12 +185,10 @@ cdef class StreamConnection:
                     return
             else:  # too many parts for one sendmsg: joined
                 wire = _wire(head, length_line, length_len, body)
-                n = fb_net_send(self.fd, wire, len(wire))
-                if n == len(wire):
-                    return
         else:
             self.ssl_object.write(_wire(head, length_line, length_len, body))
             wire = self.ssl_out.read()
+        if wire is not None:  # TLS's bytes, or the joined body: one send of them
             n = fb_net_send(self.fd, wire, len(wire))
             if n == len(wire):
                 return
