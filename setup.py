@@ -46,6 +46,7 @@ setup(
                 "csrc/fb_http.c",
                 "csrc/fb_sse.c",
                 "csrc/fb_json.c",
+                "csrc/fb_trace.c",
             ],
             include_dirs=["csrc"],
             define_macros=DEFINES,

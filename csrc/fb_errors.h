@@ -10,6 +10,7 @@ enum {
     FB_ERR_HTTP_EOF = 5,          /* the peer closed before the message was complete */
     FB_ERR_SSE_TOO_BIG = 6,       /* an SSE event larger than the caller allows (grow callback said no) */
     FB_ERR_JSON = 7,              /* an SSE data payload that is not one well-formed JSON object */
-    FB_ERR_CALLBACK = 8           /* a caller callback asked to stop (its own code is kept by the caller) */
+    FB_ERR_CALLBACK = 8,          /* a caller callback asked to stop (its own code is kept by the caller) */
+    FB_ERR_TRACE = 9              /* a trace line the column scanner does not take (the caller parses it) */
 };
 #endif

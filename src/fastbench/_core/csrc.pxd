@@ -36,6 +36,7 @@ cdef extern from "fb_errors.h":
         FB_ERR_SSE_TOO_BIG
         FB_ERR_JSON
         FB_ERR_CALLBACK
+        FB_ERR_TRACE
 
 
 cdef extern from "fb_http.h" nogil:
@@ -87,6 +88,30 @@ cdef extern from "fb_json.h" nogil:
     ctypedef int (*fb_json_text_fn)(void *ctx, const char *text, size_t len) noexcept nogil
     int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
                                 void *ctx)
+
+
+cdef extern from "fb_trace.h" nogil:
+    enum:
+        FB_TRACE_TIMESTAMP
+        FB_TRACE_INPUT
+        FB_TRACE_OUTPUT
+        FB_TRACE_HASH_IDS
+        FB_TRACE_FIELDS
+    ctypedef struct fb_trace_t:
+        const char *key[4]
+        size_t key_len[4]
+        int64_t *line
+        double *stamp
+        int64_t *input
+        int64_t *output
+        int64_t *ids_end
+        size_t cap_records
+        int64_t *ids
+        size_t cap_ids
+        size_t n_records
+        size_t n_ids
+    int fb_trace_scan(const char *data, size_t len, fb_trace_t *t)
+    int fb_trace_first_seen(const int64_t *ids, size_t n, int64_t low, int64_t *first, size_t span)
 
 
 cdef extern from "fb_hdr.h" nogil:

@@ -175,3 +175,13 @@ class StreamConnection:
     ) -> asyncio.Future[int]: ...
     def abort(self, error: int, why: str = "") -> None: ...
     def close(self) -> None: ...
+
+def scan_trace(data: bytes, keys: tuple[bytes, bytes, bytes, bytes], line: Any, stamp: Any, input_lengths: Any,
+               output_lengths: Any, ids_end: Any, ids: Any) -> tuple[int, int] | None:
+    """A trace's JSONL read into the columns given (int64 but ``stamp``, float64), ``keys`` the field names
+    (timestamp, input length, output length, hash ids): (records, hash ids) written, or None where a line
+    is not one the scanner takes."""
+
+def first_seen(ids: Any, low: int, first: Any) -> None:
+    """first[id - low] = the index of id's first occurrence in ``ids`` (int64), where ``first`` holds
+    len(ids) in every slot on entry; ValueError if an id falls outside the slots."""

@@ -72,3 +72,4 @@ include "coalesce.pyx"  # automatic coalescing: the tick chosen from the chunk g
 include "parts.pyx"   # BodyParts: a body sent from parts of one shared buffer
 include "run.pyx"     # RunState: what a run's connections share
 include "conn.pyx"    # StreamConnection: one connection's requests
+include "tracescan.pyx"  # a trace file read into columns (a dataset's bulk read, once per run)

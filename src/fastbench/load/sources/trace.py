@@ -61,7 +61,7 @@ from typing import Any, NoReturn
 import numpy as np
 import orjson
 
-from fastbench._core import TokenRuns
+from fastbench._core import TokenRuns, first_seen, scan_trace
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, PartsPrompt, Selector, screening_limit
@@ -109,13 +109,17 @@ def trace_format(config: BenchConfig) -> TraceFormat:
 
 @dataclasses.dataclass
 class Trace:
-    """A trace file's requests, in file order."""
+    """A trace file's requests, in file order: numpy columns, its hash ids one flat int64 array."""
 
-    lines: list[int]  # each request's line number
+    lines: np.ndarray  # int64: each request's line number
     seconds: np.ndarray  # float64: its timestamp in seconds, scale included
-    input_lengths: list[int]
-    output_lengths: list[int]
-    hash_ids: list[list[int]]
+    input_lengths: np.ndarray  # int64
+    output_lengths: np.ndarray  # int64
+    ids_end: np.ndarray  # int64: where its hash ids end in hash_ids (they start where the one before's end)
+    hash_ids: np.ndarray  # int64: every request's hash ids, in order
+
+    def ids_start(self) -> np.ndarray:
+        return np.concatenate(([0], self.ids_end[:-1])).astype(np.int64)
 
 
 def check(config: BenchConfig) -> None:
@@ -134,27 +138,30 @@ def _offer(ctx: Context) -> str:
     fmt = trace_format(config)
     path = os.fspath(config.dataset_path or "")
     trace = load_trace(path, fmt)
-    outputs = [config.max_tokens] * len(trace.lines) if config.max_tokens else trace.output_lengths
+    count = len(trace.lines)
+    outputs = np.full(count, config.max_tokens, np.int64) if config.max_tokens else trace.output_lengths
     sent = _fitting(trace.input_lengths, outputs, selector)  # the requests the run takes, in file order
     words = ctx.chat
     blocks = _Blocks(fmt.block, words, np.random.default_rng(config.seed))
-    blocks.draw([trace.hash_ids[i] for i in sent], [trace.input_lengths[i] for i in sent])
+    starts = trace.ids_start()
+    blocks.draw(trace.hash_ids, starts[sent], trace.ids_end[sent] - starts[sent], trace.input_lengths[sent])
     timed = config.self_timed is not False
     source = SOURCE_WORDS if words else SOURCE_TOKEN_IDS
     skipped = Candidate(JsonPrompt((b"[]",), 0), None, 1, source)  # stands for one the context cannot hold
-    prompts = blocks.prompts([trace.input_lengths[i] for i in sent])
-    seconds = trace.seconds.tolist() if timed else [None] * len(trace.lines)
+    inputs, max_tokens = trace.input_lengths.tolist(), outputs.tolist()
+    prompts = blocks.prompts(trace.input_lengths[sent].tolist())
+    seconds = trace.seconds.tolist() if timed else [None] * count
     batch: list[Candidate] = []
     last = -1
-    for prompt, i in zip(prompts, sent):
+    for prompt, i in zip(prompts, sent.tolist()):
         if i > last + 1:
-            batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
+            batch.extend(dataclasses.replace(skipped, prompt_len=inputs[j], max_tokens=max_tokens[j])
                          for j in range(last + 1, i))
-        batch.append(Candidate(prompt, trace.input_lengths[i], outputs[i], source, seconds[i]))
+        batch.append(Candidate(prompt, inputs[i], max_tokens[i], source, seconds[i]))
         last = i
     if len(sent) < selector.need:
-        batch.extend(dataclasses.replace(skipped, prompt_len=trace.input_lengths[j], max_tokens=outputs[j])
-                     for j in range(last + 1, len(trace.lines)))
+        batch.extend(dataclasses.replace(skipped, prompt_len=inputs[j], max_tokens=max_tokens[j])
+                     for j in range(last + 1, count))
     selector.offer(batch)  # those the context cannot hold are screened out there, and counted
     taken = len(sent)
     ctx.notes.append(
@@ -169,24 +176,50 @@ def _offer(ctx: Context) -> str:
     return f"{fmt.name}:{path}"
 
 
-def _fitting(inputs: list[int], outputs: list[int], selector: Selector) -> list[int]:
+def _fitting(inputs: np.ndarray, outputs: np.ndarray, selector: Selector) -> np.ndarray:
     """The first requests, in file order, whose prompt and output fit the context, as many as the run
-    needs: the selector's rule, applied before any prompt is made (with numpy: each distinct output
-    length's limit computed once)."""
+    needs (their indices, int64): the selector's rule, applied before any prompt is made (with numpy:
+    each distinct output length's limit computed once)."""
     mml = selector.max_model_len
     need = selector.need
     if mml is None:
-        return list(range(min(need, len(inputs))))
-    lengths, which = np.unique(np.asarray(outputs, dtype=np.int64), return_inverse=True)
+        return np.arange(min(need, len(inputs)), dtype=np.int64)
+    lengths, which = np.unique(outputs, return_inverse=True)
     limits = np.array([screening_limit(int(n), selector.extra_body) for n in lengths], dtype=np.int64)
-    fits = np.asarray(inputs, dtype=np.int64) + limits[which.reshape(-1)] <= mml
-    taken: list[int] = np.flatnonzero(fits)[:need].tolist()
-    return taken
+    fits = inputs + limits[which.reshape(-1)] <= mml
+    return np.flatnonzero(fits)[:need].astype(np.int64)
 
 
 def load_trace(path: str, fmt: TraceFormat) -> Trace:
     """The trace's requests; DatasetError naming the file, line and field for the first bad one."""
-    numbers, objs = _records(path, read_dataset_file(path, fmt.name))
+    raw = read_dataset_file(path, fmt.name)
+    return _scanned(raw, fmt) or _parsed(path, raw, fmt)
+
+
+def _scanned(raw: bytes, fmt: TraceFormat) -> Trace | None:
+    """The trace read straight into its columns by the core's scanner, which takes the plain lines trace
+    writers make (one flat object a line, plain values) as orjson would read them; None where it does not
+    take a line, or where the times go back: then the parse reads the file and names the line."""
+    keys = tuple(key.encode() for key in (fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids))
+    if len(set(keys)) < len(keys):
+        return None
+    rows = raw.count(b"\n") + 1
+    lines, inputs, outputs, ids_end = (np.empty(rows, np.int64) for _ in range(4))
+    stamps = np.empty(rows, np.float64)
+    ids = np.empty(raw.count(b",") + rows, np.int64)  # a list's ids but its first follow a comma
+    scanned = scan_trace(raw, keys, lines, stamps, inputs, outputs, ids_end, ids)
+    if scanned is None:
+        return None
+    n, n_ids = scanned
+    stamps = stamps[:n]
+    if np.any(stamps[1:] < stamps[:-1]):
+        return None
+    return Trace(lines[:n], stamps * fmt.seconds_per_unit, inputs[:n], outputs[:n], ids_end[:n], ids[:n_ids])
+
+
+def _parsed(path: str, raw: bytes, fmt: TraceFormat) -> Trace:
+    """The trace parsed by orjson, each field checked; DatasetError for the first bad line."""
+    numbers, objs = _records(path, raw)
     ts_key, in_key, out_key, hash_key = fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids
     # Checked column by column; line by line only to name a bad line.
     if set(map(type, objs)) != {dict}:
@@ -257,7 +290,15 @@ def _checked_trace(path: str, numbers: list[int], objs: list[Any], stamps: list[
         raise DatasetError(f"{path} line {numbers[i]}: '{ts_key}' {stamps[i]:g} is earlier than line "
                            f"{numbers[i - 1]}'s {stamps[i - 1]:g}; a trace must be in time order (sort it by "
                            f"'{ts_key}')")
-    return Trace(numbers, seconds * fmt.seconds_per_unit, inputs, outputs, hashes)
+    try:
+        columns = [np.array(column, np.int64) for column in (numbers, inputs, outputs)]
+        ids = np.fromiter(itertools.chain.from_iterable(hashes), np.int64, sum(map(len, hashes)))
+    except OverflowError:
+        n = next(n for n, *values in zip(numbers, inputs, outputs, hashes) if not all(
+            -1 << 63 <= v < 1 << 63 for v in itertools.chain(values[:2], values[2])))
+        raise DatasetError(f"{path} line {n}: a number does not fit in 64 bits") from None
+    ids_end = np.cumsum(np.fromiter(map(len, hashes), np.int64, len(hashes)))
+    return Trace(columns[0], seconds * fmt.seconds_per_unit, columns[1], columns[2], ids_end, ids)
 
 
 def _parse_line(path: str, n: int, line: bytes) -> Any:
@@ -305,12 +346,11 @@ def _first_seen(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if span > 4 * len(ids) + (1 << 16):
         distinct, first_at, which = np.unique(ids, return_index=True, return_inverse=True)
         return distinct, first_at, which.reshape(-1)  # numpy 2.0 and 2.1 shape it like the input
-    slot = ids - low
     first = np.full(span, len(ids), np.int64)
-    np.minimum.at(first, slot, np.arange(len(ids)))
+    first_seen(ids, low, first)  # native: numpy does not say which of repeated fancy-index writes wins
     present = first < len(ids)
     rank = np.cumsum(present) - 1
-    return np.flatnonzero(present) + low, first[present], rank[slot]
+    return np.flatnonzero(present) + low, first[present], rank[ids - low]
 
 
 class _Blocks:
@@ -334,23 +374,24 @@ class _Blocks:
         self._runs = np.zeros(0, np.int64)  # per run: its first byte, then its end, flat
         self._first_run: list[int] = []  # per request, its first run (and the next request's is its end)
 
-    def draw(self, hash_ids: Sequence[list[int]], input_lengths: Sequence[int]) -> None:
-        """Lay out and draw every block these requests carry (each distinct one once) and their own tokens."""
+    def draw(self, ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, input_lengths: np.ndarray) -> None:
+        """Lay out and draw every block these requests carry (each distinct one once) and their own tokens:
+        request k's hash ids are ``ids[starts[k]:starts[k] + counts[k]]`` (int64 arrays), its input length
+        ``input_lengths[k]``."""
         block = self.block
         n = len(input_lengths)
         if n == 0:
             return
         n_in = np.asarray(input_lengths, dtype=np.int64)
-        n_used = np.minimum(np.fromiter(map(len, hash_ids), np.int64, n), -(-n_in // block))
-        used = np.fromiter(itertools.chain.from_iterable(ids[:k] for ids, k in zip(hash_ids, n_used.tolist())),
-                           np.int64, int(n_used.sum()))
+        n_used = np.minimum(counts, -(-n_in // block))
+        ends = np.cumsum(n_used)
         request_of = np.repeat(np.arange(n), n_used)
+        used = ids[(starts - ends + n_used)[request_of] + np.arange(len(request_of))]  # the blocks, in order
         distinct, first_at, which = _first_seen(used)
         self.distinct = len(distinct)
         self.shared = int(np.count_nonzero(np.bincount(which, minlength=len(distinct)) > 1))
         own = np.maximum(n_in - block * n_used, 0)  # tokens past the blocks
         # Allocation order: each request's blocks (a block's first carrier allocates it whole), then its own.
-        ends = np.cumsum(n_used)
         at_block = np.arange(len(used)) + request_of  # each request before adds its own-tokens slot
         at_own = ends + np.arange(n)
         size = np.zeros(len(used) + n, np.int64)

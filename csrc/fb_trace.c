@@ -1,0 +1,325 @@
+/* fb_trace.c: see fb_trace.h. Every read is checked against the end of the data (p < end) before it
+ * is made; a line it does not take ends the scan with -FB_ERR_TRACE. What it takes, it takes exactly as
+ * orjson reads it: integers of at most 18 digits (orjson makes larger ones floats, refused as lengths),
+ * timestamps only where one IEEE multiply or divide gives the correctly rounded double, and a skipped
+ * value only in the plain forms orjson is sure to accept (strings of printable ASCII, no escapes;
+ * numbers of moderate size; literals; nested lists and objects of those). */
+#include "fb_trace.h"
+#include <string.h>
+
+#define MAX_DEPTH 32      /* nesting of a skipped value */
+#define MAX_INT_DIGITS 18 /* fits int64 whatever the digits, and orjson keeps it an int */
+#define FAST_MANTISSA (1ULL << 53)
+
+typedef struct {
+    const char *p;
+    const char *end;
+} cur_t;
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Spaces and tabs inside a line; a CR only where it ends the line (CRLF) or the data: a lone CR is a line
+ * break to Python's splitlines, which the slow path's line numbers follow. */
+static void skip_space(cur_t *c) {
+    while (c->p < c->end) {
+        char ch = *c->p;
+        if (ch == ' ' || ch == '\t' || (ch == '\r' && (c->p + 1 == c->end || c->p[1] == '\n')))
+            c->p++;
+        else
+            return;
+    }
+}
+
+static int eat(cur_t *c, char ch) {
+    skip_space(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A string of printable ASCII without escapes, from its opening quote; its bytes in *s, *n. */
+static int plain_string(cur_t *c, const char **s, size_t *n) {
+    if (c->p >= c->end || *c->p != '"')
+        return 0;
+    const char *start = ++c->p;
+    while (c->p < c->end) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '"') {
+            *s = start;
+            *n = (size_t)(c->p - start);
+            c->p++;
+            return 1;
+        }
+        if (ch < 0x20 || ch >= 0x80 || ch == '\\')
+            return 0;
+        c->p++;
+    }
+    return 0;
+}
+
+/* Digits from c->p, at most max of them; their count (0 if none or too many). */
+static size_t digits(cur_t *c, size_t max) {
+    const char *start = c->p;
+    while (c->p < c->end && is_digit(*c->p)) {
+        c->p++;
+        if ((size_t)(c->p - start) > max)
+            return 0;
+    }
+    return (size_t)(c->p - start);
+}
+
+/* A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?. Its integer part's digits in *int_start
+ * and *int_n, its fraction's in *frac_start and *frac_n, its exponent in *exp; *is_int when it has neither
+ * fraction nor exponent. Refused: more than max_digits in the integer part or the fraction, an exponent
+ * of more than two digits (1e400 is an error to orjson). */
+typedef struct {
+    int neg, is_int, exp;
+    const char *int_start, *frac_start;
+    size_t int_n, frac_n;
+} number_t;
+
+static int number(cur_t *c, number_t *num, size_t max_digits) {
+    memset(num, 0, sizeof(*num));
+    if (c->p < c->end && *c->p == '-') {
+        num->neg = 1;
+        c->p++;
+    }
+    num->int_start = c->p;
+    num->int_n = digits(c, max_digits);
+    if (num->int_n == 0 || (num->int_n > 1 && *num->int_start == '0'))
+        return 0;
+    num->is_int = 1;
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        num->is_int = 0;
+        num->frac_start = c->p;
+        num->frac_n = digits(c, max_digits);
+        if (num->frac_n == 0)
+            return 0;
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        num->is_int = 0;
+        int negative = 0;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
+            negative = *c->p++ == '-';
+        const char *start = c->p;
+        size_t n = digits(c, 2);
+        if (n == 0)
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            num->exp = num->exp * 10 + (start[i] - '0');
+        if (negative)
+            num->exp = -num->exp;
+    }
+    return 1;
+}
+
+static int64_t digits_value(const char *s, size_t n) {
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+/* An integer of at most 18 digits (no fraction, no exponent). */
+static int integer(cur_t *c, int64_t *out) {
+    number_t num;
+    if (!number(c, &num, MAX_INT_DIGITS) || !num.is_int)
+        return 0;
+    int64_t v = digits_value(num.int_start, num.int_n);
+    *out = num.neg ? -v : v;
+    return 1;
+}
+
+/* A number as the correctly rounded double: its digits (leading zeros dropped) make an integer below
+ * 2**53 and its power of ten is at most 22 either way, so one multiply or divide of two exact doubles
+ * rounds once (Clinger's fast path); anything else is refused. An integer -0 is 0, as in Python. */
+static int timestamp(cur_t *c, double *out) {
+    number_t num;
+    if (!number(c, &num, 40))
+        return 0;
+    uint64_t m = 0;
+    int seen = 0; /* a non-zero digit: from there every digit counts against the 2**53 */
+    for (size_t k = 0; k < num.int_n + num.frac_n; k++) {
+        char d = k < num.int_n ? num.int_start[k] : num.frac_start[k - num.int_n];
+        seen |= d != '0';
+        if (seen) {
+            m = m * 10 + (uint64_t)(d - '0');
+            if (m >= FAST_MANTISSA)
+                return 0;
+        }
+    }
+    int e10 = num.exp - (int)num.frac_n;
+    double v = (double)m;
+    if (m != 0) {
+        if (e10 > 22 || e10 < -22)
+            return 0;
+        v = e10 >= 0 ? v * POW10[e10] : v / POW10[-e10];
+    }
+    *out = num.neg && !(num.is_int && m == 0) ? -v : v;
+    return 1;
+}
+
+static int skip_value(cur_t *c, int depth);
+
+static int skip_members(cur_t *c, int depth, int object) {
+    char close = object ? '}' : ']';
+    if (eat(c, close))
+        return 1;
+    do {
+        skip_space(c);
+        if (object) {
+            const char *s;
+            size_t n;
+            if (!plain_string(c, &s, &n) || !eat(c, ':'))
+                return 0;
+            skip_space(c);
+        }
+        if (!skip_value(c, depth))
+            return 0;
+    } while (eat(c, ','));
+    return eat(c, close);
+}
+
+/* A field's value the scan does not keep, from its first byte. */
+static int skip_value(cur_t *c, int depth) {
+    if (c->p >= c->end)
+        return 0;
+    const char *s;
+    size_t n;
+    number_t num;
+    switch (*c->p) {
+    case '"':
+        return plain_string(c, &s, &n);
+    case '[':
+    case '{':
+        if (depth >= MAX_DEPTH)
+            return 0;
+        c->p++;
+        return skip_members(c, depth + 1, c->p[-1] == '{');
+    case 't':
+        n = 4, s = "true";
+        break;
+    case 'f':
+        n = 5, s = "false";
+        break;
+    case 'n':
+        n = 4, s = "null";
+        break;
+    default:
+        return number(c, &num, 100);
+    }
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, s, n) != 0)
+        return 0;
+    c->p += n;
+    return 1;
+}
+
+/* The hash ids' list, from its '['; each appended to t->ids. */
+static int hash_ids(cur_t *c, fb_trace_t *t) {
+    if (c->p >= c->end || *c->p != '[')
+        return 0;
+    c->p++;
+    if (eat(c, ']'))
+        return 1;
+    do {
+        skip_space(c);
+        if (t->n_ids == t->cap_ids || !integer(c, &t->ids[t->n_ids]))
+            return 0;
+        t->n_ids++;
+    } while (eat(c, ','));
+    return eat(c, ']');
+}
+
+static int field_of(const fb_trace_t *t, const char *s, size_t n) {
+    for (int k = 0; k < FB_TRACE_FIELDS; k++)
+        if (t->key_len[k] == n && memcmp(t->key[k], s, n) == 0)
+            return k;
+    return -1;
+}
+
+/* One record, from its '{' to its '}', into row t->n_records. */
+static int record(cur_t *c, fb_trace_t *t) {
+    size_t row = t->n_records;
+    unsigned seen = 0;
+    c->p++; /* the '{' */
+    if (eat(c, '}'))
+        return 0; /* no fields: the slow path names the first missing one */
+    do {
+        const char *s;
+        size_t n;
+        skip_space(c);
+        if (!plain_string(c, &s, &n) || !eat(c, ':'))
+            return 0;
+        skip_space(c);
+        int k = field_of(t, s, n);
+        if (k >= 0) {
+            if (seen & (1u << k))
+                return 0; /* a repeated field: orjson keeps the last, and so would only the slow path */
+            seen |= 1u << k;
+        }
+        int ok;
+        switch (k) {
+        case FB_TRACE_TIMESTAMP:
+            ok = timestamp(c, &t->stamp[row]);
+            break;
+        case FB_TRACE_INPUT:
+            ok = integer(c, &t->input[row]) && t->input[row] >= 1;
+            break;
+        case FB_TRACE_OUTPUT:
+            ok = integer(c, &t->output[row]) && t->output[row] >= 1;
+            break;
+        case FB_TRACE_HASH_IDS:
+            ok = hash_ids(c, t);
+            break;
+        default:
+            ok = skip_value(c, 0);
+        }
+        if (!ok)
+            return 0;
+    } while (eat(c, ','));
+    const unsigned needed = (1u << FB_TRACE_TIMESTAMP) | (1u << FB_TRACE_INPUT) | (1u << FB_TRACE_OUTPUT);
+    return eat(c, '}') && (seen & needed) == needed;
+}
+
+int fb_trace_scan(const char *data, size_t len, fb_trace_t *t) {
+    cur_t c = {data, data + len};
+    int64_t line = 1;
+    t->n_records = t->n_ids = 0;
+    while (c.p < c.end) {
+        skip_space(&c);
+        if (c.p < c.end && *c.p == '{') {
+            if (t->n_records == t->cap_records || !record(&c, t))
+                return -FB_ERR_TRACE;
+            t->line[t->n_records] = line;
+            t->ids_end[t->n_records] = (int64_t)t->n_ids;
+            t->n_records++;
+            skip_space(&c);
+        }
+        if (c.p == c.end)
+            break;
+        if (*c.p != '\n')
+            return -FB_ERR_TRACE; /* not a record, or something after one on its line */
+        c.p++;
+        line++;
+    }
+    return t->n_records ? 0 : -FB_ERR_TRACE;
+}
+
+int fb_trace_first_seen(const int64_t *ids, size_t n, int64_t low, int64_t *first, size_t span) {
+    for (size_t i = 0; i < n; i++) {
+        /* unsigned: an id below low wraps past span */
+        uint64_t slot = (uint64_t)ids[i] - (uint64_t)low;
+        if (slot >= span)
+            return -FB_ERR_TRACE;
+        if (first[slot] == (int64_t)n)
+            first[slot] = (int64_t)i;
+    }
+    return 0;
+}
