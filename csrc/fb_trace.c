@@ -312,14 +312,67 @@ int fb_trace_scan(const char *data, size_t len, fb_trace_t *t) {
     return t->n_records ? 0 : -FB_ERR_TRACE;
 }
 
-int fb_trace_first_seen(const int64_t *ids, size_t n, int64_t low, int64_t *first, size_t span) {
-    for (size_t i = 0; i < n; i++) {
-        /* unsigned: an id below low wraps past span */
-        uint64_t slot = (uint64_t)ids[i] - (uint64_t)low;
-        if (slot >= span)
+/* Ends the open run, if any, its bytes into the next pair. */
+static int close_run(fb_layout_t *l, int64_t start, int64_t end) {
+    if (start < 0)
+        return 1;
+    if (l->n_runs == l->cap_runs)
+        return 0;
+    l->runs[2 * l->n_runs] = start * l->width;
+    l->runs[2 * l->n_runs + 1] = end * l->width;
+    l->n_runs++;
+    return 1;
+}
+
+int fb_trace_layout(fb_layout_t *l) {
+    int64_t pos = 0; /* the next free token */
+    l->n_runs = 0;
+    l->distinct = l->shared = 0;
+    for (size_t k = 0; k < l->n; k++) {
+        int64_t m = l->n_used[k], n_in = l->n_in[k], first = l->starts[k];
+        if (m < 0 || n_in < 1 || first < 0 || (uint64_t)first > l->n_ids || (uint64_t)m > l->n_ids - (uint64_t)first
+            || m > (n_in + l->block - 1) / l->block)
             return -FB_ERR_TRACE;
-        if (first[slot] == (int64_t)n)
-            first[slot] = (int64_t)i;
+        l->first_run[k] = (int64_t)l->n_runs;
+        int64_t run_start = -1, run_end = -1; /* the open run, in tokens */
+        for (int64_t j = 0; j <= m; j++) {
+            int64_t at, length;
+            if (j < m) { /* block j */
+                uint64_t slot = (uint64_t)l->ids[first + j] - (uint64_t)l->low;
+                if (slot >= l->span)
+                    return -FB_ERR_TRACE;
+                if (l->where[slot] == 0) {
+                    l->where[slot] = pos + 1;
+                    pos += l->block;
+                    l->distinct++;
+                }
+                if (l->carried[slot] < 2 && ++l->carried[slot] == 2)
+                    l->shared++;
+                at = l->where[slot] - 1;
+                length = j + 1 < m ? l->block : n_in - l->block * (m - 1);
+                if (length > l->block)
+                    length = l->block;
+            } else { /* its own tokens past the blocks */
+                length = n_in - l->block * m;
+                at = pos;
+                if (length <= 0)
+                    break;
+                pos += length;
+            }
+            if (at == run_end) {
+                run_end += length;
+            } else {
+                if (!close_run(l, run_start, run_end))
+                    return -FB_ERR_TRACE;
+                run_start = at;
+                run_end = at + length;
+            }
+        }
+        if (!close_run(l, run_start, run_end))
+            return -FB_ERR_TRACE;
+        l->runs[2 * l->n_runs - 1] -= 1; /* the last token's separator */
     }
+    l->first_run[l->n] = (int64_t)l->n_runs;
+    l->tokens = pos;
     return 0;
 }

@@ -33,8 +33,34 @@ typedef struct {
  * nothing the caller may use. Never reads outside data[0..len) nor writes past a capacity. */
 int fb_trace_scan(const char *data, size_t len, fb_trace_t *t);
 
-/* first[ids[i] - low] = the least i, for every i < n, where first[] (span slots) holds n in every slot
- * on entry (a slot no id falls in keeps it). -FB_ERR_TRACE, first untouched past the fault, if an id
- * falls outside [low, low + span). */
-int fb_trace_first_seen(const int64_t *ids, size_t n, int64_t low, int64_t *first, size_t span);
+/* The token layout of a trace's requests (fastbench/load/sources/trace.py's _Blocks): tokens are laid out
+ * request by request, each request's blocks first (a block where its first carrier puts it, whole), then
+ * its own tokens past them; a request's prompt is its blocks in order, the last cut at its input length,
+ * then its own tokens, and pieces that lie one after the other in the layout make one run. */
+typedef struct {
+    const int64_t *ids;    /* hash ids (or any numbering of them), each in [low, low + span) */
+    const int64_t *starts; /* per request: where its ids start in ids */
+    const int64_t *n_used; /* per request: how many of them its prompt uses (blocks), at most
+                              ceil(n_in / block) */
+    const int64_t *n_in;   /* per request: its input length in tokens, >= 1 */
+    size_t n;              /* requests */
+    size_t n_ids;          /* the length of ids */
+    int64_t block, width;  /* tokens per block; bytes per token */
+    int64_t low;
+    size_t span;
+    int64_t *where;   /* span slots, zero on entry: 1 + the token where each block lies, 0 for none yet */
+    uint8_t *carried; /* span slots, zero on entry: a block's carriers, counted up to 2 */
+    int64_t *runs;    /* out: each run's first byte and end, flat; a prompt's last run ends before the
+                         separator of its last token */
+    size_t cap_runs;  /* runs it holds (pairs) */
+    int64_t *first_run; /* out, n + 1: request k's runs are first_run[k] to first_run[k + 1] */
+    size_t n_runs;      /* out: runs written */
+    int64_t tokens;     /* out: tokens laid out */
+    int64_t distinct;   /* out: distinct blocks used */
+    int64_t shared;     /* out: of them, blocks used more than once */
+} fb_layout_t;
+
+/* Returns 0, or -FB_ERR_TRACE (the outputs unusable) for an id outside its span, a start or count
+ * outside ids, counts that do not fit the rule above, or runs past cap_runs. */
+int fb_trace_layout(fb_layout_t *l);
 #endif

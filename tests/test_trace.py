@@ -105,21 +105,74 @@ def test_a_random_trace_shares_blocks_by_hash_id_and_nothing_else(tmp_path: Path
     assert len(set(whole)) == len(whole) > 20  # distinct ids, distinct blocks
 
 
-@pytest.mark.parametrize("span", [50, 10**6, 2**62])
-def test_blocks_are_numbered_as_np_unique_numbers_them(span: int) -> None:
-    """The table that numbers dense ids gives np.unique's answer (so a trace's prompts are the same bytes
-    whichever way its ids went); wide ids take np.unique itself."""
+def _numpy_layout(hash_ids: list[list[int]], input_lengths: list[int], block: int, width: int) -> tuple[Any, ...]:
+    """The layout as the numpy build computed it (before the native one), for comparison: (runs,
+    first_run, tokens, distinct, shared)."""
+    import itertools
+
     import numpy as np
 
-    from fastbench.load.sources.trace import _first_seen
+    n = len(input_lengths)
+    n_in = np.asarray(input_lengths, dtype=np.int64)
+    n_used = np.minimum(np.fromiter(map(len, hash_ids), np.int64, n), -(-n_in // block))
+    used = np.fromiter(itertools.chain.from_iterable(ids[:k] for ids, k in zip(hash_ids, n_used.tolist())),
+                       np.int64, int(n_used.sum()))
+    request_of = np.repeat(np.arange(n), n_used)
+    distinct, first_at, which = np.unique(used, return_index=True, return_inverse=True)
+    which = which.reshape(-1)
+    shared = int(np.count_nonzero(np.bincount(which, minlength=len(distinct)) > 1))
+    own = np.maximum(n_in - block * n_used, 0)
+    ends = np.cumsum(n_used)
+    at_block = np.arange(len(used)) + request_of
+    at_own = ends + np.arange(n)
+    size = np.zeros(len(used) + n, np.int64)
+    size[at_block[first_at]] = block
+    size[at_own] = own
+    start = np.cumsum(size) - size
+    length = np.full(len(used) + n, block, np.int64)
+    length[at_own] = own
+    last = at_block[ends[n_used > 0] - 1]
+    length[last] = np.minimum(block, n_in[n_used > 0] - block * (n_used[n_used > 0] - 1))
+    start[at_block] = start[at_block[first_at]][which]
+    owner = np.empty(len(used) + n, np.int64)
+    owner[at_block], owner[at_own] = request_of, np.arange(n)
+    keep = length > 0
+    start, length, owner = start[keep], length[keep], owner[keep]
+    joins = np.zeros(len(start), bool)
+    joins[1:] = (owner[1:] == owner[:-1]) & (start[1:] == start[:-1] + length[:-1])
+    heads = np.flatnonzero(~joins)
+    run_end = start[heads] + np.add.reduceat(length, heads)
+    runs = np.empty(2 * len(heads), np.int64)
+    runs[0::2], runs[1::2] = start[heads] * width, run_end * width
+    first_run = np.searchsorted(owner[heads], np.arange(n + 1))
+    runs[2 * first_run[1:] - 1] -= 1
+    return runs.tolist(), first_run.tolist(), int(size.sum()), len(distinct), shared
 
-    rng = np.random.default_rng(span % 1000)
-    for size in (0, 1, 1000, 20_000):
-        ids = rng.integers(-span, span, size=size, dtype=np.int64)
-        want = np.unique(ids, return_index=True, return_inverse=True)
-        got = _first_seen(ids)
-        for a, b in zip(got, want):
-            assert np.array_equal(a, b.reshape(-1))
+
+@pytest.mark.parametrize("span", [50, 10**6, 2**62])  # dense ids (their own numbers), sparse (np.unique's)
+@pytest.mark.parametrize("block", [1, 7, 16])
+def test_the_native_layout_is_the_numpy_one(span: int, block: int) -> None:
+    """The native layout lays every request's blocks and own tokens where the numpy build did (so a
+    trace's prompts are the same bytes): ids recur across and within requests, blocks are cut short,
+    some requests have no ids and some more ids than their input needs."""
+    import numpy as np
+
+    from fastbench.load.sources.trace import _Blocks
+
+    rng = np.random.default_rng(span % 1000 + block)
+    for size in (1, 2, 50, 3000):
+        hash_ids = [rng.integers(-span, span, size=int(rng.integers(0, 8))).tolist() for _ in range(size)]
+        if span == 50:  # few distinct ids: most blocks shared
+            hash_ids = [[h % 9 for h in ids] for ids in hash_ids]
+        inputs = rng.integers(1, 8 * block + 3, size=size).tolist()
+        for words in (False, True):
+            blocks = _Blocks(block, words, np.random.default_rng(0))
+            counts = np.array([len(ids) for ids in hash_ids], np.int64)
+            flat = np.array([h for ids in hash_ids for h in ids], np.int64)
+            blocks.draw(flat, np.cumsum(counts) - counts, counts, np.array(inputs, np.int64))
+            runs, first_run, tokens, distinct, shared = _numpy_layout(hash_ids, inputs, block, blocks.width)
+            assert blocks._runs.tolist() == runs and blocks._first_run == first_run
+            assert (len(blocks._buffer), blocks.distinct, blocks.shared) == (tokens * blocks.width, distinct, shared)
 
 
 def test_arrivals_follow_the_trace_scaled_from_its_first_request(tmp_path: Path) -> None:

@@ -8,12 +8,12 @@ from .engine import (
     StreamConnection,
     TokenRuns,
     debug_counters,
-    first_seen,
+    lay_out_blocks,
     now_ns,
     scan_trace,
 )
 
 __all__ = (
     "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Recorder", "RunState", "StreamConnection",
-    "TokenRuns", "debug_counters", "first_seen", "now_ns", "scan_trace",
+    "TokenRuns", "debug_counters", "lay_out_blocks", "now_ns", "scan_trace",
 )

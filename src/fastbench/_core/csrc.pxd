@@ -1,6 +1,6 @@
 # cython: language_level=3
 # Every C declaration from csrc/ lives here; the .pyx files use these names only.
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from posix.time cimport timespec, CLOCK_MONOTONIC
 from posix.uio cimport iovec
 
@@ -111,7 +111,27 @@ cdef extern from "fb_trace.h" nogil:
         size_t n_records
         size_t n_ids
     int fb_trace_scan(const char *data, size_t len, fb_trace_t *t)
-    int fb_trace_first_seen(const int64_t *ids, size_t n, int64_t low, int64_t *first, size_t span)
+    ctypedef struct fb_layout_t:
+        const int64_t *ids
+        const int64_t *starts
+        const int64_t *n_used
+        const int64_t *n_in
+        size_t n
+        size_t n_ids
+        int64_t block
+        int64_t width
+        int64_t low
+        size_t span
+        int64_t *where
+        uint8_t *carried
+        int64_t *runs
+        size_t cap_runs
+        int64_t *first_run
+        size_t n_runs
+        int64_t tokens
+        int64_t distinct
+        int64_t shared
+    int fb_trace_layout(fb_layout_t *l)
 
 
 cdef extern from "fb_hdr.h" nogil:

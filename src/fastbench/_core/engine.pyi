@@ -182,6 +182,8 @@ def scan_trace(data: bytes, keys: tuple[bytes, bytes, bytes, bytes], line: Any, 
     (timestamp, input length, output length, hash ids): (records, hash ids) written, or None where a line
     is not one the scanner takes."""
 
-def first_seen(ids: Any, low: int, first: Any) -> None:
-    """first[id - low] = the index of id's first occurrence in ``ids`` (int64), where ``first`` holds
-    len(ids) in every slot on entry; ValueError if an id falls outside the slots."""
+def lay_out_blocks(ids: Any, starts: Any, n_used: Any, n_in: Any, block: int, width: int, low: int, span: int,
+                   runs: Any, first_run: Any) -> tuple[int, int, int, int]:
+    """A trace's token layout (trace.py's _Blocks), int64 arrays: each run's first byte and end into
+    ``runs``, each request's first run into ``first_run``; (runs, tokens, distinct blocks, blocks used
+    more than once)."""

@@ -7,7 +7,7 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp
 from libc.stdio cimport snprintf
 from libc.errno cimport EAGAIN
-from libc.stdint cimport int64_t, int32_t, uint32_t, uint64_t, INT64_MAX
+from libc.stdint cimport int64_t, int32_t, uint8_t, uint32_t, uint64_t, INT64_MAX
 from libc.math cimport sqrt
 from posix.uio cimport iovec
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE

@@ -36,15 +36,38 @@ def scan_trace(const unsigned char[::1] data not None, tuple keys not None, int6
     return t.n_records, t.n_ids
 
 
-def first_seen(const int64_t[::1] ids not None, int64_t low, int64_t[::1] first not None):
-    """first[id - low] = the index of id's first occurrence in ids, for every id, where ``first`` holds
-    len(ids) in every slot on entry. ValueError if an id falls outside [low, low + len(first))."""
+def lay_out_blocks(const int64_t[::1] ids not None, const int64_t[::1] starts not None,
+                   const int64_t[::1] n_used not None, const int64_t[::1] n_in not None, int64_t block,
+                   int64_t width, int64_t low, Py_ssize_t span, int64_t[::1] runs not None,
+                   int64_t[::1] first_run not None):
+    """The token layout of a trace's requests (trace.py's _Blocks): request k uses its ``n_used[k]`` hash
+    ids from ``ids[starts[k]]`` (each in [low, low + span)) and has ``n_in[k]`` tokens. Writes each run's
+    first byte and end into ``runs`` (flat) and each request's first run into ``first_run`` (n + 1);
+    returns (runs, tokens, distinct blocks, blocks used more than once)."""
+    cdef fb_layout_t l
     cdef int rc
-    if ids.shape[0] == 0:
-        return
-    if first.shape[0] == 0:
-        raise ValueError("no slots for the ids")
-    with nogil:
-        rc = fb_trace_first_seen(&ids[0], ids.shape[0], low, &first[0], first.shape[0])
+    cdef Py_ssize_t n = n_in.shape[0]
+    if not (starts.shape[0] == n_used.shape[0] == n and first_run.shape[0] == n + 1):
+        raise ValueError("the request columns differ in length")
+    if n == 0 or span <= 0 or block <= 0 or width <= 0:
+        raise ValueError("nothing to lay out")
+    l.ids = &ids[0] if ids.shape[0] else NULL
+    l.n_ids = ids.shape[0]
+    l.starts, l.n_used, l.n_in, l.n = &starts[0], &n_used[0], &n_in[0], n
+    l.block, l.width, l.low, l.span = block, width, low, span
+    l.runs = &runs[0] if runs.shape[0] >= 2 else NULL
+    l.cap_runs = runs.shape[0] // 2 if l.runs else 0
+    l.first_run = &first_run[0]
+    l.where = <int64_t *>calloc(span, sizeof(int64_t))  # zeroed pages, never written where no id falls
+    l.carried = <uint8_t *>calloc(span, 1)
+    try:
+        if l.where == NULL or l.carried == NULL:
+            raise MemoryError()
+        with nogil:
+            rc = fb_trace_layout(&l)
+    finally:
+        free(l.where)
+        free(l.carried)
     if rc != 0:
-        raise ValueError("an id falls outside the slots")
+        raise ValueError("hash ids, counts or lengths outside what the layout takes")
+    return l.n_runs, l.tokens, l.distinct, l.shared

@@ -61,7 +61,7 @@ from typing import Any, NoReturn
 import numpy as np
 import orjson
 
-from fastbench._core import TokenRuns, first_seen, scan_trace
+from fastbench._core import TokenRuns, lay_out_blocks, scan_trace
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, PartsPrompt, Selector, screening_limit
@@ -334,23 +334,18 @@ def _refuse_record(path: str, n: int, obj: dict[str, Any], fmt: TraceFormat) -> 
     raise DatasetError(f"{where}: not a trace record: {str(obj)[:80]}")  # not reached: one check above fails
 
 
-def _first_seen(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``np.unique(ids, return_index=True, return_inverse=True)``: the distinct ids in order, where each is
-    first seen, and each id's place among them. Traces number their blocks densely (Mooncake's from 0), so
-    where the ids span at most a few times their count, a table over that span does it in linear time,
-    not a sort of millions of ids (bench/bench_trace.py); any other ids go through np.unique."""
+def _numbered(ids: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The hash ids as numbers in a span the layout's table covers: (numbers, low, span). Traces number
+    their blocks densely (Mooncake's from 0), so where the ids span at most a few times their count they
+    are their own numbers; any other ids are numbered by np.unique (a sort)."""
     if not len(ids):
-        return ids, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return ids, 0, 1
     low = int(ids.min())
     span = int(ids.max()) - low + 1
-    if span > 4 * len(ids) + (1 << 16):
-        distinct, first_at, which = np.unique(ids, return_index=True, return_inverse=True)
-        return distinct, first_at, which.reshape(-1)  # numpy 2.0 and 2.1 shape it like the input
-    first = np.full(span, len(ids), np.int64)
-    first_seen(ids, low, first)  # native: numpy does not say which of repeated fancy-index writes wins
-    present = first < len(ids)
-    rank = np.cumsum(present) - 1
-    return np.flatnonzero(present) + low, first[present], rank[ids - low]
+    if span <= 4 * len(ids) + (1 << 16):
+        return ids, low, span
+    distinct, which = np.unique(ids, return_inverse=True)
+    return which.reshape(-1).astype(np.int64), 0, len(distinct)  # numpy 2.0 and 2.1 shape it like the input
 
 
 class _Blocks:
@@ -358,8 +353,8 @@ class _Blocks:
     word four letters and a space), laid out request by request: the blocks a request carries first, in
     its order, then its own tokens. A request whose blocks are new is then one run of the buffer, and one
     that shares a leading block or two a run for those and one for the rest, so that a prompt is a few
-    slices of the buffer however many blocks it has. The layout is computed for all requests at once with
-    numpy (no per-block Python), the tokens are drawn in bulk, two at a time from a table of random pairs
+    slices of the buffer however many blocks it has. The layout is computed for all requests in one native
+    pass (the core's ``lay_out_blocks``; no per-block Python), the tokens are drawn in bulk, two at a time from a table of random pairs
     (``_tokens``), and a prompt is its first and last run: its request's body is sent from the buffer as
     it lies (the core's ``BodyParts``), never copied into a body of its own."""
 
@@ -382,45 +377,16 @@ class _Blocks:
         n = len(input_lengths)
         if n == 0:
             return
-        n_in = np.asarray(input_lengths, dtype=np.int64)
+        n_in = np.ascontiguousarray(input_lengths, dtype=np.int64)
         n_used = np.minimum(counts, -(-n_in // block))
-        ends = np.cumsum(n_used)
-        request_of = np.repeat(np.arange(n), n_used)
-        used = ids[(starts - ends + n_used)[request_of] + np.arange(len(request_of))]  # the blocks, in order
-        distinct, first_at, which = _first_seen(used)
-        self.distinct = len(distinct)
-        self.shared = int(np.count_nonzero(np.bincount(which, minlength=len(distinct)) > 1))
-        own = np.maximum(n_in - block * n_used, 0)  # tokens past the blocks
-        # Allocation order: each request's blocks (a block's first carrier allocates it whole), then its own.
-        at_block = np.arange(len(used)) + request_of  # each request before adds its own-tokens slot
-        at_own = ends + np.arange(n)
-        size = np.zeros(len(used) + n, np.int64)
-        size[at_block[first_at]] = block
-        size[at_own] = own
-        start = np.cumsum(size) - size
-        total = int(size.sum())
-        # The pieces of every prompt in order: its blocks (the last cut short where the input ends in it),
-        # then its own tokens; consecutive pieces that lie one after the other in the buffer make one run.
-        length = np.full(len(used) + n, block, np.int64)
-        length[at_own] = own
-        last = at_block[ends[n_used > 0] - 1]  # each request's last block
-        length[last] = np.minimum(block, n_in[n_used > 0] - block * (n_used[n_used > 0] - 1))
-        start[at_block] = start[at_block[first_at]][which]  # a block lies where its first carrier put it
-        owner = np.empty(len(used) + n, np.int64)
-        owner[at_block], owner[at_own] = request_of, np.arange(n)
-        keep = length > 0
-        start, length, owner = start[keep], length[keep], owner[keep]
-        joins = np.empty(len(start), bool)
-        joins[0] = False
-        joins[1:] = (owner[1:] == owner[:-1]) & (start[1:] == start[:-1] + length[:-1])
-        heads = np.flatnonzero(~joins)
-        run_end = start[heads] + np.add.reduceat(length, heads)
-        width = self.width
-        runs = np.empty(2 * len(heads), np.int64)
-        runs[0::2], runs[1::2] = start[heads] * width, run_end * width
-        first_run = np.searchsorted(owner[heads], np.arange(n + 1))
-        runs[2 * first_run[1:] - 1] -= 1  # a prompt's last run: without the last token's separator
-        self._runs = runs
+        numbers, low, span = _numbered(ids)
+        runs = np.empty(2 * (int(n_used.sum()) + n), np.int64)  # a run per block and one for its own, at most
+        first_run = np.empty(n + 1, np.int64)
+        # Native, one pass over the requests in order (numpy took ~20 passes over arrays of every block used,
+        # most of the time in first touches of their fresh memory; bench/RESULTS.md "tracescan")
+        n_runs, total, self.distinct, self.shared = lay_out_blocks(
+            numbers, np.ascontiguousarray(starts, np.int64), n_used, n_in, block, self.width, low, span, runs, first_run)
+        self._runs = runs[:2 * n_runs]
         self._first_run = first_run.tolist()
         self._buffer = self._tokens(total)
 
