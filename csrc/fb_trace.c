@@ -1,10 +1,11 @@
 /* fb_trace.c: see fb_trace.h. Every read is checked against the end of the data (p < end) before it
  * is made; a line it does not take ends the scan with -FB_ERR_TRACE. What it takes, it takes exactly as
  * orjson reads it: integers of at most 18 digits (orjson makes larger ones floats, refused as lengths),
- * timestamps only where one IEEE multiply or divide gives the correctly rounded double, and a skipped
+ * timestamps as correctly rounded doubles, and a skipped
  * value only in the plain forms orjson is sure to accept (strings of printable ASCII, no escapes;
  * numbers of moderate size; literals; nested lists and objects of those). */
 #include "fb_trace.h"
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEPTH 32      /* nesting of a skipped value */
@@ -137,33 +138,43 @@ static int integer(cur_t *c, int64_t *out) {
     return 1;
 }
 
-/* A number as the correctly rounded double: its digits (leading zeros dropped) make an integer below
- * 2**53 and its power of ten is at most 22 either way, so one multiply or divide of two exact doubles
- * rounds once (Clinger's fast path); anything else is refused. An integer -0 is 0, as in Python. */
+/* A number as the correctly rounded double, as orjson and Python read it. Where its digits (leading zeros
+ * dropped) make an integer below 2**53 and its power of ten is at most 22 either way, one multiply or
+ * divide of two exact doubles rounds once (Clinger's fast path); else strtod (correctly rounded in glibc),
+ * taken only where it reads the whole number (a locale with a decimal comma stops it at the point: then
+ * the number is refused). An integer -0 is 0, as in Python. */
 static int timestamp(cur_t *c, double *out) {
     number_t num;
+    const char *start = c->p;
     if (!number(c, &num, 40))
         return 0;
     uint64_t m = 0;
-    int seen = 0; /* a non-zero digit: from there every digit counts against the 2**53 */
-    for (size_t k = 0; k < num.int_n + num.frac_n; k++) {
+    int seen = 0, fast = 1; /* seen: a non-zero digit; from there every digit counts against the 2**53 */
+    for (size_t k = 0; k < num.int_n + num.frac_n && fast; k++) {
         char d = k < num.int_n ? num.int_start[k] : num.frac_start[k - num.int_n];
         seen |= d != '0';
         if (seen) {
             m = m * 10 + (uint64_t)(d - '0');
-            if (m >= FAST_MANTISSA)
-                return 0;
+            fast = m < FAST_MANTISSA;
         }
     }
     int e10 = num.exp - (int)num.frac_n;
-    double v = (double)m;
-    if (m != 0) {
-        if (e10 > 22 || e10 < -22)
-            return 0;
-        v = e10 >= 0 ? v * POW10[e10] : v / POW10[-e10];
+    if (fast && (m == 0 || (e10 <= 22 && e10 >= -22))) {
+        double v = (double)m;
+        if (m != 0)
+            v = e10 >= 0 ? v * POW10[e10] : v / POW10[-e10];
+        *out = num.neg && !(num.is_int && m == 0) ? -v : v;
+        return 1;
     }
-    *out = num.neg && !(num.is_int && m == 0) ? -v : v;
-    return 1;
+    char text[96]; /* a sign, 40 digits, a point, 40 digits, an exponent of two digits */
+    size_t n = (size_t)(c->p - start);
+    if (n >= sizeof(text))
+        return 0;
+    memcpy(text, start, n);
+    text[n] = '\0';
+    char *end;
+    *out = strtod(text, &end);
+    return end == text + n;
 }
 
 static int skip_value(cur_t *c, int depth);

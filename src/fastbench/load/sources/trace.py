@@ -200,7 +200,7 @@ def _scanned(raw: bytes, fmt: TraceFormat) -> Trace | None:
     """The trace read straight into its columns by the core's scanner, which takes the plain lines trace
     writers make (one flat object a line, plain values) as orjson would read them; None where it does not
     take a line, or where the times go back: then the parse reads the file and names the line."""
-    keys = tuple(key.encode() for key in (fmt.timestamp, fmt.input_length, fmt.output_length, fmt.hash_ids))
+    keys = (fmt.timestamp.encode(), fmt.input_length.encode(), fmt.output_length.encode(), fmt.hash_ids.encode())
     if len(set(keys)) < len(keys):
         return None
     rows = raw.count(b"\n") + 1
@@ -294,8 +294,8 @@ def _checked_trace(path: str, numbers: list[int], objs: list[Any], stamps: list[
         columns = [np.array(column, np.int64) for column in (numbers, inputs, outputs)]
         ids = np.fromiter(itertools.chain.from_iterable(hashes), np.int64, sum(map(len, hashes)))
     except OverflowError:
-        n = next(n for n, *values in zip(numbers, inputs, outputs, hashes) if not all(
-            -1 << 63 <= v < 1 << 63 for v in itertools.chain(values[:2], values[2])))
+        n = next(n for n, n_in, n_out, ids in zip(numbers, inputs, outputs, hashes)
+                 if not all(-1 << 63 <= v < 1 << 63 for v in (n_in, n_out, *ids)))
         raise DatasetError(f"{path} line {n}: a number does not fit in 64 bits") from None
     ids_end = np.cumsum(np.fromiter(map(len, hashes), np.int64, len(hashes)))
     return Trace(columns[0], seconds * fmt.seconds_per_unit, columns[1], columns[2], ids_end, ids)
@@ -354,9 +354,9 @@ class _Blocks:
     its order, then its own tokens. A request whose blocks are new is then one run of the buffer, and one
     that shares a leading block or two a run for those and one for the rest, so that a prompt is a few
     slices of the buffer however many blocks it has. The layout is computed for all requests in one native
-    pass (the core's ``lay_out_blocks``; no per-block Python), the tokens are drawn in bulk, two at a time from a table of random pairs
-    (``_tokens``), and a prompt is its first and last run: its request's body is sent from the buffer as
-    it lies (the core's ``BodyParts``), never copied into a body of its own."""
+    pass (the core's ``lay_out_blocks``; no per-block Python), the tokens are drawn in bulk, two at a time
+    from a table of random pairs (``_tokens``), and a prompt is its first and last run: its request's body
+    is sent from the buffer as it lies (the core's ``BodyParts``), never copied into a body of its own."""
 
     def __init__(self, block: int, words: bool, rng: np.random.Generator) -> None:
         self.block = block
@@ -384,8 +384,9 @@ class _Blocks:
         first_run = np.empty(n + 1, np.int64)
         # Native, one pass over the requests in order (numpy took ~20 passes over arrays of every block used,
         # most of the time in first touches of their fresh memory; bench/RESULTS.md "tracescan")
-        n_runs, total, self.distinct, self.shared = lay_out_blocks(
-            numbers, np.ascontiguousarray(starts, np.int64), n_used, n_in, block, self.width, low, span, runs, first_run)
+        n_runs, total, self.distinct, self.shared = lay_out_blocks(numbers, np.ascontiguousarray(starts, np.int64),
+                                                                   n_used, n_in, block, self.width, low, span, runs,
+                                                                   first_run)
         self._runs = runs[:2 * n_runs]
         self._first_run = first_run.tolist()
         self._buffer = self._tokens(total)
