@@ -178,10 +178,10 @@ def _config(dataset: str, path: Path, n: int, block: int, endpoint: str) -> Benc
 
 def side_by_side(n: int, baseline: str, rounds: int) -> None:
     """Each case's build in fresh processes of this build and of ``baseline`` (another build's python),
-    alternating, on the same trace file: CPU s per build, each round's."""
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; {n:,} requests per case; CPU s of "
-          f"each build, {rounds} rounds alternating (this build first)\n")
-    print("| case | this build CPU s | baseline CPU s | baseline / this |")
+    alternating, on the same trace file: CPU s per build, each round's, its wall s in brackets."""
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; {n:,} requests per case; CPU s (wall s) "
+          f"of each build, {rounds} rounds alternating (this build first)\n")
+    print("| case | this build CPU s (wall s) | baseline CPU s (wall s) | baseline / this (CPU, medians) |")
     print("|---|---|---|---|")
     builds = [sys.executable, baseline]
     with tempfile.TemporaryDirectory() as tmp:
@@ -192,15 +192,16 @@ def side_by_side(n: int, baseline: str, rounds: int) -> None:
                 dataset = "mooncake"
             else:
                 write_trace(path, n, block, median)
-            cpu: list[list[float]] = [[], []]
+            times: list[list[tuple[float, float]]] = [[], []]  # per build: (CPU s, wall s) per round
             for _ in range(rounds):
                 for k, python in enumerate(builds):
                     out = subprocess.run([python, __file__, "--one", dataset, str(path), str(n), str(block), endpoint],
                                          check=True, capture_output=True, text=True).stdout
-                    cpu[k].append(float(out.split()[-1]))
-            mine, base = (statistics.median(c) for c in cpu)
-            print(f"| {name} | {', '.join(f'{c:.2f}' for c in cpu[0])} | {', '.join(f'{c:.2f}' for c in cpu[1])} | "
-                  f"{base / mine:.2f}x |")
+                    wall, cpu = (float(x) for x in out.split()[-2:])
+                    times[k].append((cpu, wall))
+            mine, base = (statistics.median(cpu for cpu, _ in t) for t in times)
+            cells = [", ".join(f"{cpu:.2f} ({wall:.2f})" for cpu, wall in t) for t in times]
+            print(f"| {name} | {cells[0]} | {cells[1]} | {base / mine:.2f}x |")
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
 
 

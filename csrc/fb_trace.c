@@ -11,6 +11,7 @@
 #define MAX_DEPTH 32      /* nesting of a skipped value */
 #define MAX_INT_DIGITS 18 /* fits int64 whatever the digits, and orjson keeps it an int */
 #define FAST_MANTISSA (1ULL << 53)
+#define LAYOUT_MAX (INT64_C(1) << 40) /* tokens per block, per request and in all */
 
 typedef struct {
     const char *p;
@@ -339,10 +340,13 @@ int fb_trace_layout(fb_layout_t *l) {
     int64_t pos = 0; /* the next free token */
     l->n_runs = 0;
     l->distinct = l->shared = 0;
+    if (l->block < 1 || l->block > LAYOUT_MAX || l->width < 1 || l->width > 16)
+        return -FB_ERR_TRACE;
     for (size_t k = 0; k < l->n; k++) {
         int64_t m = l->n_used[k], n_in = l->n_in[k], first = l->starts[k];
-        if (m < 0 || n_in < 1 || first < 0 || (uint64_t)first > l->n_ids || (uint64_t)m > l->n_ids - (uint64_t)first
-            || m > (n_in + l->block - 1) / l->block)
+        /* bounded so that no sum below overflows: far past any buffer that could be allocated */
+        if (m < 0 || n_in < 1 || n_in > LAYOUT_MAX || pos > LAYOUT_MAX || first < 0 || (uint64_t)first > l->n_ids
+            || (uint64_t)m > l->n_ids - (uint64_t)first || m > (n_in - 1) / l->block + 1)
             return -FB_ERR_TRACE;
         l->first_run[k] = (int64_t)l->n_runs;
         int64_t run_start = -1, run_end = -1; /* the open run, in tokens */
