@@ -261,6 +261,20 @@ def test_bad_traces_are_refused_with_file_line_and_field(tmp_path: Path) -> None
                          timed_trace_label_output_length="out"))
 
 
+@pytest.mark.parametrize("input_length", [10**12, 10**18, 2**62])
+def test_prompts_beyond_the_machines_memory_are_refused_in_one_line_before_any_is_built(
+        tmp_path: Path, input_length: int) -> None:
+    rows = [{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1]},
+            {"timestamp": 2, "input_length": input_length, "output_length": 2, "hash_ids": [1, 2]}]
+    path = _write_trace(tmp_path / "huge.jsonl", rows)
+    with pytest.raises(DatasetError) as info:
+        build_workload_sync(_config(path, num_prompts=2), "m", max_model_len=None)  # no context to screen it
+    message = str(info.value)
+    assert message.startswith(f"{path} line 2: the prompts of the 2 requests taken need ") and "\n" not in message
+    assert f"asks for {input_length:,} tokens" in message and "--max-model-len" in message
+    work = build_workload_sync(_config(path, num_prompts=2), "m", max_model_len=1000)  # screened out instead
+    assert len(work.requests) == 1 and work.screened_out == 1
+
 def test_a_request_longer_than_the_context_is_skipped_and_counted(tmp_path: Path) -> None:
     path = _trace_file(tmp_path)
     work = build_workload_sync(_config(path), "m", max_model_len=100)  # 128 + 3 tokens do not fit

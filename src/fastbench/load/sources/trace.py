@@ -147,6 +147,7 @@ def _offer(ctx: Context) -> str:
     outputs = np.full(count, config.max_tokens, np.int64) if config.max_tokens else trace.output_lengths
     sent = _fitting(trace.input_lengths, outputs, selector)  # the requests the run takes, in file order
     words = ctx.chat
+    _check_size(path, trace, sent, fmt.block, _WORD_WIDTH if words else _ID_WIDTH)
     blocks = _Blocks(fmt.block, words, np.random.default_rng(config.seed))
     starts = trace.ids_start()
     blocks.draw(trace.hash_ids, starts[sent], trace.ids_end[sent] - starts[sent], trace.input_lengths[sent])
@@ -179,6 +180,25 @@ def _offer(ctx: Context) -> str:
            f"; prompts sent as token-id lists, ids drawn from [{TRACE_ID_LOW}, {TRACE_ID_HIGH})")
     )
     return f"{fmt.name}:{path}"
+
+
+def _check_size(path: str, trace: Trace, sent: np.ndarray, block: int, width: int) -> None:
+    """DatasetError, before anything is allocated, where the prompts of the requests taken cannot be held:
+    their token bytes (at most each input length plus a block cut short, ``width`` bytes a token) beyond
+    this machine's memory. Without a context limit to screen them, one absurd input length would
+    otherwise end the run in a MemoryError."""
+    if not len(sent):
+        return
+    lengths = trace.input_lengths[sent]
+    needed = (float(lengths.sum(dtype=np.float64)) + block * len(sent)) * width  # no int64 overflow
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if needed > memory:
+        longest = int(sent[int(np.argmax(lengths))])
+        raise DatasetError(f"{path} line {trace.lines[longest]}: the prompts of the {len(sent)} requests taken "
+                           f"need {needed / 1e9:,.1f} GB of token bytes, more than this machine's "
+                           f"{memory / 1e9:,.1f} GB (the longest, this line's, asks for "
+                           f"{int(trace.input_lengths[longest]):,} tokens); give --max-model-len to screen "
+                           "out what the server cannot take, or fewer --num-prompts")
 
 
 def _fitting(inputs: np.ndarray, outputs: np.ndarray, selector: Selector) -> np.ndarray:
