@@ -1,4 +1,5 @@
-"""Write the seed corpus for fuzz_http_sse into fuzz/seeds/ (run once; the files are committed)."""
+"""Write the seed corpora for fuzz_http_sse into fuzz/seeds/ and for fuzz_trace into fuzz/seeds_trace/ (run once;
+the files are committed)."""
 
 import json
 from pathlib import Path
@@ -62,3 +63,19 @@ seeds = {
 }
 for name, blob in seeds.items():
     (HERE / "seeds" / name).write_bytes(blob)
+
+# fuzz_trace: byte 0 is the block size less one (bits 0-5) and the token width (bit 6: 5 bytes, else 6).
+trace = (b'{"timestamp": 0, "input_length": 40, "output_length": 8, "hash_ids": [1, 2, 3]}\n'
+         b'{"timestamp": 12.5, "input_length": 100, "output_length": 3, "hash_ids": [1, 2, 4, 5, 6, 7, 8]}\n'
+         b'{"timestamp": 1.25e1, "input_length": 5, "output_length": 1, "hash_ids": []}\n')
+trace_seeds = {
+    "plain": b"\x0f" + trace,
+    "crlf_blank_lines_chat_width": b"\x4f" + trace.replace(b"\n", b"\r\n") + b"\r\n  \r\n",
+    "keys_shuffled_extra_fields": b"\x03"
+    + b'{"hash_ids":[7,7,9],"session":"a-b","meta":{"x":[1,2.5,true,null]},"output_length":2,'
+      b'"input_length":9,"timestamp":-3}\n'
+    + b'{"timestamp":-3,"output_length":1,"input_length":1,"hash_ids":[9]}',
+}
+(HERE / "seeds_trace").mkdir(exist_ok=True)
+for name, blob in trace_seeds.items():
+    (HERE / "seeds_trace" / name).write_bytes(blob)

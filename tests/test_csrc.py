@@ -1142,8 +1142,12 @@ def test_json_sse_events_roundtrip(lib: Lib) -> None:
     assert struct.calcsize("=I") == 4
 
 
-def test_fuzz_seeds_replay(tmp_path: Path) -> None:
-    """The fuzz harness (fuzz/fuzz_http_sse.c) builds as a plain driver and passes on its seeds."""
+@pytest.mark.parametrize(("harness", "sources", "seeds_dir"), [
+    ("fuzz_http_sse.c", ["fb_http.c", "fb_sse.c", "fb_json.c"], "seeds"),
+    ("fuzz_trace.c", ["fb_trace.c"], "seeds_trace"),
+])
+def test_fuzz_seeds_replay(tmp_path: Path, harness: str, sources: list[str], seeds_dir: str) -> None:
+    """Each fuzz harness (fuzz/) builds as a plain driver and passes on its seeds."""
     import shutil
     import subprocess
 
@@ -1153,7 +1157,7 @@ def test_fuzz_seeds_replay(tmp_path: Path) -> None:
     if cc is None:
         pytest.skip("no C compiler")
     exe = tmp_path / "fuzz_driver"
-    srcs = [ROOT / "fuzz" / "fuzz_http_sse.c", CSRC / "fb_http.c", CSRC / "fb_sse.c", CSRC / "fb_json.c"]
+    srcs = [ROOT / "fuzz" / harness, *(CSRC / name for name in sources)]
     subprocess.run(
         [
             cc,
@@ -1165,6 +1169,7 @@ def test_fuzz_seeds_replay(tmp_path: Path) -> None:
             "-DFB_FUZZ_STANDALONE",
             f"-I{CSRC}",
             *map(str, srcs),
+            "-lm",
             "-o",
             str(exe),
         ],
@@ -1172,6 +1177,6 @@ def test_fuzz_seeds_replay(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    seeds = sorted((ROOT / "fuzz" / "seeds").iterdir())
+    seeds = sorted((ROOT / "fuzz" / seeds_dir).iterdir())
     assert seeds
     subprocess.run([str(exe), *map(str, seeds)], check=True, timeout=60)
