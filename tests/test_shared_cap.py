@@ -11,6 +11,7 @@ old per-worker caps kept waiting while another worker had free slots no longer w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import select
@@ -23,12 +24,16 @@ import uvloop
 
 from _scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse
 from _timing import until_a_round_passes
+from fastbench import api
 from fastbench._core import Recorder, RunState, StreamConnection, now_ns
+from fastbench.config import BenchConfig
 from fastbench.load import pacer
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.workers import WorkerPool, split_schedule
+from fastbench.results import notes as notes_module
 from fastbench.results.figures import client_lateness_ns
+from fastbench.results.notes import SlotWaits
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, new_histogram
 from fastbench.synthetic import SyntheticServer
 from test_workers import _guarded, _run_and_then
@@ -334,3 +339,17 @@ def test_a_killed_worker_s_claimed_arrivals_fail_as_lost_and_the_rest_stand() ->
     sent = rows[:, COL["sent_ns"]] > 0
     assert stats["requests_total"] >= int(sent.sum())  # (a lost one may have reached the server unrecorded)
     assert set(error[started].tolist()) <= {0, int(ErrorClass.CANCELLED), int(ErrorClass.WORKER_LOST)}
+
+
+def test_the_result_says_the_cap_was_shared_and_a_split_cap_s_waits_say_whose_slots() -> None:
+    config = BenchConfig(concurrency=3, num_prompts=60, random_input_len=8, random_output_len=10, request_rate=300.0,
+                         workers=2, synthetic_args=("--ttft-ms", "2", "--itl-ms", "2"), progress=False)
+    result = api.run(config)
+    assert result.counts.completed == 60 and result.workers is not None
+    assert "shared by the 2 workers" in result.workers["dealt"]
+    assert any("cap shared by every worker" in note for note in result.notes), result.notes
+    waits = SlotWaits(cap=4, granted=10, waited_ms=np.array([3.0]), still_waiting_ms=np.array([]), pools=2)
+    (note,) = notes_module._slot_wait_notes(waits)
+    assert "all the slots of its worker busy (--concurrency 4 split over 2 workers" in note
+    (note,) = notes_module._slot_wait_notes(dataclasses.replace(waits, pools=1))
+    assert "with all 4 slots busy" in note
