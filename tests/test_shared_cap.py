@@ -155,6 +155,8 @@ def test_the_shared_cap_is_refused_with_the_closed_loop_s_claims() -> None:
         state.share_arrivals(header, claimers, 3, 2)
     with pytest.raises(ValueError, match="claimer marks"):
         state.share_arrivals(header, claimers[:2], 1, 2)
+    with pytest.raises(RuntimeError, match="needs share_arrivals"):
+        state.claim_due_with_slot(now_ns())  # not shared: nothing to take a slot of
     state.claim_from(header, claimers, 1)
     with pytest.raises(ValueError, match="closed loop claims"):
         state.share_arrivals(header, claimers, 1, 2)

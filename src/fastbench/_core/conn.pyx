@@ -452,7 +452,7 @@ cdef class StreamConnection:
         if run.dispatching:
             # A slot freed, and maybe a connection: an arrival that waited for either goes now.
             run._dispatch_due()
-            if run.in_flight == 0 and run._head() >= run.n_rows:
+            if run.in_flight == 0 and (run.next_row if run.shared_next == NULL else run._head()) >= run.n_rows:
                 run._ask_python()  # the last request ended
 
     cdef bytes _chunk_stamps(self):

@@ -672,6 +672,7 @@ cdef class RunState:
         it, for Python to send (a pool miss); -1, holding nothing, when no slot is free or none is
         due. The slot is Python's until give_slot."""
         cdef Py_ssize_t row
+        self._check_shared()
         if not fb_slot_take(self.shared_in_flight, self.limit):
             return -1
         row = self._claim_due_shared(now)
@@ -683,11 +684,17 @@ cdef class RunState:
         """share_arrivals, at a stop: the oldest arrival due by ``now`` that no worker sent, claimed (and
         marked) with no slot, for this worker to record as cancelled while waiting; -1 when none is
         left. Every stopping worker takes them so, each exactly once."""
+        self._check_shared()
         return self._claim_due_shared(now)
+
+    def _check_shared(self):
+        if self.shared_next == NULL or not self.chain_due:
+            raise RuntimeError("needs share_arrivals, then dispatch_arrivals")
 
     def give_slot(self):
         """share_arrivals: Python's send (claim_due_with_slot, or a stale retry's kept slot) ended or was
         given up; its slot goes back to the run."""
+        self._check_shared()
         self._give_slot()
 
     cdef _give_slot(self):
