@@ -210,10 +210,14 @@ def _most_in_flight(rows: np.ndarray) -> int:
 
 
 def test_the_merged_in_flight_never_passes_the_cap_and_every_arrival_goes_once() -> None:
-    """Poisson arrivals twice as fast as 6 slots serve them, over 3 workers: the cap binds all along."""
+    """Poisson arrivals twice as fast as 6 slots serve them, over 3 workers: the cap binds all along.
+    Requests of 10 to 30 tokens: of one length, the six chains of requests (a slot passes from a request
+    to the next on its connection while arrivals wait) would keep in step, each taking every sixth
+    arrival, and might never take another worker's."""
     n, cap = 300, 6
+    tokens = np.random.default_rng(3).integers(10, 31, n)
     with SyntheticServer(ttft_ms=2, itl_ms=1) as server:
-        plan = LoadPlan(bodies=[_body(20)] * n, warmup_bodies=[], concurrency=cap, request_rate=500.0,
+        plan = LoadPlan(bodies=[_body(int(t)) for t in tokens], warmup_bodies=[], concurrency=cap, request_rate=500.0,
                         arrival_offsets_ns=pacer.arrival_offsets_ns(n, 500.0, 1.0, seed=5))
         before = server.stats()["requests_total"]
         data = _run(server, plan, 3)

@@ -59,7 +59,8 @@ __all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "claim_layout", "claim
 REPORT_INTERVAL_S = 0.05
 # The shared memory's header, before the request table: one cache line, its first int64 the count of
 # rows claimed (RunState.publish_claims), or with shared claims the next row to claim (RunState.claim_from:
-# a line of its own, which every worker's atomic add takes in turn).
+# a line of its own, which every worker's atomic add takes in turn), or under a shared open-loop cap the
+# next unsent arrival and, second, the run's requests in flight (RunState.share_arrivals).
 HEADER_BYTES = 64
 # The start instant is awaited by sleeping to this much before it, then reading the clock until it
 # comes: an event loop's timers are only as fine as a millisecond.
