@@ -365,9 +365,9 @@ def main() -> int:
                 "most_in_flight", "mean_in_flight", "failed", "others_arrivals_share"]
         print(f"  {'figure':<24}" + "".join(f"{m:>12}" for m in modes) + f"{'shared/1':>10}")
         for key in keys:
-            values = [_median(caps[m], key) for m in modes]
-            ratio = f"{values[1] / values[0]:>10.2f}" if values[0] and values[1] is not None else ""
-            print(f"  {key:<24}" + "".join(f"{v:>12.4f}" if v is not None else f"{'-':>12}" for v in values) + ratio)
+            medians = [_median(caps[m], key) for m in modes]
+            ratio = f"{medians[1] / medians[0]:>10.2f}" if medians[0] and medians[1] is not None else ""
+            print(f"  {key:<24}" + "".join(f"{v:>12.4f}" if v is not None else f"{'-':>12}" for v in medians) + ratio)
     print(f"host load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

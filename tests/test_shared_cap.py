@@ -166,7 +166,8 @@ def test_open_loop_under_a_cap_is_shared_and_uncapped_is_dealt() -> None:
     offsets = np.arange(10, dtype=np.int64)
     shared = split_schedule(10, 4, offsets, 3, 2, claimed=True)
     assert [s.slots for s in shared] == [4, 4]  # each may hold the whole cap: it is the run's
-    assert all(s.rows.tolist() == list(range(10)) and np.array_equal(s.offsets, offsets) for s in shared)
+    assert all(s.rows.tolist() == list(range(10)) and s.offsets is not None and np.array_equal(s.offsets, offsets)
+               for s in shared)
     dealt = split_schedule(10, 10, offsets, 3, 2)
     assert [s.rows.tolist() for s in dealt] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
 
