@@ -1,7 +1,7 @@
 # cython: language_level=3
 # RunState: what the connections of one run share: the request table and histograms, the epoll sets
 # drained once per wake-up of the event loop, the request bodies and the claims on them. Included by
-# engine.pyx. One module of ~760 lines because RunState is one cdef class, whose methods Cython keeps in
+# engine.pyx. One module of ~800 lines because RunState is one cdef class, whose methods Cython keeps in
 # one file; what stands apart from its state lives apart (coalesce.pyx chooses the tick, events.pyx
 # takes each event, hist.pyx records).
 
