@@ -24,6 +24,7 @@ different CPUs where there are two.
     .venv/bin/python bench/open_loop_lag.py --baseline-python /tmp/base/.venv/bin/python
     .venv/bin/python bench/open_loop_lag.py --baseline-python ... --quick   # shorter runs
     .venv/bin/python bench/open_loop_lag.py --baseline-python ... --realtime   # clients under chrt -f 10
+    .venv/bin/python bench/open_loop_lag.py --baseline-python ... --workers 2  # each client over 2 workers
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def cpu_plan() -> tuple[set[int] | None, set[int] | None]:
 
 
 def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | None,
-               realtime: bool = False) -> dict[str, Any]:
+               realtime: bool = False, workers: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         cmd = [python, "-m", "fastbench", "validate", "--base-url", base_url, "--quiet", "--json", out,
@@ -97,6 +98,8 @@ def run_client(python: str, base_url: str, s: Setting, client_cpus: set[int] | N
             cmd += ["--request-rate", str(s.rate)]
         if s.coalesce_ms is not None:
             cmd += ["--coalesce-ms", str(s.coalesce_ms)]
+        if workers > 1:  # the client's worker processes inherit its CPUs
+            cmd += ["--workers", str(workers)]
         if realtime:  # SCHED_FIFO: other processes on a shared machine cannot preempt the client
             cmd = ["chrt", "-f", "10", *cmd]
         # The other build's package, not this tree's: run from a neutral directory.
@@ -168,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--realtime", action="store_true",
                    help="run each client under chrt -f 10 (root): on a shared machine, what the client does "
                         "when other processes cannot preempt it")
+    p.add_argument("--workers", type=int, default=1,
+                   help="run each client as --workers N (the open loop's cap is then shared, or split, by them)")
     a = p.parse_args(argv)
     clients = {"this": sys.executable}
     if a.baseline_python:
@@ -190,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 order = list(clients) if (k + rnd) % 2 == 0 else list(reversed(clients))
                 for name in order:
                     t0 = time.monotonic()
-                    fig = figures(run_client(clients[name], server.base_url, s, client_cpus, a.realtime))
+                    fig = figures(run_client(clients[name], server.base_url, s, client_cpus, a.realtime, a.workers))
                     fig.update(client=name, setting=s.label, round=rnd, wall_s=time.monotonic() - t0)
                     results.append(fig)
                     print(f"  {s.label:<40} {name:<10} lag p50/p99/max {_f(fig['lag_p50'])}/{_f(fig['lag_p99'])}/"

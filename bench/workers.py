@@ -14,6 +14,13 @@
    flight of one process, of N workers claiming each request from the shared table as a slot frees,
    and of N workers dealt their requests up front by slot (what --ray's workers, which share no
    memory, do), beside --concurrency.
+5. Open loop under a binding cap (``--part open-cap``): the same drawn Poisson arrivals and requests
+   (2 or --open-cap-long-len tokens at random), --concurrency below what they need at times: one
+   process, N workers sharing the cap (this build), and N workers each holding its share of it (the
+   arrivals dealt i mod N: what the open loop did before the cap was shared, and what --ray's workers
+   still do). Per mode: the mean and p99 wait for a slot (send less arrival), the client's lateness
+   past the later of the arrival and a free slot of the whole cap (p50/p99/max, as validate computes
+   it over one pool), the share sent > 0.1 ms late, the most in flight (from the rows) and the mean.
 
 Rounds alternate 1, N, 1, N, ... so that the host's drift falls on both alike. On a 2-core machine the
 server, the workers and anything else running share two cores: the figures say what this machine
@@ -23,6 +30,7 @@ does, not what the design allows (see bench/RESULTS.md).
     .venv/bin/python bench/workers.py --part capacity --rounds 2 --workers 2
     .venv/bin/python bench/workers.py --part merge --rounds 1 --merge-seconds 60
     .venv/bin/python bench/workers.py --part uneven --rounds 3
+    .venv/bin/python bench/workers.py --part open-cap --rounds 3
 """
 
 from __future__ import annotations
@@ -47,10 +55,12 @@ from fast_server import FastServer  # noqa: E402  (a sibling script)
 
 from fastbench.cli.hostload import process_cpu_s  # noqa: E402
 from fastbench.cli.validate import ENDPOINT, avalidate, request_body  # noqa: E402
+from fastbench.load import pacer  # noqa: E402
 from fastbench.load import workers as workers_module  # noqa: E402
 from fastbench.load.driver import LoadGenerator  # noqa: E402
 from fastbench.load.plan import LoadPlan, Target  # noqa: E402
 from fastbench.load.workers import WorkerPool  # noqa: E402
+from fastbench.results.figures import client_lateness_ns  # noqa: E402
 from fastbench.results.records import COL, RunData  # noqa: E402
 from fastbench.synthetic import SyntheticServer  # noqa: E402
 
@@ -75,6 +85,35 @@ def uneven(mode: str, workers: int, concurrency: int, requests: int, long_len: i
     return {"mean_in_flight": data.mean_in_flight, "duration_s": (data.end_ns - data.start_ns) / 1e9,
             "completed": float(completed),
             "idle_slot_share": section["idle_slot_share"] if section is not None else None}
+
+
+def open_cap(mode: str, workers: int, concurrency: int, requests: int, rate: float, long_len: int
+             ) -> dict[str, float | None]:
+    """One open-loop run under a cap: Poisson arrivals at ``rate``, requests of 2 or ``long_len`` tokens
+    (1 ms each) drawn with a fixed seed, so that every mode runs the same schedule."""
+    tokens = np.random.default_rng(7).choice([2, long_len], requests)
+    plan = LoadPlan(bodies=[request_body(int(t)) for t in tokens], warmup_bodies=[], concurrency=concurrency,
+                    request_rate=rate, arrival_offsets_ns=pacer.arrival_offsets_ns(requests, rate, 1.0, seed=7))
+    with SyntheticServer(ttft_ms=2, itl_ms=1) as server:
+        target = Target.parse(server.base_url, ENDPOINT)
+        generator = (LoadGenerator(target, plan) if mode == "1 process"
+                     else (WorkerPool if mode == "shared" else DealtPool)(target, plan, workers=workers))
+        data = uvloop.run(generator.run())
+    rows = data.rows
+    wait_ms = (rows[:, COL["sent_ns"]] - rows[:, COL["scheduled_ns"]]) / 1e6
+    late_ms = client_lateness_ns(rows, concurrency, True) / 1e6
+    edges = sorted([(int(t), 1) for t in rows[:, COL["sent_ns"]]] + [(int(t), -1) for t in rows[:, COL["end_ns"]]])
+    level = most = 0
+    for _, step in edges:
+        level += step
+        most = max(most, level)
+    section = data.extra.get("workers")
+    others = (sum(w["others_arrivals"] for w in section["per_worker"]) / requests if section is not None else None)
+    return {"wait_mean_ms": float(wait_ms.mean()), "wait_p99_ms": float(np.percentile(wait_ms, 99)),
+            "late_p50_ms": float(np.percentile(late_ms, 50)), "late_p99_ms": float(np.percentile(late_ms, 99)),
+            "late_max_ms": float(late_ms.max()), "late_share": float(np.mean(late_ms > 0.1)),
+            "most_in_flight": float(most), "mean_in_flight": data.mean_in_flight,
+            "failed": float((rows[:, COL["error"]] != 0).sum()), "others_arrivals_share": others}
 
 
 def accuracy(workers: int, streams: int, itl_ms: float, output_len: int) -> dict[str, float | None]:
@@ -228,8 +267,8 @@ def _table(title: str, results: dict[int, list[dict[str, float | None]]], keys: 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=("all", "accuracy", "capacity", "merge", "uneven"), default="all",
-                   help="all: accuracy, capacity and merge (uneven only when asked)")
+    p.add_argument("--part", choices=("all", "accuracy", "capacity", "merge", "uneven", "open-cap"), default="all",
+                   help="all: accuracy, capacity and merge (uneven and open-cap only when asked)")
     p.add_argument("--workers", type=int, default=2, help="the N measured beside one process")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--streams", type=int, default=4096, help="accuracy: streams kept open")
@@ -250,6 +289,10 @@ def main() -> int:
     p.add_argument("--uneven-concurrency", type=int, default=4)
     p.add_argument("--uneven-requests", type=int, default=200)
     p.add_argument("--uneven-long-len", type=int, default=100, help="uneven: the long requests' tokens")
+    p.add_argument("--open-cap-concurrency", type=int, default=8)
+    p.add_argument("--open-cap-requests", type=int, default=1500)
+    p.add_argument("--open-cap-rate", type=float, default=400.0, help="open-cap: arrivals per second")
+    p.add_argument("--open-cap-long-len", type=int, default=30, help="open-cap: the long requests' tokens")
     a = p.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start")
     if a.part in ("all", "accuracy"):
@@ -306,6 +349,25 @@ def main() -> int:
                       ("mean_in_flight", "duration_s", "completed", "idle_slot_share")}
             cells = "".join(f"  {key} {'-' if v is None else f'{v:.3f}'}" for key, v in values.items())
             print(f"  {mode:<10}{cells}")
+    if a.part == "open-cap":
+        modes = ["1 process", "shared", "split"]
+        caps: dict[str, list[dict[str, float | None]]] = {m: [] for m in modes}
+        for r in range(a.rounds):
+            for mode in modes[r % 3:] + modes[:r % 3]:  # each mode first in turn
+                caps[mode].append(open_cap(mode, a.workers, a.open_cap_concurrency, a.open_cap_requests,
+                                           a.open_cap_rate, a.open_cap_long_len))
+                print(f"  open-cap round {r + 1}, {mode}: "
+                      + ", ".join(f"{k} {v:.4g}" for k, v in caps[mode][-1].items() if v is not None), flush=True)
+        print(f"open-cap: {a.open_cap_requests} Poisson arrivals at {a.open_cap_rate:g}/s, 2 or {a.open_cap_long_len} "
+              f"tokens (1 ms each), --concurrency {a.open_cap_concurrency}, {a.workers} workers sharing the cap "
+              "or each holding its share (median of rounds)")
+        keys = ["wait_mean_ms", "wait_p99_ms", "late_p50_ms", "late_p99_ms", "late_max_ms", "late_share",
+                "most_in_flight", "mean_in_flight", "failed", "others_arrivals_share"]
+        print(f"  {'figure':<24}" + "".join(f"{m:>12}" for m in modes) + f"{'shared/1':>10}")
+        for key in keys:
+            medians = [_median(caps[m], key) for m in modes]
+            ratio = f"{medians[1] / medians[0]:>10.2f}" if medians[0] and medians[1] is not None else ""
+            print(f"  {key:<24}" + "".join(f"{v:>12.4f}" if v is not None else f"{'-':>12}" for v in medians) + ratio)
     print(f"host load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

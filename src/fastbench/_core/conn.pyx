@@ -429,8 +429,10 @@ cdef class StreamConnection:
                     self._begin(self.run.body(nxt), nxt, r.end_ns, 0)
                     return
             elif self.run.chain_due:
-                # Open loop: an arrival that waited for a slot takes this one now; due at its arrival.
-                nxt = self.run._claim_due_row(fb_now_ns())
+                # Open loop: an arrival that waited for a slot takes this one now; due at its arrival
+                # (--workers' shared cap: the run's oldest due one, whichever worker's timer it is on).
+                nxt = (self.run._claim_due_shared(fb_now_ns()) if self.run.shared_next != NULL
+                       else self.run._claim_due_row(fb_now_ns()))
                 if nxt >= 0:
                     self._begin(self.run.body(nxt), nxt,
                                 self.run.arrival_base_ns + self.run.arrival_offsets[nxt], 0)
@@ -443,11 +445,14 @@ cdef class StreamConnection:
             if not fut.done():
                 fut.set_result(r.error)
         elif run.dispatching:
-            run._chain_ended(self, r.error)
+            if not run._chain_ended(self, r.error) and run.shared_next != NULL:
+                # --workers' shared cap: the run's slot is given back (a Python send gives its own back,
+                # give_slot; a stale retry keeps it), and this worker looks for what waited for one
+                fb_slot_give(run.shared_in_flight)
         if run.dispatching:
             # A slot freed, and maybe a connection: an arrival that waited for either goes now.
             run._dispatch_due()
-            if run.in_flight == 0 and run.next_row >= run.n_rows:
+            if run.in_flight == 0 and (run.next_row if run.shared_next == NULL else run._head()) >= run.n_rows:
                 run._ask_python()  # the last request ended
 
     cdef bytes _chunk_stamps(self):

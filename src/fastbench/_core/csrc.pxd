@@ -23,6 +23,10 @@ cdef extern from "fb_cache.h" nogil:
 cdef extern from "fb_claim.h" nogil:
     int64_t fb_claim_next(int64_t *next, int64_t n)
     void fb_claim_mark(int32_t *claimers, int64_t row, int32_t claimer)
+    int fb_slot_take(int64_t *in_flight, int64_t cap)
+    void fb_slot_give(int64_t *in_flight)
+    int64_t fb_arrival_head(int64_t *next)
+    int fb_arrival_claim(int64_t *next, int64_t row)
 
 
 cdef extern from "fb_errors.h":

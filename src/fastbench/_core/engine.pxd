@@ -247,7 +247,7 @@ cdef class RunState:
     cdef StreamConnection _pool_take(self)
     cdef void _arm_arrival(self, int64_t due) noexcept
     cdef void _learn_lead(self, int64_t delay) noexcept
-    cdef _chain_ended(self, StreamConnection conn, int error)
+    cdef bint _chain_ended(self, StreamConnection conn, int error)
     cdef void _set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
@@ -260,6 +260,13 @@ cdef class RunState:
     cdef int32_t *claimers             # with it: per row, the worker that claimed it (its index + 1)
     cdef int32_t claimer               # this worker's mark there
     cdef object claim_buffers          # the buffers those two point into (kept alive with them)
+    # --workers on one machine, open loop under a --concurrency cap (share_arrivals): the next unsent
+    # arrival and the run's requests in flight, in memory every worker shares; NULL: off. The claimer
+    # marks above get each arrival's sender.
+    cdef int64_t *shared_next
+    cdef int64_t *shared_in_flight
+    cdef int64_t stride                # the run's workers: this one's timer wakes for arrivals
+    cdef int64_t phase                 # i mod stride == phase only
     cdef public int64_t others_completed  # --workers: the other workers' finished requests, as last told (the
     cdef public int64_t others_failed     # error-rate rule counts them with this one's own)
     cdef list bodies                   # request bodies (JSON), by row: bytes or BodyParts
@@ -270,6 +277,11 @@ cdef class RunState:
     cdef _check_error_rate(self)
     cdef void _publish_claim(self) noexcept
     cdef Py_ssize_t _claim_shared(self) noexcept
+    cdef _dispatch_shared(self)
+    cdef Py_ssize_t _claim_due_shared(self, int64_t now) except -2
+    cdef Py_ssize_t _head(self) noexcept
+    cdef void _arm_own(self, Py_ssize_t first, int64_t after) except *
+    cdef _give_slot(self)
 
 
 cdef class TokenRuns:

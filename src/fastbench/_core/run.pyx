@@ -1,7 +1,7 @@
 # cython: language_level=3
 # RunState: what the connections of one run share: the request table and histograms, the epoll sets
 # drained once per wake-up of the event loop, the request bodies and the claims on them. Included by
-# engine.pyx. One module of ~620 lines because RunState is one cdef class, whose methods Cython keeps in
+# engine.pyx. One module of ~800 lines because RunState is one cdef class, whose methods Cython keeps in
 # one file; what stands apart from its state lives apart (coalesce.pyx chooses the tick, events.pyx
 # takes each event, hist.pyx records).
 
@@ -563,6 +563,11 @@ cdef class RunState:
             return
         self.in_dispatch = True
         try:
+            if self.shared_next != NULL:  # --workers' shared cap (share_arrivals)
+                self._dispatch_shared()
+                if len(self.pool) < self.pool_low:
+                    self._ask_python()
+                return
             self.next_due_ns = INT64_MAX  # until a slot or a connection frees (they call this)
             while not self.stopping and self.next_row < self.n_rows:
                 due = self.arrival_base_ns + self.arrival_offsets[self.next_row]
@@ -599,15 +604,187 @@ cdef class RunState:
         finally:
             self.in_dispatch = False
 
-    cdef _chain_ended(self, StreamConnection conn, int error):
-        """A chain of requests that the core began ended (conn is no longer busy)."""
+    cdef bint _chain_ended(self, StreamConnection conn, int error):
+        """A chain of requests that the core began ended (conn is no longer busy). True when its slot
+        stays held (reserved) for Python's retry of its last request."""
         if (error == ERR_CONNECT and conn.reused and conn.c.req.row >= 0 and not self.stopping
                 and self.on_stale is not None):
             # The kept-alive connection had been closed by the server: Python sends the request again.
             self.reserved += 1
             self.on_stale(conn)
-        elif not conn.closed:
+            return True
+        if not conn.closed:
             self.pool.append(conn)
+        return False
+
+    # -- open loop over --workers: one cap shared by every worker (docs/workers.md) --------------
+
+    def share_arrivals(self, object header, object claimers, int claimer, int workers):
+        """--workers on one machine, open loop under a --concurrency cap: one cap for all workers, as
+        one process has. Every worker holds every arrival; ``header`` (int64, in memory every worker
+        shares) holds at [0] the next unsent arrival of the run and at [1] its requests in flight. A
+        slot is taken on [1] only while it is below dispatch_arrivals' limit (fb_slot_take), an
+        arrival claimed on [0] only when it is due (fb_arrival_claim), and ``claimers`` (int32 per
+        row) gets ``claimer`` (this worker's index + 1) at every arrival it claims, before it is sent.
+        A slot that frees here sends the oldest due arrival, whoever's; this worker's timer wakes only
+        for arrivals ``i mod workers == claimer - 1``. Python's own sends (pool misses, stale retries)
+        hold their slot until they give it back (give_slot). Before dispatch_arrivals; None: off."""
+        cdef int64_t[::1] counters
+        cdef int32_t[::1] marks
+        if header is None:
+            self.shared_next = self.shared_in_flight = NULL
+            self.claimers = NULL
+            self.claim_buffers = None
+            return
+        counters = header
+        marks = claimers
+        if counters.shape[0] < 2 or marks.shape[0] < self.n_rows or self.n_rows < 1:
+            raise ValueError(f"share_arrivals needs two int64 counters and {self.n_rows} int32 claimer marks")
+        if not 1 <= claimer <= workers:
+            raise ValueError(f"a claimer's mark is its index + 1, from 1 to {workers} (0 means unclaimed)")
+        if self.claim_next != NULL:
+            raise ValueError("shared arrivals are for the open loop: the closed loop claims with claim_from")
+        self.claim_buffers = (counters, marks)
+        self.shared_next = &counters[0]
+        self.shared_in_flight = &counters[1]
+        self.claimers = &marks[0]
+        self.claimer = claimer
+        self.stride = workers
+        self.phase = claimer - 1
+
+    @property
+    def shares_arrivals(self):
+        """share_arrivals is on."""
+        return self.shared_next != NULL
+
+    @property
+    def arrival_head(self):
+        """The next arrival not yet sent: the run's, with share_arrivals; this process's otherwise."""
+        return self._head()
+
+    cdef Py_ssize_t _head(self) noexcept:
+        if self.shared_next != NULL:
+            return <Py_ssize_t>fb_arrival_head(self.shared_next)
+        return self.next_row
+
+    def claim_due_with_slot(self, int64_t now):
+        """share_arrivals: a slot of the run's taken and the oldest arrival due by ``now`` claimed with
+        it, for Python to send (a pool miss); -1, holding nothing, when no slot is free or none is
+        due. The slot is Python's until give_slot."""
+        cdef Py_ssize_t row
+        self._check_shared()
+        if not fb_slot_take(self.shared_in_flight, self.limit):
+            return -1
+        row = self._claim_due_shared(now)
+        if row < 0:
+            self._give_slot()
+        return row
+
+    def claim_arrived(self, int64_t now):
+        """share_arrivals, at a stop: the oldest arrival due by ``now`` that no worker sent, claimed (and
+        marked) with no slot, for this worker to record as cancelled while waiting; -1 when none is
+        left. Every stopping worker takes them so, each exactly once."""
+        self._check_shared()
+        return self._claim_due_shared(now)
+
+    def _check_shared(self):
+        if self.shared_next == NULL or not self.chain_due:
+            raise RuntimeError("needs share_arrivals, then dispatch_arrivals")
+
+    def give_slot(self):
+        """share_arrivals: Python's send (claim_due_with_slot, or a stale retry's kept slot) ended or was
+        given up; its slot goes back to the run."""
+        self._check_shared()
+        self._give_slot()
+
+    cdef _give_slot(self):
+        fb_slot_give(self.shared_in_flight)
+        # The slot is free: an arrival due and held for one, in any worker, goes now, from here.
+        self._dispatch_due()
+
+    cdef Py_ssize_t _claim_due_shared(self, int64_t now) except -2:
+        """The oldest unsent arrival of the run if it is due by ``now``, claimed and marked (the
+        caller holds its slot), or -1."""
+        cdef int64_t row
+        while True:
+            row = fb_arrival_head(self.shared_next)
+            if row >= self.n_rows or self.arrival_base_ns + self.arrival_offsets[row] > now:
+                return -1
+            if fb_arrival_claim(self.shared_next, row):
+                break  # else another worker took it first: the next one, if due
+        fb_claim_mark(self.claimers, row, self.claimer)
+        self.next_row = row + 1  # here: one past the last arrival this worker claimed
+        return row
+
+    cdef void _arm_own(self, Py_ssize_t first, int64_t after) except *:
+        """The timer to this worker's own next arrival (i mod stride == phase) from ``first`` that is
+        due after ``after``: earlier ones are due already and wait for a slot or a connection, and
+        whoever frees one sends them. None left: not armed (its Python looks every driver.SHARED_POLL_S)."""
+        cdef Py_ssize_t row, lo = first, hi = self.n_rows, mid
+        while lo < hi:  # the first arrival due after ``after`` (offsets only grow)
+            mid = (lo + hi) // 2
+            if self.arrival_base_ns + self.arrival_offsets[mid] > after:
+                hi = mid
+            else:
+                lo = mid + 1
+        row = lo + (self.phase - lo % self.stride + self.stride) % self.stride
+        if row < self.n_rows:
+            self.next_due_ns = self.arrival_base_ns + self.arrival_offsets[row] - self.lead_ns
+            self._arm_arrival(self.next_due_ns)
+
+    cdef _dispatch_shared(self):
+        """_dispatch_due under share_arrivals: the oldest due arrival of the run, whoever's, goes out
+        on a connection of this worker's pool once a slot of the run's is taken; the timer wakes this
+        worker for its own arrivals only. Called with in_dispatch set."""
+        cdef int64_t due, now, waited_from
+        cdef Py_ssize_t row
+        cdef bint learnt = False
+        cdef StreamConnection conn
+        self.next_due_ns = INT64_MAX
+        while not self.stopping:
+            row = fb_arrival_head(self.shared_next)
+            if row >= self.n_rows:  # every arrival sent, by some worker
+                if self.in_flight == 0:
+                    self._ask_python()  # this worker's part is over
+                return
+            due = self.arrival_base_ns + self.arrival_offsets[row]
+            now = fb_now_ns()
+            if due > now + self.lead_ns:
+                self._arm_own(row, now + self.lead_ns)
+                return
+            conn = self._pool_take()
+            if conn is None:
+                self.arrival_held = True
+                self._ask_python()  # it connects for this arrival (claim_due_with_slot)
+                break
+            if not fb_slot_take(self.shared_in_flight, self.limit):
+                self.pool.append(conn)
+                self.arrival_held = True
+                break  # every slot of the run is busy: whoever frees one sends it
+            if row % self.stride == self.phase and not self.arrival_held and not learnt:
+                # its own arrival, woken for by its own timer (another's may have waited for a slot)
+                self._learn_lead(now - (due - self.lead_ns))
+                learnt = True
+            self.arrival_held = False
+            if now < due:  # armed lead_ns early: the rest is waited out here
+                waited_from = now
+                while now < due:
+                    now = fb_now_ns()
+                self.lead_wait_ns += now - waited_from
+            if not fb_arrival_claim(self.shared_next, row):
+                # another worker sent it meanwhile: the slot back, and look again
+                fb_slot_give(self.shared_in_flight)
+                self.pool.append(conn)
+                continue
+            fb_claim_mark(self.claimers, row, self.claimer)
+            self.next_row = row + 1
+            self.core_sends += 1
+            conn._start_from_core(row, due)
+        # held (no slot or no connection), or stopping: the timer to this worker's own next arrival
+        # not due yet, so that it never spins on arrivals already waiting
+        if not self.stopping:
+            now = fb_now_ns()
+            self._arm_own(self._head(), now + self.lead_ns)
 
     @property
     def counters(self):

@@ -1,7 +1,7 @@
 """Drives the native connections: closed-loop concurrency or open-loop arrivals, time cap,
 warm-ups, timeouts. Per request it does a handful of Python steps; per token, nothing.
 
-One module of ~720 lines because the connection pool, the retries of stale connections, the three
+One module of ~850 lines because the connection pool, the retries of stale connections, the three
 schedules (closed, open, sessions) and the stop all share the same bookkeeping of which connection is where.
 """
 
@@ -42,6 +42,11 @@ LEAD_CPU_SHARE = 0.05
 # Automatic coalescing's longest tick: past ~100 wake-ups/s the ticks cost under ~0.4 % of a core
 # (a wake-up ~35 us here), and a longer one only delays what no tick foresees (an unwatched end).
 AUTO_MAX_TICK_NS = 10_000_000
+# --workers' shared cap (RunState.share_arrivals): how often a worker's loop looks at the run's arrivals
+# without being woken, to see that the other workers have sent the last of them while it had nothing
+# in flight (no wake-up crosses processes). Its window ends at the table's last end, not when it looked,
+# so this only bounds how long it lingers; as often as the progress reports, it adds no CPU to speak of.
+SHARED_POLL_S = 0.05
 # The open loop's pool is filled before the window opens; a connect slower than this (an unreachable
 # host) is left to the arrivals, which record it on their rows.
 POOL_FILL_WAIT_S = 2.0
@@ -187,6 +192,9 @@ class LoadGenerator:
         ``sent``: the request already went out on this connection (the opening burst).
         ``reserved``: it holds a slot in the core's count (open loop) until it is sent or given up.
         ``retried``: the row already met a stale connection once."""
+        # --workers' shared cap: a reserved send holds one of the run's slots (claim_due_with_slot, or a
+        # stale retry's), kept through its retries and given back at its end
+        shared_slot = reserved and self._core_dispatch and self.state.shares_arrivals
         try:
             while True:
                 if sent is not None:
@@ -236,6 +244,8 @@ class LoadGenerator:
         finally:
             if reserved:
                 self.state.reserved -= 1
+            if shared_slot:
+                self.state.give_slot()
 
     def _take_idle(self) -> StreamConnection | None:
         """A kept-alive connection to reuse. One the server closed while it sat idle (its end of
@@ -372,6 +382,7 @@ class LoadGenerator:
                                  reserved=True, retried=row))
 
         self._core_dispatch = True
+        shared = state.shares_arrivals  # --workers: one cap, and every arrival, shared by all workers
         pool_target = self._pool_target()
         state.on_wake = self._wake_pacer
         state.on_stale = retry_stale
@@ -382,15 +393,18 @@ class LoadGenerator:
         try:
             while True:
                 if self._stopping:
-                    self._cancel_arrived(offsets[state.next_row:], state.next_row, start_ns)
+                    if shared:
+                        self._cancel_shared(offsets, start_ns)
+                    else:
+                        self._cancel_arrived(offsets[state.next_row:], state.next_row, start_ns)
                     break
-                if state.next_row >= n and state.in_flight + state.reserved == 0 and not tasks:
+                if state.arrival_head >= n and state.in_flight + state.reserved == 0 and not tasks:
                     break
                 # Arrivals due with a slot free and no connection to send on or on its way: connect
-                # for each.
-                while (state.next_row < n and state.pool_size == 0 and self._warming == 0
-                       and state.in_flight + state.reserved < plan.concurrency):
-                    row = state._claim_due_row(now_ns())
+                # for each (shared cap: the slot is taken with the claim).
+                while (state.arrival_head < n and state.pool_size == 0 and self._warming == 0
+                       and (shared or state.in_flight + state.reserved < plan.concurrency)):
+                    row = state.claim_due_with_slot(now_ns()) if shared else state._claim_due_row(now_ns())
                     if row < 0:
                         break
                     state.reserved += 1
@@ -400,7 +414,10 @@ class LoadGenerator:
                 state.dispatch_due()  # re-arms the timer for the next arrival
                 self._pacer_wake = loop.create_future()
                 state.wake_handled()
-                await self._pacer_wake
+                if shared:  # the last arrivals may go from other workers: nothing here is woken for them
+                    await asyncio.wait([self._pacer_wake], timeout=SHARED_POLL_S)
+                else:
+                    await self._pacer_wake
         finally:
             self._core_dispatch = False
             state.on_wake = state.on_stale = None
@@ -545,6 +562,13 @@ class LoadGenerator:
             if due > self._stopped_ns:
                 break  # arrival times only grow
             self._cancel_waiting(first_row + k, due)
+
+    def _cancel_shared(self, offsets: np.ndarray, start_ns: int) -> None:
+        """_cancel_arrived under --workers' shared cap: the arrivals due by this worker's stop that no
+        worker sent are claimed one by one from the run's counter (RunState.claim_arrived), so that
+        every stopping worker takes some and each is cancelled exactly once."""
+        while (row := self.state.claim_arrived(self._stopped_ns)) >= 0:
+            self._cancel_waiting(row, start_ns + int(offsets[row]))
 
     def _cancel_waiting(self, row: int, due: int) -> None:
         """A request that was due before the run stopped and still waited for a slot: cancelled, with
@@ -703,6 +727,9 @@ class LoadGenerator:
                 if cap_timer is not None:
                     cap_timer.cancel()
             end_ns = now_ns()
+            if self.state.shares_arrivals and not self._stopping:
+                # the table is the run's: its last end, not when this worker's loop looked (SHARED_POLL_S)
+                end_ns = min(end_ns, max(start_ns, int(self.rows[:, COL["end_ns"]].max())))
             cpu_ns = time.process_time_ns() - cpu0
         finally:
             watchdog.cancel()

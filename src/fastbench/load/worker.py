@@ -22,10 +22,12 @@ The shared memory, in one of two layouts. Requests dealt to the worker (open loo
 dealt up front; see :mod:`fastbench.load.workers`): the worker's own, a header of HEADER_BYTES (its
 first int64 the rows this worker has claimed so far, written by the core on every claim) and then its
 request table.
-Requests claimed (closed loop, ``WorkerSpec.shared_claims``): one memory for the whole run, shared by
-every worker: a header of HEADER_BYTES (its first int64 the next row to claim, taken by the cores with
-an atomic add), one int32 per row (the worker that claimed it, its index + 1; padded to 64 bytes),
-then the whole run's request table, each row written by the worker that claimed it.
+Requests claimed (``WorkerSpec.shared_claims``: a closed loop, or an open loop under a --concurrency cap):
+one memory for the whole run, shared by every worker: a header of HEADER_BYTES (its first int64 the next
+row to claim, taken by the cores with an atomic add, or in the open loop the next unsent arrival, taken
+with a compare-and-swap when due, its second then the run's requests in flight), one int32 per row (the
+worker that claimed it, its index + 1; padded to 64 bytes), then the whole run's request table, each row
+written by the worker that claimed it.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ __all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "claim_layout", "claim
 REPORT_INTERVAL_S = 0.05
 # The shared memory's header, before the request table: one cache line, its first int64 the count of
 # rows claimed (RunState.publish_claims), or with shared claims the next row to claim (RunState.claim_from:
-# a line of its own, which every worker's atomic add takes in turn).
+# a line of its own, which every worker's atomic add takes in turn), or under a shared open-loop cap the
+# next unsent arrival and, second, the run's requests in flight (RunState.share_arrivals).
 HEADER_BYTES = 64
 # The start instant is awaited by sleeping to this much before it, then reading the clock until it
 # comes: an event loop's timers are only as fine as a millisecond.
@@ -91,6 +94,10 @@ class WorkerSpec:
     # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,
     # and each request is claimed from the table the parent shares with every worker (RunState.claim_from).
     shared_claims: bool = False
+    # Open loop on one machine under a --concurrency cap: the run's worker count; every worker holds every
+    # arrival and the cap is the run's, shared (RunState.share_arrivals; ``concurrency`` is then the whole
+    # cap). 0: the arrivals are dealt, and the cap split.
+    shared_arrivals: int = 0
 
 
 @dataclasses.dataclass
@@ -122,9 +129,9 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         returned in the outcome.
     :param claims: an int64 array (shared with the parent) whose first element the core keeps at
         the count of rows claimed, so that a parent knows what a worker that died had taken.
-    :param shared_claims: with ``spec.shared_claims``, the run's claim counter (int64) and claimer marks
-        (int32, one per row), shared by every worker (RunState.claim_from); ``rows`` is then the whole
-        run's table, shared too.
+    :param shared_claims: with ``spec.shared_claims``, the run's claims header (int64) and claimer marks
+        (int32, one per row), shared by every worker (RunState.claim_from, or share_arrivals with
+        ``spec.shared_arrivals``); ``rows`` is then the whole run's table, shared too.
     """
     loop = asyncio.get_running_loop()
     started: asyncio.Future[int | None] = loop.create_future()
@@ -205,7 +212,9 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
     generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows)
     if claims is not None:
         generator.state.publish_claims(claims)
-    if shared_claims is not None:
+    if shared_claims is not None and spec.shared_arrivals:
+        generator.state.share_arrivals(shared_claims[0], shared_claims[1], spec.index + 1, spec.shared_arrivals)
+    elif shared_claims is not None:
         generator.state.claim_from(shared_claims[0], shared_claims[1], spec.index + 1)
     core_stop = generator.state.on_stop
 

@@ -12,8 +12,13 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
   claim the next row of its table, so --concurrency is held until the requests run out, whatever
   their lengths. (A transport without shared memory, --ray's, deals request ``i`` to the worker of
   slot ``i mod concurrency`` up front instead, and says so.) Open loop: the arrivals are drawn once,
-  here, exactly as one process draws them, and arrival ``i`` (request ``i``) goes to worker
-  ``i mod N``: the union of the workers' arrivals is the drawn process itself. No request is in two
+  here, exactly as one process draws them. Under a --concurrency cap that can bind, the cap is the
+  run's, as in one process: every worker holds every arrival, and the run's next unsent arrival and
+  its requests in flight are counters in the shared memory; a slot is taken only below the cap, an
+  arrival claimed only when due (compare-and-swaps, RunState.share_arrivals), and a slot that frees in
+  any worker sends the oldest due arrival; worker ``w``'s timer wakes for arrivals ``i mod N = w``.
+  Uncapped (or --ray), arrival ``i`` (request ``i``) goes to worker ``i mod N``, each with its share of
+  the cap: the union of the workers' arrivals is the drawn process itself. No request is in two
   workers. Warm-ups are dealt round-robin.
 * One start instant on CLOCK_MONOTONIC (one clock for every process of the host), chosen once every
   worker is warm; ``--max-seconds`` ends every worker at the same instant from it.
@@ -22,17 +27,17 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
   which stops the others.
 * Faults. A worker's request table lives in memory shared with the parent (a memfd), so what it
   finished stands if it dies; so does what it had claimed, which its core writes there on every claim
-  before the request is sent (closed loop: its mark at each row it claimed; open loop: the count of
-  its rows it had claimed). Its requests claimed but unfinished are then counted failed as WORKER_LOST, the run
-  stops ("worker lost": the load asked for is no longer applied), and the result names the worker
-  and when. A worker that cannot start fails the run with its own error.
+  before the request is sent (claimed from the shared table: its mark at each row it claimed; dealt
+  open loop: the count of its rows it had claimed). Its requests claimed but unfinished are then
+  counted failed as WORKER_LOST, the run stops ("worker lost": the load asked for is no longer
+  applied), and the result names the worker and when. A worker that cannot start fails the run with its own error.
 * The parent holds the deadlines: a worker says something every worker.REPORT_INTERVAL_S, and one
   silent for SILENCE_LIMIT_S (stopped, or its loop blocked), or still running STOP_GRACE_S past the
   time cap or a stop, is killed and counted lost, and the merged result is written all the same.
 
 The merge is :mod:`fastbench.load.merge`.
 
-One module of ~630 lines because the pool's start, deadlines, loss accounting and per-worker result
+One module of ~800 lines because the pool's start, deadlines, loss accounting and per-worker result
 section all read the same per-worker bookkeeping (WorkerLink).
 """
 
@@ -141,12 +146,14 @@ class Share:
 def split_schedule(n: int, concurrency: int, offsets: np.ndarray | None, n_warmups: int,
                    workers: int, *, claimed: bool = False) -> list[Share]:
     """Deal one run's schedule to ``workers`` workers (fewer when there are fewer slots or requests:
-    each holds at least one of both). See the module's docstring for the rule. ``claimed`` (closed
-    loop only): every worker holds every request and claims them as its slots free."""
-    if claimed and offsets is not None:
-        raise ValueError("only the closed loop's requests are claimed: the open loop's arrivals are dealt")
+    each holds at least one of both). See the module's docstring for the rule. ``claimed``: every
+    worker holds every request and claims them as its slots free; in the open loop the cap is then
+    shared, and each worker's ``slots`` is the whole of it (at most that many of the run's at once)."""
     count = max(1, min(workers, concurrency, n))
-    slots = [concurrency // count + (1 if w < concurrency % count else 0) for w in range(count)]
+    if claimed and offsets is not None:
+        slots = [concurrency] * count
+    else:
+        slots = [concurrency // count + (1 if w < concurrency % count else 0) for w in range(count)]
     index = np.arange(n, dtype=np.int64)
     owner = index % count if offsets is not None else (index % concurrency) % count
     shares = []
@@ -224,6 +231,7 @@ class WorkerPool:
         # Closed loop over shared memory: the run's one request table, its claim counter and claimer
         # marks (worker.claim_layout), and its memfd until every worker has its own copy.
         self._claiming = False
+        self._sharing_cap = False  # open loop: the cap and the arrivals are shared (claimed from the table)
         self._claim_fd = -1
         self._claim_map: mmap.mmap | None = None
         self._claim_next: np.ndarray | None = None
@@ -271,7 +279,10 @@ class WorkerPool:
         helpers: list[asyncio.Task[None]] = []
         try:
             count = await self._prepare()
-            self._claiming = self.SHARED_MEMORY and offsets is None
+            # claimed from one shared table: the closed loop's requests, and an open loop's arrivals under a
+            # cap that can bind (uncapped, each arrival is sent when due wherever it is: dealt)
+            self._claiming = self.SHARED_MEMORY and (offsets is None or plan.concurrency < n)
+            self._sharing_cap = self._claiming and offsets is not None
             shares = split_schedule(n, plan.concurrency, offsets, len(plan.warmup_bodies), count,
                                     claimed=self._claiming)
             self._workers = [self._new_worker(share, i) for i, share in enumerate(shares)]
@@ -384,6 +395,8 @@ class WorkerPool:
         if share.offsets is not None and len(share.offsets) > 1:
             span_s = (int(share.offsets[-1]) - int(share.offsets[0])) / 1e9
             rate = (len(share.offsets) - 1) / span_s if span_s > 0 else float(len(share.offsets))
+            if self._sharing_cap:  # its own timer's share sizes its pool (a freed slot's connection
+                rate /= len(self._workers)  # sends the other workers' arrivals)
         elif share.offsets is not None:
             rate = 1.0
         if self._claiming:  # every request, claimed as the slots free
@@ -400,7 +413,7 @@ class WorkerPool:
             coalesce_s=plan.coalesce_s, expected_output_tokens=expected_here,
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
             max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps,
-            shared_claims=self._claiming)
+            shared_claims=self._claiming, shared_arrivals=len(self._workers) if self._sharing_cap else 0)
 
     async def _follow(self, worker: WorkerLink) -> None:
         """Read one worker's messages until it hands in its result or is gone."""
@@ -584,12 +597,11 @@ class WorkerPool:
         if cap_hit and self.plan.max_seconds is not None:
             end_ns = min(end_ns, self._start_ns + int(self.plan.max_seconds * 1e9))
         open_loop = self.plan.request_rate is not None or self.plan.ramp_up is not None
+        extra: dict[str, Any] = {"workers": self._section(parts, end_ns)}
+        if not self._sharing_cap:  # each worker's own slots: a request waits only for one of its worker's
+            extra["slot_pools"] = [(p.rows_index, w.share.slots) for w, p in zip(self._workers, parts, strict=True)]
         return merge_parts(parts, len(self.plan.bodies), start_ns=self._start_ns, end_ns=end_ns,
-                           stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop,
-                           extra={"workers": self._section(parts, end_ns),
-                                  # each worker's own slots: a request waits only for one of its worker's
-                                  "slot_pools": [(p.rows_index, w.share.slots)
-                                                 for w, p in zip(self._workers, parts, strict=True)]})
+                           stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop, extra=extra)
 
     def _dealt_parts(self) -> tuple[list[Part], list[int]]:
         """Each worker's part from its own table; how many of its rows it had claimed."""
@@ -628,8 +640,10 @@ class WorkerPool:
         by the loss (an arrival waiting for a slot is part of the load it no longer applies)."""
         table = part.table
         offsets = worker.share.offsets
-        if offsets is not None:
+        if offsets is not None and not part.keyed_by_index:
             claimed = max(claimed, int(np.searchsorted(offsets, worker.lost_ns - self._start_ns, side="right")))
+        # claimed from the shared table, its rows are workload indexes (a shared cap's offsets are the run's)
+        due_index = part.rows_index if part.keyed_by_index else np.arange(len(table))
         at_s = (worker.lost_ns - self._start_ns) / 1e9
         why = f"in flight in {worker.name()} when it {worker.lost_how} at {at_s:.3f} s"
         for row in range(min(claimed, len(table))):
@@ -637,7 +651,7 @@ class WorkerPool:
                 continue
             r = table[row]
             r[COL["index"]] = row
-            r[COL["scheduled_ns"]] = self._start_ns + (int(offsets[row]) if offsets is not None else 0)
+            r[COL["scheduled_ns"]] = self._start_ns + (int(offsets[due_index[row]]) if offsets is not None else 0)
             r[COL["end_ns"]] = worker.lost_ns
             r[COL["prompt_tokens"]] = -1
             r[COL["error"]] = int(ErrorClass.WORKER_LOST)
@@ -671,6 +685,10 @@ class WorkerPool:
                 "errors": classes,
                 "stopped_reason": data.stopped_reason if data is not None else "lost",
                 "ran_out_s": dry_ns / 1e9,  # closed loop: its share was done this long before the window's end
+                # shared cap: the arrivals it claimed (sent, or cancelled at a stop) that its timer was not
+                # for (i mod N != its index): sent as its slot freed while theirs waited, as one process would
+                "others_arrivals": (int(np.count_nonzero(part.rows_index % len(self._workers) != worker.index))
+                                    if self._sharing_cap else 0),
                 "lost": None if worker.outcome is not None else {
                     "at_s": (worker.lost_ns - self._start_ns) / 1e9, "how": worker.lost_how},
             }
@@ -717,6 +735,12 @@ class WorkerPool:
     def _dealt(self) -> str:
         """How the schedule was split, in words for the result."""
         count = len(self._workers)
+        if self._sharing_cap:
+            return (f"open loop: the arrivals drawn once, each worker holding every one; the --concurrency "
+                    f"{self.plan.concurrency} cap shared by the {count} workers through memory they share: a slot "
+                    "is taken on the run's in-flight count only below the cap, an arrival claimed only when due "
+                    "(compare-and-swaps), and a slot that frees in any worker sends the oldest due arrival, as "
+                    f"one process's do; worker w's timer wakes for arrivals i mod {count} = w")
         if self._claiming:
             return (f"closed loop: the {self.plan.concurrency} slots split over {count} workers, each holding every "
                     "request; a slot that frees claims the next request from one counter in memory the workers "
@@ -727,8 +751,11 @@ class WorkerPool:
                     "dealt up front to the worker of its slot (request i to slot i mod concurrency), as workers "
                     "on other nodes share no memory to claim from; a worker whose requests run out leaves its "
                     "slots idle while another still has work")
+        if self.plan.concurrency >= len(self.plan.bodies):
+            return f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; no cap binds"
         return (f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; the --concurrency cap "
-                f"split over the workers, so an arrival waits for a slot of its own worker")
+                f"split over the workers, so an arrival waits for a slot of its own worker (workers on other "
+                "nodes share no memory to share the cap through)")
 
 
 def _claimed_as_reported(worker: WorkerLink, table: np.ndarray) -> int:

@@ -451,6 +451,7 @@ def _slot_waits(rows: np.ndarray, cap: int, pools: Sequence[tuple[np.ndarray, in
         granted=len(granted),
         waited_ms=(granted[waited, COL["sent_ns"]] - arrival[waited]) / 1e6,
         still_waiting_ms=(end[queued] - scheduled[queued]) / 1e6,
+        pools=len(pools) if pools else 1,
     )
 
 

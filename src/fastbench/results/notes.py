@@ -27,6 +27,7 @@ class SlotWaits:
     granted: int  # started requests, each granted a slot
     waited_ms: np.ndarray  # arrival to send, per request that arrived with every slot busy
     still_waiting_ms: np.ndarray  # arrival to the stop, per request still waiting for a slot when the run stopped
+    pools: int = 1  # --workers whose workers each held a share of the cap (--ray): a request waited for its own's
 
 
 # A trace's request sent more than this after its time counts as behind the trace's pace.
@@ -240,7 +241,10 @@ def _slot_wait_notes(waits: SlotWaits) -> list[str]:
     waiting when the run stopped (cancelled, so left out of every latency figure)."""
     notes = []
     if waits.waited_ms.size:
-        notes.append(f"{waits.waited_ms.size} of {waits.granted} requests arrived with all {waits.cap} slots busy "
+        busy = (f"all {waits.cap} slots busy" if waits.pools <= 1 else
+                f"all the slots of its worker busy (--concurrency {waits.cap} split over {waits.pools} workers, "
+                "each holding its share)")
+        notes.append(f"{waits.waited_ms.size} of {waits.granted} requests arrived with {busy} "
                      f"and waited for one (median {np.median(waits.waited_ms):.1f} ms, max "
                      f"{waits.waited_ms.max():.1f} ms): the wait is in their TTFT and E2EL, which run from the "
                      "arrival; without --concurrency there is no cap")
@@ -324,6 +328,11 @@ def _workers_note(workers: dict[str, Any]) -> str:
     if late:
         text += f", window started within {max(late):.3f} ms of the common instant"
     text += "; merged exactly (rows concatenated, histograms added)" if count > 1 else ""
+    dealt = str(workers.get("dealt") or "")
+    if count > 1 and "cap shared" in dealt:
+        text += "; the open loop's --concurrency cap shared by every worker, as one process's"
+    elif count > 1 and "cap split" in dealt:
+        text += "; the open loop's --concurrency cap split, each worker holding its share"
     idle = workers.get("idle_slot_share") or 0.0
     if count > 1 and idle > IDLE_SLOT_NOTE_SHARE:
         dry = max(workers.get("per_worker", ()), key=lambda w: w.get("ran_out_s") or 0.0)
