@@ -137,6 +137,43 @@ def test_the_core_never_sends_past_the_limit_and_a_freed_slot_sends_the_next() -
         bench.close()
 
 
+
+def test_no_arrival_due_at_or_after_the_time_cap_is_sent_whatever_python_s_timer_does() -> None:
+    """send_until_ns, the time cap's instant: the core sends what is due before it, from its timer, from a
+    freed slot's chain and from Python's claim for a pool miss, and nothing due from it on, though Python
+    has not stopped the run (the loop's own timer for the cap fires up to a millisecond late)."""
+    bench = _Bench(0, 6)
+    try:
+        state = bench.state
+        for conn in bench.idle:
+            state.park(conn)
+        base = now_ns()
+        state.send_until_ns = base + 5_000_000
+        offsets = np.array([0, 0, 1_000_000, 4_999_999, 5_000_000, 5_000_001], dtype=np.int64)
+        state.dispatch_arrivals(offsets, base, 4)  # 4 slots: the first two go now
+        assert state.next_row == 2
+        deadline = time.monotonic() + 5.0
+        while state.next_row < 4 and time.monotonic() < deadline:  # the 3rd and 4th by the core's timer
+            select.select([state.fileno()], [], [], 0.01)
+            state.drain()
+        assert state.next_row == 4 and state.in_flight == 4  # the 4th was due 1 ns before the cap
+        time.sleep(max(0.0, (base + 6_000_000 - now_ns()) / 1e9))  # past the cap; Python has not stopped
+        asked = [sock for sock in bench.server_ends if _pending(sock)]
+        asked[0].recv(65536)
+        asked[0].sendall(STREAM_HEAD + chunked(sse(completion_chunk("a", 1))) + chunked(b"data: [DONE]\n\n")
+                         + CHUNKED_END)
+        state.drain()
+        # a slot freed with the 5th and 6th due: no chain sends them, no timer, nor Python's claim
+        assert state.completed == 1 and state.next_row == 4 and state.in_flight == 3
+        state.dispatch_due()
+        assert state._claim_due_row(now_ns()) == -1 and state.next_row == 4
+        assert sum(_pending(sock) for sock in bench.server_ends) == 3
+        state.send_until_ns = 2**63 - 1  # no cap: the 5th goes on the freed slot
+        state.dispatch_due()
+        assert state.next_row == 5 and state.in_flight == 4
+    finally:
+        bench.close()
+
 def _pending(sock: socket.socket) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
 

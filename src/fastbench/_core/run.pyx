@@ -40,6 +40,7 @@ cdef class RunState:
         self.dispatching = False
         self.pool = []
         self.limit = INT64_MAX
+        self.send_until_ns = INT64_MAX
         self.pool_low = 0
         self.next_due_ns = INT64_MAX
         self.decide_due_ns = INT64_MAX  # no automatic coalescing until coalesce_auto()
@@ -427,7 +428,11 @@ cdef class RunState:
     cpdef Py_ssize_t _claim_due_row(self, int64_t now):
         """Index of the next request when it is due by ``now``, or -1 (the rule the pacer loop
         uses too, after waiting for a slot)."""
-        if self.next_row >= self.n_rows or self.arrival_base_ns + self.arrival_offsets[self.next_row] > now:
+        cdef int64_t due
+        if self.next_row >= self.n_rows:
+            return -1
+        due = self.arrival_base_ns + self.arrival_offsets[self.next_row]
+        if due > now or due >= self.send_until_ns:
             return -1
         self.next_row += 1
         self._publish_claim()
@@ -571,6 +576,8 @@ cdef class RunState:
             self.next_due_ns = INT64_MAX  # until a slot or a connection frees (they call this)
             while not self.stopping and self.next_row < self.n_rows:
                 due = self.arrival_base_ns + self.arrival_offsets[self.next_row]
+                if due >= self.send_until_ns:
+                    break  # past the time cap: never sent, and no timer for it
                 now = fb_now_ns()
                 if due > now + self.lead_ns:
                     self.next_due_ns = due - self.lead_ns
@@ -705,10 +712,13 @@ cdef class RunState:
     cdef Py_ssize_t _claim_due_shared(self, int64_t now) except -2:
         """The oldest unsent arrival of the run if it is due by ``now``, claimed and marked (the
         caller holds its slot), or -1."""
-        cdef int64_t row
+        cdef int64_t row, due
         while True:
             row = fb_arrival_head(self.shared_next)
-            if row >= self.n_rows or self.arrival_base_ns + self.arrival_offsets[row] > now:
+            if row >= self.n_rows:
+                return -1
+            due = self.arrival_base_ns + self.arrival_offsets[row]
+            if due > now or due >= self.send_until_ns:
                 return -1
             if fb_arrival_claim(self.shared_next, row):
                 break  # else another worker took it first: the next one, if due
@@ -728,7 +738,7 @@ cdef class RunState:
             else:
                 lo = mid + 1
         row = lo + (self.phase - lo % self.stride + self.stride) % self.stride
-        if row < self.n_rows:
+        if row < self.n_rows and self.arrival_base_ns + self.arrival_offsets[row] < self.send_until_ns:
             self.next_due_ns = self.arrival_base_ns + self.arrival_offsets[row] - self.lead_ns
             self._arm_arrival(self.next_due_ns)
 
@@ -748,6 +758,8 @@ cdef class RunState:
                     self._ask_python()  # this worker's part is over
                 return
             due = self.arrival_base_ns + self.arrival_offsets[row]
+            if due >= self.send_until_ns:
+                return  # past the time cap: never sent, and no timer for it
             now = fb_now_ns()
             if due > now + self.lead_ns:
                 self._arm_own(row, now + self.lead_ns)

@@ -604,14 +604,16 @@ class LoadGenerator:
     def _stop_soon(self, reason: str) -> None:
         asyncio.get_running_loop().call_soon(self.stop, reason)
 
-    def stop(self, reason: str) -> None:
-        """Stop sending; cancel what is in flight (it is counted as cancelled, not failed)."""
+    def stop(self, reason: str, at_ns: int | None = None) -> None:
+        """Stop sending; cancel what is in flight (it is counted as cancelled, not failed). ``at_ns``: the
+        instant the run stopped, when it is not now (the time cap's, which the loop's timer passes by up to
+        a millisecond): an arrival due after it never arrived."""
         if self._stopping:
             return
         self._stopping = True
         self.state.stopping = True
         self._stop_reason = reason
-        self._stopped_ns = now_ns()
+        self._stopped_ns = now_ns() if at_ns is None else min(now_ns(), at_ns)
         self._wake_pacer()
         if self._session_stop is not None and not self._session_stop.done():
             self._session_stop.set_result(None)
@@ -710,7 +712,11 @@ class LoadGenerator:
             cpu0 = time.process_time_ns()
             cap_timer = None
             if plan.max_seconds is not None:  # from the start instant: every worker ends at the same one
-                cap_timer = loop.call_later(plan.max_seconds - (now_ns() - start_ns) / 1e9, self.stop, "time cap")
+                cap_ns = start_ns + int(plan.max_seconds * 1e9)
+                # The loop's timer fires up to a millisecond late (libuv's resolution); the core's arrivals
+                # are timed to the ns, so it is told the instant itself: nothing due from it is sent.
+                self.state.send_until_ns = cap_ns
+                cap_timer = loop.call_later((cap_ns - now_ns()) / 1e9, self.stop, "time cap", cap_ns)
             sampler = loop.create_task(self._sample_progress(start_ns))
             try:
                 if plan.sessions is not None:
