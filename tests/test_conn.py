@@ -404,6 +404,18 @@ def test_time_cap_cancels_in_flight_and_ends_window(loop_factory: Any) -> None:
     assert data.mean_in_flight == pytest.approx(2.0 - lag_ns.sum() / (data.end_ns - data.start_ns), abs=0.02)
 
 
+
+def test_no_request_begins_after_the_time_cap(loop_factory: Any) -> None:
+    """Closed loop, short responses refilling their slots every few ms: the loop's timer for the cap
+    fires up to a millisecond late, yet no request is sent at or after the cap's instant (the core's
+    refill and Python's slots both look at it)."""
+    data, _ = drive(loop_factory, lambda n, b: stream_script([1, 1], gap_s=0.001, ttft_s=0.001), n=4000,
+                    concurrency=16, max_seconds=0.3)
+    assert data.cap_hit and data.stopped_reason == "time cap"
+    sent = col(data, "sent_ns")
+    assert (sent > 0).sum() > 50  # the slots kept refilling up to the cap
+    assert sent.max() < min(data.end_ns, data.start_ns + 300_000_000)  # the window ends at the cap
+
 def test_time_cap_in_open_loop_cancels_arrivals_waiting_for_a_slot(loop_factory: Any) -> None:
     """20 arrivals/s, 2 slots, responses of ~1 s, cap 0.5 s: ~10 arrivals are due before the cap,
     2 are sent, the rest wait for a slot. Those waited (the load's doing): cancelled, not "not

@@ -423,8 +423,9 @@ cdef class StreamConnection:
         if row >= 0 and not self.closed and not self.run.stopping:
             if self.run.refill:
                 # Closed loop: the slot freed at this response's end; the next request goes out now,
-                # without a trip through Python, and is due from this end stamp.
-                nxt = self.run._claim_row()
+                # without a trip through Python, and is due from this end stamp (before the time cap:
+                # past it, Python's loop sees the cap and stops the run, its timer or not).
+                nxt = self.run._claim_row() if fb_now_ns() < self.run.send_until_ns else -1
                 if nxt >= 0:
                     self._begin(self.run.body(nxt), nxt, r.end_ns, 0)
                     return

@@ -178,8 +178,8 @@ cdef class RunState:
     cdef public int64_t in_flight      # chains of requests begun and not ended (every path)
     cdef public int64_t reserved       # slots held by sends Python is preparing (a connect)
     cdef public int64_t limit          # the concurrency limit: in_flight + reserved stays within it
-    cdef public int64_t send_until_ns  # open loop: no arrival due at or after this is sent (the time cap's
-                                       # instant; INT64_MAX: none), whatever the loop's timer for the cap does
+    cdef public int64_t send_until_ns  # the time cap's instant (INT64_MAX: none): no arrival due from it is
+                                       # sent, no closed-loop slot refilled, whatever the loop's timer does
     cdef public int64_t pool_low       # fewer idle connections than this: on_wake (Python tops up)
     cdef public object on_wake         # called (once until wake_handled) when Python has work
     cdef public object on_stale        # called with a connection whose core-sent request met a stale one

@@ -79,7 +79,7 @@ class RunState:
     in_flight: int
     reserved: int
     limit: int
-    send_until_ns: int  # open loop: no arrival due at or after this is sent (the time cap's instant)
+    send_until_ns: int  # the time cap's instant: no arrival due from it is sent, no closed-loop slot refilled
     pool_low: int
     on_wake: Any
     on_stale: Any

@@ -301,7 +301,7 @@ class LoadGenerator:
             # The request is out already (b"": a stale-connection retry rebuilds it from the row).
             await self._send_one(b"", row, due, (conn, pending))
             due = now_ns()
-        while not self._stopping:
+        while not self._past_cap():
             row = self.state._claim_row()
             if row < 0:
                 return
@@ -475,7 +475,7 @@ class LoadGenerator:
             delay_s = (due - now_ns()) / 1e9
             if delay_s > 0 and self._session_stop is not None:
                 await asyncio.wait([self._session_stop], timeout=delay_s)
-            if self._stopping:
+            if self._past_cap():
                 if holds_slot and limit is not None:
                     limit.release()
                 if limit is not None and due <= self._stopped_ns:
@@ -619,6 +619,14 @@ class LoadGenerator:
             self._session_stop.set_result(None)
         for conn in self.state.busy_connections():
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
+
+    def _past_cap(self) -> bool:
+        """Whether the run is stopping, stopping it at the time cap's instant first when that has passed and
+        the loop's timer for it (up to a millisecond late) has not fired yet: no request begins after it."""
+        cap_ns = self.state.send_until_ns
+        if not self._stopping and now_ns() >= cap_ns:
+            self.stop("time cap", cap_ns)
+        return self._stopping
 
     async def _watch_stop(self) -> None:
         assert self.plan.stop_event is not None
