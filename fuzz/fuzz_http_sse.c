@@ -193,26 +193,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifdef FB_FUZZ_STANDALONE
-/* Plain driver: run each file named on the command line once. */
-int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (f == NULL) {
-            perror(argv[i]);
-            return 1;
-        }
-        size_t cap = 1 << 16, n = 0;
-        uint8_t *buf = malloc(cap);
-        size_t got;
-        while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-            n += got;
-            if (n == cap) buf = realloc(buf, cap *= 2);
-        }
-        fclose(f);
-        if (buf == NULL) return 1;
-        LLVMFuzzerTestOneInput(buf, n);
-        free(buf);
-    }
-    return 0;
-}
+#include "standalone.h"
 #endif

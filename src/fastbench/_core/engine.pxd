@@ -249,6 +249,7 @@ cdef class RunState:
     cdef StreamConnection _pool_take(self)
     cdef void _arm_arrival(self, int64_t due) noexcept
     cdef void _learn_lead(self, int64_t delay) noexcept
+    cdef void _wait_out(self, int64_t now, int64_t due) noexcept
     cdef bint _chain_ended(self, StreamConnection conn, int error)
     cdef void _set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off

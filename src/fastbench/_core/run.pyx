@@ -557,11 +557,19 @@ cdef class RunState:
             self.wake_pending = True
             self.on_wake()
 
+    cdef void _wait_out(self, int64_t now, int64_t due) noexcept:
+        """The timer was armed lead_ns early: the rest, up to ``due``, is waited out here, in C."""
+        cdef int64_t waited_from = now
+        if now < due:
+            while now < due:
+                now = fb_now_ns()
+            self.lead_wait_ns += now - waited_from
+
     cdef _dispatch_due(self):
         """Send every arrival that is due, on connections of the pool, within the limit; then arm the
         timer for the next one. Sends can end at once (a failed send) and come back here: the outer
         call goes on with them."""
-        cdef int64_t due, now, waited_from
+        cdef int64_t due, now
         cdef bint learnt = False  # one sample per call: a burst's later arrivals were due already
         cdef StreamConnection conn
         if self.in_dispatch or not self.dispatching:
@@ -597,11 +605,7 @@ cdef class RunState:
                     self._learn_lead(now - (due - self.lead_ns))
                     learnt = True
                 self.arrival_held = False
-                if now < due:  # armed lead_ns early: the rest is waited out here
-                    waited_from = now
-                    while now < due:
-                        now = fb_now_ns()
-                    self.lead_wait_ns += now - waited_from
+                self._wait_out(now, due)
                 self.next_row += 1
                 self._publish_claim()
                 self.core_sends += 1
@@ -746,7 +750,7 @@ cdef class RunState:
         """_dispatch_due under share_arrivals: the oldest due arrival of the run, whoever's, goes out
         on a connection of this worker's pool once a slot of the run's is taken; the timer wakes this
         worker for its own arrivals only. Called with in_dispatch set."""
-        cdef int64_t due, now, waited_from
+        cdef int64_t due, now
         cdef Py_ssize_t row
         cdef bint learnt = False
         cdef StreamConnection conn
@@ -778,11 +782,7 @@ cdef class RunState:
                 self._learn_lead(now - (due - self.lead_ns))
                 learnt = True
             self.arrival_held = False
-            if now < due:  # armed lead_ns early: the rest is waited out here
-                waited_from = now
-                while now < due:
-                    now = fb_now_ns()
-                self.lead_wait_ns += now - waited_from
+            self._wait_out(now, due)
             if not fb_arrival_claim(self.shared_next, row):
                 # another worker sent it meanwhile: the slot back, and look again
                 fb_slot_give(self.shared_in_flight)
