@@ -247,6 +247,18 @@ def merge_cost(workers: int, streams: int, gap_ms: float, output_len: int, secon
     return out
 
 
+def _rounds(part: str, modes: list[str], rounds: int,
+            measure: Callable[[str], dict[str, float | None]]) -> dict[str, list[dict[str, float | None]]]:
+    """Each mode measured once a round, each mode first in turn, every run's figures printed."""
+    runs: dict[str, list[dict[str, float | None]]] = {m: [] for m in modes}
+    for r in range(rounds):
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+            runs[mode].append(measure(mode))
+            print(f"  {part} round {r + 1}, {mode}: "
+                  + ", ".join(f"{k} {v:.4g}" for k, v in runs[mode][-1].items() if v is not None), flush=True)
+    return runs
+
+
 def _median(rows: list[dict[str, float | None]], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return statistics.median(values) if values else None  # type: ignore[type-var]
@@ -336,12 +348,8 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.6g}" for k, v in cost.items()), flush=True)
     if a.part == "uneven":
         modes = ["1 process", "claimed", "dealt"]
-        runs: dict[str, list[dict[str, float | None]]] = {m: [] for m in modes}
-        for r in range(a.rounds):
-            for mode in modes[r % 3:] + modes[:r % 3]:  # each mode first in turn
-                runs[mode].append(uneven(mode, a.workers, a.uneven_concurrency, a.uneven_requests,
-                                         a.uneven_long_len))
-                print(f"  uneven round {r + 1}, {mode}: {runs[mode][-1]}", flush=True)
+        runs = _rounds("uneven", modes, a.rounds, lambda mode: uneven(
+            mode, a.workers, a.uneven_concurrency, a.uneven_requests, a.uneven_long_len))
         print(f"uneven: {a.uneven_requests} requests alternating {a.uneven_long_len} and 2 tokens (2 ms each), "
               f"--concurrency {a.uneven_concurrency}, {a.workers} workers claimed or dealt (median of rounds)")
         for mode in modes:
@@ -351,13 +359,8 @@ def main() -> int:
             print(f"  {mode:<10}{cells}")
     if a.part == "open-cap":
         modes = ["1 process", "shared", "split"]
-        caps: dict[str, list[dict[str, float | None]]] = {m: [] for m in modes}
-        for r in range(a.rounds):
-            for mode in modes[r % 3:] + modes[:r % 3]:  # each mode first in turn
-                caps[mode].append(open_cap(mode, a.workers, a.open_cap_concurrency, a.open_cap_requests,
-                                           a.open_cap_rate, a.open_cap_long_len))
-                print(f"  open-cap round {r + 1}, {mode}: "
-                      + ", ".join(f"{k} {v:.4g}" for k, v in caps[mode][-1].items() if v is not None), flush=True)
+        caps = _rounds("open-cap", modes, a.rounds, lambda mode: open_cap(
+            mode, a.workers, a.open_cap_concurrency, a.open_cap_requests, a.open_cap_rate, a.open_cap_long_len))
         print(f"open-cap: {a.open_cap_requests} Poisson arrivals at {a.open_cap_rate:g}/s, 2 or {a.open_cap_long_len} "
               f"tokens (1 ms each), --concurrency {a.open_cap_concurrency}, {a.workers} workers sharing the cap "
               "or each holding its share (median of rounds)")

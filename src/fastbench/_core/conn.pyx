@@ -432,8 +432,7 @@ cdef class StreamConnection:
             elif self.run.chain_due:
                 # Open loop: an arrival that waited for a slot takes this one now; due at its arrival
                 # (--workers' shared cap: the run's oldest due one, whichever worker's timer it is on).
-                nxt = (self.run._claim_due_shared(fb_now_ns()) if self.run.shared_next != NULL
-                       else self.run._claim_due_row(fb_now_ns()))
+                nxt = self.run._claim_due_row(fb_now_ns())
                 if nxt >= 0:
                     self._begin(self.run.body(nxt), nxt,
                                 self.run.arrival_base_ns + self.run.arrival_offsets[nxt], 0)
@@ -453,7 +452,7 @@ cdef class StreamConnection:
         if run.dispatching:
             # A slot freed, and maybe a connection: an arrival that waited for either goes now.
             run._dispatch_due()
-            if run.in_flight == 0 and (run.next_row if run.shared_next == NULL else run._head()) >= run.n_rows:
+            if run.in_flight == 0 and run._head() >= run.n_rows:
                 run._ask_python()  # the last request ended
 
     cdef bytes _chunk_stamps(self):

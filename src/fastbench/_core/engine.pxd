@@ -282,6 +282,7 @@ cdef class RunState:
     cdef Py_ssize_t _claim_shared(self) noexcept
     cdef _dispatch_shared(self)
     cdef Py_ssize_t _claim_due_shared(self, int64_t now) except -2
+    cdef bint _take_arrival(self, int64_t row) noexcept
     cdef Py_ssize_t _head(self) noexcept
     cdef void _arm_own(self, Py_ssize_t first, int64_t after) except *
     cdef _give_slot(self)

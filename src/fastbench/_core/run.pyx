@@ -427,8 +427,10 @@ cdef class RunState:
 
     cpdef Py_ssize_t _claim_due_row(self, int64_t now):
         """Index of the next request when it is due by ``now``, or -1 (the rule the pacer loop
-        uses too, after waiting for a slot)."""
+        uses too, after waiting for a slot). --workers' shared cap: the run's oldest due arrival."""
         cdef int64_t due
+        if self.shared_next != NULL:
+            return self._claim_due_shared(now)
         if self.next_row >= self.n_rows:
             return -1
         due = self.arrival_base_ns + self.arrival_offsets[self.next_row]
@@ -724,11 +726,18 @@ cdef class RunState:
             due = self.arrival_base_ns + self.arrival_offsets[row]
             if due > now or due >= self.send_until_ns:
                 return -1
-            if fb_arrival_claim(self.shared_next, row):
-                break  # else another worker took it first: the next one, if due
+            if self._take_arrival(row):
+                return row
+            # else another worker took it first: the next one, if due
+
+    cdef bint _take_arrival(self, int64_t row) noexcept:
+        """share_arrivals: arrival ``row`` claimed if it is still the run's next unsent one, and marked
+        as this worker's; False when another worker took it first."""
+        if not fb_arrival_claim(self.shared_next, row):
+            return False
         fb_claim_mark(self.claimers, row, self.claimer)
         self.next_row = row + 1  # here: one past the last arrival this worker claimed
-        return row
+        return True
 
     cdef void _arm_own(self, Py_ssize_t first, int64_t after) except *:
         """The timer to this worker's own next arrival (i mod stride == phase) from ``first`` that is
@@ -783,13 +792,11 @@ cdef class RunState:
                 learnt = True
             self.arrival_held = False
             self._wait_out(now, due)
-            if not fb_arrival_claim(self.shared_next, row):
+            if not self._take_arrival(row):
                 # another worker sent it meanwhile: the slot back, and look again
                 fb_slot_give(self.shared_in_flight)
                 self.pool.append(conn)
                 continue
-            fb_claim_mark(self.claimers, row, self.claimer)
-            self.next_row = row + 1
             self.core_sends += 1
             conn._start_from_core(row, due)
         # held (no slot or no connection), or stopping: the timer to this worker's own next arrival

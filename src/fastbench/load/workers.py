@@ -711,6 +711,7 @@ class WorkerPool:
             "requested": self.requested,
             "chosen_because": self.chosen_because or self._fewer_because(),
             "dealt": self._dealt(),
+            "open_loop_cap": self._open_loop_cap(),
             # closed loop dealt up front: the share of the window's slot time left idle because a worker's
             # requests ran out while another's had not (one process keeps every slot busy until the last
             # request; claimed requests do too: 0)
@@ -731,6 +732,15 @@ class WorkerPool:
             return None
         return (f"{self.requested} asked for, {count} used: each worker needs a slot and a request of its own "
                 f"(--concurrency {self.plan.concurrency}, {len(self.plan.bodies)} requests)")
+
+    def _open_loop_cap(self) -> str | None:
+        """An open loop's --concurrency cap over the workers: "shared" (one, as one process's) or "split"
+        (each worker its share); None in closed loop or where no cap binds."""
+        if self._sharing_cap:
+            return "shared"
+        if arrival_offsets_ns(self.plan) is None or self.plan.concurrency >= len(self.plan.bodies):
+            return None
+        return "split"
 
     def _dealt(self) -> str:
         """How the schedule was split, in words for the result."""

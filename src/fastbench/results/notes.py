@@ -328,10 +328,10 @@ def _workers_note(workers: dict[str, Any]) -> str:
     if late:
         text += f", window started within {max(late):.3f} ms of the common instant"
     text += "; merged exactly (rows concatenated, histograms added)" if count > 1 else ""
-    dealt = str(workers.get("dealt") or "")
-    if count > 1 and "cap shared" in dealt:
+    cap = workers.get("open_loop_cap")
+    if count > 1 and cap == "shared":
         text += "; the open loop's --concurrency cap shared by every worker, as one process's"
-    elif count > 1 and "cap split" in dealt:
+    elif count > 1 and cap == "split":
         text += "; the open loop's --concurrency cap split, each worker holding its share"
     idle = workers.get("idle_slot_share") or 0.0
     if count > 1 and idle > IDLE_SLOT_NOTE_SHARE:
