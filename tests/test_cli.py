@@ -88,6 +88,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
     assert words in err[-1], proc.stderr
 
 
+@pytest.mark.timing
 def test_default_run_against_the_synthetic_server(tmp_path: Path) -> None:
     # The medians of 12 requests: a host stall puts TTFT or TPOT past its loose bound in one round (a
     # first token held back and the rest on schedule make TPOT short); a wrong figure fails every round.

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 import uvloop
 
 from _timing import until_a_round_passes
@@ -90,6 +91,7 @@ def _ticking(data: RunData, c: dict[str, Any]) -> list[tuple[int, int, float]]:
     return spans
 
 
+@pytest.mark.timing
 def test_regular_gaps_switch_the_tick_on_and_the_choice_is_recorded() -> None:
     """32 streams, a chunk every 20 ms: reads on every arrival until the gaps are known, then a tick
     under half the short gaps seen; streams stay open (every end watched for)."""
@@ -116,6 +118,7 @@ def test_regular_gaps_switch_the_tick_on_and_the_choice_is_recorded() -> None:
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_gaps_that_shrink_take_the_tick_back() -> None:
     """The server speeds up mid-run (40 ms between chunks, then 4 ms): two chunks of one stream
     would share a tick's read, so the core goes to a tick under the new gaps, or to every arrival."""
@@ -141,6 +144,7 @@ def test_gaps_that_shrink_take_the_tick_back() -> None:
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_reads_that_carry_several_events_of_a_stream_back_the_tick_off() -> None:
     """A stall of the client's loop (3 chunk gaps long) while the tick runs lets chunks of every
     stream queue for one read: beyond the share seen on every arrival, so the tick is halved at

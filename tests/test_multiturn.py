@@ -336,6 +336,7 @@ def test_completions_render_the_history_with_the_template(tmp_path: pathlib.Path
     assert result.counts.completed == 2
 
 
+@pytest.mark.timing
 def test_ttft_grows_with_the_history_and_the_prefix_cache_cuts_it(tmp_path: pathlib.Path) -> None:
     # 300-word user turns, 50-word replies: turn 4 carries ~4.5x turn 1's prompt. At 20,000 prompt tok/s
     # turn 1 takes ~16 ms of prefill and turn 4 ~70 ms; with the cache, turn 4 computes only its new

@@ -88,6 +88,7 @@ def test_a_shared_prefix_run_reports_the_servers_hit_rate_exactly() -> None:
     assert console[p99 + 1].rstrip().endswith(f"{100 * stats['hit_rate']:.2f}")
 
 
+@pytest.mark.timing
 def test_sharing_a_prefix_lowers_ttft_against_the_same_lengths_unshared() -> None:
     # 512 prompt tokens at 20,000 tok/s: 25.6 ms of prefill; with 480 of them cached (30 blocks), 1.6 ms
     with SyntheticServer(enable_prefix_caching=True, block_size=BLOCK, prefill_tok_s=20000, itl_ms=1) as server:

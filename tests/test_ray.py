@@ -280,6 +280,7 @@ def _validate_passes(cluster: str, also: Callable[[fv.ValidationReport], None] |
     return until_a_round_passes(one_round, tries=4)
 
 
+@pytest.mark.timing
 def test_validate_over_two_nodes_passes_with_each_nodes_clock_in_the_report(cluster: str) -> None:
     report = _validate_passes(cluster)
     assert report.completed == 36 and report.skew.count == 36 * 12
@@ -313,6 +314,7 @@ def _shifted_node_known_by_udp_to(bound_ms: float, node_id: str) -> Callable[[fv
     return check
 
 
+@pytest.mark.timing
 def test_validate_corrects_a_node_with_another_clock_and_widens_by_its_uncertainty(cluster: str) -> None:
     """A third node whose actors show a clock 1.5 s ahead of this host's (every stamp crossing the actor
     shifted, rayworker's test hook): its offset is estimated, its skews set beside the server's stamps

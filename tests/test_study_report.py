@@ -20,6 +20,9 @@ from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
 from fastbench.study.timeline import in_flight_steps, timeline, token_rate
 
+# lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
+pytestmark = pytest.mark.pure_python
+
 # -- the card renderer -----------------------------------------------------------------------------
 
 

@@ -52,6 +52,7 @@ def test_validate_cli_help() -> None:
         assert flag in proc.stdout
 
 
+@pytest.mark.timing
 def test_validate_cli_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Its figures are timing (skew, the opening ramp, the chunk gaps): one host stall puts one of them
     # past its loose bound in one round; a report that measures wrongly fails every round.
@@ -99,6 +100,7 @@ def _validate_cli_run_writes_json(out: Path, capsys: pytest.CaptureFixture[str])
     assert doc["definitions"]["skew"]
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(UNDER_SANITIZER, reason=SANITIZER_REASON)
 def test_validate_passes_at_256_streams(capsys: pytest.CaptureFixture[str]) -> None:
     """The README's `fastbench validate --concurrency 256` passes: every check of the verdict, at its
@@ -198,6 +200,7 @@ def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     assert report.skew.p50 is not None and report.skew.p50 < 0.5
 
 
+@pytest.mark.timing
 def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
     """Reads on a 4 ms timer: a stream's last chunk waits for the next drain before its slot's
     next request goes out. Given the expected lengths, the core watches a stream about to end on
