@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "fastbench.server": {"fastbench.server", "fastbench.results.records"},
     "fastbench.study": {"fastbench.study", "fastbench.results"},
     "fastbench.api": {"fastbench._core", "fastbench.results", "fastbench.load", "fastbench.server",
-                      "fastbench.synthetic", "fastbench.study"},
+                      "fastbench.synthetic", "fastbench.study", "fastbench.api"},
     "fastbench.metrics": {"fastbench.results"},
     "fastbench.cli": {"fastbench.api", "fastbench.results", "fastbench.load", "fastbench.server", "fastbench.cli",
                       "fastbench.synthetic", "fastbench.study"},

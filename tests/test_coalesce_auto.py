@@ -14,7 +14,7 @@ import pytest
 import uvloop
 
 from _timing import until_a_round_passes
-from fastbench.cli import validate as fv
+from fastbench.api import validation as fv
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.figures import client_lateness_ns
@@ -204,7 +204,7 @@ def test_reads_without_kernel_stamps_are_never_coalesced() -> None:
 
 def test_validate_reports_what_auto_chose() -> None:
     """validate's default is auto: its report carries the choice, and its table says it."""
-    report = fv.validate(32, itl_ms=10, ttft_ms=10, num_requests=96, output_len=40)
+    report = fv.validate_client(32, itl_ms=10, ttft_ms=10, num_requests=96, output_len=40)
     assert report.settings["coalesce_ms"] == "auto"
     assert report.coalescing is not None and report.coalescing["changes"][0]["why"] == "learning"
     assert "reads coalesced automatically" in report.render()

@@ -31,7 +31,7 @@ from _scripted import ScriptedServer, stream_script
 from _timing import until_a_round_passes
 from fastbench import api
 from fastbench._core import BodyParts, TokenRuns
-from fastbench.cli import validate as fv
+from fastbench.api import validation as fv
 from fastbench.config import BenchConfig
 from fastbench.exceptions import WorkerError
 from fastbench.load import pacer
@@ -269,7 +269,7 @@ def _validate_passes(cluster: str, also: Callable[[fv.ValidationReport], None] |
     host failed three rounds at 5 ms with 11.81); the slower schedule and a fourth round leave the
     check to judge the client, not the host."""
     def one_round() -> fv.ValidationReport:
-        report = fv.validate(12, itl_ms=10, ttft_ms=20, num_requests=36, output_len=12,
+        report = fv.validate_client(12, itl_ms=10, ttft_ms=20, num_requests=36, output_len=12,
                              tolerance_ms=RAY_TOLERANCE_MS, ray=cluster)
         failed = {c.name: c.value for c in report.checks if not c.passed}
         assert (report.verdict, failed) == ("PASS", {}), report.notes
