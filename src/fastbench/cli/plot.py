@@ -36,11 +36,13 @@ figures:
   acceptance speculative decoding's mean acceptance length (the server's counters) and the client's
              tokens per chunk against load, per variant; and the acceptance rate at each draft
              position, where the server counts them per position
-  spectrum   one run's latency percentile spectrum from its HDR histograms (a figure per run named;
-             at most {MAX_SPECTRA})
+  spectrum   one run's latency percentile spectrum from its HDR histograms, a panel each for TTFT,
+             TPOT, ITL and E2E on HdrHistogram's log percentile axis (a figure per run named; at most
+             {MAX_SPECTRA})
   timeline   one run over time: requests in flight (client; the server's running and waiting), output
-             tokens/s, each request's TTFT at its send time, the server's KV-cache use, memory (a
-             figure per run named; at most {MAX_SPECTRA}); what the run did not keep is named
+             tokens/s, each request's TTFT at its send time, the server's KV-cache use, memory (the
+             server's gauges as steps at their reads; a figure per run named; at most {MAX_SPECTRA});
+             what the run did not keep is named
   all        crossover, pareto, latency and acceptance
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
