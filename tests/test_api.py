@@ -524,9 +524,9 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     """--server-env HF_HUB_CACHE=... and --engine-args '--revision B' are what the server loads from."""
     from safetensors.numpy import save_file
 
+    from fastbench.results.observations import ModelFacts
     from fastbench.server.engines import VLLMServer
     from fastbench.server.external import ExternalServer
-    from fastbench.server.modelinfo import ModelFacts
 
     repo = tmp_path / "hub" / "models--acme--m"
     for commit, size in (("c1", 2), ("c2", 3)):

@@ -12,19 +12,19 @@ from typing import Any, TypeVar
 
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
+from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load import datasets
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import card, figures, modelcard, writers
 from fastbench.results.environment import environment
-from fastbench.results.result import Result
+from fastbench.results.observations import ModelFacts
+from fastbench.results.result import Result, ResultWriteError, ServerDiedError
 from fastbench.server import control, launch, modelinfo, prefixcache
 from fastbench.server.engines import make_server
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
 from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
-from fastbench.server.modelinfo import ModelFacts
 from fastbench.server.monitor import WindowMonitor
 from fastbench.study import store as run_store
 

@@ -28,7 +28,7 @@ from fastbench.cli.argtypes import (
     workers_count,
 )
 from fastbench.config import ENGINES, BenchConfig, DatasetName, LaunchConfig
-from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
+from fastbench.exceptions import FastbenchError
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
@@ -567,6 +567,7 @@ def _run(config: BenchConfig) -> int:
     import uvloop
 
     from fastbench.results import writers
+    from fastbench.results.result import ResultWriteError, ServerDiedError
 
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show else None

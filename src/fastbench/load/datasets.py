@@ -53,8 +53,7 @@ from fastbench.load.sources import (
     sharegpt,
     trace,
 )
-from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed
-from fastbench.server.control import TokenizeFn
+from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed, TokenizeFn
 
 __all__ = (
     "DATASETS",

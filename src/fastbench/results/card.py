@@ -5,7 +5,7 @@ One module of ~680 lines because issue 11 asks for the card's wording in one pla
 the published cards (title, Configuration, Measured results, Load, Speculative decoding, Server
 metrics, Memory, the run command, Notes) and every row the server wing's observations add to it.
 
-The server wing hands over what it saw as typed records (``fastbench.server.observations``: the
+The server wing hands over what it saw as typed records (``fastbench.results.observations``: the
 launch, the measured window, memory, the teardown); :func:`server_sections` words them into the
 card's rows and notes and lays out the result file's server sections (``card_config``, ``load``,
 ``spec_decode``, ``server_metrics_card``, ``memory`` beside the data they come from), as
@@ -31,7 +31,7 @@ from fastbench.results.records import COL
 from fastbench.results.result import Distribution, Result
 
 if TYPE_CHECKING:  # the records only: results imports nothing of the server wing at run time
-    from fastbench.server.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
+    from fastbench.results.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
 
 __all__ = (
     "ClientInFlight",

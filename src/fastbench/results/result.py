@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.exceptions import FastbenchError, ServerError
 from fastbench.results.definitions import RATE_SCALE
 
 
@@ -217,3 +218,26 @@ def _mean_std(hist: Any) -> tuple[float, float]:
     mean = float((weights * median_equivalent).sum() / total)
     std = float(np.sqrt((weights * (median_equivalent - mean) ** 2).sum() / total))
     return mean, std
+
+
+# -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------
+
+
+class ResultWriteError(FastbenchError, OSError):
+    """The run finished but a result file could not be written (disk full, directory removed).
+
+    ``result`` holds what was measured, so that the caller can still use or save it elsewhere.
+    """
+
+    def __init__(self, message: str, result: Result) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ServerDiedError(ServerError):
+    """The server died during the measured window. The result files are written (the run is
+    marked as stopped early) and ``result`` holds what was measured."""
+
+    def __init__(self, message: str, result: Result) -> None:
+        super().__init__(message)
+        self.result = result
