@@ -21,7 +21,7 @@ from fastbench.results.environment import environment
 from fastbench.results.observations import ModelFacts
 from fastbench.results.result import Result, ResultWriteError, ServerDiedError
 from fastbench.server import control, launch, modelinfo, prefixcache
-from fastbench.server.engines import make_server
+from fastbench.server.engines import make_server, with_prefix_cache_reset
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
 from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
@@ -172,7 +172,11 @@ async def arun(
                                       "interrupted while reading the inputs")
             if stop is not None and stop.is_set():
                 raise asyncio.CancelledError("interrupted before the launch")
-            launched = make_server(config.launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
+            to_launch = config.launch
+            if config.reset_prefix_cache:  # what the engine needs to serve the reset (vLLM: VLLM_SERVER_DEV_MODE=1)
+                to_launch = with_prefix_cache_reset(to_launch)
+                config = dataclasses.replace(config, launch=to_launch)
+            launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
             await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
             base_url = launched.base_url
@@ -357,11 +361,12 @@ async def _run_against(
             target, plan, config.api_key, workers=None if config.workers == 1 else config.workers, ray=config.ray,
             workers_per_node=config.workers_per_node, server_here=server_here, concurrency_cap=config.concurrency)
         reset_notes: list[str] = []
+        server_info["prefix_cache_reset"] = prefixcache.not_asked()
         if config.reset_prefix_cache:  # before the warm-ups: they may be there to fill the cache
-            not_reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
-            server_info["prefix_cache_reset"] = not_reset or "done before the first request"
-            if not_reset is not None:
-                reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {not_reset}")
+            reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
+            server_info["prefix_cache_reset"] = reset
+            if not reset["done"]:
+                reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {reset['why_not']}")
         monitor = WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
             plan.on_window_start = monitor.restart_window_soon
@@ -400,6 +405,7 @@ async def _run_against(
         "screened_reason": work.screened_reason,
         "max_model_len": work.max_model_len,
         "notes": work.notes,
+        "prompt_seed": datasets.prompt_seed(config),
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
     }

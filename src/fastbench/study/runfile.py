@@ -6,6 +6,8 @@ The flat keys are the result file's top-level scalars (``vllm bench serve``'s na
 ``fastbench.distributions``: ``{stat}_{metric}_{unit}`` (``median_decode_rate_tok_s``,
 ``p99_lateness_ms``), with ``fastbench.throughput``'s own names (``prefill_throughput_tok_s``). Where a
 name exists at the top level, the top level wins (vLLM's reading of a metric without samples is 0).
+Two keys say what the run started from: ``prompt_seed`` (the seed that drew its prompts) and
+``prefix_cache_reset`` (true when the server's prefix cache was emptied before it).
 """
 
 from __future__ import annotations
@@ -78,6 +80,12 @@ def flat_keys(doc: Mapping[str, Any]) -> dict[str, Scalar]:
     for key in ("cancelled", "not_started"):
         out.setdefault(key, counts.get(key))
     out.setdefault("mean_tokens_per_chunk", (fb.get("tokens") or {}).get("mean_tokens_per_chunk"))
+    # what the run's prompts and the server's cache started from: the seed, and whether it was emptied
+    out.setdefault("prompt_seed", (fb.get("config") or {}).get("seed"))
+    reset = (fb.get("server") or {}).get("prefix_cache_reset")
+    if reset is not None:  # a string before the reset's record was an object
+        out.setdefault("prefix_cache_reset", reset.get("done") is True if isinstance(reset, dict)
+                       else reset == "done before the first request")
     return out
 
 
