@@ -33,6 +33,7 @@ from fastbench.study.figures_data import (
     spectrum,
 )
 from fastbench.study.store import HISTOGRAMS_FILE
+from fastbench.study.sustained import SUSTAINED_KEY, axis_label, runs_fallback_line
 from fastbench.study.timeline import timeline
 
 __all__ = ("FORMATS", "OKABE_ITO", "crossing_text", "draw_acceptance", "draw_crossover", "draw_latency", "draw_pareto",
@@ -44,7 +45,7 @@ MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 FORMATS = ("png", "svg")
 
 PER_STREAM_KEY = "median_decode_rate_tok_s"  # the median of the per-request decode rates
-THROUGHPUT_KEY = "output_throughput"
+THROUGHPUT_KEY = SUSTAINED_KEY  # steady-state, else the whole window's (study.sustained)
 LOAD_LABEL = {"concurrency": "Concurrency (requests in flight at most)", "rate": "Request rate (requests/s)"}
 LOAD_WORD = {"concurrency": "concurrency", "rate": "request rate"}
 
@@ -143,7 +144,7 @@ def draw_crossover(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[
     found: dict[str, list[Crossing]] = {}
     for ax, series, ylabel, key in (
             (ax_rate, rate, "Per-stream decode rate, median per request (tokens/s)", "per_stream"),
-            (ax_tput, tput, "Aggregate output throughput (tokens/s)", "throughput")):
+            (ax_tput, tput, axis_label(points), "throughput")):
         _draw_series(ax, series, order)
         _load_axis(ax, loads, axis, log_x)
         ax.set_ylabel(ylabel)
@@ -166,7 +167,8 @@ def draw_crossover(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[
     summary = {"figure": name, "load_axis": axis, "log_load": log_x, "per_stream_key": PER_STREAM_KEY,
                "throughput_key": THROUGHPUT_KEY, "per_stream": _series_summary(rate),
                "throughput": _series_summary(tput),
-               "crossings": {k: [_crossing_summary(c, axis) for c in v] for k, v in found.items()}, "lines": lines}
+               "crossings": {k: [_crossing_summary(c, axis) for c in v] for k, v in found.items()},
+               "lines": [*lines, *[line for line in [runs_fallback_line(points)] if line]]}
     return _save(plt, fig, out_dir, name, formats, title), summary
 
 
@@ -199,7 +201,7 @@ def draw_pareto(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[str
     for variant, load, x, y in front:
         ax.annotate(f"{variant} {short}={_number(load)}", (x, y), xytext=(6, 6), textcoords="offset points",
                     fontsize=9, fontweight="bold")
-    ax.set_xlabel("Aggregate output throughput (tokens/s)")
+    ax.set_xlabel(axis_label(points))
     ax.set_ylabel("Per-stream decode rate, median per request (tokens/s)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
@@ -209,7 +211,8 @@ def draw_pareto(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[str
     summary = {"figure": name, "load_axis": axis,
                "cells": [{"variant": v, "load": load, "throughput": x, "per_stream": y} for v, load, x, y in cells],
                "frontier": [{"variant": v, "load": load, "throughput": x, "per_stream": y} for v, load, x, y in front],
-               "lines": [f"Pareto frontier: {', '.join(names)}"]}
+               "lines": [f"Pareto frontier: {', '.join(names)}",
+                         *[line for line in [runs_fallback_line(points)] if line]]}
     return _save(plt, fig, out_dir, name, formats, "Pareto frontier: " + ", ".join(names)), summary
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from fastbench.exceptions import StoreError
+from fastbench.study.sustained import with_sustained
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,7 +79,7 @@ def flat_keys(doc: Mapping[str, Any]) -> dict[str, Scalar]:
     for key in ("cancelled", "not_started"):
         out.setdefault(key, counts.get(key))
     out.setdefault("mean_tokens_per_chunk", (fb.get("tokens") or {}).get("mean_tokens_per_chunk"))
-    return out
+    return with_sustained(out)  # the throughput a study reads: steady-state, else the whole window's
 
 
 class RunMeta(NamedTuple):
