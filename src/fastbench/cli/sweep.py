@@ -55,6 +55,7 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, StoreError
 from fastbench.study import cellstate, grid
 from fastbench.study import store as run_store
+from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note
 from fastbench.study.sweep import (
     SUMMARY_FIGURES,
     Cell,
@@ -540,7 +541,7 @@ def _fmt(value: float | None, ci: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}" + (f" ±{ci:,.{digits}f}" if ci is not None else "")
 
 
-TABLE_FIGURES = (("output_throughput", "out tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
+TABLE_FIGURES = ((SUSTAINED_KEY, "steady out tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
                  ("median_tpot_ms", "TPOT p50 ms"), ("median_decode_rate_tok_s", "tok/s/stream p50"))
 
 
@@ -552,9 +553,11 @@ def render_table(points: Sequence[Point]) -> str:
     for p in points:
         status = p["status"] + (f": {p['reason']}" if p["reason"] else "") + (f" ({p['note']})" if p["note"] else "")
         rows.append([p["variant"], *(str(p["values"][k]) for k in keys), str(p["n"]),
-                     *(_fmt(*p[name]) for name, _ in TABLE_FIGURES), status])
+                     *(_fmt(*p[name]) + (fallback_mark(p[STEADY_SHARE_KEY][0]) if name == SUSTAINED_KEY else "")
+                       for name, _ in TABLE_FIGURES), status])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows) + (
+        "\n" + fallback_note((p[STEADY_SHARE_KEY][0] for p in points), "points"))
 
 
 def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:

@@ -29,6 +29,7 @@ from fastbench.redact import redact_argv, redact_text, shell_join
 from fastbench.results.memorycard import memory_lines
 from fastbench.results.records import COL
 from fastbench.results.result import Distribution, Result
+from fastbench.results.steady import card_text as steady_card_text
 
 if TYPE_CHECKING:  # the records only: results imports nothing of the server wing at run time
     from fastbench.results.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
@@ -274,6 +275,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     measured: list[tuple[str, Any]] = [
         ("Prefill tok/s", prefill_text),
         ("Decode tok/s", decode_text),
+        ("Decode tok/s, steady state", decode_text if result.collapsed else steady_card_text(result.steady)),
         (
             "Per-stream decode tok/s",
             f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",

@@ -7,13 +7,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastbench.config import BenchConfig
 from fastbench.exceptions import FastbenchError, ServerError
 from fastbench.results.definitions import RATE_SCALE
+
+if TYPE_CHECKING:
+    from fastbench.results.steady import SteadyState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +197,8 @@ class Result:
     workers: dict[str, Any] | None = None
     # --multi-turn: figures per turn index and per session (results.sessions.session_figures), else None
     sessions: dict[str, Any] | None = None
+    # the steady interval and the figures over it (results.steady.steady_state); None: not computed
+    steady: SteadyState | None = None
 
 
 def _mean_std(hist: Any) -> tuple[float, float]:

@@ -44,6 +44,7 @@ from fastbench.study.figures_data import (
 )
 from fastbench.study.labels import Label, add_footnote, place_labels
 from fastbench.study.run_figures import draw_spectrum, draw_timeline, figure_spectrum, figure_timeline
+from fastbench.study.sustained import SUSTAINED_KEY, axis_label, runs_fallback_line
 
 if TYPE_CHECKING:
     from matplotlib.typing import LineStyleType
@@ -53,7 +54,7 @@ __all__ = ("FORMATS", "OKABE_ITO", "crossing_text", "draw_acceptance", "draw_cro
            "figure_pareto", "figure_spectrum", "figure_timeline")
 
 PER_STREAM_KEY = "median_decode_rate_tok_s"  # the median of the per-request decode rates
-THROUGHPUT_KEY = "output_throughput"
+THROUGHPUT_KEY = SUSTAINED_KEY  # steady-state, else the whole window's (study.sustained)
 LOAD_LABEL = {"concurrency": "Concurrency (requests in flight at most)", "rate": "Request rate (requests/s)"}
 
 
@@ -121,7 +122,7 @@ def figure_crossover(points: Sequence[RunPoint], axis: Axis = "concurrency", nam
     obstacles: dict[str, list[list[tuple[float, float]]]] = {}
     for ax, series, ylabel, key in (
             (ax_rate, rate, "Per-stream decode rate, median per request (tokens/s)", "per_stream"),
-            (ax_tput, tput, "Aggregate output throughput (tokens/s)", "throughput")):
+            (ax_tput, tput, axis_label(points), "throughput")):
         obstacles[key] = _draw_series(ax, series, order)
         _load_axis(ax, loads, axis, log_x)
         ax.set_ylabel(ylabel)
@@ -150,7 +151,8 @@ def figure_crossover(points: Sequence[RunPoint], axis: Axis = "concurrency", nam
     summary = {"figure": name, "load_axis": axis, "log_load": log_x, "per_stream_key": PER_STREAM_KEY,
                "throughput_key": THROUGHPUT_KEY, "per_stream": series_summary(rate),
                "throughput": series_summary(tput),
-               "crossings": {k: [_crossing_summary(c, axis) for c in v] for k, v in found.items()}, "lines": lines}
+               "crossings": {k: [_crossing_summary(c, axis) for c in v] for k, v in found.items()},
+               "lines": [*lines, *[line for line in [runs_fallback_line(points)] if line]]}
     return Drawn(fig, summary, title)
 
 
@@ -187,7 +189,7 @@ def figure_pareto(points: Sequence[RunPoint], axis: Axis = "concurrency", name: 
                    **style(order.index(variant)))
     ax.plot([c[2] for c in front], [c[3] for c in front], color="0.2", linewidth=1.2, linestyle="-", zorder=2,
             label="Pareto frontier")
-    ax.set_xlabel("Aggregate output throughput (tokens/s)")
+    ax.set_xlabel(axis_label(points))
     ax.set_ylabel("Per-stream decode rate, median per request (tokens/s)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
@@ -208,7 +210,7 @@ def figure_pareto(points: Sequence[RunPoint], axis: Axis = "concurrency", name: 
     summary = {"figure": name, "load_axis": axis,
                "cells": [{"variant": v, "load": load, "throughput": x, "per_stream": y} for v, load, x, y in cells],
                "frontier": [{"variant": v, "load": load, "throughput": x, "per_stream": y} for v, load, x, y in front],
-               "lines": [title]}
+               "lines": [title, *[line for line in [runs_fallback_line(points)] if line]]}
     return Drawn(fig, summary, title)
 
 

@@ -32,6 +32,7 @@ from fastbench.exceptions import ConfigError
 from fastbench.study import markdown
 from fastbench.study.figures_data import NO_VARIANT, RunPoint, mean_interval
 from fastbench.study.store import CARD_FILE
+from fastbench.study.sustained import SUSTAINED_KEY, THROUGHPUT_TEXT, runs_fallback_line
 
 __all__ = ("CellRow", "Figure", "cell_rows", "inline_svg", "render_html", "render_study_card", "write_report")
 
@@ -42,7 +43,7 @@ DONE = ("completed", "time cap")
 # The cells table's figures: (flat key, column heading, digits)
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("median_decode_rate_tok_s", "Per-stream decode tok/s", 1),
-    ("output_throughput", "Output tok/s", 1),
+    (SUSTAINED_KEY, "Steady output tok/s", 1),  # the whole window's where a run has no steady interval
     ("median_ttft_ms", "TTFT p50 ms", 1),
     ("p99_ttft_ms", "TTFT p99 ms", 1),
     ("median_tpot_ms", "TPOT p50 ms", 2),
@@ -336,10 +337,10 @@ def render_study_card(title: str, points: Sequence[RunPoint], rows: Sequence[Cel
 # -- both ---------------------------------------------------------------------------------------------
 
 FIGURE_CAPTIONS = {
-    "crossover": "Per-stream decode rate (median of each request's own rate) and aggregate output throughput "
-                 "against load, one line per variant; where the lines cross is marked.",
-    "pareto": "Per-stream rate against aggregate throughput, one point per variant and load; the Pareto "
-              "frontier joined.",
+    "crossover": "Per-stream decode rate (median of each request's own rate) and steady-state aggregate output "
+                 "throughput against load, one line per variant; where the lines cross is marked.",
+    "pareto": "Per-stream rate against steady-state aggregate throughput, one point per variant and load; the "
+              "Pareto frontier joined.",
     "latency": "TTFT, TPOT, ITL and E2E latency p50 / p90 / p99 against load.",
     "acceptance": "Speculative decoding: mean acceptance length (server) and tokens per chunk (client), and "
                   "per-position acceptance, against load.",
@@ -374,11 +375,13 @@ def write_report(points: Sequence[RunPoint], out_dir: Path, *, title: str, sourc
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = draw_figures(points, out_dir)
     rows = cell_rows(points, journal)
-    notes = [line for figure in figures for line in figure.lines]
+    notes = list(dict.fromkeys(line for figure in figures for line in figure.lines))  # each line once
     notes += [f"{r.variant} {_values_text(r.values)}: {r.status}{': ' + r.reason if r.reason else ''}"
               for r in rows if r.status != "done"]
     notes.append("per-stream decode rate: the median over requests of (output tokens - 1) / (E2E latency - TTFT); "
                  "vllm bench sweep's \"per user\" rate divides aggregate throughput by concurrency instead")
+    notes += [x for x in (THROUGHPUT_TEXT, runs_fallback_line(points))
+              if x and x not in notes]  # the figures' lines may say it already
     created = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %z")
     subtitle = f"{len(points)} runs, {len(rows)} grid points · {source} · made {created} by fastbench report"
     page = render_html(title, subtitle, figures, rows, points, notes)

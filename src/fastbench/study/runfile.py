@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from fastbench.exceptions import StoreError
+from fastbench.study.sustained import with_sustained
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,7 +87,7 @@ def flat_keys(doc: Mapping[str, Any]) -> dict[str, Scalar]:
     if reset is not None:  # a string before the reset's record was an object
         out.setdefault("prefix_cache_reset", reset.get("done") is True if isinstance(reset, dict)
                        else reset == "done before the first request")
-    return out
+    return with_sustained(out)  # the throughput a study reads: steady-state, else the whole window's
 
 
 class RunMeta(NamedTuple):

@@ -35,6 +35,7 @@ import orjson
 from fastbench.config import BenchConfig
 from fastbench.exceptions import StoreError
 from fastbench.study.grid import canonical
+from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY
 
 __all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Launched", "Plan", "Point", "Runner", "StopRules",
            "execute", "summarize", "t_interval")
@@ -43,7 +44,7 @@ __all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Launched", "Plan", "P
 SUMMARY_FIGURES: tuple[str, ...] = (
     "output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
     "median_itl_ms", "median_e2el_ms", "p99_e2el_ms", "median_decode_rate_tok_s", "request_goodput",
-    "spec_decode_acceptance_length",
+    "spec_decode_acceptance_length", SUSTAINED_KEY, STEADY_SHARE_KEY,  # steady-state, else the whole window's
 )
 DONE_REASONS = ("completed", "time cap")  # a stored run that ended so is a complete cell
 
@@ -272,7 +273,7 @@ def _stop_reason(rules: StopRules, has_slos: bool, below: Mapping[str, float | N
             return (f"SLOs failed at load {load:g}: {attained:.0%} of requests met them "
                     f"(< {rules.slo_attainment:.0%})")
     if "saturation" in rules.rules and below is not None:
-        t0, t1 = below.get("output_throughput"), here.get("output_throughput")
+        t0, t1 = (m.get(SUSTAINED_KEY, m.get("output_throughput")) for m in (below, here))
         l0, l1 = below.get("median_e2el_ms"), here.get("median_e2el_ms")
         if t0 and t1 is not None and l0 and l1 is not None:
             gain, growth = t1 / t0 - 1, l1 / l0 - 1
