@@ -282,7 +282,7 @@ def test_a_session_starts_at_its_due_time_and_none_after_the_stop() -> None:
         return runs, start
 
     runs, start = asyncio.run(main())
-    # the stop came from session 5: none after it started (each waited for its own due time)
+    # the stop came from the session at index 5: none after it started (each waited for its own due time)
     assert [s for s, _, _ in runs] == list(range(6))
     assert all(due == start + s * 2_000_000 and began >= due for s, due, began in runs)
 

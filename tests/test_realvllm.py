@@ -132,7 +132,7 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
 
 
 def test_real_vllm_sweep_ngram_against_none_and_resume(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
-    """Issue 13's study in small: two variants (no speculation; n-gram, 3 tokens) x concurrency 1 and 4, into a
+    """A crossover study in small: two variants (no speculation; n-gram, 3 tokens) x concurrency 1 and 4, into a
     store; the crossover figure's data from it and the report; the same sweep again finds nothing left to do.
     13-15 minutes here under other sessions' load (each vLLM ready in 200-380 s, its cells 1-2 minutes)."""
     from fastbench.study import figures_data

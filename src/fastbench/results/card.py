@@ -1,7 +1,7 @@
 """The run card's wording, in one place: the card itself (:func:`render_card`) and the rows and notes
 of the server's sections it shows.
 
-One module of ~680 lines because issue 11 asks for the card's wording in one place: the layout of
+One module of ~680 lines because the card's wording belongs in one place: the layout of
 the published cards (title, Configuration, Measured results, Load, Speculative decoding, Server
 metrics, Memory, the run command, Notes) and every row the server wing's observations add to it.
 
