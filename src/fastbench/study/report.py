@@ -448,6 +448,11 @@ def write_report(points: Sequence[RunPoint], out_dir: Path, *, title: str, sourc
     notes = [line for figure in figures for line in figure.lines]
     notes += [f"{r.variant} {_values_text(r.values)}: {r.status}{': ' + r.reason if r.reason else ''}"
               for r in rows if r.status != "done"]
+    for point in points:  # a run whose server's cache hit far more than its prompts share (results/)
+        warning = point.flat.get("prefix_cache_warning")
+        if isinstance(warning, str) and warning:
+            variant, values = _point_values(point)
+            notes.append(f"{variant} {_values_text(values)}, run {point.run_id}: prefix cache: {warning}")
     notes.append("per-stream decode rate: the median over requests of (output tokens - 1) / (E2E latency - TTFT); "
                  "vllm bench sweep's \"per user\" rate divides aggregate throughput by concurrency instead")
     created = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %z")
