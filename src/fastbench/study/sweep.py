@@ -35,6 +35,7 @@ import orjson
 from fastbench.config import BenchConfig
 from fastbench.exceptions import StoreError
 from fastbench.study.grid import canonical
+from fastbench.study.runfile import flat_complete  # the complete-cell rule every reader uses
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY
 
 __all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Launched", "Plan", "Point", "Runner", "StopRules",
@@ -46,7 +47,6 @@ SUMMARY_FIGURES: tuple[str, ...] = (
     "median_itl_ms", "median_e2el_ms", "p99_e2el_ms", "median_decode_rate_tok_s", "request_goodput",
     "spec_decode_acceptance_length", SUSTAINED_KEY, STEADY_SHARE_KEY,  # steady-state, else the whole window's
 )
-DONE_REASONS = ("completed", "time cap")  # a stored run that ended so is a complete cell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +238,7 @@ def complete_runs(store: Any, plan: Plan) -> Found:
     labels = {cell.config.label for cell in plan.cells if cell.config.label}
     runs = [run for label in sorted(labels) for run in store.query(label=label)]
     found: Found = {}
-    data = store.flat([run.run_id for run in runs if run.meta.stopped_reason in DONE_REASONS])
+    data = store.flat([run.run_id for run in runs if run.meta.complete])
     for run in runs:  # oldest first: a newer run of the same cell replaces an older
         if run.run_id not in data:
             continue
@@ -358,9 +358,10 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
                 run_ids[cell.key] = run_id
                 (_, flat), = store.flat([run_id]).values()
                 reason = str(flat.get("stopped_reason") or "")
-                if reason in DONE_REASONS:
+                if flat_complete(flat):
                     flats[cell.key] = flat
                 else:  # kept, but not complete: a later sweep runs the cell again
+                    reason = "time cap before the first completion" if reason == "time cap" else reason
                     status[cell.key] = ("interrupted" if reason == "interrupted" else "incomplete", reason)
                     if reason != "interrupted":
                         journal.add("incomplete", sweep=plan.name, cell=cell.key, spec=cell.spec,
