@@ -117,6 +117,7 @@ def _step_gaps_ms(rs: list[Response]) -> list[float]:
     return gaps
 
 
+@pytest.mark.timing
 def test_step_time_grows_with_the_batch_as_configured() -> None:
     """Concurrency 1, 4 and 12: every stream's chunks are one step apart, the step as the formula says."""
     step, per_seq, per_token = 3.0, 0.2, 0.5
@@ -277,7 +278,7 @@ def test_the_study_sweep_file_plans_its_cells(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "28 cells (14 points x 2 repeats)" in out
-    servers = [line for line in out.splitlines() if "built-in synthetic server" in line]
+    servers = [line for line in out.splitlines() if ": start per run the built-in synthetic server" in line]
     assert [line.split(":")[0] for line in servers] == ["base", "eagle3"]
     assert "--spec-tokens" not in servers[0] and "--spec-tokens 3" in servers[1]
     assert sorted({int(c) for c in re.findall(r'\{"concurrency":(\d+)\}', out)}) == [1, 2, 4, 8, 16, 32, 64]
