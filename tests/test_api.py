@@ -673,3 +673,51 @@ def test_runs_given_a_launched_server_are_runs_of_that_launch_and_leave_it_up(tm
         assert f"ready in {server.load_time_s:.1f} s" in card
     assert loadings[0] == loadings[1]  # the loading phase, the same for each run
     assert "Model loading took 0.51 GiB" in loadings[0] and "SpecDecoding metrics" not in loadings[0]
+
+
+def test_a_sweep_runs_from_the_python_api_and_resumes(tmp_path: Path) -> None:
+    """The API layer sweeps as `fastbench sweep` does: a sweep file read into its plan, the plan run into
+    its store (each cell a stored run), and the same plan run again finds every cell done."""
+    from fastbench.cli.sweepfile import plan_from_file
+    from fastbench.study.store import Store
+
+    path = tmp_path / "s.toml"
+    path.write_text(f"""
+[sweep]
+store = "{tmp_path / 'store'}"
+[variants.fast]
+synthetic_args = "--ttft-ms 1 --itl-ms 1"
+[benchmark]
+concurrency = [1, 2]
+num_prompts = 4
+random_input_len = 16
+random_output_len = 4
+""")
+    said: list[str] = []
+    points = api.sweep(plan_from_file(str(path)), say=said.append)
+    assert [p["status"] for p in points] == ["done", "done"], points
+    assert any(line.startswith("  cell {") for line in said), said
+    with Store(tmp_path / "store") as store:
+        assert store.count() == 2
+    again: list[str] = []
+    points = api.sweep(plan_from_file(str(path)), say=again.append)
+    assert [p["status"] for p in points] == ["done", "done"] and not any("cell {" in line for line in again)
+    with Store(tmp_path / "store") as store:
+        assert store.count() == 2
+
+
+def test_run_takes_arun_s_progress_and_stop() -> None:
+    """run() takes the same arguments as arun(): its progress callback is called, and a stop set from it
+    ends the run early, marked interrupted."""
+    stop = asyncio.Event()
+    seen: list[dict[str, Any]] = []
+
+    def on_progress(counters: dict[str, Any]) -> None:
+        seen.append(counters)
+        stop.set()  # on the run's own loop: the first report ends it
+
+    config = BenchConfig(num_prompts=10_000, concurrency=2, random_input_len=16, random_output_len=64,
+                         synthetic_args=("--ttft-ms", "1", "--itl-ms", "20"))
+    result = run(config, on_progress=on_progress, stop=stop)
+    assert seen and result.stopped_reason == "interrupted"
+    assert result.counts.completed < 10_000

@@ -4,6 +4,8 @@ other harness alike. The command line (fastbench.cli) parses, calls these, and p
 - :func:`run` / :func:`arun`: one benchmark run (:mod:`fastbench.api.runs`);
 - :func:`validate_client` / :func:`avalidate_client`: the client's own timing error against the
   built-in synthetic server (:mod:`fastbench.api.validation`);
+- :func:`sweep` / :func:`asweep`: a sweep's plan run cell by cell into its store
+  (:mod:`fastbench.api.sweeps`; ``fastbench.cli.sweepfile.plan_from_file`` reads a sweep file into one);
 - :func:`check`: a run's options checked before anything starts.
 
 Each chooses its load generator (one process, worker processes, Ray actors) through
@@ -13,10 +15,11 @@ Each chooses its load generator (one process, worker processes, Ray actors) thro
 from __future__ import annotations
 
 from fastbench.api.runs import arun, check, run, store_run, write_outputs
+from fastbench.api.sweeps import asweep, sweep
 from fastbench.api.validation import avalidate_client, validate_client
 
-__all__ = ("arun", "avalidate_client", "check", "run", "store_run", "validate", "validate_client",
-           "write_outputs")
+__all__ = ("arun", "asweep", "avalidate_client", "check", "run", "store_run", "sweep", "validate",
+           "validate_client", "write_outputs")
 
 # The earlier name of check(): "validate" also names the client's validation (validate_client).
 validate = check

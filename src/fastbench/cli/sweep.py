@@ -41,18 +41,17 @@ import dataclasses
 import os
 import re
 import shlex
-import signal
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fastbench.cli import sweepstate
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
+from fastbench.cli.interrupts import stop_on_signals
 from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError, FastbenchError, StoreError
+from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.study import cellstate, grid
 from fastbench.study import store as run_store
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note
@@ -61,16 +60,14 @@ from fastbench.study.sweep import (
     Cell,
     Group,
     Journal,
-    Launched,
     Plan,
     Point,
     Search,
     StopRules,
-    execute,
 )
 
 if TYPE_CHECKING:
-    from fastbench.server.launch import LaunchedServer
+    pass
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,9 +93,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Option kinds whose single value is a list: a list of them is crossed only as a list of lists.
 _LIST_KINDS = ("names, comma-separated", "numbers, comma-separated", "flags", "KEY=VALUE", "KEY:MS")
 SERVER_FLAGS = frozenset(SERVER_KEYS.values()) | {"--synthetic-args"}
-# As a single run's (cli/command.py SAME_INTERRUPT_S): a second signal sooner is the same interrupt
-# delivered twice (coreutils timeout signals the child and then its group).
-SAME_INTERRUPT_S = 1.0
 
 
 class RunCommand(NamedTuple):
@@ -448,93 +442,6 @@ def _config(parser: argparse.ArgumentParser,
     return config
 
 
-class _ApiRunner:
-    """Servers through fastbench.server, runs through fastbench.api."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-
-    async def launch(self, group: Group, stop: asyncio.Event) -> Any:
-        from fastbench.server import launch as launch_mod
-        from fastbench.server.engines import make_server
-
-        config = group.cells[0].config
-        assert config.launch is not None
-        launch = config.launch
-        if launch.log_path is None:  # one log per launch, beside the sweep's journal
-            linked = "".join(f"-{arg.lstrip('-')}{value}" for arg, value in group.linked.items())
-            logs = Path(self.plan.store) / "sweeps" / f"{self.plan.name}-logs"
-            logs.mkdir(parents=True, exist_ok=True)
-            launch = dataclasses.replace(launch, log_path=str(logs / f"{group.variant}{linked}.log"))
-        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config))
-        started = time.monotonic()
-        await server.astart(stop)
-        return _Launched(server, server.load_time_s or time.monotonic() - started)
-
-    async def run(self, cell: Cell, server: Launched | None, stop: asyncio.Event) -> str:
-        """The cell's run; against the group's launched server, a run of that launch (api.arun's
-        ``server``): its result and store folder say so, as a ``--launch`` run's do."""
-        from fastbench import api
-
-        config = cell.config
-        launched = server.server if isinstance(server, _Launched) else None
-        if launched is not None:  # its launch as it ran: the log's path the sweep gave it
-            config = dataclasses.replace(config, launch=launched.launch)
-        result = await api.arun(config, stop=stop, server=launched)
-        if result.run_id is None:
-            raise StoreError("the run was not stored")
-        return result.run_id
-
-    async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
-        from fastbench import api
-
-        config = dataclasses.replace(
-            cell.config, launch=None, base_url=base_url, num_prompts=requests, num_warmups=0, max_seconds=None,
-            store=None, result_json=None, result_card=None, save_detailed=None, save_outputs=False, progress=False,
-            label=None, metadata={})
-        await api.arun(config, stop=stop)
-
-
-class _Launched:
-    """A group's server, launched and ready, serving the group's cells."""
-
-    def __init__(self, server: LaunchedServer, load_s: float) -> None:
-        self.server = server
-        self.base_url: str | None = server.base_url
-        self.load_s = load_s
-
-    async def close(self) -> None:
-        await self.server.astop()
-
-
-async def _execute_with_signals(plan: Plan, store: Any, runner: _ApiRunner) -> list[Point]:
-    """As a single run's Ctrl-C (cli/command.py): the first ends the running cell early, keeping what
-    it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
-    second or more later abandons it."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    main_task = asyncio.current_task()
-    first: list[float] = []
-
-    def on_signal() -> None:
-        now = time.monotonic()
-        if not first:
-            first.append(now)
-            stop.set()
-            print("\nfastbench sweep: stopping after this cell's measured part; finished cells are kept "
-                  "(signal again, a second later, to abandon)", file=sys.stderr)
-        elif now - first[0] >= SAME_INTERRUPT_S and main_task is not None:
-            main_task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    try:
-        return await execute(plan, store, runner, stop, say=lambda line: print(line, flush=True))
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
 def _fmt(value: float | None, ci: float | None, digits: int = 1) -> str:
     if value is None:
         return "-"
@@ -651,6 +558,17 @@ def render_plan(plan: Plan, store: Any) -> str:
     return "\n".join(lines)
 
 
+async def _sweep_with_signals(plan: Plan) -> list[Point]:
+    """As a single run's Ctrl-C (cli/interrupts.py): the first ends the running cell early, keeping what
+    it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
+    second or more later abandons it."""
+    from fastbench.api.sweeps import asweep
+
+    with stop_on_signals("fastbench sweep: stopping after this cell's measured part; finished cells are kept "
+                         "(signal again, a second later, to abandon)") as stop:
+        return await asweep(plan, stop=stop, say=lambda line: print(line, flush=True))
+
+
 def main(argv: Sequence[str], run_command: RunCommand) -> int:
     """``fastbench sweep``; ``run_command``: the run's parser and its reading (cli/command.py's, passed in
     by it: this module is below it)."""
@@ -666,7 +584,7 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
 
             print("\n".join(describe_start(plan)), flush=True)
             try:
-                points = uvloop.run(_execute_with_signals(plan, store, _ApiRunner(plan)))
+                points = uvloop.run(_sweep_with_signals(plan))
             except (asyncio.CancelledError, KeyboardInterrupt):
                 print("fastbench sweep: abandoned; finished cells are kept", file=sys.stderr)
                 return 130

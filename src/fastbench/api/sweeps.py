@@ -1,0 +1,95 @@
+"""A sweep from the API layer: a plan (:class:`fastbench.study.sweep.Plan`: server variants x a
+benchmark grid x repeats, each cell's BenchConfig built) run cell by cell into its results store, the
+servers launched here and each cell measured by :func:`fastbench.api.runs.arun`. The command line
+(``fastbench sweep FILE``) reads the file into a plan and calls :func:`asweep`; a Python harness may
+do the same with ``fastbench.cli.sweepfile.plan_from_file`` or build its own plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastbench.api.runs import arun
+from fastbench.exceptions import StoreError
+from fastbench.server import launch as launch_mod
+from fastbench.server.engines import make_server
+from fastbench.server.launch import LaunchedServer
+from fastbench.study import store as run_store
+from fastbench.study.sweep import Cell, Group, Launched, Plan, Point, execute
+
+__all__ = ("SweepRunner", "asweep", "sweep")
+
+
+class LaunchedGroup:
+    """A group's server, launched and ready, serving the group's cells."""
+
+    def __init__(self, server: LaunchedServer, load_s: float) -> None:
+        self.server = server
+        self.base_url: str | None = server.base_url
+        self.load_s = load_s
+
+    async def close(self) -> None:
+        await self.server.astop()
+
+
+class SweepRunner:
+    """What :func:`fastbench.study.sweep.execute` asks of the caller: servers through fastbench.server,
+    runs through :func:`arun`."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    async def launch(self, group: Group, stop: asyncio.Event) -> LaunchedGroup:
+        config = group.cells[0].config
+        assert config.launch is not None
+        launch = config.launch
+        if launch.log_path is None:  # one log per launch, beside the sweep's journal
+            linked = "".join(f"-{arg.lstrip('-')}{value}" for arg, value in group.linked.items())
+            logs = Path(self.plan.store) / "sweeps" / f"{self.plan.name}-logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            launch = dataclasses.replace(launch, log_path=str(logs / f"{group.variant}{linked}.log"))
+        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config))
+        started = time.monotonic()
+        await server.astart(stop)
+        return LaunchedGroup(server, server.load_time_s or time.monotonic() - started)
+
+    async def run(self, cell: Cell, server: Launched | None, stop: asyncio.Event) -> str:
+        """The cell's run; against the group's launched server, a run of that launch (arun's
+        ``server``): its result and store folder say so, as a ``--launch`` run's do."""
+        config = cell.config
+        launched = server.server if isinstance(server, LaunchedGroup) else None
+        if launched is not None:  # its launch as it ran: the log's path the sweep gave it
+            config = dataclasses.replace(config, launch=launched.launch)
+        result = await arun(config, stop=stop, server=launched)
+        if result.run_id is None:
+            raise StoreError("the run was not stored")
+        return result.run_id
+
+    async def warm_up(self, cell: Cell, base_url: str, requests: int, stop: asyncio.Event) -> None:
+        config = dataclasses.replace(
+            cell.config, launch=None, base_url=base_url, num_prompts=requests, num_warmups=0, max_seconds=None,
+            store=None, result_json=None, result_card=None, save_detailed=None, save_outputs=False, progress=False,
+            label=None, metadata={})
+        await arun(config, stop=stop)
+
+
+async def asweep(plan: Plan, *, stop: asyncio.Event | None = None,
+                 say: Callable[[str], Any] = print) -> list[Point]:
+    """Run ``plan``'s cells not yet complete in its store, inside the running event loop, and return
+    its points (each grid point's status and the means of its repeats). ``stop``: set it to end the
+    running cell early (kept, marked interrupted, so that the sweep run again measures it anew) and
+    start no other. ``say``: each line of progress."""
+    with run_store.Store(plan.store) as store:
+        return await execute(plan, store, SweepRunner(plan), stop or asyncio.Event(), say=say)
+
+
+def sweep(plan: Plan, *, stop: asyncio.Event | None = None, say: Callable[[str], Any] = print) -> list[Point]:
+    """:func:`asweep` run to the end on a new uvloop."""
+    import uvloop
+
+    return uvloop.run(asweep(plan, stop=stop, say=say))
