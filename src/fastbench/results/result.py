@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastbench.config import BenchConfig
 from fastbench.results.definitions import RATE_SCALE
+
+if TYPE_CHECKING:
+    from fastbench.results.cache import PrefixCacheSummary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +196,8 @@ class Result:
     workers: dict[str, Any] | None = None
     # --multi-turn: figures per turn index and per session (results.sessions.session_figures), else None
     sessions: dict[str, Any] | None = None
+    # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)
+    prefix_cache: PrefixCacheSummary | None = None
 
 
 def _mean_std(hist: Any) -> tuple[float, float]:

@@ -115,6 +115,9 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     c.add_argument("--block-size", type=int, default=16, help="tokens per cached block")
     c.add_argument("--prefix-cache-blocks", type=int, default=65536,
                    help="blocks the cache holds before evicting the least recently used")
+    c.add_argument("--enable-prompt-tokens-details", action="store_true",
+                   help="the final usage carries prompt_tokens_details.cached_tokens: the prompt tokens the "
+                   "cache served, left out when none (as vLLM's flag of the name)")
     c.add_argument("--no-reset-prefix-cache", action="store_true",
                    help="answer 404 to POST /reset_prefix_cache, as vLLM does without VLLM_SERVER_DEV_MODE=1")
     o = p.add_argument_group("output shape")
@@ -155,6 +158,7 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         exit_with_parent=ns.exit_with_parent,
         block_size=ns.block_size, prefix_cache_blocks=ns.prefix_cache_blocks,
         reset_prefix_cache_endpoint=not ns.no_reset_prefix_cache,
+        prompt_tokens_details=ns.enable_prompt_tokens_details,
     )
 
 
