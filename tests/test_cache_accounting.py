@@ -19,10 +19,10 @@ from fastbench import BenchConfig, run
 from fastbench.load.datasets import build_workload_sync
 from fastbench.load.screening import Candidate, JsonPrompt
 from fastbench.load.sharing import SharedBlocks, shared_prompt_tokens
-from fastbench.results.cache import FLAT_KEYS, WARN_MARGIN
+from fastbench.results.cache import FLAT_KEYS, WARN_MARGIN, PrefixCacheSummary
 from fastbench.results.card import render_card
 from fastbench.results.definitions import DEFINITIONS
-from fastbench.results.result import Result
+from fastbench.results.result import Distribution, Result
 from fastbench.results.writers import render_console
 from fastbench.study.runfile import flat_keys
 from fastbench.synthetic import SyntheticServer
@@ -97,7 +97,7 @@ def test_the_same_seed_sent_twice_to_a_caching_server_is_warned_and_other_seeds_
     assert cache.expected_prefix_share == 0.0 and cache.observed_from == "cached_tokens_share"
     warning = cache.warning
     assert warning is not None and "94 % of prompt tokens came from the server's cache" in warning
-    assert f"first request already found {CACHED} of {PROMPT} prompt tokens cached" in warning
+    assert f"first request sent already found {CACHED} of {PROMPT} prompt tokens cached" in warning
     assert "seed 7" in warning and "\n" not in warning
     # where it shows: the flat keys (what a sweep, report or compare read), the notes, the console, the card
     assert {key: doc[key] for key in FLAT_KEYS} == {
@@ -242,3 +242,21 @@ def test_the_numpy_walk_of_a_traces_ids_is_the_plain_one() -> None:
         measured = int(rng.integers(0, len(chains) + 1))
         fast = shared_prompt_tokens("mooncake", as_arrays, order, measured)
         assert fast == shared_prompt_tokens("mooncake", as_lists, order, measured)
+
+
+def test_the_cards_seed_note_names_the_seed_that_drew_the_prompts() -> None:
+    def summary(observed: float | None, expected: float | None) -> PrefixCacheSummary:
+        return PrefixCacheSummary(hit_rate=observed, cached_tokens=Distribution.empty("tokens"),
+                                  cached_tokens_share=None, requests_reporting=0, requests_counted=0,
+                                  expected_prefix_share=expected, expected_from="",
+                                  observed_from="prefix_cache_hit_rate", warning=None)
+
+    config = BenchConfig(seed=11)
+    note = summary(0.6, 0.0).seed_note(config)
+    assert note is not None and note.startswith("the prompts were drawn with seed 11 (--seed)") and "60 %" in note
+    stated = {"prompt_seed": {"seed": 12, "varies_prompts": True, "draws": "x"}}
+    assert "seed 12" in (summary(0.6, None).seed_note(config, stated) or "")
+    in_order = {"prompt_seed": {"seed": 11, "varies_prompts": False, "draws": "none"}}
+    assert (summary(0.6, None).seed_note(config, in_order) or "").startswith("these prompts are the same whatever")
+    assert summary(0.5, 0.48).seed_note(config) is None  # what the workload's own sharing explains
+    assert summary(0.03, None).seed_note(config) is None and summary(None, 0.0).seed_note(config) is None

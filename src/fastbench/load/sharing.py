@@ -52,10 +52,10 @@ def shared_prompt_tokens(dataset: str, candidates: Sequence[Candidate], sent: Se
     """
     if dataset not in KNOWN_DATASETS:
         return None
-    chains = [candidates[i].shares for i in sent]
-    if chains and all(c is not None and isinstance(c.keys, np.ndarray) for c in chains):  # a trace's
-        shared = _id_chains_shared(chains, [candidates[i].prompt_len or 0 for i in sent])  # type: ignore[arg-type]
-        return shared[len(shared) - measured:] if measured else []
+    chains = [c for c in (candidates[i].shares for i in sent) if c is not None and isinstance(c.keys, np.ndarray)]
+    if chains and len(chains) == len(sent):  # a trace's hash ids
+        by_ids = _id_chains_shared(chains, [candidates[i].prompt_len or 0 for i in sent])
+        return by_ids[len(by_ids) - measured:] if measured else []
     seen_blocks: set[Hashable] = set()
     seen_prompts: set[int] = set()
     shared: list[int] = []

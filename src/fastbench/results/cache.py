@@ -56,18 +56,33 @@ class PrefixCacheSummary:
                 "p99_cached_tokens": dist.p99, "expected_prefix_share": self.expected_prefix_share,
                 "prefix_cache_warning": self.warning}
 
-    def seed_note(self, config: BenchConfig) -> str | None:
+    def seed_note(self, config: BenchConfig, workload_info: Mapping[str, Any] | None = None) -> str | None:
         """The card's note where the server's cache served prompts beyond the workload's own sharing: which
-        seed drew them, and that a run repeated with it on a caching server measures the cache."""
+        seed drew them, and that a run repeated with it on a caching server measures the cache
+        (``workload_info["prompt_seed"]``, where the workload says what the seed chose, else --seed)."""
         observed = self.observed
         if observed is None or observed < SEED_NOTE_MARGIN:
             return None
         expected = self.expected_prefix_share
         if expected is not None and observed - expected < SEED_NOTE_MARGIN:
             return None
-        return (f"the prompts were drawn with seed {config.seed} (--seed) and the server's prefix cache served "
-                f"{100 * observed:.0f} % of their tokens: a run repeated with the same seed on a caching server "
-                "measures the cache, not prefill (use another --seed, or --reset-prefix-cache)")
+        seed, varies = _prompt_seed(config, workload_info or {})
+        served = f"the server's prefix cache served {100 * observed:.0f} % of their tokens"
+        if not varies:
+            return (f"these prompts are the same whatever the seed (a file read in order) and {served}: a run "
+                    "repeated on a caching server measures the cache, not prefill (use --reset-prefix-cache, or "
+                    "--dataset-order random with another --seed)")
+        return (f"the prompts were drawn with seed {seed} (--seed) and {served}: a run repeated with the same seed "
+                "on a caching server measures the cache, not prefill (use another --seed, or --reset-prefix-cache)")
+
+
+def _prompt_seed(config: BenchConfig, workload_info: Mapping[str, Any]) -> tuple[Any, bool]:
+    """The seed that drew the prompts and whether another would draw others: the workload's word
+    (``prompt_seed``: ``seed``, ``varies_prompts``) where it gives one, else --seed."""
+    stated = workload_info.get("prompt_seed")
+    if isinstance(stated, Mapping):
+        return stated.get("seed", config.seed), stated.get("varies_prompts") is not False
+    return config.seed, True
 
 
 def prefix_cache_summary(rows: np.ndarray, completed: np.ndarray, prompt: np.ndarray, config: BenchConfig,
@@ -99,7 +114,8 @@ def prefix_cache_summary(rows: np.ndarray, completed: np.ndarray, prompt: np.nda
         hit_rate=hit_rate, cached_tokens=Distribution.from_values(values, "tokens", scale=1.0),
         cached_tokens_share=share, requests_reporting=int(reporting.sum()), requests_counted=int(counted.sum()),
         expected_prefix_share=expected, expected_from=expected_from, observed_from=observed_from, warning=None)
-    return dataclasses.replace(summary, warning=_warning(summary, config, rows, completed, expected_tokens))
+    return dataclasses.replace(summary, warning=_warning(summary, config, workload_info, rows, completed,
+                                                         expected_tokens))
 
 
 def _expected(rows: np.ndarray, prompt: np.ndarray, config: BenchConfig,
@@ -148,8 +164,8 @@ def _history_tokens(rows: np.ndarray, prompt: np.ndarray, session_of_row: np.nda
     return shared
 
 
-def _warning(summary: PrefixCacheSummary, config: BenchConfig, rows: np.ndarray, completed: np.ndarray,
-             expected_tokens: np.ndarray | None) -> str | None:
+def _warning(summary: PrefixCacheSummary, config: BenchConfig, workload_info: Mapping[str, Any], rows: np.ndarray,
+             completed: np.ndarray, expected_tokens: np.ndarray | None) -> str | None:
     observed, expected = summary.observed, summary.expected_prefix_share
     if observed is None or expected is None or observed <= expected + WARN_MARGIN:
         return None
@@ -159,9 +175,10 @@ def _warning(summary: PrefixCacheSummary, config: BenchConfig, rows: np.ndarray,
             f"above the {100 * expected:.0f} % this workload's own sharing predicts")
     first = _first_cached(rows, completed, expected_tokens)
     if first is not None:
-        text += f"; its first request already found {first[0]:,} of {first[1]:,} prompt tokens cached"
+        text += f"; the first request sent already found {first[0]:,} of {first[1]:,} prompt tokens cached"
+    seed, _ = _prompt_seed(config, workload_info)
     return (text + f": the cache held these prompts before the run (the same prompts sent before, e.g. a run "
-            f"repeated with seed {config.seed}), so TTFT, prefill rate and E2E latency measure the cache")
+            f"repeated with seed {seed}), so TTFT, prefill rate and E2E latency measure the cache")
 
 
 def _first_cached(rows: np.ndarray, completed: np.ndarray,

@@ -341,7 +341,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
 
     lines += ["", "## Notes", ""]
     extra_notes = list(info.get("notes") or [])
-    seed_note = result.prefix_cache.seed_note(config) if result.prefix_cache is not None else None
+    seed_note = result.prefix_cache.seed_note(config, result.workload_info) if result.prefix_cache is not None \
+        else None
     if seed_note:
         extra_notes.append(seed_note)
     for note in [*config.card_notes, *result.notes, *extra_notes]:
