@@ -38,7 +38,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fastbench.cli.hostload import process_cpu_s
+from fastbench.load.hostload import process_cpu_s
 from fastbench.synthetic import SyntheticServer  # the installed package (pip install .)
 
 ROOT = Path(__file__).resolve().parent.parent

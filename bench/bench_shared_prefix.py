@@ -3,7 +3,7 @@
 Each case builds the workload as a run does (``await build_workload(...)`` inside the run's event loop,
 with a context length to screen against) and times it, in wall time and process CPU; beside it, in the
 same run, the naive way: each prompt made as a Python list (the prefix's ids plus the suffix's) and the
-whole body serialised per request. The target (issue 15): under 2 s for 100,000 requests. On a shared
+whole body serialised per request. The target: under 2 s for 100,000 requests. On a shared
 machine, wall time follows the load of others (printed first); CPU time is this build's own.
 Prints a Markdown table.
 

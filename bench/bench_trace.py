@@ -11,7 +11,7 @@ Each case writes the trace file, then builds the workload as a run does
 (``await build_workload(...)`` in the run's loop, screening against a context: the file read and
 parsed, every line checked, the blocks drawn, every body made) and times it, in wall time and process
 CPU. Beside it, in the same run, the naive way vLLM's TimedTrace takes: each prompt a Python list of
-its blocks' ids and each body serialised whole. The target (issue 15): under 2 s for 100,000 requests.
+its blocks' ids and each body serialised whole. The target: under 2 s for 100,000 requests.
 On a shared machine, wall time follows the load of others (printed first); CPU time is this build's own.
 Prints a Markdown table.
 

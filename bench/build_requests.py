@@ -6,7 +6,7 @@ as ShareGPT's multi-turn conversations run) and builds the run's workload from i
 lengths estimated, as without a tokenizer). Beside it, in the same run, the naive way: each turn's
 whole body (its message list as Python dicts) serialised per request, its bodies dropped as made and, in
 a second row, kept (a run holds every body before the first is sent: 600 MB of new memory, whose page
-faults cost as much as the serialising on a virtual machine). Target (issue 15): under 2 s for
+faults cost as much as the serialising on a virtual machine). Target: under 2 s for
 100,000 requests. On a shared machine wall time follows the others' load (printed first); CPU time is
 this build's own. Prints a Markdown table.
 

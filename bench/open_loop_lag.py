@@ -1,6 +1,6 @@
 """Open loop on time: how late the client sends each arrival, this code beside another build.
 
-Issue 16's measure: in open loop TTFT counts from the scheduled arrival, so the client's own send
+What it measures: in open loop TTFT counts from the scheduled arrival, so the client's own send
 lateness lands in the server's figures. This script runs ``fastbench validate`` (the same command
 users run) against the C synthetic server (``fast_server.c``: it keeps 50 ms between chunks for
 1,000 streams), once per client build, alternating which goes first, and prints per setting:

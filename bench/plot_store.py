@@ -1,8 +1,8 @@
 """Indexing and plotting 1,000 stored runs, timed (target: both together under 10 s).
 
-The runs are written straight into a temporary store by bench/synthetic_study.py (result files made
-from one real run's, three variants x eight concurrencies, repeated to 1,000), without an index. Then,
-each round:
+The runs are written straight into a temporary store by bench/synthetic_study.py's made-up mode
+(``--made-up-store``'s functions: result files made from one real run's, three variants x eight
+concurrencies, repeated to 1,000), without an index. Then, each round:
 
 - index: open the store, which finds no index.sqlite and builds it from the 1,000 folders (what
   ``fastbench runs --reindex`` does);

@@ -1,19 +1,27 @@
-"""A synthetic study written straight into a results store: run folders whose result files are made,
-not measured, from one real run's result (so every field a reader expects is there), with the figures
-of a simple batching model, so that a thousand stored runs cost seconds instead of a thousand
-benchmarks. For bench/plot_store.py and the README's example figure; never a measurement.
+"""The README's crossover figure, measured: a sweep of the synthetic server's engine model, a baseline and an
+EAGLE3-like speculative variant x concurrency 1-64 x 2 repeats (bench/crossover_study.toml), then
+`fastbench report`, whose crossover.svg becomes docs/study-crossover.svg. Measured against the synthetic
+engine model (src/fastbench/synthetic/stepmodel.py: a step's time grows with the batch, speculation
+verifies K + 1 tokens a step at their cost and keeps 1 + accepted), not a GPU: the figure shows that the
+study's machinery finds a real crossing, not how any GPU behaves. About 2 minutes on a 2-core host.
 
-The model, per variant: a decode step takes ``step_ms + per_seq_ms x concurrency`` and yields
-``accept`` tokens per stream (speculative decoding drafts, so its steps cost more and yield more);
-per-stream decode rate = accept / step, aggregate throughput = concurrency x that x 0.95; latencies
-follow; each run gets 3% noise. With these numbers EAGLE3 is ahead of the baseline per stream at low
-concurrency and behind it from about 24 on, as such studies find.
+    .venv/bin/python bench/synthetic_study.py                        # writes docs/study-crossover.svg
+    .venv/bin/python bench/synthetic_study.py --store runs/ --figure /tmp/crossover.svg --repeats 3
 
-    .venv/bin/python bench/synthetic_study.py STORE [--repeats 3] [--runs N] [--variants base,eagle3]
-    .venv/bin/fastbench report STORE --out report/
+which runs, with the store kept under --store (a temporary one without it):
 
-The README's example figure, docs/study-crossover.svg, is report/crossover.svg of
-``synthetic_study.py STORE --repeats 3 --variants base,eagle3``.
+    .venv/bin/fastbench sweep bench/crossover_study.toml --store STORE
+    .venv/bin/fastbench report --store STORE --sweep synthetic-crossover --out STORE/report
+
+``--made-up-store STORE`` instead writes a synthetic study straight into a store, for bench/plot_store.py
+(a thousand stored runs in seconds): run folders whose result files are made, not measured, from one
+real run's result (so every field a reader expects is there), with the figures of a simple batching
+model; never a measurement, and no longer the README's figure. Its model, per variant: a decode step
+takes ``step_ms + per_seq_ms x concurrency`` and yields ``accept`` tokens per stream; per-stream decode
+rate = accept / step, aggregate throughput = concurrency x that x 0.95; latencies follow; each run gets
+3% noise.
+
+    .venv/bin/python bench/synthetic_study.py --made-up-store STORE [--repeats 3] [--runs N] [--variants base,eagle3]
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import argparse
 import copy
 import datetime
 import random
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,14 +42,14 @@ import orjson
 from fastbench import BenchConfig, run
 from fastbench.study.runfile import load_result
 
-# variant -> (step_ms, per_seq_ms, accept tokens per step, per-position acceptance)
+# The made-up store's model. variant -> (step_ms, per_seq_ms, accept tokens per step, per-position acceptance)
 VARIANTS: dict[str, tuple[float, float, float, tuple[float, ...]]] = {
     "base": (10.0, 0.6, 1.0, ()),
     "eagle3": (14.0, 2.0, 2.4, (0.72, 0.46, 0.26)),
     "ngram": (11.0, 1.1, 1.5, (0.38, 0.12)),
 }
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128)
-SWEEP = "synthetic-crossover"
+SWEEP = "synthetic-crossover"  # bench/crossover_study.toml's name, and the made-up store's
 
 
 def template(where: Path) -> dict[str, Any]:
@@ -113,21 +123,61 @@ def write_study(store: Path, base: dict[str, Any], repeats: int, runs: int | Non
     return total
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("store", type=Path)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--runs", type=int, default=None, help="how many runs (default: every cell x --repeats)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (default: all)")
-    args = ap.parse_args()
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+BENCH = Path(__file__).resolve().parent
+SWEEP_FILE = BENCH / "crossover_study.toml"
+FIGURE = BENCH.parent / "docs" / "study-crossover.svg"
+
+
+def measure(store: Path, figure: Path, repeats: int | None) -> None:
+    """Sweep bench/crossover_study.toml into ``store``, report it, and copy its crossover.svg to ``figure``."""
+    fastbench = [sys.executable, "-m", "fastbench"]
+    sweep = [*fastbench, "sweep", str(SWEEP_FILE), "--store", str(store)]
+    if repeats is not None:
+        sweep += ["--repeats", str(repeats)]
+    subprocess.run(sweep, check=True)
+    report = store / "report"
+    subprocess.run([*fastbench, "report", "--store", str(store), "--sweep", SWEEP, "--out", str(report)], check=True)
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(report / "crossover.svg", figure)
+    notes = [line for line in (report / "study.md").read_text().splitlines() if " cross at " in line]
+    print("\n".join(notes) or "no crossing found")
+    print(f"wrote {figure} (from {report / 'crossover.svg'})")
+
+
+def made_up(store: Path, repeats: int, runs: int | None, variants_text: str, ap: argparse.ArgumentParser) -> None:
+    variants = tuple(v.strip() for v in variants_text.split(",") if v.strip())
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
-        ap.error(f"--variants takes {', '.join(VARIANTS)}, got {args.variants!r}")
+        ap.error(f"--variants takes {', '.join(VARIANTS)}, got {variants_text!r}")
     with tempfile.TemporaryDirectory() as scratch:
         base = template(Path(scratch))
-    written = write_study(args.store, base, args.repeats, args.runs, variants=variants)
-    print(f"wrote {written} synthetic runs into {args.store}/runs (sweep {SWEEP}; indexed when the store is opened)")
+    written = write_study(store, base, repeats, runs, variants=variants)
+    print(f"wrote {written} made-up runs into {store}/runs (sweep {SWEEP}; indexed when the store is opened)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", type=Path, default=None,
+                    help="keep the measured sweep's store (and its report/) here (default: a temporary one)")
+    ap.add_argument("--figure", type=Path, default=FIGURE, help=f"where the crossover goes (default {FIGURE})")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="repeats per cell (default: the sweep file's 2; made-up: 3)")
+    made = ap.add_argument_group("made-up store (bench/plot_store.py's; no measurement)")
+    made.add_argument("--made-up-store", type=Path, default=None, metavar="STORE",
+                      help="write made-up runs into STORE instead of measuring")
+    made.add_argument("--runs", type=int, default=None, help="how many made-up runs (default: every cell x --repeats)")
+    made.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (default: all)")
+    args = ap.parse_args()
+    if args.repeats is not None and args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.made_up_store is not None:
+        made_up(args.made_up_store, args.repeats or 3, args.runs, args.variants, ap)
+        return 0
+    if args.store is not None:
+        measure(args.store, args.figure, args.repeats)
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        measure(Path(scratch) / "store", args.figure, args.repeats)
     return 0
 
 

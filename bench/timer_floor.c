@@ -1,6 +1,6 @@
 /* timer_floor.c: how late any client on this host gets to an arrival, when it has nothing else to do.
  *
- * Issue 16's targets (dispatch lag p99 <= 0.05 ms, max <= 0.5 ms) judge fastbench's open loop; this is the
+ * The open loop's targets (dispatch lag p99 <= 0.05 ms, max <= 0.5 ms) judge fastbench's sends; this is the
  * yardstick beside it. It waits for Poisson arrivals at RATE per second the way fastbench's core does
  * (a timerfd in an epoll set, armed LEAD_US before the arrival, the rest spun on CLOCK_MONOTONIC) and
  * records how late it got to each one: no sockets, no parsing, no other work. What it sees is the host's:

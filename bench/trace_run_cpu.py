@@ -2,8 +2,8 @@
 
 A trace's requests are built ahead, their bodies sent from runs of one shared token buffer (the core's
 ``BodyParts``: one sendmsg of a head, a few runs and a tail) rather than each joined into a bytes
-object of its own (issue 15 item 8: the build must not raise the client's CPU per chunk during the
-run). Side by side in one process, against the synthetic server (its own process), the same trace
+object of its own (building a trace's requests ahead must not raise the client's CPU per chunk during
+the run). Side by side in one process, against the synthetic server (its own process), the same trace
 replayed in closed loop (``--no-self-timed``) with its bodies:
 
 * ``parts``: as fastbench builds them;

@@ -141,11 +141,11 @@ def on_ray(rounds: int, validate_too: bool) -> None:
 def _validate(address: str, rounds: int = 3) -> None:
     """fastbench validate --ray at its default tolerance (0.5 ms) over the same three nodes, three times:
     the shifted node's skews carry its uncertainty, now by UDP."""
-    from fastbench.cli import validate as fv
-    from fastbench.cli.validation_report import _clock_lines
+    from fastbench.api import validation as fv
+    from fastbench.results.validation_report import _clock_lines
 
     for _ in range(rounds):
-        report = fv.validate(12, itl_ms=5, ttft_ms=10, num_requests=36, output_len=12, ray=address)
+        report = fv.validate_client(12, itl_ms=5, ttft_ms=10, num_requests=36, output_len=12, ray=address)
         failed = {c.name: round(c.value, 3) for c in report.checks if not c.passed and c.value is not None}
         print(f"3. validate --ray --concurrency 12 --num-requests 36 --output-len 12 --itl-ms 5 --ttft-ms 10 "
               f"(tolerance 0.5 ms; load average {os.getloadavg()[0]:.1f}): {report.verdict} {failed or ''} "

@@ -53,11 +53,11 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fast_server import FastServer  # noqa: E402  (a sibling script)
 
-from fastbench.cli.hostload import process_cpu_s  # noqa: E402
-from fastbench.cli.validate import ENDPOINT, avalidate, request_body  # noqa: E402
+from fastbench.api.validation import ENDPOINT, avalidate_client, request_body  # noqa: E402
 from fastbench.load import pacer  # noqa: E402
 from fastbench.load import workers as workers_module  # noqa: E402
 from fastbench.load.driver import LoadGenerator  # noqa: E402
+from fastbench.load.hostload import process_cpu_s  # noqa: E402
 from fastbench.load.plan import LoadPlan, Target  # noqa: E402
 from fastbench.load.workers import WorkerPool  # noqa: E402
 from fastbench.results.figures import client_lateness_ns  # noqa: E402
@@ -117,8 +117,9 @@ def open_cap(mode: str, workers: int, concurrency: int, requests: int, rate: flo
 
 
 def accuracy(workers: int, streams: int, itl_ms: float, output_len: int) -> dict[str, float | None]:
-    report = uvloop.run(avalidate(streams, itl_ms=itl_ms, ttft_ms=50.0, num_requests=3 * streams,  # validate's default
-                                  output_len=output_len, workers=workers))
+    # validate's default TTFT and requests
+    report = uvloop.run(avalidate_client(streams, itl_ms=itl_ms, ttft_ms=50.0, num_requests=3 * streams,
+                                         output_len=output_len, workers=workers))
     bounds = {s.name: s.error_bound_p99_ms for s in report.series}
     return {
         "streams_open": report.streams_open_mean,
@@ -137,8 +138,9 @@ def capacity(workers: int, streams: int, gap_ms: float, seconds: float, output_l
         server_cpu = process_cpu_s(server.pid)
         per_request_s = output_len * gap_ms / 1e3
         n = int(streams * (seconds / per_request_s + 2))  # more than the window takes: the time cap ends it
-        report = uvloop.run(avalidate(streams, itl_ms=gap_ms, ttft_ms=1.0, num_requests=n, output_len=output_len,
-                                      base_url=server.base_url, max_seconds=seconds, workers=workers))
+        report = uvloop.run(avalidate_client(streams, itl_ms=gap_ms, ttft_ms=1.0, num_requests=n,
+                                             output_len=output_len, base_url=server.base_url, max_seconds=seconds,
+                                             workers=workers))
         server_cpu_s = (process_cpu_s(server.pid) or 0.0) - (server_cpu or 0.0)
     return {
         "offered_chunks_per_s": streams / (gap_ms / 1e3),

@@ -185,7 +185,7 @@ static int fb_http_header_line(fb_http_t *h, const char *s, size_t n) {
 static int fb_http_headers_end(fb_http_t *h) {
     unsigned f = h->flags;
     if (f & F_INTERIM) {
-        /* 1xx: no body (section 6.3 item 1); the final response follows. */
+        /* 1xx: no body (RFC 9112 6.3 item 1); the final response follows. */
         fb_http_init(h);
         return 0;
     }
@@ -194,23 +194,23 @@ static int fb_http_headers_end(fb_http_t *h) {
     h->keep_alive = !(f & F_CONN_CLOSE) && (h->http_minor >= 1 || (f & F_CONN_KEEP));
     h->flags = 0;
     if (h->status == 204 || h->status == 304) {
-        /* Item 1: no body, whatever the framing fields say. */
+        /* RFC 9112 6.3 item 1: no body, whatever the framing fields say. */
         h->state = FB_HTTP_S_DONE;
     } else if (h->chunked) {
-        /* Item 3. Transfer-Encoding together with Content-Length, or in an HTTP/1.0 message
-         * (section 6.1), is faulty framing: read it, but do not reuse the connection. */
+        /* RFC 9112 6.3 item 3. Transfer-Encoding together with Content-Length, or in an HTTP/1.0
+         * message (section 6.1), is faulty framing: read it, but do not reuse the connection. */
         if ((f & F_CL) || h->http_minor == 0) h->keep_alive = 0;
         h->state = FB_HTTP_S_CHUNK_SIZE;
     } else if (f & F_TE) {
-        /* Item 4: a response whose last coding is not chunked is delimited by the close. */
+        /* RFC 9112 6.3 item 4: a response whose last coding is not chunked is delimited by the close. */
         h->keep_alive = 0;
         h->state = FB_HTTP_S_BODY_EOF;
     } else if (f & F_CL) {
-        /* Item 6. */
+        /* RFC 9112 6.3 item 6. */
         h->remaining = (uint64_t)h->content_length;
         h->state = h->remaining ? FB_HTTP_S_BODY_LENGTH : FB_HTTP_S_DONE;
     } else {
-        /* Item 7: read until the server closes. */
+        /* RFC 9112 6.3 item 7: read until the server closes. */
         h->keep_alive = 0;
         h->state = FB_HTTP_S_BODY_EOF;
     }

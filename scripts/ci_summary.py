@@ -1,7 +1,9 @@
 """The end of .ci/run: what each stage did (ran, failed, or skipped and why), and whether CI passed.
 
 Each stage leaves, in one directory, NAME.rc (its exit status), NAME.xml for the pytest stages (pytest's
-JUnit report), and NAME.skip (why it did not start) or NAME.note (how it ran). A stage that skipped where
+JUnit report), NAME.seconds (how long it took), and NAME.skip (why it did not start) or NAME.note (how it
+ran). A timing test that passed only on a later round (tests/_timing.py records it in the JUnit report) is
+listed under its stage: such a pass is reported, never hidden. A stage that skipped where
 this machine has what it needs is a failure, so that a skip cannot pass for a run: what each stage needs
 is checked here (``missing``), apart from the stage's own decision to skip (the real-server setup scripts
 exit 3 where they find the machine cannot).
@@ -9,6 +11,7 @@ exit 3 where they find the machine cannot).
     python scripts/ci_summary.py DIR           print the summary; exit status 1 when CI failed
     python scripts/ci_summary.py --needs NAME  exit status 0 when this machine has what stage NAME needs,
                                                else print what it lacks and exit 1 (.ci/run asks first)
+    python scripts/ci_summary.py --extra NAME  the requirements of the extra fastbench[NAME], one a line
 """
 
 from __future__ import annotations
@@ -46,10 +49,19 @@ class Outcome:
     state: str  # "ran", "skipped" or "failed"
     detail: str
     failures: tuple[str, ...] = ()  # "test id: the first line of its message", for each failed test
+    later_rounds: tuple[str, ...] = ()  # "test id (round 2 of 3)", for each test that passed on a later round
+    seconds: int | None = None  # how long the stage took (None: not recorded)
 
 
 def outcome(results: Path, name: str) -> Outcome:
     """What stage ``name`` did, from the records it left in ``results``."""
+    got = _outcome(results, name)
+    timed = results / f"{name}.seconds"
+    text = timed.read_text().strip() if timed.exists() else ""
+    return dataclasses.replace(got, seconds=int(text)) if text.isdigit() else got
+
+
+def _outcome(results: Path, name: str) -> Outcome:
     skip = results / f"{name}.skip"
     if skip.exists():
         return Outcome("skipped", skip.read_text().strip())
@@ -62,36 +74,49 @@ def outcome(results: Path, name: str) -> Outcome:
     report = results / f"{name}.xml"
     if not report.exists():
         return Outcome("ran", note or "passed") if rc == 0 else Outcome("failed", f"exit status {rc}")
-    tests, failures, skip_reasons = _junit(report)
+    tests, failures, skip_reasons, later = _junit(report)
     if rc != 0:
         return Outcome("failed", f"exit status {rc}: {len(failures)} of {tests} tests failed or errored",
-                       tuple(failures))
+                       tuple(failures), tuple(later))
     if tests == 0:
         return Outcome("failed", "no test collected")
     if len(skip_reasons) == tests:
         return Outcome("skipped", skip_reasons[0])
     skipped = f", {len(skip_reasons)} skipped" if skip_reasons else ""
-    return Outcome("ran", f"{tests - len(skip_reasons)} passed{skipped}" + (f"; {note}" if note else ""))
+    passed_later = f", {len(later)} on a later round" if later else ""
+    return Outcome("ran", f"{tests - len(skip_reasons)} passed{passed_later}{skipped}" + (f"; {note}" if note else ""),
+                   later_rounds=tuple(later))
 
 
-def _junit(report: Path) -> tuple[int, list[str], list[str]]:
-    """(tests, "id: message" of each failed or errored test, the skip messages) of a pytest JUnit report."""
+def _junit(report: Path) -> tuple[int, list[str], list[str], list[str]]:
+    """(tests, "id: message" of each failed or errored test, the skip messages, "id (round N of M)" of each
+    test that passed on a later round) of a pytest JUnit report."""
     tests = 0
     failures: list[str] = []
     reasons: list[str] = []
+    later: list[str] = []
     for case in ET.parse(report).getroot().iter("testcase"):
         tests += 1
+        test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
         problem = case.find("failure")
         if problem is None:
             problem = case.find("error")
         if problem is not None:
             message = (problem.get("message") or problem.text or "").strip().splitlines()
-            test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
             failures.append(f"{test_id}: {message[0][:200]}" if message else test_id)
         skipped = case.find("skipped")
         if skipped is not None:
             reasons.append(skipped.get("message", "").strip() or "skipped")
-    return tests, failures, reasons
+        for prop in case.iter("property"):
+            if prop.get("name") == "passed_on_round":
+                later.append(f"{test_id} (round {prop.get('value', '?')})")
+    return tests, failures, reasons, later
+
+
+def _duration(seconds: int | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds // 60:3d} min {seconds % 60:2d} s"
 
 
 def judge(name: str, got: Outcome, missing: Callable[[str], str | None]) -> tuple[bool, str]:
@@ -112,13 +137,18 @@ def summarize(results: Path, missing: Callable[[str], str | None]) -> tuple[bool
     width = max(len(label) for _, label in STAGES)
     lines = ["CI summary:"]
     failed = []
+    total = 0
     for name, label in STAGES:
         got = outcome(results, name)
         passed, verdict = judge(name, got, missing)
-        lines.append(f"  {label:<{width}}  {verdict}")
-        lines.extend(f"  {'':<{width}}    {failure}" for failure in got.failures)
+        total += got.seconds or 0
+        lines.append(f"  {label:<{width}}  {_duration(got.seconds):>12}  {verdict}")
+        pad = f"  {'':<{width}}  {'':>12}    "
+        lines.extend(f"{pad}{failure}" for failure in got.failures)
+        lines.extend(f"{pad}passed on a later round: {test}" for test in got.later_rounds)
         if not passed:
             failed.append(label)
+    lines.append(f"  {'in all':<{width}}  {_duration(total):>12}")
     lines.append(f"CI FAILED: {', '.join(failed)}" if failed else "CI passed")
     return not failed, "\n".join(lines)
 
@@ -202,13 +232,19 @@ def _missing_browser() -> str | None:
     return None
 
 
+def extra_pins(name: str) -> list[str]:
+    """The requirements of pyproject.toml's extra ``name`` (so that .ci/run can add them to an installed
+    fastbench without reinstalling it, which would build the extension again)."""
+    extra = re.search(rf"^{re.escape(name)} = \[(.*)\]", (SCRIPTS.parent / "pyproject.toml").read_text(), re.M)
+    assert extra is not None, f"pyproject.toml has no extra named {name}"
+    return re.findall(r'"([^"]+)"', extra.group(1))
+
+
 def _missing_ray() -> str | None:
     """The extra fastbench[ray]: Ray installed, or a wheel of it that pip finds for this machine."""
     if importlib.util.find_spec("ray") is not None:
         return None
-    extra = re.search(r"^ray = \[(.*)\]", (SCRIPTS.parent / "pyproject.toml").read_text(), re.M)
-    assert extra is not None, "pyproject.toml has no extra named ray"
-    pins = re.findall(r'"([^"]+)"', extra.group(1))
+    pins = extra_pins("ray")
     if not _pip_gets("--only-binary", ":all:", *pins):
         return f"pip finds no wheel of {' '.join(pins)} for this machine"
     return None
@@ -248,6 +284,9 @@ def missing(name: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--extra":
+        print("\n".join(extra_pins(argv[1])))
+        return 0
     if len(argv) == 2 and argv[0] == "--needs":
         lacks = missing(argv[1])
         if lacks is not None:

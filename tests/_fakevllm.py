@@ -5,7 +5,7 @@
 * ``ok``: logs vLLM-style loading lines (weights, KV cache, CUDA graphs), then runs the synthetic server
   (``python -m fastbench.synthetic``, flags from FAKE_SYNTH_ARGS) as a child and, every 0.3 s while it
   serves, logs a "SpecDecoding metrics:" line from the child's /metrics deltas, and a WARNING once
-  requests run;
+  requests run; POST /reset_prefix_cache answers 404 unless VLLM_SERVER_DEV_MODE=1, as vLLM's;
 * ``die-mid-run``: as ``ok``, then kills the engine FAKE_DIE_AFTER seconds after generation starts;
 * ``never-ready``: logs and sleeps, never listening;
 * ``die-loading``: exits with status 3 while loading;
@@ -122,6 +122,8 @@ def serve(args):
         http.server.HTTPServer((host, port), Handler).serve_forever()
     synth = [sys.executable, "-m", "fastbench.synthetic", "--host", host, "--port", str(port),
              "--model", served, *shlex.split(os.environ.get("FAKE_SYNTH_ARGS", ""))]
+    if os.environ.get("VLLM_SERVER_DEV_MODE") != "1":  # as vLLM: no /reset_prefix_cache outside its dev mode
+        synth.append("--no-reset-prefix-cache")
     child = subprocess.Popen(synth)
 
     def on_term(signum, frame):

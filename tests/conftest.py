@@ -6,6 +6,8 @@ import pytest
 # Test helper modules (tests/_*.py) import by bare name under --import-mode=importlib.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _timing  # noqa: E402 (a helper module: importable only once the line above ran)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -47,3 +49,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """The test running now, for _timing's record of the round a timing check passed on."""
+    _timing.current = item
+    try:
+        return (yield)
+    finally:
+        _timing.current = None

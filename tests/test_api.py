@@ -246,7 +246,7 @@ def test_an_output_may_not_overwrite_an_input(tmp_path: Path) -> None:
 def test_a_stop_abandons_the_workload_build() -> None:
     """Counting prompts with /tokenize can take minutes; a stop (first Ctrl-C) must end it at once,
     as it ends a launch, and the work under way is cancelled, not left running."""
-    from fastbench.api import _unless_stopped
+    from fastbench.api.runs import _unless_stopped
 
     async def main() -> tuple[bool, float]:
         cancelled = False
@@ -272,7 +272,7 @@ def test_a_stop_abandons_the_workload_build() -> None:
 
 
 def test_a_workload_build_that_ends_first_gives_its_result_or_error() -> None:
-    from fastbench.api import _unless_stopped
+    from fastbench.api.runs import _unless_stopped
 
     async def fails() -> int:
         raise ConfigError("bad dataset")
@@ -524,9 +524,9 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     """--server-env HF_HUB_CACHE=... and --engine-args '--revision B' are what the server loads from."""
     from safetensors.numpy import save_file
 
+    from fastbench.results.observations import ModelFacts
     from fastbench.server.engines import VLLMServer
     from fastbench.server.external import ExternalServer
-    from fastbench.server.modelinfo import ModelFacts
 
     repo = tmp_path / "hub" / "models--acme--m"
     for commit, size in (("c1", 2), ("c2", 3)):
@@ -539,12 +539,12 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     launch = LaunchConfig(model="acme/m", env=(f"HF_HUB_CACHE={tmp_path / 'hub'}",),
                           engine_args=("--max-model-len", "64", "--revision=b"))
-    facts = asyncio.run(api._model_files(VLLMServer(launch), "served-name", None))
+    facts = asyncio.run(api.runs._model_files(VLLMServer(launch), "served-name", None))
     assert isinstance(facts, ModelFacts) and (facts.total_params, facts.revision) == (3, "c2")
     launch = dataclasses.replace(launch, engine_args=())
-    facts = asyncio.run(api._model_files(VLLMServer(launch), "x", None))
+    facts = asyncio.run(api.runs._model_files(VLLMServer(launch), "x", None))
     assert isinstance(facts, ModelFacts) and facts.revision == "c1"
-    assert asyncio.run(api._model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) is None
+    assert asyncio.run(api.runs._model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) is None
 
 
 def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -555,19 +555,19 @@ def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch:
 
     release = threading.Event()
     monkeypatch.setattr(modelinfo, "facts_or_error", lambda *args: release.wait(10) and None)
-    monkeypatch.setattr(api, "MODEL_FILES_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(api.runs, "MODEL_FILES_TIMEOUT_S", 0.2)
     attached = ExternalServer("http://127.0.0.1:1")
     t0 = time.monotonic()
-    info = asyncio.run(api._model_files(attached, "org/m", None))
+    info = asyncio.run(api.runs._model_files(attached, "org/m", None))
     assert info == "org/m: its files did not answer in 0.2 s"
     assert time.monotonic() - t0 < 2
 
     async def stopped_soon() -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().call_later(0.05, stop.set)
-        await api._model_files(attached, "org/m", stop)
+        await api.runs._model_files(attached, "org/m", stop)
 
-    monkeypatch.setattr(api, "MODEL_FILES_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(api.runs, "MODEL_FILES_TIMEOUT_S", 30.0)
     t0 = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(stopped_soon())

@@ -56,7 +56,7 @@ def _lines(text: str) -> dict[str, str]:
     """label -> the rest of its line, from the summary."""
     out = {}
     for label in (label for _, label in ci_summary.STAGES):
-        found = re.search(rf"^  {re.escape(label)} +(.*)$", text, re.M)
+        found = re.search(rf"^  {re.escape(label)} +(?:\d+ min +\d+ s)? +(.*)$", text, re.M)
         assert found is not None, text
         out[label] = found.group(1)
     return out
@@ -82,12 +82,80 @@ def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[in
     assert lines["real vLLM"] == f"skipped  {VLLM_REASON}"
     assert lines["real llama.cpp"] == "FAILED   exit status 1: 1 of 2 tests failed or errored"
     # the failed test is named under its stage, with its message's first line, so a CI log says what broke
-    failed_line = text.splitlines()[text.splitlines().index("  real llama.cpp  " + lines["real llama.cpp"]) + 1]
+    at = next(i for i, line in enumerate(text.splitlines()) if line.startswith("  real llama.cpp "))
+    failed_line = text.splitlines()[at + 1]
     assert re.fullmatch(r" +\S*failing::test_b: assert False", failed_line), failed_line
     assert lines["sanitizers"] == "skipped  gcc has no libasan.so"
     assert lines["fuzzing"] == "ran      no clang: the seeds replayed under gcc's sanitizers, not fuzzed"
     assert not passed and text.endswith("CI FAILED: real llama.cpp")
     assert asked == ["vllm", "sanitizers"]  # the machine is asked about skipped stages only
+
+
+def test_each_stage_says_how_long_it_took_and_the_summary_the_total(tmp_path: Path,
+                                                                     reports: dict[str, tuple[int, bytes]]) -> None:
+    for seconds, (name, _) in enumerate(ci_summary.STAGES, start=1):
+        _stage(tmp_path, name, report=reports["passing"])
+        (tmp_path / f"{name}.seconds").write_text(f"{seconds * 61}\n")
+    passed, text = ci_summary.summarize(tmp_path, lambda name: None)
+    assert passed
+    assert re.search(r"^  suite +1 min +1 s  ran ", text, re.M), text
+    assert re.search(r"^  fuzzing +7 min +7 s  ran ", text, re.M), text
+    total = sum(range(1, len(ci_summary.STAGES) + 1)) * 61
+    assert re.search(rf"^  in all +{total // 60} min +{total % 60} s$", text, re.M), text
+
+
+def _timing_run(where: Path, body: str) -> tuple[int, bytes, str]:
+    """pytest over one test file that uses tests/_timing.py under the suite's own conftest.py (copied beside
+    it): (exit status, JUnit report, output)."""
+    for helper in ("conftest.py", "_timing.py"):
+        (where / helper).write_text((ROOT / "tests" / helper).read_text())
+    (where / "test_timed.py").write_text(body)
+    report = where / "report.xml"
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                           "test_timed.py"], capture_output=True, text=True, cwd=where, env=env, check=False)
+    return proc.returncode, report.read_bytes(), proc.stdout
+
+
+TIMED = """import pytest
+from _timing import until_a_round_passes
+
+# lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
+pytestmark = pytest.mark.pure_python
+
+rounds = []
+
+@pytest.mark.timing
+def test_second_round():
+    def one_round():
+        rounds.append(1)
+        assert len(rounds) >= 2, "a host stall"
+    until_a_round_passes(one_round)
+
+@pytest.mark.timing
+def test_first_round():
+    until_a_round_passes(lambda: None)
+
+def test_unmarked():
+    until_a_round_passes(lambda: None)
+"""
+
+
+def test_a_pass_on_a_later_round_is_listed_and_an_unmarked_timing_test_fails(tmp_path: Path) -> None:
+    rc, report, out = _timing_run(tmp_path, TIMED)
+    assert rc == 1 and "mark it @pytest.mark.timing" in out, out
+    _stage(tmp_path, "suite", report=(rc, report))
+    got = ci_summary.outcome(tmp_path, "suite")
+    assert got.state == "failed" and len(got.failures) == 1 and "test_unmarked" in got.failures[0]
+    assert got.later_rounds == ("test_timed::test_second_round (round 2 of 3)",)
+    passed, text = ci_summary.summarize(tmp_path, lambda name: None)
+    assert "passed on a later round: test_timed::test_second_round (round 2 of 3)" in text
+
+    all_marked = TIMED.replace("\ndef test_unmarked", "\n@pytest.mark.timing\ndef test_unmarked")
+    rc, report, out = _timing_run(tmp_path, all_marked)
+    assert rc == 0, out
+    _stage(tmp_path, "suite", report=(rc, report))
+    assert ci_summary.outcome(tmp_path, "suite").detail == "3 passed, 1 on a later round"
 
 
 def test_a_skip_where_the_machine_has_what_the_stage_needs_fails(tmp_path: Path,
@@ -141,5 +209,6 @@ def test_ci_records_every_stage_and_ends_with_the_summary() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     for name, _ in ci_summary.STAGES:
         assert f'"$STAGES/{name}.rc"' in ci, name
+        assert f"\ntook {name}\n" in ci, name  # each stage's duration, for the summary
     assert ci.rstrip().endswith('python scripts/ci_summary.py "$STAGES"')
     assert "pip install '.[test]' && python -m pytest\n" in ci  # the README's command, verbatim

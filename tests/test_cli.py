@@ -88,6 +88,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
     assert words in err[-1], proc.stderr
 
 
+@pytest.mark.timing
 def test_default_run_against_the_synthetic_server(tmp_path: Path) -> None:
     # The medians of 12 requests: a host stall puts TTFT or TPOT past its loose bound in one round (a
     # first token held back and the rest on schedule make TPOT short); a wrong figure fails every round.
@@ -277,12 +278,12 @@ def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch: pytest
 def test_validate_and_a_run_refuse_a_shared_setting_alike(name: str, value: float) -> None:
     """fastbench validate's settings that a run takes too meet the run's rule, with its message,
     before anything is started."""
-    from fastbench.cli import validate as fv
+    from fastbench.api import validation as fv
 
     with pytest.raises(ConfigError) as run_refused:
         api.validate(BenchConfig(**{name: value}))
     with pytest.raises(ConfigError) as validate_refused:
-        fv.validate(**{"concurrency": 2, name: value})
+        fv.validate_client(**{"concurrency": 2, name: value})
     assert str(validate_refused.value) == str(run_refused.value)
 
 

@@ -336,14 +336,13 @@ def test_api_checks_the_result_dir(tmp_path: Path) -> None:
         api.validate(BenchConfig(save_result=True, result_dir=str(blocker / "sub")))
 
 
-def test_the_readme_example_is_a_valid_command() -> None:
+def test_the_vllm_page_example_is_a_valid_command() -> None:
     import shlex
 
     from fastbench import checks
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Coming from vllm bench serve", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    page = (Path(__file__).resolve().parent.parent / "docs" / "vllm.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", page, re.S)
     assert block is not None
     argv = shlex.split(block.group(1).replace("\\\n", " "))[1:]
     parser = command.build_parser()

@@ -14,14 +14,16 @@ import pytest
 import uvloop
 
 from fastbench import api
-from fastbench.cli import validate as fv
-from fastbench.cli import validation_report
+from fastbench.api import validation as fv
+from fastbench.api import validation_figures as vf
+from fastbench.cli import validate as validate_cli
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load.clocks import ClockSample, estimate_offset
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.raypool import INSTANT_COLUMNS, RayPool, import_ray, shift_rows
+from fastbench.results import validation_report
 from fastbench.results.notes import _workers_note
 from fastbench.results.records import COL, NCOLS
 from fastbench.synthetic import SyntheticServer
@@ -158,7 +160,7 @@ def test_the_core_sets_receive_stamps_beside_the_servers_by_the_skew_offset() ->
 def test_validate_refuses_bad_ray_combinations_before_the_run(args: list[str], words: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        fv.main(args)
+        validate_cli.main(args)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith(f"fastbench validate: error: {words}"), err
@@ -172,7 +174,7 @@ def test_validate_ray_without_ray_names_the_extra_and_starts_nothing(monkeypatch
         raise AssertionError("a server was started")
 
     monkeypatch.setattr(SyntheticServer, "start", no_server)
-    assert fv.main(["--ray", "auto", "--concurrency", "2"]) == 2
+    assert validate_cli.main(["--ray", "auto", "--concurrency", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fastbench validate: error: --ray needs Ray: pip install "
                                                "'fastbench[ray]'"), err
@@ -200,10 +202,10 @@ def test_validate_and_the_run_notes_say_how_each_nodes_clock_was_estimated() -> 
     by_calls["estimate"]["method"] = "ray-call"  # type: ignore[index]
     by_calls["clock_fallback"] = ("no valid UDP reply from 10.0.0.2:4000 in 0.5 s (9 pings unanswered, 0 replies "
                                   "ignored)")
-    clocks = fv._node_clocks(_section(by_udp, by_calls))
+    clocks = vf._node_clocks(_section(by_udp, by_calls))
     assert clocks is not None and [c["method"] for c in clocks] == ["udp", "ray-call"]
     assert [c["fallback"] for c in clocks] == [None, by_calls["clock_fallback"]]
-    notes = fv._clock_notes(clocks)
+    notes = vf._clock_notes(clocks)
     assert "+- 0.025 ms to this host's (UDP pings, shortest of 200 round trips 0.050 ms)" in notes[0]
     assert ("holds 0, Ray actor calls, shortest of 64 round trips 1.200 ms; not by UDP: no valid UDP reply from "
             "10.0.0.2:4000 in 0.5 s (9 pings unanswered, 0 replies ignored))") in notes[1]
@@ -216,17 +218,17 @@ def test_validate_and_the_run_notes_say_how_each_nodes_clock_was_estimated() -> 
 
 
 def test_validate_states_each_nodes_clock_and_refuses_one_unknown() -> None:
-    clocks = fv._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("bbbb2222", 1_500_000_000, 600_000, False)))
+    clocks = vf._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("bbbb2222", 1_500_000_000, 600_000, False)))
     assert clocks is not None and [c["uncertainty_ms"] for c in clocks] == [0.0, 0.6]
     assert clocks[1]["offset_ms"] == 1500.0 and clocks[1]["skew_offset_ms"] == 1499.4
-    notes = fv._clock_notes(clocks)
+    notes = vf._clock_notes(clocks)
     assert "this host's" in notes[0] and "exact" in notes[0]
     assert "offset +1500.000 +- 0.600 ms" in notes[1] and "plus 0 to 1.200 ms" in notes[1]
     assert "widened by the nodes' clock uncertainty (up to +- 0.600 ms" in notes[2]
-    assert fv._clock_notes(fv._node_clocks(_section(_node("aaaa1111", 0, 0, True))) or [])[-1].endswith("exact")
-    assert fv._node_clocks({"count": 2}) is None and fv._node_clocks(None) is None  # not --ray
+    assert vf._clock_notes(vf._node_clocks(_section(_node("aaaa1111", 0, 0, True))) or [])[-1].endswith("exact")
+    assert vf._node_clocks({"count": 2}) is None and vf._node_clocks(None) is None  # not --ray
     with pytest.raises(WorkerError, match=r"^validate --ray: the clock offset of node cccc3333 on h is unknown"):
-        fv._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("cccc3333", 0, 0, False, estimated=False)))
+        vf._node_clocks(_section(_node("aaaa1111", 0, 0, True), _node("cccc3333", 0, 0, False, estimated=False)))
 
 
 def test_a_clock_that_moved_during_the_run_widens_the_skew_check_and_every_bound(
@@ -237,18 +239,18 @@ def test_a_clock_that_moved_during_the_run_widens_the_skew_check_and_every_bound
     moved = _node("bbbb2222", 1_500_000_000, 600_000, False)
     moved["estimate_after"] = {"offset_ns": 1_498_000_000, "uncertainty_ns": 500_000, "min_round_trip_ns": 1_000_000,
                                "median_round_trip_ns": 2_000_000, "samples": 64}
-    (clock,) = fv._node_clocks(_section(moved)) or []
+    (clock,) = vf._node_clocks(_section(moved)) or []
     assert clock["below_truth_ms"] == pytest.approx(1.9) and clock["moved_ms"] == pytest.approx(-2.000007)
-    assert "up to 1.900 ms below their true values" in fv._clock_notes([clock])[0]
-    real_run = fv.LoadGenerator.run
+    assert "up to 1.900 ms below their true values" in vf._clock_notes([clock])[0]
+    real_run = LoadGenerator.run
 
     async def as_if_over_ray(self: LoadGenerator) -> object:
         data = await real_run(self)
         data.extra["workers"] = {"count": 1, "per_worker": [], **_section(moved)}
         return data
 
-    monkeypatch.setattr(fv.LoadGenerator, "run", as_if_over_ray)
-    report = fv.validate(2, num_requests=4, output_len=4, itl_ms=2, ttft_ms=2, tolerance_ms=50)
+    monkeypatch.setattr(LoadGenerator, "run", as_if_over_ray)
+    report = fv.validate_client(2, num_requests=4, output_len=4, itl_ms=2, ttft_ms=2, tolerance_ms=50)
     checks = {c.name: c for c in report.checks}
     assert report.skew.p99 is not None
     assert checks["skew p99 (ms)"].value == pytest.approx(report.skew.p99 + 1.9)

@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 import uvloop
 
 from _timing import until_a_round_passes
-from fastbench.cli import validate as fv
+from fastbench.api import validation as fv
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.figures import client_lateness_ns
@@ -90,6 +91,7 @@ def _ticking(data: RunData, c: dict[str, Any]) -> list[tuple[int, int, float]]:
     return spans
 
 
+@pytest.mark.timing
 def test_regular_gaps_switch_the_tick_on_and_the_choice_is_recorded() -> None:
     """32 streams, a chunk every 20 ms: reads on every arrival until the gaps are known, then a tick
     under half the short gaps seen; streams stay open (every end watched for)."""
@@ -116,6 +118,7 @@ def test_regular_gaps_switch_the_tick_on_and_the_choice_is_recorded() -> None:
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_gaps_that_shrink_take_the_tick_back() -> None:
     """The server speeds up mid-run (40 ms between chunks, then 4 ms): two chunks of one stream
     would share a tick's read, so the core goes to a tick under the new gaps, or to every arrival."""
@@ -141,6 +144,7 @@ def test_gaps_that_shrink_take_the_tick_back() -> None:
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_reads_that_carry_several_events_of_a_stream_back_the_tick_off() -> None:
     """A stall of the client's loop (3 chunk gaps long) while the tick runs lets chunks of every
     stream queue for one read: beyond the share seen on every arrival, so the tick is halved at
@@ -200,7 +204,7 @@ def test_reads_without_kernel_stamps_are_never_coalesced() -> None:
 
 def test_validate_reports_what_auto_chose() -> None:
     """validate's default is auto: its report carries the choice, and its table says it."""
-    report = fv.validate(32, itl_ms=10, ttft_ms=10, num_requests=96, output_len=40)
+    report = fv.validate_client(32, itl_ms=10, ttft_ms=10, num_requests=96, output_len=40)
     assert report.settings["coalesce_ms"] == "auto"
     assert report.coalescing is not None and report.coalescing["changes"][0]["why"] == "learning"
     assert "reads coalesced automatically" in report.render()

@@ -4,6 +4,7 @@ records, runs named by id, folder or file, and --fail-if as a regression gate.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,12 +111,12 @@ def test_compare_prints_a_table_and_markdown(two: dict[str, Any]) -> None:
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"A  {two['fast']}, variant fast") and lines[1].startswith(f"B  {two['slow']}")
     ttft = next(line for line in lines if line.startswith("TTFT median"))
-    assert ttft.rstrip().endswith("yes, worse")
+    assert ttft.rstrip().endswith("yes, worse")  # +~100%: beyond noise and the 5% threshold
     proc = fastbench("compare", "--store", two["store"], two["fast"], two["slow"], "--markdown")
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) == 2 + len(cmp.FIGURES)
     assert len({line.count("|") for line in table}) == 1  # every row has the header's cells
-    assert table[0] == "| figure | unit | A | B | change B | 95% interval B | beyond noise B? |"
+    assert table[0] == "| figure | unit | A | B | change B | 95% interval B | verdict B |"
 
 
 @pytest.mark.parametrize("rules,status", [
@@ -169,3 +170,162 @@ def test_a_rule_parses_its_parts() -> None:
     other = cmp.RunSide("b", None, {}, flat_keys({"p99_ttft_ms": 97.0, "fastbench": {}}), None, "")
     assert rule.check(base, other) == (False, "p99_ttft_ms: 100 -> 97 (-3.0%)")
     assert cmp.parse_rule("p99_ttft_ms<-2", ["p99_ttft_ms"]).check(base, other) == (True, "p99_ttft_ms: 100 -> 97 (-3)")
+
+
+# -- size as well as noise -----------------------------------------------------------------------------
+
+
+def _ttft_side(values: np.ndarray, **flat: Any) -> cmp.RunSide:
+    series = {k: values for k in ("ttft", "tpot", "e2el", "decode_rate", "prefill_rate")}
+    return cmp.RunSide(ref="x", run_id=None, doc={"fastbench": {}},
+                       flat={"median_ttft_ms": float(np.median(values)), **flat}, series=series, records="test")
+
+
+TTFT_ONLY = [cmp.Figure("median_ttft_ms", "TTFT median", "ms", "lower", "ttft", 50.0)]
+
+
+def test_a_tiny_change_beyond_noise_is_trivial_and_a_large_one_matters() -> None:
+    """30.1 -> 30.16 ms on 4,000 tight requests each: beyond noise, +0.2%, of no size that matters."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(30.1, 0.05, 4000)
+    tiny = _ttft_side(rng.normal(30.16, 0.05, 4000))
+    (change,) = cmp.compare([_ttft_side(base), tiny], TTFT_ONLY).rows[0].changes
+    assert change.verdict == "beyond noise" and 0.1 < (change.change_pct or 0) < 0.3
+    assert change.matters is False and change.judgement == "trivial" and change.threshold == cmp.Threshold(5.0)
+    (big,) = cmp.compare([_ttft_side(base), _ttft_side(base * 1.08)], TTFT_ONLY).rows[0].changes
+    assert big.judgement == "worse" and big.matters
+    (faster,) = cmp.compare([_ttft_side(base), _ttft_side(base * 0.9)], TTFT_ONLY).rows[0].changes
+    assert faster.judgement == "better"
+    (same,) = cmp.compare([_ttft_side(base), _ttft_side(rng.permutation(base))], TTFT_ONLY).rows[0].changes
+    assert same.judgement == "within noise"
+    # a threshold set per figure: by its key, its metric's short name, or all; the most specific wins
+    for given in ({"median_ttft_ms": cmp.Threshold(0.1)}, {"ttft": cmp.Threshold(0.1)}, {"all": cmp.Threshold(0.1)},
+                  {"all": cmp.Threshold(50.0), "ttft": cmp.Threshold(0.1)}):
+        (strict,) = cmp.compare([_ttft_side(base), tiny], TTFT_ONLY, given).rows[0].changes
+        assert strict.judgement == "worse", given
+    (absolute,) = cmp.compare([_ttft_side(base), tiny], TTFT_ONLY, {"ttft": cmp.Threshold(0.05, percent=False)}
+                              ).rows[0].changes
+    assert absolute.judgement == "worse"  # 0.06 ms >= 0.05 ms
+
+
+def test_below_the_threshold_is_trivial_even_where_noise_cannot_be_judged() -> None:
+    def side(throughput: float) -> cmp.RunSide:
+        return cmp.RunSide("x", None, {}, {"output_throughput": throughput}, None, "")
+
+    (small,) = cmp.compare([side(1000.0), side(1020.0)], cmp.FIGURES[:1]).rows[0].changes
+    assert (small.verdict, small.judgement) == ("cannot tell", "trivial")
+    (large,) = cmp.compare([side(1000.0), side(1200.0)], cmp.FIGURES[:1]).rows[0].changes
+    assert large.judgement == "cannot tell" and "repeated runs" in large.why
+
+
+def test_default_thresholds_are_5_percent_and_10_for_tails() -> None:
+    by_key = {f.key: f.threshold for f in cmp.FIGURES}
+    assert by_key["median_ttft_ms"] == by_key["output_throughput"] == cmp.Threshold(5.0)
+    assert by_key["p99_ttft_ms"] == by_key["p99_e2el_ms"] == cmp.Threshold(10.0)
+
+
+def test_thresholds_parse_per_figure_and_refuse_in_one_line() -> None:
+    parsed = cmp.parse_thresholds(["ttft=2%", "median_tpot_ms=0.5, all=3%"])
+    assert parsed == {"ttft": cmp.Threshold(2.0), "median_tpot_ms": cmp.Threshold(0.5, percent=False),
+                      "all": cmp.Threshold(3.0)}
+    with pytest.raises(StoreError, match="no figure 'tft'.*did you mean ttft"):
+        cmp.parse_thresholds(["tft=2%"])
+    for bad in ("ttft=-2%", "ttft", "ttft=x"):
+        with pytest.raises(StoreError, match="expected NAME=CHANGE"):
+            cmp.parse_thresholds([bad])
+
+
+def test_the_gate_holds_no_rule_on_a_change_within_noise() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.gamma(4.0, 25.0, 300)
+    noisy = _ttft_side(rng.gamma(4.0, 25.0, 300) * 1.03)  # +3% on wide samples: within noise
+    comparison = cmp.compare([_ttft_side(base), noisy], TTFT_ONLY)
+    (change,) = comparison.rows[0].changes
+    assert change.verdict == "within noise"
+    rule = cmp.parse_rule("median_ttft_ms>+1%", ["median_ttft_ms"])
+    held, line = rule.check(comparison.runs[0], noisy)
+    assert held is (change.change_pct is not None and change.change_pct > 1)  # the change alone, as before
+    assert rule.check(comparison.runs[0], noisy, change)[0] is False
+    assert "within noise" in rule.check(comparison.runs[0], noisy, change)[1]
+    worse = _ttft_side(base * 1.5)
+    (beyond,) = cmp.compare([_ttft_side(base), worse], TTFT_ONLY).rows[0].changes
+    assert rule.check(comparison.runs[0], worse, beyond) == (True, rule.check(comparison.runs[0], worse)[1]
+                                                            + ", beyond noise")
+
+
+def test_compare_takes_thresholds_on_the_command_line(two: dict[str, Any]) -> None:
+    proc = fastbench("compare", "--store", two["store"], two["fast"], two["slow"], "--threshold", "ttft=500%",
+                     "--fail-if", "median_ttft_ms>+10%")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the gate keeps its own CHANGE
+    lines = proc.stdout.splitlines()
+    median = next(line for line in lines if line.startswith("TTFT median"))
+    assert median.rstrip().endswith("beyond noise, below 500% (trivial)")
+    p99 = next(line for line in lines if line.startswith("TTFT p99"))  # the metric's name sets both statistics
+    assert p99.rstrip().endswith("below 500% (trivial); noise: 60 requests are too few for a p99 (need 500)")
+    gate = next(line for line in lines if "--fail-if" in line)
+    assert gate.startswith("FAIL") and gate.endswith(", beyond noise")
+    bad = fastbench("compare", "--store", two["store"], two["fast"], two["slow"], "--threshold", "ttfx=2%")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "ttfx" in bad.stderr
+
+
+# -- the prefix cache ---------------------------------------------------------------------------------
+
+
+def _cached_side(ttft: np.ndarray, *, hit_rate: float | None = None, in_stats: float | None = None,
+                 share: float | None = None, warning: str | None = None) -> cmp.RunSide:
+    """A run as its result gives its cache state: the flat keys, or (older results) only
+    fastbench.server.prefix_cache_stats."""
+    flat: dict[str, Any] = {}
+    if hit_rate is not None:
+        flat["prefix_cache_hit_rate"] = hit_rate
+    if share is not None:
+        flat["cached_tokens_share"] = share
+    if warning is not None:
+        flat["prefix_cache_warning"] = warning
+    side = _ttft_side(ttft, **flat)
+    if in_stats is not None:
+        side.doc["fastbench"]["server"] = {"prefix_cache_stats": {"queries": 1000, "hits": int(in_stats * 1000),
+                                                                  "hit_rate": in_stats}}
+    return side
+
+
+def test_compare_says_when_the_cache_states_differ_enough_to_explain_a_latency_change() -> None:
+    rng = np.random.default_rng(5)
+    cold = rng.normal(26.1, 1.0, 400)
+    warm = rng.normal(0.9, 0.05, 400)
+    comparison = cmp.compare([_cached_side(cold, in_stats=0.49), _cached_side(warm, hit_rate=0.98)], TTFT_ONLY)
+    assert [c.hit_rate for c in comparison.cache] == [0.49, 0.98]
+    assert comparison.rows[0].changes[0].judgement == "better"
+    (note,) = comparison.notes
+    assert note.startswith("B: the prefix-cache hit rate was 0.49 in A and 0.98 in B while TTFT median changed -96")
+    assert "the cache, not the server, may explain" in note
+    # close states, the same latency change: nothing said of the cache
+    assert cmp.compare([_cached_side(cold, hit_rate=0.9), _cached_side(warm, hit_rate=0.98)], TTFT_ONLY).notes == []
+    # apart, with no latency change beyond its threshold: said, and that nothing moved with it
+    (calm,) = cmp.compare([_cached_side(cold, hit_rate=0.1), _cached_side(rng.permutation(cold), hit_rate=0.6)],
+                          TTFT_ONLY).notes
+    assert calm == "B: the prefix-cache hit rate was 0.10 in A and 0.60 in B; no latency changed beyond its threshold"
+    # the per-request share where the hit rate is missing; the warning shown as it is
+    shared = cmp.compare([_cached_side(cold, share=0.0), _cached_side(warm, share=0.95, warning="hit rate 0.95 "
+                                                                     "but random prompts share about 0")], TTFT_ONLY)
+    assert shared.notes[0] == "B: prefix cache: hit rate 0.95 but random prompts share about 0"
+    assert shared.notes[1].startswith("B: the cached-token share was 0.00 in A and 0.95 in B while TTFT median")
+
+
+def test_compare_prints_the_cache_state_of_real_runs(tmp_path: Path) -> None:
+    """Two runs of the same prompts against one synthetic server that caches prefixes: the second
+    finds them cached, its TTFT drops, and compare says the cache explains it."""
+    from fastbench.synthetic import SyntheticServer
+
+    store = tmp_path / "store"
+    with SyntheticServer("--enable-prefix-caching", "--prefill-tok-s", "20000", "--itl-ms", "1") as server:
+        ids = [run(BenchConfig(base_url=server.base_url, num_prompts=12, concurrency=4, random_input_len=512,
+                               random_output_len=4, seed=11, store=store)).run_id for _ in range(2)]
+    proc = fastbench("compare", "--store", str(store), *(i or "" for i in ids))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    rates = [float(re.search(r"prefix-cache hit rate ([0-9.]+)", line).group(1))  # type: ignore[union-attr]
+             for line in lines[:2]]
+    assert rates[0] < 0.2 and rates[1] > 0.8, lines[:2]
+    note = next(line for line in lines if "may explain the latency change" in line)
+    assert note.startswith(f"B: the prefix-cache hit rate was {rates[0]:.2f} in A and {rates[1]:.2f} in B while TTFT")

@@ -92,6 +92,7 @@ def test_column_order_matches_records() -> None:
     assert COLUMN_ORDER == COLUMNS
 
 
+@pytest.mark.timing
 def test_usage_per_chunk_timing_and_tokens(loop_factory: Any) -> None:
     counts = [1, 3, 2, 4, 1]
     # The scripted server shares this loop: a host stall of 40 ms puts one TTFT past its bound and
@@ -459,6 +460,7 @@ def test_open_loop_schedule_is_drawn_before_the_window(loop_factory: Any,
     assert drawn_ns[0] <= data.start_ns <= col(data, "scheduled_ns").min()
 
 
+@pytest.mark.timing
 def test_open_loop_arrivals_waiting_for_a_slot_go_out_from_the_core(loop_factory: Any,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Arrivals far faster than 2 slots serve: each one that waited goes out on the connection whose

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
                                 reason="no C compiler")
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("coalesce_us", [0, 4000])
 def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coalesce_us: int) -> None:
     exe, _ = cpu_floor.build_floor_client(tmp_path)
@@ -42,6 +43,7 @@ def test_floor_client_counts_chunks_and_keeps_streams_open(tmp_path: Path, coale
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_uring_floor_reads_every_ready_socket_per_wake_up(tmp_path: Path) -> None:
     """One io_uring wait runs at most ~20 queued receives; the floor must run the rest before it
     sleeps again, or data piles up in the sockets and several chunks share one read (and stamp).
@@ -62,6 +64,7 @@ def test_uring_floor_reads_every_ready_socket_per_wake_up(tmp_path: Path) -> Non
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
     """Both probes wake on a 2 ms timerfd for 0.2 s: up to 100 wake-ups each, each with some CPU.
     A busy host runs fewer (ticks missed while the probe waits for a CPU are counted by one read):
@@ -80,6 +83,7 @@ def test_wake_costs_are_measured_per_wake_up(tmp_path: Path) -> None:
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("tokens_per_chunk,output_len", [("1", 16), ("1-4", 64)])
 def test_request_seconds_is_how_long_a_request_streams(tokens_per_chunk: str, output_len: int) -> None:
     """run_fastbench sizes its runs with request_seconds: it must be how long a request really

@@ -440,7 +440,7 @@ def test_http_framing_edge_cases(lib: Lib) -> None:
     )
     r = lib.run(HTTP, resp)
     assert (r.res.rc, r.out, r.res.http_state, r.res.keep_alive) == (0, b"hello", S_DONE, 0)
-    # Transfer-Encoding not ending in chunked: read until close (item 4).
+    # Transfer-Encoding not ending in chunked: read until close (RFC 9112 6.3 item 4).
     resp = _head("200 OK", [("Transfer-Encoding", "chunked, gzip")]) + b"raw"
     r = lib.run(HTTP, resp, eof=True)
     assert (r.res.rc, r.out, r.res.chunked, r.res.keep_alive, r.res.eof_rc) == (0, b"raw", 0, 0, 0)

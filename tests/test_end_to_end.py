@@ -27,6 +27,7 @@ def spec_server() -> Any:
         yield s
 
 
+@pytest.mark.timing
 def test_speculative_chunks_tpot_and_per_token_itl(spec_server: SyntheticServer) -> None:
     # A host stall (ASan on a loaded host: TTFT median 53.4 ms) fails one round; wrong counting fails every one.
     def one_round() -> None:
@@ -51,6 +52,7 @@ def test_speculative_chunks_tpot_and_per_token_itl(spec_server: SyntheticServer)
     until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_chat_with_reasoning_reports_ttft_and_ttfa() -> None:
     def one_round() -> None:
         with SyntheticServer("--ttft-ms", "30", "--itl-ms", "10", "--reasoning-tokens", "5") as server:
@@ -132,6 +134,7 @@ def test_tokens_per_chunk_leaves_out_usage_that_is_not_trusted() -> None:
     assert faulty.mean_tokens_per_chunk == pytest.approx(clean.mean_tokens_per_chunk, abs=0.15)
 
 
+@pytest.mark.timing
 def test_coalesced_reads_keep_arrival_times(spec_server: SyntheticServer) -> None:
     """--coalesce-ms 5: the sockets are read every 5 ms, but each chunk's time is the kernel's
     receive stamp, so the figures stay the server's: each chunk's stamp is within a fraction of a

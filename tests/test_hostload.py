@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from fastbench.cli import hostload
-from fastbench.cli import validate as fv
-from fastbench.cli.hostload import HostLoad, HostSnapshot
+from fastbench.api import validation as fv
+from fastbench.api import validation_figures as vf
+from fastbench.load import hostload
+from fastbench.load.hostload import HostLoad, HostSnapshot
 
 QUIET = HostLoad(cpus=2, others_cpus=0.02, client_run_queue_wait_ms=1.0, client_run_queue_wait_share=0.001,
                  steal_share=0.0)
@@ -97,7 +98,7 @@ def test_a_fail_says_whose_it_is(monkeypatch: pytest.MonkeyPatch, host: HostLoad
     names its figures; on a quiet one it is the client's. (20 ms between chunks: a server that misses
     half of that is the server's FAIL, test_the_server_missing_its_schedule_is_the_servers_fail.)"""
     monkeypatch.setattr(hostload, "between", lambda *args: host)
-    report = fv.validate(2, num_requests=4, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1e-6)
+    report = fv.validate_client(2, num_requests=4, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1e-6)
     assert (report.verdict, report.verdict_cause) == ("FAIL", cause)
     assert report.host == host.to_dict()
     text = report.render()
@@ -111,16 +112,16 @@ def test_a_fail_says_whose_it_is(monkeypatch: pytest.MonkeyPatch, host: HostLoad
 def test_a_pass_on_a_busy_host_still_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hostload, "between", lambda *args: BUSY)
     # one request per stream: no turnover, so "streams kept open" (not loosened by the tolerance) is not judged
-    report = fv.validate(2, num_requests=2, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1000.0)
+    report = fv.validate_client(2, num_requests=2, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1000.0)
     assert (report.verdict, report.verdict_cause) == ("PASS", None)
     assert any(note.startswith("the host was busy during the window: ") for note in report.notes)
 
 
 def test_the_server_missing_its_schedule_is_the_servers_fail_and_a_failed_run_is_the_runs() -> None:
     notes: list[str] = []
-    assert fv._verdict_cause(["skew p99 (ms)"], True, BUSY, notes) == "server"
+    assert vf._verdict_cause(["skew p99 (ms)"], True, BUSY, notes) == "server"
     assert notes == ["the host was busy during the window: " + str(hostload.starved_because(BUSY))]
     # requests that failed, or stamps from another clock, are not the host's doing
-    assert fv._verdict_cause(["skew p99 (ms)", "chunks with negative skew"], False, BUSY, []) == "run"
-    assert fv._verdict_cause(["failed requests"], False, QUIET, []) == "run"
-    assert fv._verdict_cause([], False, QUIET, []) is None
+    assert vf._verdict_cause(["skew p99 (ms)", "chunks with negative skew"], False, BUSY, []) == "run"
+    assert vf._verdict_cause(["failed requests"], False, QUIET, []) == "run"
+    assert vf._verdict_cause([], False, QUIET, []) is None

@@ -1,5 +1,5 @@
 """The server's view and the client's view of requests in flight, labelled as such on the card, with
-what they differ by measured at the same instants (issue 12, item 6)."""
+what they differ by measured at the same instants."""
 
 from __future__ import annotations
 

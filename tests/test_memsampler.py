@@ -513,9 +513,8 @@ def test_stop_is_prompt_and_ctrl_c_does_not_kill_the_coprocess() -> None:
 
 
 def test_coprocess_exits_when_its_parent_is_gone() -> None:
-    path = ms.__file__
     child = subprocess.Popen(
-        [sys.executable, "-I", path, "--interval-s=0.05", "--no-nvml"],
+        ms.child_command("--interval-s=0.05", "--no-nvml"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -536,3 +535,18 @@ def test_start_fails_clearly(tmp_path: Path) -> None:
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="interval_s"):
             MemorySampler(bad)
+
+
+def test_the_coprocess_imports_the_standard_library_only() -> None:
+    """The co-process's modules import nothing outside the standard library (and the package's own
+    lazy __init__ files): it must not load the client's dependencies nor its compiled core."""
+    root = str(Path(ms.__file__).resolve().parents[2])  # as child_command puts it on the child's sys.path
+    code = (f"import sys; sys.path.insert(0, {root!r}); before = set(sys.modules); "
+            "import fastbench.server.memchild; print('\\n'.join(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    ours = sorted(name for name in out if name.split(".")[0] == "fastbench")
+    assert ours == ["fastbench", "fastbench._version", "fastbench.server", "fastbench.server.memchild",
+                    "fastbench.server.memread"], ours
+    foreign = [name for name in out if name.split(".")[0] not in sys.stdlib_module_names
+               and name.split(".")[0] != "fastbench"]
+    assert foreign == [], foreign

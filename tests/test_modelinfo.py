@@ -18,6 +18,9 @@ from fastbench.results import modelcard
 from fastbench.server import modelinfo
 from fastbench.server.modelinfo import ModelInfoError, describe, family_of, locate
 
+# lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
+pytestmark = pytest.mark.pure_python
+
 
 def server_info(model: str, environ: dict[str, str] | None = None, revision: str | None = None) -> dict[str, Any]:
     """What a run against ``model`` puts in the result's server_info about it."""

@@ -282,7 +282,7 @@ def test_a_session_starts_at_its_due_time_and_none_after_the_stop() -> None:
         return runs, start
 
     runs, start = asyncio.run(main())
-    # the stop came from session 5: none after it started (each waited for its own due time)
+    # the stop came from the session at index 5: none after it started (each waited for its own due time)
     assert [s for s, _, _ in runs] == list(range(6))
     assert all(due == start + s * 2_000_000 and began >= due for s, due, began in runs)
 
@@ -336,6 +336,7 @@ def test_completions_render_the_history_with_the_template(tmp_path: pathlib.Path
     assert result.counts.completed == 2
 
 
+@pytest.mark.timing
 def test_ttft_grows_with_the_history_and_the_prefix_cache_cuts_it(tmp_path: pathlib.Path) -> None:
     # 300-word user turns, 50-word replies: turn 4 carries ~4.5x turn 1's prompt. At 20,000 prompt tok/s
     # turn 1 takes ~16 ms of prefill and turn 4 ~70 ms; with the cache, turn 4 computes only its new

@@ -48,6 +48,7 @@ class _Bench:
         self.loop.close()
 
 
+@pytest.mark.timing
 def test_an_arrival_due_during_a_busy_drain_goes_out_before_the_next_read() -> None:
     """400 sockets ready at once, arrivals due every 50 us over the drain: each is sent before the
     core reads another socket (judged by the drain's own read stamps, so a host stall shifts both)."""
@@ -178,6 +179,7 @@ def _pending(sock: socket.socket) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
 
 
+@pytest.mark.timing
 def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) -> None:  # noqa: F811
     """Arrivals far faster than 3 slots serve (the second 0.3 ms after the first): the pool is
     filled before the window opens and topped up ahead of need, never opening more connections than
@@ -254,6 +256,7 @@ def test_the_arrival_lead_follows_how_late_the_loop_gets_to_arrivals() -> None:
         bench.close()
 
 
+@pytest.mark.timing
 def test_a_loop_on_time_keeps_the_lead_short() -> None:
     """The same arrivals with the loop woken by the timer itself: the lead follows the delays the loop
     really had, by this test's own stamps, however long a loaded host makes them. A lead measured from

@@ -1,6 +1,8 @@
 """The study's figures: what they show computed exactly on inputs whose answer is known (series,
-crossings with their intervals, the Pareto set, the percentile spectrum), and `fastbench plot` end to
-end on a small store of real runs against the synthetic server."""
+crossings with their intervals, the Pareto set, the percentile spectrum); that each figure reads at a
+glance, measured on the rendered figure (labels, panels and titles overlapping nothing, log scales,
+gauges as steps, titles without placeholders); and `fastbench plot` end to end on a small store of
+real runs against the synthetic server."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import matplotlib
+import numpy as np
 import orjson
 import pytest
 from hdrh.histogram import HdrHistogram
 
 from fastbench import BenchConfig, run
+from fastbench.study import plots
 from fastbench.study.figures_data import (
     NO_VARIANT,
     Cell,
@@ -28,6 +34,12 @@ from fastbench.study.figures_data import (
 )
 from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
+
+# lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
+pytestmark = pytest.mark.pure_python
 
 
 def cells(loads: list[float], means: list[float], half: float = 0.0) -> list[Cell]:
@@ -266,3 +278,193 @@ def test_plot_bad_input_is_one_line(study: Path) -> None:
         assert done.returncode == 2, (args, done.stdout)
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("fastbench plot: error:") and words in line, (args, line)
+
+
+# -- figures a person reads at a glance: measured on the rendered figure ------------------------------
+
+def rendered(fig: Any) -> Any:
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def text_box(text: Any, renderer: Any) -> Any:
+    """A text's own box in pixels (an annotation's get_window_extent would include its leader line)."""
+    from matplotlib.text import Text
+
+    return Text.get_window_extent(text, renderer)
+
+
+def assert_apart(boxes: list[Any], what: str) -> None:
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), f"{what}: {a} overlaps {b}"
+
+
+def cell_points(cells: dict[str, list[tuple[int, float, float]]]) -> list[RunPoint]:
+    """variant -> (concurrency, per-stream rate, throughput) cells, one run each."""
+    return [RunPoint(f"{variant}-{conc}", variant, conc, None,
+                     {plots.PER_STREAM_KEY: rate, plots.THROUGHPUT_KEY: tput}, None)
+            for variant, rows in cells.items() for conc, rate, tput in rows]
+
+
+def batching(step_ms: float, per_seq_ms: float, accept: float) -> list[tuple[int, float, float]]:
+    """A batching model's cells at concurrency 1..128 (bench/synthetic_study.py's, without noise)."""
+    rows = []
+    for conc in (1, 2, 4, 8, 16, 32, 64, 128):
+        rate = accept * 1000.0 / (step_ms + per_seq_ms * conc)
+        rows.append((conc, rate, conc * rate * 0.95))
+    return rows
+
+
+# Three variants whose cells crowd each other: base and eagle3 cross near c = 16, where a cell of each
+# lies at the very same point (the "base c=16" over "eagle3 c=16" of a real study), ngram between them.
+CROWDED = {"base": batching(10.0, 0.6, 1.0), "eagle3": batching(14.0, 2.0, 2.4), "ngram": batching(11.0, 1.3, 1.5)}
+CROWDED["eagle3"][4] = CROWDED["base"][4]
+
+
+def test_the_pareto_labels_overlap_nothing_and_name_every_cell() -> None:
+    drawn = plots.figure_pareto(cell_points(CROWDED))
+    fig = drawn.figure
+    (ax,) = fig.axes
+    renderer = rendered(fig)
+    labels = [text_box(t, renderer) for t in ax.texts]
+    assert_apart(labels, "pareto labels")
+    panel = ax.get_window_extent(renderer)
+    assert all(panel.x0 <= b.x0 and b.x1 <= panel.x1 and panel.y0 <= b.y0 and b.y1 <= panel.y1 for b in labels)
+    centres = [ax.transData.transform(xy) for c in ax.collections for xy in c.get_offsets()]
+    assert len(centres) == 24
+    assert not [(c, b) for c in centres for b in labels if b.contains(*c)]  # no label covers a cell's marker
+    assert ax.get_legend().get_window_extent(renderer).x0 > panel.x1  # the key is beside the panel, not on it
+    texts = [t.get_text() for t in ax.texts]
+    footnote = [t.get_text().replace("\n", " ") for t in fig.texts if t.get_text().startswith("Not labelled")]
+    unlabelled = footnote[0].split(": ", 1)[1].split("; ") if footnote else []
+    assert len(texts) + len(unlabelled) == 24  # each cell is named, on the panel or below it
+    frontier = [f"{p['variant']} c={p['load']:.3g}" for p in drawn.summary["frontier"]]
+    assert "base c=16" in frontier and "eagle3 c=16" in frontier  # both cells of the shared point, each named
+    assert set(frontier) <= set(texts) | {u.split(" (")[0] for u in unlabelled}
+    plt.close(fig)
+
+
+def test_labels_with_no_room_are_named_below_the_figure_never_stacked() -> None:
+    # 30 cells in a clump (one variant, loads 1..30, nearly equal figures) and one far away
+    clump = [(c, 100.0 + 0.01 * c, 500.0 + 0.01 * c) for c in range(1, 31)] + [(64, 10.0, 5000.0)]
+    fig = plots.figure_pareto(cell_points({"spec": clump})).figure
+    (ax,) = fig.axes
+    renderer = rendered(fig)
+    assert_apart([text_box(t, renderer) for t in ax.texts], "crowded labels")
+    (note,) = [t for t in fig.texts if t.get_text().startswith("Not labelled for want of room")]
+    named = note.get_text().replace("\n", " ").split(": ", 1)[1].split("; ")
+    assert len(ax.texts) + len(named) == 31 and len(named) > 0
+    assert note.get_window_extent(renderer).y1 < ax.get_tightbbox(renderer).y0  # below the panel and its labels
+    plt.close(fig)
+
+
+def test_the_crossover_labels_each_crossing_apart_and_its_title_clears_the_panels() -> None:
+    # three lines, straight in log load u = log2(c), crossing at u = 3.9, 4 and 4.1 (c = 14.9, 16, 17.1)
+    lines = {"a": lambda u: 100 - 10 * u, "b": lambda u: 61 + 0 * u, "c": lambda u: 20 + 10 * u}
+    points = cell_points({v: [(2**u, f(u), 10 * f(u)) for u in range(7)] for v, f in lines.items()})
+    drawn = plots.figure_crossover(points)
+    fig = drawn.figure
+    renderer = rendered(fig)
+    for ax, key in zip(fig.axes, ("per_stream", "throughput")):
+        crossings_here = drawn.summary["crossings"][key]
+        assert [c["load"] for c in crossings_here] == pytest.approx([2**3.9, 16.0, 2**4.1])
+        assert len(ax.texts) >= 2  # at the foot of the lines, else at their top
+        assert_apart([text_box(t, renderer) for t in ax.texts], f"{key} crossing labels")
+        assert {t.get_text() for t in ax.texts} <= {f"{c['load']:.3g}" for c in crossings_here}
+    panels = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    assert_apart([*panels, fig._suptitle.get_window_extent(renderer)], "crossover panels and title")
+    plt.close(fig)
+
+
+def test_the_latency_panels_titles_and_key_never_touch() -> None:
+    points = [RunPoint(f"{variant}-{conc}", variant, conc, None,
+                       {f"{stat}_{metric}_ms": scale * conc * (1 + k) for metric, scale in
+                        (("ttft", 30.0), ("tpot", 5.0), ("itl", 7.0), ("e2el", 2590.0))
+                        for k, stat in enumerate(("median", "p90", "p99"))}, None)
+              for variant in ("base", "spec") for conc in (1, 4, 16, 64)]
+    fig = plots.figure_latency(points).figure
+    renderer = rendered(fig)
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]  # each panel with its ticks, labels, title, key
+    assert_apart([*boxes, fig._suptitle.get_window_extent(renderer)], "latency panels")
+    assert all(ax.get_legend() is None for ax in fig.axes[:1] + fig.axes[2:])  # one key, for all four
+    key = fig.axes[1].get_legend()
+    assert [t.get_text() for t in key.get_texts()] == ["base", "spec", "p50", "p90", "p99"]
+    plt.close(fig)
+
+
+def encoded(values_ms: Any) -> dict[str, str]:
+    hist = HdrHistogram(1, 3_600_000_000_000, 3)
+    for v in values_ms:
+        hist.record_value(int(v * 1e6))
+    return {"data": hist.encode().decode()}
+
+
+def test_the_spectrum_has_a_panel_per_figure_on_hdrhistograms_log_scales() -> None:
+    # the issue's case: E2E at ~2,590 ms beside TPOT at ~5 ms; ITL spans two decades (a slow tail)
+    ms = np.linspace(0.0, 1.0, 2000)
+    histograms = {"ttft": encoded(20 + 10 * ms[:200]), "tpot": encoded(5 + ms[:200]),
+                  "itl": encoded(np.concatenate([3 + ms, [300.0] * 20])), "e2el": encoded(2500 + 100 * ms[:200])}
+    point = RunPoint("r1", NO_VARIANT, 16, None, {}, None)
+    drawn = plots.figure_spectrum(point, histograms)
+    fig = drawn.figure
+    axes = fig.axes
+    assert [len(ax.get_lines()) for ax in axes] == [1, 1, 1, 1]  # one figure per panel
+    assert all(ax.get_xscale() == "log" for ax in axes)
+    assert len({ax.get_xlim() for ax in axes}) == 1  # percentiles line up down the page
+    assert [t.get_text() for t in axes[2].get_xticklabels()] == ["0%", "90%", "99%", "99.9%", "99.99%"]
+    scales = {ax.get_ylabel().split(" (")[0]: ax.get_yscale() for ax in axes}
+    assert scales == {"TTFT": "linear", "TPOT": "linear", "ITL": "log", "E2E latency": "linear"}
+    assert axes[1].get_ylim()[1] < 7 and axes[3].get_ylim()[1] > 2590  # each on its own scale
+    itl = axes[2].get_lines()[0].get_ydata()
+    assert itl[-1] == pytest.approx(300.0, rel=1e-3) and list(itl) == sorted(itl)  # up to the largest value
+    assert drawn.title == "Latency by percentile: concurrency 16 (run r1)"
+    renderer = rendered(fig)
+    assert_apart([ax.get_tightbbox(renderer) for ax in axes], "spectrum panels")
+    plt.close(fig)
+
+
+def test_titles_say_what_is_known_and_no_placeholder() -> None:
+    from fastbench.study.drawing import run_description
+
+    assert run_description(RunPoint("r", NO_VARIANT, None, None, {}, None)) == ""
+    assert run_description(RunPoint("r", "spec", 16, None, {}, None)) == "spec, concurrency 16"
+    assert run_description(RunPoint("r", NO_VARIANT, None, 4.0, {}, None)) == "request rate 4/s"
+    histograms = {"ttft": encoded([10.0, 20.0])}
+    bare = plots.figure_spectrum(RunPoint("r2", NO_VARIANT, None, None, {}, None), histograms)
+    assert bare.title == "Latency by percentile, run r2"
+    plt.close(bare.figure)
+    unnamed = [RunPoint(f"r{c}", NO_VARIANT, c, None, {plots.PER_STREAM_KEY: 100.0 / c,
+                                                      plots.THROUGHPUT_KEY: 90.0 * c}, None) for c in (1, 2, 4)]
+    for drawn in (plots.figure_pareto(unnamed), plots.figure_crossover(unnamed), plots.figure_latency(unnamed)):
+        shown = [drawn.title, *(t.get_text() for t in drawn.figure.texts),
+                 *(ax.get_title() for ax in drawn.figure.axes)]
+        assert not [t for t in shown if NO_VARIANT in t], shown
+        plt.close(drawn.figure)
+
+
+def test_the_timeline_draws_the_servers_gauges_as_steps_at_their_reads() -> None:
+    start = 5_000_000_000
+    records = [{"id": i, "status": "completed", "sent_ns": start + i * 10**8, "sent_ms": i * 100.0,
+                "first_token_ns": start + i * 10**8 + 10**7, "end_ns": start + i * 10**8 + 5 * 10**8,
+                "ttft_ms": 10.0, "output_tokens": 5} for i in range(30)]
+    reads = [{"t_s": 2.0 * k, "running": float(k % 3), "waiting": 0.0, "kv_cache_usage": 0.1 * k} for k in range(3)]
+    doc = {"duration": 3.5, "fastbench": {"server": {
+        "server_metrics": {"available": True, "gauges": {"t0_monotonic_s": 5.0, "samples": reads}}}}}
+    point = RunPoint("r3", NO_VARIANT, 4, None, {}, None)
+    drawn = plots.figure_timeline(point, doc, records)
+    gauges = {line.get_label(): line for ax in drawn.figure.axes for line in ax.get_lines()
+              if "at each read" in line.get_label()}
+    assert set(gauges) == {"running (server, at each read)", "waiting (server, at each read)",
+                           "KV-cache use\n(at each read)"}
+    for line in gauges.values():
+        assert line.get_drawstyle() == "steps-post" and line.get_marker() not in ("None", "", None)
+        assert list(line.get_xdata()) == [0.0, 2.0, 4.0]  # a step at each read, nothing in between
+    assert list(gauges["running (server, at each read)"].get_ydata()) == [0.0, 1.0, 2.0]
+    assert drawn.title == "Run r3 over time: concurrency 4"
+    renderer = rendered(drawn.figure)
+    assert_apart([ax.get_tightbbox(renderer) for ax in drawn.figure.axes], "timeline panels")
+    (note,) = [t for t in drawn.figure.texts if t.get_text().startswith("Not kept")]
+    assert "memory" in note.get_text()
+    assert note.get_window_extent(renderer).y1 < min(ax.get_tightbbox(renderer).y0 for ax in drawn.figure.axes)
+    plt.close(drawn.figure)

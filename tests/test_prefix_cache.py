@@ -3,10 +3,14 @@ from its /metrics counters, the TTFT effect, the cache reset, and the card's and
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import urllib.error
 import urllib.request
+from typing import Any
 
+import aiohttp
+import aiohttp.web
 import pytest
 
 from _timing import until_a_round_passes
@@ -14,7 +18,7 @@ from fastbench import BenchConfig, run
 from fastbench.results.card import render_card
 from fastbench.results.result import Result
 from fastbench.results.writers import render_console
-from fastbench.server.prefixcache import PrefixCounters, summarize
+from fastbench.server.prefixcache import PrefixCounters, reset_prefix_cache, summarize
 from fastbench.server.prom import Metrics
 from fastbench.synthetic import SyntheticServer
 from fastbench.synthetic.prefixcache import PrefixCache
@@ -88,6 +92,7 @@ def test_a_shared_prefix_run_reports_the_servers_hit_rate_exactly() -> None:
     assert console[p99 + 1].rstrip().endswith(f"{100 * stats['hit_rate']:.2f}")
 
 
+@pytest.mark.timing
 def test_sharing_a_prefix_lowers_ttft_against_the_same_lengths_unshared() -> None:
     # 512 prompt tokens at 20,000 tok/s: 25.6 ms of prefill; with 480 of them cached (30 blocks), 1.6 ms
     with SyntheticServer(enable_prefix_caching=True, block_size=BLOCK, prefill_tok_s=20000, itl_ms=1) as server:
@@ -115,13 +120,55 @@ def test_reset_prefix_cache_empties_the_cache_before_the_run() -> None:
         assert again.server_info["prefix_cache_stats"]["hits"] == 20 * (239 // BLOCK) * BLOCK
         reset = _shared(server.base_url, reset_prefix_cache=True)  # emptied: as on a fresh server
         assert reset.server_info["prefix_cache_stats"]["hits"] == 19 * 192
-        assert reset.server_info["prefix_cache_reset"] == "done before the first request"
+        assert reset.server_info["prefix_cache_reset"] == {"asked": True, "done": True, "why_not": None, "tries": 1}
+        assert again.server_info["prefix_cache_reset"] == {"asked": False, "done": False, "tries": 0,
+                                                           "why_not": "not asked (--reset-prefix-cache)"}
         assert server.stats()["prefix_cache"]["resets"] == 1
     with SyntheticServer("--no-reset-prefix-cache", enable_prefix_caching=True, ttft_ms=1, itl_ms=1) as server:
         refused = _shared(server.base_url, reset_prefix_cache=True, num_prompts=2)  # the run goes on
-        why = refused.server_info["prefix_cache_reset"]
-        assert "POST /reset_prefix_cache (vLLM's) answered 404" in why and "VLLM_SERVER_DEV_MODE=1" in why
+        record = refused.server_info["prefix_cache_reset"]
+        assert record["asked"] and not record["done"] and record["tries"] == 1  # a 404 is not asked again
+        assert "POST /reset_prefix_cache (vLLM's) answered 404" in record["why_not"]
+        assert "VLLM_SERVER_DEV_MODE=1" in record["why_not"]
         assert any(n.startswith("prefix cache not reset (--reset-prefix-cache)") for n in refused.server_info["notes"])
+
+
+class _BusyVllm:
+    """A server whose POST /reset_prefix_cache answers as vLLM's does while requests hold cache blocks
+    (``{"success": false}``) ``refusals`` times, then empties it."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls = 0
+
+    async def reset(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        self.calls += 1
+        return aiohttp.web.json_response({"success": self.calls > self.refusals})
+
+
+async def _reset_against(refusals: int, retry_s: float) -> tuple[dict[str, Any], int]:
+    busy = _BusyVllm(refusals)
+    app = aiohttp.web.Application()
+    app.router.add_post("/reset_prefix_cache", busy.reset)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        return await reset_prefix_cache(f"http://127.0.0.1:{port}", None, retry_s=retry_s), busy.calls
+    finally:
+        await runner.cleanup()
+
+
+def test_a_reset_refused_while_blocks_are_held_is_asked_again() -> None:
+    record, calls = asyncio.run(_reset_against(refusals=2, retry_s=5.0))
+    assert record == {"asked": True, "done": True, "why_not": None, "tries": 3} and calls == 3
+    # still refused when the retries run out: recorded with how often it was asked
+    record, calls = asyncio.run(_reset_against(refusals=1000, retry_s=0.6))
+    assert not record["done"] and record["tries"] == calls >= 2
+    assert record["why_not"] == (f"POST /reset_prefix_cache answered success false (vLLM refuses while requests "
+                                 f"hold cache blocks) {calls} times over 0.6 s")
 
 
 def _metrics(queries: float, hits: float) -> Metrics:

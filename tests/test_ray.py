@@ -31,7 +31,7 @@ from _scripted import ScriptedServer, stream_script
 from _timing import until_a_round_passes
 from fastbench import api
 from fastbench._core import BodyParts, TokenRuns
-from fastbench.cli import validate as fv
+from fastbench.api import validation as fv
 from fastbench.config import BenchConfig
 from fastbench.exceptions import WorkerError
 from fastbench.load import pacer
@@ -269,7 +269,7 @@ def _validate_passes(cluster: str, also: Callable[[fv.ValidationReport], None] |
     host failed three rounds at 5 ms with 11.81); the slower schedule and a fourth round leave the
     check to judge the client, not the host."""
     def one_round() -> fv.ValidationReport:
-        report = fv.validate(12, itl_ms=10, ttft_ms=20, num_requests=36, output_len=12,
+        report = fv.validate_client(12, itl_ms=10, ttft_ms=20, num_requests=36, output_len=12,
                              tolerance_ms=RAY_TOLERANCE_MS, ray=cluster)
         failed = {c.name: c.value for c in report.checks if not c.passed}
         assert (report.verdict, failed) == ("PASS", {}), report.notes
@@ -280,6 +280,7 @@ def _validate_passes(cluster: str, also: Callable[[fv.ValidationReport], None] |
     return until_a_round_passes(one_round, tries=4)
 
 
+@pytest.mark.timing
 def test_validate_over_two_nodes_passes_with_each_nodes_clock_in_the_report(cluster: str) -> None:
     report = _validate_passes(cluster)
     assert report.completed == 36 and report.skew.count == 36 * 12
@@ -313,6 +314,7 @@ def _shifted_node_known_by_udp_to(bound_ms: float, node_id: str) -> Callable[[fv
     return check
 
 
+@pytest.mark.timing
 def test_validate_corrects_a_node_with_another_clock_and_widens_by_its_uncertainty(cluster: str) -> None:
     """A third node whose actors show a clock 1.5 s ahead of this host's (every stamp crossing the actor
     shifted, rayworker's test hook): its offset is estimated, its skews set beside the server's stamps

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
 
 
 def test_real_vllm_sweep_ngram_against_none_and_resume(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
-    """Issue 13's study in small: two variants (no speculation; n-gram, 3 tokens) x concurrency 1 and 4, into a
+    """A crossover study in small: two variants (no speculation; n-gram, 3 tokens) x concurrency 1 and 4, into a
     store; the crossover figure's data from it and the report; the same sweep again finds nothing left to do.
     13-15 minutes here under other sessions' load (each vLLM ready in 200-380 s, its cells 1-2 minutes)."""
     from fastbench.study import figures_data
@@ -233,8 +234,10 @@ def _prefix_counters(base_url: str) -> tuple[float, float]:
 
 
 def _serve(vllm: Path, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """``vllm serve`` with prefix caching on, in its own process group; returns once /health answers."""
-    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    """``vllm serve`` with prefix caching on, in its own process group; returns once /health answers.
+    In its development mode, so that it serves POST /reset_prefix_cache."""
+    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                        "VLLM_SERVER_DEV_MODE": "1"}
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [str(vllm), "serve", str(model), "--served-model-name", "gemma3-270m", "--host", "127.0.0.1",
@@ -268,39 +271,47 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 PREFIX, SUFFIX, PROMPTS_EACH = 384, 32, 6
 
 
-def test_real_vllm_prefix_cache_hit_rate_and_ttft(real_vllm: tuple[Path, Path], tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cached_vllm(real_vllm: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        tuple[str, Path, float]]:
+    """One ``vllm serve`` with prefix caching for the module's cache tests: (base URL, its log, seconds
+    until it was ready). Launched once: it is the slowest part of them."""
+    vllm, model = real_vllm
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    t0 = time.monotonic()
+    proc = _serve(vllm, model, port, log)
+    try:
+        yield f"http://127.0.0.1:{port}", log, time.monotonic() - t0
+    finally:
+        _stop(proc)
+
+
+def test_real_vllm_prefix_cache_hit_rate_and_ttft(cached_vllm: tuple[str, Path, float], tmp_path: Path) -> None:
     """A prefix_repetition run against vLLM with prefix caching: the hit rate fastbench reports is vLLM's own
     (read here before and after the run, apart from fastbench), and sharing one prefix lowers TTFT against
     the same prompt lengths with every prefix distinct. One server for both runs; one request at a time,
     2 tokens out, so that TTFT is a prompt's prefill on this CPU and nothing else."""
-    vllm, model = real_vllm
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    log = tmp_path / "vllm.log"
-    t0 = time.monotonic()
-    proc = _serve(vllm, model, port, log)
-    ready_s = time.monotonic() - t0
-    try:
-        def run(name: str, num_prefixes: int, seed: int) -> tuple[dict[str, Any], float, float]:
-            out = tmp_path / f"{name}.json"
-            before = _prefix_counters(base_url)
-            doc, _ = run_fastbench(
-                ["--base-url", base_url, "--model", "gemma3-270m", "--endpoint", "/v1/completions",
-                 "--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", str(PREFIX),
-                 "--prefix-repetition-suffix-len", str(SUFFIX), "--prefix-repetition-num-prefixes", str(num_prefixes),
-                 "--num-prompts", str(PROMPTS_EACH), "--concurrency", "1", "--max-tokens", "2", "--ignore-eos",
-                 "--seed", str(seed), "--metrics-interval", "1", "--result-json", str(out)], out, log,
-                timeout_s=600)
-            after = _prefix_counters(base_url)
-            return doc, after[0] - before[0], after[1] - before[1]
+    base_url, log, ready_s = cached_vllm
 
-        run("warm-up", 2, seed=1)  # the first requests after start pay for warming up: not measured
-        t1 = time.monotonic()
-        distinct, distinct_queries, distinct_hits = run("distinct", PROMPTS_EACH, seed=2)
-        shared, shared_queries, shared_hits = run("shared", 1, seed=3)
-        runs_s = time.monotonic() - t1
-    finally:
-        _stop(proc)
+    def run(name: str, num_prefixes: int, seed: int) -> tuple[dict[str, Any], float, float]:
+        out = tmp_path / f"{name}.json"
+        before = _prefix_counters(base_url)
+        doc, _ = run_fastbench(
+            ["--base-url", base_url, "--model", "gemma3-270m", "--endpoint", "/v1/completions",
+             "--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", str(PREFIX),
+             "--prefix-repetition-suffix-len", str(SUFFIX), "--prefix-repetition-num-prefixes", str(num_prefixes),
+             "--num-prompts", str(PROMPTS_EACH), "--concurrency", "1", "--max-tokens", "2", "--ignore-eos",
+             "--seed", str(seed), "--metrics-interval", "1", "--result-json", str(out)], out, log,
+            timeout_s=600)
+        after = _prefix_counters(base_url)
+        return doc, after[0] - before[0], after[1] - before[1]
+
+    run("warm-up", 2, seed=1)  # the first requests after start pay for warming up: not measured
+    t1 = time.monotonic()
+    distinct, distinct_queries, distinct_hits = run("distinct", PROMPTS_EACH, seed=2)
+    shared, shared_queries, shared_hits = run("shared", 1, seed=3)
+    runs_s = time.monotonic() - t1
 
     for doc, queries, hits in ((distinct, distinct_queries, distinct_hits), (shared, shared_queries, shared_hits)):
         assert doc["completed"] == PROMPTS_EACH and doc["failed"] == 0
@@ -319,3 +330,64 @@ def test_real_vllm_prefix_cache_hit_rate_and_ttft(real_vllm: tuple[Path, Path], 
           f"distinct {distinct_hits / distinct_queries:.3f}; median TTFT shared {ttft_shared:.0f} ms, "
           f"distinct {ttft_distinct:.0f} ms")
     assert ttft_shared < 0.8 * ttft_distinct
+
+
+SWEEP_PROMPT_LEN = 512  # a multiple of every block size vLLM's CPU backend uses (16 to 128)
+
+
+def test_real_vllm_sweep_cells_draw_their_own_prompts(cached_vllm: tuple[str, Path, float], tmp_path: Path) -> None:
+    """A two-cell sweep attached to vLLM (prefix caching on, as V1 has it by default): with fresh prompts
+    (the default) neither cell finds anything cached; with shared prompts the second cell finds the first's;
+    with shared prompts and the reset, vLLM empties its cache before each cell and neither does. The hit
+    rates are fastbench's, each cell's own; vLLM's counters, read here apart from fastbench, agree over
+    each sweep."""
+    base_url, log, _ = cached_vllm
+
+    def sweep(name: str, keys: str) -> tuple[list[dict[str, Any]], float]:
+        store = tmp_path / name
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f"""
+[sweep]
+store = "{store}"
+repeats = 2
+warmup = 1
+{keys}
+[variants.vllm]
+base_url = "{base_url}"
+metrics_interval = 1
+[benchmark]
+model = "gemma3-270m"
+concurrency = 1
+num_prompts = 3
+random_input_len = {SWEEP_PROMPT_LEN}
+max_tokens = 2
+ignore_eos = true
+""")
+        before = _prefix_counters(base_url)
+        proc = subprocess.run([sys.executable, "-m", "fastbench", "sweep", str(path)], capture_output=True,
+                              text=True, timeout=900, check=False)
+        after = _prefix_counters(base_url)
+        assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{log.read_text()[-3000:]}"
+        runs = sorted((store / "runs").iterdir(), key=lambda p: orjson.loads((p / "result.json").read_bytes())[
+            "fastbench"]["created_at"])
+        docs = [orjson.loads((run / "result.json").read_bytes()) for run in runs]
+        assert len(docs) == 2 and all(doc["completed"] == 3 and doc["failed"] == 0 for doc in docs)
+        return docs, (after[1] - before[1]) / (after[0] - before[0])
+
+    def rates(docs: list[dict[str, Any]]) -> list[float]:
+        return [doc["fastbench"]["server"]["prefix_cache_stats"]["hit_rate"] for doc in docs]
+
+    fresh, fresh_vllm = sweep("fresh", "")
+    shared, shared_vllm = sweep("shared", 'prompt_reuse = "shared"')
+    reset, reset_vllm = sweep("reset", 'prompt_reuse = "shared"\nreset_prefix_cache = true')
+    print(f"hit rates per cell: fresh {rates(fresh)}, shared {rates(shared)}, shared with the reset {rates(reset)}; "
+          f"vLLM's over each sweep (warm-up included): {fresh_vllm:.3f}, {shared_vllm:.3f}, {reset_vllm:.3f}; "
+          f"resets tried {[doc['fastbench']['server']['prefix_cache_reset']['tries'] for doc in reset]}")
+    assert len({doc["fastbench"]["config"]["seed"] for doc in fresh}) == 2
+    assert all(rate < 0.05 for rate in rates(fresh)) and fresh_vllm < 0.05
+    assert {doc["fastbench"]["config"]["seed"] for doc in shared} == {0}
+    # the second cell finds the first's prompts: all but each prompt's last block (3 of 4 blocks of 128
+    # tokens, 31 of 32 of 16); over the sweep, 3 of its 7 requests so
+    assert rates(shared)[0] < 0.05 and rates(shared)[1] > 0.6 and shared_vllm > 0.2
+    assert all(doc["fastbench"]["server"]["prefix_cache_reset"]["done"] for doc in reset)
+    assert all(rate < 0.05 for rate in rates(reset))

@@ -151,11 +151,11 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
 
     from fastbench.results import card, modelcard
     from fastbench.results import writers as report
+    from fastbench.results.observations import MemoryReport, Teardown
     from fastbench.server import memory as memsampler
     from fastbench.server import modelinfo
     from fastbench.server.engines import VLLMServer
     from fastbench.server.monitor import WindowMonitor
-    from fastbench.server.observations import MemoryReport, Teardown
     from fastbench.server.serverlog import parse_vllm_footprint, spec_log_summary
 
     launch = LaunchConfig(model="org/model", docker_image="vllm/vllm-openai:latest", engine_bin=sys.executable,

@@ -236,6 +236,7 @@ def test_the_merged_in_flight_never_passes_the_cap_and_every_arrival_goes_once()
     assert "slot_pools" not in data.extra  # one pool of slots, as in one process
 
 
+@pytest.mark.timing
 def test_the_sends_lateness_is_one_process_s_for_the_same_schedule() -> None:
     """The same drawn schedule and requests (2 or 30 tokens) under a binding cap of 4, one process
     against two workers: how long the arrivals waited for a slot (send less arrival), and how late the
@@ -262,6 +263,7 @@ def test_the_sends_lateness_is_one_process_s_for_the_same_schedule() -> None:
         until_a_round_passes(one_round)
 
 
+@pytest.mark.timing
 def test_arrivals_no_longer_wait_for_their_own_worker_while_another_has_a_slot_free() -> None:
     """Long requests (i even, worker 0's timer) and short ones (i odd) 10 ms apart, a cap of 4 over two
     workers: split, worker 0 held two slots and its third long request waited ~160 ms for one while

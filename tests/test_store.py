@@ -420,7 +420,7 @@ def test_a_store_is_an_option_of_a_config_file(tmp_path: Path) -> None:
     path, argv = tomlconfig.expand(["--config", str(toml)], parser)
     config = cli.config_from_args(parser.parse_args(argv), argv)
     assert (config.store, config.variant) == ("kept", "eagle3")
-    assert api.OUTPUT_FLAGS  # the store is checked with the outputs, before the run
+    assert api.runs.OUTPUT_FLAGS  # the store is checked with the outputs, before the run
     with pytest.raises(ConfigError, match="--store .*is not a directory"):
         api.validate(config.replace(store=str(toml)))
 

@@ -20,6 +20,9 @@ from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
 from fastbench.study.timeline import in_flight_steps, timeline, token_rate
 
+# lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
+pytestmark = pytest.mark.pure_python
+
 # -- the card renderer -----------------------------------------------------------------------------
 
 
@@ -226,3 +229,18 @@ def test_timeline_and_per_position_figures_from_the_store(study: Path) -> None:
     for i, series in enumerate(positions):
         assert [(c["load"], c["mean"]) for c in series["spec"]] == [(load, pytest.approx(r[i]))
                                                                    for load, r in sorted(rates.items())]
+
+
+def test_the_report_states_a_runs_prefix_cache_warning(tmp_path: Path) -> None:
+    from fastbench.study.report import write_report
+
+    warning = "hit rate 0.98 where random prompts share about 0: TTFT and prefill measure the cache"
+    points = [RunPoint(f"r{i}", "base", conc, None,
+                       {"median_decode_rate_tok_s": 50.0 + i, "output_throughput": 100.0 * conc,
+                        "stopped_reason": "completed", "completed": 4,
+                        **({"prefix_cache_warning": warning} if i else {})}, None)
+              for i, conc in enumerate((1, 2))]
+    _, card = write_report(points, tmp_path, title="t", source="test", commands=["fastbench report"])
+    notes = card.read_text().split("## Notes", 1)[1]
+    assert f"- base concurrency=2, run r1: prefix cache: {warning}" in notes.splitlines()
+    assert "run r0" not in notes

@@ -368,6 +368,7 @@ def test_client_disconnect_mid_stream() -> None:
 # timing
 
 
+@pytest.mark.timing
 def test_schedule_timing(timing_srv: SyntheticServer) -> None:
     """TTFT 50 ms / ITL 20 ms as seen by a client, and fb_sent_ns against the client's receive time."""
     n = 10
@@ -421,6 +422,7 @@ def test_prefill_rate_and_call_at_timer() -> None:
         assert st["timer"] == "call_at" and st["lateness"]["early"] == 0  # rounded up: never early
 
 
+@pytest.mark.timing
 def test_load_lateness_and_stats(timing_srv: SyntheticServer) -> None:
     """64 concurrent streams x 40 chunks at 20 ms: every chunk arrives, the server keeps its schedule."""
     streams, n = 64, 40

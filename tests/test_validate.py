@@ -27,7 +27,8 @@ import uvloop
 from _bench import load_bench_module
 from _sanitizer import SANITIZER_REASON, UNDER_SANITIZER
 from _timing import until_a_round_passes
-from fastbench.cli import validate as fv
+from fastbench.api import validation as fv
+from fastbench.cli import validate as validate_cli
 from fastbench.exceptions import ServerError
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
@@ -52,6 +53,7 @@ def test_validate_cli_help() -> None:
         assert flag in proc.stdout
 
 
+@pytest.mark.timing
 def test_validate_cli_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Its figures are timing (skew, the opening ramp, the chunk gaps): one host stall puts one of them
     # past its loose bound in one round; a report that measures wrongly fails every round.
@@ -59,7 +61,7 @@ def test_validate_cli_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def _validate_cli_run_writes_json(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = fv.main(["--concurrency", "16", "--num-requests", "32", "--output-len", "16", "--itl-ms", "10",
+    rc = validate_cli.main(["--concurrency", "16", "--num-requests", "32", "--output-len", "16", "--itl-ms", "10",
                   "--ttft-ms", "20", "--json", str(out)])
     doc = json.loads(out.read_text())
     assert doc["verdict"] in ("PASS", "FAIL")
@@ -99,13 +101,14 @@ def _validate_cli_run_writes_json(out: Path, capsys: pytest.CaptureFixture[str])
     assert doc["definitions"]["skew"]
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(UNDER_SANITIZER, reason=SANITIZER_REASON)
 def test_validate_passes_at_256_streams(capsys: pytest.CaptureFixture[str]) -> None:
     """The README's `fastbench validate --concurrency 256` passes: every check of the verdict, at its
     default schedule (TTFT 50 ms, 20 ms between chunks, 64 tokens) and tolerance (0.5 ms). Two requests
     per stream, the fewest that judge whether the client keeps all 256 streams open as they turn over."""
     def one_round() -> None:
-        rc = fv.main(["--concurrency", "256", "--num-requests", "512", "--json", "-", "--quiet"])
+        rc = validate_cli.main(["--concurrency", "256", "--num-requests", "512", "--json", "-", "--quiet"])
         doc = json.loads(capsys.readouterr().out)
         failed = {c["name"]: c["value"] for c in doc["checks"] if not c["passed"]}
         assert (rc, doc["verdict"], failed) == (0, "PASS", {}), doc["notes"]
@@ -118,7 +121,7 @@ def test_validate_passes_at_256_streams(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_validate_api_speculative_shape() -> None:
-    report = fv.validate(8, tokens_per_chunk="1-4", itl_ms=10, ttft_ms=20, num_requests=16, output_len=24)
+    report = fv.validate_client(8, tokens_per_chunk="1-4", itl_ms=10, ttft_ms=20, num_requests=16, output_len=24)
     assert isinstance(report, fv.ValidationReport)
     assert report.completed == 16 and report.failed == 0
     assert report.tokens == 16 * 24
@@ -160,7 +163,7 @@ def test_send_lateness_counts_from_arrival_or_free_slot_whichever_is_later() -> 
 def test_open_loop_over_its_cap_does_not_count_the_queue_as_client_error() -> None:
     """Arrivals far above what 2 slots serve: they queue for seconds, which is TTFT from the arrival,
     but the TTFT error bound holds only the client's lateness past the free slot."""
-    report = fv.validate(2, request_rate=1000, itl_ms=2, ttft_ms=2, num_requests=24, output_len=8)
+    report = fv.validate_client(2, request_rate=1000, itl_ms=2, ttft_ms=2, num_requests=24, output_len=8)
     assert report.completed == 24
     assert report.dispatch_lag.p50 is not None and report.dispatch_lag.p50 > 20  # queued
     assert report.slot_to_send is not None and report.slot_to_send.p50 is not None
@@ -178,7 +181,7 @@ def test_open_loop_over_its_cap_does_not_count_the_queue_as_client_error() -> No
 def test_streams_kept_open_not_judged_without_a_turnover() -> None:
     """As many requests as streams: all go out in the opening ramp, none after, so there is no
     turnover to keep up with and no verdict on it."""
-    report = fv.validate(8, itl_ms=4, ttft_ms=5, num_requests=8, output_len=8)
+    report = fv.validate_client(8, itl_ms=4, ttft_ms=5, num_requests=8, output_len=8)
     assert report.completed == 8
     assert "streams kept open (mean)" not in {c.name for c in report.checks}
     assert "streams kept open: not judged" in report.render()
@@ -187,7 +190,7 @@ def test_streams_kept_open_not_judged_without_a_turnover() -> None:
 def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     """Draining every 3 ms instead of on every arrival: one wake-up serves several reads, and each
     chunk's skew is still measured from its own kernel stamp, not from the drain."""
-    report = fv.validate(16, itl_ms=10, ttft_ms=20, num_requests=32, output_len=16, coalesce_ms=3)
+    report = fv.validate_client(16, itl_ms=10, ttft_ms=20, num_requests=32, output_len=16, coalesce_ms=3)
     assert report.completed == 32 and report.failed == 0
     assert report.wakeups and report.reads / report.wakeups > 2
     # Each request's last chunk was watched for on every arrival (unless a stall of the machine
@@ -198,6 +201,7 @@ def test_coalesced_wake_ups_keep_the_kernel_stamps() -> None:
     assert report.skew.p50 is not None and report.skew.p50 < 0.5
 
 
+@pytest.mark.timing
 def test_coalesced_closed_loop_watches_streams_about_to_end() -> None:
     """Reads on a 4 ms timer: a stream's last chunk waits for the next drain before its slot's
     next request goes out. Given the expected lengths, the core watches a stream about to end on
@@ -263,7 +267,7 @@ def test_reference_client_measures() -> None:
 def test_validate_cli_bad_input_before_the_run(args: list[str], words: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        fv.main(args)
+        validate_cli.main(args)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith(f"fastbench validate: error: {words}"), err
@@ -272,7 +276,7 @@ def test_validate_cli_bad_input_before_the_run(args: list[str], words: str,
 
 def test_a_run_without_completions_fails_its_own_check() -> None:
     """All requests cancelled by the cap: nothing failed, and the check that fails says what it checks."""
-    report = fv.validate(2, itl_ms=1, ttft_ms=2000, num_requests=2, output_len=2, warmup=False, max_seconds=0.2)
+    report = fv.validate_client(2, itl_ms=1, ttft_ms=2000, num_requests=2, output_len=2, warmup=False, max_seconds=0.2)
     assert report.completed == 0 and report.failed == 0
     checks = {c.name: c for c in report.checks}
     assert checks["failed requests"].passed
@@ -307,13 +311,13 @@ def foreign_server() -> Iterator[str]:
 
 
 def test_validate_against_another_server_says_so(foreign_server: str, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = fv.main(["--base-url", foreign_server, "--concurrency", "2", "--num-requests", "2", "--quiet"])
+    rc = validate_cli.main(["--base-url", foreign_server, "--concurrency", "2", "--num-requests", "2", "--quiet"])
     assert rc == 2
     assert capsys.readouterr().err.strip() == (
         f"fastbench validate: error: {foreign_server} is not fastbench's synthetic server: POST /fb/reset "
         "answered b'<html>hello</html>', not a JSON object")
     with pytest.raises(ServerError, match="cannot reach http://127.0.0.1:1: "):
-        fv.validate(2, num_requests=2, base_url="http://127.0.0.1:1")
+        fv.validate_client(2, num_requests=2, base_url="http://127.0.0.1:1")
 
 
 def test_validate_json_that_fails_after_the_run_still_shows_the_report(
@@ -323,7 +327,7 @@ def test_validate_json_that_fails_after_the_run_still_shows_the_report(
 
     monkeypatch.setattr(report_files, "write_bytes_atomic", disk_full)
     out = tmp_path / "report.json"
-    rc = fv.main(["--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--itl-ms", "2",
+    rc = validate_cli.main(["--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--itl-ms", "2",
                   "--ttft-ms", "2", "--quiet", "--json", str(out)])
     captured = capsys.readouterr()
     assert rc == 2
@@ -335,7 +339,7 @@ def test_validate_json_that_fails_after_the_run_still_shows_the_report(
 def test_the_timing_checks_follow_the_tolerance(tolerance_ms: float, passes: bool) -> None:
     """Loopback skew is never 1 ns: at that tolerance the skew check and both error bounds fail,
     and at 1,000 s they all pass; the other checks do not depend on it."""
-    report = fv.validate(2, num_requests=4, output_len=4, itl_ms=2, ttft_ms=2, tolerance_ms=tolerance_ms)
+    report = fv.validate_client(2, num_requests=4, output_len=4, itl_ms=2, ttft_ms=2, tolerance_ms=tolerance_ms)
     timing = {"skew p99 (ms)", "TTFT p99-level error bound (ms)", "chunk-gap p99-level error bound (ms)"}
     checks = {c.name: c for c in report.checks}
     assert timing <= checks.keys()
@@ -349,22 +353,22 @@ def test_chunks_received_before_they_were_sent_fail_the_verdict(monkeypatch: pyt
     """Negative skew means the server's clock is not the client's (another host, VM or time
     namespace behind --base-url): every skew figure is then meaningless, and the verdict says so
     instead of passing on skews recorded as 0."""
-    real_run = fv.LoadGenerator.run
+    real_run = LoadGenerator.run
 
     async def with_negative_skew(self: Any) -> RunData:
         data = await real_run(self)
         data.extra["skew_negative"] = 5
         return data
 
-    monkeypatch.setattr(fv.LoadGenerator, "run", with_negative_skew)
-    report = fv.validate(2, num_requests=2, output_len=4, itl_ms=2, ttft_ms=2)
+    monkeypatch.setattr(LoadGenerator, "run", with_negative_skew)
+    report = fv.validate_client(2, num_requests=2, output_len=4, itl_ms=2, ttft_ms=2)
     check = next(c for c in report.checks if c.name == "chunks with negative skew")
     assert not check.passed and report.verdict == "FAIL"
 
 
 def test_an_output_longer_than_the_default_context_is_served() -> None:
     """validate starts its own server with room for --output-len (its default context is 4096)."""
-    report = fv.validate(2, num_requests=2, output_len=5000, itl_ms=0, ttft_ms=0, warmup=False)
+    report = fv.validate_client(2, num_requests=2, output_len=5000, itl_ms=0, ttft_ms=0, warmup=False)
     assert report.completed == 2 and report.failed == 0
     assert report.tokens == 2 * 5000
 
@@ -391,7 +395,7 @@ def test_server_cpu_is_shared_over_the_window_it_was_measured_in(monkeypatch: py
 
     monkeypatch.setattr(fv.hostload, "process_cpu_s", busy_server_cpu_s)
     monkeypatch.setattr(LoadGenerator, "run", run_and_keep)
-    report = fv.validate(300, num_requests=600, output_len=8, itl_ms=2, ttft_ms=2)
+    report = fv.validate_client(300, num_requests=600, output_len=8, itl_ms=2, ttft_ms=2)
     data = runs[0]
     assert len(samples) == 2 and report.server_cpu_share_of_core is not None
     # the core's stamps and time.monotonic_ns are the same clock; the window opens after the
@@ -404,10 +408,10 @@ def test_server_cpu_is_shared_over_the_window_it_was_measured_in(monkeypatch: py
 def test_validate_quiet_prints_the_verdict_and_keeps_json_on_stdout_clean(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--itl-ms", "2", "--ttft-ms", "2",
             "--quiet"]
-    rc = fv.main(args)
+    rc = validate_cli.main(args)
     out = capsys.readouterr().out
     assert out.strip() == ("verdict: PASS" if rc == 0 else "verdict: FAIL")
-    rc = fv.main([*args, "--json", "-"])
+    rc = validate_cli.main([*args, "--json", "-"])
     captured = capsys.readouterr()
     assert json.loads(captured.out)["verdict"] in ("PASS", "FAIL") and captured.err.startswith("verdict: ")
 

@@ -35,6 +35,7 @@ from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load import pacer
 from fastbench.load import workers as workers_module
 from fastbench.load.driver import LoadGenerator
+from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
@@ -137,10 +138,13 @@ def test_two_workers_count_exactly_and_merge_to_the_rows_figures(tmp_path: Path)
 def test_one_worker_is_the_single_process_path() -> None:
     plan = LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1)
     target = Target.parse("http://127.0.0.1:1", ENDPOINT)
-    generator, chosen = api._load_generator(BenchConfig(), target, plan, server_here=True)
-    assert type(generator) is LoadGenerator and chosen is None
-    generator, chosen = api._load_generator(BenchConfig(workers=2), target, plan, server_here=True)
-    assert isinstance(generator, WorkerPool)
+    for workers in (None, 1):
+        generator, chosen = make_generator(target, plan, workers=workers, server_here=True)
+        assert type(generator) is LoadGenerator and chosen is None
+    generator, chosen = make_generator(target, plan, workers=2, server_here=True)
+    assert isinstance(generator, WorkerPool) and chosen is None
+    generator, chosen = make_generator(target, plan, workers="auto", server_here=True, concurrency_cap=1)
+    assert type(generator) is LoadGenerator and chosen is not None and chosen["requested"] == "auto"
 
 
 def _ks_statistic(samples: np.ndarray, cdf: object) -> float:

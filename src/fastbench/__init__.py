@@ -27,11 +27,9 @@ if TYPE_CHECKING:
         ConfigError,
         DatasetError,
         FastbenchError,
-        ResultWriteError,
-        ServerDiedError,
         ServerError,
     )
-    from fastbench.results.result import Result
+    from fastbench.results.result import Result, ResultWriteError, ServerDiedError
     from fastbench.synthetic import SyntheticServer
 
 # Each public name and the module that defines it.
@@ -39,8 +37,8 @@ _HOMES = {
     "arun": "fastbench.api", "run": "fastbench.api",
     "BenchConfig": "fastbench.config", "LaunchConfig": "fastbench.config",
     "ConfigError": "fastbench.exceptions", "DatasetError": "fastbench.exceptions",
-    "FastbenchError": "fastbench.exceptions", "ResultWriteError": "fastbench.exceptions",
-    "ServerDiedError": "fastbench.exceptions", "ServerError": "fastbench.exceptions",
+    "FastbenchError": "fastbench.exceptions", "ResultWriteError": "fastbench.results.result",
+    "ServerDiedError": "fastbench.results.result", "ServerError": "fastbench.exceptions",
     "Result": "fastbench.results.result",
     "SyntheticServer": "fastbench.synthetic",
 }

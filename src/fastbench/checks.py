@@ -7,7 +7,7 @@ Where the values enter:
   built: an embedder builds a config, ``replace()``\\ s fields, and gets the ConfigError from ``run()``.
   The command line and ``--config`` files build a BenchConfig too, so they meet the same checks:
   their argument types only turn text into values (cli/argtypes.py).
-* ``fastbench validate`` checks its own settings (:func:`fastbench.cli.validate.check_settings`), the
+* ``fastbench validate`` checks its own settings (:func:`fastbench.api.validation.checked_settings`), the
   ones it shares with a run (concurrency, request rate, max seconds, coalescing) by :func:`check_value`.
 
 Each field's type is read from the dataclass's own annotations (:data:`FIELD_KINDS`), so a new field

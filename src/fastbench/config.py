@@ -105,8 +105,9 @@ class BenchConfig:
     :param metrics_interval_s: seconds between reads of the server's /metrics during the window
         (speculative-decoding acceptance, KV-cache usage); 0 reads it only at the start and end.
     :param reset_prefix_cache: ask the server to empty its prefix cache before the first request
-        (warm-ups included): vLLM's ``POST /reset_prefix_cache`` or SGLang's ``/flush_cache``; where the
-        server has neither, the run goes on and its notes say so.
+        (warm-ups included): vLLM's ``POST /reset_prefix_cache`` (a launched vLLM is given
+        ``VLLM_SERVER_DEV_MODE=1`` for it) or SGLang's ``/flush_cache``; where the server has neither,
+        the run goes on and its notes say so (``server_info["prefix_cache_reset"]`` says how it went).
     :param memory_interval_s: seconds between memory samples; None: 1 s when a server is launched,
         no sampling otherwise; 0: off.
     :param served_model_name: the model name sent in each request when it differs from ``model``

@@ -2,17 +2,14 @@
 
 Each subclasses the stdlib error it is a kind of, so callers that already catch ``ValueError`` or
 ``ConnectionError`` keep working. Messages are one line that says what to fix.
+
+The two that carry what was measured (``ResultWriteError``, ``ServerDiedError``) are
+:mod:`fastbench.results.result`'s, beside the Result they hold: this module, a leaf, names nothing above it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from fastbench.results.result import Result
-
-__all__ = ("ConfigError", "DatasetError", "FastbenchError", "ResultWriteError", "ServerDiedError", "ServerError",
-           "StoreError", "WorkerError")
+__all__ = ("ConfigError", "DatasetError", "FastbenchError", "ServerError", "StoreError", "WorkerError")
 
 
 class FastbenchError(Exception):
@@ -29,26 +26,6 @@ class DatasetError(ConfigError):
 
 class ServerError(FastbenchError, ConnectionError):
     """The server could not be reached, or answered something fastbench cannot use."""
-
-
-class ResultWriteError(FastbenchError, OSError):
-    """The run finished but a result file could not be written (disk full, directory removed).
-
-    ``result`` holds what was measured, so that the caller can still use or save it elsewhere.
-    """
-
-    def __init__(self, message: str, result: Result) -> None:
-        super().__init__(message)
-        self.result = result
-
-
-class ServerDiedError(ServerError):
-    """The server died during the measured window. The result files are written (the run is
-    marked as stopped early) and ``result`` holds what was measured."""
-
-    def __init__(self, message: str, result: Result) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 class StoreError(FastbenchError):

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import difflib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, NoReturn
 
 import orjson
@@ -108,8 +108,25 @@ def range_ratio(text: str) -> float:
     raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
 
 
+def fold_in_help(action: argparse.Action) -> None:
+    """Leave ``action`` out of --help: its group's description names it in a line, and docs/cli.md (written
+    from the parsers by scripts/gen_cli_docs.py) lists it with its help. It parses as any other option."""
+    setattr(action, _FOLDED, True)
+
+
+def folded_in_help(action: argparse.Action) -> bool:
+    return getattr(action, _FOLDED, False) is True
+
+
+_FOLDED = "fastbench_folded_in_help"
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows a flag's default unless its help already says it, or there is none to show."""
+    """Shows a flag's default unless its help already says it, or there is none to show; leaves out the
+    options folded into their group's description (:func:`fold_in_help`)."""
+
+    def add_arguments(self, actions: Iterable[argparse.Action]) -> None:
+        super().add_arguments([action for action in actions if not folded_in_help(action)])
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +27,7 @@ from fastbench.cli.argtypes import (
     workers_count,
 )
 from fastbench.config import ENGINES, BenchConfig, DatasetName, LaunchConfig
-from fastbench.exceptions import FastbenchError, ResultWriteError, ServerDiedError
+from fastbench.exceptions import FastbenchError
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
@@ -510,46 +509,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-# A second signal this soon after the first is the same interrupt, delivered again (``timeout`` sends
-# two within microseconds); a person who means "abandon" presses again after reading the "stopping"
-# line, which takes longer than this.
-SAME_INTERRUPT_S = 1.0
-
-
 async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None) -> Any:
     """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
-    files are written, marked partial); one that comes ``SAME_INTERRUPT_S`` or more later abandons it.
-    Closer ones are the same interrupt delivered twice: coreutils ``timeout`` signals the child and
-    then its own process group, and a script may signal the process and then its group."""
-    import asyncio
-    import signal
-
+    files are written, marked partial); a later one abandons it (cli/interrupts.py)."""
     from fastbench import api
+    from fastbench.cli.interrupts import stop_on_signals
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    main = asyncio.current_task()
-    first_signal_s: float | None = None
-
-    def on_signal() -> None:
-        nonlocal first_signal_s
-        now = time.monotonic()
-        if first_signal_s is None:
-            first_signal_s = now
-            stop.set()
-            print("\nfastbench: stopping; writing what was measured (signal again, a second later, to abandon)",
-                  file=sys.stderr)
-        elif now - first_signal_s >= SAME_INTERRUPT_S:
-            assert main is not None
-            main.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    try:
+    with stop_on_signals("fastbench: stopping; writing what was measured (signal again, a second later, "
+                         "to abandon)") as stop:
         return await api.arun(config, on_progress=progress, stop=stop)
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
@@ -567,6 +535,7 @@ def _run(config: BenchConfig) -> int:
     import uvloop
 
     from fastbench.results import writers
+    from fastbench.results.result import ResultWriteError, ServerDiedError
 
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show else None

@@ -61,7 +61,8 @@ def add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGrou
     g.add_argument("--gsp-output-len", type=whole_number, default=256, help="output tokens")
     g.add_argument("--reset-prefix-cache", action="store_true",
                    help="empty the server's prefix cache before the first request (vLLM's POST /reset_prefix_cache, "
-                   "served with VLLM_SERVER_DEV_MODE=1; SGLang's /flush_cache); where impossible, the notes say so")
+                   "served with VLLM_SERVER_DEV_MODE=1, which fastbench sets for --launch vllm; SGLang's "
+                   "/flush_cache); where impossible, the notes say so")
 
 
 def shared_prefix_fields(ns: argparse.Namespace) -> dict[str, Any]:

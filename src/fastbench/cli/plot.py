@@ -15,7 +15,7 @@ import orjson
 from fastbench.cli.argtypes import LaidOutHelpFormatter, Parser
 from fastbench.cli.runs import STORE_ENV, add_filter_args, default_store, parse_when
 from fastbench.exceptions import FastbenchError
-from fastbench.study.figures_data import RunPoint, load_points, point_document, point_records
+from fastbench.study.figures_data import RunPoint, left_out, load_points, point_document, point_records
 from fastbench.study.runfile import load_result
 from fastbench.study.store import RESULT_FILE
 
@@ -36,16 +36,20 @@ figures:
   acceptance speculative decoding's mean acceptance length (the server's counters) and the client's
              tokens per chunk against load, per variant; and the acceptance rate at each draft
              position, where the server counts them per position
-  spectrum   one run's latency percentile spectrum from its HDR histograms (a figure per run named;
-             at most {MAX_SPECTRA})
+  spectrum   one run's latency percentile spectrum from its HDR histograms, a panel each for TTFT,
+             TPOT, ITL and E2E on HdrHistogram's log percentile axis (a figure per run named; at most
+             {MAX_SPECTRA})
   timeline   one run over time: requests in flight (client; the server's running and waiting), output
-             tokens/s, each request's TTFT at its send time, the server's KV-cache use, memory (a
-             figure per run named; at most {MAX_SPECTRA}); what the run did not keep is named
+             tokens/s, each request's TTFT at its send time, the server's KV-cache use, memory (the
+             server's gauges as steps at their reads; a figure per run named; at most {MAX_SPECTRA});
+             what the run did not keep is named
   all        crossover, pareto, latency and acceptance
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
 of the store that matches the filters (as `fastbench runs` takes them). Runs of one variant at one load
-are repeats: their mean is drawn, with its 95% t-interval. Each figure is written as OUT/NAME.png and/or
+are repeats: their mean is drawn, with its 95% t-interval; only complete runs are averaged (an
+interrupted run, or one capped before its first completion, is named and left out: `fastbench runs
+--help`). Each figure is written as OUT/NAME.png and/or
 .svg, with OUT/NAME.json holding its numbers; the crossings are printed. Without --store: ${STORE_ENV},
 else ./fastbench-runs. Needs matplotlib: pip install 'fastbench[plot]'. Exit status: 0 done, 2 bad input.
 """
@@ -121,7 +125,13 @@ def _main(ns: argparse.Namespace) -> int:
             else:
                 drawn += [plots.draw_timeline(point, point_document(point), point_records(point), out, formats)
                           for point in points]
+    # The figures over load average complete runs only (figures_data.group_series): the others are named.
+    left = left_out(points) if ns.figure in ("crossover", "pareto", "latency", "acceptance", "all") else []
+    for run in left:
+        print(f"left out of the figures: run {run['run']} ({run['variant']}): {run['status']}")
     for paths, summary in drawn:
+        if left:
+            summary = {**summary, "left_out": left}
         sidecar = out / f"{summary['figure']}.json"
         sidecar.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
         for line in summary.get("lines", ()):

@@ -130,7 +130,9 @@ def _main(ns: argparse.Namespace, argv: list[str]) -> int:
     html_path, card_path = write_report(points, Path(ns.out), title=title, source=source,
                                         commands=command_lines, journal=journal,
                                         configuration=_configuration(points))
-    print(f"wrote {html_path} (self-contained), {card_path} and the figures in {ns.out}")
+    left = sum(not p.complete for p in points)
+    print(f"wrote {html_path} (self-contained), {card_path} and the figures in {ns.out}"
+          + (f"; {left} incomplete run{'s' if left != 1 else ''} listed apart, not averaged" if left else ""))
     return 0
 
 

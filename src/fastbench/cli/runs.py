@@ -32,7 +32,13 @@ server.log) and index.sqlite, the index that this command reads. Runs land in it
 `fastbench ... --store DIR` (or store = "DIR" in a --config file's [benchmark] table), or with --add.
 Without --store: ${STORE_ENV}, else ./{DEFAULT_STORE}.
 Patterns match as in a shell: --label 'eagle*'. Dates are local: 2025-03-01, 2025-03-01T14:30, or
-a span back from now: 36h, 7d. Exit status: 0 done (also when nothing matched), 2 bad input or no store.
+a span back from now: 36h, 7d. Status: ok, time cap (ended at --max-seconds), COLLAPSED (the server
+did not work: most requests failed, or none completed), INTERRUPTED (Ctrl-C or the API's stop
+event), CAPPED-EMPTY (the time cap came before the first completion), FAILED (REASON) (the server
+exited, a worker was lost). A complete cell, the only kind a sweep, a report or a figure averages,
+is a run that ran its whole workload (ok, or COLLAPSED there) or reached its time cap with a request
+completed; the CSV's complete column says which.
+Exit status: 0 done (also when nothing matched), 2 bad input or no store.
 """
 
 
@@ -163,13 +169,6 @@ def _clip(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
 
-def _status(run: StoredRun) -> str:
-    if run.meta.collapsed:
-        return "COLLAPSED"
-    reason = run.meta.stopped_reason or "-"
-    return "ok" if reason == "completed" else reason
-
-
 def render_table(runs: Sequence[StoredRun]) -> str:
     """One line per run: who and what it measured, its key figures. (Written for 10,000 rows: the
     dates by isoformat, each line by one format call.)"""
@@ -185,7 +184,7 @@ def render_table(runs: Sequence[StoredRun]) -> str:
             _cell(m.request_rate, 2) if m.request_rate is not None else "inf",
             f"{_cell(m.completed)}/{_cell(m.failed)}", _cell(f["output_throughput"]), _cell(f["median_ttft_ms"]),
             _cell(f["p99_ttft_ms"]), _cell(f["median_tpot_ms"], 2), _cell(f["median_decode_rate_tok_s"]),
-            _status(run),
+            m.status,
         ))
     numeric = {5, 6, 7, 8, 9, 10, 11, 12}
     widths = [max(map(len, column)) for column in zip(*rows)]
@@ -198,7 +197,7 @@ def render_table(runs: Sequence[StoredRun]) -> str:
 # -- CSV -------------------------------------------------------------------------------------------
 
 _META_HEAD = ("run_id", "folder", "created_at", "label", "variant", "model", "engine", "concurrency",
-              "request_rate", "has_records")
+              "request_rate", "has_records", "status", "complete")
 
 
 def _csv_value(value: Any) -> Any:
@@ -224,7 +223,7 @@ def _write_csv(store: Store, runs: Sequence[StoredRun], target: str) -> None:
         m = run.meta
         writer.writerow([
             run.run_id, run.folder, m.created_at, m.label, m.variant, m.model, m.engine, m.concurrency,
-            m.request_rate, int(run.has_records),
+            m.request_rate, int(run.has_records), m.status, int(m.complete),
             *(_csv_value(config.get(k)) for k in config_keys), *(_csv_value(flat.get(k)) for k in flat_keys),
         ])
     text = out.getvalue()

@@ -29,7 +29,7 @@ The file (docs/sweep.md)::
 Each cell's options become the command line they stand for (the --config machinery, so a key and a
 value mean what they mean there) and go through fastbench.api, one run per cell.
 
-One module of ~650 lines because the file's keys are checked where the plan reads them (each error
+One module of ~680 lines because the file's keys are checked where the plan reads them (each error
 names its key), and the summary's table, CSV and dry run print what that plan holds.
 """
 
@@ -48,12 +48,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fastbench.cli import sweepstate
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, StoreError
-from fastbench.study import grid
+from fastbench.study import cellstate, grid
 from fastbench.study import store as run_store
+from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note
 from fastbench.study.sweep import (
     SUMMARY_FIGURES,
     Cell,
@@ -78,7 +80,8 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ("RunCommand", "build_parser", "load_plan", "main")
 
 SWEEP_KEYS = ("name", "store", "repeats", "link", "stop", "slo_attainment", "saturation", "csv", "warmup",
-              "auto_points", "auto_max", "find_max", "find_max_tolerance")
+              "auto_points", "auto_max", "find_max", "find_max_tolerance", "seed", "prompt_reuse",
+              "reset_prefix_cache")
 DEFAULT_WARMUP = 8  # requests before a launched or attached server's first measured cell
 FIND_MAX_AXES = {"concurrency": "concurrency", "rate": "request_rate"}
 VARIANT_KEYS = (*SERVER_KEYS, "synthetic_args")
@@ -279,6 +282,11 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         variants[vname] = _variant_server(server, own, where)
         if link and _kind(variants[vname]) != "launch":
             raise ConfigError(f"{where}: [sweep] link sets engine arguments, but this variant is not launched")
+    start = sweepstate.read(sweep, bench, by_key, variants, file)
+    notes: dict[str, None] = {}  # what the plan says before it runs, once each
+    if start.shared_servers and start.prompt_reuse == "fresh":
+        notes[f"{', '.join(sorted(start.shared_servers))}: attached to a server another variant attaches to, so "
+              "each draws prompts of its own (one cache would serve one variant's prompts to another)"] = None
 
     def make_cells(vname: str, vserver: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], list[Cell]]:
         """A grid point's cells (all repeats) for one variant, each config built and checked; and its linked values."""
@@ -306,6 +314,9 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
                 config, store=store, variant=vname, label=label,
                 metadata={**config.metadata, "sweep": name, "sweep_cell": cell.key, "sweep_spec": spec,
                           "sweep_server": where})
+            config_here, note = start.apply(config_here, vname, kind, values, shown, repeat)
+            if note is not None:
+                notes[note] = None
             cell = dataclasses.replace(cell, config=config_here)
             try:
                 api.validate(cell.config)
@@ -334,9 +345,12 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         for lkey, cells in by_linked.items():
             groups.append(Group(variant=vname, kind=kind, linked=linked_of[lkey], cells=tuple(cells),
                                 where=_where(vserver, kind, linked_of[lkey])))
+    seeds = [cell.config.seed for group in groups for cell in group.cells]
     plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
                 has_slos=bool(bench.get("goodput")), warmup=warmup, search=search,
-                cells_at=cells_at if search is not None else None)
+                cells_at=cells_at if search is not None else None,
+                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds), prompt_reuse=start.prompt_reuse,
+                sweep_seed=start.sweep_seed, notes=tuple(notes))
     if search is not None and search.kind == "find_max" and not plan.has_slos:
         raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
     return plan, sweep
@@ -527,7 +541,7 @@ def _fmt(value: float | None, ci: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}" + (f" ±{ci:,.{digits}f}" if ci is not None else "")
 
 
-TABLE_FIGURES = (("output_throughput", "out tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
+TABLE_FIGURES = ((SUSTAINED_KEY, "steady out tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
                  ("median_tpot_ms", "TPOT p50 ms"), ("median_decode_rate_tok_s", "tok/s/stream p50"))
 
 
@@ -539,9 +553,11 @@ def render_table(points: Sequence[Point]) -> str:
     for p in points:
         status = p["status"] + (f": {p['reason']}" if p["reason"] else "") + (f" ({p['note']})" if p["note"] else "")
         rows.append([p["variant"], *(str(p["values"][k]) for k in keys), str(p["n"]),
-                     *(_fmt(*p[name]) for name, _ in TABLE_FIGURES), status])
+                     *(_fmt(*p[name]) + (fallback_mark(p[STEADY_SHARE_KEY][0]) if name == SUSTAINED_KEY else "")
+                       for name, _ in TABLE_FIGURES), status])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows) + (
+        "\n" + fallback_note((p[STEADY_SHARE_KEY][0] for p in points), "points"))
 
 
 def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
@@ -553,16 +569,34 @@ def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["variant", *keys, "status", "reason", "n", "runs",
-                     *(f"{name}_{part}" for name in SUMMARY_FIGURES for part in ("mean", "ci95")), "note"])
+                     *(f"{name}_{part}" for name in SUMMARY_FIGURES for part in ("mean", "ci95")), "note",
+                     "prompt_seeds", "prefix_cache_reset"])
     for p in points:
         figures = [("" if x is None else repr(x)) for name in SUMMARY_FIGURES for x in p[name]]
         writer.writerow([p["variant"], *(p["values"][k] for k in keys), p["status"], p["reason"], p["n"],
-                         " ".join(p["runs"]), *figures, p["note"]])
+                         " ".join(p["runs"]), *figures, p["note"], " ".join(str(x) for x in p["prompt_seeds"]),
+                         f"{p['prefix_cache_reset']}/{p['n']}"])
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     tmp.write_text(out.getvalue())
     os.replace(tmp, target)
+
+
+def describe_start(plan: Plan) -> list[str]:
+    """What each cell starts from, in a few lines: its prompts, and per variant whether the server's
+    prefix cache is emptied before it; then the plan's notes."""
+    if plan.prompt_reuse == "shared":
+        lines = [f"prompts: shared (prompt_reuse = \"shared\"): every cell the seed its options give "
+                 f"(the sweep's: {plan.sweep_seed})"]
+    else:
+        lines = [f"prompts: fresh: each point and repeat its own, seeds derived from the sweep's seed "
+                 f"{plan.sweep_seed} (variants at one point share them)"]
+    rules: dict[str, str] = {}
+    for group in plan.groups:
+        rules.setdefault(group.variant, group.cells[0].config.metadata.get("sweep_prefix_cache_reset", ""))
+    lines += [f"prefix cache reset before each cell: {variant}: {rule}" for variant, rule in rules.items()]
+    return lines + [f"note: {note}" for note in plan.notes]
 
 
 def render_plan(plan: Plan, store: Any) -> str:
@@ -578,7 +612,8 @@ def render_plan(plan: Plan, store: Any) -> str:
         if event.get("event") == "launched" and isinstance(event.get("load_s"), (int, float)):
             loads.setdefault(event["variant"], []).append(float(event["load_s"]))
     lines = [f"sweep {plan.name}: {len(plan.cells)} cells ({len(plan.cells) // plan.repeats} points x "
-             f"{plan.repeats} repeats), {len(plan.cells) - len(left)} done, {len(left)} to run; store {plan.store}"]
+             f"{plan.repeats} repeats), {len(plan.cells) - len(left)} done, {len(left)} to run; store {plan.store}",
+             *describe_start(plan)]
     seconds = 0.0
     unknown_cells = unknown_launches = 0
     for group in plan.groups:
@@ -629,6 +664,7 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
                 return 0
             import uvloop
 
+            print("\n".join(describe_start(plan)), flush=True)
             try:
                 points = uvloop.run(_execute_with_signals(plan, store, _ApiRunner(plan)))
             except (asyncio.CancelledError, KeyboardInterrupt):

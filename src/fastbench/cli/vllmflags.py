@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Literal, NamedTuple
 
+from fastbench.cli.argtypes import fold_in_help
+
 Arity = Literal["switch", "value", "values", "negatable"]
 
 
@@ -83,11 +85,16 @@ def dest(flag: str) -> str:
     return "vllm_" + flag[2:].replace("-", "_")
 
 
+GROUP_TITLE = "vllm bench serve compatibility"
+
+
 def add_unused_args(parser: argparse.ArgumentParser) -> None:
-    """vLLM's flags fastbench does not act on, in a group of their own at the end of --help."""
+    """vLLM's flags fastbench does not act on, in a group of their own at the end of --help, which names
+    them in one line (each flag's own help, the reason, is in docs/cli.md)."""
     g = parser.add_argument_group(
-        "taken from vllm bench serve, not acted on",
-        "accepted so that its command lines run unchanged; each one given is named on stderr with the reason")
+        GROUP_TITLE,
+        f"{len(UNUSED)} more of its flags, taken so that its command lines run unchanged and named on stderr when "
+        "given (ignored, or refused), with the reason: docs/cli.md lists them")
     for flag, unused in UNUSED.items():
         what = "refused: " if unused.refused else "ignored: "
         kwargs: dict[str, object] = {"dest": dest(flag), "default": None, "help": what + unused.why}
@@ -101,7 +108,7 @@ def add_unused_args(parser: argparse.ArgumentParser) -> None:
             kwargs["metavar"] = "VALUE"
         else:
             kwargs["metavar"] = "VALUE"
-        g.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+        fold_in_help(g.add_argument(flag, **kwargs))  # type: ignore[arg-type]
 
 
 def given(ns: argparse.Namespace) -> list[tuple[str, Unused]]:

@@ -53,8 +53,7 @@ from fastbench.load.sources import (
     sharegpt,
     trace,
 )
-from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed
-from fastbench.server.control import TokenizeFn
+from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed, TokenizeFn
 
 __all__ = (
     "DATASETS",
@@ -64,6 +63,7 @@ __all__ = (
     "build_workload_sync",
     "check_inputs",
     "output_limit_known",
+    "prompt_seed",
 )
 
 DATASETS: dict[str, Dataset] = {
@@ -128,6 +128,33 @@ class Workload:
     arrival_offsets_ns: list[int] | None = None
     # per measured request, the prompt tokens it shares with requests sent before it (load.sharing); None: unknown
     shared_prompt_tokens: list[int] | None = None
+
+
+# What --seed chooses of each dataset's prompts (the result's workload.prompt_seed); the datasets that
+# read a file take an order: "random" is a seeded shuffle, "file" the file's own order.
+_SEED_DRAWS = {
+    "random": "the prompts' tokens and lengths",
+    "prefix_repetition": "the prefixes, the suffixes and their order",
+    "generated-shared-prefix": "the system prompts, the questions and their order",
+    "burstgpt": "which rows (lengths) are sent and where the prompts' running token ids start",
+    "timed_trace": "the tokens of each hash id's block (the requests, their times and their sharing are the "
+                   "trace's, in file order)",
+    "mooncake": "the tokens of each hash id's block (the requests, their times and their sharing are the "
+                "trace's, in file order)",
+}
+_SHUFFLED = ("which of the file's entries are sent, and in what order (a seeded shuffle: another seed draws "
+             "another sample, overlapping it as much as the file is small)")
+
+
+def prompt_seed(config: BenchConfig) -> dict[str, Any]:
+    """The seed that drew the run's prompts and what it chose of them: ``seed``, ``varies_prompts``
+    (False where every seed sends the same prompts: a file read in order) and ``draws`` (one line)."""
+    if config.dataset_name in _SEED_DRAWS and not config.multi_turn:
+        return {"seed": config.seed, "varies_prompts": True, "draws": _SEED_DRAWS[config.dataset_name]}
+    if config.dataset_order == "random":
+        return {"seed": config.seed, "varies_prompts": True, "draws": _SHUFFLED}
+    return {"seed": config.seed, "varies_prompts": False,
+            "draws": "none of them: --dataset-order file sends the file's entries in order, the same for every seed"}
 
 
 def check_inputs(config: BenchConfig) -> None:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from fastbench.exceptions import ConfigError
-from fastbench.server.control import TokenizeFn
 
 # Length sources, as stated in Workload.input_length_source.
 SOURCE_TOKEN_IDS = "token-ids"
@@ -26,6 +25,9 @@ SOURCE_CHARS = "estimate (chars/4)"
 SOURCE_WORDS = "estimate (words)"
 
 _TOKENIZE_CONCURRENCY = 32  # concurrent /tokenize calls
+
+# A server's /tokenize as the load reads it: a prompt's token count (server/control.py's tokenizer()).
+TokenizeFn = Callable[[str], Awaitable[int]]
 
 
 class LocalTokenizer:

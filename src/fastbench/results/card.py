@@ -1,11 +1,11 @@
 """The run card's wording, in one place: the card itself (:func:`render_card`) and the rows and notes
 of the server's sections it shows.
 
-One module of ~680 lines because issue 11 asks for the card's wording in one place: the layout of
+One module of ~680 lines because the card's wording belongs in one place: the layout of
 the published cards (title, Configuration, Measured results, Load, Speculative decoding, Server
 metrics, Memory, the run command, Notes) and every row the server wing's observations add to it.
 
-The server wing hands over what it saw as typed records (``fastbench.server.observations``: the
+The server wing hands over what it saw as typed records (``fastbench.results.observations``: the
 launch, the measured window, memory, the teardown); :func:`server_sections` words them into the
 card's rows and notes and lays out the result file's server sections (``card_config``, ``load``,
 ``spec_decode``, ``server_metrics_card``, ``memory`` beside the data they come from), as
@@ -30,9 +30,10 @@ from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.memorycard import memory_lines
 from fastbench.results.records import COL
 from fastbench.results.result import Distribution, Result
+from fastbench.results.steady import card_text as steady_card_text
 
 if TYPE_CHECKING:  # the records only: results imports nothing of the server wing at run time
-    from fastbench.server.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
+    from fastbench.results.observations import LaunchFacts, MemoryReport, Teardown, WindowReport
 
 __all__ = (
     "ClientInFlight",
@@ -275,6 +276,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     measured: list[tuple[str, Any]] = [
         ("Prefill tok/s", prefill_text),
         ("Decode tok/s", decode_text),
+        ("Decode tok/s, steady state", decode_text if result.collapsed else steady_card_text(result.steady)),
         (
             "Per-stream decode tok/s",
             f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",

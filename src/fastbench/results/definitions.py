@@ -99,6 +99,41 @@ DEFINITIONS: dict[str, str] = {
         "latency, each <= its limit in ms; a request with fewer than 2 output tokens meets any "
         "TPOT limit) / duration, in requests/s. Absent when no SLO was set."
     ),
+    # steady state: the part of the window where the load held (results.steady), beside the whole window's
+    "steady_interval": (
+        "Steady-state interval: the part of the measured window in which the load was the one asked for. "
+        "Closed loop: from the instant the requests in flight (each from its send to its end stamp, over "
+        "every --workers process) first reached the target concurrency to the instant they last fell below "
+        "it, for good (the drain: no request was left to send, or the run stopped); the client's brief dips "
+        "between one response's end and the next send lie inside it. Open loop at a set --request-rate: "
+        "from the first scheduled arrival to the last one (the drain after it left out). Warm-ups are never "
+        "in it. A run has none, and its result says why, when the closed loop never reached its target "
+        "(fewer prompts than the concurrency, say), the open loop had fewer than 2 arrivals, the rate "
+        "ramped (--ramp-up-strategy: it never held), arrivals followed a trace's times, or requests came "
+        "as multi-turn sessions (think times set what is in flight). With Ray its edges are on the "
+        "driver's clock, onto which each node's stamps are moved."
+    ),
+    "steady_output_throughput": (
+        "Steady-state output throughput: output tokens generated inside the steady interval / its length, "
+        "in tokens/s. The tokens of completed requests, and of those the run's stop cut short, are placed "
+        "in time: at their chunks' receive stamps where --save-detailed kept them (each chunk an equal "
+        "share of its request's output tokens: per-chunk counts are not kept), otherwise the first at its "
+        "first-token stamp and the rest at an even pace up to the end stamp (the pace TPOT assumes); only "
+        "those inside the interval count. Failed requests' tokens do not. Where output_throughput counts "
+        "the ramp-up and the drain, this is what the server sustained at the target load."
+    ),
+    "steady_request_throughput": (
+        "Steady-state request throughput: completed requests served inside the steady interval / its "
+        "length, in requests/s; each counts the share of its send-to-end time inside the interval (1 when "
+        "wholly inside), so those the interval's edges cut count for the part they spent in it."
+    ),
+    "steady_requests": (
+        "Requests inside the steady interval: completed requests whose start (the send in closed loop, "
+        "the scheduled arrival in open loop, as for TTFT) is at or after the interval's start and whose "
+        "end stamp is at or before its end. The steady TTFT, TPOT, ITL and E2E figures are theirs, as "
+        "their whole-window figures are defined; ITL from their chunk stamps, so only with --save-detailed "
+        "(null without)."
+    ),
     # counts and client figures
     "completed": "Requests that finished without error inside the measured window.",
     "failed": "Requests that ended with an error (any class but CANCELLED), by ErrorClass name.",

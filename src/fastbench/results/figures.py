@@ -56,6 +56,7 @@ from fastbench.results.result import (
     UsageSummary,
 )
 from fastbench.results.sessions import session_figures
+from fastbench.results.steady import steady_state
 
 # Per-request lists in workload_info, used here but not copied into the result.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens")
@@ -117,6 +118,7 @@ def summarize(
                                  np.asarray(workload_info["turn_of_row"]), config.open_loop,
                                  workload_info.get("prompt_lens"))
         if "session_of_row" in workload_info else None,
+        steady=steady_state(data, config),
         prefix_cache=prefix_cache_summary(requests.rows, requests.completed, requests.prompt, config, workload_info,
                                           server_info),
     )

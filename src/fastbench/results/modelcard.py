@@ -1,6 +1,7 @@
 """The run card's rows about the model, worded here from what the server wing found: the facts of the
-model's local files (``server.modelinfo.ModelFacts``) and what the server says of the model it loaded
-(llama.cpp's /v1/models ``meta``). Each row says where its figure came from.
+model's local files (``results.observations.ModelFacts``, read by ``server.modelinfo``) and what the
+server says of the model it loaded (llama.cpp's /v1/models ``meta``). Each row says where its figure
+came from.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the record only: results imports nothing of the server wing at run time
-    from fastbench.server.modelinfo import ModelFacts
+    from fastbench.results.observations import ModelFacts
 
 __all__ = ("model_rows", "model_sections", "parameters_text", "size_text")
 

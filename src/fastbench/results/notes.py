@@ -100,11 +100,13 @@ def timestamp_statement(source: TimestampSource, kernel_stamped_ratio: float | N
 
 
 def collapse_reason(counts: Counts, stopped_reason: str, max_error_rate: float | None) -> str | None:
-    """Why the run did not measure a working server, or None when it did."""
+    """Why the run did not measure a working server, or None when it did. A run interrupted before its
+    first completion with no request failed measured nothing of the server: it is interrupted, not
+    collapsed (the client stopped it)."""
     finished = counts.completed + counts.failed
     if stopped_reason == "max error rate":
         return f"stopped early: failed/finished passed max_error_rate {max_error_rate}"
-    if counts.completed == 0:
+    if counts.completed == 0 and not (stopped_reason == "interrupted" and counts.failed == 0):
         return "no request completed"
     if finished and counts.failed / finished > 0.5:
         return f"most requests failed ({counts.failed}/{finished})"

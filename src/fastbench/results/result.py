@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.exceptions import FastbenchError, ServerError
 from fastbench.results.definitions import RATE_SCALE
 
 if TYPE_CHECKING:
     from fastbench.results.cache import PrefixCacheSummary
+    from fastbench.results.steady import SteadyState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +198,8 @@ class Result:
     workers: dict[str, Any] | None = None
     # --multi-turn: figures per turn index and per session (results.sessions.session_figures), else None
     sessions: dict[str, Any] | None = None
+    # the steady interval and the figures over it (results.steady.steady_state); None: not computed
+    steady: SteadyState | None = None
     # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)
     prefix_cache: PrefixCacheSummary | None = None
 
@@ -222,3 +226,26 @@ def _mean_std(hist: Any) -> tuple[float, float]:
     mean = float((weights * median_equivalent).sum() / total)
     std = float(np.sqrt((weights * (median_equivalent - mean) ** 2).sum() / total))
     return mean, std
+
+
+# -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------
+
+
+class ResultWriteError(FastbenchError, OSError):
+    """The run finished but a result file could not be written (disk full, directory removed).
+
+    ``result`` holds what was measured, so that the caller can still use or save it elsewhere.
+    """
+
+    def __init__(self, message: str, result: Result) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ServerDiedError(ServerError):
+    """The server died during the measured window. The result files are written (the run is
+    marked as stopped early) and ``result`` holds what was measured."""
+
+    def __init__(self, message: str, result: Result) -> None:
+        super().__init__(message)
+        self.result = result

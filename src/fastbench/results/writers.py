@@ -23,6 +23,7 @@ from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
+from fastbench.results import steady
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
@@ -154,11 +155,15 @@ def result_to_json_dict(
         fastbench["workers"] = result.workers
     if result.sessions is not None:
         fastbench["sessions"] = result.sessions
+    if result.steady is not None:
+        fastbench["steady"] = steady.section(result.steady) | {
+            "distributions": {name: distribution_to_dict(d) for name, d in result.steady.distributions.items()}}
     if result.prefix_cache is not None:
         fastbench["prefix_cache"] = summary_to_dict(result.prefix_cache)
     out = to_vllm_keys(result)
     spec = server.get("spec_decode_stats") or {}
     out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
+    out.update(steady.flat_keys(result.steady))  # fastbench's, beside vllm's whole-window figures
     if result.prefix_cache is not None:  # fastbench's flat keys beside vllm's: what a sweep or a dashboard reads
         out.update(result.prefix_cache.flat())
     out["fastbench"] = fastbench
@@ -335,6 +340,7 @@ def render_console(result: Result) -> str:
     if tp.request_goodput is not None:
         row("Request goodput (req/s):", tp.request_goodput)
     row("Output token throughput (tok/s):", tp.output_throughput)
+    row("Steady-state output (tok/s):", steady.console_text(result.steady))
     row("Peak concurrent requests:", result.client.max_concurrent_requests)
     row("Total Token throughput (tok/s):", tp.total_token_throughput)
     sections = (

@@ -8,6 +8,6 @@ the measured window: ``prom`` reads /metrics, ``specdecode`` analyses those read
 decoding, engine gauges). ``memory`` samples the machine's and the server's memory in a co-process
 (``memoryrun`` is its glue to a run); ``modelinfo`` reads the served model's files.
 
-What was seen is handed back as typed records (``observations``); ``fastbench.results`` words the
-card from them and writes the files.
+What was seen is handed back as typed records (``fastbench.results.observations``, below both wings);
+``fastbench.results`` words the card from them and writes the files.
 """

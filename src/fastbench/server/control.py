@@ -55,8 +55,6 @@ _SHORT_ERROR_CHARS = 200
 # Where each engine tells its version, and under which key (the launcher asks each in turn).
 ENGINE_VERSION_SOURCES = (("/version", "version"), ("/props", "build_info"), ("/get_server_info", "version"))
 
-TokenizeFn = Callable[[str], Awaitable[int]]
-
 
 def url(base_url: str, path: str) -> str:
     """The URL of ``path`` (``/v1/models``) on the server whose root is ``base_url``."""
@@ -277,7 +275,7 @@ async def server_tokenize(
 
 def make_server_tokenize(
     base_url: str, session: aiohttp.ClientSession, api_key: str | None, model: str
-) -> TokenizeFn:
+) -> Callable[[str], Awaitable[int]]:  # load.tokens.TokenizeFn
     """The ``tokenize`` argument of ``datasets.build_workload``, bound to one server and model."""
 
     async def tokenize(prompt: str) -> int:

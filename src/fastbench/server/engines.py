@@ -5,6 +5,7 @@ Everything else (the process, readiness, the log, teardown) is ``launch.Launched
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastbench.config import LaunchConfig
@@ -12,7 +13,13 @@ from fastbench.exceptions import ConfigError
 from fastbench.server.launch import LaunchedServer, engine_option
 from fastbench.server.serverlog import parse_vllm_footprint, parse_vllm_precision
 
-__all__ = ("LlamaCppServer", "SGLangServer", "VLLMServer", "make_server")
+__all__ = ("RESET_ENV", "LlamaCppServer", "SGLangServer", "VLLMServer", "make_server", "with_prefix_cache_reset")
+
+# What each engine needs in its environment to serve a prefix-cache reset: vLLM's API server registers
+# POST /reset_prefix_cache only in its development mode (VLLM_SERVER_DEV_MODE=1, which also adds its
+# other dev endpoints: sleep, wake_up, ...; no effect on serving); SGLang's POST /flush_cache needs
+# nothing; llama.cpp has no reset.
+RESET_ENV: dict[str, tuple[str, ...]] = {"vllm": ("VLLM_SERVER_DEV_MODE=1",)}
 
 
 class VLLMServer(LaunchedServer):
@@ -93,6 +100,15 @@ def _unless_given(engine_args: tuple[str, ...], flag: str) -> list[str]:
 _SERVERS: dict[str, type[LaunchedServer]] = {
     "vllm": VLLMServer, "sglang": SGLangServer, "llama.cpp": LlamaCppServer,
 }
+
+
+def with_prefix_cache_reset(launch: LaunchConfig) -> LaunchConfig:
+    """``launch`` with what its engine needs to serve a prefix-cache reset added to its environment
+    (RESET_ENV), unless the user set those variables (then theirs stand). A docker launch passes them
+    on by name (``--env NAME``), as every ``env`` item."""
+    given = {item.partition("=")[0] for item in launch.env}
+    extra = tuple(item for item in RESET_ENV.get(launch.engine, ()) if item.partition("=")[0] not in given)
+    return dataclasses.replace(launch, env=(*launch.env, *extra)) if extra else launch
 
 
 def make_server(launch: LaunchConfig, *, api_key: str | None = None,

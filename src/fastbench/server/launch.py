@@ -45,8 +45,8 @@ import orjson
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.redact import redact_argv, redact_secret, redact_text, shell_join
+from fastbench.results.observations import LaunchFacts, Teardown
 from fastbench.server import control, processes
-from fastbench.server.observations import LaunchFacts, Teardown
 from fastbench.server.serverlog import ServerLog
 
 __all__ = (

@@ -11,9 +11,9 @@ import warnings
 from typing import TYPE_CHECKING
 
 from fastbench.config import BenchConfig
+from fastbench.results.observations import MemoryReport
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
-from fastbench.server.observations import MemoryReport
 
 if TYPE_CHECKING:
     from fastbench.server.memory import MemorySampler, MemorySeries

@@ -37,6 +37,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
+from fastbench.results.observations import ModelFacts
+
 # A header this large is not a model's: refuse rather than read it (the largest real ones are a few MB).
 MAX_HEADER_BYTES = 256 * 1024 * 1024
 
@@ -83,25 +85,6 @@ NO_WEIGHTS = "no safetensors weights in the directory"
 
 class ModelInfoError(Exception):
     """A model file that is not what its name says (a bad header, a truncated table)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelFacts:
-    """What the model's local files say. ``total_params`` is None where the weights cannot be counted."""
-
-    source: str  # the directory or file read
-    family: str | None
-    model_type: str | None
-    total_params: int | None
-    active_params: int | None  # MoE only
-    experts: tuple[int, int] | None  # (used per token, total) for a MoE
-    precision: str | None  # "bfloat16", "fp8", "gptq 4-bit", "Q4_K_M"...
-    why_no_count: str | None = None
-    modalities: tuple[str, ...] | None = None  # inputs config.json declares towers for: ("text", "image")
-    adapter: str | None = None  # the LoRA adapter served, when these are its base model's facts
-    hub_repo: str | None = None  # "org/name" and its commit, where the files are a hub cache snapshot
-    revision: str | None = None
-    weights_found: bool = True  # False: the directory holds no weight files (they are elsewhere)
 
 
 def family_of(model_type: str | None) -> str | None:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from fastbench.config import BenchConfig
+from fastbench.results.observations import MetricsReport, WindowReport
 from fastbench.server import prom, specdecode
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
-from fastbench.server.observations import MetricsReport, WindowReport
 from fastbench.server.serverlog import spec_log_summary, window_warnings
 
 __all__ = ("WindowMonitor",)

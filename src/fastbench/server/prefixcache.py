@@ -13,8 +13,8 @@ says which.
 
 ``reset_prefix_cache`` asks the server to empty its prefix cache before a run: vLLM's
 ``POST /reset_prefix_cache`` (served only with ``VLLM_SERVER_DEV_MODE=1``; it answers
-``{"success": false}`` while requests hold blocks), then SGLang's ``POST /flush_cache``. llama.cpp
-and OpenAI-compatible servers in general have no such endpoint.
+``{"success": false}`` while requests hold blocks, so it is asked again for a few seconds), then SGLang's
+``POST /flush_cache``. llama.cpp and OpenAI-compatible servers in general have no such endpoint.
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ import orjson
 from fastbench.server import control
 from fastbench.server.prom import Metrics
 
-__all__ = ("HITS", "QUERIES", "PrefixCounters", "reset_prefix_cache", "summarize")
+__all__ = ("HITS", "QUERIES", "PrefixCounters", "not_asked", "reset_prefix_cache", "summarize")
 
 QUERIES = "vllm:prefix_cache_queries_total"
 HITS = "vllm:prefix_cache_hits_total"
 RESET_TIMEOUT_S = 10.0
+# vLLM answers {"success": false} while requests hold blocks: asked again this often, for this long.
+RESET_RETRY_INTERVAL_S = 0.25
+RESET_RETRY_S = 5.0
 # Where each engine empties its prefix cache, tried in turn (a 404 moves on to the next).
 RESET_ENDPOINTS = (("/reset_prefix_cache", "vLLM"), ("/flush_cache", "SGLang"))
 
@@ -87,29 +90,55 @@ def summarize(points: Sequence[tuple[PrefixCounters | None, str | None]]) -> dic
     return out
 
 
-async def reset_prefix_cache(base_url: str, api_key: str | None, verify_tls: bool = True) -> str | None:
-    """Empty the server's prefix cache; return None when it did, else why not (one line)."""
-    seen: list[str] = []
+async def reset_prefix_cache(base_url: str, api_key: str | None, verify_tls: bool = True, *,
+                             retry_s: float = RESET_RETRY_S) -> dict[str, Any]:
+    """Empty the server's prefix cache. Returns ``{"asked": True, "done": bool, "why_not": one line or
+    None, "tries": N}``. vLLM refuses (``{"success": false}``) while requests hold cache blocks, as the
+    previous run's cancelled requests may for a moment: asked again every RESET_RETRY_INTERVAL_S for
+    up to ``retry_s``."""
+    tries = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_s
     async with control.http_session(verify_tls) as session:
-        for path, engine in RESET_ENDPOINTS:
-            try:
-                async with session.post(control.url(base_url, path), headers=control.auth_headers(api_key),
-                                        timeout=aiohttp.ClientTimeout(total=RESET_TIMEOUT_S)) as resp:
-                    body = await resp.read()
-                    status = resp.status
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                return f"POST {path} failed ({type(exc).__name__}: {exc})"
-            if status in (404, 405):
-                seen.append(f"POST {path} ({engine}'s) answered {status}")
-                continue
-            if status != 200:
-                return f"POST {path} answered HTTP {status}"
-            try:
-                answer = orjson.loads(body) if body.strip() else {}
-            except orjson.JSONDecodeError:
-                answer = {}
-            if isinstance(answer, dict) and answer.get("success") is False:
-                return f"POST {path} answered success false (vLLM refuses while requests hold cache blocks)"
-            return None
+        while True:
+            tries += 1
+            why_not, refused = await _reset_once(session, base_url, api_key)
+            if not refused or loop.time() + RESET_RETRY_INTERVAL_S > deadline:
+                break
+            await asyncio.sleep(RESET_RETRY_INTERVAL_S)
+    if refused:
+        why_not = f"{why_not} {tries} times over {retry_s:g} s"
+    return {"asked": True, "done": why_not is None, "why_not": why_not, "tries": tries}
+
+
+async def _reset_once(session: aiohttp.ClientSession, base_url: str, api_key: str | None) -> tuple[str | None, bool]:
+    """One try: (None, False) when the cache was emptied, else (why not, whether the server refused
+    for now: vLLM's ``{"success": false}``, worth asking again)."""
+    seen: list[str] = []
+    for path, engine in RESET_ENDPOINTS:
+        try:
+            async with session.post(control.url(base_url, path), headers=control.auth_headers(api_key),
+                                    timeout=aiohttp.ClientTimeout(total=RESET_TIMEOUT_S)) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            return f"POST {path} failed ({type(exc).__name__}: {exc})", False
+        if status in (404, 405):
+            seen.append(f"POST {path} ({engine}'s) answered {status}")
+            continue
+        if status != 200:
+            return f"POST {path} answered HTTP {status}", False
+        try:
+            answer = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError:
+            answer = {}
+        if isinstance(answer, dict) and answer.get("success") is False:
+            return f"POST {path} answered success false (vLLM refuses while requests hold cache blocks)", True
+        return None, False
     return ("; ".join(seen) + ": the server has no prefix-cache reset (vLLM serves /reset_prefix_cache only "
-            "with VLLM_SERVER_DEV_MODE=1; llama.cpp has none)")
+            "with VLLM_SERVER_DEV_MODE=1; llama.cpp has none)"), False
+
+
+def not_asked() -> dict[str, Any]:
+    """The record of a run that did not ask for a reset."""
+    return {"asked": False, "done": False, "why_not": "not asked (--reset-prefix-cache)", "tries": 0}

@@ -1,5 +1,5 @@
-"""Runs side by side: each key figure, its change against the first run (the baseline) in %, and whether
-that change is beyond run-to-run noise.
+"""Runs side by side: each key figure, its change against the first run (the baseline) in %, whether
+that change is beyond run-to-run noise, and whether it is big enough to matter.
 
 Noise is judged from the per-request records where both runs kept them (a stored run always does;
 a result file does when its --save-detailed file is found): each run's requests are resampled with
@@ -10,7 +10,19 @@ holds 0 is within it. Where that cannot be done, it says why instead of guessing
 few requests for the percentile, or a figure of which a run has one value only (aggregate
 throughput, chunk-level ITL, acceptance length: they need repeated runs).
 
-``--fail-if`` rules (:func:`parse_rule`) turn a comparison into a regression gate.
+Size is judged apart from noise: a change matters only when it reaches the figure's practical
+threshold (:class:`Threshold`; 5% of the baseline for throughputs, medians and rates, 10% for p99s by
+default; settable per figure, :func:`parse_thresholds`). So a change has one of three verdicts: within
+noise; beyond noise but below the threshold (trivial); or beyond both (better or worse). Where noise
+cannot be judged, a change below the threshold is still trivial whatever the noise.
+
+Each run's prefix-cache state is read too (the server's hit rate over the window, the share of prompt
+tokens its usage said were cached, the run's cache warning): two runs whose hit rates differ by more
+than :data:`CACHE_DIFFERENCE` while a latency changed are said to differ in what the cache did, which
+can explain the change.
+
+``--fail-if`` rules (:func:`parse_rule`) turn a comparison into a regression gate, with the same
+judgement of noise: a change within noise holds no rule.
 """
 
 from __future__ import annotations
@@ -27,16 +39,46 @@ from typing import Any, Literal
 import numpy as np
 
 from fastbench.exceptions import StoreError
-from fastbench.study.runfile import Scalar, flat_keys, load_result, per_request_values, read_records
+from fastbench.study.runfile import (
+    Scalar,
+    flat_complete,
+    flat_keys,
+    flat_status,
+    load_result,
+    per_request_values,
+    read_records,
+)
 from fastbench.study.store import RECORDS_FILE, RESULT_FILE, Store
 
-__all__ = ("FIGURES", "Comparison", "Figure", "Rule", "RunSide", "compare", "load_run", "parse_rule")
+__all__ = ("CACHE_DIFFERENCE", "FIGURES", "CacheState", "Comparison", "Figure", "Rule", "RunSide", "Threshold",
+           "cache_state", "compare", "load_run", "parse_rule", "parse_thresholds")
 
 BOOTSTRAP_ROUNDS = 1000
 BOOTSTRAP_SEED = 20250301
 # A percentile is resampled only where this many requests lie beyond it (p99: 500 requests): with
 # fewer, the resamples repeat the same few top values and the interval means little.
 MIN_TAIL = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    """The smallest change of a figure that matters: ``value`` in % of the baseline (``percent``), or in
+    the figure's own unit."""
+
+    value: float
+    percent: bool = True
+
+    def text(self, unit: str) -> str:
+        return f"{self.value:g}%" if self.percent else f"{self.value:g} {unit}"
+
+    def reached(self, baseline: float, value: float, change_pct: float) -> bool:
+        return abs(change_pct) >= self.value if self.percent else abs(value - baseline) >= self.value
+
+
+# The defaults: 5% for throughputs, medians and per-request rates (a smaller change rarely moves a
+# capacity or SLO decision, and repeats of a steady server drift by a few %), 10% for a p99 (it rests on
+# 1% of the requests, so it moves more between repeats than a median does).
+CENTRAL, TAIL = Threshold(5.0), Threshold(10.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,22 +89,28 @@ class Figure:
     better: Literal["lower", "higher"]
     series: str | None = None  # the per-request series it is a statistic of (runfile.PER_REQUEST)
     percentile: float | None = None  # None: the mean (when series is set)
+    metric: str = ""  # the short name --threshold takes for all its statistics (default: the series)
+    threshold: Threshold = CENTRAL  # the default practical threshold
+
+    @property
+    def short(self) -> str:
+        return self.metric or self.series or self.key
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("output_throughput", "Output throughput", "tok/s", "higher"),
-    Figure("request_throughput", "Request throughput", "req/s", "higher"),
+    Figure("output_throughput", "Output throughput", "tok/s", "higher", metric="output_throughput"),
+    Figure("request_throughput", "Request throughput", "req/s", "higher", metric="request_throughput"),
     Figure("median_ttft_ms", "TTFT median", "ms", "lower", "ttft", 50.0),
-    Figure("p99_ttft_ms", "TTFT p99", "ms", "lower", "ttft", 99.0),
+    Figure("p99_ttft_ms", "TTFT p99", "ms", "lower", "ttft", 99.0, threshold=TAIL),
     Figure("median_tpot_ms", "TPOT median", "ms", "lower", "tpot", 50.0),
-    Figure("p99_tpot_ms", "TPOT p99", "ms", "lower", "tpot", 99.0),
-    Figure("median_itl_ms", "ITL median (chunks)", "ms", "lower"),
-    Figure("p99_itl_ms", "ITL p99 (chunks)", "ms", "lower"),
+    Figure("p99_tpot_ms", "TPOT p99", "ms", "lower", "tpot", 99.0, threshold=TAIL),
+    Figure("median_itl_ms", "ITL median (chunks)", "ms", "lower", metric="itl"),
+    Figure("p99_itl_ms", "ITL p99 (chunks)", "ms", "lower", metric="itl", threshold=TAIL),
     Figure("median_e2el_ms", "E2E latency median", "ms", "lower", "e2el", 50.0),
-    Figure("p99_e2el_ms", "E2E latency p99", "ms", "lower", "e2el", 99.0),
+    Figure("p99_e2el_ms", "E2E latency p99", "ms", "lower", "e2el", 99.0, threshold=TAIL),
     Figure("median_decode_rate_tok_s", "Per-stream decode median", "tok/s", "higher", "decode_rate", 50.0),
     Figure("median_prefill_rate_tok_s", "Prefill rate median", "tok/s", "higher", "prefill_rate", 50.0),
-    Figure("spec_decode_acceptance_length", "Acceptance length", "tokens", "higher"),
+    Figure("spec_decode_acceptance_length", "Acceptance length", "tokens", "higher", metric="acceptance_length"),
 )
 
 
@@ -122,6 +170,7 @@ def records_of_file(path: Path, doc: Mapping[str, Any]) -> Path | None:
 # -- the comparison ---------------------------------------------------------------------------------
 
 Verdict = Literal["beyond noise", "within noise", "cannot tell"]
+Judgement = Literal["within noise", "trivial", "better", "worse", "cannot tell"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,8 +180,26 @@ class Change:
     value: float | None
     change_pct: float | None  # (value - baseline) / |baseline| x 100
     interval_pct: tuple[float, float] | None  # 95% bootstrap interval of change_pct
-    verdict: Verdict
+    verdict: Verdict  # of noise
     why: str  # the reason when it cannot tell; else ""
+    threshold: Threshold = CENTRAL
+    matters: bool | None = None  # the change reaches the threshold (None: no change measured)
+    direction: Literal["better", "worse", "same"] | None = None
+
+    @property
+    def judgement(self) -> Judgement:
+        """Noise and size together: within noise; trivial (below the threshold, beyond noise or not
+        judged); better or worse (beyond noise and the threshold); or cannot tell (no noise judgement of
+        a change that reaches the threshold, or no change measured)."""
+        if self.verdict == "within noise":
+            return "within noise"
+        if self.matters is False:
+            return "trivial"
+        if self.verdict == "beyond noise" and self.direction == "better":
+            return "better"
+        if self.verdict == "beyond noise" and self.direction == "worse":
+            return "worse"
+        return "cannot tell"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,10 +210,21 @@ class Row:
 
 
 @dataclasses.dataclass(frozen=True)
+class CacheState:
+    """What a run's prefix cache did, as its result says (None where it says nothing)."""
+
+    hit_rate: float | None  # the server's /metrics hit rate over the window (prefix_cache_hit_rate)
+    cached_share: float | None  # the share of prompt tokens the server's usage said were cached
+    warning: str | None  # the run's prefix_cache_warning
+
+
+@dataclasses.dataclass(frozen=True)
 class Comparison:
     runs: list[RunSide]
     rows: list[Row]
     config_differences: list[str]  # "concurrency 4 -> 32", per field that differs from the baseline
+    cache: list[CacheState] = dataclasses.field(default_factory=list)  # one per run
+    notes: list[str] = dataclasses.field(default_factory=list)  # cache states, warnings, incomplete runs
 
 
 def _number(value: Any) -> float | None:
@@ -177,26 +255,30 @@ def _too_few(figure: Figure, n: int) -> str | None:
     return f"{n} requests are too few for a p{figure.percentile:g} (need {math.ceil(need)})" if n < need else None
 
 
-def _change(figure: Figure, base: RunSide, other: RunSide, rng: np.random.Generator) -> Change:
+def _change(figure: Figure, base: RunSide, other: RunSide, rng: np.random.Generator,
+            threshold: Threshold) -> Change:
     a, b = _number(base.flat.get(figure.key)), _number(other.flat.get(figure.key))
     if a is None or b is None:
-        return Change(b, None, None, "cannot tell", "not measured in both runs")
+        return Change(b, None, None, "cannot tell", "not measured in both runs", threshold)
     pct = 0.0 if a == b else ((b - a) / abs(a) * 100 if a != 0 else math.copysign(math.inf, b - a))
+    up = (b > a) == (figure.better == "higher")
+    sized = Change(b, pct, None, "cannot tell", "", threshold, threshold.reached(a, b, pct),
+                   "same" if a == b else "better" if up else "worse")
     if figure.series is None:
-        return Change(b, pct, None, "cannot tell", "one value per run: needs repeated runs")
+        return dataclasses.replace(sized, why="one value per run: needs repeated runs")
     if base.series is None or other.series is None:
-        return Change(b, pct, None, "cannot tell", "no per-request records")
+        return dataclasses.replace(sized, why="no per-request records")
     xa, xb = base.series[figure.series], other.series[figure.series]
     few = _too_few(figure, min(len(xa), len(xb)))
     if few:
-        return Change(b, pct, None, "cannot tell", few)
+        return dataclasses.replace(sized, why=few)
     sa = _resampled(xa, figure.percentile, rng)
     sb = _resampled(xb, figure.percentile, rng)
     if np.any(sa == 0):
-        return Change(b, pct, None, "cannot tell", "the baseline's resamples reach 0")
+        return dataclasses.replace(sized, why="the baseline's resamples reach 0")
     lo, hi = (float(x) for x in np.percentile((sb - sa) / np.abs(sa) * 100, [2.5, 97.5]))
     verdict: Verdict = "beyond noise" if lo > 0 or hi < 0 else "within noise"
-    return Change(b, pct, (lo, hi), verdict, "")
+    return dataclasses.replace(sized, interval_pct=(lo, hi), verdict=verdict)
 
 
 # Configuration fields that say nothing about what was measured: where its files went, how it was shown.
@@ -221,18 +303,123 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "~"
 
 
-def compare(runs: Sequence[RunSide], figures: Sequence[Figure] = FIGURES) -> Comparison:
-    """Each figure of each run against the first."""
+def threshold_of(figure: Figure, given: Mapping[str, Threshold]) -> Threshold:
+    """The figure's threshold: given for its key, else for its short name (``ttft``), else for ``all``,
+    else its default."""
+    for name in (figure.key, figure.short, "all"):
+        if name in given:
+            return given[name]
+    return figure.threshold
+
+
+def compare(runs: Sequence[RunSide], figures: Sequence[Figure] = FIGURES,
+            thresholds: Mapping[str, Threshold] | None = None) -> Comparison:
+    """Each figure of each run against the first; ``thresholds`` (:func:`parse_thresholds`) replace the
+    figures' default practical thresholds."""
     if len(runs) < 2:
         raise StoreError("compare needs at least two runs")
     base = runs[0]
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    rows = [Row(figure, _number(base.flat.get(figure.key)), [_change(figure, base, other, rng) for other in runs[1:]])
+    rows = [Row(figure, _number(base.flat.get(figure.key)),
+                [_change(figure, base, other, rng, threshold_of(figure, thresholds or {})) for other in runs[1:]])
             for figure in figures]
     configs = [(run.doc.get("fastbench") or {}).get("config") or {} for run in runs]
     differences = [f"{chr(ord('B') + i)}: {line}" for i, config in enumerate(configs[1:])
                    for line in _config_differences(configs[0], config)]
-    return Comparison(list(runs), rows, differences)
+    states = [cache_state(run) for run in runs]
+    notes = _status_notes(runs) + _cache_notes(states, rows)
+    return Comparison(list(runs), rows, differences, states, notes)
+
+
+# -- the cache, and runs that are no complete cell --------------------------------------------------
+
+CACHE_DIFFERENCE = 0.2  # hit rates further apart than this are different cache states
+# The figures a prefix cache moves: a hit skips prefill, so the first token (and the whole request) comes sooner.
+CACHE_SENSITIVE = ("median_ttft_ms", "p99_ttft_ms", "median_prefill_rate_tok_s", "median_e2el_ms", "p99_e2el_ms")
+
+
+def cache_state(run: RunSide) -> CacheState:
+    """The run's prefix-cache state: the flat keys ``prefix_cache_hit_rate`` (else the result's
+    ``fastbench.server.prefix_cache_stats.hit_rate``), ``cached_tokens_share`` and ``prefix_cache_warning``."""
+    hit = _number(run.flat.get("prefix_cache_hit_rate"))
+    if hit is None:
+        stats = ((run.doc.get("fastbench") or {}).get("server") or {}).get("prefix_cache_stats")
+        hit = _number(stats.get("hit_rate")) if isinstance(stats, dict) else None
+    warning = run.flat.get("prefix_cache_warning")
+    return CacheState(hit, _number(run.flat.get("cached_tokens_share")),
+                      warning if isinstance(warning, str) and warning else None)
+
+
+def _name(i: int) -> str:
+    return chr(ord("A") + i)
+
+
+def _cache_notes(states: Sequence[CacheState], rows: Sequence[Row]) -> list[str]:
+    """A line per run whose cache state differs from the baseline's by more than CACHE_DIFFERENCE (by
+    hit rate where both have one, else by cached-token share), saying whether a latency changed with
+    it; a line per cache warning."""
+    notes = [f"{_name(i)}: prefix cache: {state.warning}" for i, state in enumerate(states) if state.warning]
+    base = states[0]
+    for i, state in enumerate(states[1:]):
+        name = _name(i + 1)
+        if base.hit_rate is not None and state.hit_rate is not None:
+            what, a, b = "prefix-cache hit rate", base.hit_rate, state.hit_rate
+        elif base.cached_share is not None and state.cached_share is not None:
+            what, a, b = "cached-token share", base.cached_share, state.cached_share
+        else:
+            continue
+        if abs(b - a) <= CACHE_DIFFERENCE:
+            continue
+        moved = [(row.figure.name, row.changes[i]) for row in rows if row.figure.key in CACHE_SENSITIVE
+                 and row.changes[i].judgement in ("better", "worse")]
+        if moved:
+            figure, change = moved[0]
+            notes.append(f"{name}: the {what} was {a:.2f} in A and {b:.2f} in {name} while {figure} changed "
+                         f"{change.change_pct:+.1f}%: the cache, not the server, may explain the latency change")
+        else:
+            notes.append(f"{name}: the {what} was {a:.2f} in A and {b:.2f} in {name}; no latency changed beyond its "
+                         "threshold")
+    return notes
+
+
+def _status_notes(runs: Sequence[RunSide]) -> list[str]:
+    """A line per run that is no complete cell: its figures cover only part of what it was asked."""
+    notes = []
+    for i, run in enumerate(runs):
+        if not flat_complete(run.flat):
+            notes.append(f"{_name(i)}: {flat_status(run.flat)}: not a complete run (stopped "
+                         f"{run.flat.get('stopped_reason')}, {run.flat.get('completed')} completed); its figures "
+                         "cover only what it completed")
+    return notes
+
+
+# -- --threshold ---------------------------------------------------------------------------------------
+
+_THRESHOLD = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*=\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
+
+
+def parse_thresholds(texts: Sequence[str], figures: Sequence[Figure] = FIGURES) -> dict[str, Threshold]:
+    """``--threshold NAME=CHANGE`` (repeatable, or several comma-separated): NAME a figure's key
+    (``p99_ttft_ms``), its short name for all its statistics (``ttft``, ``tpot``, ``itl``, ``e2el``,
+    ``decode_rate``, ``prefill_rate``, ``output_throughput``, ``request_throughput``,
+    ``acceptance_length``) or ``all``; CHANGE in % of the baseline (``2%``) or in the figure's unit
+    (``0.5``). One line saying what is wrong otherwise."""
+    known = {"all", *(f.key for f in figures), *(f.short for f in figures)}
+    out: dict[str, Threshold] = {}
+    for text in texts:
+        for part in text.split(","):
+            match = _THRESHOLD.match(part)
+            if match is None:
+                raise StoreError(f"--threshold {part.strip()!r}: expected NAME=CHANGE, e.g. 'ttft=2%' or "
+                                 "'median_tpot_ms=0.5' (CHANGE a size, in % of the baseline or without % in the "
+                                 "figure's unit)")
+            name, number, percent = match.groups()
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+                hint = f" (did you mean {', '.join(close)}?)" if close else f" (it takes {', '.join(sorted(known))})"
+                raise StoreError(f"--threshold {part.strip()!r}: no figure {name!r}{hint}")
+            out[name] = Threshold(float(number), bool(percent))
+    return out
 
 
 # -- --fail-if ---------------------------------------------------------------------------------------
@@ -253,8 +440,10 @@ class Rule:
     threshold: float
     percent: bool
 
-    def check(self, base: RunSide, other: RunSide) -> tuple[bool, str]:
-        """Whether ``other`` fails the rule, and a line saying what was found."""
+    def check(self, base: RunSide, other: RunSide, judged: Change | None = None) -> tuple[bool, str]:
+        """Whether ``other`` fails the rule, and a line saying what was found. With the comparison's
+        change of this key (``judged``), judged as the table judges it: a change within noise holds no
+        rule; where noise could not be judged, the change alone decides."""
         a, b = _number(base.flat.get(self.key)), _number(other.flat.get(self.key))
         if a is None or b is None:
             missing = base.ref if a is None else other.ref
@@ -266,7 +455,13 @@ class Rule:
             change = b - a
             shown = f"{change:+g}"
         failed = _OPS[self.op](change, self.threshold)
-        return failed, f"{self.key}: {a:g} -> {b:g} ({shown})"
+        found = f"{self.key}: {a:g} -> {b:g} ({shown})"
+        if judged is None:
+            return failed, found
+        if judged.verdict == "within noise":
+            return False, found + (", within noise: does not hold" if failed else ", within noise")
+        return failed, found + (", beyond noise" if judged.verdict == "beyond noise" else
+                                f", noise not judged ({judged.why})")
 
 
 def parse_rule(text: str, known: Sequence[str]) -> Rule:

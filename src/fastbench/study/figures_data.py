@@ -19,11 +19,11 @@ import numpy as np
 
 from fastbench.exceptions import StoreError
 from fastbench.study.compare import records_of_file
-from fastbench.study.runfile import Scalar, flat_keys, load_result, read_records
+from fastbench.study.runfile import Scalar, flat_complete, flat_keys, flat_status, load_result, read_records
 from fastbench.study.store import RECORDS_FILE, RESULT_FILE, Store
 
-__all__ = ("Cell", "Crossing", "RunPoint", "crossings", "group_series", "load_points", "mean_interval",
-           "pareto_front", "per_position_points", "point_document", "point_records", "spectrum")
+__all__ = ("Cell", "Crossing", "RunPoint", "complete_points", "crossings", "group_series", "left_out", "load_points",
+           "mean_interval", "pareto_front", "per_position_points", "point_document", "point_records", "spectrum")
 
 Axis = Literal["concurrency", "rate"]
 NO_VARIANT = "(no variant)"
@@ -53,6 +53,16 @@ class RunPoint:
     def load(self, axis: Axis) -> float | None:
         return float(self.concurrency) if axis == "concurrency" and self.concurrency is not None else (
             self.request_rate if axis == "rate" else None)
+
+    @property
+    def complete(self) -> bool:
+        """A complete cell (runfile.is_complete): only these are averaged into a figure's point."""
+        return flat_complete(self.flat)
+
+    @property
+    def status(self) -> str:
+        """How the run ended (runfile.run_status: ok, time cap, INTERRUPTED, CAPPED-EMPTY, ...)."""
+        return flat_status(self.flat)
 
     def value(self, key: str) -> float | None:
         value = self.flat.get(key)
@@ -117,6 +127,18 @@ def point_records(point: RunPoint) -> list[dict[str, Any]] | None:
     return read_records(found) if found is not None else None
 
 
+def complete_points(points: Iterable[RunPoint]) -> list[RunPoint]:
+    """The runs that are complete cells, in their order: what a study's figures and tables average."""
+    return [point for point in points if point.complete]
+
+
+def left_out(points: Iterable[RunPoint]) -> list[dict[str, str]]:
+    """The runs that are not complete cells, each as {run, variant, status}: what a figure's numbers
+    (its JSON) and the report list apart instead of averaging."""
+    return [{"run": point.run_id, "variant": point.variant, "status": point.status}
+            for point in points if not point.complete]
+
+
 PER_POSITION_KEY = "spec_decode_per_position_acceptance_rates"
 
 
@@ -170,10 +192,13 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 def group_series(points: Iterable[RunPoint], key: str, axis: Axis = "concurrency") -> dict[str, list[Cell]]:
-    """variant -> its cells (ascending load) of figure ``key``; runs without the load or the figure are
-    left out. Variants in name order."""
+    """variant -> its cells (ascending load) of figure ``key``; runs without the load or the figure,
+    and runs that are no complete cell (interrupted, capped before their first completion, stopped
+    early: :func:`complete_points`), are left out. Variants in name order."""
     grouped: dict[str, dict[float, list[tuple[float, str]]]] = {}
     for point in points:
+        if not point.complete:
+            continue
         load, value = point.load(axis), point.value(key)
         if load is None or value is None:
             continue

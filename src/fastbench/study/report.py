@@ -11,8 +11,10 @@
   beside it).
 
 The cells: runs of one grid point (the sweep's cell key less its repeat; without a sweep, variant and
-load) are repeats, shown as their mean and 95% t-interval. A sweep's journal adds the points that have
-no complete run, failed or skipped, with the reason recorded.
+load) are repeats, shown as their mean and 95% t-interval. Only complete runs (runfile.is_complete) are
+averaged, in the table and the figures alike; the others (interrupted, capped before their first
+completion, stopped early) are listed apart with their status, and the page's counts say both. A
+sweep's journal adds the points that have no complete run, failed or skipped, with the reason recorded.
 """
 
 from __future__ import annotations
@@ -30,19 +32,19 @@ import orjson
 
 from fastbench.exceptions import ConfigError
 from fastbench.study import markdown
-from fastbench.study.figures_data import NO_VARIANT, RunPoint, mean_interval
+from fastbench.study.figures_data import NO_VARIANT, RunPoint, complete_points, left_out, mean_interval
 from fastbench.study.store import CARD_FILE
+from fastbench.study.sustained import SUSTAINED_KEY, THROUGHPUT_TEXT, runs_fallback_line
 
 __all__ = ("CellRow", "Figure", "cell_rows", "inline_svg", "render_html", "render_study_card", "write_report")
 
 HTML_FILE = "report.html"
 CARD_NAME = "study.md"
-DONE = ("completed", "time cap")
 
 # The cells table's figures: (flat key, column heading, digits)
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("median_decode_rate_tok_s", "Per-stream decode tok/s", 1),
-    ("output_throughput", "Output tok/s", 1),
+    (SUSTAINED_KEY, "Steady output tok/s", 1),  # the whole window's where a run has no steady interval
     ("median_ttft_ms", "TTFT p50 ms", 1),
     ("p99_ttft_ms", "TTFT p99 ms", 1),
     ("median_tpot_ms", "TPOT p50 ms", 2),
@@ -62,6 +64,7 @@ class CellRow:
     figures: Mapping[str, tuple[float, float | None] | None]  # key -> (mean, half-width) or None
     status: str  # "done", or the journal's / the runs' word for it
     reason: str
+    incomplete: tuple[str, ...] = ()  # its runs that are no complete cell: listed apart, never averaged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +123,7 @@ def cell_rows(points: Sequence[RunPoint], journal: Sequence[Mapping[str, Any]] =
         grouped.setdefault(_ident(variant, values), (variant, values, []))[2].append(point)
     rows: list[CellRow] = []
     for variant, values, runs in grouped.values():
-        done = [p for p in runs if p.flat.get("stopped_reason") in DONE or p.flat.get("stopped_reason") is None]
+        done = complete_points(runs)
         figures: dict[str, tuple[float, float | None] | None] = {}
         for key, _, _ in COLUMNS:
             numbers = [v for p in done if (v := p.value(key)) is not None]
@@ -129,13 +132,13 @@ def cell_rows(points: Sequence[RunPoint], journal: Sequence[Mapping[str, Any]] =
                 continue
             mean, low, high = mean_interval(numbers)
             figures[key] = (mean, (high - mean) if len(numbers) > 1 else None)
+        left = tuple(p.run_id for p in runs if not p.complete)
         if done:
             status, reason = "done", ""
         else:
-            reasons = sorted({str(p.flat.get("stopped_reason")) for p in runs})
-            status, reason = "incomplete", ", ".join(reasons)
-        rows.append(CellRow(variant, values, _load_of(values), tuple(p.run_id for p in runs), figures, status,
-                            reason))
+            status, reason = "incomplete", ", ".join(sorted({p.status for p in runs}))
+        rows.append(CellRow(variant, values, _load_of(values), tuple(p.run_id for p in done), figures, status,
+                            reason, left))
     seen = {_ident(r.variant, r.values) for r in rows if r.status == "done"}
     latest: dict[str, tuple[str, dict[str, Any], str, str]] = {}
     for event in journal:
@@ -182,11 +185,19 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _status_text(row: CellRow) -> str:
+    text = row.status + (f": {row.reason}" if row.reason else "")
+    if row.incomplete and row.status == "done":
+        n = len(row.incomplete)
+        text += f" ({n} incomplete run{'s' if n != 1 else ''} not averaged: see Incomplete runs)"
+    return text
+
+
 def cells_table_markdown(rows: Sequence[CellRow]) -> str:
     head = ["Variant", "Point", "Runs", *(label for _, label, _ in COLUMNS), "Status"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        status = row.status + (f": {row.reason}" if row.reason else "")
+        status = _status_text(row)
         cells = [row.variant, _values_text(row.values), str(len(row.run_ids)),
                  *(_fmt(row.figures.get(key), digits) for key, _, digits in COLUMNS), status]
         lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
@@ -250,7 +261,7 @@ def _cells_table_html(rows: Sequence[CellRow]) -> str:
            "<tbody>"]
     for row in rows:
         runs = ", ".join(f'<a href="#run-{html.escape(r, quote=True)}">{html.escape(r)}</a>' for r in row.run_ids)
-        status = html.escape(row.status + (f": {row.reason}" if row.reason else ""))
+        status = html.escape(_status_text(row))
         figures = "".join(f'<td class="num">{html.escape(_fmt(row.figures.get(key), digits))}</td>'
                           for key, _, digits in COLUMNS)
         out.append(f"<tr{_row_class(row)}><td>{html.escape(row.variant)}</td>"
@@ -258,6 +269,56 @@ def _cells_table_html(rows: Sequence[CellRow]) -> str:
                    f"<td>{status}</td></tr>")
     out += ["</tbody>", "</table>"]
     return "\n".join(out)
+
+
+# -- the runs no cell averages ------------------------------------------------------------------------
+
+INCOMPLETE_HEAD = ("Run", "Variant", "Point", "Status", "Completed", "Stopped")
+
+
+def incomplete_rows(points: Sequence[RunPoint]) -> list[tuple[str, ...]]:
+    """A row per run that is no complete cell (interrupted, capped before its first completion, stopped
+    early: runfile.is_complete), as INCOMPLETE_HEAD: listed apart, never averaged into the cells table
+    or a figure."""
+    rows: list[tuple[str, ...]] = []
+    for point in points:
+        if point.complete:
+            continue
+        variant, values = _point_values(point)
+        completed, total = point.flat.get("completed"), point.flat.get("num_prompts")
+        done = f"{completed}/{total}" if completed is not None and total is not None else str(completed or "-")
+        rows.append((point.run_id, variant, _values_text(values), point.status, done,
+                     str(point.flat.get("stopped_reason") or "-")))
+    return rows
+
+
+def _incomplete_html(points: Sequence[RunPoint]) -> list[str]:
+    rows = incomplete_rows(points)
+    if not rows:
+        return []
+    out = ['<h2 id="incomplete">Incomplete runs</h2>',
+           "<p>Runs kept in the store that are no complete cell: interrupted, capped before their first "
+           "completion, or stopped early. Neither the cells table nor a figure averages them; a sweep runs "
+           "their cells again.</p>", "<table>",
+           "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in INCOMPLETE_HEAD) + "</tr></thead>", "<tbody>"]
+    for run, *rest in rows:
+        cells = "".join(f"<td>{html.escape(c)}</td>" for c in rest)
+        out.append(f'<tr class="incomplete"><td><a href="#run-{html.escape(run, quote=True)}">{html.escape(run)}</a>'
+                   f"</td>{cells}</tr>")
+    out += ["</tbody>", "</table>"]
+    return out
+
+
+def counts_text(points: Sequence[RunPoint], rows: Sequence[CellRow]) -> str:
+    """The page's count of runs and grid points: the complete runs (those the table and the figures
+    average) and, apart, the incomplete ones."""
+    complete = sum(p.complete for p in points)
+    text = f"{complete} complete run{'s' if complete != 1 else ''}, {len(rows)} grid point" + (
+        "s" if len(rows) != 1 else "")
+    left = len(points) - complete
+    if left:
+        text += f" (and {left} incomplete run{'s' if left != 1 else ''}, listed apart and not averaged)"
+    return text
 
 
 def _card_html(point: RunPoint) -> str:
@@ -292,7 +353,7 @@ def render_html(title: str, subtitle: str, figures: Sequence[Figure], rows: Sequ
     parts += ['<h2 id="cells">Cells</h2>',
               "<p>Each grid point's complete runs: the mean, and ± the half-width of the 95% t-interval of the "
               "mean where it was repeated. Per-stream decode rate is the median of each request's own rate.</p>",
-              _cells_table_html(rows), '<h2 id="cards">Run cards</h2>']
+              _cells_table_html(rows), *_incomplete_html(points), '<h2 id="cards">Run cards</h2>']
     parts += [_card_html(point) for point in points]
     parts += ["</body>", "</html>", ""]
     return "\n".join(parts)
@@ -325,6 +386,12 @@ def render_study_card(title: str, points: Sequence[RunPoint], rows: Sequence[Cel
     lines.append("|---|---|")
     lines += ["| " + " | ".join(_md_cell(x) for x in pair) + " |" for pair in configuration[1:]]
     lines += ["", "## Measured results", "", cells_table_markdown(rows), ""]
+    incomplete = incomplete_rows(points)
+    if incomplete:
+        lines += ["Incomplete runs (kept, not averaged into the table or the figures):", "",
+                  "| " + " | ".join(INCOMPLETE_HEAD) + " |", "|" + "---|" * len(INCOMPLETE_HEAD)]
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in incomplete]
+        lines.append("")
     if figure_file is not None:
         lines += [f"![The crossover: per-stream decode rate and aggregate throughput against load]({figure_file})",
                   ""]
@@ -336,10 +403,10 @@ def render_study_card(title: str, points: Sequence[RunPoint], rows: Sequence[Cel
 # -- both ---------------------------------------------------------------------------------------------
 
 FIGURE_CAPTIONS = {
-    "crossover": "Per-stream decode rate (median of each request's own rate) and aggregate output throughput "
-                 "against load, one line per variant; where the lines cross is marked.",
-    "pareto": "Per-stream rate against aggregate throughput, one point per variant and load; the Pareto "
-              "frontier joined.",
+    "crossover": "Per-stream decode rate (median of each request's own rate) and steady-state aggregate output "
+                 "throughput against load, one line per variant; where the lines cross is marked.",
+    "pareto": "Per-stream rate against steady-state aggregate throughput, one point per variant and load; the "
+              "Pareto frontier joined.",
     "latency": "TTFT, TPOT, ITL and E2E latency p50 / p90 / p99 against load.",
     "acceptance": "Speculative decoding: mean acceptance length (server) and tokens per chunk (client), and "
                   "per-position acceptance, against load.",
@@ -347,8 +414,10 @@ FIGURE_CAPTIONS = {
 
 
 def draw_figures(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
-    """The study's figures, each written as OUT/NAME.svg and .png; a figure the runs cannot make (no
-    speculative decoding, no load) is left out."""
+    """The study's figures, each written as OUT/NAME.svg and .png with its numbers in OUT/NAME.json (as
+    `fastbench plot` writes them, with ``left_out``: the incomplete runs no point averages); a figure
+    the runs cannot make (no speculative decoding, no load) is left out. Only complete runs reach the
+    drawing."""
     import importlib.util
 
     from fastbench.study import plots  # matplotlib only now
@@ -356,12 +425,15 @@ def draw_figures(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
     if importlib.util.find_spec("matplotlib") is None:  # else every figure would be left out, silently
         raise ConfigError("fastbench report draws its figures with matplotlib: pip install 'fastbench[plot]'")
     drawn: list[Figure] = []
+    complete, left = complete_points(points), left_out(points)
     for name, draw in (("crossover", plots.draw_crossover), ("pareto", plots.draw_pareto),
                        ("latency", plots.draw_latency), ("acceptance", plots.draw_acceptance)):
         try:
-            paths, summary = draw(points, out_dir, ("svg", "png"))
+            paths, summary = draw(complete, out_dir, ("svg", "png"))
         except ConfigError:
             continue
+        _write_atomic(out_dir / f"{summary.get('figure', name)}.json", orjson.dumps(
+            {**summary, "left_out": left}, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode())
         svg = next(p for p in paths if p.suffix == ".svg").read_text(encoding="utf-8")
         drawn.append(Figure(name, FIGURE_CAPTIONS[name], svg, tuple(summary.get("lines", ()))))
     return drawn
@@ -374,20 +446,27 @@ def write_report(points: Sequence[RunPoint], out_dir: Path, *, title: str, sourc
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = draw_figures(points, out_dir)
     rows = cell_rows(points, journal)
-    notes = [line for figure in figures for line in figure.lines]
+    notes = list(dict.fromkeys(line for figure in figures for line in figure.lines))  # each line once
     notes += [f"{r.variant} {_values_text(r.values)}: {r.status}{': ' + r.reason if r.reason else ''}"
               for r in rows if r.status != "done"]
+    for point in points:  # a run whose server's cache hit far more than its prompts share (results/)
+        warning = point.flat.get("prefix_cache_warning")
+        if isinstance(warning, str) and warning:
+            variant, values = _point_values(point)
+            notes.append(f"{variant} {_values_text(values)}, run {point.run_id}: prefix cache: {warning}")
     notes.append("per-stream decode rate: the median over requests of (output tokens - 1) / (E2E latency - TTFT); "
                  "vllm bench sweep's \"per user\" rate divides aggregate throughput by concurrency instead")
+    notes += [x for x in (THROUGHPUT_TEXT, runs_fallback_line(points))
+              if x and x not in notes]  # the figures' lines may say it already
     created = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %z")
-    subtitle = f"{len(points)} runs, {len(rows)} grid points · {source} · made {created} by fastbench report"
+    subtitle = f"{counts_text(points, rows)} · {source} · made {created} by fastbench report"
     page = render_html(title, subtitle, figures, rows, points, notes)
     html_path = out_dir / HTML_FILE
     _write_atomic(html_path, page)
     variants = sorted({r.variant for r in rows})
     config_rows = [("Study", title), *configuration,
                    ("Variants", ", ".join(variants)),
-                   ("Runs", f"{len(points)} ({source})"),
+                   ("Runs", f"{counts_text(points, rows)} ({source})"),
                    ("Made", f"{created} · fastbench report")]
     card = render_study_card(title, points, rows, configuration=config_rows, commands=commands, notes=notes,
                              figure_file="crossover.svg" if any(f.name == "crossover" for f in figures) else None)

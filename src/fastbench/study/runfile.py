@@ -6,6 +6,8 @@ The flat keys are the result file's top-level scalars (``vllm bench serve``'s na
 ``fastbench.distributions``: ``{stat}_{metric}_{unit}`` (``median_decode_rate_tok_s``,
 ``p99_lateness_ms``), with ``fastbench.throughput``'s own names (``prefill_throughput_tok_s``). Where a
 name exists at the top level, the top level wins (vLLM's reading of a metric without samples is 0).
+Two keys say what the run started from: ``prompt_seed`` (the seed that drew its prompts) and
+``prefix_cache_reset`` (true when the server's prefix cache was emptied before it).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from fastbench.exceptions import StoreError
+from fastbench.study.sustained import with_sustained
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ("PER_REQUEST", "RunMeta", "flat_keys", "load_result", "per_request_values", "read_records", "run_meta")
+__all__ = ("DONE_REASONS", "PER_REQUEST", "RunMeta", "flat_complete", "flat_keys", "flat_status", "is_complete",
+           "load_result", "per_request_values", "read_records", "run_meta", "run_status")
 
 Scalar = int | float | str | bool | None
 
@@ -34,6 +38,58 @@ Scalar = int | float | str | bool | None
 PER_REQUEST: dict[str, str] = {
     "ttft": "ms", "tpot": "ms", "e2el": "ms", "decode_rate": "tok/s", "prefill_rate": "tok/s",
 }
+
+
+# -- how a run ended: the one rule every reader of a study uses -------------------------------------
+
+DONE_REASONS = ("completed", "time cap")  # the run ended as it was asked to
+
+
+def is_complete(stopped_reason: str | None, completed: int | None) -> bool:
+    """A complete cell: the run did what it was asked to, ran its whole workload (whatever became of
+    each request: a server that failed them all is measured collapsed at that load) or ran to its time
+    cap having completed a request. An interrupted run, one capped before its first completion, one
+    stopped by the max error rate, a lost worker or a dead server is not: it is kept and listed with
+    its status, never averaged into a point, and a sweep runs its cell again. A result without a
+    stopped_reason (written by hand) is taken as complete."""
+    if stopped_reason is None or stopped_reason == "completed":
+        return True
+    return stopped_reason == "time cap" and bool(completed)
+
+
+def run_status(stopped_reason: str | None, completed: int | None, failed: int | None, collapsed: bool) -> str:
+    """How a run ended, in the word the listings and the report show: ``ok``, ``time cap`` (ended at
+    its --max-seconds, requests completed), ``COLLAPSED`` (the server did not work: most requests
+    failed, the max error rate stopped it, or a whole workload ran without one completion),
+    ``INTERRUPTED`` (Ctrl-C, the API's stop event), ``CAPPED-EMPTY`` (the time cap came before the
+    first completion) or ``FAILED (REASON)`` (the server exited, a worker was lost)."""
+    if stopped_reason == "interrupted" or (stopped_reason == "time cap" and not completed):
+        if collapsed and failed:  # requests failed: the server's doing, not the client's stop
+            return "COLLAPSED"
+        return "INTERRUPTED" if stopped_reason == "interrupted" else "CAPPED-EMPTY"
+    if collapsed:
+        return "COLLAPSED"
+    if stopped_reason is None or stopped_reason == "completed":
+        return "ok"
+    return "time cap" if stopped_reason == "time cap" else f"FAILED ({stopped_reason})"
+
+
+def _flat_whole(flat: Mapping[str, Any], key: str) -> int | None:
+    value = flat.get(key)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def flat_complete(flat: Mapping[str, Any]) -> bool:
+    """:func:`is_complete` of a run read by its flat keys."""
+    reason = flat.get("stopped_reason")
+    return is_complete(reason if isinstance(reason, str) else None, _flat_whole(flat, "completed"))
+
+
+def flat_status(flat: Mapping[str, Any]) -> str:
+    """:func:`run_status` of a run read by its flat keys."""
+    reason = flat.get("stopped_reason")
+    return run_status(reason if isinstance(reason, str) else None, _flat_whole(flat, "completed"),
+                      _flat_whole(flat, "failed"), bool(flat.get("collapsed")))
 
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -78,7 +134,13 @@ def flat_keys(doc: Mapping[str, Any]) -> dict[str, Scalar]:
     for key in ("cancelled", "not_started"):
         out.setdefault(key, counts.get(key))
     out.setdefault("mean_tokens_per_chunk", (fb.get("tokens") or {}).get("mean_tokens_per_chunk"))
-    return out
+    # what the run's prompts and the server's cache started from: the seed, and whether it was emptied
+    out.setdefault("prompt_seed", (fb.get("config") or {}).get("seed"))
+    reset = (fb.get("server") or {}).get("prefix_cache_reset")
+    if reset is not None:  # a string before the reset's record was an object
+        out.setdefault("prefix_cache_reset", reset.get("done") is True if isinstance(reset, dict)
+                       else reset == "done before the first request")
+    return with_sustained(out)  # the throughput a study reads: steady-state, else the whole window's
 
 
 class RunMeta(NamedTuple):
@@ -101,6 +163,16 @@ class RunMeta(NamedTuple):
     collapsed: bool
     result_schema: int | None
     fastbench_version: str | None
+
+    @property
+    def complete(self) -> bool:
+        """A complete cell (:func:`is_complete`)."""
+        return is_complete(self.stopped_reason, self.completed)
+
+    @property
+    def status(self) -> str:
+        """How it ended (:func:`run_status`)."""
+        return run_status(self.stopped_reason, self.completed, self.failed, self.collapsed)
 
 
 def _created_unix(created_at: str, date: Any) -> float:

@@ -43,6 +43,7 @@ import orjson
 
 from fastbench.exceptions import ConfigError, StoreError
 from fastbench.study.runfile import RunMeta, Scalar, flat_keys, load_result, run_meta
+from fastbench.study.sustained import with_sustained
 
 __all__ = ("KEY_FIGURES", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoredRun", "check_store_path")
 
@@ -431,7 +432,7 @@ class Store:
             marks = ", ".join("?" for _ in chunk)
             for run_id, config, flat in self._read(
                     f"SELECT run_id, config_json, flat_json FROM run_data WHERE run_id IN ({marks})", chunk):
-                out[run_id] = (orjson.loads(config), orjson.loads(flat))
+                out[run_id] = (orjson.loads(config), with_sustained(orjson.loads(flat)))  # an older index too
         return out
 
     def resolve(self, ref: str) -> StoredRun:

@@ -14,7 +14,7 @@ line at a time: nothing written before is ever rewritten.
 
 Running servers and runs is the caller's (:class:`Runner`): this room does not import the API.
 
-One module of ~630 lines because the listed series, ``auto`` and ``find_max`` are three ways of
+One module of ~650 lines because the listed series, ``auto`` and ``find_max`` are three ways of
 walking one series through the same state (what the store holds, the journal, a server launched
 when a cell first needs it, then warmed up), which execute() keeps in one place.
 """
@@ -35,6 +35,8 @@ import orjson
 from fastbench.config import BenchConfig
 from fastbench.exceptions import StoreError
 from fastbench.study.grid import canonical
+from fastbench.study.runfile import flat_complete  # the complete-cell rule every reader uses
+from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY
 
 __all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Launched", "Plan", "Point", "Runner", "StopRules",
            "execute", "summarize", "t_interval")
@@ -43,9 +45,8 @@ __all__ = ("SUMMARY_FIGURES", "Cell", "Group", "Journal", "Launched", "Plan", "P
 SUMMARY_FIGURES: tuple[str, ...] = (
     "output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
     "median_itl_ms", "median_e2el_ms", "p99_e2el_ms", "median_decode_rate_tok_s", "request_goodput",
-    "spec_decode_acceptance_length",
+    "spec_decode_acceptance_length", SUSTAINED_KEY, STEADY_SHARE_KEY,  # steady-state, else the whole window's
 )
-DONE_REASONS = ("completed", "time cap")  # a stored run that ended so is a complete cell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,10 @@ class Plan:
     stop: StopRules
     has_slos: bool
     warmup: int = 0  # requests sent to a launched or attached server before its first measured cell
+    warmup_seed: int = 0  # the seed of those requests' prompts: one no cell has (study.cellstate)
+    prompt_reuse: str = "fresh"  # "fresh": each point and repeat its own prompts; "shared": one seed for all
+    sweep_seed: int = 0  # what each fresh cell's seed is derived from (study.cellstate.cell_seed)
+    notes: tuple[str, ...] = ()  # what the plan says before it runs (prompts a dataset cannot vary, ...)
     search: Search | None = None
     # A series' cells (all repeats) at another load, given one of its cells: how a search makes the
     # loads it chooses (only a plan with a search has it).
@@ -124,7 +129,8 @@ class Plan:
 
 class Point(dict[str, Any]):
     """One grid point's outcome, as the summary shows it: ``variant``, ``values``, ``status``, ``reason``,
-    ``runs`` (run ids), ``n`` and per figure ``mean`` / ``ci`` (95% half-width, None under 2 runs)."""
+    ``runs`` (run ids), ``n``, ``prompt_seeds`` (each complete run's), ``prefix_cache_reset`` (how many
+    of them found the cache emptied) and per figure ``mean`` / ``ci`` (95% half-width, None under 2 runs)."""
 
 
 class Launched(Protocol):
@@ -221,27 +227,37 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def complete_runs(store: Any, plan: Plan) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
-    """(cell key, spec) -> (run id, flat keys) of this sweep's complete runs in ``store`` (the newest
-    where several are): every cell it has measured, the loads a search chose included."""
+Found = dict[tuple[str, str, int], tuple[str, dict[str, Any]]]
+
+
+def complete_runs(store: Any, plan: Plan) -> Found:
+    """(cell key, spec, seed) -> (run id, flat keys) of this sweep's complete runs in ``store`` (the
+    newest where several are): every cell it has measured, the loads a search chose included. The
+    seed that drew a run's prompts is part of what it measured: a cell stored with other prompts (a
+    store from before fresh prompts, or ``prompt_reuse`` changed) is not this cell."""
     labels = {cell.config.label for cell in plan.cells if cell.config.label}
     runs = [run for label in sorted(labels) for run in store.query(label=label)]
-    found: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-    data = store.flat([run.run_id for run in runs if run.meta.stopped_reason in DONE_REASONS])
+    found: Found = {}
+    data = store.flat([run.run_id for run in runs if run.meta.complete])
     for run in runs:  # oldest first: a newer run of the same cell replaces an older
         if run.run_id not in data:
             continue
-        flat = data[run.run_id][1]
-        key, spec = flat.get("sweep_cell"), flat.get("sweep_spec")
-        if flat.get("sweep") == plan.name and isinstance(key, str) and isinstance(spec, str):
-            found[key, spec] = (run.run_id, flat)
+        config, flat = data[run.run_id]
+        key, spec, seed = flat.get("sweep_cell"), flat.get("sweep_spec"), config.get("seed")
+        if flat.get("sweep") == plan.name and isinstance(key, str) and isinstance(spec, str) and \
+                isinstance(seed, int):
+            found[key, spec, seed] = (run.run_id, flat)
     return found
+
+
+def _found_as(cell: Cell) -> tuple[str, str, int]:
+    return cell.key, cell.spec, cell.config.seed
 
 
 def stored_cells(store: Any, plan: Plan) -> dict[str, tuple[str, dict[str, Any]]]:
     """cell key -> (run id, flat keys) of the plan's cells already complete in ``store``."""
     found = complete_runs(store, plan)
-    return {cell.key: found[cell.key, cell.spec] for cell in plan.cells if (cell.key, cell.spec) in found}
+    return {cell.key: found[_found_as(cell)] for cell in plan.cells if _found_as(cell) in found}
 
 
 def _stop_reason(rules: StopRules, has_slos: bool, below: Mapping[str, float | None] | None,
@@ -257,7 +273,7 @@ def _stop_reason(rules: StopRules, has_slos: bool, below: Mapping[str, float | N
             return (f"SLOs failed at load {load:g}: {attained:.0%} of requests met them "
                     f"(< {rules.slo_attainment:.0%})")
     if "saturation" in rules.rules and below is not None:
-        t0, t1 = below.get("output_throughput"), here.get("output_throughput")
+        t0, t1 = (m.get(SUSTAINED_KEY, m.get("output_throughput")) for m in (below, here))
         l0, l1 = below.get("median_e2el_ms"), here.get("median_e2el_ms")
         if t0 and t1 is not None and l0 and l1 is not None:
             gain, growth = t1 / t0 - 1, l1 / l0 - 1
@@ -293,9 +309,9 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
 
     def find(cells: Sequence[Cell]) -> None:
         for cell in cells:
-            if (cell.key, cell.spec) in found:
+            if _found_as(cell) in found:
                 done.add(cell.key)
-                run_ids[cell.key], flats[cell.key] = found[cell.key, cell.spec]
+                run_ids[cell.key], flats[cell.key] = found[_found_as(cell)]
 
     find(plan.cells)
     notes: dict[str, str] = {}  # point -> what a search found there
@@ -342,9 +358,10 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
                 run_ids[cell.key] = run_id
                 (_, flat), = store.flat([run_id]).values()
                 reason = str(flat.get("stopped_reason") or "")
-                if reason in DONE_REASONS:
+                if flat_complete(flat):
                     flats[cell.key] = flat
                 else:  # kept, but not complete: a later sweep runs the cell again
+                    reason = "time cap before the first completion" if reason == "time cap" else reason
                     status[cell.key] = ("interrupted" if reason == "interrupted" else "incomplete", reason)
                     if reason != "interrupted":
                         journal.add("incomplete", sweep=plan.name, cell=cell.key, spec=cell.spec,
@@ -557,10 +574,13 @@ def _attached_url(cell: Cell) -> str | None:
 async def _warm_up(plan: Plan, group: Group, cell: Cell, base_url: str, runner: Runner, stop: asyncio.Event,
                    journal: Journal, say: Say) -> None:
     """A server's first requests pay for what a cold server does once (allocations, compiled graphs,
-    caches): ``warmup`` requests with the first cell's options, kept nowhere, before any measured cell."""
+    caches): ``warmup`` requests with the first cell's options, kept nowhere, before any measured cell;
+    their prompts drawn from the plan's warm-up seed, which no cell has (a cell's prompts found in the
+    cache would be the warm-up's). No reset before them: the cell's own comes after."""
     started = time.monotonic()
+    config = dataclasses.replace(cell.config, seed=plan.warmup_seed, reset_prefix_cache=False)
     try:
-        await runner.warm_up(cell, base_url, plan.warmup, stop)
+        await runner.warm_up(dataclasses.replace(cell, config=config), base_url, plan.warmup, stop)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the cells that follow will say what is wrong with the server
@@ -605,6 +625,8 @@ def summarize(plan: Plan, flats: Mapping[str, Mapping[str, Any]], status: Mappin
         point["runs"] = [run_ids[c.key] for c in cells if c.key in run_ids]
         point["note"] = (notes or {}).get(cells[0].point, "")
         point["n"] = len(ok)
+        point["prompt_seeds"] = [flat.get("prompt_seed") for flat in ok]
+        point["prefix_cache_reset"] = sum(flat.get("prefix_cache_reset") is True for flat in ok)
         if len(ok) == len(cells):
             point["status"], point["reason"] = "done", ""
         elif states:

@@ -8,9 +8,9 @@ a hand-written HTTP/1.1 protocol.
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (vLLM's stream shapes, including
 ``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /health``, ``GET /v1/models``,
 ``GET /version``, ``GET /metrics`` (vLLM-style Prometheus text, with speculative-decoding counters when
-``--tokens-per-chunk`` allows more than one token per chunk, and prefix-cache counters with
-``--enable-prefix-caching``), ``POST /tokenize``, ``POST /reset_prefix_cache`` (vLLM's), and its own
-``GET /fb/stats`` (self-measured write lateness, chunk and stream counts) and ``POST /fb/reset``.
+``--tokens-per-chunk`` allows more than one token per chunk or ``--spec-tokens`` is given, and
+prefix-cache counters with ``--enable-prefix-caching``), ``POST /tokenize``, ``POST /reset_prefix_cache``
+(vLLM's), and its own ``GET /fb/stats`` (self-measured write lateness, chunk and stream counts) and ``POST /fb/reset``.
 
 Token model (deterministic, documented):
 
@@ -36,6 +36,12 @@ The first chunk holds one token (the prefill's); each later chunk is one decode 
 ``1 + accepted`` tokens, with ``K = max tokens per chunk - 1`` draft tokens per step (see /metrics).
 Whole (non-streaming) responses are sent when the last chunk would have been.
 
+Engine model (``stepmodel``; on with any of ``--step-ms``, ``--step-per-seq-ms``, ``--step-per-token-ms``,
+``--max-num-seqs``, ``--spec-tokens``, ``--spec-acceptance``, ``--draft-ms``; docs/synthetic.md): instead of
+each request's own schedule, the sequences decode together in steps whose time grows with the batch, each
+sending one chunk per step of ``1 + accepted`` tokens with speculative decoding, so that a study's
+per-stream lines fall with load and a speculative variant crosses a baseline.
+
 Fault modes (``--fault``; every ``--fault-every``-th generation request, counting from 1, gets it):
 ``refuse`` (the port is bound but never listened on: every connection is refused; ignores
 --fault-every), ``reset-before-headers`` (TCP RST on receipt), ``reset-mid-stream`` (RST at the
@@ -51,7 +57,8 @@ reports half the tokens streamed). Mid-stream faults need at least two chunks.
 
 Modules, low to high: ``model`` (the token model), ``prefixcache`` (the prefix cache), ``sched`` (the
 scheduler of timed writes and its lateness histogram), ``protocol`` (HTTP/1.1: one connection's requests
-and responses), ``generation`` (one request's schedule, chunks and fault modes), ``engine`` (options,
+and responses), ``generation`` (one request's schedule, chunks and fault modes), ``stepmodel`` (the engine model's
+batched steps), ``engine`` (options,
 shared state and counters, routes, the process's coroutine), ``cli`` (the command line) and ``server``
 (``SyntheticServer``, which starts the process).
 """

@@ -108,6 +108,26 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
                    help="per-token probability of stopping early (requests without ignore_eos)")
     t.add_argument("--timer", choices=("auto", "timerfd", "call_at"), default="auto",
                    help="timerfd: ns-precise (Linux); call_at: uvloop's 1 ms timers, rounded up")
+    e = p.add_argument_group(
+        "engine model", "batched engine steps instead of each request's own schedule, on when any of these is\n"
+        "given: a step takes --step-ms + --step-per-seq-ms x sequences + --step-per-token-ms x tokens\n"
+        "verified ((K+1) per decoding sequence) + K x --draft-ms + its joining prompts' tokens / --prefill-tok-s,\n"
+        "and every sequence in it sends one chunk at its end (--ttft-ms then defaults to 0)")
+    e.add_argument("--step-ms", type=float, default=None, metavar="MS",
+                   help="fixed time of every step, the weights' read (default --itl-ms)")
+    e.add_argument("--step-per-seq-ms", type=float, default=None, metavar="MS",
+                   help="added per sequence in the step, its KV cache's read (default 0)")
+    e.add_argument("--step-per-token-ms", type=float, default=None, metavar="MS",
+                   help="added per token the step decodes or verifies, the compute (default 0)")
+    e.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                   help="most sequences in a step; later requests wait, in arrival order (default 256)")
+    e.add_argument("--spec-tokens", type=int, default=None, metavar="K",
+                   help="speculative decoding: draft tokens each decoding sequence verifies a step (default 0)")
+    e.add_argument("--spec-acceptance", type=float, default=None, metavar="A",
+                   help="probability a draft token is accepted, given the ones before it were; draft position "
+                   "i is accepted at A^(i+1) (default 0.7)")
+    e.add_argument("--draft-ms", type=float, default=None, metavar="MS",
+                   help="drafter time per draft position, once a step (default 0)")
     c = p.add_argument_group("prefix cache", "vLLM's automatic prefix caching, modelled: cached prompt tokens "
                              "cost no prefill time (see --prefill-tok-s); counters in /metrics")
     c.add_argument("--enable-prefix-caching", action="store_true",
@@ -142,10 +162,23 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
 MAX_OVERSIZED_BYTES = 256 << 20
 
 
+ENGINE_FLAGS = ("step_ms", "step_per_seq_ms", "step_per_token_ms", "max_num_seqs", "spec_tokens",
+                "spec_acceptance", "draft_ms")
+
+
+def engine_model_on(ns: argparse.Namespace) -> bool:
+    return any(getattr(ns, name) is not None for name in ENGINE_FLAGS)
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def config_from_args(ns: argparse.Namespace) -> ServerConfig:
+    engine = engine_model_on(ns)
     ttft_ms = ns.ttft_ms
     if ttft_ms is None:
-        ttft_ms = 0.0 if ns.prefill_tok_s else 50.0
+        ttft_ms = 0.0 if ns.prefill_tok_s or engine else 50.0
     lo, hi = ns.tokens_per_chunk
     return ServerConfig(
         host=ns.host, port=ns.port, model=ns.model, max_model_len=ns.max_model_len,
@@ -158,8 +191,38 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         exit_with_parent=ns.exit_with_parent,
         block_size=ns.block_size, prefix_cache_blocks=ns.prefix_cache_blocks,
         reset_prefix_cache_endpoint=not ns.no_reset_prefix_cache,
+        engine_model=engine, step_ms=ns.step_ms, step_per_seq_ms=_or(ns.step_per_seq_ms, 0.0),
+        step_per_token_ms=_or(ns.step_per_token_ms, 0.0), max_num_seqs=_or(ns.max_num_seqs, 256),
+        spec_tokens=_or(ns.spec_tokens, 0), spec_acceptance=_or(ns.spec_acceptance, 0.7),
+        draft_ms=_or(ns.draft_ms, 0.0),
         prompt_tokens_details=ns.enable_prompt_tokens_details,
     )
+
+
+MAX_SPEC_TOKENS = 64  # speculative methods draft a few dozen tokens a step at most
+MAX_NUM_SEQS = 1_000_000
+
+
+def _check_engine_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    if not engine_model_on(ns):
+        return
+    for flag, value in (("--step-ms", ns.step_ms), ("--step-per-seq-ms", ns.step_per_seq_ms),
+                        ("--step-per-token-ms", ns.step_per_token_ms), ("--draft-ms", ns.draft_ms)):
+        if value is not None and not 0 <= value <= HOUR_MS:
+            parser.error(f"{flag} must be a number between 0 and {HOUR_MS:.0f}, got {value}")
+    if ns.max_num_seqs is not None and not 1 <= ns.max_num_seqs <= MAX_NUM_SEQS:
+        parser.error(f"--max-num-seqs must be between 1 and {MAX_NUM_SEQS:,}, got {ns.max_num_seqs}")
+    if ns.spec_tokens is not None and not 0 <= ns.spec_tokens <= MAX_SPEC_TOKENS:
+        parser.error(f"--spec-tokens must be between 0 and {MAX_SPEC_TOKENS}, got {ns.spec_tokens}")
+    if ns.spec_acceptance is not None and not 0.0 <= ns.spec_acceptance <= 1.0:
+        parser.error(f"--spec-acceptance must be in [0, 1], got {ns.spec_acceptance}")
+    if not ns.spec_tokens and (ns.spec_acceptance is not None or ns.draft_ms):
+        parser.error("--spec-acceptance and --draft-ms need --spec-tokens K (K >= 1)")
+    if ns.tokens_per_chunk != (1, 1):
+        parser.error("--tokens-per-chunk shapes each request's own schedule; the engine model's tokens per "
+                     "chunk come from --spec-tokens and --spec-acceptance")
+    if ns.fault == "stall":
+        parser.error("--fault stall moves one request's own schedule; it cannot be used with the engine model")
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m fastbench.synthetic") -> int:
@@ -189,6 +252,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fastbench.synthet
         parser.error(f"--oversized-bytes must be between 0 and {MAX_OVERSIZED_BYTES:,}, got {ns.oversized_bytes:,}")
     if not 0 <= ns.trickle_us <= 1_000_000:
         parser.error(f"--trickle-us must be between 0 and 1,000,000, got {ns.trickle_us:,}")
+    _check_engine_flags(parser, ns)
     cfg = config_from_args(ns)
     import uvloop
 

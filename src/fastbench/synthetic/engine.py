@@ -38,6 +38,7 @@ from fastbench.synthetic.model import (
 from fastbench.synthetic.prefixcache import PrefixCache
 from fastbench.synthetic.protocol import Connection, error_body
 from fastbench.synthetic.sched import Lateness, Scheduler
+from fastbench.synthetic.stepmodel import EngineModel
 
 _now = time.monotonic_ns
 
@@ -98,11 +99,22 @@ class ServerConfig:
     reset_prefix_cache_endpoint: bool = True  # False: 404, as vLLM without VLLM_SERVER_DEV_MODE=1
     prompt_tokens_details: bool = False  # usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the name
     exit_with_parent: int | None = None  # stop when this process (the one that started the server) exits
+    # The engine model (stepmodel): batched steps whose time grows with the batch, instead of each
+    # request's own schedule; its TTFT is the steps', so the CLI's --ttft-ms defaults to 0 with it
+    engine_model: bool = False
+    step_ms: float | None = None  # fixed part of every step (None: itl_ms)
+    step_per_seq_ms: float = 0.0  # per sequence in the step
+    step_per_token_ms: float = 0.0  # per token the step verifies, (spec_tokens + 1) per decoding sequence
+    max_num_seqs: int = 256  # sequences in a step at most; later requests wait
+    spec_tokens: int = 0  # draft tokens verified per sequence and step (speculative decoding)
+    spec_acceptance: float = 0.7  # probability a draft token is accepted, given the ones before it were
+    draft_ms: float = 0.0  # drafter time per draft position, once a step
 
     @property
     def spec_k(self) -> int:
-        """num_speculative_tokens of the modelled drafter: most tokens per chunk, minus one."""
-        return self.tpc_max - 1
+        """num_speculative_tokens of the modelled drafter: the engine model's, else most tokens per chunk,
+        minus one."""
+        return self.spec_tokens if self.engine_model else self.tpc_max - 1
 
 
 class SyntheticEngine:
@@ -146,6 +158,7 @@ class SyntheticEngine:
         self.label = b'{engine="0",model_name=%b}' % orjson.dumps(cfg.model)
         self.prefix_cache = PrefixCache(cfg.block_size, cfg.prefix_cache_blocks) if cfg.enable_prefix_caching \
             else None
+        self.stepper = EngineModel(self) if cfg.engine_model else None
 
     def close(self) -> None:
         self.sched.close()
@@ -223,7 +236,7 @@ class SyntheticEngine:
             "idle_gc_collections": self.idle_collections,
             "gc_enabled": gc.isenabled(),
             "fastbench_modules": sorted(m for m in sys.modules if m.split(".")[0] == "fastbench"),
-        } | self._prefix_cache_stats()
+        } | self._prefix_cache_stats() | ({"engine_model": self.stepper.stats()} if self.stepper else {})
 
     def _prefix_cache_stats(self) -> dict[str, Any]:
         """Only with --enable-prefix-caching: the keys stay those of bench/fast_server.c otherwise."""
@@ -252,9 +265,11 @@ class SyntheticEngine:
         def with_label(extra: bytes) -> bytes:
             return lb[:-1] + b"," + extra + b"}"
 
+        step = self.stepper
         metric("num_requests_running", "gauge", "Number of requests in model execution batches.",
-               [(lb, self.running)])
-        metric("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [(lb, 0)])
+               [(lb, self.running if step is None else step.running())])
+        metric("num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+               [(lb, 0 if step is None else step.waiting_count())])
         metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
                [(lb, self.prompt_tokens_total)])
         metric("generation_tokens_total", "counter", "Number of generation tokens processed.",
@@ -433,7 +448,7 @@ class SyntheticEngine:
                         if cfg.eos_prob < 1 else 1)
         ttft = self.ttft_base_ns
         cached = self.prefix_cache.admit(ids) if self.prefix_cache is not None and ids is not None else 0
-        if cfg.prefill_tok_s:  # cached prompt tokens cost no prefill
+        if cfg.prefill_tok_s and self.stepper is None:  # cached prompt tokens cost no prefill
             ttft += int((prompt_tokens - cached) / cfg.prefill_tok_s * 1e9)
         g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
                  t, t + ttft, include_usage, continuous, fault, cached)
@@ -448,6 +463,8 @@ class SyntheticEngine:
             g.start_stream()
         else:
             g.start_whole()
+        if self.stepper is not None:  # the engine model decides when its chunks go out, its prefill in a step
+            self.stepper.admit(g, prompt_tokens - cached, t + ttft)
 
 
 _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Connection, bytes, int], None]]] = {

@@ -49,6 +49,7 @@ class Generation:
         "continuous",
         "emitted",
         "ended",
+        "engine_k",
         "eng",
         "fast",
         "fault",
@@ -87,6 +88,7 @@ class Generation:
         self.fault = fault
         self.idx = 0
         self.emitted = 0
+        self.engine_k = 0  # tokens of the next chunk, set by the engine model (stepmodel) when it runs
         self.reported = 0
         self.ended = False
         self.fault_done = False
@@ -115,7 +117,9 @@ class Generation:
 
     def _next_size(self) -> int:
         cfg = self.eng.cfg
-        if self.idx == 0:
+        if self.engine_k:
+            k = self.engine_k
+        elif self.idx == 0:
             k = 1
         elif cfg.tpc_min == cfg.tpc_max:
             k = cfg.tpc_max
@@ -141,7 +145,8 @@ class Generation:
         conn.write(b"HTTP/1.1 200 OK\r\nserver: fastbench-synthetic\r\n"
                    b"content-type: text/event-stream; charset=utf-8\r\ncache-control: no-cache\r\n"
                    b"transfer-encoding: chunked\r\n%b\r\n" % (b"connection: close\r\n" if conn.close_after else b""))
-        self.eng.sched.push(self._due(0), self.step)
+        if self.eng.stepper is None:
+            self.eng.sched.push(self._due(0), self.step)
 
     def _delta(self, a: int, b: int) -> bytes:
         eng = self.eng
@@ -182,10 +187,10 @@ class Generation:
             return
         eng = self.eng
         cfg = eng.cfg
-        if cfg.tpc_min == cfg.tpc_max:
-            k = cfg.tpc_max
-        else:
-            k = cfg.tpc_min + int(eng.rng.random() * (cfg.tpc_max - cfg.tpc_min + 1))
+        k = self.engine_k  # the engine model's, else this server's tokens per chunk
+        if not k:
+            k = cfg.tpc_max if cfg.tpc_min == cfg.tpc_max else \
+                cfg.tpc_min + int(eng.rng.random() * (cfg.tpc_max - cfg.tpc_min + 1))
         b = a + k
         if b >= self.n_out:  # the last chunk
             self._step_general(due)
@@ -223,6 +228,8 @@ class Generation:
                 pp[j] += 1
         self.idx = i = i + 1
         self.emitted = b
+        if eng.stepper is not None:  # the engine model calls again at the next step's end
+            return
         if eng.jitter_ns:
             nd = self._due(i)
         else:
@@ -312,7 +319,7 @@ class Generation:
         if last:
             self.end(self.finish)
             conn.response_done()
-        else:
+        elif eng.stepper is None:
             eng.sched.push(self._due(i + 1), self.step)
 
     def end(self, reason: str) -> None:
@@ -329,6 +336,8 @@ class Generation:
     # -- whole (non-streaming) response ------------------------------------------------------------
 
     def start_whole(self) -> None:
+        if self.eng.stepper is not None:  # the engine model steps it (stepmodel)
+            return
         while self.emitted < self.n_out:
             k = self._next_size()
             self.sizes.append(k)

@@ -4,15 +4,18 @@ BurstGPT trace's CSV, given locally (``BurstGPT_without_fails_2.csv`` and the li
 The CSV's columns: ``Timestamp, Model, Request tokens, Response tokens, Total tokens, Log Type``. As
 vLLM: only rows of Model ``GPT-4`` with more than 0 response tokens are kept (the others are another
 model's, or failed), ``--num-prompts`` of them drawn at random (seeded by ``--seed``), and request ``i``'s
-prompt is ``Request tokens`` token ids ``(i + j)`` running on from ``i``, asking for ``Response tokens``
+prompt is ``Request tokens`` token ids ``(s + i + j)`` running on from ``s + i`` (``s``: the seed modulo the
+ids' span, 0 for seed 0), asking for ``Response tokens``
 tokens (``--max-tokens`` wins when given). The trace's timestamps are not used (vLLM's meaning):
 arrivals follow ``--request-rate``; for a replay at recorded times, see ``timed_trace``.
 
 Where fastbench differs: vLLM draws the rows with pandas (``DataFrame.sample``, with replacement when the
 file has fewer), decodes the ids over its tokenizer's vocabulary and takes the decoded text's length as
 the row's; fastbench draws with numpy, reuses rows in order when the file runs short, and sends the ids
-themselves to ``/v1/completions`` (ids ``1000 + (i + j) mod 29000``, counted exactly) or, on the chat
-endpoint, common words in the same running order (one word taken as one token). Rows with 0 request
+themselves to ``/v1/completions`` (ids ``1000 + (s + i + j) mod 29000``, counted exactly) or, on the chat
+endpoint, common words in the same running order (one word taken as one token). vLLM's prompts start at
+id ``i`` whatever the seed, so two runs' request ``i`` share their first tokens and a prefix cache serves
+the second; fastbench's start where the seed says (a sweep's cells draw their own). Rows with 0 request
 tokens (an empty prompt in vLLM) are skipped and counted in the notes. A row whose numbers do not parse
 stops the run, naming the file, the line and the column.
 """
@@ -61,9 +64,11 @@ async def offer(ctx: Context) -> str:
         f"burstgpt: {len(rows)} {MODEL} rows in {path} (skipped {', '.join(skipped)}), drawn in a seeded random "
         "order; the trace's timestamps are not used (vLLM's meaning); "
         + ("chat prompts are common words in a running order, one word taken as one token" if words else
-           f"prompts sent as token-id lists, ids {TOKEN_ID_LOW} + (i + j) mod {TOKEN_ID_HIGH - TOKEN_ID_LOW}")
+           f"prompts sent as token-id lists, ids {TOKEN_ID_LOW} + (s + i + j) mod {TOKEN_ID_HIGH - TOKEN_ID_LOW}, "
+           "s from the seed")
     )
     span = TOKEN_ID_HIGH - TOKEN_ID_LOW
+    start = config.seed % (len(WORDS) if words else span)  # where the running prompts start: the seed's
     source = SOURCE_WORDS if words else SOURCE_TOKEN_IDS
     i = 0
     while selector.remaining > 0 and i < len(order):
@@ -72,9 +77,9 @@ async def offer(ctx: Context) -> str:
             n_in, n_out = rows[row]
             prompt: Prompt
             if words:
-                prompt = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(n_in))
+                prompt = " ".join(WORDS[(start + i + j) % len(WORDS)] for j in range(n_in))
             else:
-                prompt = (TOKEN_ID_LOW + (i + np.arange(n_in)) % span).tolist()
+                prompt = (TOKEN_ID_LOW + (start + i + np.arange(n_in)) % span).tolist()
             batch.append(Candidate(prompt, n_in, config.max_tokens or n_out, source))
             i += 1
         selector.offer(batch)

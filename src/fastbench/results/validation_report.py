@@ -1,5 +1,5 @@
 """What ``fastbench validate`` reports: the figures' types, the definition of each (written into the JSON
-report), and the console table. How the figures are derived is in :mod:`fastbench.cli.validate`."""
+report), and the console table. How the figures are derived is in :mod:`fastbench.api.validation`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""What the server wing saw, as typed records: the launch, the measured window, memory, the teardown.
+"""What the server wing saw, as typed records: the launch, the measured window, memory, the teardown,
+the model's files. They live here, with the results that read them, so that the server wing (which
+fills them) and the results (which word them) meet on records below both.
 
 The launcher, the window monitor and the memory glue fill them; ``api`` hands them to
 ``fastbench.results.card``, which words the card's rows and notes from them and lays out the result
@@ -12,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ("LaunchFacts", "MemoryReport", "MetricsReport", "Teardown", "WindowReport")
+__all__ = ("LaunchFacts", "MemoryReport", "MetricsReport", "ModelFacts", "Teardown", "WindowReport")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,3 +140,22 @@ class MemoryReport:
     peaks: dict[str, Any] | None  # MemorySeries.peaks()
     footprint: dict[str, Any] | None  # vLLM's log while loading (serverlog.parse_vllm_footprint); None if none
     baseline_before_server: bool = True  # False: fastbench attached to a server already running
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFacts:
+    """What the model's local files say. ``total_params`` is None where the weights cannot be counted."""
+
+    source: str  # the directory or file read
+    family: str | None
+    model_type: str | None
+    total_params: int | None
+    active_params: int | None  # MoE only
+    experts: tuple[int, int] | None  # (used per token, total) for a MoE
+    precision: str | None  # "bfloat16", "fp8", "gptq 4-bit", "Q4_K_M"...
+    why_no_count: str | None = None
+    modalities: tuple[str, ...] | None = None  # inputs config.json declares towers for: ("text", "image")
+    adapter: str | None = None  # the LoRA adapter served, when these are its base model's facts
+    hub_repo: str | None = None  # "org/name" and its commit, where the files are a hub cache snapshot
+    revision: str | None = None
+    weights_found: bool = True  # False: the directory holds no weight files (they are elsewhere)

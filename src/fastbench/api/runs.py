@@ -12,31 +12,30 @@ from typing import Any, TypeVar
 
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
-from fastbench.exceptions import ConfigError, FastbenchError, ResultWriteError, ServerDiedError, ServerError
+from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load import datasets
-from fastbench.load.driver import LoadGenerator
+from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
-from fastbench.load.workers import WorkerPool, choose_workers, usable_cores
 from fastbench.results import card, figures, modelcard, writers
 from fastbench.results.environment import environment
-from fastbench.results.result import Result
+from fastbench.results.observations import ModelFacts
+from fastbench.results.result import Result, ResultWriteError, ServerDiedError
 from fastbench.server import control, launch, modelinfo, prefixcache
-from fastbench.server.engines import make_server
+from fastbench.server.engines import make_server, with_prefix_cache_reset
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
 from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
-from fastbench.server.modelinfo import ModelFacts
 from fastbench.server.monitor import WindowMonitor
 from fastbench.study import store as run_store
 
-__all__ = ("arun", "run")
+__all__ = ("arun", "check", "run", "store_run", "write_outputs")
 
 T = TypeVar("T")
 
 OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--requests-jsonl"}
 
 
-def validate(config: BenchConfig) -> None:
+def check(config: BenchConfig) -> None:
     """Reject options that cannot work, with a one-line message saying what to fix.
 
     Everything here is checked before anything is started or sent, the output paths included, so
@@ -94,10 +93,20 @@ def _check_outputs(config: BenchConfig) -> None:
         run_store.check_store_path(config.store)
 
 
-def run(config: BenchConfig, *, server: LaunchedServer | None = None) -> Result:
-    """Run a benchmark to the end and return its Result (on uvloop when it is installed).
+def run(
+    config: BenchConfig,
+    *,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    stop: asyncio.Event | None = None,
+    server: LaunchedServer | None = None,
+) -> Result:
+    """Run a benchmark to the end and return its Result (on uvloop when it is installed). The same
+    arguments as :func:`arun`.
 
     :param config: the run's options.
+    :param on_progress: called about twice a second with counters (completed, in flight, ...).
+    :param stop: set it (from another thread: ``loop.call_soon_threadsafe(stop.set)``, or from
+        ``on_progress``) to end the run early, as :func:`arun`'s.
     :param server: a launched server, ready, to measure without launching or stopping it (see :func:`arun`).
     :raises ConfigError: options that cannot work, or an output path that cannot be written
         (before anything is sent).
@@ -115,8 +124,8 @@ def run(config: BenchConfig, *, server: LaunchedServer | None = None) -> Result:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency, but the API does not need it
-        return asyncio.run(arun(config, server=server))
-    return uvloop.run(arun(config, server=server))
+        return asyncio.run(arun(config, on_progress=on_progress, stop=stop, server=server))
+    return uvloop.run(arun(config, on_progress=on_progress, stop=stop, server=server))
 
 
 async def arun(
@@ -143,7 +152,7 @@ async def arun(
     """
     if server is not None:
         config = _handed(config, server)
-    validate(config)
+    check(config)
     synthetic = None
     launched = None
     base_url = config.base_url
@@ -163,7 +172,11 @@ async def arun(
                                       "interrupted while reading the inputs")
             if stop is not None and stop.is_set():
                 raise asyncio.CancelledError("interrupted before the launch")
-            launched = make_server(config.launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
+            to_launch = config.launch
+            if config.reset_prefix_cache:  # what the engine needs to serve the reset (vLLM: VLLM_SERVER_DEV_MODE=1)
+                to_launch = with_prefix_cache_reset(to_launch)
+                config = dataclasses.replace(config, launch=to_launch)
+            launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
             await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
             base_url = launched.base_url
@@ -343,13 +356,17 @@ async def _run_against(
             sessions=work.sessions,
         )
         server_here = synthetic is not None or isinstance(watched, LaunchedServer)
-        generator, workers_chosen = _load_generator(config, target, plan, server_here=server_here)
+        # BenchConfig's workers=1 is its default: "not given", which with --ray is one actor on each node
+        generator, workers_chosen = make_generator(
+            target, plan, config.api_key, workers=None if config.workers == 1 else config.workers, ray=config.ray,
+            workers_per_node=config.workers_per_node, server_here=server_here, concurrency_cap=config.concurrency)
         reset_notes: list[str] = []
+        server_info["prefix_cache_reset"] = prefixcache.not_asked()
         if config.reset_prefix_cache:  # before the warm-ups: they may be there to fill the cache
-            not_reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
-            server_info["prefix_cache_reset"] = not_reset or "done before the first request"
-            if not_reset is not None:
-                reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {not_reset}")
+            reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
+            server_info["prefix_cache_reset"] = reset
+            if not reset["done"]:
+                reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {reset['why_not']}")
         monitor = WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
             plan.on_window_start = monitor.restart_window_soon
@@ -388,6 +405,7 @@ async def _run_against(
         "screened_reason": work.screened_reason,
         "max_model_len": work.max_model_len,
         "notes": work.notes,
+        "prompt_seed": datasets.prompt_seed(config),
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
         "shared_prompt_tokens": work.shared_prompt_tokens,  # what the prompts share (load.sharing)
@@ -419,29 +437,6 @@ async def _run_against(
     if unwritten:
         raise ResultWriteError("; ".join(unwritten), result)
     return result
-
-
-def _load_generator(config: BenchConfig, target: Target, plan: LoadPlan, *,
-                    server_here: bool) -> tuple[LoadGenerator | WorkerPool, dict[str, Any] | None]:
-    """One process (--workers 1, the default: today's path, untouched), or a pool of worker
-    processes; with --workers auto, also what was chosen and why, for the result."""
-    if config.ray is not None:  # Ray is imported by the pool itself, only here
-        from fastbench.load.raypool import RayPool
-
-        total = config.workers if isinstance(config.workers, int) and config.workers > 1 else None
-        return RayPool(target, plan, config.api_key, address=config.ray, workers=total,
-                       workers_per_node=config.workers_per_node), None
-    if config.workers == "auto":
-        count, why = choose_workers(config.concurrency, len(plan.bodies), usable_cores(), server_here)
-        if plan.sessions is not None:
-            count, why = 1, "multi-turn sessions run in one process (their turns are built during the run)"
-        if count == 1:
-            return LoadGenerator(target, plan, config.api_key), {"count": 1, "requested": "auto",
-                                                                  "chosen_because": why}
-        return WorkerPool(target, plan, config.api_key, workers=count, chosen_because=why), None
-    if config.workers == 1:
-        return LoadGenerator(target, plan, config.api_key), None
-    return WorkerPool(target, plan, config.api_key, workers=config.workers), None
 
 
 # Between tries of the ready check: short, as a server that just came up should be measured soon.

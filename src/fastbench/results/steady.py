@@ -1,0 +1,233 @@
+"""Steady-state figures: a run's throughput and latencies over the part of its window where the load held.
+
+A cell's whole-window throughput counts its ramp-up and its drain: with varied output lengths the last
+round runs with fewer streams than the concurrency, so the aggregate throughput of a high-concurrency
+cell reads below what the server sustains there. This module finds the steady interval (definition
+``steady_interval`` in ``definitions``) from the per-request records the run already holds (send, first
+token and end stamps; each completed request's chunk stamps where ``--save-detailed`` kept them), and
+derives over it the output and request throughput and the per-request distributions of the requests
+inside it. Off the hot path, once per run; the same over the merged records of ``--workers`` and Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fastbench.config import BenchConfig
+from fastbench.results.records import COL, ErrorClass, RunData
+from fastbench.results.result import Distribution
+
+__all__ = ("STEADY_METRICS", "SteadyState", "card_text", "console_text", "flat_keys", "section", "steady_state")
+
+# The distributions over the requests inside the interval, and the figures of each the flat keys carry.
+STEADY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+_FLAT_STATS: tuple[str, ...] = ("mean", "median", "p90", "p99")
+
+EVEN_PACE = "even_pace"  # the first token at its stamp, the rest evenly up to the end stamp
+CHUNK_STAMPS = "chunk_stamps"  # at each chunk's receive stamp, an equal share of the tokens each
+
+
+@dataclasses.dataclass(frozen=True)
+class SteadyState:
+    """The steady interval of one run and the figures over it; ``reason`` says why there is none."""
+
+    basis: str  # "closed loop" (in flight held at the target) or "open loop" (stationary arrivals)
+    target: int | None  # closed loop: the concurrency held; None in open loop
+    start_ns: int | None  # the interval's edges, CLOCK_MONOTONIC (the driver's, with Ray); None: no interval
+    end_ns: int | None
+    start_s: float | None  # the same edges in s from the measured window's start
+    end_s: float | None
+    reason: str | None  # None when there is an interval
+    output_tokens: float | None  # output tokens placed inside the interval (fractional: see token_source)
+    token_source: str | None  # CHUNK_STAMPS where --save-detailed kept completed requests' stamps, else EVEN_PACE
+    output_throughput: float | None  # tok/s
+    request_throughput: float | None  # req/s
+    requests: int  # completed requests inside the interval
+    distributions: dict[str, Distribution]  # STEADY_METRICS over the requests inside ("itl": with chunk stamps)
+
+    @property
+    def window_s(self) -> float | None:
+        if self.start_ns is None or self.end_ns is None:
+            return None
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+def _none(basis: str, target: int | None, reason: str) -> SteadyState:
+    return SteadyState(basis=basis, target=target, start_ns=None, end_ns=None, start_s=None, end_s=None,
+                       reason=reason, output_tokens=None, token_source=None, output_throughput=None,
+                       request_throughput=None, requests=0, distributions={})
+
+
+def steady_state(data: RunData, config: BenchConfig) -> SteadyState:
+    """The run's steady interval (definition ``steady_interval``) and its figures, from the request table."""
+    rows = np.asarray(data.rows, dtype=np.int64).reshape(-1, len(COL))
+    col = {name: rows[:, i] for name, i in COL.items()}
+    started = rows.any(axis=1) & (col["sent_ns"] > 0)
+    basis, target = ("open loop", None) if config.open_loop else ("closed loop", config.effective_concurrency)
+    if config.multi_turn:
+        return _none(basis, target, "multi-turn sessions: think times, not the client, set the requests in flight")
+    if config.open_loop:
+        if config.ramp_up_strategy is not None:
+            return _none(basis, target, "the arrival rate ramped (--ramp-up-strategy): it never held")
+        if config.trace_timed:
+            return _none(basis, target, "arrivals followed a trace's times, not a stationary process")
+        edges = _arrival_interval(col["scheduled_ns"])
+    else:
+        ends = np.where(col["end_ns"] > 0, col["end_ns"], max(data.end_ns, 1))
+        edges = _held_interval(col["sent_ns"][started], ends[started], target or 1)
+    if isinstance(edges, str):
+        return _none(basis, target, edges)
+    a, b = edges
+    stamps: Mapping[int, bytes] = data.extra.get("chunk_stamps") or {}
+    tokens = _tokens_inside(col, a, b, stamps)
+    completed = started & (col["error"] == ErrorClass.OK) & (col["end_ns"] > 0)
+    served = _share_inside(col["sent_ns"][completed], col["end_ns"][completed], a, b).sum()
+    origin = col["scheduled_ns"] if config.open_loop else col["sent_ns"]
+    inside = completed & (origin >= a) & (col["end_ns"] <= b)
+    window_s = (b - a) / 1e9
+    return SteadyState(
+        basis=basis, target=target, start_ns=a, end_ns=b,
+        start_s=(a - data.start_ns) / 1e9, end_s=(b - data.start_ns) / 1e9, reason=None,
+        output_tokens=tokens, token_source=CHUNK_STAMPS if stamps else EVEN_PACE,
+        output_throughput=tokens / window_s, request_throughput=float(served) / window_s,
+        requests=int(inside.sum()),
+        distributions=_distributions(col, origin, inside, stamps),
+    )
+
+
+# -- the interval ---------------------------------------------------------------------------------------
+
+
+def _held_interval(sent: np.ndarray, end: np.ndarray, target: int) -> tuple[int, int] | str:
+    """Closed loop: from the instant the requests in flight (each from its send to its end stamp) first
+    reach ``target`` to the instant they fall below it for the last time; a reason when they never do."""
+    if sent.size == 0:
+        return "no request was sent"
+    times = np.concatenate([sent, end])
+    steps = np.concatenate([np.ones(sent.size, np.int64), -np.ones(end.size, np.int64)])
+    # By time, and at one instant ends first: a request ending as another starts does not overlap it.
+    order = np.lexsort((steps, times))
+    times, in_flight = times[order], np.cumsum(steps[order])
+    held = np.flatnonzero(in_flight >= target)
+    if held.size == 0:
+        return f"in flight never reached the target of {target} (at most {int(in_flight.max())} at once)"
+    start, end_at = int(times[held[0]]), int(times[held[-1] + 1])  # the count ends at 0: an event follows
+    if end_at <= start:
+        return f"{target} in flight were held for no time"
+    return start, end_at
+
+
+def _arrival_interval(scheduled: np.ndarray) -> tuple[int, int] | str:
+    """Open loop: from the first scheduled arrival to the last (the drain after it left out)."""
+    arrivals = scheduled[scheduled > 0]
+    if arrivals.size < 2 or int(arrivals.max()) <= int(arrivals.min()):
+        return "fewer than 2 arrivals apart in time"
+    return int(arrivals.min()), int(arrivals.max())
+
+
+# -- what lies inside it ----------------------------------------------------------------------------------
+
+
+def _share_inside(start: np.ndarray, end: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Per span [start, end]: the share of its length inside [a, b] (an empty span: 1 if inside, else 0)."""
+    length = (end - start).astype(np.float64)
+    overlap = np.clip(np.minimum(end, b) - np.maximum(start, a), 0, None).astype(np.float64)
+    point_inside = ((start >= a) & (start <= b)).astype(np.float64)
+    return np.where(length > 0, overlap / np.where(length > 0, length, 1.0), point_inside)
+
+
+def _tokens_inside(col: Mapping[str, np.ndarray], a: int, b: int, stamps: Mapping[int, bytes]) -> float:
+    """Output tokens of completed requests, and of those a run's stop cut short, placed inside [a, b]."""
+    error = col["error"]
+    counted = ((col["first_token_ns"] > 0) & (col["end_ns"] > 0) & (col["output_tokens"] > 0)
+               & ((error == ErrorClass.OK) | (error == ErrorClass.CANCELLED)))
+    by_stamps = np.zeros(len(error), dtype=bool)
+    total = 0.0
+    if stamps:
+        kept = [(i, s) for i in np.flatnonzero(counted & (error == ErrorClass.OK))
+                if (s := stamps.get(int(col["index"][i])))]
+        if kept:
+            rows = np.asarray([i for i, _ in kept])
+            arrays = [np.frombuffer(s, dtype=np.int64) for _, s in kept]
+            counts = np.asarray([len(x) for x in arrays])
+            # The first chunk is the first token: its stamp puts the chunks on the row's clock (the same
+            # one on one node; a Ray node's rows were moved onto the driver's, its stamps were not).
+            shift = np.repeat(col["first_token_ns"][rows] - np.asarray([x[0] for x in arrays]), counts)
+            at = np.concatenate(arrays) + shift
+            share = np.repeat(col["output_tokens"][rows] / counts, counts)
+            total += float(share[(at >= a) & (at <= b)].sum())
+            by_stamps[rows] = True
+    pace = counted & ~by_stamps
+    first, end, n = col["first_token_ns"][pace], col["end_ns"][pace], col["output_tokens"][pace]
+    first_inside = ((first >= a) & (first <= b)).astype(np.float64)
+    return total + float((first_inside + (n - 1) * _share_inside(first, end, a, b)).sum())
+
+
+def _distributions(col: Mapping[str, np.ndarray], origin: np.ndarray, inside: np.ndarray,
+                   stamps: Mapping[int, bytes]) -> dict[str, Distribution]:
+    """TTFT, TPOT, E2E latency (and ITL from chunk stamps, where kept) of the requests inside, exactly as
+    the whole window's are computed (figures._Completed)."""
+    first, end, n = col["first_token_ns"][inside], col["end_ns"][inside], col["output_tokens"][inside]
+    has_first = first > 0
+    has_tpot = has_first & (n >= 2)
+    out = {
+        "ttft": Distribution.from_values((first - origin[inside])[has_first], "ms"),
+        "tpot": Distribution.from_values(((end - first) / np.maximum(n - 1, 1))[has_tpot], "ms"),
+        "e2el": Distribution.from_values(end - origin[inside], "ms"),
+    }
+    if stamps:
+        gaps = [np.diff(np.frombuffer(s, dtype=np.int64)) for s in
+                (stamps.get(int(i)) for i in col["index"][inside]) if s]
+        out["itl"] = Distribution.from_values(np.concatenate(gaps) if gaps else np.zeros(0), "ms")
+    return {name: out[name] for name in STEADY_METRICS if name in out}
+
+
+# -- how the result shows it ----------------------------------------------------------------------------
+
+
+def flat_keys(steady: SteadyState | None) -> dict[str, Any]:
+    """The result file's top-level steady_* keys; every one null when the run has no steady interval
+    (and the ITL ones without chunk stamps)."""
+    s = steady or _none("closed loop", None, "not computed")
+    keys: dict[str, Any] = {
+        "steady_start_s": s.start_s, "steady_end_s": s.end_s, "steady_window_s": s.window_s,
+        "steady_output_throughput": s.output_throughput, "steady_request_throughput": s.request_throughput,
+        "steady_requests": s.requests if s.reason is None else None,
+    }
+    for metric in STEADY_METRICS:
+        dist = s.distributions.get(metric)
+        for stat in _FLAT_STATS:
+            keys[f"steady_{stat}_{metric}_ms"] = getattr(dist, stat) if dist is not None else None
+    return keys
+
+
+def section(steady: SteadyState) -> dict[str, Any]:
+    """``fastbench.steady`` without its distributions (the writer renders those as it renders the others)."""
+    return {
+        "basis": steady.basis, "target_concurrency": steady.target, "reason": steady.reason,
+        "start_s": steady.start_s, "end_s": steady.end_s, "window_s": steady.window_s,
+        "output_tokens": steady.output_tokens, "token_source": steady.token_source,
+        "output_throughput_tok_s": steady.output_throughput, "request_throughput_per_s": steady.request_throughput,
+        "requests": steady.requests,
+    }
+
+
+def console_text(steady: SteadyState | None) -> str:
+    """The console's steady-state line's value: the throughput, or why there is none."""
+    if steady is None or steady.output_throughput is None:
+        return f"none: {steady.reason if steady else 'not computed'}"
+    return f"{steady.output_throughput:.2f} over {steady.window_s:.2f} s"
+
+
+def card_text(steady: SteadyState | None) -> str:
+    """The run card's steady-state row, beside the whole window's decode throughput."""
+    if steady is None or steady.output_throughput is None or steady.window_s is None:
+        return f"n/a: no steady interval ({steady.reason if steady else 'not computed'})"
+    held = (f"the load held {steady.target} in flight" if steady.target is not None
+            else "requests arrived at the set rate")
+    return (f"{steady.output_throughput:,.2f} (output tokens in the {steady.window_s:,.2f} s {held} ÷ that time; "
+            f"{steady.requests} requests inside)")
