@@ -27,6 +27,8 @@ enum {
     R_SENT,       /* top-level "fb_sent_ns" */
     R_COMPLETION, /* "completion_tokens" directly inside the top-level "usage" object */
     R_PROMPT,     /* "prompt_tokens" directly inside the top-level "usage" object */
+    R_DETAILS,    /* "prompt_tokens_details" directly inside the top-level "usage" object */
+    R_CACHED,     /* "cached_tokens" directly inside that "prompt_tokens_details" object */
     R_CONTENT,    /* "content" or "text", any depth */
     R_REASONING,  /* "reasoning" or "reasoning_content", any depth */
     R_FINISH,     /* "finish_reason", any depth */
@@ -169,6 +171,9 @@ static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
     } else if (role == R_USAGE && depth == 2) {
         if (n == 17 && memcmp(k, "completion_tokens", 17) == 0) return R_COMPLETION;
         if (n == 13 && memcmp(k, "prompt_tokens", 13) == 0) return R_PROMPT;
+        if (n == 21 && memcmp(k, "prompt_tokens_details", 21) == 0) return R_DETAILS;
+    } else if (role == R_DETAILS && depth == 3) {
+        if (n == 13 && memcmp(k, "cached_tokens", 13) == 0) return R_CACHED;
     }
     switch (n) {
     case 4:
@@ -245,10 +250,13 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
             if (kind == V_INT) o->prompt_tokens = num;
             else if (kind != V_NULL) o->usage_invalid = 1;
             break;
+        case R_CACHED:
+            if (kind == V_INT) o->cached_tokens = num;
+            break;
         case R_SENT:
             if (kind == V_INT) o->sent_ns = num;
             break;
-        default: /* R_USAGE, R_CHOICES are recorded by the container scan */
+        default: /* R_USAGE, R_CHOICES are recorded by the container scan; R_DETAILS only names its keys */
             break;
         }
         fb_json_ws(s);
@@ -329,6 +337,7 @@ static int fb_json_value(fb_json_t *s, int depth, int role, int64_t *num) {
 static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->completion_tokens = -1;
     out->prompt_tokens = -1;
+    out->cached_tokens = -1;
     out->sent_ns = -1;
     out->has_content = 0;
     out->has_reasoning = 0;

@@ -15,6 +15,10 @@ typedef struct {
     int64_t completion_tokens; /* "completion_tokens" directly inside the top-level "usage" object; -1 if
                                   absent, null or not a non-negative integer that fits int64 */
     int64_t prompt_tokens;     /* "prompt_tokens" likewise */
+    int64_t cached_tokens;     /* "cached_tokens" directly inside the "prompt_tokens_details" object of the
+                                  top-level "usage" (vLLM with --enable-prompt-tokens-details, SGLang with
+                                  --enable-cache-report); -1 if absent or not a count as above. Not a usage
+                                  fault when malformed: it says nothing of the output's tokens */
     int64_t sent_ns;           /* top-level "fb_sent_ns" (synthetic server's send stamp), -1 as above */
     int has_content;           /* a non-empty string value under key "content" or "text" */
     int has_reasoning;         /* a non-empty string value under key "reasoning" or "reasoning_content" */

@@ -67,7 +67,8 @@ static int fz_on_event(void *ctx, const char *data, size_t len) {
     fz_mix(r, data, len);
     fz_mix_i64(r, rc);
     /* Field by field: the struct's padding bytes are never written. */
-    const int64_t facts[] = {info.completion_tokens, info.prompt_tokens, info.sent_ns, info.has_content,
+    const int64_t facts[] = {info.completion_tokens, info.prompt_tokens, info.cached_tokens, info.sent_ns,
+                             info.has_content,
                              info.has_reasoning, info.has_error, info.has_finish, info.has_usage,
                              info.usage_invalid, info.n_choices};
     fz_mix(r, facts, sizeof facts);

@@ -37,7 +37,8 @@ chat = (
     )
     + data({"choices": [{"index": 0, "delta": {"reasoning_content": 'think "q" \\'}}]})
     + data({"choices": [{"index": 0, "text": " hello", "finish_reason": "stop"}], "fb_sent_ns": 123})
-    + data({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
+    + data({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3,
+                                     "prompt_tokens_details": {"cached_tokens": 8}}})
     + b": ping\r\n\r\ndata: a\rdata:b\r\n\r\n"
     + data({"error": {"object": "error", "message": "x", "type": "BadRequestError", "code": 400}})
     + b"data: [DONE]\n\n"

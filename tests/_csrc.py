@@ -49,7 +49,7 @@ LINE_MAX = 8192
 
 # fbt_json's facts, in its array's order
 JSON_FACTS = ("completion_tokens", "prompt_tokens", "sent_ns", "has_content", "has_reasoning", "has_error",
-              "has_finish", "has_usage", "n_choices", "usage_invalid")
+              "has_finish", "has_usage", "n_choices", "usage_invalid", "cached_tokens")
 
 # fb_test_shim.c modes
 SSE, HTTP, HTTP_SSE = 0, 1, 2
@@ -222,14 +222,14 @@ class Lib:
         return n, (bad[0], bad[1])
 
     def json(self, data: bytes) -> tuple[int, dict[str, int]]:
-        facts = (ctypes.c_int64 * 10)()
+        facts = (ctypes.c_int64 * len(JSON_FACTS))()
         rc = self.dll.fbt_json(data, len(data), facts)
         return rc, dict(zip(JSON_FACTS, facts))
 
     def json_answer(self, data: bytes, cap: int = 1 << 16) -> tuple[int, dict[str, int], bytes, int]:
         """fb_json_scan_chunk_text: its rc and facts, the answer pieces' raw bytes joined, and how many
         pieces there were (a piece over ``cap`` bytes in all stops the scan)."""
-        facts = (ctypes.c_int64 * 10)()
+        facts = (ctypes.c_int64 * len(JSON_FACTS))()
         out = ctypes.create_string_buffer(max(cap, 1))
         out_len = ctypes.c_size_t()
         pieces = ctypes.c_int64()

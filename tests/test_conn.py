@@ -634,6 +634,34 @@ def test_tls_verified_untrusted_and_insecure(tmp_path: Any, monkeypatch: pytest.
         assert data.connections_opened == 1
 
 
+def test_cached_tokens_read_from_the_final_usage_whatever_the_reads(loop_factory: Any) -> None:
+    """usage.prompt_tokens_details.cached_tokens, as vLLM (--enable-prompt-tokens-details) sends it in the
+    final usage chunk, read per request into the table even when the reads cut the event mid-key, and -1
+    where the server gave none (no details, null details, or a cached count that is not a count)."""
+    finals: dict[int, dict[str, Any]] = {
+        0: {},
+        1: {"prompt_tokens_details": {"cached_tokens": 16}},
+        2: {"prompt_tokens_details": None},
+        3: {"prompt_tokens_details": {"cached_tokens": "16"}},
+        4: {"prompt_tokens_details": {"audio_tokens": None, "cached_tokens": 0}},
+    }
+
+    def script(n: int, body: bytes) -> list[Any]:
+        final = completion_chunk("", 3)
+        final["choices"] = []
+        final["usage"].update(finals[n])
+        event = chunked(sse(final))
+        cut = event.find(b"cached") + 3 if b"cached" in event else len(event) // 2
+        return [STREAM_HEAD, chunked(sse(completion_chunk("abc", 3, finish="length"))), 0.005,
+                event[:cut], 0.01, event[cut:cut + 5], 0.01, event[cut + 5:], chunked(sse("[DONE]")) + CHUNKED_END]
+
+    data, _ = drive(loop_factory, script, n=len(finals))
+    assert list(col(data, "error")) == [0] * len(finals)
+    assert list(col(data, "cached_tokens")) == [-1, 16, -1, -1, 0]
+    # a cached count that is no count is no usage fault: the output's counts stand
+    assert list(col(data, "usage_source")) == [UsageSource.PER_CHUNK] * len(finals)
+
+
 def test_outputs_kept_only_when_asked(loop_factory: Any) -> None:
     events = [chat_chunk({"role": "assistant", "content": ""}, 0), chat_chunk({"reasoning": "hm"}, 1),
               chat_chunk({"content": "Hello"}, 2), chat_chunk({"content": " world"}, 3, finish="stop")]

@@ -686,6 +686,7 @@ def _facts(**kw: int) -> dict[str, int]:
         "has_usage": 0,
         "n_choices": -1,
         "usage_invalid": 0,
+        "cached_tokens": -1,
     }
     base.update(kw)
     return base
@@ -755,6 +756,42 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
         b'{"usage":{"completion_tokens":9223372036854775807,"prompt_tokens":9223372036854775808}}',
         _facts(has_usage=1, completion_tokens=2**63 - 1, usage_invalid=1),
     ),
+    # The prefix cache's share of the prompt: vLLM's final usage chunk (--enable-prompt-tokens-details), SGLang's
+    # (--enable-cache-report); only directly in usage's prompt_tokens_details, and never a usage fault.
+    (
+        "cached_tokens_vllm_final_usage",
+        b'{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":'
+        b'1040,"total_tokens":1056,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":1024}}}',
+        _facts(completion_tokens=16, prompt_tokens=1040, cached_tokens=1024, has_usage=1, n_choices=0),
+    ),
+    ("cached_tokens_zero", b'{"usage":{"prompt_tokens_details":{"cached_tokens":0}}}',
+     _facts(has_usage=1, cached_tokens=0)),
+    ("cached_tokens_details_first",
+     b'{"usage":{"prompt_tokens_details":{"audio_tokens":null,"cached_tokens":7},"prompt_tokens":9}}',
+     _facts(has_usage=1, cached_tokens=7, prompt_tokens=9)),
+    ("cached_tokens_details_null", b'{"usage":{"prompt_tokens":9,"prompt_tokens_details":null}}',
+     _facts(has_usage=1, prompt_tokens=9)),
+    ("cached_tokens_null", b'{"usage":{"prompt_tokens_details":{"cached_tokens":null}}}', _facts(has_usage=1)),
+    ("cached_tokens_not_a_count", b'{"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":"2"}}}',
+     _facts(has_usage=1, prompt_tokens=3)),
+    ("cached_tokens_negative", b'{"usage":{"prompt_tokens_details":{"cached_tokens":-5}}}', _facts(has_usage=1)),
+    ("cached_tokens_float", b'{"usage":{"prompt_tokens_details":{"cached_tokens":5.0}}}', _facts(has_usage=1)),
+    ("cached_tokens_too_big",
+     b'{"usage":{"prompt_tokens_details":{"cached_tokens":9223372036854775808}}}', _facts(has_usage=1)),
+    ("cached_tokens_directly_in_usage", b'{"usage":{"cached_tokens":5}}', _facts(has_usage=1)),
+    ("cached_tokens_details_top_level", b'{"prompt_tokens_details":{"cached_tokens":5}}', _facts()),
+    ("cached_tokens_details_deeper", b'{"usage":{"x":{"prompt_tokens_details":{"cached_tokens":5}}}}',
+     _facts(has_usage=1)),
+    ("cached_tokens_details_array", b'{"usage":{"prompt_tokens_details":[{"cached_tokens":5}]}}',
+     _facts(has_usage=1)),
+    ("cached_tokens_details_of_completion",
+     b'{"usage":{"completion_tokens_details":{"cached_tokens":5,"prompt_tokens":4}}}', _facts(has_usage=1)),
+    ("cached_tokens_in_a_choice", b'{"choices":[{"usage":{"prompt_tokens_details":{"cached_tokens":5}}}]}',
+     _facts(n_choices=1)),
+    ("cached_tokens_key_in_string", b'{"usage":{"prompt_tokens_details":{"x":"\\"cached_tokens\\":5"}}}',
+     _facts(has_usage=1)),
+    ("cached_tokens_escaped_key", b'{"usage":{"prompt_tokens_details":{"cached\\u005ftokens":5}}}',
+     _facts(has_usage=1)),
     (
         "sent_ns",
         b'{"fb_sent_ns":1234567890123,"choices":[{"delta":{"content":"x"}}]}',
@@ -891,6 +928,9 @@ def _py_facts(obj: dict[str, Any]) -> dict[str, int]:
                 f[k] = usage[k]
             elif usage.get(k) is not None:
                 f["usage_invalid"] = 1
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and _is_count(details.get("cached_tokens")):
+            f["cached_tokens"] = details["cached_tokens"]
     if _is_count(obj.get("fb_sent_ns")):
         f["sent_ns"] = obj["fb_sent_ns"]
     if obj.get("error") is not None:
@@ -942,6 +982,8 @@ if HAVE_HYPOTHESIS:
             "fb_sent_ns",
             "completion_tokens",
             "prompt_tokens",
+            "prompt_tokens_details",
+            "cached_tokens",
             "delta",
             "index",
             "id",
@@ -1025,6 +1067,28 @@ if HAVE_HYPOTHESIS:
         # when the edit left every object's keys unique.
         if valid and _keys_unique(text):
             assert facts == _py_facts(json.loads(text))
+
+
+    # usage objects as servers shape them, with the keys that matter at the depth they matter: random
+    # objects above seldom nest "prompt_tokens_details" inside "usage"
+    COUNTS = st.integers(min_value=-3, max_value=2**63 + 3) | st.sampled_from([0, 1, 16, 1024])
+    DETAILS = st.dictionaries(st.sampled_from(["cached_tokens", "audio_tokens", "prompt_tokens"]) | KEYS,
+                              COUNTS | SCALARS | st.dictionaries(KEYS, COUNTS, max_size=2), max_size=3)
+    USAGE = st.dictionaries(
+        st.sampled_from(["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+                         "completion_tokens_details", "cached_tokens"]),
+        COUNTS | SCALARS | DETAILS, max_size=6)
+
+    @needs_hypothesis
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(extra=OBJECTS, usage=USAGE, opts=DUMPS)
+    def test_json_property_usage_details(lib: Lib, extra: dict[str, Any], usage: dict[str, Any],
+                                         opts: dict[str, Any]) -> None:
+        obj = {**extra, "usage": usage}
+        text = json.dumps(obj, **opts).encode()
+        rc, facts = lib.json(text)
+        assert rc == 0
+        assert facts == _py_facts(obj)
 
 
 def _keys_unique(text: bytes) -> bool:
@@ -1140,6 +1204,30 @@ def test_json_sse_events_roundtrip(lib: Lib) -> None:
     assert [f["has_finish"] for _, f in got[:-1]] == [0, 0, 0, 1, 0]
     assert [f["n_choices"] for _, f in got[:-1]] == [1, 1, 1, 1, 0]
     assert struct.calcsize("=I") == 4
+
+
+def test_cached_tokens_survive_every_split_of_the_stream(lib: Lib) -> None:
+    """The final usage chunk's prompt_tokens_details, cut anywhere by the reads and the chunk framing:
+    the same events come out of every split, and the scan reads the cached tokens from each whole."""
+    details = {**_usage(1040, 3), "prompt_tokens_details": {"cached_tokens": 1024}}
+    stream = (_chat_chunk({"role": "assistant", "content": ""}, usage=_usage(1040, 0))
+              + _chat_chunk({"content": "Hi"}, usage=_usage(1040, 1))
+              + _chat_chunk({"content": "!"}, finish="stop", usage=_usage(1040, 3))
+              + _data({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [], "usage": details})
+              + DONE)
+    for resp in (http_chunked(stream, [7, 3, 13]), http_length(stream)):
+        whole = lib.run(HTTP_SSE, resp)
+        assert whole.res.rc == 0
+        facts = [lib.json(e)[1] for e in whole.events[:-1]]
+        assert [f["cached_tokens"] for f in facts] == [-1, -1, -1, 1024]
+        assert facts[-1] == _facts(completion_tokens=3, prompt_tokens=1040, cached_tokens=1024, has_usage=1,
+                                   n_choices=0)
+        bad, cuts = lib.check_splits(HTTP_SSE, resp, whole)
+        assert bad == 0, f"split at {cuts[0]} differs"
+        assert lib.run_bytewise(HTTP_SSE, resp).events == whole.events
+    bad, cuts = lib.check_splits(SSE, stream, lib.run(SSE, stream), pieces=3, cap0=1)
+    assert bad == 0, f"splits at {cuts} differ"
 
 
 @pytest.mark.parametrize(("harness", "sources", "seeds_dir"), [

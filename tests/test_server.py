@@ -694,16 +694,31 @@ def test_engine_command_lines(tmp_path: Path) -> None:
     args = ("--tp", "2")
     sglang = make_server(LaunchConfig(engine="sglang", model="org/m", engine_args=args, engine_bin="python3"))
     assert sglang.argv() == ["python3", "-m", "sglang.launch_server", "--model-path", "org/m", "--host",
-                             "127.0.0.1", "--port", "30000", "--tp", "2"]
+                             "127.0.0.1", "--port", "30000", "--enable-cache-report", "--tp", "2"]
     llama = make_server(LaunchConfig(engine="llama.cpp", model="/m.gguf", engine_args=("--alias", "g")))
     assert llama.argv()[:3] == ["llama-server", "-m", "/m.gguf"] and llama.port == 8080
     assert llama.served_model == "g"
     vllm = make_server(LaunchConfig(model="org/m", engine_args=("--api-key", "sk-x"), env=("A_TOKEN=t0k3n",)),
                        api_key="sk-x")
-    assert vllm.display_command() == "A_TOKEN=*** vllm serve org/m --host 127.0.0.1 --port 8000 --api-key ***"
+    assert vllm.display_command() == ("A_TOKEN=*** vllm serve org/m --host 127.0.0.1 --port 8000 "
+                                      "--enable-prompt-tokens-details --api-key ***")
     docker = make_server(LaunchConfig(model="org/m", docker_image="img@sha256:1", port=9000))
     argv = docker.argv()
-    assert argv[argv.index("img@sha256:1"):] == ["img@sha256:1", "org/m", "--host", "0.0.0.0", "--port", "9000"]
+    assert argv[argv.index("img@sha256:1"):] == ["img@sha256:1", "org/m", "--host", "0.0.0.0", "--port", "9000",
+                                                 "--enable-prompt-tokens-details"]
+
+
+@pytest.mark.parametrize("given", [("--enable-prompt-tokens-details",), ("--no-enable-prompt-tokens-details",),
+                                   ("--enable-prompt-tokens-details=false",)])
+def test_a_launched_engine_reports_cached_tokens_unless_the_user_chose(given: tuple[str, ...]) -> None:
+    """vLLM gets --enable-prompt-tokens-details and SGLang --enable-cache-report (the per-request cached tokens
+    in usage), once, and not against the user's own choice either way."""
+    vllm = make_server(LaunchConfig(model="org/m", engine_args=("--max-model-len", "64", *given)))
+    assert [a for a in vllm.argv() if "prompt-tokens-details" in a] == list(given)
+    sglang = make_server(LaunchConfig(engine="sglang", model="org/m", engine_args=("--enable-cache-report",)))
+    assert sglang.argv().count("--enable-cache-report") == 1
+    llama = make_server(LaunchConfig(engine="llama.cpp", model="/m.gguf"))
+    assert not [a for a in llama.argv() if "cache-report" in a or "tokens-details" in a]
 
 
 def test_toml_config_maps_to_flags_and_the_command_line_overrides_it(tmp_path: Path) -> None:

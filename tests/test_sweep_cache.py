@@ -100,6 +100,7 @@ def test_fresh_prompts_keep_every_cell_of_the_issues_sweep_off_the_cache(
     print(f"TTFT p50 per cell: {ttfts} ms; hit rates {[hit_rate(doc) for doc in docs]}")
     for doc in docs:
         assert hit_rate(doc) < 0.02  # random prompts of their own: nothing of them is cached
+        assert doc["prefix_cache_warning"] is None and doc["expected_prefix_share"] == 0.0
         # every cell pays the whole prefill, as the first does (a cached prompt's is 0.8 ms)
         assert doc["median_ttft_ms"] > 0.9 * PREFILL_MS
         assert doc["median_ttft_ms"] < 3 * ttfts[0]
@@ -132,6 +133,10 @@ def test_shared_prompts_show_the_cache_after_the_first_cell(tmp_path: Path,
     # them but each prompt's last block, which vLLM always computes: 63 of 64 blocks
     assert rates[0] < 0.02 and all(rate > 0.9 for rate in rates[1:])
     assert ttfts[0] > 0.9 * PREFILL_MS and all(ttft < 0.5 * PREFILL_MS for ttft in ttfts[1:])
+    # random prompts share nothing of their own: each later cell's hit rate is warned of, the first's not
+    assert docs[0]["prefix_cache_warning"] is None
+    assert all("far above the 0 % this workload's own sharing predicts" in doc["prefix_cache_warning"]
+               and "seed 0" in doc["prefix_cache_warning"] for doc in docs[1:])
 
 
 def test_reset_before_each_cell_empties_the_cache_or_says_why_not(tmp_path: Path,

@@ -209,7 +209,7 @@ int fbt_run_bytewise(int mode, const char *in, size_t len, size_t sse_cap0, size
 
 /* fb_json_scan_chunk with the struct flattened into an int64 array:
  * [completion_tokens, prompt_tokens, sent_ns, has_content, has_reasoning, has_error,
- *  has_finish, has_usage, n_choices]. */
+ *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens]. */
 int fbt_json(const char *data, size_t len, int64_t *facts) {
     fb_chunk_info_t info;
     int rc = fb_json_scan_chunk(data, len, &info);
@@ -223,6 +223,7 @@ int fbt_json(const char *data, size_t len, int64_t *facts) {
     facts[7] = info.has_usage;
     facts[8] = info.n_choices;
     facts[9] = info.usage_invalid;
+    facts[10] = info.cached_tokens;
     return rc;
 }
 
@@ -258,6 +259,7 @@ int fbt_json_answer(const char *data, size_t len, int64_t *facts, char *out, siz
     facts[7] = info.has_usage;
     facts[8] = info.n_choices;
     facts[9] = info.usage_invalid;
+    facts[10] = info.cached_tokens;
     *out_len = a.len;
     *pieces = a.pieces;
     return rc;

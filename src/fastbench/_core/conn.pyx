@@ -110,7 +110,7 @@ cdef class StreamConnection:
         r.scheduled_ns = scheduled_ns
         r.connect_ns = connect_ns
         r.first_byte_ns = r.first_token_ns = r.first_answer_ns = r.end_ns = 0
-        r.prompt_tokens = -1
+        r.prompt_tokens = r.cached_tokens = -1
         r.completion_tokens = 0
         r.events = r.n_ev = r.usage_chunks = 0
         r.usage_seen = r.usage_untrusted = r.done_seen = r.finish_seen = 0
@@ -514,6 +514,7 @@ cdef class StreamConnection:
         out.http_status = status
         out.usage_source = usage
         out.connect_ns = r.connect_ns
+        out.cached_tokens = r.cached_tokens
         self.run.output_tokens += output_tokens
 
     cdef void _record_chunks(self, int usage) noexcept:

@@ -80,6 +80,7 @@ cdef extern from "fb_json.h" nogil:
     ctypedef struct fb_chunk_info_t:
         int64_t completion_tokens
         int64_t prompt_tokens
+        int64_t cached_tokens
         int64_t sent_ns
         int has_content
         int has_reasoning

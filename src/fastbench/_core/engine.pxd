@@ -27,6 +27,7 @@ ctypedef struct fb_row_t:
     int64_t http_status
     int64_t usage_source
     int64_t connect_ns
+    int64_t cached_tokens
 
 cpdef enum ErrorClass:
     ERR_OK = 0
@@ -96,6 +97,7 @@ ctypedef struct fb_req_t:
     int64_t first_answer_ns      # stamp of the first answer-text event
     int64_t end_ns               # stamp of the read that ended it (or the abort time)
     int64_t prompt_tokens        # from usage; -1 until seen
+    int64_t cached_tokens        # usage.prompt_tokens_details.cached_tokens, the last seen; -1 until seen
     int64_t completion_tokens    # latest cumulative usage.completion_tokens
     int64_t events               # SSE data events, all kinds
     int usage_seen               # some chunk carried usage

@@ -73,6 +73,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         r.finish_seen = 1
     if info.prompt_tokens >= 0:
         r.prompt_tokens = info.prompt_tokens
+    if info.cached_tokens >= 0:
+        r.cached_tokens = info.cached_tokens
     if info.usage_invalid:
         r.usage_untrusted = 1
     # A chunk without text still carries output when its usage grew over an earlier chunk's and

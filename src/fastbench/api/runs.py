@@ -408,12 +408,15 @@ async def _run_against(
         "prompt_seed": datasets.prompt_seed(config),
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
+        "shared_prompt_tokens": work.shared_prompt_tokens,  # what the prompts share (load.sharing)
     }
     if workers_chosen is not None and "workers" not in data.extra:  # auto chose one process
         data.extra["workers"] = workers_chosen
     if work.sessions is not None:
         workload_info["session_of_row"] = work.sessions.session_of_row
         workload_info["turn_of_row"] = work.sessions.turn_of_row
+    if window.prefix_cache is not None:  # the hit rate, judged against the workload's sharing (results.cache)
+        server_info["prefix_cache_stats"] = window.prefix_cache
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.

@@ -28,7 +28,7 @@ from fastbench._core import BodyParts
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
-from fastbench.load import sessions
+from fastbench.load import sessions, sharing
 from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
@@ -126,6 +126,8 @@ class Workload:
     notes: list[str]
     sessions: sessions.SessionPlan | None = None  # --multi-turn: how the requests form sessions
     arrival_offsets_ns: list[int] | None = None
+    # per measured request, the prompt tokens it shares with requests sent before it (load.sharing); None: unknown
+    shared_prompt_tokens: list[int] | None = None
 
 
 # What --seed chooses of each dataset's prompts (the result's workload.prompt_seed); the datasets that
@@ -249,9 +251,12 @@ async def _build(
         requests, warmups = specs[:n], specs[n:n + config.num_warmups]
         first = accepted[0].arrival_s or 0.0
         arrivals = [round(((c.arrival_s or 0.0) - first) * 1e9) for c in accepted[:n]]
+        sent = [*range(n, n + len(warmups)), *range(len(requests))]
     else:
         requests = [specs[i % len(specs)] for i in range(n)] if specs else []
         warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
+        sent = [(n + j) % len(specs) for j in range(len(warmups))] + [i % len(specs) for i in range(len(requests))]
+    shared = sharing.shared_prompt_tokens(config.dataset_name, accepted, sent, len(requests))
     if config.request_id_prefix is not None:
         prefix = config.request_id_prefix
         requests = [_with_request_id(spec, f"{prefix}{i}") for i, spec in enumerate(requests)]
@@ -273,6 +278,7 @@ async def _build(
         max_model_len=mml,
         notes=notes,
         arrival_offsets_ns=arrivals,
+        shared_prompt_tokens=shared,
     )
 
 

@@ -269,6 +269,7 @@ class LoadGenerator:
         r[COL["sent_ns"]] = t0
         r[COL["end_ns"]] = end
         r[COL["prompt_tokens"]] = -1
+        r[COL["cached_tokens"]] = -1
         r[COL["error"]] = int(ErrorClass.CONNECT)
         r[COL["connect_ns"]] = end - t0
         errno_ = getattr(exc, "errno", None)
@@ -578,6 +579,7 @@ class LoadGenerator:
         r[COL["scheduled_ns"]] = due
         r[COL["end_ns"]] = self._stopped_ns
         r[COL["prompt_tokens"]] = -1
+        r[COL["cached_tokens"]] = -1
         r[COL["error"]] = int(ErrorClass.CANCELLED)
         self.state.error_messages[row] = (
             f"arrived {(self._stopped_ns - due) / 1e6:.1f} ms before the run stopped ({self._stop_reason}) "

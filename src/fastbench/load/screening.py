@@ -20,6 +20,8 @@ from fastbench._core import BodyParts, TokenRuns
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a numpy view of a larger buffer (a trace's prompts)
 
+    from fastbench.load.sharing import SharedBlocks
+
 
 class JsonPrompt(NamedTuple):
     """A prompt already serialised as its JSON value (a token-id array, or a string for text), in parts
@@ -103,6 +105,7 @@ class Candidate:
     max_tokens: int
     source: str
     arrival_s: float | None = None  # a trace's timestamp in seconds: the run sends it that long after the first
+    shares: SharedBlocks | None = None  # its leading blocks other prompts may share (load.sharing); None: none
 
 
 class Selector:

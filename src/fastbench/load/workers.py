@@ -654,6 +654,7 @@ class WorkerPool:
             r[COL["scheduled_ns"]] = self._start_ns + (int(offsets[due_index[row]]) if offsets is not None else 0)
             r[COL["end_ns"]] = worker.lost_ns
             r[COL["prompt_tokens"]] = -1
+            r[COL["cached_tokens"]] = -1
             r[COL["error"]] = int(ErrorClass.WORKER_LOST)
             part.error_messages[row] = why
 

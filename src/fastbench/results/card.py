@@ -26,6 +26,7 @@ import numpy as np
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.memorycard import memory_lines
 from fastbench.results.records import COL
 from fastbench.results.result import Distribution, Result
@@ -282,6 +283,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         ),
         ("TTFT (ms)", ttft_text),
         *_prefix_cache_rows(info.get("prefix_cache_stats")),
+        *_cached_tokens_rows(result.prefix_cache),
         ("TPOT (ms)", _median_p99(d.get("tpot"))),
         ("ITL (ms)", itl_text),
         ("E2E latency (ms)", _median_p99(d.get("e2el"))),
@@ -340,7 +342,11 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     lines.append("```")
 
     lines += ["", "## Notes", ""]
-    extra_notes = info.get("notes") or []
+    extra_notes = list(info.get("notes") or [])
+    seed_note = result.prefix_cache.seed_note(config, result.workload_info) if result.prefix_cache is not None \
+        else None
+    if seed_note:
+        extra_notes.append(seed_note)
     for note in [*config.card_notes, *result.notes, *extra_notes]:
         lines.append(f"- {redact_text(' '.join(str(note).splitlines()), config.api_key)}")  # one item each
     return "\n".join(lines) + "\n"
@@ -605,6 +611,25 @@ def _prefix_cache_rows(stats: Mapping[str, Any] | None) -> list[tuple[str, str]]
                 "the server's counters over the window)")
     return [("Prefix cache hit rate", text)]
 
+
+
+def _cached_tokens_rows(cache: PrefixCacheSummary | None) -> list[tuple[str, str]]:
+    """The rows beside the hit rate: the cached tokens the server's usage reported per request, and the share
+    the workload's own sharing predicts (where a server figure is there to read it against)."""
+    if cache is None or cache.observed is None:
+        return []
+    rows: list[tuple[str, str]] = []
+    dist = cache.cached_tokens
+    if cache.cached_tokens_share is not None:
+        rows.append(("Cached prompt tokens", (
+            f"{100 * cache.cached_tokens_share:.2f} % (the server's usage, {cache.requests_reporting} of "
+            f"{cache.requests_counted} requests reporting; per request mean {_num(dist.mean, 0)}, median "
+            f"{_num(dist.median, 0)}, p99 {_num(dist.p99, 0)})")))
+    expected = cache.expected_prefix_share
+    rows.append(("Expected prefix share", (
+        f"{100 * expected:.2f} % ({cache.expected_from})" if expected is not None else cache.expected_from)
+        + (" · WARNED: see the notes" if cache.warning else "")))
+    return rows
 
 
 def gauge_rows(gauges: Mapping[str, Any], client: ClientInFlight | None = None) -> dict[str, str]:

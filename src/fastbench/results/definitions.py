@@ -151,6 +151,36 @@ DEFINITIONS: dict[str, str] = {
         "vllm:prefix_cache_queries_total between the measured window's first and last reads. "
         "The server's figure, not the client's: fastbench only reads it."
     ),
+    "cached_tokens": (
+        "Cached tokens, per completed request: usage.prompt_tokens_details.cached_tokens, the prompt tokens "
+        "the server says its prefix cache served (vLLM with --enable-prompt-tokens-details, SGLang with "
+        "--enable-cache-report; fastbench adds the flag to a server it launches). vLLM leaves the field out "
+        "when nothing was cached, so where any request of the run carried it, a request whose usage came "
+        "without it counts as 0; where none did, there is no figure. Reported as a distribution (mean, "
+        "median, p99) in tokens."
+    ),
+    "cached_tokens_share": (
+        "Cached-token share: sum of cached tokens / sum of prompt tokens over the completed requests counted "
+        "in cached_tokens (the server's own per-request account, beside its /metrics prefix_cache_hit_rate); "
+        "null where no request's usage carried cached_tokens."
+    ),
+    "expected_prefix_share": (
+        "Expected prefix share: the prompt tokens a prefix cache could serve if it held only what this run "
+        "sent before each request, over the prompt tokens of the completed requests. Per request, in the "
+        "order sent (warm-ups first): the leading tokens it shares with an earlier request (a shared prefix "
+        "of --random-prefix-len, prefix_repetition or generated-shared-prefix, a trace's hash-id blocks "
+        "already sent, the whole prompt where a dataset ran short and reused it; in a multi-turn session the "
+        "previous turn's prompt, and its output where the history carries the server's replies), plus the "
+        "tokens the server counts beyond the workload's own (a chat template's); 0 for random and burstgpt "
+        "prompts. Null (unknown) for prompts read from a file."
+    ),
+    "prefix_cache_warning": (
+        "Prefix-cache warning: one line, set when the observed share (cached_tokens_share where the server "
+        "reports cached tokens, else prefix_cache_hit_rate) exceeds expected_prefix_share by more than 0.2: "
+        "the cache held prompts before the run (most often the same prompts, the same --seed, sent before), "
+        "so TTFT, prefill rate and E2E latency measure the cache. Null when not warned, and when the expected "
+        "share is unknown."
+    ),
     "max_concurrent_requests": "Most requests in flight at once (between send and end), exact.",
     "mean_in_flight": "Time-weighted mean of requests in flight over the measured window.",
     "late_share": (

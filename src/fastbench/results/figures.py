@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import GOODPUT_METRICS, BenchConfig
+from fastbench.results.cache import prefix_cache_summary
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.notes import (
     PACE_SLACK_MS,
@@ -58,7 +59,7 @@ from fastbench.results.sessions import session_figures
 from fastbench.results.steady import steady_state
 
 # Per-request lists in workload_info, used here but not copied into the result.
-PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row")
+PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens")
 
 
 def summarize(
@@ -74,7 +75,8 @@ def summarize(
         "prompt_lens": [...]}``; ``prompt_lens`` (indexed by request index) fills in prompt tokens
         the server did not report.
     :param server_info: what is known of the server, e.g. ``{"engine": "vLLM 0.32.0",
-        "max_model_len": 65536}``; kept in the result and used by the run card.
+        "max_model_len": 65536}``; kept in the result and used by the run card. Its ``prefix_cache_stats``
+        (the /metrics hit rate over the window) is judged against the workload's own sharing (results.cache).
     """
     for key in config.goodput:
         if key not in GOODPUT_METRICS:
@@ -117,6 +119,8 @@ def summarize(
                                  workload_info.get("prompt_lens"))
         if "session_of_row" in workload_info else None,
         steady=steady_state(data, config),
+        prefix_cache=prefix_cache_summary(requests.rows, requests.completed, requests.prompt, config, workload_info,
+                                          server_info),
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result

@@ -47,6 +47,9 @@ COLUMNS: tuple[str, ...] = (
     "http_status",  # status code of the response, 0 if none was read
     "usage_source",  # a UsageSource value
     "connect_ns",  # time spent opening a new connection for this request (0 when one was reused)
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache served (vLLM with
+    # --enable-prompt-tokens-details, SGLang with --enable-cache-report); -1 if the server never said
+    "cached_tokens",
 )
 COL: dict[str, int] = {name: i for i, name in enumerate(COLUMNS)}
 NCOLS = len(COLUMNS)

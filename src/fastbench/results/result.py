@@ -16,6 +16,7 @@ from fastbench.exceptions import FastbenchError, ServerError
 from fastbench.results.definitions import RATE_SCALE
 
 if TYPE_CHECKING:
+    from fastbench.results.cache import PrefixCacheSummary
     from fastbench.results.steady import SteadyState
 
 
@@ -199,6 +200,8 @@ class Result:
     sessions: dict[str, Any] | None = None
     # the steady interval and the figures over it (results.steady.steady_state); None: not computed
     steady: SteadyState | None = None
+    # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)
+    prefix_cache: PrefixCacheSummary | None = None
 
 
 def _mean_std(hist: Any) -> tuple[float, float]:

@@ -24,6 +24,7 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
 from fastbench.results import steady
+from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
 from fastbench.results.records import COL, HDR_DIGITS, HDR_HIGHEST, HDR_LOWEST, ErrorClass, RunData, UsageSource
@@ -157,10 +158,14 @@ def result_to_json_dict(
     if result.steady is not None:
         fastbench["steady"] = steady.section(result.steady) | {
             "distributions": {name: distribution_to_dict(d) for name, d in result.steady.distributions.items()}}
+    if result.prefix_cache is not None:
+        fastbench["prefix_cache"] = summary_to_dict(result.prefix_cache)
     out = to_vllm_keys(result)
     spec = server.get("spec_decode_stats") or {}
     out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
     out.update(steady.flat_keys(result.steady))  # fastbench's, beside vllm's whole-window figures
+    if result.prefix_cache is not None:  # fastbench's flat keys beside vllm's: what a sweep or a dashboard reads
+        out.update(result.prefix_cache.flat())
     out["fastbench"] = fastbench
     if config.api_key and len(config.api_key) >= 8:  # shorter ones would mangle ordinary text
         out = scrub(out, config.api_key)
@@ -346,6 +351,7 @@ def render_console(result: Result) -> str:
     )
     chosen = selected_percentiles(cfg)
     prefix_rate = (result.server_info.get("prefix_cache_stats") or {}).get("hit_rate")
+    cache = result.prefix_cache
     for key, short, title in sections:
         dist = d.get(key) or Distribution.empty("ms")
         head(title)
@@ -358,6 +364,13 @@ def render_console(result: Result) -> str:
                 row(f"P{percentile_word(p)} {short} (ms):", dist.selected.get(p))
         if key == "ttft" and prefix_rate is not None:  # the server's counters over the window
             row("Prefix cache hit rate (%):", 100 * prefix_rate)
+        if key == "ttft" and cache is not None:
+            if cache.cached_tokens_share is not None:  # the server's usage, per request
+                row("Cached prompt tokens (%):", 100 * cache.cached_tokens_share)
+            if cache.expected_prefix_share is not None and cache.observed is not None:
+                row("Expected from the workload (%):", 100 * cache.expected_prefix_share)
+            if cache.warning:
+                lines.append(f"WARNING {cache.warning}")
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
@@ -433,6 +446,7 @@ def detailed_records(data: RunData) -> Iterable[dict[str, Any]]:
         )
         rec["connect_ms"] = v["connect_ns"] / 1e6 if v["connect_ns"] else None
         rec["prompt_tokens"] = v["prompt_tokens"] if v["prompt_tokens"] >= 0 else None
+        rec["cached_tokens"] = v["cached_tokens"] if v["cached_tokens"] >= 0 and started else None
         rec["output_tokens"] = out
         rec["chunks"] = v["chunks"]
         rec["events"] = v["events"]

@@ -30,7 +30,9 @@ class VLLMServer(LaunchedServer):
     default_bin = "vllm"
 
     def server_args(self, host: str) -> list[str]:
-        return ["--host", host, "--port", str(self.port), *self.launch.engine_args]
+        # per-request cached tokens in usage (fastbench's cached_tokens), unless the user chose either way
+        details = _unless_given(self.launch.engine_args, "--enable-prompt-tokens-details")
+        return ["--host", host, "--port", str(self.port), *details, *self.launch.engine_args]
 
     def local_argv(self) -> list[str]:
         return [self.launch.engine_bin or self.default_bin, "serve", self.launch.model,
@@ -56,8 +58,9 @@ class SGLangServer(LaunchedServer):
     default_bin = "python3"
 
     def server_args(self, host: str) -> list[str]:
+        report = _unless_given(self.launch.engine_args, "--enable-cache-report")  # cached tokens in usage
         return ["-m", "sglang.launch_server", "--model-path", self.launch.model, "--host", host,
-                "--port", str(self.port), *self.launch.engine_args]
+                "--port", str(self.port), *report, *self.launch.engine_args]
 
     def local_argv(self) -> list[str]:
         return [self.launch.engine_bin or self.default_bin, *self.server_args(self.host)]
@@ -85,6 +88,13 @@ class LlamaCppServer(LaunchedServer):
 
     def local_argv(self) -> list[str]:
         return [self.launch.engine_bin or self.default_bin, *self.server_args(self.host)]
+
+
+def _unless_given(engine_args: tuple[str, ...], flag: str) -> list[str]:
+    """``[flag]``, unless the engine arguments give it or its ``--no-`` form already."""
+    negated = "--no-" + flag[2:]
+    given = any(arg.split("=", 1)[0] in (flag, negated) for arg in engine_args)
+    return [] if given else [flag]
 
 
 _SERVERS: dict[str, type[LaunchedServer]] = {

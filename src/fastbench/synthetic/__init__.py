@@ -28,7 +28,9 @@ speeds up or slows down, for tests of the client's choices from the gaps it sees
 TTFT = ``--ttft-ms`` (default 50) + ``prompt_tokens / --prefill-tok-s`` when that is given (then
 ``--ttft-ms`` defaults to 0); with ``--enable-prefix-caching``, prompt tokens found in the prefix cache
 (``prefixcache``: blocks of ``--block-size`` tokens, vLLM's counting) are left out of that prefill
-term. ``t`` is the time the request's last bytes were read. Every SSE data
+term, and with ``--enable-prompt-tokens-details`` the final usage (and a whole response's) carries them
+as ``prompt_tokens_details.cached_tokens``, left out when none, as vLLM's. ``t`` is the time the request's
+last bytes were read. Every SSE data
 event except ``[DONE]`` carries ``"fb_sent_ns"``: ``time.monotonic_ns()`` taken just before the write.
 The first chunk holds one token (the prefill's); each later chunk is one decode step emitting
 ``1 + accepted`` tokens, with ``K = max tokens per chunk - 1`` draft tokens per step (see /metrics).

@@ -135,6 +135,9 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     c.add_argument("--block-size", type=int, default=16, help="tokens per cached block")
     c.add_argument("--prefix-cache-blocks", type=int, default=65536,
                    help="blocks the cache holds before evicting the least recently used")
+    c.add_argument("--enable-prompt-tokens-details", action="store_true",
+                   help="the final usage carries prompt_tokens_details.cached_tokens: the prompt tokens the "
+                   "cache served, left out when none (as vLLM's flag of the name)")
     c.add_argument("--no-reset-prefix-cache", action="store_true",
                    help="answer 404 to POST /reset_prefix_cache, as vLLM does without VLLM_SERVER_DEV_MODE=1")
     o = p.add_argument_group("output shape")
@@ -192,6 +195,7 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         step_per_token_ms=_or(ns.step_per_token_ms, 0.0), max_num_seqs=_or(ns.max_num_seqs, 256),
         spec_tokens=_or(ns.spec_tokens, 0), spec_acceptance=_or(ns.spec_acceptance, 0.7),
         draft_ms=_or(ns.draft_ms, 0.0),
+        prompt_tokens_details=ns.enable_prompt_tokens_details,
     )
 
 

@@ -97,6 +97,7 @@ class ServerConfig:
     block_size: int = 16  # tokens per cached block (vLLM's default on GPUs)
     prefix_cache_blocks: int = 65536  # blocks kept before the least recently used are evicted
     reset_prefix_cache_endpoint: bool = True  # False: 404, as vLLM without VLLM_SERVER_DEV_MODE=1
+    prompt_tokens_details: bool = False  # usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the name
     exit_with_parent: int | None = None  # stop when this process (the one that started the server) exits
     # The engine model (stepmodel): batched steps whose time grows with the batch, instead of each
     # request's own schedule; its TTFT is the steps', so the CLI's --ttft-ms defaults to 0 with it
@@ -450,7 +451,7 @@ class SyntheticEngine:
         if cfg.prefill_tok_s and self.stepper is None:  # cached prompt tokens cost no prefill
             ttft += int((prompt_tokens - cached) / cfg.prefill_tok_s * 1e9)
         g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
-                 t, t + ttft, include_usage, continuous, fault)
+                 t, t + ttft, include_usage, continuous, fault, cached)
         itl_ms = req.get("fb_itl_ms")  # a request's own gap between chunks: a server that speeds up or slows down
         if isinstance(itl_ms, (int, float)) and not isinstance(itl_ms, bool) and 0 <= itl_ms <= 3_600_000:
             g.itl_ns = int(itl_ms * 1e6)

@@ -43,6 +43,7 @@ class Generation:
     __slots__ = (
         "R",
         "base",
+        "cached_tokens",
         "chat",
         "conn",
         "continuous",
@@ -69,9 +70,10 @@ class Generation:
 
     def __init__(self, eng: SyntheticEngine, conn: Connection, chat: bool, model: str, prompt_tokens: int,
                  n_out: int, finish: str, arrival: int, base: int, include_usage: bool, continuous: bool,
-                 fault: str | None) -> None:
+                 fault: str | None, cached_tokens: int = 0) -> None:
         cfg = eng.cfg
         self.eng = eng
+        self.cached_tokens = cached_tokens  # prompt tokens the prefix cache served
         self.conn: Connection | None = conn
         self.chat = chat
         self.prompt_tokens = prompt_tokens
@@ -161,6 +163,14 @@ class Generation:
     def _usage(self, completion: int) -> bytes:
         p = self.prompt_tokens
         return _USAGE % (p, p + completion, completion)
+
+    def _final_usage(self, completion: int) -> bytes:
+        """The end-of-stream usage; with --enable-prompt-tokens-details it carries the prefix cache's
+        tokens, and, as vLLM's, leaves them out when it served none."""
+        usage = self._usage(completion)
+        if self.cached_tokens and self.eng.cfg.prompt_tokens_details:
+            usage = usage[:-1] + b',"prompt_tokens_details":{"cached_tokens":%d}}' % self.cached_tokens
+        return usage
 
     def step(self, due: int) -> None:
         """Write chunk self.idx (called by the scheduler at its due time)."""
@@ -294,7 +304,7 @@ class Generation:
         if last:
             if self.include_usage:
                 c = self.n_out // 2 if fault == "usage-contradictory" else b
-                out += _frame(pre + b"]" + self._usage(c) + _TAIL % ns)
+                out += _frame(pre + b"]" + self._final_usage(c) + _TAIL % ns)
             if fault != "no-done":
                 out += _DONE
             out += _END
@@ -365,6 +375,8 @@ class Generation:
             c = n // 2 if self.fault == "usage-contradictory" else n
             pre["usage"] = {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + c,
                             "completion_tokens": c}
+            if self.cached_tokens and cfg.prompt_tokens_details:
+                pre["usage"]["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         ns = _now()
         pre["fb_sent_ns"] = ns
         eng.lat.record(ns - due)

@@ -24,6 +24,7 @@ import orjson
 
 from fastbench.exceptions import ConfigError
 from fastbench.load.screening import Candidate, JsonPrompt
+from fastbench.load.sharing import SharedBlocks
 from fastbench.load.sources import Context
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
@@ -73,6 +74,11 @@ class Prefix:
     open_json: bytes  # its JSON without the closing bracket or quote: b'[1,2,3' or b'"some text'; b'' if empty
     text: str  # text: the prefix; token ids: ""
     tokens: int
+
+
+def _shares(prefix: Prefix) -> SharedBlocks | None:
+    """What a prompt behind ``prefix`` shares with the others behind it: the prefix, one block (load.sharing)."""
+    return SharedBlocks((prefix,), prefix.tokens) if prefix.tokens else None
 
 
 class PromptMaker:
@@ -138,7 +144,8 @@ class PromptMaker:
                 texts.append(prefix.text + self.separator + suffix if prefix.text and suffix else prefix.text + suffix)
         if self.local is not None:  # the joins may merge tokens: count what is sent
             counts = self.local.count(texts, special=False)
-        return [Candidate(p, n, m, self.source) for p, n, m in zip(prompts, counts, max_tokens)]
+        return [Candidate(p, n, m, self.source, shares=_shares(prefix))
+                for p, n, m, prefix in zip(prompts, counts, max_tokens, prefixes)]
 
     def _word_suffixes(self, count: int, length: int) -> list[str]:
         """``count`` suffixes of ``length`` random words, made in one join: a row ends with a word of its
@@ -161,7 +168,7 @@ class PromptMaker:
                 parts = (prefix.open_json, b"]")
             else:
                 parts = (prefix.open_json, b",", suffix, b"]")
-            out.append(Candidate(JsonPrompt(parts, 0), prefix.tokens + n, m, source))
+            out.append(Candidate(JsonPrompt(parts, 0), prefix.tokens + n, m, source, shares=_shares(prefix)))
         return out
 
     def _id_suffixes(self, lengths: list[int]) -> list[bytes]:

@@ -70,6 +70,7 @@ from fastbench._core import TokenRuns, lay_out_blocks, scan_trace
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, PartsPrompt, Selector, screening_limit
+from fastbench.load.sharing import SharedBlocks
 from fastbench.load.sources import Context, gc_paused, read_dataset_file
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
@@ -163,7 +164,8 @@ def _offer(ctx: Context) -> str:
         if i > last + 1:
             batch.extend(dataclasses.replace(skipped, prompt_len=inputs[j], max_tokens=max_tokens[j])
                          for j in range(last + 1, i))
-        batch.append(Candidate(prompt, inputs[i], max_tokens[i], source, seconds[i]))
+        batch.append(Candidate(prompt, inputs[i], max_tokens[i], source, seconds[i],
+                               SharedBlocks(trace.hash_ids[starts[i]:trace.ids_end[i]], fmt.block)))
         last = i
     if len(sent) < selector.need:
         batch.extend(dataclasses.replace(skipped, prompt_len=inputs[j], max_tokens=max_tokens[j])
