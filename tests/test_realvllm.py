@@ -389,5 +389,8 @@ ignore_eos = true
     # the second cell finds the first's prompts: all but each prompt's last block (3 of 4 blocks of 128
     # tokens, 31 of 32 of 16); over the sweep, 3 of its 7 requests so
     assert rates(shared)[0] < 0.05 and rates(shared)[1] > 0.6 and shared_vllm > 0.2
+    # random prompts share nothing: the cached cell is warned of, the others are not
+    warnings = [doc.get("prefix_cache_warning") for doc in (*fresh, *shared, *reset)]
+    assert warnings[3] and all(warning is None for i, warning in enumerate(warnings) if i != 3), warnings
     assert all(doc["fastbench"]["server"]["prefix_cache_reset"]["done"] for doc in reset)
     assert all(rate < 0.05 for rate in rates(reset))
