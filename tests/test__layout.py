@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "fastbench.cli": {"fastbench.api", "fastbench.results", "fastbench.load", "fastbench.server", "fastbench.cli",
                       "fastbench.synthetic", "fastbench.study"},
     "fastbench.__main__": {"fastbench.cli"},
-    "fastbench": {"fastbench.api", "fastbench.results", "fastbench.synthetic"},
+    "fastbench": {"fastbench.api", "fastbench.results", "fastbench.server", "fastbench.synthetic"},
 }
 
 
