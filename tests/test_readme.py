@@ -89,3 +89,24 @@ def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
 def test_the_readme_stays_short() -> None:
     """A newcomer reads it in ten minutes; what it leaves out is one link away (the test above)."""
     assert len(README.read_text().splitlines()) <= 250
+
+
+def test_the_package_exports_every_name_the_docs_use_from_it() -> None:
+    """What README.md and docs/ import from ``fastbench`` or call on it (``fastbench.make_server(...)``,
+    ``fastbench.LaunchConfig``) is a public name of the package, and the same object as at its home and
+    at the older paths the docs once gave (``fastbench.metrics``, ``fastbench.server.engines``)."""
+    import fastbench
+    import fastbench.metrics
+    import fastbench.server.engines
+
+    named: set[str] = set()
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for imported in re.findall(r"^\s*from fastbench import ([\w, ]+)$", text, re.M):
+            named.update(name.strip() for name in imported.split(","))
+        # a class, or a function called: a result file's keys ("fastbench.workers") are neither
+        named.update(re.findall(r"(?<![\w./-])fastbench\.([A-Z]\w*|[a-z_]\w*(?=\())", text))
+    assert {"to_vllm_keys", "make_server", "run", "SyntheticServer"} <= named
+    assert named <= set(fastbench.__all__), sorted(named - set(fastbench.__all__))
+    assert fastbench.to_vllm_keys is fastbench.metrics.to_vllm_keys
+    assert fastbench.make_server is fastbench.server.engines.make_server

@@ -2,8 +2,7 @@
 
 Public API::
 
-    from fastbench import BenchConfig, run
-    from fastbench.metrics import to_vllm_keys
+    from fastbench import BenchConfig, run, to_vllm_keys
 
     result = run(BenchConfig(base_url="http://127.0.0.1:8000", concurrency=64, num_prompts=500))
     print(result.distributions["ttft"].median, to_vllm_keys(result)["p99_tpot_ms"])
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
         ServerError,
     )
     from fastbench.results.result import Result, ResultWriteError, ServerDiedError
+    from fastbench.results.vllm_keys import to_vllm_keys
+    from fastbench.server.engines import make_server
     from fastbench.synthetic import SyntheticServer
 
 # Each public name and the module that defines it.
@@ -40,6 +41,8 @@ _HOMES = {
     "FastbenchError": "fastbench.exceptions", "ResultWriteError": "fastbench.results.result",
     "ServerDiedError": "fastbench.results.result", "ServerError": "fastbench.exceptions",
     "Result": "fastbench.results.result",
+    "to_vllm_keys": "fastbench.results.vllm_keys",  # also fastbench.metrics.to_vllm_keys, its earlier path
+    "make_server": "fastbench.server.engines",
     "SyntheticServer": "fastbench.synthetic",
 }
 
@@ -70,5 +73,7 @@ __all__ = (
     "SyntheticServer",
     "__version__",
     "arun",
+    "make_server",
     "run",
+    "to_vllm_keys",
 )

@@ -19,14 +19,11 @@ caches full blocks of 16 tokens), and requests in flight together count as sent 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from fastbench.load.screening import Candidate
-
-__all__ = ("KNOWN_DATASETS", "SharedBlocks", "shared_prompt_tokens")
+__all__ = ("KNOWN_DATASETS", "SharedBlocks", "Sharing", "shared_prompt_tokens")
 
 # The datasets whose prompts are made here, so that what they share is known (see the docstring).
 KNOWN_DATASETS = frozenset({"random", "burstgpt", "prefix_repetition", "generated-shared-prefix", "timed_trace",
@@ -41,7 +38,17 @@ class SharedBlocks(NamedTuple):
     block_tokens: int
 
 
-def shared_prompt_tokens(dataset: str, candidates: Sequence[Candidate], sent: Sequence[int],
+class Sharing(Protocol):
+    """What is read here of a prompt (a ``screening.Candidate``, which names ``SharedBlocks`` in its turn)."""
+
+    @property
+    def prompt_len(self) -> int | None: ...
+
+    @property
+    def shares(self) -> SharedBlocks | None: ...
+
+
+def shared_prompt_tokens(dataset: str, candidates: Sequence[Sharing], sent: Sequence[int],
                          measured: int) -> list[int] | None:
     """Per measured request, its shareable prompt tokens (see the docstring); None for a dataset whose
     sharing is unknown.

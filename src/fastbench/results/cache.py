@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.results.distribution import Distribution
 from fastbench.results.records import COL
-from fastbench.results.result import Distribution
 
 # The observed share is warned of when it passes the expected one by more than this (a share of prompt tokens).
 WARN_MARGIN = 0.2

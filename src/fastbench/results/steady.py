@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.results.distribution import Distribution
 from fastbench.results.records import COL, ErrorClass, RunData
-from fastbench.results.result import Distribution
 
 __all__ = ("STEADY_METRICS", "SteadyState", "card_text", "console_text", "flat_keys", "section", "steady_state")
 

@@ -56,15 +56,16 @@ response), ``usage-contradictory`` (per-chunk usage decreases from the middle on
 reports half the tokens streamed). Mid-stream faults need at least two chunks.
 
 Modules, low to high: ``model`` (the token model), ``prefixcache`` (the prefix cache), ``sched`` (the
-scheduler of timed writes and its lateness histogram), ``protocol`` (HTTP/1.1: one connection's requests
-and responses), ``generation`` (one request's schedule, chunks and fault modes), ``stepmodel`` (the engine model's
-batched steps), ``engine`` (options,
-shared state and counters, routes, the process's coroutine), ``cli`` (the command line) and ``server``
-(``SyntheticServer``, which starts the process).
+scheduler of timed writes and its lateness histogram), ``contracts`` (the options, and the interfaces
+through which the parts above reach the engine and one another), ``protocol`` (HTTP/1.1: one connection's
+requests and responses), ``generation`` (one request's schedule, chunks and fault modes), ``stepmodel``
+(the engine model's batched steps), ``engine`` (shared state and counters, routes, the process's
+coroutine), ``cli`` (the command line) and ``server`` (``SyntheticServer``, which starts the process).
 """
 
 from fastbench.synthetic.cli import build_parser, config_from_args, main
-from fastbench.synthetic.engine import FAULTS, ServerConfig
+from fastbench.synthetic.contracts import ServerConfig
+from fastbench.synthetic.engine import FAULTS
 from fastbench.synthetic.model import (
     CHAT_MESSAGE_OVERHEAD,
     count_messages_tokens,

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from fastbench.synthetic.engine import FAULTS, ServerConfig, serve
+from fastbench.synthetic.contracts import ServerConfig
+from fastbench.synthetic.engine import FAULTS, serve
 
 HOUR_MS = 3_600_000.0
 MAX_TOKENS_PER_CHUNK = 1_000_000

@@ -4,7 +4,7 @@ It is the yardstick the client is measured against, so it shares no code with th
 nothing from fastbench but ``_version`` and the modules of ``fastbench.synthetic``, and runs in its own
 process (``SyntheticServer`` starts it without importing the ``fastbench`` package at all).
 
-* ``ServerConfig``: every option, frozen.
+* ``ServerConfig``: every option, frozen (defined in ``contracts``, which its parts share).
 * ``SyntheticEngine``: state shared by all connections: routes, counters (``/metrics``, ``/fb/stats``),
   the scheduler; it reads each generation request and starts its ``Generation``.
 * ``serve``: the process's coroutine (prints ``READY http://HOST:PORT``, stops on SIGTERM/SIGINT).
@@ -21,12 +21,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from fastbench._version import __version__
+from fastbench.synthetic.contracts import Responder, ServerConfig
 from fastbench.synthetic.generation import Generation
 from fastbench.synthetic.model import (
     count_messages_tokens,
@@ -63,60 +63,6 @@ _TEXT_TABLE_MAX = 65536
 _MAX_RECEIPTS = 1_000_000  # requests tagged "fb_row" whose read time is kept for /fb/receipts
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """Options of the synthetic server; the CLI flags map one to one (``--ttft-ms`` -> ttft_ms)."""
-
-    host: str = "127.0.0.1"
-    port: int = 8000
-    model: str = "fastbench-synthetic"
-    max_model_len: int = 4096
-    default_max_tokens: int = 16
-    ttft_ms: float = 50.0
-    prefill_tok_s: float | None = None  # TTFT += prompt_tokens / rate
-    itl_ms: float = 20.0
-    jitter_ms: float = 0.0
-    tpc_min: int = 1  # tokens per chunk after the first (uniform in [tpc_min, tpc_max])
-    tpc_max: int = 1
-    seed: int = 0
-    eos_prob: float = 0.0  # per-token stop probability when the request has ignore_eos false
-    reasoning_tokens: int = 0
-    reasoning_field: str = "reasoning"
-    no_usage: bool = False
-    final_usage_only: bool = False
-    strict_model: bool = False
-    fault: str | None = None
-    fault_every: int = 1
-    stall_s: float = 1.0
-    trickle_us: int = 200
-    oversized_bytes: int = 10 * 1024 * 1024
-    timer: str = "auto"  # auto | timerfd | call_at
-    # vLLM's automatic prefix caching, modelled (see prefixcache); off by default, unlike vLLM V1,
-    # so that a run's TTFT does not depend on the prompts before it unless asked
-    enable_prefix_caching: bool = False
-    block_size: int = 16  # tokens per cached block (vLLM's default on GPUs)
-    prefix_cache_blocks: int = 65536  # blocks kept before the least recently used are evicted
-    reset_prefix_cache_endpoint: bool = True  # False: 404, as vLLM without VLLM_SERVER_DEV_MODE=1
-    prompt_tokens_details: bool = False  # usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the name
-    exit_with_parent: int | None = None  # stop when this process (the one that started the server) exits
-    # The engine model (stepmodel): batched steps whose time grows with the batch, instead of each
-    # request's own schedule; its TTFT is the steps', so the CLI's --ttft-ms defaults to 0 with it
-    engine_model: bool = False
-    step_ms: float | None = None  # fixed part of every step (None: itl_ms)
-    step_per_seq_ms: float = 0.0  # per sequence in the step
-    step_per_token_ms: float = 0.0  # per token the step verifies, (spec_tokens + 1) per decoding sequence
-    max_num_seqs: int = 256  # sequences in a step at most; later requests wait
-    spec_tokens: int = 0  # draft tokens verified per sequence and step (speculative decoding)
-    spec_acceptance: float = 0.7  # probability a draft token is accepted, given the ones before it were
-    draft_ms: float = 0.0  # drafter time per draft position, once a step
-
-    @property
-    def spec_k(self) -> int:
-        """num_speculative_tokens of the modelled drafter: the engine model's, else most tokens per chunk,
-        minus one."""
-        return self.spec_tokens if self.engine_model else self.tpc_max - 1
-
-
 class SyntheticEngine:
     """State shared by all connections of one server process."""
 
@@ -129,7 +75,7 @@ class SyntheticEngine:
         n = min(cfg.max_model_len, _TEXT_TABLE_MAX)
         self.words = [w.encode() for w in output_words(cfg.seed, n)]
         self.created = int(time.time())
-        self.conns: set[Connection] = set()
+        self.conns: set[Responder] = set()
         self.req_no = 0
         # "fb_row" of a request -> when its bytes were read (CLOCK_MONOTONIC ns): the client sent
         # them at its own send stamp, so the difference is the request's way in, which no chunk
@@ -296,7 +242,7 @@ class SyntheticEngine:
 
     # -- request routing ------------------------------------------------------------------------
 
-    def dispatch(self, conn: Connection, method: str, target: str, body: bytes, t: int) -> None:
+    def dispatch(self, conn: Responder, method: str, target: str, body: bytes, t: int) -> None:
         self.requests_total += 1
         path = target.split("?", 1)[0]
         route = _ROUTES.get(path)
@@ -310,33 +256,33 @@ class SyntheticEngine:
             return
         handler(self, conn, body, t)
 
-    def h_health(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_health(self, conn: Responder, body: bytes, t: int) -> None:
         conn.respond(200, b"", ctype=b"text/plain; charset=utf-8")
 
-    def h_models(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_models(self, conn: Responder, body: bytes, t: int) -> None:
         m = self.cfg.model
         conn.respond(200, orjson.dumps({"object": "list", "data": [
             {"id": m, "object": "model", "created": self.created, "owned_by": "fastbench", "root": m,
              "parent": None, "max_model_len": self.cfg.max_model_len, "permission": []}]}))
 
-    def h_version(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_version(self, conn: Responder, body: bytes, t: int) -> None:
         conn.respond(200, orjson.dumps({"version": f"fastbench-synthetic {__version__}"}))
 
-    def h_metrics(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_metrics(self, conn: Responder, body: bytes, t: int) -> None:
         conn.respond(200, self.metrics_text(), ctype=b"text/plain; version=0.0.4; charset=utf-8")
 
-    def h_stats(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_stats(self, conn: Responder, body: bytes, t: int) -> None:
         conn.respond(200, orjson.dumps(self.stats()))
 
-    def h_receipts(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_receipts(self, conn: Responder, body: bytes, t: int) -> None:
         rows = list(self.receipts)
         conn.respond(200, orjson.dumps({"rows": rows, "read_ns": [self.receipts[r] for r in rows]}))
 
-    def h_reset(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_reset(self, conn: Responder, body: bytes, t: int) -> None:
         self.reset_stats()
         conn.respond(200, orjson.dumps(self.stats()))
 
-    def h_reset_prefix_cache(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_reset_prefix_cache(self, conn: Responder, body: bytes, t: int) -> None:
         if not self.cfg.reset_prefix_cache_endpoint:
             conn.respond(404, error_body(404, "Not Found: /reset_prefix_cache"))
             return
@@ -344,7 +290,7 @@ class SyntheticEngine:
             self.prefix_cache.reset()
         conn.respond(200, orjson.dumps({"success": True}))
 
-    def h_tokenize(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_tokenize(self, conn: Responder, body: bytes, t: int) -> None:
         try:
             req = orjson.loads(body)
             if not isinstance(req, dict):
@@ -361,15 +307,15 @@ class SyntheticEngine:
         conn.respond(200, orjson.dumps({"count": len(ids), "max_model_len": self.cfg.max_model_len,
                                         "tokens": ids, "token_strs": None}))
 
-    def h_completions(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_completions(self, conn: Responder, body: bytes, t: int) -> None:
         self.generate(conn, body, t, chat=False)
 
-    def h_chat(self, conn: Connection, body: bytes, t: int) -> None:
+    def h_chat(self, conn: Responder, body: bytes, t: int) -> None:
         self.generate(conn, body, t, chat=True)
 
     # -- generation -----------------------------------------------------------------------------
 
-    def generate(self, conn: Connection, body: bytes, t: int, chat: bool) -> None:
+    def generate(self, conn: Responder, body: bytes, t: int, chat: bool) -> None:
         cfg = self.cfg
         try:
             req = orjson.loads(body)
@@ -467,7 +413,7 @@ class SyntheticEngine:
             self.stepper.admit(g, prompt_tokens - cached, t + ttft)
 
 
-_ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Connection, bytes, int], None]]] = {
+_ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Responder, bytes, int], None]]] = {
     "/health": ("GET", SyntheticEngine.h_health),
     "/v1/models": ("GET", SyntheticEngine.h_models),
     "/version": ("GET", SyntheticEngine.h_version),

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from fastbench.synthetic.engine import SyntheticEngine
-    from fastbench.synthetic.protocol import Connection
+    from fastbench.synthetic.contracts import GenerationHost, Responder
 
 _now = time.monotonic_ns
 
@@ -68,13 +67,13 @@ class Generation:
         "tmpl",
     )
 
-    def __init__(self, eng: SyntheticEngine, conn: Connection, chat: bool, model: str, prompt_tokens: int,
+    def __init__(self, eng: GenerationHost, conn: Responder, chat: bool, model: str, prompt_tokens: int,
                  n_out: int, finish: str, arrival: int, base: int, include_usage: bool, continuous: bool,
                  fault: str | None, cached_tokens: int = 0) -> None:
         cfg = eng.cfg
         self.eng = eng
         self.cached_tokens = cached_tokens  # prompt tokens the prefix cache served
-        self.conn: Connection | None = conn
+        self.conn: Responder | None = conn
         self.chat = chat
         self.prompt_tokens = prompt_tokens
         self.n_out = n_out

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, cast
 import orjson
 
 if TYPE_CHECKING:
-    from fastbench.synthetic.engine import SyntheticEngine
-    from fastbench.synthetic.generation import Generation
+    from fastbench.synthetic.contracts import ConnectionHost, Request
 
 _now = time.monotonic_ns
 
@@ -61,7 +60,7 @@ def error_body(status: int, message: str) -> bytes:
 class Connection(asyncio.Protocol):
     """One client connection: parses requests one after another, hands each to the engine."""
 
-    def __init__(self, eng: SyntheticEngine) -> None:
+    def __init__(self, eng: ConnectionHost) -> None:
         self.eng = eng
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
@@ -71,7 +70,7 @@ class Connection(asyncio.Protocol):
         self.eof = False
         self.paused = False
         self.sent_continue = False
-        self.gen: Generation | None = None
+        self.gen: Request | None = None
         self.trickle = False
         self.tq = bytearray()
         self.trickling = False

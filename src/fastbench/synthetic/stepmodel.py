@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fastbench.synthetic.engine import ServerConfig, SyntheticEngine
+    from fastbench.synthetic.contracts import ServerConfig, StepHost
     from fastbench.synthetic.generation import Generation
 
 __all__ = ("EngineModel", "StepCosts", "expected_accepted")
@@ -81,7 +81,7 @@ class EngineModel:
     """The batch of one synthetic engine: decides when each sequence's chunks go out, and how many tokens
     each carries; the ``Generation`` writes them (and stamps them) as it does on its own schedule."""
 
-    def __init__(self, eng: SyntheticEngine) -> None:
+    def __init__(self, eng: StepHost) -> None:
         cfg = eng.cfg
         if cfg.fault == "stall":  # a stall moves one request's own schedule, which this model replaces
             raise ValueError("--fault stall needs each request's own schedule, not the engine model")
