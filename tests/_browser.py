@@ -14,7 +14,7 @@ How "no network request" is proven, twice over:
   the calls they do not (network time, the component updater, sign-in: Google service hosts,
   ``browser_own``) are told apart by their host, and any other attempt is the page's.
 
-``tests/test_report_browser.py`` checks that both detectors see a page that does reach out.
+``tests/study/test_report_browser.py`` checks that both detectors see a page that does reach out.
 """
 
 from __future__ import annotations

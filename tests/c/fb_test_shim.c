@@ -1,5 +1,5 @@
 /* fb_test_shim.c: test-only flat entry points over csrc/fb_http, fb_sse and fb_json, so that
- * tests/test_csrc.py can drive the readers through ctypes with plain buffers and ints.
+ * tests/core/test_csrc.py can drive the readers through ctypes with plain buffers and ints.
  *
  * fbt_run() feeds an input split at given offsets through one of three pipelines and writes
  * what came out to `out`:

@@ -13,7 +13,7 @@ import pytest
 # lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
 pytestmark = pytest.mark.pure_python
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _tool(name: str) -> list[str]:

@@ -15,7 +15,7 @@ from fastbench.cli import command, vllmflags
 # lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
 pytestmark = pytest.mark.pure_python
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _generator() -> types.ModuleType:

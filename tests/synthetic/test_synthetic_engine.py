@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _synthetic_helpers import RawConn, Response, stream_body
 from _timing import until_a_round_passes
 from fastbench import BenchConfig, run
@@ -26,7 +26,7 @@ from fastbench.synthetic import SyntheticServer, SyntheticStartError, build_pars
 from fastbench.synthetic.stepmodel import StepCosts, expected_accepted
 
 LABEL = 'engine="0",model_name="fastbench-synthetic"'
-STUDY_FILE = Path(__file__).resolve().parent.parent / "bench" / "crossover_study.toml"
+STUDY_FILE = Path(__file__).resolve().parents[2] / "bench" / "crossover_study.toml"
 
 
 def metrics(s: SyntheticServer) -> dict[str, float]:

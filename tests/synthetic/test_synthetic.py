@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _sanitizer import UNDER_SANITIZER
 from _synthetic_helpers import RawConn, Response, pct, request, stream_body
 from _timing import until_a_round_passes

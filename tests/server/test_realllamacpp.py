@@ -25,7 +25,7 @@ from fastbench.server.processes import group_members, port_is_free
 
 pytestmark = pytest.mark.llamacpp
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "scripts" / "setup_llamacpp.sh"
 ENGINE_ARGS = "--alias gemma3-270m -c 4096 -np 8 -t 2 --metrics --spec-type ngram-simple"
 # ngram-simple drafts (up to 48 tokens) when the last 12 tokens occurred before in the prompt or the output: prompts

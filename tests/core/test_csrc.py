@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/_*.py helpers (--import-mode=importlib)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/_*.py helpers (--import-mode=importlib)
 
 import _sse_reference as ref
 from _csrc import (

@@ -1,7 +1,7 @@
 """--ray without Ray: the clock-offset estimator, rows put on the driver's clock, the core's skew put on
 the server's clock, the options' checks (fastbench and fastbench validate), and Ray never imported
 unless --ray is given (a clear error naming the extra when it is missing). The runs on a real Ray
-cluster are tests/test_ray.py."""
+cluster are tests/load/test_ray.py."""
 
 from __future__ import annotations
 

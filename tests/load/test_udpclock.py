@@ -1,7 +1,7 @@
 """The UDP clock exchange of --ray (fastbench.load.udpclock) without Ray: a responder on a thread, one
 with a shifted clock, one that never answers (the caller falls back to Ray calls, saying why), and
 responders that answer garbage, late, twice or out of order, none of which may crash the exchange or
-bend its estimate. The exchange over a real Ray cluster is in tests/test_ray.py."""
+bend its estimate. The exchange over a real Ray cluster is in tests/load/test_ray.py."""
 
 from __future__ import annotations
 

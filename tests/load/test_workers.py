@@ -78,7 +78,7 @@ def test_the_closed_loop_is_dealt_by_slots_without_repeats(n: int, concurrency: 
     assert [s.slots for s in claimed] == [s.slots for s in shares]
     assert all(s.rows.tolist() == list(range(n)) for s in claimed)
     assert sorted(sum((s.warmups for s in claimed), [])) == list(range(5))
-    # the open loop under a cap: every arrival held by every worker, the cap the run's (tests/test_shared_cap.py)
+    # the open loop under a cap: every arrival held by every worker, the cap the run's (tests/load/test_shared_cap.py)
     shared = split_schedule(n, concurrency, np.zeros(n, dtype=np.int64), 0, workers, claimed=True)
     assert [s.slots for s in shared] == [concurrency] * len(shares)
 

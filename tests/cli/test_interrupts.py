@@ -15,7 +15,7 @@ import pytest
 
 from _sanitizer import UNDER_SANITIZER
 
-HARNESS = Path(__file__).with_name("_interrupt_harness.py")
+HARNESS = Path(__file__).resolve().parents[1] / "_interrupt_harness.py"
 STOPPING = "fastbench: stopping; writing what was measured"
 # Only a hang's guard: 80 runs take ~1 min here, and ASan on a loaded host took them past 300 s.
 HARNESS_TIMEOUT_S = 900 if UNDER_SANITIZER else 300

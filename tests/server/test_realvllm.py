@@ -30,7 +30,7 @@ from fastbench.server.processes import group_members, port_is_free
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "scripts" / "setup_realvllm.sh"
 SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
 # Greedy text from the tiny model repeats itself: n-gram drafting then accepts most drafts.

@@ -16,7 +16,7 @@ import pytest
 # lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
 pytestmark = pytest.mark.pure_python
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "src" / "fastbench"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "src" / "fastbench"
 MAX_LINES = 600
 # How a long module's docstring states its reason: "One module of ~950 lines because ...".
 SAYS_WHY = re.compile(r"\bone module of ~?[0-9,]+ lines\b", re.IGNORECASE)

@@ -425,7 +425,7 @@ def test_a_plan_checks_every_cell_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_readme_sweep_example_makes_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## Sweeps: variants x a grid, resumable", 1)[1]
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None

@@ -32,7 +32,7 @@ import orjson
 import fastbench
 from fastbench.config import BenchConfig, LaunchConfig
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "result-schema.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "result-schema.md"
 
 NAMED_BY_DATA = {
     "fastbench.errors",

@@ -13,7 +13,7 @@ from fastbench.results.definitions import DEFINITIONS
 # lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
 pytestmark = pytest.mark.pure_python
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 

@@ -27,13 +27,13 @@ from typing import Any, BinaryIO, TypeVar
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _bench import load_bench_module
 from _synthetic_helpers import RawConn, Response, stream_body
 from _timing import until_a_round_passes
 from fastbench.synthetic import SyntheticServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 

@@ -1,4 +1,4 @@
-"""`fastbench report` without a browser (tests/test_report_browser.py opens the page in one): the card
+"""`fastbench report` without a browser (tests/study/test_report_browser.py opens the page in one): the card
 renderer, the cells table, the inlined figures, one run over time and per-position acceptance computed
 on inputs whose answer is known, and the report end to end on a small real sweep: one file that names
 nothing outside itself, and a study card in the run cards' layout."""
