@@ -338,7 +338,7 @@ class _TlsOpenAIServer:
 
         import trustme
 
-        from _scripted import stream_script
+        from support.scripted import stream_script
 
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         trustme.CA().issue_cert("localhost").configure_cert(ctx)
@@ -606,7 +606,7 @@ def test_runs_given_a_launched_server_are_runs_of_that_launch_and_leave_it_up(tm
     """arun(server=...): the server launched once serves two runs. Each is recorded as launched (engine,
     arguments, the launch's one load time, its footprint from the loading log), keeps in the store the
     loading log and its own window's lines only, and neither launches nor stops the server."""
-    from _fakevllm import KEPT_WINDOW_HEADER, free_port, windows_in_log, write_fake_engines
+    from support.fakevllm import KEPT_WINDOW_HEADER, free_port, windows_in_log, write_fake_engines
     from fastbench.server.engines import make_server
     from fastbench.study.store import Store
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from _timing import until_a_round_passes
+from support.timing import until_a_round_passes
 from fastbench import BenchConfig, SyntheticServer, arun, run
 from fastbench.results.vllm_keys import to_vllm_keys
 

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import uvloop
 
-from _bench import load_bench_module
-from _sanitizer import SANITIZER_REASON, UNDER_SANITIZER
-from _timing import until_a_round_passes
+from support.bench import load_bench_module
+from support.sanitizer import SANITIZER_REASON, UNDER_SANITIZER
+from support.timing import until_a_round_passes
 from fastbench.api import validation as fv
 from fastbench.cli import validate as validate_cli
 from fastbench.exceptions import ServerError

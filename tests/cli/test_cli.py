@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _timing import until_a_round_passes
+from support.timing import until_a_round_passes
 from fastbench import BenchConfig, ConfigError, LaunchConfig, ServerDiedError, api, checks, run
 from fastbench.cli import command as cli
 from fastbench.cli.argtypes import options

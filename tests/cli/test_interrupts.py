@@ -2,7 +2,7 @@
 and as a terminal's Ctrl-C does (the group), a hundred times over, each run ends with exit status 130, a
 complete result file marked interrupted, in-flight requests cancelled (not failed), and no error line.
 
-The runs are forked by tests/_interrupt_harness.py (see there why a script of its own)."""
+The runs are forked by tests/support/interrupt_harness.py (see there why a script of its own)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from _sanitizer import UNDER_SANITIZER
+from support.sanitizer import UNDER_SANITIZER
 
-HARNESS = Path(__file__).resolve().parents[1] / "_interrupt_harness.py"
+HARNESS = Path(__file__).resolve().parents[1] / "support" / "interrupt_harness.py"
 STOPPING = "fastbench: stopping; writing what was measured"
 # Only a hang's guard: 80 runs take ~1 min here, and ASan on a loaded host took them past 300 s.
 HARNESS_TIMEOUT_S = 900 if UNDER_SANITIZER else 300

@@ -19,7 +19,7 @@ import orjson
 import pytest
 import uvloop
 
-from _scripted import ScriptedServer, stream_script
+from support.scripted import ScriptedServer, stream_script
 from fastbench._core import BodyParts, Recorder, RunState, TokenRuns, debug_counters
 from fastbench.config import BenchConfig
 from fastbench.load.datasets import build_workload_sync

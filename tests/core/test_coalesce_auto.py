@@ -13,7 +13,7 @@ import orjson
 import pytest
 import uvloop
 
-from _timing import until_a_round_passes
+from support.timing import until_a_round_passes
 from fastbench.api import validation as fv
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import uvloop
 
-from _scripted import (
+from support.core_runs import col, drive
+from support.scripted import (
     CHUNKED_END,
     STREAM_HEAD,
     ScriptedServer,
@@ -26,7 +27,7 @@ from _scripted import (
     sse,
     stream_script,
 )
-from _timing import until_a_round_passes
+from support.timing import until_a_round_passes
 from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_ns
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
@@ -35,34 +36,6 @@ from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.figures import summarize
 from fastbench.results.records import COL, COLUMNS, ErrorClass, RunData, TimestampSource, UsageSource, new_histogram
-
-LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
-
-
-@pytest.fixture(params=sorted(LOOPS))
-def loop_factory(request: pytest.FixtureRequest) -> Any:
-    return LOOPS[request.param]
-
-
-def drive(loop_factory: Any, script: Any, n: int = 1, concurrency: int = 1, close_after_each: bool = False,
-          base_url: str | None = None, api_key: str | None = None, **plan: Any) -> tuple[RunData, ScriptedServer]:
-    async def main() -> tuple[RunData, ScriptedServer]:
-        async with ScriptedServer(script, close_after_each) as server:
-            target = Target.parse(base_url or server.base_url, "/v1/completions")
-            load = LoadPlan(bodies=[b'{"n":%d}' % i for i in range(n)], warmup_bodies=plan.pop("warmup_bodies", []),
-                            concurrency=concurrency, **plan)
-            data = await LoadGenerator(target, load, api_key).run()
-            return data, server
-
-    loop = loop_factory()
-    try:
-        return loop.run_until_complete(main())
-    finally:
-        loop.close()
-
-
-def col(data: RunData, name: str) -> np.ndarray:
-    return data.rows[:, COL[name]]
 
 
 def _stream_handler(steps: list[Any], on_head: Any = None) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from _scripted import ScriptedServer, stream_script
+from support.scripted import ScriptedServer, stream_script
 from fastbench._core import debug_counters
 from fastbench.load.driver import LoadGenerator, LoadPlan, Target
 from fastbench.results.records import COL

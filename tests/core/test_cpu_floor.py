@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from _bench import load_bench_module
-from _timing import until_a_round_passes
+from support.bench import load_bench_module
+from support.timing import until_a_round_passes
 from fastbench import BenchConfig, SyntheticServer, run
 
 cpu_floor = load_bench_module("cpu_floor")

@@ -1,8 +1,8 @@
 """The plain-C readers in csrc/ (fb_http.c, fb_sse.c, fb_json.c), tested without the extension.
 
-A session fixture compiles them with the shim tests/c/fb_test_shim.c into a temporary shared
-library driven through ctypes (see tests/_csrc.py). The SSE scanner is checked differentially
-against the WHATWG transcription in tests/_sse_reference.py, and the HTTP reader against
+A session fixture compiles them with the shim tests/support/c/fb_test_shim.c into a temporary shared
+library driven through ctypes (see tests/support/csrc.py). The SSE scanner is checked differentially
+against the WHATWG transcription in tests/support/sse_reference.py, and the HTTP reader against
 httptools, on every split of each fixture.
 """
 
@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/_*.py helpers (--import-mode=importlib)
-
-import _sse_reference as ref
-from _csrc import (
+from support import sse_reference as ref
+from support.csrc import (
     FB_ERR_CALLBACK,
     FB_ERR_HTTP_CHUNK,
     FB_ERR_HTTP_EOF,
@@ -1239,7 +1236,7 @@ def test_fuzz_seeds_replay(tmp_path: Path, harness: str, sources: list[str], see
     import shutil
     import subprocess
 
-    from _csrc import CSRC, ROOT
+    from support.csrc import CSRC, ROOT
 
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse, stream_script
-from _timing import until_a_round_passes
+from support.core_runs import col, drive
+from support.scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse, stream_script
+from support.timing import until_a_round_passes
 from fastbench._core import Recorder, RunState, StreamConnection, now_ns
 from fastbench.load.driver import LoadGenerator
 from fastbench.results.records import COL, NCOLS, new_histogram
-from test_conn import col, drive, loop_factory  # noqa: F401  (the fixture)
 
 LEAD_MARGIN_NS = 10_000  # the core's margin over the delays it learnt (engine.pxd)
 
@@ -180,7 +180,7 @@ def _pending(sock: socket.socket) -> bool:
 
 
 @pytest.mark.timing
-def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) -> None:  # noqa: F811
+def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) -> None:
     """Arrivals far faster than 3 slots serve (the second 0.3 ms after the first): the pool is
     filled before the window opens and topped up ahead of need, never opening more connections than
     the limit, and no arrival waits for a handshake (one warm-up opens the first connection; the
@@ -200,7 +200,7 @@ def test_the_warm_pool_never_exceeds_the_concurrency_limit(loop_factory: Any) ->
 
 
 def test_an_arrival_that_finds_no_warm_connection_still_goes_out_and_is_counted(
-        loop_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        loop_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the pool never topped up, arrivals connect for themselves (the old path): all complete,
     each counted as a pool miss, and every connect recorded on the row it was for. (A pool miss may
     still find a connection freed while it waited, and a kept-alive connection the server closed is

@@ -9,7 +9,7 @@ import sys
 import orjson
 import pytest
 
-from _sanitizer import SANITIZER_REASON, UNDER_SANITIZER
+from support.sanitizer import SANITIZER_REASON, UNDER_SANITIZER
 
 CLIENT = """
 import sys

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from _fakevllm import free_port
+from support.fakevllm import free_port
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError, ServerError
 from fastbench.load.datasets import RequestSpec, Workload, build_workload, build_workload_sync

@@ -12,8 +12,8 @@ import numpy as np
 import orjson
 import pytest
 
-from _scripted import CHUNKED_END, STREAM_HEAD, ScriptedServer, chunked
-from _timing import until_a_round_passes
+from support.scripted import CHUNKED_END, STREAM_HEAD, ScriptedServer, chunked
+from support.timing import until_a_round_passes
 from fastbench import BenchConfig, run
 from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, DatasetError
@@ -419,7 +419,7 @@ def test_the_card_and_console_show_turns_and_sessions(tmp_path: pathlib.Path) ->
 
 
 def test_every_key_of_a_multi_turn_result_is_documented(tmp_path: pathlib.Path) -> None:
-    from test_result_schema import undocumented
+    from support.result_schema import undocumented
 
     path = _write_jsonl(tmp_path / "c.jsonl", [_conversation(3, 2, 2, "q")])
     with SyntheticServer(ttft_ms=1, itl_ms=1) as server:

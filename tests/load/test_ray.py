@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import uvloop
 
-from _scripted import ScriptedServer, stream_script
-from _timing import until_a_round_passes
+from support.scripted import ScriptedServer, stream_script
+from support.timing import until_a_round_passes
 from fastbench import api
 from fastbench._core import BodyParts, TokenRuns
 from fastbench.api import validation as fv

@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 import uvloop
 
-from _scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse
-from _timing import until_a_round_passes
+from support.pools import guarded, run_and_then
+from support.scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse
+from support.timing import until_a_round_passes
 from fastbench import api
 from fastbench._core import Recorder, RunState, StreamConnection, now_ns
 from fastbench.config import BenchConfig
@@ -36,7 +37,6 @@ from fastbench.results.figures import client_lateness_ns
 from fastbench.results.notes import SlotWaits
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, new_histogram
 from fastbench.synthetic import SyntheticServer
-from test_workers import _guarded, _run_and_then
 
 ENDPOINT = "/v1/completions"
 ANSWER = STREAM_HEAD + chunked(sse(completion_chunk("a", 1))) + chunked(b"data: [DONE]\n\n") + CHUNKED_END
@@ -349,7 +349,7 @@ def test_a_killed_worker_s_claimed_arrivals_fail_as_lost_and_the_rest_stand() ->
             os.kill(p._workers[1].process.pid, signal.SIGKILL)
 
         before = server.stats()["requests_total"]
-        data = _guarded(_run_and_then(pool, kill, 200), pool)
+        data = guarded(run_and_then(pool, kill, 200), pool)
         stats = server.stats()
         stats["requests_total"] -= before + 1  # this run's: the stats requests count themselves
     rows = data.rows  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ import orjson
 import pytest
 import uvloop
 
+from support.pools import guarded, run_and_then
 from fastbench import api
 from fastbench._core import Recorder, RunState
 from fastbench.cli.argtypes import workers_count
@@ -200,17 +201,6 @@ def test_the_error_rate_is_judged_over_all_workers() -> None:
     assert 20 <= int((data.rows[:, COL["error"]] != 0).sum()) < 4000  # type: ignore[attr-defined]
 
 
-async def _run_and_then(pool: WorkerPool, action: object, after_completed: int) -> object:
-    task = asyncio.ensure_future(pool.run())
-    while not task.done():
-        await asyncio.sleep(0.02)
-        workers = pool._workers
-        if pool._start_ns and sum(w.progress.get("completed", 0) for w in workers) >= after_completed:
-            action(pool)  # type: ignore[operator]
-            break
-    return await task
-
-
 def test_a_killed_worker_is_reported_and_its_in_flight_requests_fail_as_lost() -> None:
     with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
         plan = LoadPlan(bodies=[_body(30)] * 400, warmup_bodies=[], concurrency=8)
@@ -220,7 +210,7 @@ def test_a_killed_worker_is_reported_and_its_in_flight_requests_fail_as_lost() -
             assert p._workers[1].process is not None
             os.kill(p._workers[1].process.pid, signal.SIGKILL)
 
-        data = _run(_run_and_then(pool, kill, 8))
+        data = _run(run_and_then(pool, kill, 8))
     rows = data.rows  # type: ignore[attr-defined]
     section = data.extra["workers"]  # type: ignore[attr-defined]
     assert data.stopped_reason == "worker lost"  # type: ignore[attr-defined]
@@ -245,7 +235,7 @@ def test_a_stop_ends_every_worker_and_keeps_what_was_measured() -> None:
         with SyntheticServer(ttft_ms=5, itl_ms=10) as server:
             plan = LoadPlan(bodies=[_body(30)] * 400, warmup_bodies=[], concurrency=8, stop_event=stop[0])
             pool = WorkerPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
-            data = await _run_and_then(pool, lambda p: stop[0].set(), 8)
+            data = await run_and_then(pool, lambda p: stop[0].set(), 8)
             assert all(w.process is not None and w.process.returncode == 0 for w in pool._workers)
             return data
 
@@ -365,18 +355,6 @@ def _cmdline(pid: int) -> str:
 # -- faults the parent must hold the deadline on ---------------------------------------------------------
 
 
-def _guarded(coro: object, pool: WorkerPool, guard_s: float = 120.0) -> object:
-    """Run ``coro``; past ``guard_s`` (a hang, not a measurement) kill the workers and fail."""
-    async def main() -> object:
-        try:
-            return await asyncio.wait_for(coro, guard_s)  # type: ignore[arg-type]
-        except asyncio.TimeoutError:
-            pool._kill_all()
-            pytest.fail(f"the run did not end within {guard_s} s")
-
-    return _run(main())
-
-
 @pytest.mark.parametrize("then_stop", [False, True])
 def test_a_stalled_worker_is_killed_as_lost_and_the_merged_result_is_returned(
         monkeypatch: pytest.MonkeyPatch, then_stop: bool) -> None:
@@ -395,7 +373,7 @@ def test_a_stalled_worker_is_killed_as_lost_and_the_merged_result_is_returned(
             if stop is not None:
                 stop.set()
 
-        data = _guarded(_run_and_then(pool, freeze, 8), pool)
+        data = guarded(run_and_then(pool, freeze, 8), pool)
     section = data.extra["workers"]  # type: ignore[attr-defined]
     assert section["lost"] == [1]
     assert "said nothing" in section["per_worker"][1]["lost"]["how"]
@@ -422,7 +400,7 @@ def test_workers_that_handed_in_their_result_are_reaped_together_and_killed_if_t
         await pool._reap()
         return [w.process.returncode for w in pool._workers if w.process is not None]
 
-    assert _guarded(main(), pool) == [-signal.SIGKILL, -signal.SIGKILL]
+    assert guarded(main(), pool) == [-signal.SIGKILL, -signal.SIGKILL]
 
 
 @pytest.mark.parametrize("pool_class", [WorkerPool, DealtPool])
@@ -440,7 +418,7 @@ def test_a_killed_worker_counts_exactly_what_it_had_claimed(pool_class: type[Wor
                 assert p._workers[1].process is not None
                 os.kill(p._workers[1].process.pid, signal.SIGKILL)
 
-            data = _guarded(_run_and_then(pool, kill, 100 + 37 * round_), pool)
+            data = guarded(run_and_then(pool, kill, 100 + 37 * round_), pool)
             rows = data.rows  # type: ignore[attr-defined]
             error = rows[:, COL["error"]]
             others, mine = pool.rows_by_worker  # worker 1 is the one killed
@@ -464,7 +442,7 @@ def test_the_error_rate_rule_stops_each_worker_at_once() -> None:
     last told), so none goes on failing while the parent hears of it; one process fails ~25 here."""
     plan = LoadPlan(bodies=[_body(2)] * 200_000, warmup_bodies=[], concurrency=4, max_error_rate=0.5)
     pool = WorkerPool(Target.parse("http://127.0.0.1:9", ENDPOINT), plan, workers=2)
-    data = _guarded(pool.run(), pool)
+    data = guarded(pool.run(), pool)
     assert data.stopped_reason == "max error rate"  # type: ignore[attr-defined]
     failed = int((data.rows[:, COL["error"]] != 0).sum())  # type: ignore[attr-defined]
     # Each worker stops by its 20th failure of its own; after it, at most a few more, as one process
@@ -480,7 +458,7 @@ def test_a_closed_loop_dealt_unevenly_says_so_and_flags_the_idle_slots() -> None
     with SyntheticServer(ttft_ms=1, itl_ms=2) as server:
         plan = LoadPlan(bodies=[_body(n) for n in lengths], warmup_bodies=[], concurrency=4)
         pool = DealtPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
-        data = _guarded(pool.run(), pool)
+        data = guarded(pool.run(), pool)
     section = data.extra["workers"]  # type: ignore[attr-defined]
     assert section["dealt"].startswith("closed loop") and "up front" in section["dealt"]
     assert "share no memory" in section["dealt"]

@@ -1,5 +1,6 @@
 """The package's layout, kept true: each room imports only the rooms below it, no circles, the yardstick
-apart from the client, and no module over ~600 lines without its docstring saying why.
+apart from the client, and no module over ~600 lines without its docstring saying why; and tests/ mirrors
+the rooms, each test file in its room's folder, none importing another.
 
 Imports are read from the source (``ast``), function-level ones included, since a lazy import is still
 a dependency; imports under ``if TYPE_CHECKING:`` are left out (types only, never run).
@@ -182,3 +183,59 @@ def test_a_long_module_says_why_it_is_one(path: pathlib.Path) -> None:
         head = "\n".join(line for line in text.splitlines()[:40] if line.startswith("#"))
     assert SAYS_WHY.search(head), (f"{path.relative_to(PACKAGE)} has {text.count(chr(10))} lines: split it along "
                                    "its jobs, or say why in its docstring ('One module of ~N lines because ...')")
+
+
+# -- tests/ mirrors the rooms ------------------------------------------------------------------------------
+
+TESTS = PACKAGE.parents[1] / "tests"
+# A folder of tests/ per room (its room in the package beside it), and project for the checks of the whole
+# tree (this file, lint and types, the README, CI's summary). What tests share lives in tests/support/.
+TEST_ROOMS = {"core": "_core", "load": "load", "results": "results", "server": "server", "study": "study",
+              "synthetic": "synthetic", "cli": "cli", "api": "api", "project": None}
+TEST_FILE = re.compile(r"^(test_.*|.*_test)\.py$")  # pytest's python_files
+
+
+def _test_files() -> list[pathlib.Path]:
+    return sorted(path for path in TESTS.rglob("*.py") if TEST_FILE.match(path.name))
+
+
+def _imported_tests(text: str) -> list[str]:
+    """The test modules (test files, conftest.py, a room folder of tests/) that ``text`` imports."""
+    named: list[str] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            named += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            named += ["." * node.level + (node.module or "")]
+    found = []
+    for name in named:
+        top = name.split(".")[0]
+        if name.startswith(".") or TEST_FILE.match(top + ".py") or top in ("tests", "conftest", *TEST_ROOMS):
+            found.append(name)
+    return found
+
+
+def test_every_test_file_lives_in_the_folder_of_its_room() -> None:
+    misplaced = [str(path.relative_to(TESTS)) for path in _test_files()
+                 if path.parent.parent != TESTS or path.parent.name not in TEST_ROOMS]
+    assert not misplaced, f"move these into the folder of the room they test ({', '.join(TEST_ROOMS)}): {misplaced}"
+    for folder, room in TEST_ROOMS.items():
+        assert (TESTS / folder).is_dir(), folder
+        assert room is None or (PACKAGE / room).is_dir(), f"tests/{folder} mirrors no room of the package"
+
+
+def test_no_test_file_imports_another() -> None:
+    # What two test files share goes into tests/support/ (fixtures into a room's conftest.py): a test file
+    # imported by another is collected twice under two names and ties one file's edits to the other's.
+    wrong = [f"{path.relative_to(TESTS)} imports {name}" for path in sorted(TESTS.rglob("*.py"))
+             for name in _imported_tests(path.read_text())]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_import_check_tells_test_files_from_helpers() -> None:
+    text = ("from test_conn import drive\nimport core.test_conn\nfrom tests.load import test_workers\n"
+            "from . import helpers\nfrom conftest import fixture\n"
+            "def f():\n    from test_result_schema import undocumented\n"
+            "from support.timing import until_a_round_passes\nfrom support import scripted\nimport fastbench.load\n")
+    assert _imported_tests(text) == ["test_conn", "core.test_conn", "tests.load", ".", "conftest",
+                                         "test_result_schema"]

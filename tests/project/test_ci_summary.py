@@ -105,9 +105,10 @@ def test_each_stage_says_how_long_it_took_and_the_summary_the_total(tmp_path: Pa
 
 
 def _timing_run(where: Path, body: str) -> tuple[int, bytes, str]:
-    """pytest over one test file that uses tests/_timing.py under the suite's own conftest.py (copied beside
-    it): (exit status, JUnit report, output)."""
-    for helper in ("conftest.py", "_timing.py"):
+    """pytest over one test file that uses tests/support/timing.py under the suite's own conftest.py (both
+    copied beside it, as in tests/): (exit status, JUnit report, output)."""
+    for helper in ("conftest.py", "support/__init__.py", "support/timing.py"):
+        (where / helper).parent.mkdir(exist_ok=True)
         (where / helper).write_text((ROOT / "tests" / helper).read_text())
     (where / "test_timed.py").write_text(body)
     report = where / "report.xml"
@@ -118,7 +119,7 @@ def _timing_run(where: Path, body: str) -> tuple[int, bytes, str]:
 
 
 TIMED = """import pytest
-from _timing import until_a_round_passes
+from support.timing import until_a_round_passes
 
 # lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
 pytestmark = pytest.mark.pure_python

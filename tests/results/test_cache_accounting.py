@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from _synthetic_helpers import Response, request, stream_body
+from support.synthetic_helpers import Response, request, stream_body
 from fastbench import BenchConfig, run
 from fastbench.load.datasets import build_workload_sync
 from fastbench.load.screening import Candidate, JsonPrompt

@@ -1,4 +1,4 @@
-"""The server manager with a fake ``vllm`` (tests/_fakevllm.py): launch through the CLI, readiness, load time,
+"""The server manager with a fake ``vllm`` (tests/support/fakevllm.py): launch through the CLI, readiness, load time,
 acceptance figures against the synthetic server's /metrics, card sections, and every failure path
 (never ready, dies while loading, fatal error then hang, port in use, dies mid-run, ignores SIGTERM,
 Ctrl-C), each ending with the process group gone and the port free."""
@@ -23,7 +23,7 @@ import orjson
 import pytest
 from safetensors.numpy import save_file
 
-from _fakevllm import FAKE_DIGEST, free_port, write_fake_engines
+from support.fakevllm import FAKE_DIGEST, free_port, write_fake_engines
 from fastbench import api
 from fastbench.cli import command as cli
 from fastbench.cli import tomlconfig

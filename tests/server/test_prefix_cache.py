@@ -13,7 +13,7 @@ import aiohttp
 import aiohttp.web
 import pytest
 
-from _timing import until_a_round_passes
+from support.timing import until_a_round_passes
 from fastbench import BenchConfig, run
 from fastbench.results.card import render_card
 from fastbench.results.result import Result

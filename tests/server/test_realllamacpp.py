@@ -19,8 +19,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _fakevllm import free_port
-from _realserver import run_fastbench, run_setup
+from support.fakevllm import free_port
+from support.realserver import run_fastbench, run_setup
 from fastbench.server.processes import group_members, port_is_free
 
 pytestmark = pytest.mark.llamacpp

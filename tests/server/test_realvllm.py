@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import pytest
 
-from _fakevllm import free_port
-from _realserver import run_fastbench, run_setup
+from support.fakevllm import free_port
+from support.realserver import run_fastbench, run_setup
 from fastbench.server.processes import group_members, port_is_free
 
 pytestmark = pytest.mark.vllm

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _study import fastbench
+from support.study import fastbench
 from fastbench.results.notes import collapse_reason
 from fastbench.results.result import Counts
 from fastbench.study.figures_data import RunPoint, group_series

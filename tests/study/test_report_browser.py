@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from _browser import PageReport, find_chromium, open_page
-from _study import fastbench, make_study
+from support.browser import PageReport, find_chromium, open_page
+from support.study import fastbench, make_study
 
 pytestmark = pytest.mark.browser
 

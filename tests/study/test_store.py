@@ -447,7 +447,7 @@ def test_the_flat_keys_name_fastbench_figures_as_vllm_names_its_own() -> None:
 
 
 def test_a_launched_servers_log_is_kept_from_its_launch_with_secrets_redacted(tmp_path: Path) -> None:
-    from _fakevllm import free_port, write_fake_engines
+    from support.fakevllm import free_port, write_fake_engines
     from fastbench import LaunchConfig
 
     vllm, _ = write_fake_engines(tmp_path / "bin")

@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from _study import fastbench, make_study
+from support.study import fastbench, make_study
 from fastbench.study.figures_data import RunPoint
 from fastbench.study.markdown import render
 from fastbench.study.report import cell_rows, inline_svg

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from _fakevllm import free_port, write_fake_engines
+from support.fakevllm import free_port, write_fake_engines
 from fastbench import api
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, build_parser, load_plan
@@ -58,7 +58,7 @@ def journal(store: Path, name: str = "s") -> list[dict[str, Any]]:
 
 
 def fake_vllm_server(vllm: Path, synth_args: str, **env: str) -> str:
-    """A sweep file's [server] table that launches the fake vLLM (tests/_fakevllm.py) on a free port,
+    """A sweep file's [server] table that launches the fake vLLM (tests/support/fakevllm.py) on a free port,
     serving the synthetic server with ``synth_args``; ``env``: more of the fake's settings."""
     settings = "".join(f', {name} = "{value}"' for name, value in env.items())
     return f"""[server]
@@ -272,7 +272,7 @@ def test_a_launched_variants_cells_are_stored_as_runs_of_its_launch(tmp_path: Pa
     server was launched (engine, the variant's arguments, the launch's one load time), the run folder has
     server.log with that cell's window lines only, the card shows the engine settings. Attached and
     synthetic cells are as before. compare and the report read them."""
-    from _fakevllm import KEPT_WINDOW_HEADER, windows_in_log
+    from support.fakevllm import KEPT_WINDOW_HEADER, windows_in_log
     from fastbench.synthetic import SyntheticServer
 
     vllm, _ = write_fake_engines(tmp_path / "bin")

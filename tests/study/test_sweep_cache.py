@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from _fakevllm import free_port, write_fake_engines
+from support.fakevllm import free_port, write_fake_engines
 from fastbench import BenchConfig, run
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, load_plan

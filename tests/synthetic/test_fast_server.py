@@ -27,10 +27,9 @@ from typing import Any, BinaryIO, TypeVar
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _bench import load_bench_module
-from _synthetic_helpers import RawConn, Response, stream_body
-from _timing import until_a_round_passes
+from support.bench import load_bench_module
+from support.synthetic_helpers import RawConn, Response, stream_body
+from support.timing import until_a_round_passes
 from fastbench.synthetic import SyntheticServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -470,7 +469,7 @@ def test_fastbench_validate_passes_against_it(built: Path) -> None:
 def test_receipts_match_the_python_server(built: Path) -> None:
     """Both servers keep when each request tagged fb_row was read (validate's 'request sent -> read
     by the server'), answer GET /fb/receipts alike and forget the receipts on /fb/reset."""
-    from _synthetic_helpers import request
+    from support.synthetic_helpers import request
 
     with SyntheticServer(ttft_ms=1, itl_ms=1) as py, start(ttft_ms=1, itl_ms=1) as c:
         for server in (py, c):

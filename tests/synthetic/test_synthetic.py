@@ -11,15 +11,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Coroutine, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _sanitizer import UNDER_SANITIZER
-from _synthetic_helpers import RawConn, Response, pct, request, stream_body
-from _timing import until_a_round_passes
+from support.sanitizer import UNDER_SANITIZER
+from support.synthetic_helpers import RawConn, Response, pct, request, stream_body
+from support.timing import until_a_round_passes
 from fastbench.synthetic import (
     CHAT_MESSAGE_OVERHEAD,
     SyntheticServer,

@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _synthetic_helpers import RawConn, Response, stream_body
-from _timing import until_a_round_passes
+from support.synthetic_helpers import RawConn, Response, stream_body
+from support.timing import until_a_round_passes
 from fastbench import BenchConfig, run
 from fastbench.cli import command
 from fastbench.study.figures_data import all_crossings, group_series, load_points, log_axis

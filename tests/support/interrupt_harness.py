@@ -1,6 +1,6 @@
 """Interrupts a fastbench run many times over, as ``timeout -s INT`` and a terminal do, and reports each run.
 
-Run as a script (``python tests/_interrupt_harness.py OUT_DIR REPEATS [--builtin]``) so that its forks come
+Run as a script (``python tests/support/interrupt_harness.py OUT_DIR REPEATS [--builtin]``) so that its forks come
 from a process with no threads of pytest's. Each repetition forks a child that becomes its own process
 group's leader (as a shell's foreground job is) and runs ``fastbench`` (the CLI's ``main``, imported once
 here, so a repetition costs the run, not an interpreter start). Once the server has seen two measured

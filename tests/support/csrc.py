@@ -1,6 +1,6 @@
 """Build and drive the plain-C readers in csrc/ (fb_http, fb_sse, fb_json) through ctypes.
 
-The compiled extension is not needed: the C files and the test shim tests/c/fb_test_shim.c are
+The compiled extension is not needed: the C files and the test shim tests/support/c/fb_test_shim.c are
 compiled into a throw-away shared library. Set FASTBENCH_TEST_CFLAGS to change the flags (the
 default is -O1 -g); under ASan, preload the runtime as the Makefile's test-asan target does.
 """
@@ -15,9 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from _sse_reference import decode_events
+from support.sse_reference import decode_events
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 SHIM = Path(__file__).resolve().parent / "c" / "fb_test_shim.c"
 SOURCES = [SHIM, CSRC / "fb_http.c", CSRC / "fb_sse.c", CSRC / "fb_json.c"]

@@ -4,7 +4,7 @@ Independent of fastbench's client and of the server's own code: it parses respon
 
 Load check (256 streams x 100 chunks at 20 ms, client in this process, server in its own)::
 
-    PYTHONPATH=src .venv/bin/python tests/_synthetic_helpers.py --streams 256 --chunks 100
+    PYTHONPATH=src .venv/bin/python tests/support/synthetic_helpers.py --streams 256 --chunks 100
 """
 
 from __future__ import annotations
