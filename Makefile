@@ -1,5 +1,5 @@
 # Wrappers around pip and pytest. Run `make clean` between build flavours.
-# TESTS: what pytest runs (default: the suite), e.g. make test-asan TESTS=tests/test_conn.py
+# TESTS: what pytest runs (default: the suite), e.g. make test-asan TESTS=tests/core/test_conn.py
 PYTHON ?= python3
 TESTS ?=
 

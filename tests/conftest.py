@@ -3,10 +3,10 @@ import sys
 
 import pytest
 
-# Test helper modules (tests/_*.py) import by bare name under --import-mode=importlib.
+# The tests' shared helpers (tests/support/) import as `support.NAME` under --import-mode=importlib.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _timing  # noqa: E402 (a helper module: importable only once the line above ran)
+from support import timing  # noqa: E402 (importable only once the line above ran)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,9 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    """The test running now, for _timing's record of the round a timing check passed on."""
-    _timing.current = item
+    """The test running now, for support.timing's record of the round a timing check passed on."""
+    timing.current = item
     try:
         return (yield)
     finally:
-        _timing.current = None
+        timing.current = None

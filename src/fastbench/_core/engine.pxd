@@ -5,7 +5,7 @@ from .csrc cimport *
 
 
 # The records contract (fastbench.results.records) as the core writes it: the request table's row and
-# the codes stored in it. tests/test_core_contract.py checks every name and value against
+# the codes stored in it. tests/core/test_core_contract.py checks every name and value against
 # records.COLUMNS, ErrorClass and UsageSource (cpdef makes the enums visible to it).
 
 ctypedef struct fb_row_t:

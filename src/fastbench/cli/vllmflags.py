@@ -4,7 +4,7 @@ stderr says it is ignored and why; a few that would change what is measured, and
 are refused with the reason instead (a result that silently lacks them would mislead).
 
 The flags fastbench implements with vLLM's meaning are in the parser itself (cli/command.py);
-tests/test_cli_vllm.py reads the installed vLLM's own parser and fails on any flag of it fastbench lacks.
+tests/cli/test_cli_vllm.py reads the installed vLLM's own parser and fails on any flag of it fastbench lacks.
 """
 
 from __future__ import annotations

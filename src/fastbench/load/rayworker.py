@@ -20,7 +20,7 @@ actor's other threads (the actor is created with ``max_concurrency`` above one):
 A test hook: with ``FASTBENCH_TEST_CLOCK_SHIFT_NS=X`` in its node's environment, the actor shows the
 driver the clock of a node whose CLOCK_MONOTONIC reads X ns later than this host's: ``clock()``, the
 UDP responder's replies, the start instant, the skew offset, the rows' instants and the window's
-edges all cross the actor's boundary as such a node's would. tests/test_ray.py gives one node of a
+edges all cross the actor's boundary as such a node's would. tests/load/test_ray.py gives one node of a
 local cluster that clock, which the driver must estimate and correct as it would another host's.
 """
 

@@ -35,7 +35,7 @@ no prefix cache sees, and it makes drawing tens of millions of tokens a fast num
 Reading: the core's scanner (csrc/fb_trace.c) reads the file straight into numpy columns where its lines
 are plain (one flat object a line; any field besides the four a plain value); it gives up on anything
 else, and then orjson parses the file, which names a bad line. Both read a file the same way
-(tests/test_trace_scan.py).
+(tests/core/test_trace_scan.py).
 
 Bad input: a line that is not JSON, a field missing or of the wrong type, or a timestamp earlier than
 the line before it stops the run with one line naming the file, the line and the field. A request whose

@@ -1,0 +1,112 @@
+"""The README stays true: its definitions are the result file's, its API example runs, its commands are
+CI's; and so do the examples of the docs pages it points to."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from fastbench.results.definitions import DEFINITIONS
+
+# lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
+pytestmark = pytest.mark.pure_python
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def test_every_definition_is_in_the_readme_verbatim() -> None:
+    text = README.read_text()
+    for name, definition in DEFINITIONS.items():
+        assert f"- **{name}**: {definition}" in text, name
+
+
+def test_python_api_example_runs(capsys: object) -> None:
+    text = README.read_text()
+    section = text.split("## Python API", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None
+    namespace: dict[str, object] = {}
+    exec(compile(code.group(1), "README.md", "exec"), namespace)
+    result = namespace["result"]
+    assert result.counts.completed == 8  # type: ignore[attr-defined]
+    ttft = result.distributions["ttft"].median  # type: ignore[attr-defined]
+    assert 19 < ttft < 60
+
+
+def test_readme_commands_match_ci() -> None:
+    text = README.read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_command = "pip install '.[test]' && python -m pytest"
+    assert test_command in text and test_command in ci
+
+
+def test_servers_page_toml_example_expands_to_flags(tmp_path: pathlib.Path) -> None:
+    from fastbench.cli import command as cli
+    from fastbench.cli import tomlconfig
+
+    section = (ROOT / "docs" / "servers.md").read_text().split("## Launching the server too", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    path = tmp_path / "run.toml"
+    path.write_text(block.group(1))
+    parser = cli.build_parser()
+    argv = tomlconfig.toml_to_argv(str(path), parser)
+    ns = parser.parse_args(argv)
+    assert ns.launch == "vllm" and ns.concurrency == 16 and ns.num_prompts == 1000
+    assert "eagle3" in " ".join(argv)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces made dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: pathlib.Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # a '#' in a code block is no heading
+    return {_anchor(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
+    """A page moved or a heading renamed breaks no link of README.md, docs/ or bench/'s pages."""
+    pages = [README, ROOT / "bench" / "README.md", ROOT / "bench" / "RESULTS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_the_readme_stays_short() -> None:
+    """A newcomer reads it in ten minutes; what it leaves out is one link away (the test above)."""
+    assert len(README.read_text().splitlines()) <= 250
+
+
+def test_the_package_exports_every_name_the_docs_use_from_it() -> None:
+    """What README.md and docs/ import from ``fastbench`` or call on it (``fastbench.make_server(...)``,
+    ``fastbench.LaunchConfig``) is a public name of the package, and the same object as at its home and
+    at the older paths the docs once gave (``fastbench.metrics``, ``fastbench.server.engines``)."""
+    import fastbench
+    import fastbench.metrics
+    import fastbench.server.engines
+
+    named: set[str] = set()
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for imported in re.findall(r"^\s*from fastbench import ([\w, ]+)$", text, re.M):
+            named.update(name.strip() for name in imported.split(","))
+        # a class, or a function called: a result file's keys ("fastbench.workers") are neither
+        named.update(re.findall(r"(?<![\w./-])fastbench\.([A-Z]\w*|[a-z_]\w*(?=\())", text))
+    assert {"to_vllm_keys", "make_server", "run", "SyntheticServer"} <= named
+    assert named <= set(fastbench.__all__), sorted(named - set(fastbench.__all__))
+    assert fastbench.to_vllm_keys is fastbench.metrics.to_vllm_keys
+    assert fastbench.make_server is fastbench.server.engines.make_server

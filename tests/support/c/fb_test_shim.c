@@ -1,0 +1,266 @@
+/* fb_test_shim.c: test-only flat entry points over csrc/fb_http, fb_sse and fb_json, so that
+ * tests/core/test_csrc.py can drive the readers through ctypes with plain buffers and ints.
+ *
+ * fbt_run() feeds an input split at given offsets through one of three pipelines and writes
+ * what came out to `out`:
+ *   FBT_SSE       input is an event stream; out = events, each as a u32 (native) length + bytes
+ *   FBT_HTTP      input is an HTTP response; out = the de-chunked body bytes
+ *   FBT_HTTP_SSE  input is an HTTP response carrying an event stream; out = events as for FBT_SSE
+ * fbt_check_splits() runs fbt_run over EVERY set of 1 (or 2) split offsets and compares each
+ * run's output, error code and consumed count with the given expectation; a loop in C keeps
+ * the O(n^2) pair sweep fast. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fb_http.h"
+#include "fb_json.h"
+#include "fb_sse.h"
+
+enum { FBT_SSE = 0, FBT_HTTP = 1, FBT_HTTP_SSE = 2 };
+#define FBT_ERR_OUT_FULL (-100)
+
+typedef struct {
+    int rc;               /* first error returned by a reader (or FBT_ERR_OUT_FULL), 0 if none */
+    int reader_rc;        /* the reader's own return code, before the shim's reinterpretation */
+    int eof_rc;           /* fb_http_feed_eof's result when asked for, else 0 */
+    int http_state;
+    int status;
+    int http_minor;
+    int chunked;
+    int keep_alive;
+    int event_stream;
+    int content_coded;
+    int64_t content_length;
+    uint64_t body_bytes;
+    uint64_t consumed;    /* input bytes fb_http consumed (less than the input after DONE) */
+    uint64_t events;      /* fb_sse_t.events */
+    uint64_t grow_calls;
+    uint64_t out_len;     /* bytes written to out */
+} fbt_result_t;
+
+typedef struct {
+    fb_sse_t sse;
+    size_t sse_max;       /* grow() refuses beyond this */
+    char *out;
+    size_t out_cap, out_len;
+    int out_full;
+    uint64_t grow_calls;
+    int mode;
+    int sse_rc;           /* fb_sse_feed's error inside the body callback */
+} fbt_ctx_t;
+
+static int fbt_put(fbt_ctx_t *c, const void *d, size_t n) {
+    if (n > c->out_cap - c->out_len) {
+        c->out_full = 1;
+        return 1;
+    }
+    if (n) memcpy(c->out + c->out_len, d, n);
+    c->out_len += n;
+    return 0;
+}
+
+static int fbt_on_event(void *ctx, const char *data, size_t len) {
+    fbt_ctx_t *c = ctx;
+    uint32_t n = (uint32_t)len;
+    return fbt_put(c, &n, sizeof n) || fbt_put(c, data, len);
+}
+
+static int fbt_grow(void *ctx, fb_sse_t *st, size_t needed) {
+    fbt_ctx_t *c = ctx;
+    c->grow_calls++;
+    if (needed > c->sse_max) return 1;
+    size_t cap = st->cap * 2;
+    if (cap < needed) cap = needed;
+    if (cap > c->sse_max) cap = c->sse_max;
+    char *b = realloc(st->buf, cap ? cap : 1);
+    if (b == NULL) return 1;
+    st->buf = b;
+    st->cap = cap;
+    return 0;
+}
+
+static int fbt_on_body(void *ctx, const char *data, size_t len) {
+    fbt_ctx_t *c = ctx;
+    if (c->mode == FBT_HTTP) return fbt_put(c, data, len);
+    /* fb_http_feed turns nonzero into -FB_ERR_CALLBACK; fbt_run reports the SSE code instead. */
+    c->sse_rc = fb_sse_feed(&c->sse, data, len, fbt_on_event, fbt_grow, c);
+    return c->sse_rc;
+}
+
+/* cuts: ncuts ascending offsets in [0, len]. */
+int fbt_run(int mode, const char *in, size_t len, const size_t *cuts, size_t ncuts, size_t sse_cap0,
+            size_t sse_max, int eof, char *out, size_t out_cap, fbt_result_t *res) {
+    fbt_ctx_t c;
+    fb_http_t *h = malloc(sizeof *h); /* on the heap so ASan sees overruns of line[] */
+    if (h == NULL) return -101;
+    memset(&c, 0, sizeof c);
+    memset(res, 0, sizeof *res);
+    c.mode = mode;
+    c.out = out;
+    c.out_cap = out_cap;
+    c.sse_max = sse_max;
+    fb_sse_init(&c.sse, sse_cap0 ? malloc(sse_cap0) : NULL, sse_cap0);
+    fb_http_init(h);
+    int rc = 0;
+    size_t at = 0, consumed = 0;
+    int stopped = 0;
+    for (size_t i = 0; i <= ncuts && !rc && !stopped; i++) {
+        size_t to = i < ncuts ? cuts[i] : len;
+        if (to < at || to > len) {
+            rc = -102;
+            break;
+        }
+        size_t n = to - at;
+        /* Each piece in a buffer of its own, scribbled over and freed after its call, as a
+         * socket read buffer is reused: a reader that kept a pointer into it shows it. */
+        char *seg = malloc(n ? n : 1);
+        if (seg == NULL) {
+            rc = -101;
+            break;
+        }
+        memcpy(seg, in + at, n);
+        at = to;
+        ssize_t used;
+        if (mode == FBT_SSE) {
+            rc = fb_sse_feed(&c.sse, seg, n, fbt_on_event, fbt_grow, &c);
+            used = (ssize_t)n;
+        } else {
+            used = fb_http_feed(h, seg, n, fbt_on_body, &c);
+        }
+        memset(seg, 0xAA, n);
+        free(seg);
+        if (mode == FBT_SSE) {
+            consumed += n;
+            continue;
+        }
+        if (used < 0) {
+            rc = (int)used;
+            break;
+        }
+        consumed += (size_t)used;
+        if ((size_t)used < n) stopped = 1; /* DONE inside this segment */
+    }
+    res->reader_rc = rc;
+    if (rc == -FB_ERR_CALLBACK && c.sse_rc) rc = c.sse_rc;
+    if (c.out_full) rc = FBT_ERR_OUT_FULL;
+    if (eof && !rc && mode != FBT_SSE) res->eof_rc = fb_http_feed_eof(h);
+    res->rc = rc;
+    res->http_state = h->state;
+    res->status = h->status;
+    res->http_minor = h->http_minor;
+    res->chunked = h->chunked;
+    res->keep_alive = h->keep_alive;
+    res->event_stream = h->event_stream;
+    res->content_coded = h->content_coded;
+    res->content_length = h->content_length;
+    res->body_bytes = h->body_bytes;
+    res->consumed = consumed;
+    res->events = c.sse.events;
+    res->grow_calls = c.grow_calls;
+    res->out_len = c.out_len;
+    free(c.sse.buf);
+    free(h);
+    return rc;
+}
+
+/* Run every split of `in` into 2 pieces (npieces_max 2) or into up to 3 pieces (3), also the
+ * unsplit input, and compare with the expectation. Returns the number of mismatching runs;
+ * the cuts of the first one go to bad_cuts[0..2). */
+int64_t fbt_check_splits(int mode, const char *in, size_t len, int npieces_max, size_t sse_cap0,
+                         size_t sse_max, int eof, const char *want, size_t want_len, int want_rc,
+                         uint64_t want_consumed, size_t *bad_cuts) {
+    char *out = malloc(want_len + 64);
+    int64_t bad = 0;
+    fbt_result_t r;
+    size_t cuts[2];
+    if (out == NULL) return -1;
+    for (size_t i = 0; i <= len; i++) {
+        size_t jmax = npieces_max >= 3 ? len : i;
+        for (size_t j = i; j <= jmax; j++) {
+            size_t nc = npieces_max >= 3 ? 2 : 1;
+            cuts[0] = i;
+            cuts[1] = j;
+            int rc = fbt_run(mode, in, len, cuts, nc, sse_cap0, sse_max, eof, out, want_len + 64, &r);
+            int ok = rc == want_rc && r.out_len == want_len && memcmp(out, want, want_len) == 0 &&
+                     (mode == FBT_SSE || want_rc != 0 || r.consumed == want_consumed);
+            if (!ok) {
+                if (bad == 0) {
+                    bad_cuts[0] = i;
+                    bad_cuts[1] = j;
+                }
+                bad++;
+            }
+        }
+    }
+    free(out);
+    return bad;
+}
+
+/* One byte per call. */
+int fbt_run_bytewise(int mode, const char *in, size_t len, size_t sse_cap0, size_t sse_max, int eof,
+                     char *out, size_t out_cap, fbt_result_t *res) {
+    size_t *cuts = malloc((len + 1) * sizeof *cuts);
+    if (cuts == NULL) return -101;
+    for (size_t i = 0; i < len; i++) cuts[i] = i + 1;
+    int rc = fbt_run(mode, in, len, cuts, len, sse_cap0, sse_max, eof, out, out_cap, res);
+    free(cuts);
+    return rc;
+}
+
+/* fb_json_scan_chunk with the struct flattened into an int64 array:
+ * [completion_tokens, prompt_tokens, sent_ns, has_content, has_reasoning, has_error,
+ *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens]. */
+int fbt_json(const char *data, size_t len, int64_t *facts) {
+    fb_chunk_info_t info;
+    int rc = fb_json_scan_chunk(data, len, &info);
+    facts[0] = info.completion_tokens;
+    facts[1] = info.prompt_tokens;
+    facts[2] = info.sent_ns;
+    facts[3] = info.has_content;
+    facts[4] = info.has_reasoning;
+    facts[5] = info.has_error;
+    facts[6] = info.has_finish;
+    facts[7] = info.has_usage;
+    facts[8] = info.n_choices;
+    facts[9] = info.usage_invalid;
+    facts[10] = info.cached_tokens;
+    return rc;
+}
+
+/* fb_json_scan_chunk_text: the answer pieces joined into out[0..cap), their count in *pieces. A piece
+ * that does not fit stops the scan (the callback's non-zero return). */
+typedef struct {
+    char *out;
+    size_t cap, len;
+    int64_t pieces;
+} fbt_answer_t;
+
+static int fbt_keep_answer(void *ctx, const char *text, size_t len) {
+    fbt_answer_t *a = ctx;
+    if (len > a->cap - a->len) return 1;
+    memcpy(a->out + a->len, text, len);
+    a->len += len;
+    a->pieces++;
+    return 0;
+}
+
+int fbt_json_answer(const char *data, size_t len, int64_t *facts, char *out, size_t cap, size_t *out_len,
+                    int64_t *pieces) {
+    fbt_answer_t a = {out, cap, 0, 0};
+    fb_chunk_info_t info;
+    int rc = fb_json_scan_chunk_text(data, len, &info, fbt_keep_answer, &a);
+    facts[0] = info.completion_tokens;
+    facts[1] = info.prompt_tokens;
+    facts[2] = info.sent_ns;
+    facts[3] = info.has_content;
+    facts[4] = info.has_reasoning;
+    facts[5] = info.has_error;
+    facts[6] = info.has_finish;
+    facts[7] = info.has_usage;
+    facts[8] = info.n_choices;
+    facts[9] = info.usage_invalid;
+    facts[10] = info.cached_tokens;
+    *out_len = a.len;
+    *pieces = a.pieces;
+    return rc;
+}
