@@ -257,6 +257,26 @@ def test_card_prefill_is_never_the_total_over_time_artifact() -> None:
     assert "- 19/500 completed before the 300 s time cap, 0 errors; 481 not started/cancelled" in card
 
 
+def test_card_of_a_run_interrupted_before_its_first_completion_shows_no_throughput() -> None:
+    # Ctrl-C before any request ended, none failed: not collapsed (the client stopped it), and no figure of
+    # the server either: no "Decode tok/s 0.00" for a server that never got to answer.
+    def measured(result: Result) -> dict[str, str]:
+        cells = (line.strip("| ").split(" | ") for line in render_card(result, config).splitlines())
+        return {row[0]: row[1] for row in cells if len(row) == 2}
+
+    config = make_config(num_prompts=8, goodput={})
+    result = make_result(dataclasses.replace(build_run(0, total=8), stopped_reason="interrupted"), config)
+    assert not result.collapsed and result.counts.completed == 0 and result.counts.failed == 0
+    rows = measured(result)
+    for label in ("Decode tok/s", "Decode tok/s, steady state", "Request throughput"):
+        assert rows[label] == "not a throughput: interrupted before any request completed", label
+    assert rows["Prefill tok/s"].startswith("n/a")
+    # once a request completed, the rates are the run's own again
+    rows = measured(make_result(dataclasses.replace(build_run(3, total=8), stopped_reason="interrupted"), config))
+    assert rows["Decode tok/s"].endswith("(aggregate: output tokens ÷ duration)")
+    assert float(rows["Request throughput"].split()[0]) > 0
+
+
 def test_card_optional_sections() -> None:
     config = make_config(request_rate=4.0, concurrency=64)
     result = make_result(

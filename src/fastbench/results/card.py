@@ -244,10 +244,17 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         # A collapsed run measured no working server: its rates must not be plotted as one.
         decode_text = request_text = f"not a throughput: the run collapsed ({result.collapse_reason})"
         prefill_text = f"not a rate: the run collapsed ({result.collapse_reason})"
+    elif n.completed == 0:
+        # Stopped by the client before its first completion, no request failed: it measured nothing of
+        # the server, collapsed or working, so a 0 would read as a server that decodes nothing.
+        why = ("interrupted before any request completed" if result.stopped_reason == "interrupted"
+               else f"no request completed ({result.stopped_reason})")
+        decode_text = request_text = f"not a throughput: {why}"
+    no_rate = result.collapsed or n.completed == 0
     measured: list[tuple[str, Any]] = [
         ("Prefill tok/s", prefill_text),
         ("Decode tok/s", decode_text),
-        ("Decode tok/s, steady state", decode_text if result.collapsed else steady_card_text(result.steady)),
+        ("Decode tok/s, steady state", decode_text if no_rate else steady_card_text(result.steady)),
         (
             "Per-stream decode tok/s",
             f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",
