@@ -25,7 +25,8 @@ from fastbench.load.datasets import build_workload_sync, prompt_seed
 from fastbench.server.engines import VLLMServer, with_prefix_cache_reset
 from fastbench.study import cellstate
 from fastbench.study.store import Store
-from fastbench.study.sweep import Cell, Plan, execute
+from fastbench.study.sweep import execute
+from fastbench.study.sweepplan import Cell, Plan
 from fastbench.synthetic import SyntheticServer
 
 # The sweep: a 1,024-token prefill takes 1024 / 20000 s = 51.2 ms on this server; a cached
