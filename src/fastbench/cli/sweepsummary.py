@@ -11,11 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fastbench.results.notes import console_line
 from fastbench.study import grid
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note
 from fastbench.study.sweepplan import SUMMARY_FIGURES, Journal, Plan, Point, pending
 
-__all__ = ("TABLE_FIGURES", "describe_start", "render_plan", "render_table", "write_csv")
+# A warning's opening under the table (after the point and its count): the figures it warns of, cut after them.
+WARNING_WIDTH = 70
+
+__all__ = ("TABLE_FIGURES", "cache_warning_lines", "describe_start", "render_plan", "render_table", "write_csv")
 
 
 def _fmt(value: float | None, ci: float | None, digits: int = 1) -> str:
@@ -29,7 +33,9 @@ TABLE_FIGURES = ((SUSTAINED_KEY, "steady out tok/s"), ("median_ttft_ms", "TTFT p
 
 
 def render_table(points: Sequence[Point]) -> str:
-    """The summary as a console table: a row per point, means ± the 95% interval's half-width."""
+    """The summary as a console table: a row per point, means ± the 95% interval's half-width; under it,
+    which throughput it shows and a line per point whose runs were warned that the server's prefix cache
+    held their prompts (their TTFT, prefill rate and E2E measure the cache)."""
     keys = list(points[0]["values"]) if points else []
     head = ["variant", *keys, "n", *(label for _, label in TABLE_FIGURES), "status"]
     rows = [head]
@@ -39,8 +45,21 @@ def render_table(points: Sequence[Point]) -> str:
                      *(_fmt(*p[name]) + (fallback_mark(p[STEADY_SHARE_KEY][0]) if name == SUSTAINED_KEY else "")
                        for name, _ in TABLE_FIGURES), status])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows) + (
-        "\n" + fallback_note((p[STEADY_SHARE_KEY][0] for p in points), "points"))
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    lines.append(fallback_note((p[STEADY_SHARE_KEY][0] for p in points), "points"))
+    return "\n".join(lines + cache_warning_lines(points))
+
+
+def cache_warning_lines(points: Sequence[Point]) -> list[str]:
+    """One console line per point with runs the prefix-cache warning was given: how many of its runs, and
+    the opening of the first one's warning (whole in its result file's prefix_cache_warning)."""
+    lines = []
+    for p in points:
+        if p.get("prefix_cache_warned"):
+            values = " ".join(f"{k}={v}" for k, v in p["values"].items())
+            head = f"WARNING {p['variant']} {values}: {p['prefix_cache_warned']} of {p['n']} runs: "
+            lines.append(head + console_line(str(p["prefix_cache_warning"]), WARNING_WIDTH))
+    return lines
 
 
 def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
@@ -50,12 +69,12 @@ def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
     writer = csv.writer(out)
     writer.writerow(["variant", *keys, "status", "reason", "n", "runs",
                      *(f"{name}_{part}" for name in SUMMARY_FIGURES for part in ("mean", "ci95")), "note",
-                     "prompt_seeds", "prefix_cache_reset"])
+                     "prompt_seeds", "prefix_cache_reset", "prefix_cache_warning"])
     for p in points:
         figures = [("" if x is None else repr(x)) for name in SUMMARY_FIGURES for x in p[name]]
         writer.writerow([p["variant"], *(p["values"][k] for k in keys), p["status"], p["reason"], p["n"],
                          " ".join(p["runs"]), *figures, p["note"], " ".join(str(x) for x in p["prompt_seeds"]),
-                         f"{p['prefix_cache_reset']}/{p['n']}"])
+                         f"{p['prefix_cache_reset']}/{p['n']}", f"{p['prefix_cache_warned']}/{p['n']}"])
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")

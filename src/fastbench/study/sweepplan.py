@@ -123,7 +123,9 @@ class Plan:
 class Point(dict[str, Any]):
     """One grid point's outcome, as the summary shows it: ``variant``, ``values``, ``status``, ``reason``,
     ``runs`` (run ids), ``n``, ``prompt_seeds`` (each complete run's), ``prefix_cache_reset`` (how many
-    of them found the cache emptied) and per figure ``mean`` / ``ci`` (95% half-width, None under 2 runs)."""
+    of them found the cache emptied), ``prefix_cache_warned`` (how many were warned that their prompts came
+    from the server's cache) with ``prefix_cache_warning`` (the first one's warning, else None) and per
+    figure ``mean`` / ``ci`` (95% half-width, None under 2 runs)."""
 
 
 class Launched(Protocol):
@@ -279,6 +281,9 @@ def summarize(plan: Plan, flats: Mapping[str, Mapping[str, Any]], status: Mappin
         point["n"] = len(ok)
         point["prompt_seeds"] = [flat.get("prompt_seed") for flat in ok]
         point["prefix_cache_reset"] = sum(flat.get("prefix_cache_reset") is True for flat in ok)
+        warnings = [str(flat["prefix_cache_warning"]) for flat in ok if flat.get("prefix_cache_warning")]
+        point["prefix_cache_warned"] = len(warnings)
+        point["prefix_cache_warning"] = warnings[0] if warnings else None
         if len(ok) == len(cells):
             point["status"], point["reason"] = "done", ""
         elif states:
