@@ -37,7 +37,8 @@ import uvloop
 from fastbench.cli import command
 from fastbench.cli import sweep as sweep_cli
 from fastbench.study.store import Store
-from fastbench.study.sweep import Cell, execute
+from fastbench.study.sweep import execute
+from fastbench.study.sweepplan import Cell
 from fastbench.synthetic import SyntheticServer
 
 TARGET_S = 1.0

@@ -8,8 +8,8 @@ import re
 import numpy as np
 
 from fastbench import BenchConfig, SyntheticServer, run
-from fastbench.results.card import ClientInFlight, gauge_rows
 from fastbench.results.records import COL, NCOLS
+from fastbench.results.serversections import ClientInFlight, gauge_rows
 
 
 def _rows(spans_s: list[tuple[float, float]]) -> np.ndarray:

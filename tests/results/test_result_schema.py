@@ -55,7 +55,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     """What only a launched server (or memory sampling) writes, built by the code that writes it."""
     from safetensors.numpy import save_file
 
-    from fastbench.results import card, modelcard
+    from fastbench.results import modelcard, serversections
     from fastbench.results import writers as report
     from fastbench.results.observations import MemoryReport, Teardown
     from fastbench.server import memory as memsampler
@@ -88,7 +88,7 @@ def test_launched_server_sections_are_documented(tmp_path: Path) -> None:
     memory = MemoryReport(series=series.to_dict(), peaks=series.peaks(), footprint=parse_vllm_footprint(log))
     teardown = Teardown(how="SIGTERM", seconds=1.5, exit="exited with status 0", port_free=True, processes_left=[],
                         left_the_group=[])
-    info = card.server_sections(window, memory=memory, teardown=teardown, client_tokens_per_chunk=1.2)
+    info = serversections.server_sections(window, memory=memory, teardown=teardown, client_tokens_per_chunk=1.2)
     (tmp_path / "config.json").write_text('{"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}')
     save_file({"model.layers.0.experts.0.w1.weight": np.zeros((4, 4), np.float16)}, str(tmp_path / "model.safetensors"))
     info.update(modelcard.model_sections(modelinfo.facts_or_error(str(tmp_path))))

@@ -321,8 +321,8 @@ def test_the_crossover_and_pareto_draw_the_steady_throughput_and_say_where_they_
 
 
 def test_the_sweep_table_shows_the_steady_throughput_and_marks_a_fallback() -> None:
-    from fastbench.cli.sweep import render_table
-    from fastbench.study.sweep import SUMMARY_FIGURES, Point
+    from fastbench.cli.sweepsummary import render_table
+    from fastbench.study.sweepplan import SUMMARY_FIGURES, Point
 
     def point(variant: str, steady_share: float) -> Point:
         p = Point(variant=variant, values={"concurrency": 4}, n=2, status="done", reason="", note="", runs=[])

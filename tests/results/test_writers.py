@@ -15,6 +15,7 @@ from hdrh.histogram import HdrHistogram
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_text
+from fastbench.results import notes as notes_module
 from fastbench.results.card import render_card
 from fastbench.results.figures import summarize
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
@@ -257,6 +258,26 @@ def test_card_prefill_is_never_the_total_over_time_artifact() -> None:
     assert "- 19/500 completed before the 300 s time cap, 0 errors; 481 not started/cancelled" in card
 
 
+def test_card_of_a_run_interrupted_before_its_first_completion_shows_no_throughput() -> None:
+    # Ctrl-C before any request ended, none failed: not collapsed (the client stopped it), and no figure of
+    # the server either: no "Decode tok/s 0.00" for a server that never got to answer.
+    def measured(result: Result) -> dict[str, str]:
+        cells = (line.strip("| ").split(" | ") for line in render_card(result, config).splitlines())
+        return {row[0]: row[1] for row in cells if len(row) == 2}
+
+    config = make_config(num_prompts=8, goodput={})
+    result = make_result(dataclasses.replace(build_run(0, total=8), stopped_reason="interrupted"), config)
+    assert not result.collapsed and result.counts.completed == 0 and result.counts.failed == 0
+    rows = measured(result)
+    for label in ("Decode tok/s", "Decode tok/s, steady state", "Request throughput"):
+        assert rows[label] == "not a throughput: interrupted before any request completed", label
+    assert rows["Prefill tok/s"].startswith("n/a")
+    # once a request completed, the rates are the run's own again
+    rows = measured(make_result(dataclasses.replace(build_run(3, total=8), stopped_reason="interrupted"), config))
+    assert rows["Decode tok/s"].endswith("(aggregate: output tokens ÷ duration)")
+    assert float(rows["Request throughput"].split()[0]) > 0
+
+
 def test_card_optional_sections() -> None:
     config = make_config(request_rate=4.0, concurrency=64)
     result = make_result(
@@ -301,6 +322,38 @@ def test_console_table() -> None:
     assert any(line.startswith("Request goodput (req/s):") for line in lines)
     assert "=" * 50 in lines
     assert "Speculative Decoding" not in text
+
+
+def test_each_console_note_is_one_line_and_the_whole_notes_are_in_the_result() -> None:
+    coalescing = {"changes": [{"at_s": 0.0, "tick_ms": 0.0, "why": "learning"},
+                              {"at_s": 0.41, "tick_ms": 0.8, "short_gap_ms": 2.0, "why": "gaps"},
+                              {"at_s": 1.9, "tick_ms": 0.8, "short_gap_ms": 2.1, "why": "ends"}],
+                  "changes_total": 3, "reads_on_tick": 450, "reads_on_arrival": 550, "multi_event_reads_on_tick": 3,
+                  "multi_event_reads_on_arrival": 0, "ends_unwatched": 7}
+    workers = {"count": 2, "idle_slot_share": 0.3, "mean_in_flight": 2.8, "concurrency": 4,
+               "chosen_because": "2 asked for", "per_worker": [{"index": 0, "ran_out_s": 0.1},
+                                                              {"index": 1, "ran_out_s": 1.2}]}
+    long = [notes_module.describe_coalescing(coalescing), notes_module._workers_note(workers)]
+    result = dataclasses.replace(make_result(), notes=[*make_result().notes, *long])
+    lines = render_console(result).splitlines()
+    shown = lines[lines.index("=" * 50, 1) + 1:]
+    assert all(len(line) <= 80 for line in shown)
+    assert len(shown) == len(result.notes) + 1  # a line per note, and one saying where they are whole
+    assert shown[-1] == "  (…: whole notes in --result-json's fastbench.notes, --result-card's Notes)"
+    for line, note in zip(shown, result.notes):
+        opening = line[2:].removesuffix(" …")
+        assert line.startswith("* ") and note.startswith(opening), (line, note)
+        assert line.endswith(" …") == (len(note) > 78)
+    # the point first: what coalescing came to and a shortfall fit in the line; the steps are in the notes
+    assert shown[-3] == "* reads coalesced automatically: 45.0 % of reads on the tick …"
+    assert "ending on a 0.80 ms tick (--coalesce-ms auto); 3 of those with several events" in long[0]
+    assert "0.41 s a 0.80 ms tick (0.4 of the short chunk gap, short gap 2.00 ms)" in long[0]
+    assert shown[-2].startswith("* 2 client worker processes: SHORTFALL: requests were dealt")
+    assert long[1].endswith("(2 asked for); merged exactly (rows concatenated, histograms added)")
+    # what fits is kept whole, and no line is cut inside parentheses
+    assert notes_module.console_line("short (a, b; c)") == "short (a, b; c)"
+    text = "head: " + "word " * 5 + "(x " * 30 + ")"
+    assert notes_module.console_line(text, 40) == "head: word word word word word …"
 
 
 def test_console_speculative_decoding_block() -> None:

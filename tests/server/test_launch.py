@@ -29,7 +29,7 @@ from fastbench.cli import command as cli
 from fastbench.cli import tomlconfig
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.results import card
+from fastbench.results import serversections
 from fastbench.server import processes
 from fastbench.server.control import probe_ready
 from fastbench.server.engines import VLLMServer, make_server
@@ -302,7 +302,7 @@ def test_a_server_that_ignores_sigterm_is_killed(fake: tuple[Path, Path], tmp_pa
     assert server.teardown.exit == f"was killed by signal {signal.SIGKILL}"
     assert 1.0 <= server.teardown.seconds < 8
     window = WindowMonitor(server.base_url, BenchConfig(launch=server.launch), server, print).report()
-    info = card.server_sections(window, teardown=server.teardown)
+    info = serversections.server_sections(window, teardown=server.teardown)
     assert info["teardown"] == dataclasses.asdict(server.teardown)
     assert info["load"]["Teardown"].startswith("SIGKILL, 1 s after SIGTERM; was killed by signal 9 after ")
     # a SIGKILL is news

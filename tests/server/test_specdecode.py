@@ -13,8 +13,8 @@ import pytest
 
 from fastbench import api
 from fastbench.config import BenchConfig
-from fastbench.results import card
-from fastbench.results.card import cache_config_row, spec_decode_rows
+from fastbench.results import serversections
+from fastbench.results.serversections import cache_config_row, spec_decode_rows
 from fastbench.server import prom as promscrape
 from fastbench.server.prom import Metrics, MetricsScraper, Scrape, parse_prometheus
 from fastbench.server.serverlog import parse_spec_log_line, spec_log_summary
@@ -478,7 +478,7 @@ def _monitor_info(status: int, body: str) -> dict[str, Any]:
             await monitor.start()
             await asyncio.sleep(0.05)
             await monitor.finish()
-            return card.server_sections(monitor.report(), client_tokens_per_chunk=1.5)
+            return serversections.server_sections(monitor.report(), client_tokens_per_chunk=1.5)
         finally:
             await runner.cleanup()
 

@@ -30,7 +30,8 @@ from fastbench.study.figures_data import load_points
 from fastbench.study.report import cell_rows, render_html
 from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
-from fastbench.study.sweep import Cell, Plan, StopRules, _stop_reason, auto_loads, execute, t_interval
+from fastbench.study.sweep import _stop_reason, auto_loads, execute
+from fastbench.study.sweepplan import Cell, Plan, StopRules, t_interval
 
 FAST = '"--ttft-ms 2 --itl-ms 1"'
 

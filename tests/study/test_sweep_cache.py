@@ -25,7 +25,8 @@ from fastbench.load.datasets import build_workload_sync, prompt_seed
 from fastbench.server.engines import VLLMServer, with_prefix_cache_reset
 from fastbench.study import cellstate
 from fastbench.study.store import Store
-from fastbench.study.sweep import Cell, Plan, execute
+from fastbench.study.sweep import execute
+from fastbench.study.sweepplan import Cell, Plan
 from fastbench.synthetic import SyntheticServer
 
 # The issue's sweep: a 1,024-token prefill takes 1024 / 20000 s = 51.2 ms on this server; a cached
@@ -114,8 +115,9 @@ def test_fresh_prompts_keep_every_cell_of_the_issues_sweep_off_the_cache(
     assert stats["resets"] == 0 and stats["hits"] == 0  # the warm-up's prompts were no cell's either
     csv = (tmp_path / "store" / "sweeps" / "cachecheck.csv").read_text().splitlines()
     header = csv[0].split(",")
-    assert header[-2:] == ["prompt_seeds", "prefix_cache_reset"]
-    assert all(row.endswith(",0/2") and len(row.split(",")[-2].split()) == 2 for row in csv[1:])
+    assert header[-3:] == ["prompt_seeds", "prefix_cache_reset", "prefix_cache_warning"]
+    assert all(row.endswith(",0/2,0/2") and len(row.split(",")[-3].split()) == 2 for row in csv[1:])
+    assert "WARNING" not in out  # no cell measured the cache: the summary warns of none
 
 
 def test_shared_prompts_show_the_cache_after_the_first_cell(tmp_path: Path,
@@ -137,6 +139,15 @@ def test_shared_prompts_show_the_cache_after_the_first_cell(tmp_path: Path,
     assert docs[0]["prefix_cache_warning"] is None
     assert all("far above the 0 % this workload's own sharing predicts" in doc["prefix_cache_warning"]
                and "seed 0" in doc["prefix_cache_warning"] for doc in docs[1:])
+    # the sweep's summary says so under its table, a line per point, and counts the warned runs in its CSV
+    summary = out[out.index("variant  concurrency"):].splitlines()
+    warned = [line for line in summary if line.startswith("WARNING ")]
+    assert [line.split(": prefix cache: ")[0] for line in warned] == [
+        "WARNING base concurrency=1: 1 of 2 runs", "WARNING base concurrency=4: 2 of 2 runs"]
+    assert all(line.endswith("% of prompt tokens came from the server's cache …") for line in warned)
+    csv = [row.split(",") for row in (tmp_path / "store" / "sweeps" / "cachecheck.csv").read_text().splitlines()]
+    column = csv[0].index("prefix_cache_warning")
+    assert [row[column] for row in csv[1:]] == ["1/2", "2/2"]
 
 
 def test_reset_before_each_cell_empties_the_cache_or_says_why_not(tmp_path: Path,

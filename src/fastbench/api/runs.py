@@ -16,7 +16,7 @@ from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load import datasets
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
-from fastbench.results import card, figures, modelcard, writers
+from fastbench.results import card, figures, modelcard, serversections, writers
 from fastbench.results.environment import environment
 from fastbench.results.observations import ModelFacts
 from fastbench.results.result import Result, ResultWriteError, ServerDiedError
@@ -420,10 +420,10 @@ async def _run_against(
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
-    server_info.update(card.server_sections(
+    server_info.update(serversections.server_sections(
         window, memory=memory_seen, teardown=launched_here.teardown if launched_here is not None else None,
         client_tokens_per_chunk=result.mean_tokens_per_chunk,
-        client_in_flight=card.ClientInFlight(result.client.mean_in_flight, data.rows),
+        client_in_flight=serversections.ClientInFlight(result.client.mean_in_flight, data.rows),
         later_notes=[*reset_notes, *synthetic_lost]))
     if synthetic_stats is not None:
         server_info["synthetic_stats"] = synthetic_stats

@@ -1,4 +1,4 @@
-"""A sweep from the API layer: a plan (:class:`fastbench.study.sweep.Plan`: server variants x a
+"""A sweep from the API layer: a plan (:class:`fastbench.study.sweepplan.Plan`: server variants x a
 benchmark grid x repeats, each cell's BenchConfig built) run cell by cell into its results store, the
 servers launched here and each cell measured by :func:`fastbench.api.runs.arun`. The command line
 (``fastbench sweep FILE``) reads the file into a plan and calls :func:`asweep`; a Python harness may
@@ -20,7 +20,8 @@ from fastbench.server import launch as launch_mod
 from fastbench.server.engines import make_server
 from fastbench.server.launch import LaunchedServer
 from fastbench.study import store as run_store
-from fastbench.study.sweep import Cell, Group, Launched, Plan, Point, execute
+from fastbench.study.sweep import execute
+from fastbench.study.sweepplan import Cell, Group, Launched, Plan, Point
 
 __all__ = ("SweepRunner", "asweep", "sweep")
 

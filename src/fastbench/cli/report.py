@@ -16,7 +16,7 @@ from fastbench.exceptions import FastbenchError
 from fastbench.redact import redact_argv
 from fastbench.study.figures_data import RunPoint, load_points
 from fastbench.study.store import INDEX_NAME, RUNS_DIR
-from fastbench.study.sweep import Journal
+from fastbench.study.sweepplan import Journal
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, load_plan
-from fastbench.study.sweep import Plan
+from fastbench.study.sweepplan import Plan
 
 __all__ = ("plan_from_file",)
 

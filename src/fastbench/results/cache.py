@@ -171,8 +171,8 @@ def _warning(summary: PrefixCacheSummary, config: BenchConfig, workload_info: Ma
         return None
     source = ("the per-request cached tokens in the server's usage" if summary.observed_from == "cached_tokens_share"
               else "the server's /metrics hit rate")
-    text = (f"prefix cache: {100 * observed:.0f} % of prompt tokens came from the server's cache ({source}), far "
-            f"above the {100 * expected:.0f} % this workload's own sharing predicts")
+    text = (f"prefix cache: {100 * observed:.0f} % of prompt tokens came from the server's cache, far above the "
+            f"{100 * expected:.0f} % this workload's own sharing predicts ({source})")
     first = _first_cached(rows, completed, expected_tokens)
     if first is not None:
         text += f"; the first request sent already found {first[0]:,} of {first[1]:,} prompt tokens cached"

@@ -1,13 +1,15 @@
 """What a run's text says about it: the notes, where token counts and timestamps came from, why it collapsed.
 
 Every sentence ``figures.summarize`` puts into a :class:`~fastbench.results.result.Result` is worded
-here, from the result's own fields and the few counts in :class:`NoteFacts`. The notes go into the
-run card's Notes and the result file.
+here, from the result's own fields and the few counts in :class:`NoteFacts`. The notes go whole into
+the run card's Notes and the result file; the console shows each in one line (:func:`console_line`),
+so a note says its point first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,49 @@ class NoteFacts:
     unreadable_outputs: int  # --save-outputs: requests whose events were not readable OpenAI chunks
     slot_waits: SlotWaits | None  # open loop under a concurrency cap only
     trace_pace: TracePace | None = None  # a trace sent at its times only
+
+
+# A console note takes one terminal line: at most this many columns, its prefix ("* ") included; the rest of
+# it is in the result file's notes and on the card.
+CONSOLE_WIDTH = 80
+CUT_MARK = " …"
+RUN_NOTES_WHOLE = "--result-json's fastbench.notes, --result-card's Notes"
+# Where a note may be cut, best first: after a whole clause, between list items, at a word (a heading's colon
+# is no place: "heading …" alone says nothing).
+_CUT_AFTER = ("; ", ", ", " ")
+
+
+def console_line(note: str, width: int = CONSOLE_WIDTH) -> str:
+    """``note`` as one console line of at most ``width`` characters: whole where it fits, else its opening
+    clauses, cut where one ends (never inside parentheses, and keeping at least half the line) and marked
+    with " …"."""
+    text = " ".join(note.split())
+    if len(text) <= width:
+        return text
+    room = width - len(CUT_MARK)
+    outside = []  # per position: not inside parentheses or brackets
+    depth = 0
+    for char in text[:room + 1]:
+        if char in "([":
+            depth += 1
+        elif char in ")]" and depth:
+            depth -= 1
+        outside.append(depth == 0)
+    for separator in _CUT_AFTER:
+        cuts = [i for i in range(room // 2, room + 1) if outside[i] and text.startswith(separator, i)]
+        if cuts:
+            return text[:cuts[-1]].rstrip(" ;:,") + CUT_MARK
+    return text[:room] + CUT_MARK
+
+
+def console_notes(notes: Sequence[str], prefix: str, whole_in: str = RUN_NOTES_WHOLE,
+                  width: int = CONSOLE_WIDTH) -> list[str]:
+    """Each note as one console line after ``prefix``, and, where one was cut, a last line saying where the
+    whole notes are (``whole_in``)."""
+    lines = [prefix + console_line(note, width - len(prefix)) for note in notes]
+    if any(line.endswith(CUT_MARK) for line in lines):
+        lines.append(f"{' ' * len(prefix)}(…: whole notes in {whole_in})")
+    return lines
 
 
 def usage_statement(by_source: dict[str, int], completed: int) -> str:
@@ -177,14 +222,14 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     if cfg.coalesce_ms == "auto":
         notes.extend(coalescing_notes(result.client.coalescing))
     elif cfg.coalesce_ms:
-        text = (f"reads coalesced (--coalesce-ms {cfg.coalesce_ms:g}): each socket drained at least every "
-                f"{cfg.coalesce_ms:g} ms, a stream about to end on every arrival; times from kernel stamps")
+        text = f"reads coalesced (--coalesce-ms {cfg.coalesce_ms:g}): "
         gap = d["itl"].median
-        if gap is not None and 2 * cfg.coalesce_ms > gap:
-            text += (f"; the window is over half the median chunk gap ({_fmt_ms(gap)} ms): chunks of one "
+        if gap is not None and 2 * cfg.coalesce_ms > gap:  # the warning first: the console shows the opening
+            text += (f"the window is over half the median chunk gap ({_fmt_ms(gap)} ms): chunks of one "
                      "stream can share a read and its stamp, and a server that leaves Nagle on waits for "
-                     "the read's ACK: use a smaller window or none")
-        notes.append(text)
+                     "the read's ACK: use a smaller window or none; ")
+        notes.append(text + f"each socket drained at least every {cfg.coalesce_ms:g} ms, a stream about to end "
+                            "on every arrival; times from kernel stamps")
     prefill = d.get("prefill_rate")
     if prefill is not None and prefill.count:
         notes.append(
@@ -274,11 +319,13 @@ COALESCING_WHY = {
 
 def describe_coalescing(summary: dict[str, Any]) -> str:
     """One statement of what automatic coalescing chose and when (driver.coalescing_summary)."""
+    def tick(change: dict[str, Any]) -> str:
+        return "every arrival" if not change["tick_ms"] else f"a {change['tick_ms']:.2f} ms tick"
+
     def step(change: dict[str, Any]) -> str:
-        tick = "every arrival" if not change["tick_ms"] else f"a {change['tick_ms']:.2f} ms tick"
         gap = f", short gap {change['short_gap_ms']:.2f} ms" if change.get("short_gap_ms") else ""
         at = "from the start," if change["at_s"] < 0.005 else f"{change['at_s']:.2f} s"  # set before the window
-        return f"{at} {tick} ({COALESCING_WHY.get(change['why'], change['why'])}{gap})"
+        return f"{at} {tick(change)} ({COALESCING_WHY.get(change['why'], change['why'])}{gap})"
 
     changes = summary["changes"]
     shown = [step(c) for c in changes]
@@ -286,10 +333,12 @@ def describe_coalescing(summary: dict[str, Any]) -> str:
         shown = [*shown[:3], f"... {summary['changes_total'] - 5} more ...", *shown[-2:]]
     reads = summary["reads_on_tick"] + summary["reads_on_arrival"]
     share = f"{100 * summary['reads_on_tick'] / reads:.1f}" if reads else "0"
-    return (f"reads coalesced automatically (--coalesce-ms auto): {'; '.join(shown)} (s from the window's start); "
-            f"{share} % of reads on the tick, {summary['multi_event_reads_on_tick']} of them with several events "
+    ended = f", ending on {tick(changes[-1])}" if changes else ""
+    # what it came to first (the console shows a note's opening), then each change
+    return (f"reads coalesced automatically: {share} % of reads on the tick{ended} (--coalesce-ms auto); "
+            f"{summary['multi_event_reads_on_tick']} of those with several events "
             f"({summary['multi_event_reads_on_arrival']} on every arrival); "
-            f"{summary['ends_unwatched']} requests ended unwatched")
+            f"{summary['ends_unwatched']} requests ended unwatched; {'; '.join(shown)} (s from the window's start)")
 
 
 def coalescing_notes(summary: dict[str, Any] | None) -> list[str]:
@@ -311,11 +360,26 @@ IDLE_SLOT_NOTE_SHARE = 0.05
 
 
 def _workers_note(workers: dict[str, Any]) -> str:
-    """What --workers did: how many processes, why, how far apart they started, any lost."""
+    """What --workers did: how many processes, anything that went wrong (first: the console shows a note's
+    opening), why that many, how far apart they started."""
     count = workers.get("count", 1)
     text = f"{count} client worker process{'es' if count != 1 else ''}"
+    problems = []
+    idle = workers.get("idle_slot_share") or 0.0
+    if count > 1 and idle > IDLE_SLOT_NOTE_SHARE:
+        dry = max(workers.get("per_worker", ()), key=lambda w: w.get("ran_out_s") or 0.0)
+        problems.append(
+            f"SHORTFALL: requests were dealt to the workers up front (by slot), and worker {dry['index']} ran "
+            f"out {dry['ran_out_s']:.2f} s before the end, so {idle:.0%} of the window's slot time stood idle: "
+            f"mean in flight {workers.get('mean_in_flight', 0.0):.2f} of --concurrency {workers.get('concurrency')} "
+            "(one process keeps every slot busy until the requests run out; docs/workers.md)")
+    for lost in workers.get("per_worker", ()):
+        if lost.get("lost"):
+            problems.append(f"worker {lost['index']} LOST at {lost['lost']['at_s']:.3f} s ({lost['lost']['how']}): "
+                            "its unfinished requests count as WORKER_LOST")
+    described = ""  # why that many, where they ran, how far apart they started
     if workers.get("chosen_because"):
-        text += f" ({workers['chosen_because']})"
+        described += f" ({workers['chosen_because']})"
     ray = workers.get("ray")
     if ray:  # --ray: where they ran, and how well the nodes' clocks are known
         nodes = ray.get("nodes", ())
@@ -327,26 +391,19 @@ def _workers_note(workers: dict[str, Any]) -> str:
         if fell_back:  # their offsets came from Ray calls: ten times less sure than by UDP
             clocks += (f"; no UDP clock reply from node{'s' if len(fell_back) > 1 else ''} {', '.join(fell_back)}: "
                        "estimated by Ray calls")
-        text += f", Ray actors on {len(nodes)} node{'s' if len(nodes) != 1 else ''} ({clocks})"
+        described += f", Ray actors on {len(nodes)} node{'s' if len(nodes) != 1 else ''} ({clocks})"
     late = [w.get("started_late_ms") for w in workers.get("per_worker", ()) if w.get("started_late_ms") is not None]
     if late:
-        text += f", window started within {max(late):.3f} ms of the common instant"
-    text += "; merged exactly (rows concatenated, histograms added)" if count > 1 else ""
+        described += f", window started within {max(late):.3f} ms of the common instant"
+    if problems:
+        clauses = [f"{text}: {'; '.join(problems)}", *([described.lstrip(", ")] if described else [])]
+    else:
+        clauses = [text + described]
+    if count > 1:
+        clauses.append("merged exactly (rows concatenated, histograms added)")
     cap = workers.get("open_loop_cap")
     if count > 1 and cap == "shared":
-        text += "; the open loop's --concurrency cap shared by every worker, as one process's"
+        clauses.append("the open loop's --concurrency cap shared by every worker, as one process's")
     elif count > 1 and cap == "split":
-        text += "; the open loop's --concurrency cap split, each worker holding its share"
-    idle = workers.get("idle_slot_share") or 0.0
-    if count > 1 and idle > IDLE_SLOT_NOTE_SHARE:
-        dry = max(workers.get("per_worker", ()), key=lambda w: w.get("ran_out_s") or 0.0)
-        text += (f"; SHORTFALL: requests were dealt to the workers up front (by slot), and worker {dry['index']} ran "
-                 f"out {dry['ran_out_s']:.2f} s before the end, so {idle:.0%} of the window's slot time stood idle: "
-                 f"mean in flight {workers.get('mean_in_flight', 0.0):.2f} "
-                 f"of --concurrency {workers.get('concurrency')} "
-                 "(one process keeps every slot busy until the requests run out; docs/workers.md)")
-    for lost in workers.get("per_worker", ()):
-        if lost.get("lost"):
-            text += (f"; worker {lost['index']} LOST at {lost['lost']['at_s']:.3f} s ({lost['lost']['how']}): "
-                     "its unfinished requests count as WORKER_LOST")
-    return text
+        clauses.append("the open loop's --concurrency cap split, each worker holding its share")
+    return "; ".join(clauses)

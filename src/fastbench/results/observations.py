@@ -3,8 +3,8 @@ the model's files. They live here, with the results that read them, so that the 
 fills them) and the results (which word them) meet on records below both.
 
 The launcher, the window monitor and the memory glue fill them; ``api`` hands them to
-``fastbench.results.card``, which words the card's rows and notes from them and lays out the result
-file's server sections. Nothing here is wording: the records hold facts, and their ``as_json``
+``fastbench.results.serversections``, which lays out the result file's server sections and words the
+card's rows and notes from them. Nothing here is wording: the records hold facts, and their ``as_json``
 the data the result file keeps as it is.
 """
 

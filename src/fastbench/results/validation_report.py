@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from fastbench.results.notes import console_notes
+
 __all__ = ("DEFINITIONS", "Check", "Quantiles", "SeriesCheck", "ValidationReport", "render", "verdict_line")
 
 DEFINITIONS: dict[str, str] = {
@@ -311,7 +313,6 @@ def render(r: ValidationReport) -> str:
     out.append("")
     for c in r.checks:
         out.append(f"  [{'ok' if c.passed else 'FAIL'}] {c.name}: {_f(c.value)} {c.op} {c.limit:g}")
-    for note in r.notes:
-        out.append(f"  note: {note}")
+    out += console_notes(r.notes, "  note: ", "--json's notes")
     out.append(verdict_line(r))
     return "\n".join(out)

@@ -27,6 +27,7 @@ from fastbench.results import steady
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
+from fastbench.results.notes import CONSOLE_WIDTH, console_line, console_notes
 from fastbench.results.records import COL, HDR_DIGITS, HDR_HIGHEST, HDR_LOWEST, ErrorClass, RunData, UsageSource
 from fastbench.results.result import Distribution, Result
 from fastbench.results.vllm_keys import (
@@ -370,7 +371,7 @@ def render_console(result: Result) -> str:
             if cache.expected_prefix_share is not None and cache.observed is not None:
                 row("Expected from the workload (%):", 100 * cache.expected_prefix_share)
             if cache.warning:
-                lines.append(f"WARNING {cache.warning}")
+                lines.append("WARNING " + console_line(cache.warning, CONSOLE_WIDTH - len("WARNING ")))
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
@@ -405,7 +406,7 @@ def render_console(result: Result) -> str:
         rates = spec["spec_decode_per_position_acceptance_rates"]
         row("Per-position acceptance (%):", ", ".join(f"{100 * r:.2f}" for r in rates) if rates else None)
     lines.append("=" * 50)
-    lines += [f"* {note}" for note in result.notes]
+    lines += console_notes(result.notes, "* ")  # one line each: the whole notes are in the result file
     return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,7 @@ counters that contradict each other (more accepted than drafted) give no figures
 
 Also here: KV-cache usage and running / waiting requests sampled over the window, and vLLM's KV-cache
 settings (``vllm:cache_config_info``). vLLM's "SpecDecoding metrics:" log lines are read in
-``serverlog``; the card's rows are worded in ``fastbench.results.card``.
+``serverlog``; the card's rows are worded in ``fastbench.results.serversections``.
 """
 
 from __future__ import annotations
