@@ -218,7 +218,7 @@ def test_coalesced_wake_ups_share_one_fd() -> None:
         state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64),
                          *(Recorder(new_histogram()) for _ in range(3)))
         fd = state.coalesce(2_000_000)
-        asyncio.get_running_loop().add_reader(fd, state.drain_coalesced)
+        asyncio.get_running_loop().add_reader(fd, state.drain)
         await asyncio.sleep(0.1)
         asyncio.get_running_loop().remove_reader(fd)
         return fd, state.counters["wakeups"]
@@ -891,13 +891,15 @@ def test_run_state_that_fails_to_build_closes_no_fd_it_does_not_own() -> None:
             os.close(fd)
 
 
-def test_watch_ends_needs_the_tick() -> None:
+def test_watching_ends_needs_the_expected_tokens() -> None:
+    """The ends are watched with the tick they are kept apart from (coalesce's own option), and need
+    the run's expected tokens, which come with the RunState."""
     state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))
-    state.expect_tokens(np.array([4], dtype=np.int64))
-    with pytest.raises(RuntimeError, match="coalesce"):
-        state.watch_ends()
-    state.coalesce(1_000_000)
-    state.watch_ends()
+    with pytest.raises(ValueError, match="expected_tokens"):
+        state.coalesce(1_000_000, watch_ends=True)
+    state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)),
+                     expected_tokens=np.array([4], dtype=np.int64))
+    assert state.coalesce(1_000_000, watch_ends=True) == state.fileno()
 
 
 def test_tls_records_of_one_read_are_one_multi_event_read(tmp_path: Any) -> None:

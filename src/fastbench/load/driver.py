@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import gc
 import math
@@ -22,7 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from fastbench._core import BodyParts, Recorder, RunState, StreamConnection, now_ns
+from fastbench._core import (
+    BodyParts,
+    Dispatcher,
+    Recorder,
+    RowClaims,
+    RunState,
+    SharedDispatcher,
+    StreamConnection,
+    now_ns,
+)
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import pacer
@@ -50,6 +60,19 @@ SHARED_POLL_S = 0.05
 # The open loop's pool is filled before the window opens; a connect slower than this (an unreachable
 # host) is left to the arrivals, which record it on their rows.
 POOL_FILL_WAIT_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedClaims:
+    """--workers on one machine: the claims every worker shares (worker.claim_views). Closed loop: the
+    next row of the whole table at ``header[0]``; open loop under a shared cap (``workers`` > 0): the
+    run's next unsent arrival at ``header[0]`` and its requests in flight at ``header[1]``. ``claimers``
+    (int32, one per row) gets ``claimer`` (this worker's index + 1) at every row it claims."""
+
+    header: np.ndarray
+    claimers: np.ndarray
+    claimer: int
+    workers: int = 0
 
 
 def arrival_lead_bounds(rate: float) -> tuple[int, int]:
@@ -86,9 +109,12 @@ class LoadGenerator:
     """Runs one LoadPlan against one Target and returns RunData."""
 
     def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *,
-                 rows: np.ndarray | None = None) -> None:
+                 rows: np.ndarray | None = None, published: np.ndarray | None = None,
+                 shared: SharedClaims | None = None) -> None:
         """``rows``: the request table to fill (zeros, one row per body), e.g. in memory a parent
-        shares with this worker process; by default one of its own."""
+        shares with this worker process; by default one of its own. ``published``: --workers: an int64
+        array (shared with the parent) whose ``[0]`` the core keeps at the count of rows claimed.
+        ``shared``: --workers on one machine: the claims every worker shares."""
         # A run's options were checked where they entered (fastbench.checks); a plan built directly
         # meets the same rule for its slots, and the core's own for its drain tick.
         check_value("concurrency", plan.concurrency)
@@ -111,14 +137,19 @@ class LoadGenerator:
         self._warming = 0  # pool connections being opened
         self._warm_paused_until = 0
         self._pool_misses = 0  # arrivals that found no connection ready and waited for a connect
-        self._lead_learnt = False  # the core sent open-loop arrivals (and learnt its timer's lead)
         self._samples: list[tuple[float, int]] = []
         n = len(plan.bodies)
         self.rows = np.zeros((n, NCOLS), dtype=np.int64) if rows is None else rows
         self.histograms = {"itl_chunk": new_histogram(), "itl_token": new_histogram(), "skew": new_histogram()}
         self._recorders = {name: Recorder(h) for name, h in self.histograms.items()}
+        self.shared = shared
+        self._dispatcher: Dispatcher | None = None  # open loop: the core's sender, while it runs
+        self._sent_by_core: tuple[int, int, int] | None = None  # its core_sends, lead_ns, lead_wait_ns at the end
         self.state = RunState(
-            self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
+            self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"],
+            expected_tokens=(None if plan.expected_output_tokens is None
+                             else np.asarray(plan.expected_output_tokens, dtype=np.int64)),
+            published=published,
         )
         # RunState holds this list: a session's turn built during the run is put in it before it is sent
         self._bodies = list(plan.bodies)
@@ -194,7 +225,7 @@ class LoadGenerator:
         ``retried``: the row already met a stale connection once."""
         # --workers' shared cap: a reserved send holds one of the run's slots (claim_due_with_slot, or a
         # stale retry's), kept through its retries and given back at its end
-        shared_slot = reserved and self._core_dispatch and self.state.shares_arrivals
+        shared_slot = reserved and isinstance(self._dispatcher, SharedDispatcher)
         try:
             while True:
                 if sent is not None:
@@ -245,13 +276,14 @@ class LoadGenerator:
             if reserved:
                 self.state.reserved -= 1
             if shared_slot:
-                self.state.give_slot()
+                assert isinstance(self._dispatcher, SharedDispatcher)
+                self._dispatcher.give_slot()
 
     def _take_idle(self) -> StreamConnection | None:
         """A kept-alive connection to reuse. One the server closed while it sat idle (its end of
         stream was read then) is dropped here, not sent on."""
         if self._core_dispatch:
-            conn: StreamConnection | None = self.state.take_idle()
+            conn: StreamConnection | None = self.state.pool.take_idle()
             return conn
         while self._idle:
             conn = self._idle.pop()
@@ -291,7 +323,7 @@ class LoadGenerator:
 
     # -- schedules ---------------------------------------------------------------------------
 
-    async def _closed_loop_worker(self, start_ns: int,
+    async def _closed_loop_worker(self, claims: RowClaims, start_ns: int,
                                   opening: tuple[int, StreamConnection, asyncio.Future[int]] | None) -> None:
         """One slot of the closed loop. Each request is due when the slot's previous one ended;
         while a connection stays usable the core sends the next request itself. ``opening``: the
@@ -303,7 +335,7 @@ class LoadGenerator:
             await self._send_one(b"", row, due, (conn, pending))
             due = now_ns()
         while not self._past_cap():
-            row = self.state._claim_row()
+            row = claims.claim()
             if row < 0:
                 return
             await self._send_one(self.state.body(row), row, due)
@@ -320,16 +352,19 @@ class LoadGenerator:
         await asyncio.gather(*(worker() for _ in range(min(self.plan.concurrency, len(pending)))))
 
     async def _run_closed(self, start_ns: int) -> None:
-        self.state.refill = True
+        shared = self.shared
+        claims = (self.state.claim_rows() if shared is None
+                  else self.state.claim_rows(shared.header, shared.claimers, shared.claimer))
         try:
             workers = min(self.plan.concurrency, len(self.plan.bodies))
-            opening = self._opening_burst(workers, start_ns)
-            await asyncio.gather(*(self._closed_loop_worker(start_ns, opening[i] if i < len(opening) else None)
+            opening = self._opening_burst(claims, workers, start_ns)
+            await asyncio.gather(*(self._closed_loop_worker(claims, start_ns, opening[i] if i < len(opening) else None)
                                    for i in range(workers)))
         finally:
-            self.state.refill = False
+            self.state.end_schedule()
 
-    def _opening_burst(self, slots: int, start_ns: int) -> list[tuple[int, StreamConnection, asyncio.Future[int]]]:
+    def _opening_burst(self, claims: RowClaims, slots: int,
+                       start_ns: int) -> list[tuple[int, StreamConnection, asyncio.Future[int]]]:
         """Send the first request of every slot that has a warm connection, in one plain loop.
 
         The window starts with no stream open; every send costs a loopback round through the
@@ -341,7 +376,7 @@ class LoadGenerator:
             conn = self._take_idle()
             if conn is None:
                 break
-            row = self.state._claim_row()
+            row = claims.claim()
             if row < 0:
                 self._idle.append(conn)
                 break
@@ -383,50 +418,58 @@ class LoadGenerator:
                                  reserved=True, retried=row))
 
         self._core_dispatch = True
-        shared = state.shares_arrivals  # --workers: one cap, and every arrival, shared by all workers
+        # --workers: one cap, and every arrival, shared by all workers
+        shared = self.shared is not None and self.shared.workers > 0
         pool_target = self._pool_target()
-        state.on_wake = self._wake_pacer
-        state.on_stale = retry_stale
-        state.lead_min_ns, state.lead_max_ns = arrival_lead_bounds(float(plan.request_rate or 0.0))
-        state.lead_ns = state.lead_min_ns
-        self._lead_learnt = True
-        state.dispatch_arrivals(offsets, start_ns, plan.concurrency)
+        lead_min_ns, lead_max_ns = arrival_lead_bounds(float(plan.request_rate or 0.0))
+        if self.shared is not None and shared:
+            dispatcher: Dispatcher = state.share_arrivals(
+                offsets, start_ns, plan.concurrency, self.shared.header, self.shared.claimers, self.shared.claimer,
+                self.shared.workers, lead_min_ns, lead_max_ns, self._wake_pacer, retry_stale)
+        else:
+            dispatcher = state.dispatch_arrivals(offsets, start_ns, plan.concurrency, lead_min_ns, lead_max_ns,
+                                                 self._wake_pacer, retry_stale)
+        self._dispatcher = dispatcher
         try:
             while True:
                 if self._stopping:
-                    if shared:
-                        self._cancel_shared(offsets, start_ns)
+                    if isinstance(dispatcher, SharedDispatcher):
+                        self._cancel_shared(dispatcher, offsets, start_ns)
                     else:
                         self._cancel_arrived(offsets[state.next_row:], state.next_row, start_ns)
                     break
-                if state.arrival_head >= n and state.in_flight + state.reserved == 0 and not tasks:
+                if dispatcher.arrival_head >= n and state.in_flight + state.reserved == 0 and not tasks:
                     break
                 # Arrivals due with a slot free and no connection to send on or on its way: connect
                 # for each (shared cap: the slot is taken with the claim).
-                while (state.arrival_head < n and state.pool_size == 0 and self._warming == 0
+                while (dispatcher.arrival_head < n and len(state.pool) == 0 and self._warming == 0
                        and (shared or state.in_flight + state.reserved < plan.concurrency)):
-                    row = state.claim_due_with_slot(now_ns()) if shared else state._claim_due_row(now_ns())
+                    row = (dispatcher.claim_due_with_slot(now_ns()) if isinstance(dispatcher, SharedDispatcher)
+                           else dispatcher.claim(now_ns()))
                     if row < 0:
                         break
                     state.reserved += 1
                     self._pool_misses += 1
                     spawn(self._send_one(state.body(row), row, start_ns + int(offsets[row]), reserved=True))
                 self._top_up(pool_target, spawn)
-                state.dispatch_due()  # re-arms the timer for the next arrival
+                dispatcher.dispatch_due()  # re-arms the timer for the next arrival
                 self._pacer_wake = loop.create_future()
-                state.wake_handled()
+                dispatcher.wake_handled()
                 if shared:  # the last arrivals may go from other workers: nothing here is woken for them
                     await asyncio.wait([self._pacer_wake], timeout=SHARED_POLL_S)
                 else:
                     await self._pacer_wake
         finally:
             self._core_dispatch = False
-            state.on_wake = state.on_stale = None
             for task in tasks:
                 task.cancel()  # only pool top-ups and sends the stop cancelled are left here
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
-            self._idle.extend(state.end_dispatch())
+            self._idle.extend(state.end_schedule())
+            # what the core's sender did, kept for the result; the dispatcher itself let go (it holds
+            # this generator's callbacks)
+            self._sent_by_core = (dispatcher.core_sends, dispatcher.lead_ns, dispatcher.lead_wait_ns)
+            self._dispatcher = None
         if crashed:
             raise crashed[0]
 
@@ -532,10 +575,10 @@ class LoadGenerator:
         held for a send, idle and connecting together). After a failed connect, none for 0.1 s (the
         arrivals then connect for themselves and record the failure on their rows)."""
         state = self.state
-        room = self.plan.concurrency - (state.in_flight + state.reserved + state.pool_size + self._warming)
-        want = min(target - state.pool_size - self._warming, room)
+        room = self.plan.concurrency - (state.in_flight + state.reserved + len(state.pool) + self._warming)
+        want = min(target - len(state.pool) - self._warming, room)
         # Below half the target the core asks for more (on_wake); none when no room is left.
-        state.pool_low = target // 2 + 1 if room > 0 else 0
+        state.pool.low = target // 2 + 1 if room > 0 else 0
         if self._stopping or now_ns() < self._warm_paused_until:
             return
         for _ in range(max(0, want)):
@@ -564,11 +607,11 @@ class LoadGenerator:
                 break  # arrival times only grow
             self._cancel_waiting(first_row + k, due)
 
-    def _cancel_shared(self, offsets: np.ndarray, start_ns: int) -> None:
+    def _cancel_shared(self, dispatcher: SharedDispatcher, offsets: np.ndarray, start_ns: int) -> None:
         """_cancel_arrived under --workers' shared cap: the arrivals due by this worker's stop that no
         worker sent are claimed one by one from the run's counter (RunState.claim_arrived), so that
         every stopping worker takes some and each is cancelled exactly once."""
-        while (row := self.state.claim_arrived(self._stopped_ns)) >= 0:
+        while (row := dispatcher.claim_arrived(self._stopped_ns)) >= 0:
             self._cancel_waiting(row, start_ns + int(offsets[row]))
 
     def _cancel_waiting(self, row: int, due: int) -> None:
@@ -679,24 +722,16 @@ class LoadGenerator:
         watcher = loop.create_task(self._watch_stop()) if plan.stop_event is not None else None
         try:
             # The loop calls the core directly: no Python frame per wake-up.
-            if plan.expected_output_tokens is not None:
-                self.state.expect_tokens(np.asarray(plan.expected_output_tokens, dtype=np.int64))
+            watch_ends = plan.expected_output_tokens is not None
             if plan.coalesce_s == "auto":
                 # Reads on every arrival until the chunk gaps are known, then on a tick the core
                 # chooses from them and changes as they change (coalesce.pyx says how and why).
-                wake_fd = self.state.coalesce_auto(AUTO_MAX_TICK_NS)
-                if plan.expected_output_tokens is not None:
-                    self.state.watch_ends()
-                loop.add_reader(wake_fd, self.state.drain_coalesced)
+                wake_fd = self.state.coalesce_auto(AUTO_MAX_TICK_NS, watch_ends)
             elif plan.coalesce_s:
                 # Coalescing: the sockets are drained at least every coalesce_s, and at once when a
                 # stream that may be ending gets a chunk; one wake-up serves every ready socket.
-                wake_fd = self.state.coalesce(max(1, round(plan.coalesce_s * 1e9)))
-                if plan.expected_output_tokens is not None:
-                    self.state.watch_ends()
-                loop.add_reader(wake_fd, self.state.drain_coalesced)
-            else:
-                loop.add_reader(wake_fd, self.state.drain)
+                wake_fd = self.state.coalesce(max(1, round(plan.coalesce_s * 1e9)), watch_ends)
+            loop.add_reader(wake_fd, self.state.drain)
             if plan.warmup_bodies and not self._stopping:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
@@ -743,7 +778,7 @@ class LoadGenerator:
                 if cap_timer is not None:
                     cap_timer.cancel()
             end_ns = now_ns()
-            if self.state.shares_arrivals and not self._stopping:
+            if self.shared is not None and self.shared.workers and not self._stopping:
                 # the table is the run's: its last end, not when this worker's loop looked (SHARED_POLL_S)
                 end_ns = min(end_ns, max(start_ns, int(self.rows[:, COL["end_ns"]].max())))
             cpu_ns = time.process_time_ns() - cpu0
@@ -773,6 +808,7 @@ class LoadGenerator:
             recorder.sync()
         reads = counters["reads"]
         kernel = counters["kernel_stamped_reads"]
+        core_sends, lead_ns, lead_wait_ns = self._sent_by_core or (0, None, 0)
         return RunData(
             rows=self.rows,
             error_messages=dict(self.state.error_messages),
@@ -803,11 +839,11 @@ class LoadGenerator:
                 "ends_watched": counters["ends_watched"],
                 # open loop: arrivals the core sent on a warm connection, and those that found none
                 # ready and waited for a connect (late by it)
-                "core_sends": self.state.core_sends,
+                "core_sends": core_sends,
                 "pool_misses": self._pool_misses,
                 # the arrival timer's lead as learnt at the end, and the time spent waiting leads out
-                "arrival_lead_ns": self.state.lead_ns if self._lead_learnt else None,
-                "lead_wait_ns": self.state.lead_wait_ns,
+                "arrival_lead_ns": lead_ns,
+                "lead_wait_ns": lead_wait_ns,
                 **({"coalescing": coalescing_summary(self.state.coalescing, start_ns)}
                    if self.state.coalescing is not None else {}),
                 **self._decoded_outputs(),
