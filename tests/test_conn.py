@@ -31,6 +31,7 @@ from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.load import pacer
+from fastbench.load.connections import Connections
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.figures import summarize
@@ -470,13 +471,13 @@ def test_open_loop_arrivals_waiting_for_a_slot_go_out_from_the_core(loop_factory
         return stream_script([1, 1, 1], ttft_s=0.01, gap_s=0.01)
 
     sent_from_python = []
-    send_one = LoadGenerator._send_one
+    send_one = Connections.send_one
 
-    async def counting(self: LoadGenerator, request: bytes, row: int, *args: Any, **kwargs: Any) -> int:
+    async def counting(self: Connections, request: bytes, row: int, *args: Any, **kwargs: Any) -> int:
         sent_from_python.append(row)
         return await send_one(self, request, row, *args, **kwargs)
 
-    monkeypatch.setattr(LoadGenerator, "_send_one", counting)
+    monkeypatch.setattr(Connections, "send_one", counting)
 
     def one_round() -> None:
         sent_from_python.clear()
@@ -503,7 +504,7 @@ def test_running_out_of_file_descriptors_is_said_to_be_the_clients() -> None:
     what to do."""
     gen = LoadGenerator(Target.parse("http://127.0.0.1:9", "/v1/completions"),
                         LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1))
-    gen._record_connect_failure(0, 1, 2, OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
+    gen.conns.record_connect_failure(0, 1, 2, OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
     message = gen.state.error_messages[0]
     assert message.startswith("connect to 127.0.0.1:9 failed: Too many open files in the client")
     assert "--concurrency" in message and "ulimit -Hn" in message
@@ -698,13 +699,13 @@ def test_a_stop_while_a_warm_up_connects_sends_nothing(loop_factory: Any, monkey
     """A stop that comes while a warm-up's connection is being made cuts that warm-up before its send
     (it used to be sent and run to its end: the check skipped warm-ups)."""
     stop = asyncio.Event()
-    connect = LoadGenerator._connect
+    connect = Connections.connect
 
-    async def connect_then_stop(self: LoadGenerator) -> Any:
+    async def connect_then_stop(self: Connections) -> Any:
         stop.set()
         return await connect(self)
 
-    monkeypatch.setattr(LoadGenerator, "_connect", connect_then_stop)
+    monkeypatch.setattr(Connections, "connect", connect_then_stop)
 
     async def main() -> tuple[RunData, ScriptedServer]:
         async with ScriptedServer(lambda n, b: stream_script([1] * 20, gap_s=0.1)) as server:

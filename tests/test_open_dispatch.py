@@ -15,7 +15,7 @@ import pytest
 from _scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse, stream_script
 from _timing import until_a_round_passes
 from fastbench._core import Dispatcher, Recorder, RunState, StreamConnection, now_ns
-from fastbench.load.driver import LoadGenerator
+from fastbench.load.connections import Connections
 from fastbench.results.records import COL, NCOLS, new_histogram
 from test_conn import col, drive, loop_factory  # noqa: F401  (the fixture)
 
@@ -206,7 +206,7 @@ def test_an_arrival_that_finds_no_warm_connection_still_goes_out_and_is_counted(
     each counted as a pool miss, and every connect recorded on the row it was for. (A pool miss may
     still find a connection freed while it waited, and a kept-alive connection the server closed is
     connected again for its row's retry: the counts bound each other, they need not be equal.)"""
-    monkeypatch.setattr(LoadGenerator, "_top_up", lambda self, target, spawn: None)
+    monkeypatch.setattr(Connections, "top_up", lambda self, target, spawn: None)
 
     def script(n: int, body: bytes) -> list[Any]:
         return stream_script([1, 1], ttft_s=0.002, gap_s=0.002)

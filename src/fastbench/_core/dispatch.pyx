@@ -254,7 +254,7 @@ cdef class SharedDispatcher(Dispatcher):
     cdef void arm_own(self, Py_ssize_t first, int64_t after) except *:
         """The timer to this worker's own next arrival (i mod stride == phase) from ``first`` that is
         due after ``after``: earlier ones are due already and wait for a slot or a connection, and
-        whoever frees one sends them. None left: not armed (its Python looks every driver.SHARED_POLL_S)."""
+        whoever frees one sends them. None left: not armed (its Python looks every schedules.SHARED_POLL_S)."""
         cdef SharedArrivals s = self.shared
         cdef Py_ssize_t row, lo = first, hi = s.n_rows, mid
         while lo < hi:  # the first arrival due after ``after`` (offsets only grow)
