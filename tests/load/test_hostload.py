@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from support.timing import until_a_round_passes
 from fastbench.api import validation as fv
 from fastbench.api import validation_figures as vf
 from fastbench.load import hostload
@@ -92,21 +93,28 @@ def test_a_process_spinning_on_the_clients_cpu_shows_as_wait_and_other_load() ->
     (BUSY, "busy host", "this FAIL is the busy host's, not the client's: the client waited 300 ms"),
     (QUIET, "client", None),
 ])
+@pytest.mark.timing
 def test_a_fail_says_whose_it_is(monkeypatch: pytest.MonkeyPatch, host: HostLoad, cause: str,
                                  words: str | None) -> None:
     """At a tolerance of 1 ns the timing checks fail: on a busy host the verdict blames the host and
     names its figures; on a quiet one it is the client's. (20 ms between chunks: a server that misses
-    half of that is the server's FAIL, test_the_server_missing_its_schedule_is_the_servers_fail.)"""
+    half of that is the server's FAIL, test_the_server_missing_its_schedule_is_the_servers_fail; a host
+    busy enough to make the synthetic server itself miss it fails a round honestly, hence the rounds.)"""
     monkeypatch.setattr(hostload, "between", lambda *args: host)
-    report = fv.validate_client(2, num_requests=4, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1e-6)
-    assert (report.verdict, report.verdict_cause) == ("FAIL", cause)
-    assert report.host == host.to_dict()
-    text = report.render()
-    assert text.endswith(f"verdict: FAIL (cause: {cause})")
-    assert (words is None) == (not any("busy host" in note for note in report.notes))
-    if words is not None:
-        assert words in text
-    assert "  host: other processes" in text
+
+    def one_round() -> None:
+        report = fv.validate_client(2, num_requests=4, output_len=4, itl_ms=20, ttft_ms=5, tolerance_ms=1e-6)
+        assert (report.verdict, report.verdict_cause) == ("FAIL", cause)
+        assert report.host == host.to_dict()
+        text = report.render()
+        assert text.endswith(f"verdict: FAIL (cause: {cause})")
+        assert (words is None) == (not any("busy host" in note for note in report.notes))
+        if words is not None:  # the whole note in the report; the console shows its opening
+            assert any(words in note for note in report.notes), report.notes
+            assert "this FAIL is the busy host's" in text
+        assert "  host: other processes" in text
+
+    until_a_round_passes(one_round)
 
 
 def test_a_pass_on_a_busy_host_still_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
