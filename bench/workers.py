@@ -55,6 +55,7 @@ from fast_server import FastServer  # noqa: E402  (a sibling script)
 
 from fastbench.api.validation import ENDPOINT, avalidate_client, request_body  # noqa: E402
 from fastbench.load import pacer  # noqa: E402
+from fastbench.load import workerreport as workerreport_module  # noqa: E402
 from fastbench.load import workers as workers_module  # noqa: E402
 from fastbench.load.driver import LoadGenerator  # noqa: E402
 from fastbench.load.hostload import process_cpu_s  # noqa: E402
@@ -165,21 +166,22 @@ def _baseline_merge(path: str) -> Callable[[], contextlib.AbstractContextManager
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
-    names = ("merge_parts", "values_at_percentiles")  # what fastbench.load.workers calls them by
+    # where they are called from, and by what name: the pool merges, its report takes the skew's percentiles
+    names = ((workers_module, "merge_parts"), (workerreport_module, "values_at_percentiles"))
 
     def library_percentiles(hist: Any, percentiles: Sequence[float]) -> list[int]:
         return [hist.get_value_at_percentile(p) for p in percentiles]
 
     @contextlib.contextmanager
     def as_baseline() -> Iterator[None]:
-        saved = [getattr(workers_module, name) for name in names]
-        for name, value in zip(names, (module.merge_parts, library_percentiles), strict=True):
-            setattr(workers_module, name, value)
+        saved = [getattr(where, name) for where, name in names]
+        for (where, name), value in zip(names, (module.merge_parts, library_percentiles), strict=True):
+            setattr(where, name, value)
         try:
             yield
         finally:
-            for name, value in zip(names, saved, strict=True):
-                setattr(workers_module, name, value)
+            for (where, name), value in zip(names, saved, strict=True):
+                setattr(where, name, value)
 
     return as_baseline
 

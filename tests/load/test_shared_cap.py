@@ -36,6 +36,7 @@ from fastbench.results import notes as notes_module
 from fastbench.results.figures import client_lateness_ns
 from fastbench.results.notes import SlotWaits
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, new_histogram
+from fastbench.results.workersection import dealt
 from fastbench.synthetic import SyntheticServer
 
 ENDPOINT = "/v1/completions"
@@ -239,7 +240,7 @@ def test_the_merged_in_flight_never_passes_the_cap_and_every_arrival_goes_once()
     assert _most_in_flight(rows) == cap  # it did bind
     section = data.extra["workers"]
     assert sum(w["requests"] for w in section["per_worker"]) == n  # each row claimed by one worker
-    assert "shared by the 3 workers" in section["dealt"]
+    assert section["dealing"]["how"] == "shared cap" and "shared by the 3 workers" in dealt(section["dealing"])
     assert sum(w["others_arrivals"] for w in section["per_worker"]) > 0  # freed slots sent the others'
     assert "slot_pools" not in data.extra  # one pool of slots, as in one process
 

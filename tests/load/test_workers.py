@@ -42,6 +42,7 @@ from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
 from fastbench.results import notes as notes_module
 from fastbench.results.records import COL, NCOLS, ErrorClass, new_histogram
+from fastbench.results.workersection import chosen_because, worded_section
 from fastbench.synthetic import SyntheticServer
 
 ENDPOINT = "/v1/completions"
@@ -97,7 +98,8 @@ def test_auto_picks_from_cores_and_streams_and_says_why() -> None:
     assert choose_workers(256, 1000, 8, False)[0] == 1
     assert choose_workers(4096, 10_000, 8, False)[0] == 8
     count, why = choose_workers(4096, 10_000, 2, True)
-    assert count == 1 and "one left to the server" in why and "4096 streams" in why
+    assert count == 1 and why["cores"] == 2 and why["server_here"] and why["streams"] == 4096
+    assert "one left to the server" in chosen_because(why) and "4096 streams" in chosen_because(why)
     assert choose_workers(None, 600, 4, False)[0] == 3  # open loop without a cap: the requests bound it
 
 
@@ -283,8 +285,9 @@ def test_what_the_pool_cannot_honour_is_refused_and_a_smaller_pool_says_why() ->
         WorkerPool(target, LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1, start_at=start), workers=2)
     pool = WorkerPool(target, LoadPlan(bodies=[b"{}"] * 10, warmup_bodies=[], concurrency=2), workers=4)
     pool._workers = [workers_module.WorkerLink(share, i) for i, share in enumerate(split_schedule(10, 2, None, 0, 4))]
-    assert pool._fewer_because() == ("4 asked for, 2 used: each worker needs a slot and a request of its own "
-                                     "(--concurrency 2, 10 requests)")
+    assert pool._chosen() == {"how": "fewer", "requested": 4, "count": 2, "concurrency": 2, "requests": 10}
+    assert chosen_because(pool._chosen()) == ("4 asked for, 2 used: each worker needs a slot and a request of its "
+                                              "own (--concurrency 2, 10 requests)")
 
 
 def test_workers_flag_names_auto_in_its_error() -> None:
@@ -459,7 +462,9 @@ def test_a_closed_loop_dealt_unevenly_says_so_and_flags_the_idle_slots() -> None
         plan = LoadPlan(bodies=[_body(n) for n in lengths], warmup_bodies=[], concurrency=4)
         pool = DealtPool(Target.parse(server.base_url, ENDPOINT), plan, workers=2)
         data = guarded(pool.run(), pool)
-    section = data.extra["workers"]  # type: ignore[attr-defined]
+    assert data.extra["workers"]["dealing"]["how"] == "dealt closed"  # type: ignore[attr-defined]
+    section = worded_section(data.extra["workers"])  # type: ignore[attr-defined]
+    assert section is not None
     assert section["dealt"].startswith("closed loop") and "up front" in section["dealt"]
     assert "share no memory" in section["dealt"]
     assert section["mean_in_flight"] == pytest.approx(data.mean_in_flight, rel=1e-9)  # type: ignore[attr-defined]

@@ -19,7 +19,9 @@ __all__ = ("make_generator",)
 def make_generator(target: Target, plan: LoadPlan, api_key: str | None = None, *, workers: int | str | None = None,
                    ray: str | None = None, workers_per_node: int | None = None, server_here: bool = False,
                    concurrency_cap: int | None = None) -> tuple[LoadGenerator | WorkerPool, dict[str, Any] | None]:
-    """The generator for ``plan``, and with ``workers="auto"`` what was chosen and why (for the result).
+    """The generator for ``plan``, and, where ``workers="auto"`` chose one process, the result's
+    ``fastbench.workers`` section saying why (its ``chosen`` record, worded by
+    :mod:`fastbench.results.workersection`).
 
     :param workers: None or 1: one process; N: N worker processes; "auto": one per so many streams, as
         the cores allow (:func:`~fastbench.load.workers.choose_workers`). With ``ray``: None spreads one
@@ -36,11 +38,11 @@ def make_generator(target: Target, plan: LoadPlan, api_key: str | None = None, *
         return RayPool(target, plan, api_key, address=ray, workers=total, workers_per_node=workers_per_node), None
     if workers == "auto":
         count, why = choose_workers(concurrency_cap, len(plan.bodies), usable_cores(), server_here)
-        if plan.sessions is not None:
-            count, why = 1, "multi-turn sessions run in one process (their turns are built during the run)"
+        if plan.sessions is not None:  # their turns are built during the run, in one process
+            count, why = 1, {"how": "sessions"}
         if count == 1:
-            return LoadGenerator(target, plan, api_key), {"count": 1, "requested": "auto", "chosen_because": why}
-        return WorkerPool(target, plan, api_key, workers=count, chosen_because=why), None
+            return LoadGenerator(target, plan, api_key), {"count": 1, "requested": "auto", "chosen": why}
+        return WorkerPool(target, plan, api_key, workers=count, chosen=why), None
     if workers is None or workers == 1:
         return LoadGenerator(target, plan, api_key), None
     if not isinstance(workers, int):

@@ -54,7 +54,8 @@ from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.rayworker import WorkerActor, boot_id
 from fastbench.load.udpclock import NoUdpReply, udp_offset
 from fastbench.load.worker import REPORT_INTERVAL_S, WorkerOutcome
-from fastbench.load.workers import Share, WorkerLink, WorkerPool
+from fastbench.load.workerlink import Share, WorkerLink
+from fastbench.load.workers import WorkerPool
 from fastbench.results.records import NCOLS
 
 __all__ = ("INSTANT_COLUMNS", "RayPool", "import_ray", "join_cluster", "shift_rows")
@@ -377,12 +378,14 @@ class RayPool(WorkerPool):
 
     # -- the result --------------------------------------------------------------------------------------
 
+    def _chosen(self) -> dict[str, Any]:
+        if self.per_node is not None:
+            return {"how": "ray per node", "nodes": self._bundles, "per_node": self.per_node}
+        return {"how": "ray spread", "workers": self.total}
+
     def _section(self, parts: list[Part], end_ns: int) -> dict[str, Any]:
         section = super()._section(parts, end_ns)
         section["process"] = "Ray actors (fastbench.load.rayworker.WorkerActor), one event loop and native core each"
-        section["chosen_because"] = (
-            f"--ray: {self._bundles} nodes x {self.per_node} per node" if self.per_node is not None
-            else f"--ray: {self.total} workers spread over the nodes")
         for worker, entry in zip(self._workers, section["per_worker"], strict=True):
             assert isinstance(worker, RayWorkerLink)
             entry["node"] = worker.identity.get("node_id")

@@ -35,17 +35,15 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
   silent for SILENCE_LIMIT_S (stopped, or its loop blocked), or still running STOP_GRACE_S past the
   time cap or a stop, is killed and counted lost, and the merged result is written all the same.
 
-The merge is :mod:`fastbench.load.merge`.
-
-One module of ~800 lines because the pool's start, deadlines, loss accounting and per-worker result
-section all read the same per-worker bookkeeping (WorkerLink).
+The merge is :mod:`fastbench.load.merge`; each worker's part of it, its lost requests and the result's
+per-worker section are :mod:`fastbench.load.workerreport`'s; the shares and the parent's end of each
+worker, :mod:`fastbench.load.workerlink`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 import mmap
 import os
@@ -59,22 +57,20 @@ import numpy as np
 
 from fastbench._core import now_ns
 from fastbench.exceptions import ConfigError, WorkerError
-from fastbench.load import pacer
-from fastbench.load.driver import mean_in_flight
-from fastbench.load.merge import Part, histogram_from_counts, merge_parts, values_at_percentiles
+from fastbench.load.merge import Part, merge_parts
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.worker import (
     REPORT_INTERVAL_S,
-    WorkerOutcome,
     WorkerSpec,
     claim_layout,
     claim_views,
     read_frame,
     shared_size,
     shared_views,
-    write_frame,
 )
-from fastbench.results.records import COL, ErrorClass, RunData
+from fastbench.load.workerlink import Share, WorkerLink, arrival_offsets_ns, split_schedule
+from fastbench.load.workerreport import claimed_parts, dealt_parts, fewer_workers, mark_lost, section
+from fastbench.results.records import RunData
 
 __all__ = ("STREAMS_PER_WORKER", "Share", "WorkerLink", "WorkerPool", "arrival_offsets_ns", "choose_workers",
            "split_schedule")
@@ -99,18 +95,18 @@ FINISH_LIMIT_S = 60.0
 EXIT_GRACE_S = 2.0
 
 
-def choose_workers(concurrency: int | None, num_requests: int, cores: int, server_here: bool) -> tuple[int, str]:
+def choose_workers(concurrency: int | None, num_requests: int, cores: int,
+                   server_here: bool) -> tuple[int, dict[str, Any]]:
     """``--workers auto``: one worker per STREAMS_PER_WORKER streams, no more than the cores this
     process may run on (less one when the server runs on this machine too). Returns the count and
-    the sentence the result records."""
+    what it was chosen from, for the result (worded by fastbench.results.workersection)."""
     streams = concurrency if concurrency is not None else num_requests
     usable = max(1, cores - (1 if server_here else 0))
     wanted = max(1, math.ceil(streams / STREAMS_PER_WORKER))
     chosen = min(wanted, usable)
-    where = f"{cores} cores usable" + (", one left to the server on this machine" if server_here else "")
-    shown = "--concurrency" if concurrency is not None else "requests (no --concurrency cap)"
-    return chosen, (f"auto: {streams} streams ({shown}) at {STREAMS_PER_WORKER} per worker want {wanted}; "
-                    f"{where}: {chosen}")
+    return chosen, {"how": "auto", "streams": streams, "capped": concurrency is not None,
+                    "per_worker": STREAMS_PER_WORKER, "wanted": wanted, "cores": cores, "server_here": server_here,
+                    "count": chosen}
 
 
 def usable_cores() -> int:
@@ -118,84 +114,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
-
-
-def arrival_offsets_ns(plan: LoadPlan) -> np.ndarray | None:
-    """The open loop's arrivals, drawn as one process draws them (None: closed loop)."""
-    n = len(plan.bodies)
-    if plan.arrival_offsets_ns is not None:  # a trace's times
-        return np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
-    if plan.ramp_up is not None:
-        strategy, start_rps, end_rps = plan.ramp_up
-        return pacer.ramp_up_offsets_ns(n, strategy, start_rps, end_rps, plan.burstiness, plan.seed)
-    if plan.request_rate is not None:
-        return pacer.arrival_offsets_ns(n, plan.request_rate, plan.burstiness, plan.seed)
-    return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Share:
-    """One worker's part of the schedule."""
-
-    rows: np.ndarray  # int64: the workload indexes of its requests, in the order it sends them (claimed: all)
-    slots: int
-    warmups: list[int]  # indexes into the warm-up bodies
-    offsets: np.ndarray | None  # its arrivals' offsets from the common start (open loop)
-
-
-def split_schedule(n: int, concurrency: int, offsets: np.ndarray | None, n_warmups: int,
-                   workers: int, *, claimed: bool = False) -> list[Share]:
-    """Deal one run's schedule to ``workers`` workers (fewer when there are fewer slots or requests:
-    each holds at least one of both). See the module's docstring for the rule. ``claimed``: every
-    worker holds every request and claims them as its slots free; in the open loop the cap is then
-    shared, and each worker's ``slots`` is the whole of it (at most that many of the run's at once)."""
-    count = max(1, min(workers, concurrency, n))
-    if claimed and offsets is not None:
-        slots = [concurrency] * count
-    else:
-        slots = [concurrency // count + (1 if w < concurrency % count else 0) for w in range(count)]
-    index = np.arange(n, dtype=np.int64)
-    owner = index % count if offsets is not None else (index % concurrency) % count
-    shares = []
-    for w in range(count):
-        rows = index if claimed else index[owner == w]
-        shares.append(Share(rows=rows, slots=slots[w], warmups=list(range(w, n_warmups, count)),
-                            offsets=offsets[rows] if offsets is not None else None))
-    return shares
-
-
-@dataclasses.dataclass
-class WorkerLink:
-    """The parent's end of one worker: how it is reached, and what it said."""
-
-    share: Share
-    index: int
-    process: asyncio.subprocess.Process | None = None
-    writer: asyncio.StreamWriter | None = None
-    reader: asyncio.StreamReader | None = None
-    shared: mmap.mmap | None = None
-    table: np.ndarray | None = None  # dealt requests: its own table (claimed: the pool holds the run's)
-    claims: np.ndarray | None = None  # the shared header: [0] is the count of rows it has claimed (dealt)
-    ready: bool = False
-    heard_ns: int = 0  # when it last said anything (0: not yet)
-    finishing: bool = False  # its window is over; it is building its result
-    progress: dict[str, int] = dataclasses.field(default_factory=dict)
-    outcome: WorkerOutcome | None = None
-    failure: str | None = None  # its own error, when it reported one
-    lost_ns: int = 0
-    lost_how: str = ""
-    stderr_tail: list[str] = dataclasses.field(default_factory=list)
-
-    def send(self, kind: str, payload: Any) -> None:
-        if self.writer is not None and not self.writer.is_closing():
-            self.writer.write(write_frame(kind, payload))
-
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def name(self) -> str:
-        """How the result names it: "worker 1 (pid 123)"."""
-        return f"worker {self.index} (pid {self.pid() if self.pid() is not None else '?'})"
 
 
 class WorkerPool:
@@ -207,7 +125,7 @@ class WorkerPool:
     SHARED_MEMORY = True
 
     def __init__(self, target: Target, plan: LoadPlan, api_key: str | None = None, *, workers: int,
-                 chosen_because: str | None = None) -> None:
+                 chosen: dict[str, Any] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if plan.sessions is not None:  # checks.py refuses --multi-turn with --workers; a plan built directly too
@@ -219,7 +137,7 @@ class WorkerPool:
         self.plan = plan
         self.api_key = api_key
         self.requested = workers
-        self.chosen_because = chosen_because
+        self.chosen = chosen  # why this many (choose_workers' record), when chosen for the pool
         self._workers: list[WorkerLink] = []
         self._stop_reason: str | None = None
         self._stopped_ns = 0
@@ -604,192 +522,21 @@ class WorkerPool:
                            stopped_reason=reason, cap_hit=cap_hit, open_loop=open_loop, extra=extra)
 
     def _dealt_parts(self) -> tuple[list[Part], list[int]]:
-        """Each worker's part from its own table; how many of its rows it had claimed."""
-        parts = []
-        claimed = []
-        for worker in self._workers:
-            assert worker.table is not None
-            table = np.array(worker.table)  # a copy: the shared memory is let go after
-            claimed.append(int(worker.claims[0]) if worker.claims is not None else _claimed_as_reported(worker, table))
-            parts.append(Part(worker.share.rows, table, worker.outcome.data if worker.outcome is not None else None))
-        return parts, claimed
+        return dealt_parts(self._workers)
 
     def _claimed_parts(self) -> tuple[list[Part], list[int]]:
-        """Each worker's part from the run's claimed table: the rows its mark is on (all of them claimed).
-        A row the counter handed out that bears no mark was taken by a worker killed between its add and
-        its mark (an instruction apart): only a lost worker can leave one, so it goes to the (first)
-        lost worker, in flight there."""
         assert self._claim_next is not None and self._claimers is not None and self._claim_table is not None
-        claimers = np.array(self._claimers)
-        taken = min(int(self._claim_next[0]), len(claimers))
-        lost = [w for w in self._workers if w.outcome is None]
-        unmarked = np.flatnonzero(claimers[:taken] == 0)
-        if unmarked.size and lost:
-            claimers[unmarked] = lost[0].index + 1
-        parts = []
-        for worker in self._workers:
-            mine = np.flatnonzero(claimers == worker.index + 1)
-            parts.append(Part(mine, self._claim_table[mine],  # a copy: the shared memory is let go after
-                              worker.outcome.data if worker.outcome is not None else None, keyed_by_index=True))
-        return parts, [len(part.rows_index) for part in parts]
+        return claimed_parts(self._workers, self._claim_next, self._claimers, self._claim_table)
 
     def _mark_lost(self, worker: WorkerLink, part: Part, claimed: int) -> None:
-        """A lost worker's requests claimed but not finished: failed as WORKER_LOST at the loss. Claimed
-        means: the first ``claimed`` rows of its part: with claimed requests, every row its mark is on;
-        dealt, those below the count of claims its core wrote in the shared header, or (open loop) due
-        by the loss (an arrival waiting for a slot is part of the load it no longer applies)."""
-        table = part.table
-        offsets = worker.share.offsets
-        if offsets is not None and not part.keyed_by_index:
-            claimed = max(claimed, int(np.searchsorted(offsets, worker.lost_ns - self._start_ns, side="right")))
-        # claimed from the shared table, its rows are workload indexes (a shared cap's offsets are the run's)
-        due_index = part.rows_index if part.keyed_by_index else np.arange(len(table))
-        at_s = (worker.lost_ns - self._start_ns) / 1e9
-        why = f"in flight in {worker.name()} when it {worker.lost_how} at {at_s:.3f} s"
-        for row in range(min(claimed, len(table))):
-            if table[row].any():
-                continue
-            r = table[row]
-            r[COL["index"]] = row
-            r[COL["scheduled_ns"]] = self._start_ns + (int(offsets[due_index[row]]) if offsets is not None else 0)
-            r[COL["end_ns"]] = worker.lost_ns
-            r[COL["prompt_tokens"]] = -1
-            r[COL["cached_tokens"]] = -1
-            r[COL["error"]] = int(ErrorClass.WORKER_LOST)
-            part.error_messages[row] = why
+        mark_lost(worker, part, claimed, self._start_ns)
+
+    def _chosen(self) -> dict[str, Any] | None:
+        """Why the pool has the workers it has, as data (None: as many as asked for)."""
+        return self.chosen or fewer_workers(self.plan, self.requested, len(self._workers))
 
     def _section(self, parts: list[Part], end_ns: int) -> dict[str, Any]:
-        """The result's per-worker section: enough to see a lagging or lost worker, and how the work
-        was dealt (and what that cost: slots left idle by a worker whose share ran out first)."""
-        each = []
-        idle_slot_ns = 0
-        for worker, part in zip(self._workers, parts, strict=True):
-            table = part.table
-            # dealt up front, a closed loop's worker can run out while another has work (claimed: never)
-            dry_ns = _ran_dry_ns(table, end_ns) if worker.share.offsets is None and not self._claiming else 0
-            idle_slot_ns += dry_ns * worker.share.slots
-            started = table.any(axis=1)
-            error = table[:, COL["error"]]
-            done = started & (error == 0) & (table[:, COL["end_ns"]] > 0)
-            classes: dict[str, int] = {}
-            for code in error[started & (error != 0)].tolist():
-                name = ErrorClass(code).name
-                classes[name] = classes.get(name, 0) + 1
-            data = part.data
-            entry: dict[str, Any] = {
-                "index": worker.index,
-                "pid": worker.pid(),
-                "requests": len(part.rows_index),  # dealt to it, or claimed by it
-                "slots": worker.share.slots,
-                "completed": int(done.sum()),
-                "not_started": int((~started).sum()),
-                "errors": classes,
-                "stopped_reason": data.stopped_reason if data is not None else "lost",
-                "ran_out_s": dry_ns / 1e9,  # closed loop: its share was done this long before the window's end
-                # shared cap: the arrivals it claimed (sent, or cancelled at a stop) that its timer was not
-                # for (i mod N != its index): sent as its slot freed while theirs waited, as one process would
-                "others_arrivals": (int(np.count_nonzero(part.rows_index % len(self._workers) != worker.index))
-                                    if self._sharing_cap else 0),
-                "lost": None if worker.outcome is not None else {
-                    "at_s": (worker.lost_ns - self._start_ns) / 1e9, "how": worker.lost_how},
-            }
-            if data is not None and worker.outcome is not None:
-                samples = data.concurrency_samples
-                skew = _quantiles_ms(data.histograms["skew"])
-                entry.update(
-                    started_late_ms=worker.outcome.started_late_ns / 1e6,
-                    client_cpu_s=data.client_cpu_ns / 1e9,
-                    cpu_per_event_us=data.client_cpu_ns / 1e3 / data.output_events if data.output_events else None,
-                    mean_in_flight=float(np.mean(samples[:, 1])) if len(samples) else 0.0,
-                    max_in_flight=int(samples[:, 1].max()) if len(samples) else 0,
-                    skew_ms=skew,
-                    arrival_lead_us=(data.extra["arrival_lead_ns"] / 1e3
-                                     if data.extra.get("arrival_lead_ns") is not None else None),
-                )
-            each.append(entry)
-        return {
-            "count": len(self._workers),
-            "requested": self.requested,
-            "chosen_because": self.chosen_because or self._fewer_because(),
-            "dealt": self._dealt(),
-            "open_loop_cap": self._open_loop_cap(),
-            # closed loop dealt up front: the share of the window's slot time left idle because a worker's
-            # requests ran out while another's had not (one process keeps every slot busy until the last
-            # request; claimed requests do too: 0)
-            "mean_in_flight": sum(mean_in_flight(p.table, self._start_ns, end_ns) for p in parts),
-            "concurrency": self.plan.concurrency,
-            "idle_slot_share": (idle_slot_ns / (self.plan.concurrency * (end_ns - self._start_ns))
-                                if end_ns > self._start_ns else 0.0),
-            "process": "python -m fastbench.load.worker, one event loop and native core each",
-            "start_ns": self._start_ns,
-            "lost": [w.index for w in self._workers if w.outcome is None],
-            "per_worker": each,
-        }
-
-
-    def _fewer_because(self) -> str | None:
-        count = len(self._workers)
-        if count >= self.requested:
-            return None
-        return (f"{self.requested} asked for, {count} used: each worker needs a slot and a request of its own "
-                f"(--concurrency {self.plan.concurrency}, {len(self.plan.bodies)} requests)")
-
-    def _open_loop_cap(self) -> str | None:
-        """An open loop's --concurrency cap over the workers: "shared" (one, as one process's) or "split"
-        (each worker its share); None in closed loop or where no cap binds."""
-        if self._sharing_cap:
-            return "shared"
-        if arrival_offsets_ns(self.plan) is None or self.plan.concurrency >= len(self.plan.bodies):
-            return None
-        return "split"
-
-    def _dealt(self) -> str:
-        """How the schedule was split, in words for the result."""
-        count = len(self._workers)
-        if self._sharing_cap:
-            return (f"open loop: the arrivals drawn once, each worker holding every one; the --concurrency "
-                    f"{self.plan.concurrency} cap shared by the {count} workers through memory they share: a slot "
-                    "is taken on the run's in-flight count only below the cap, an arrival claimed only when due "
-                    "(compare-and-swaps), and a slot that frees in any worker sends the oldest due arrival, as "
-                    f"one process's do; worker w's timer wakes for arrivals i mod {count} = w")
-        if self._claiming:
-            return (f"closed loop: the {self.plan.concurrency} slots split over {count} workers, each holding every "
-                    "request; a slot that frees claims the next request from one counter in memory the workers "
-                    "share (an atomic add), as one process's slots do, so --concurrency is held until the "
-                    "requests run out")
-        if arrival_offsets_ns(self.plan) is None:
-            return (f"closed loop: the {self.plan.concurrency} slots split over {count} workers, and each request "
-                    "dealt up front to the worker of its slot (request i to slot i mod concurrency), as workers "
-                    "on other nodes share no memory to claim from; a worker whose requests run out leaves its "
-                    "slots idle while another still has work")
-        if self.plan.concurrency >= len(self.plan.bodies):
-            return f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; no cap binds"
-        return (f"open loop: the arrivals drawn once, arrival i to worker i mod {count}; the --concurrency cap "
-                f"split over the workers, so an arrival waits for a slot of its own worker (workers on other "
-                "nodes share no memory to share the cap through)")
-
-
-def _claimed_as_reported(worker: WorkerLink, table: np.ndarray) -> int:
-    """Rows claimed, for a transport without the shared claim count: at least the count it last
-    reported and every row up to its last finished one (rows claimed since its last report are
-    missed)."""
-    finished = np.flatnonzero(table.any(axis=1))
-    return max(int(worker.progress.get("claimed", 0)), int(finished[-1]) + 1 if finished.size else 0)
-
-
-def _ran_dry_ns(table: np.ndarray, end_ns: int) -> int:
-    """How long before ``end_ns`` a worker's last request ended, when it had sent them all (else 0)."""
-    started = table.any(axis=1)
-    if not started.size or not started.all():
-        return 0
-    last = int(table[:, COL["end_ns"]].max())
-    return max(0, end_ns - last)
-
-
-def _quantiles_ms(counts: Any) -> dict[str, float] | None:
-    """p50/p99/max of a worker's skew histogram (its HDR counts), in ms; None when it is empty."""
-    hist = histogram_from_counts(np.asarray(counts, dtype=np.int64))
-    if hist.get_total_count() == 0:
-        return None
-    p50, p99 = values_at_percentiles(hist, (50.0, 99.0))
-    return {"p50": p50 / 1e6, "p99": p99 / 1e6, "max": hist.get_max_value() / 1e6}
+        """The result's per-worker section (fastbench.load.workerreport.section)."""
+        return section(self._workers, parts, self.plan, requested=self.requested, chosen=self._chosen(),
+                       claiming=self._claiming, sharing_cap=self._sharing_cap, start_ns=self._start_ns,
+                       end_ns=end_ns)

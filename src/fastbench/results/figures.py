@@ -57,6 +57,7 @@ from fastbench.results.result import (
 )
 from fastbench.results.sessions import session_figures
 from fastbench.results.steady import steady_state
+from fastbench.results.workersection import worded_section
 
 # Per-request lists in workload_info, used here but not copied into the result.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens")
@@ -113,7 +114,7 @@ def summarize(
         notes=[],
         workload_info={k: v for k, v in workload_info.items() if k not in PER_REQUEST_WORKLOAD_KEYS},
         server_info=dict(server_info),
-        workers=data.extra.get("workers"),
+        workers=worded_section(data.extra.get("workers")),
         sessions=session_figures(requests.rows, np.asarray(workload_info["session_of_row"]),
                                  np.asarray(workload_info["turn_of_row"]), config.open_loop,
                                  workload_info.get("prompt_lens"))
