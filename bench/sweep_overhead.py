@@ -1,9 +1,9 @@
 """The sweep's own overhead between cells, launch aside (target: under 1 s), beside the cells' run time.
 
 One built-in synthetic server is started here and attached to (so no launch is timed), and a sweep
-of CELLS cells runs against it through the CLI's plan and runner (``cli.sweep.load_plan``,
-``_ApiRunner``) and ``study.sweep.execute``, the runner wrapped to stamp when each run starts and
-returns. Per cell, side by side:
+of CELLS cells runs against it through the CLI's plan (``cli.sweep.load_plan``), the API's runner
+(``api.sweeps.SweepRunner``) and ``study.sweep.execute``, the runner wrapped to stamp when each run
+starts and returns. Per cell, side by side:
 
 - window: the run's measured window (the result's ``duration``);
 - run: ``api.arun`` from call to return (the run's own set-up, window, result and store writing);
@@ -34,6 +34,7 @@ from typing import Any
 
 import uvloop
 
+from fastbench.api.sweeps import SweepRunner
 from fastbench.cli import command
 from fastbench.cli import sweep as sweep_cli
 from fastbench.study.store import Store
@@ -44,7 +45,7 @@ from fastbench.synthetic import SyntheticServer
 TARGET_S = 1.0
 
 
-class StampedRunner(sweep_cli._ApiRunner):
+class StampedRunner(SweepRunner):
     def __init__(self, plan: Any) -> None:
         super().__init__(plan)
         self.stamps: list[tuple[float, float, str]] = []
