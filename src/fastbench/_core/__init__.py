@@ -1,18 +1,10 @@
 from .engine import (
     BUILD_FLAVOUR,
     COLUMN_ORDER,
-    ArrivalClaims,
     ArrivalTimer,
     BodyParts,
-    Claims,
-    Dispatcher,
-    Pool,
     Recorder,
-    RowClaims,
     RunState,
-    SharedArrivals,
-    SharedDispatcher,
-    Slots,
     StreamConnection,
     TokenRuns,
     debug_counters,
@@ -22,7 +14,6 @@ from .engine import (
 )
 
 __all__ = (
-    "ArrivalClaims", "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Claims", "Dispatcher", "Pool",
-    "Recorder", "RowClaims", "RunState", "SharedArrivals", "SharedDispatcher", "Slots", "StreamConnection",
+    "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Recorder", "RunState", "StreamConnection",
     "TokenRuns", "debug_counters", "lay_out_blocks", "now_ns", "scan_trace",
 )
