@@ -456,18 +456,18 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
     try:
         plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats,
                                       find_max=ns.find_max, warmup=ns.warmup)
-        with run_store.Store(plan.store) as store:
-            if ns.dry_run:
+        if ns.dry_run:
+            with run_store.Store(plan.store) as store:
                 print(render_plan(plan, store))
-                return 0
-            import uvloop
+            return 0
+        import uvloop
 
-            print("\n".join(describe_start(plan)), flush=True)
-            try:
-                points = uvloop.run(_sweep_with_signals(plan))
-            except (asyncio.CancelledError, KeyboardInterrupt):
-                print("fastbench sweep: abandoned; finished cells are kept", file=sys.stderr)
-                return 130
+        print("\n".join(describe_start(plan)), flush=True)
+        try:  # asweep opens the store itself
+            points = uvloop.run(_sweep_with_signals(plan))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            print("fastbench sweep: abandoned; finished cells are kept", file=sys.stderr)
+            return 130
         print(render_table(points))
         csv_paths = [Path(plan.store) / "sweeps" / f"{plan.name}.csv"]
         extra = ns.csv or sweep_table.get("csv")
