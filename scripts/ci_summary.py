@@ -3,7 +3,8 @@
 Each stage leaves, in one directory, NAME.rc (its exit status), NAME.xml for the pytest stages (pytest's
 JUnit report), NAME.seconds (how long it took), and NAME.skip (why it did not start) or NAME.note (how it
 ran). A timing test that passed only on a later round (tests/support/timing.py records it in the JUnit report) is
-listed under its stage: such a pass is reported, never hidden. A stage that skipped where
+listed under its stage: such a pass is reported, never hidden; so is a bound on the client's own speed that a
+sanitizer build does not judge (``speed_not_judged``). A stage that skipped where
 this machine has what it needs is a failure, so that a skip cannot pass for a run: what each stage needs
 is checked here (``missing``), apart from the stage's own decision to skip (the real-server setup scripts
 exit 3 where they find the machine cannot).
@@ -50,6 +51,7 @@ class Outcome:
     detail: str
     failures: tuple[str, ...] = ()  # "test id: the first line of its message", for each failed test
     later_rounds: tuple[str, ...] = ()  # "test id (round 2 of 3)", for each test that passed on a later round
+    unjudged: tuple[str, ...] = ()  # "test id (why)", for each test whose speed bound this build did not judge
     seconds: int | None = None  # how long the stage took (None: not recorded)
 
 
@@ -74,10 +76,10 @@ def _outcome(results: Path, name: str) -> Outcome:
     report = results / f"{name}.xml"
     if not report.exists():
         return Outcome("ran", note or "passed") if rc == 0 else Outcome("failed", f"exit status {rc}")
-    tests, failures, skip_reasons, later = _junit(report)
+    tests, failures, skip_reasons, later, unjudged = _junit(report)
     if rc != 0:
         return Outcome("failed", f"exit status {rc}: {len(failures)} of {tests} tests failed or errored",
-                       tuple(failures), tuple(later))
+                       tuple(failures), tuple(later), tuple(unjudged))
     if tests == 0:
         return Outcome("failed", "no test collected")
     if len(skip_reasons) == tests:
@@ -85,16 +87,17 @@ def _outcome(results: Path, name: str) -> Outcome:
     skipped = f", {len(skip_reasons)} skipped" if skip_reasons else ""
     passed_later = f", {len(later)} on a later round" if later else ""
     return Outcome("ran", f"{tests - len(skip_reasons)} passed{passed_later}{skipped}" + (f"; {note}" if note else ""),
-                   later_rounds=tuple(later))
+                   later_rounds=tuple(later), unjudged=tuple(unjudged))
 
 
-def _junit(report: Path) -> tuple[int, list[str], list[str], list[str]]:
+def _junit(report: Path) -> tuple[int, list[str], list[str], list[str], list[str]]:
     """(tests, "id: message" of each failed or errored test, the skip messages, "id (round N of M)" of each
-    test that passed on a later round) of a pytest JUnit report."""
+    test that passed on a later round, "id (why)" of each speed bound not judged) of a pytest JUnit report."""
     tests = 0
     failures: list[str] = []
     reasons: list[str] = []
     later: list[str] = []
+    unjudged: list[str] = []
     for case in ET.parse(report).getroot().iter("testcase"):
         tests += 1
         test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
@@ -110,7 +113,9 @@ def _junit(report: Path) -> tuple[int, list[str], list[str], list[str]]:
         for prop in case.iter("property"):
             if prop.get("name") == "passed_on_round":
                 later.append(f"{test_id} (round {prop.get('value', '?')})")
-    return tests, failures, reasons, later
+            elif prop.get("name") == "speed_not_judged":
+                unjudged.append(f"{test_id} ({prop.get('value', '?')})")
+    return tests, failures, reasons, later, unjudged
 
 
 def _duration(seconds: int | None) -> str:
@@ -146,6 +151,7 @@ def summarize(results: Path, missing: Callable[[str], str | None]) -> tuple[bool
         pad = f"  {'':<{width}}  {'':>12}    "
         lines.extend(f"{pad}{failure}" for failure in got.failures)
         lines.extend(f"{pad}passed on a later round: {test}" for test in got.later_rounds)
+        lines.extend(f"{pad}speed not judged: {test}" for test in got.unjudged)
         if not passed:
             failed.append(label)
     lines.append(f"  {'in all':<{width}}  {_duration(total):>12}")

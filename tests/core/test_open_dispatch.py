@@ -304,6 +304,9 @@ def test_an_arrival_held_for_a_slot_teaches_the_lead_nothing() -> None:
             state.park(conn)
         state.dispatch_arrivals(np.zeros(2, dtype=np.int64), now_ns(), 1)
         assert state.next_row == 1 and state.lead_samples == 1
+        # The first arrival's lateness is however long this host took to get there (a loaded one can
+        # reach the bound): the check is that the held one changes nothing, not that the first was small.
+        lead_from_first = state.lead_ns
         (asked,) = [sock for sock in bench.server_ends if _pending(sock)]
         asked.recv(65536)
         time.sleep(0.005)  # the second arrival has waited 5 ms for its slot
@@ -311,6 +314,6 @@ def test_an_arrival_held_for_a_slot_teaches_the_lead_nothing() -> None:
                       + CHUNKED_END)
         state.drain()
         assert state.completed == 1 and state.next_row == 2
-        assert state.lead_samples == 1 and state.lead_ns < 300_000
+        assert state.lead_samples == 1 and state.lead_ns == lead_from_first
     finally:
         bench.close()

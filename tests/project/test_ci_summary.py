@@ -213,3 +213,28 @@ def test_ci_records_every_stage_and_ends_with_the_summary() -> None:
         assert f"\ntook {name}\n" in ci, name  # each stage's duration, for the summary
     assert ci.rstrip().endswith('python scripts/ci_summary.py "$STAGES"')
     assert "pip install '.[test]' && python -m pytest\n" in ci  # the README's command, verbatim
+
+
+UNJUDGED = """import pytest
+from support import timing
+
+pytestmark = pytest.mark.pure_python
+
+def test_a_bound_left_by_a_sanitizer_build(monkeypatch):
+    monkeypatch.setattr(timing, "BUILD_FLAVOUR", "asan")
+    assert not timing.judges_client_speed()
+
+def test_a_bound_judged_by_a_release_build(monkeypatch):
+    monkeypatch.setattr(timing, "BUILD_FLAVOUR", "release")
+    assert timing.judges_client_speed()
+"""
+
+
+def test_a_speed_bound_a_sanitizer_build_leaves_is_listed(tmp_path: Path) -> None:
+    rc, report, out = _timing_run(tmp_path, UNJUDGED)
+    assert rc == 0, out
+    _stage(tmp_path, "sanitizers", report=(rc, report))
+    got = ci_summary.outcome(tmp_path, "sanitizers")
+    assert got.unjudged == ("test_timed::test_a_bound_left_by_a_sanitizer_build (asan build)",)
+    _, text = ci_summary.summarize(tmp_path, lambda name: None)
+    assert "speed not judged: test_timed::test_a_bound_left_by_a_sanitizer_build (asan build)" in text
