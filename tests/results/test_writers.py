@@ -339,11 +339,14 @@ def test_each_console_note_is_one_line_and_the_whole_notes_are_in_the_result() -
     shown = lines[lines.index("=" * 50, 1) + 1:]
     assert all(len(line) <= 80 for line in shown)
     assert len(shown) == len(result.notes) + 1  # a line per note, and one saying where they are whole
-    assert shown[-1] == "  (…: whole notes in --result-json's fastbench.notes, --result-card's Notes)"
+    assert shown[-1] == "  (…: whole notes in --result-json or --result-card, neither given)"
     for line, note in zip(shown, result.notes):
         opening = line[2:].removesuffix(" …")
         assert line.startswith("* ") and note.startswith(opening), (line, note)
         assert line.endswith(" …") == (len(note) > 78)
+    written = dataclasses.replace(result, config=dataclasses.replace(result.config, result_json="r.json",
+                                                                     result_card="r.md"))
+    assert render_console(written).splitlines()[-1] == "  (…: whole notes in r.json (fastbench.notes), r.md (Notes))"
     # the point first: what coalescing came to and a shortfall fit in the line; the steps are in the notes
     assert shown[-3] == "* reads coalesced automatically: 45.0 % of reads on the tick …"
     assert "ending on a 0.80 ms tick (--coalesce-ms auto); 3 of those with several events" in long[0]

@@ -64,7 +64,6 @@ class NoteFacts:
 # it is in the result file's notes and on the card.
 CONSOLE_WIDTH = 80
 CUT_MARK = " …"
-RUN_NOTES_WHOLE = "--result-json's fastbench.notes, --result-card's Notes"
 # Where a note may be cut, best first: after a whole clause, between list items, at a word (a heading's colon
 # is no place: "heading …" alone says nothing).
 _CUT_AFTER = ("; ", ", ", " ")
@@ -93,7 +92,7 @@ def console_line(note: str, width: int = CONSOLE_WIDTH) -> str:
     return text[:room] + CUT_MARK
 
 
-def console_notes(notes: Sequence[str], prefix: str, whole_in: str = RUN_NOTES_WHOLE,
+def console_notes(notes: Sequence[str], prefix: str, whole_in: str,
                   width: int = CONSOLE_WIDTH) -> list[str]:
     """Each note as one console line after ``prefix``, and, where one was cut, a last line saying where the
     whole notes are (``whole_in``)."""

@@ -303,6 +303,18 @@ def session_console_lines(sessions: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def whole_notes_place(config: BenchConfig) -> str:
+    """Where a run's notes are written whole, for the console line that follows a cut one."""
+    places = []
+    if config.result_json:
+        places.append(f"{os.fspath(config.result_json)} (fastbench.notes)")
+    if config.result_card:
+        places.append(f"{os.fspath(config.result_card)} (Notes)")
+    if config.store:
+        places.append(f"the store's run ({os.fspath(config.store)})")
+    return ", ".join(places) if places else "--result-json or --result-card, neither given"
+
+
 def render_console(result: Result) -> str:
     """A summary in the shape of vllm bench serve's result block, with fastbench's extra lines."""
     cfg, n, tp, d = result.config, result.counts, result.throughput, result.distributions
@@ -406,7 +418,7 @@ def render_console(result: Result) -> str:
         rates = spec["spec_decode_per_position_acceptance_rates"]
         row("Per-position acceptance (%):", ", ".join(f"{100 * r:.2f}" for r in rates) if rates else None)
     lines.append("=" * 50)
-    lines += console_notes(result.notes, "* ")  # one line each: the whole notes are in the result file
+    lines += console_notes(result.notes, "* ", whole_notes_place(cfg))  # one line each
     return "\n".join(lines) + "\n"
 
 
