@@ -8,10 +8,9 @@ import argparse
 import ast
 from typing import Any
 
-import orjson
-
-from fastbench.cli.argtypes import whole_number
+from fastbench.cli.argtypes import json_object, whole_number
 from fastbench.config import RandomMMOptions
+from fastbench.exceptions import FastbenchError
 
 # vllm bench serve's backends that send no text prompt, each with the reason fastbench refuses it.
 REFUSED_BACKENDS = {
@@ -23,17 +22,7 @@ REFUSED_BACKENDS = {
 _DEFAULTS = RandomMMOptions()
 
 
-def _limits(text: str) -> dict[str, int]:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}); e.g. '{{\"image\": 3, \"video\": 0}}'") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"image\": 3, \"video\": 0}'")
-    return value
-
-
-def _buckets(text: str) -> tuple[tuple[Any, ...], ...]:
+def buckets(text: str) -> tuple[tuple[Any, ...], ...]:
     """vLLM's ``{(HEIGHT, WIDTH, FRAMES): PROBABILITY, ...}`` (a Python literal) as (h, w, frames, p) tuples;
     the values are checked with the other options."""
     try:
@@ -41,8 +30,8 @@ def _buckets(text: str) -> tuple[tuple[Any, ...], ...]:
     except (ValueError, SyntaxError):
         value = None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected {(HEIGHT, WIDTH, FRAMES): PROBABILITY, ...}, e.g. "
-                                         "'{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}'")
+        raise FastbenchError("--random-mm-bucket-config takes {(HEIGHT, WIDTH, FRAMES): PROBABILITY, ...}, e.g. "
+                             f"'{{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}}'; got {text!r}")
     out = []
     for key, p in value.items():
         if isinstance(key, str):
@@ -51,7 +40,7 @@ def _buckets(text: str) -> tuple[tuple[Any, ...], ...]:
             except (ValueError, SyntaxError):
                 pass
         if not (isinstance(key, tuple) and len(key) == 3):
-            raise argparse.ArgumentTypeError(f"bucket {key!r}: expected (HEIGHT, WIDTH, FRAMES)")
+            raise FastbenchError(f"--random-mm-bucket-config: bucket {key!r} is not (HEIGHT, WIDTH, FRAMES)")
         out.append((*key, p))
     return tuple(out)
 
@@ -65,10 +54,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--random-mm-num-mm-items-range-ratio", type=float, default=_DEFAULTS.num_mm_items_range_ratio,
                    help="each request's count uniform in the whole numbers of [floor(n*(1-r)), ceil(n*(1+r))], the "
                    "top clamped to the limits' sum (r in [0, 1])")
-    g.add_argument("--random-mm-limit-mm-per-prompt", type=_limits, default=None, metavar="JSON",
+    g.add_argument("--random-mm-limit-mm-per-prompt", type=json_object, default=None, metavar="JSON",
                    help="most items per request by modality, e.g. '{\"image\": 3, \"video\": 0}' (default "
                    "'{\"image\": 255, \"video\": 1}')")
-    g.add_argument("--random-mm-bucket-config", type=_buckets, default=None, metavar="DICT",
+    g.add_argument("--random-mm-bucket-config", default=None, metavar="DICT",
                    help="sizes drawn, {(HEIGHT, WIDTH, FRAMES): PROBABILITY, ...} (normalised; default "
                    "{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}); images only: FRAMES 1")
     g = p.add_argument_group("LoRA adapters", "each measured request's model one of these adapter names, chosen as "
@@ -87,7 +76,8 @@ def config_fields(ns: argparse.Namespace) -> dict[str, Any]:
         num_mm_items_range_ratio=ns.random_mm_num_mm_items_range_ratio,
         limit_mm_per_prompt=(dict(_DEFAULTS.limit_mm_per_prompt) if ns.random_mm_limit_mm_per_prompt is None
                              else ns.random_mm_limit_mm_per_prompt),
-        bucket_config=_DEFAULTS.bucket_config if ns.random_mm_bucket_config is None else ns.random_mm_bucket_config,
+        bucket_config=(_DEFAULTS.bucket_config if ns.random_mm_bucket_config is None
+                       else buckets(ns.random_mm_bucket_config)),
     )
     modules = tuple(name.partition("=")[0] for name in ns.lora_modules or ())
     return {"random_mm": mm, "lora_modules": modules, "lora_assignment": ns.lora_assignment}

@@ -84,33 +84,34 @@ class SyntheticPNG:
         self.height, self.width = height, width
         self.row_bytes = 3 * width
         ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        final_row = height == 1
+        self._final_row = height == 1
         row_data = 1 + self.row_bytes  # the filter byte (0: none), then the pixels
-        # the first IDAT's data up to the row: zlib header, two empty blocks (so that the head is a whole
-        # number of 3-byte groups: 53 + 3w + 10 bytes), the row's stored block header
-        self._idat_start = (b"\x78\x01" + _EMPTY_STORED * 2
-                            + struct.pack("<BHH", 1 if final_row else 0, row_data, row_data ^ 0xFFFF))
-        self._head_prefix = (PNG_SIGNATURE + ihdr + struct.pack(">I", len(self._idat_start) + row_data) + b"IDAT"
-                             + self._idat_start)
-        self._crc_start = zlib.crc32(b"IDAT" + self._idat_start)
+        blocks = -(-row_data // _STORED_MAX)  # stored blocks of the first row
+        # the first IDAT's data: the zlib header, empty blocks so that the head is a whole number of 3-byte
+        # groups, then the row's stored blocks
+        fixed = len(PNG_SIGNATURE) + len(ihdr) + 12 + 2 + 5 * blocks + row_data
+        self._idat_start = b"\x78\x01" + _EMPTY_STORED * next(e for e in range(3) if (fixed + 5 * e) % 3 == 0)
+        self._head_prefix = PNG_SIGNATURE + ihdr
+        self._idat_length = len(self._idat_start) + 5 * blocks + row_data
         middle = b""
         self._rest_adler, self._rest_len = 1, 0
-        if not final_row:
+        if not self._final_row:
             rows = np.zeros((height - 1, row_data), dtype=np.uint8)
             rows[:, 1:] = rng.integers(0, 256, size=(height - 1, self.row_bytes), dtype=np.uint8)
             rest = rows.tobytes()
             self._rest_adler, self._rest_len = zlib.adler32(rest), len(rest)
-            blocks = b"".join(_stored_blocks(rest, final=True))
+            stored = b"".join(_stored_blocks(rest, final=True))
             # empty blocks first, so that the chunk too is a whole number of 3-byte groups
-            pad = (12 + len(blocks)) % 3
-            middle = _chunk(b"IDAT", _EMPTY_STORED * pad + blocks)
+            pad = (12 + len(stored)) % 3
+            middle = _chunk(b"IDAT", _EMPTY_STORED * pad + stored)
         self.middle = base64.b64encode(middle)
-        self.png_bytes = len(self._head_prefix) + row_data + 4 + len(middle) + 16 + len(_IEND)
+        self.png_bytes = len(self._head_prefix) + 12 + self._idat_length + len(middle) + 16 + len(_IEND)
 
     def parts(self, row: bytes) -> ImageParts:
         """The base64 head and tail of the image whose first row of pixels is ``row`` (3 x width bytes)."""
         data = b"\x00" + row
-        head = self._head_prefix + data + struct.pack(">I", zlib.crc32(data, self._crc_start))
+        head = self._head_prefix + _chunk(b"IDAT", self._idat_start + b"".join(_stored_blocks(data,
+                                                                                              self._final_row)))
         adler = adler32_combine(zlib.adler32(data), self._rest_adler, self._rest_len)
         tail = _chunk(b"IDAT", struct.pack(">I", adler)) + _IEND
         return ImageParts(base64.b64encode(head), base64.b64encode(tail))

@@ -60,9 +60,10 @@ from fastbench.results.sessions import session_figures
 from fastbench.results.steady import steady_state
 from fastbench.results.workersection import worded_section
 
-# Per-request lists in workload_info, used here but not copied into the result.
+# Per-request lists in workload_info (and the adapter names one indexes), used here but not copied into the
+# result: the adapters' names are the adapters section's.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
-                             "adapter_of_request")
+                             "adapter_of_request", "adapters")
 
 
 def summarize(
