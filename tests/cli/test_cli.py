@@ -14,9 +14,9 @@ import pytest
 
 from support.timing import until_a_round_passes
 from fastbench import BenchConfig, ConfigError, LaunchConfig, ServerDiedError, api, checks, run
-from fastbench.config import RandomMMOptions
 from fastbench.cli import command as cli
 from fastbench.cli.argtypes import options
+from fastbench.config import RandomMMOptions
 from fastbench.results import writers as report
 from fastbench.synthetic import SyntheticServer
 
