@@ -156,12 +156,14 @@ _SHUFFLED = ("which of the file's entries are sent, and in what order (a seeded 
 def prompt_seed(config: BenchConfig) -> dict[str, Any]:
     """The seed that drew the run's prompts and what it chose of them: ``seed``, ``varies_prompts``
     (False where every seed sends the same prompts: a file read in order) and ``draws`` (one line)."""
+    adapters = "; and each request's LoRA adapter" if config.lora_modules and config.lora_assignment == "random" else ""
     if config.dataset_name in _SEED_DRAWS and not config.multi_turn:
-        return {"seed": config.seed, "varies_prompts": True, "draws": _SEED_DRAWS[config.dataset_name]}
+        return {"seed": config.seed, "varies_prompts": True, "draws": _SEED_DRAWS[config.dataset_name] + adapters}
     if config.dataset_order == "random":
-        return {"seed": config.seed, "varies_prompts": True, "draws": _SHUFFLED}
+        return {"seed": config.seed, "varies_prompts": True, "draws": _SHUFFLED + adapters}
     return {"seed": config.seed, "varies_prompts": False,
-            "draws": "none of them: --dataset-order file sends the file's entries in order, the same for every seed"}
+            "draws": "none of them: --dataset-order file sends the file's entries in order, the same for every seed"
+            + adapters}
 
 
 def check_inputs(config: BenchConfig) -> None:
