@@ -26,7 +26,14 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, TRACE_DATASETS, BenchConfig, LaunchConfig
+from fastbench.config import (
+    GOODPUT_METRICS,
+    PERCENTILE_METRICS,
+    TRACE_DATASETS,
+    BenchConfig,
+    LaunchConfig,
+    RandomMMOptions,
+)
 from fastbench.exceptions import ConfigError
 
 __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_config", "check_port",
@@ -39,7 +46,7 @@ MAX_WORKERS = 256  # client processes on one machine (--workers)
 # Tokens of one generated prompt part: past any model's context (the largest are ~10M), so a typo.
 MAX_PROMPT_TOKENS = 16_000_000
 # The datasets fastbench makes itself: no file to read.
-GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix")
+GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "random-mm")
 
 # Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME".
 _FLAGS = {
@@ -133,7 +140,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 Kind = Literal["whole", "whole_or_auto", "number", "number_or_auto", "bool", "text", "strings", "numbers", "dict",
-               "launch"]
+               "launch", "random_mm"]
 
 
 class FieldKind(NamedTuple):
@@ -167,8 +174,10 @@ _KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
                 "a tuple of numbers, e.g. (50, 99)"),
     "dict": (lambda value: isinstance(value, dict), "a dict"),
     "launch": (lambda value: isinstance(value, LaunchConfig), "a LaunchConfig"),
+    "random_mm": (lambda value: isinstance(value, RandomMMOptions), "a RandomMMOptions"),
 }
-_SIMPLE: dict[Any, Kind] = {bool: "bool", int: "whole", float: "number", str: "text", LaunchConfig: "launch"}
+_SIMPLE: dict[Any, Kind] = {bool: "bool", int: "whole", float: "number", str: "text", LaunchConfig: "launch",
+                            RandomMMOptions: "random_mm"}
 
 
 def _field_kind(annotation: Any) -> FieldKind:
@@ -344,7 +353,7 @@ def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
 def shortest_prompt(config: BenchConfig) -> tuple[int, str] | None:
     """The fewest prompt tokens a generated dataset's request can have, and the flags that set them;
     None for a dataset read from a file."""
-    if config.dataset_name == "random":
+    if config.dataset_name in ("random", "random-mm"):
         low = max(1, math.floor(config.random_input_len * (1 - config.random_range_ratio)))
         return config.random_prefix_len + low, "--random-prefix-len + --random-input-len"
     if config.dataset_name == "prefix_repetition":
@@ -451,7 +460,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
     _check_multi_turn(config)
     _check_trace_timing(config)
     _check_ray(config)
-    if config.random_prefix_len and config.dataset_name != "random":
+    if config.random_prefix_len and config.dataset_name not in ("random", "random-mm"):
         raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
                           "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")
     if config.dataset_name == "prefix_repetition" and config.num_prompts < config.prefix_repetition_num_prefixes:
@@ -461,8 +470,54 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
         raise ConfigError(f"--gsp-num-groups x --gsp-prompts-per-group must be at most {MAX_PROMPTS:,}, got "
                           f"{config.gsp_num_groups * config.gsp_prompts_per_group:,}")
     _check_prefix_fits(config)
+    _check_images_and_adapters(config)
     if config.launch is not None:
         if config.base_url is not None:
             raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")
         if not config.launch.model:
             raise ConfigError("--launch needs --launch-model MODEL")
+
+
+def _check_images_and_adapters(config: BenchConfig) -> None:
+    """random-mm's options (vllm bench serve's rules), images on the chat endpoint only, and --lora-modules."""
+    opts = config.random_mm
+    if config.dataset_name in ("random-mm", "custom_image") and config.endpoint != "/v1/chat/completions":
+        raise ConfigError(f"--dataset-name {config.dataset_name} sends images in chat messages: give --endpoint "
+                          "/v1/chat/completions (--backend openai-chat), as vllm bench serve requires")
+    if opts != RandomMMOptions() and config.dataset_name != "random-mm":
+        raise ConfigError(f"--random-mm-* options are for --dataset-name random-mm, not {config.dataset_name}")
+    if not (_is_whole(opts.base_items_per_request) and opts.base_items_per_request >= 0):
+        raise ConfigError(f"--random-mm-base-items-per-request must be a whole number >= 0, got "
+                          f"{opts.base_items_per_request!r}")
+    if not (_is_number(opts.num_mm_items_range_ratio) and 0 <= opts.num_mm_items_range_ratio <= 1):
+        raise ConfigError(f"--random-mm-num-mm-items-range-ratio must be in [0, 1], got "
+                          f"{opts.num_mm_items_range_ratio!r}")
+    limits = opts.limit_mm_per_prompt
+    if not (isinstance(limits, dict) and limits and all(k in ("image", "video") and _is_whole(v) and v >= 0
+                                                        for k, v in limits.items())):
+        raise ConfigError("--random-mm-limit-mm-per-prompt takes a JSON object of whole numbers >= 0 by modality, "
+                          f"e.g. '{{\"image\": 3, \"video\": 0}}'; got {limits!r}")
+    buckets = opts.bucket_config
+    if not (isinstance(buckets, (tuple, list)) and buckets and all(
+            isinstance(b, (tuple, list)) and len(b) == 4 and all(_is_whole(x) and x >= 1 for x in b[:3])
+            and _is_number(b[3]) and b[3] >= 0 for b in buckets)):
+        raise ConfigError("--random-mm-bucket-config takes {(HEIGHT, WIDTH, FRAMES): PROBABILITY, ...} with whole "
+                          f"numbers >= 1 and probabilities >= 0; got {buckets!r}")
+    if not any(b[3] > 0 for b in buckets):
+        raise ConfigError("--random-mm-bucket-config: every probability is 0; give one above 0")
+    if any(b[2] > 1 and b[3] > 0 for b in buckets):
+        raise ConfigError("--random-mm-bucket-config: fastbench makes images only (FRAMES 1); vLLM makes its videos "
+                          "with OpenCV as MP4 files: give the video buckets probability 0")
+    if any(b[3] > 0 and "image" not in limits for b in buckets):
+        raise ConfigError("--random-mm-limit-mm-per-prompt has no 'image' limit for the image buckets")
+    if config.lora_modules:
+        if not all(isinstance(name, str) and name.strip() for name in config.lora_modules):
+            raise ConfigError("--lora-modules takes adapter names (as the server serves them), e.g. --lora-modules "
+                              "sql-lora math-lora")
+        if config.multi_turn:
+            raise ConfigError("--lora-modules is not available with --multi-turn (a session's turns are built during "
+                              "the run)")
+        if "model" in config.extra_body:
+            raise ConfigError("--lora-modules and --extra-body's model both set the model: give one")
+    elif config.lora_assignment != "random":
+        raise ConfigError("--lora-assignment chooses among --lora-modules: give --lora-modules")

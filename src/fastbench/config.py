@@ -14,13 +14,14 @@ from typing import Any, Literal
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
 DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
-                      "mooncake", "burstgpt", "custom", "spec_bench"]
+                      "mooncake", "burstgpt", "custom", "spec_bench", "random-mm", "custom_image"]
 TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 RampUpStrategy = Literal["linear", "exponential"]
 MultiTurnHistory = Literal["server", "dataset"]
 ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
+LoraAssignment = Literal["random", "round-robin"]  # vllm bench serve's --lora-assignment
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 # Metrics whose percentiles --percentile-metrics selects, named as vllm bench serve names them.
@@ -81,6 +82,26 @@ class LaunchConfig:
     log_path: str | None = None
     engine_bin: str | None = None
     stop_grace_s: float = 20.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RandomMMOptions:
+    """vllm bench serve's ``random-mm`` dataset (``BenchConfig.random_mm``): the random dataset's text with
+    images per request, its flags ``--random-mm-*`` and their defaults (``load/sources/random_mm.py``).
+
+    :param base_items_per_request: images per request, before the range ratio.
+    :param num_mm_items_range_ratio: each request's count drawn uniformly from the whole numbers in
+        ``[floor(n*(1-r)), ceil(n*(1+r))]``, the top clamped to the limits' sum (r in [0, 1]).
+    :param limit_mm_per_prompt: most items per request of each modality (``{"image": N, "video": M}``).
+    :param bucket_config: ``(height, width, num_frames, probability)`` per size an item is drawn from
+        (vLLM's ``{(H, W, T): p}``); one frame is an image; the probabilities are normalised.
+    """
+
+    base_items_per_request: int = 1
+    num_mm_items_range_ratio: float = 0.0
+    limit_mm_per_prompt: dict[str, int] = dataclasses.field(default_factory=lambda: {"image": 255, "video": 1})
+    bucket_config: tuple[tuple[int, int, int, float], ...] = ((256, 256, 1, 0.5), (720, 1280, 1, 0.5),
+                                                              (720, 1280, 16, 0.0))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -217,6 +238,11 @@ class BenchConfig:
     custom_output_len: int = 256  # -1: each line's output_tokens
     spec_bench_output_len: int = 256
     spec_bench_category: str | None = None  # spec_bench: only this category's questions
+    random_mm: RandomMMOptions = dataclasses.field(default_factory=RandomMMOptions)  # vLLM's random-mm images
+    # LoRA traffic (load/lora.py): each measured request's model is one of these adapter names, drawn
+    # as vllm bench serve draws it (--lora-assignment random: random.choice seeded by --seed; round-robin)
+    lora_modules: tuple[str, ...] = ()
+    lora_assignment: LoraAssignment = "random"
     tokenizer: StrPath | None = None  # local tokenizer directory or tokenizer.json; never downloaded
     max_model_len: int | None = None  # overrides what /v1/models reports, for screening
     # goodput SLOs in ms, e.g. {"ttft": 500.0, "tpot": 50.0}

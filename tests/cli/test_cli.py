@@ -16,6 +16,7 @@ from support.timing import until_a_round_passes
 from fastbench import BenchConfig, ConfigError, LaunchConfig, ServerDiedError, api, checks, run
 from fastbench.cli import command as cli
 from fastbench.cli.argtypes import options
+from fastbench.config import RandomMMOptions
 from fastbench.results import writers as report
 from fastbench.synthetic import SyntheticServer
 
@@ -256,11 +257,13 @@ def test_every_field_is_named_by_a_flag_of_the_command() -> None:
                 "launch.stop_grace_s": "server_stop_grace", "save_detailed": "requests_jsonl",
                 "per_request_arrays": "save_detailed", "headers": "header",
                 "ready_check_timeout_s": "ready_check_timeout_sec"}
-    names = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("command_line", "launch")]
+    names = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("command_line", "launch", "random_mm")]
     names += ["launch." + f.name for f in dataclasses.fields(LaunchConfig)]
     for name in names:
         dest = ns_field.get(name, name.removeprefix("launch."))
         assert checks.flag(name) in by_dest[dest], name
+    for field in dataclasses.fields(RandomMMOptions):  # an options object: a flag per field, vLLM's names
+        assert "--random-mm-" + field.name.replace("_", "-") in by_dest["random_mm_" + field.name], field.name
 
 
 def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:

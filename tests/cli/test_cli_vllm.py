@@ -238,7 +238,6 @@ def test_a_ramp_up_run_is_open_loop(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args,words", [
     (["--profile"], "--profile: fastbench does not drive the server's profiler"),
-    (["--lora-modules", "a", "b"], "--lora-modules: fastbench sends one model name"),
     (["--probe-request-rate", "2"], "--probe-request-rate: fastbench sends no probe requests"),
     (["--self-timed"], "--self-timed/--no-self-timed is for the trace datasets (timed_trace, mooncake), not random"),
     (["--backend", "openai-embeddings"], "--backend openai-embeddings: fastbench measures streamed text generation"),

@@ -20,6 +20,8 @@ NAMED_BY_DATA = {
     "fastbench.throughput.goodput_slos_ms",
     "fastbench.config.goodput",
     "fastbench.workers.per_worker[].errors",
+    "fastbench.config.random_mm.limit_mm_per_prompt",
+    "fastbench.server.synthetic_stats.requests_by_model",
 }
 OPAQUE = {
     "fastbench.config.extra_body",

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.load import datasets
+from fastbench.load import datasets, lora
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import card, figures, modelcard, serversections, writers
@@ -412,6 +412,8 @@ async def _run_against(
     }
     if workers_chosen is not None and "workers" not in data.extra:  # auto chose one process
         data.extra["workers"] = workers_chosen
+    if work.adapter_of_row is not None:  # --lora-modules: each request's adapter (results.adapters)
+        workload_info.update(adapters=lora.adapter_names(config), adapter_of_request=work.adapter_of_row)
     if work.sessions is not None:
         workload_info["session_of_row"] = work.sessions.session_of_row
         workload_info["turn_of_row"] = work.sessions.turn_of_row

@@ -49,9 +49,9 @@ def json_object(text: str) -> dict[str, Any]:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--extra-body is not valid JSON ({exc})") from None
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--extra-body must be a JSON object, e.g. '{\"temperature\": 0}'")
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"temperature\": 0}'")
     return value
 
 

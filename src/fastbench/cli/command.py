@@ -11,7 +11,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import datasetflags, multiturn, tomlconfig, vllmflags
+from fastbench.cli import datasetflags, inputflags, multiturn, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     datasetflags.add_shared_prefix_args(p, g)
     multiturn.add_args(p)
     datasetflags.add_file_dataset_args(p)
+    inputflags.add_args(p)
     g.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
@@ -295,6 +296,8 @@ def _endpoint(ns: argparse.Namespace) -> str:
     if ns.backend is None:
         return ns.endpoint or "/v1/completions"
     mapped = BACKEND_ENDPOINTS.get(ns.backend)
+    if ns.backend in inputflags.REFUSED_BACKENDS:
+        raise FastbenchError(f"--backend {ns.backend}: {inputflags.REFUSED_BACKENDS[ns.backend]}")
     if mapped is None:
         raise FastbenchError(f"--backend {ns.backend}: fastbench measures streamed text generation; it takes "
                              f"{', '.join(BACKEND_ENDPOINTS)}")
@@ -324,7 +327,7 @@ def _output_lengths(ns: argparse.Namespace) -> tuple[int, int | None]:
     random_output_len, max_tokens = ns.random_output_len, ns.max_tokens
     fixed = ns.sharegpt_output_len if ns.dataset_name == "sharegpt" else None
     if ns.output_len is not None:
-        if ns.dataset_name == "random":
+        if ns.dataset_name in ("random", "random-mm"):
             random_output_len = ns.output_len
         else:
             fixed = ns.output_len
@@ -396,6 +399,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         **multiturn.config_fields(ns),
         reset_prefix_cache=ns.reset_prefix_cache,
         **datasetflags.file_dataset_fields(ns),
+        **inputflags.config_fields(ns),
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,
         goodput=dict(ns.goodput),

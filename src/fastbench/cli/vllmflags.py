@@ -30,7 +30,7 @@ def _dataset(name: str) -> str:
 # vLLM's datasets fastbench lacks, and the flag prefixes that configure them.
 _DATASET_PREFIXES = {
     "--hf-": "hf", "--speed-bench-": "speed_bench",
-    "--blazedit-": "blazedit", "--asr-": "ASR", "--bfcl-": "BFCL", "--random-mm-": "random-mm",
+    "--blazedit-": "blazedit", "--asr-": "ASR", "--bfcl-": "BFCL",
 }
 
 UNUSED: dict[str, Unused] = {
@@ -44,7 +44,8 @@ UNUSED: dict[str, Unused] = {
                               "result's notes say so"),
     "--skip-chat-template": Unused("switch", "fastbench applies no chat template itself; the server applies its own "
                                    "on /v1/chat/completions"),
-    "--enable-multimodal-chat": Unused("switch", "fastbench sends text prompts only"),
+    "--enable-multimodal-chat": Unused("switch", "fastbench sends a dataset's images in the chat message's content "
+                                       "(random-mm, custom_image), as vllm bench serve's openai-chat backend does"),
     "--chat-template-kwargs": Unused("value", "fastbench applies no chat template itself; for the server's, give "
                                      "--extra-body '{\"chat_template_kwargs\": {...}}'"),
     "--use-beam-search": Unused("switch", "vllm bench serve 0.32 sends nothing for it either"),
@@ -53,17 +54,14 @@ UNUSED: dict[str, Unused] = {
     "--timeline-itl-thresholds": Unused("value", "fastbench draws no plots (--plot-timeline)"),
     "--plot-dataset-stats": Unused("switch", "fastbench draws no plots; the result's input_lens and output_lens "
                                    "hold the data"),
-    "--lora-assignment": Unused("value", "only with --lora-modules, which fastbench does not take"),
     "--random-batch-size": Unused("value", "configures vLLM's embedding and rerank datasets, which fastbench does "
                                   "not have"),
     "--no-reranker": Unused("switch", _dataset("random-rerank")),
-    "--custom-ensure-client-side-data": Unused("switch", "configures media in vLLM's custom_image and custom_audio "
-                                               "datasets, which fastbench does not have"),
+    "--custom-ensure-client-side-data": Unused("switch", "fastbench always reads custom_image's files and sends them "
+                                               "as data URLs (it has no custom_audio)"),
     # would change what is measured: refused, with the reason
     "--probe-request-rate": Unused("value", "fastbench sends no probe requests beside the load", refused=True),
     "--profile": Unused("switch", "fastbench does not drive the server's profiler (/start_profile)", refused=True),
-    "--lora-modules": Unused("values", "fastbench sends one model name: give --model ADAPTER to measure one adapter",
-                             refused=True),
 }
 
 # The dataset flags of vLLM's other datasets, each with its arity in vllm bench serve 0.32.
@@ -74,8 +72,6 @@ for _flag, _arity in (
     ("--blazedit-min-distance", "value"), ("--blazedit-max-distance", "value"),
     ("--asr-max-audio-len-sec", "value"), ("--asr-min-audio-len-sec", "value"),
     ("--bfcl-categories", "value"),
-    ("--random-mm-base-items-per-request", "value"), ("--random-mm-num-mm-items-range-ratio", "value"),
-    ("--random-mm-limit-mm-per-prompt", "value"), ("--random-mm-bucket-config", "value"),
 ):
     _name = next(name for prefix, name in _DATASET_PREFIXES.items() if _flag.startswith(prefix))
     UNUSED[_flag] = Unused(_arity, _dataset(_name))  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from fastbench._core import BodyParts
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, DatasetError
-from fastbench.load import sessions, sharing
+from fastbench.load import lora, sessions, sharing
 from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
@@ -45,9 +45,11 @@ from fastbench.load.sources import (
     Dataset,
     burstgpt,
     custom,
+    custom_image,
     gc_paused,
     jsonl,
     prefix_repetition,
+    random_mm,
     random_prompts,
     shared_prefix,
     sharegpt,
@@ -77,6 +79,8 @@ DATASETS: dict[str, Dataset] = {
     "spec_bench": Dataset(custom.check, custom.offer),
     "timed_trace": Dataset(trace.check, trace.offer),
     "mooncake": Dataset(trace.check, trace.offer),
+    "random-mm": Dataset(random_mm.check, random_mm.offer),
+    "custom_image": Dataset(custom_image.check, custom_image.offer),
 }
 
 
@@ -128,12 +132,15 @@ class Workload:
     arrival_offsets_ns: list[int] | None = None
     # per measured request, the prompt tokens it shares with requests sent before it (load.sharing); None: unknown
     shared_prompt_tokens: list[int] | None = None
+    # --lora-modules: per measured request, its adapter (an index into load.lora.adapter_names); None: none
+    adapter_of_row: list[int] | None = None
 
 
 # What --seed chooses of each dataset's prompts (the result's workload.prompt_seed); the datasets that
 # read a file take an order: "random" is a seeded shuffle, "file" the file's own order.
 _SEED_DRAWS = {
     "random": "the prompts' tokens and lengths",
+    "random-mm": "the prompts' tokens and lengths, each request's image count and sizes, and the pixels",
     "prefix_repetition": "the prefixes, the suffixes and their order",
     "generated-shared-prefix": "the system prompts, the questions and their order",
     "burstgpt": "which rows (lengths) are sent and where the prompts' running token ids start",
@@ -149,12 +156,14 @@ _SHUFFLED = ("which of the file's entries are sent, and in what order (a seeded 
 def prompt_seed(config: BenchConfig) -> dict[str, Any]:
     """The seed that drew the run's prompts and what it chose of them: ``seed``, ``varies_prompts``
     (False where every seed sends the same prompts: a file read in order) and ``draws`` (one line)."""
+    adapters = "; and each request's LoRA adapter" if config.lora_modules and config.lora_assignment == "random" else ""
     if config.dataset_name in _SEED_DRAWS and not config.multi_turn:
-        return {"seed": config.seed, "varies_prompts": True, "draws": _SEED_DRAWS[config.dataset_name]}
+        return {"seed": config.seed, "varies_prompts": True, "draws": _SEED_DRAWS[config.dataset_name] + adapters}
     if config.dataset_order == "random":
-        return {"seed": config.seed, "varies_prompts": True, "draws": _SHUFFLED}
+        return {"seed": config.seed, "varies_prompts": True, "draws": _SHUFFLED + adapters}
     return {"seed": config.seed, "varies_prompts": False,
-            "draws": "none of them: --dataset-order file sends the file's entries in order, the same for every seed"}
+            "draws": "none of them: --dataset-order file sends the file's entries in order, the same for every seed"
+            + adapters}
 
 
 def check_inputs(config: BenchConfig) -> None:
@@ -257,6 +266,12 @@ async def _build(
         warmups = [specs[(n + j) % len(specs)] for j in range(config.num_warmups)] if specs else []
         sent = [(n + j) % len(specs) for j in range(len(warmups))] + [i % len(specs) for i in range(len(requests))]
     shared = sharing.shared_prompt_tokens(config.dataset_name, accepted, sent, len(requests))
+    adapter_of_row = None
+    if config.lora_modules:  # each measured request's model, drawn as vllm bench serve draws it
+        bodies, adapter_of_row = lora.assign([spec.body for spec in requests], config, model)
+        requests = [dataclasses.replace(spec, body=body) for spec, body in zip(requests, bodies)]
+        notes.append(f"LoRA: each request's model drawn from --lora-modules ({config.lora_assignment}, as vllm bench "
+                     "serve: random.choice seeded by --seed, or round-robin); warm-ups use the model itself")
     if config.request_id_prefix is not None:
         prefix = config.request_id_prefix
         requests = [_with_request_id(spec, f"{prefix}{i}") for i, spec in enumerate(requests)]
@@ -279,6 +294,7 @@ async def _build(
         notes=notes,
         arrival_offsets_ns=arrivals,
         shared_prompt_tokens=shared,
+        adapter_of_row=adapter_of_row,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.results.adapters import card_lines as adapter_card_lines
 from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.result import Distribution, Result
 from fastbench.results.steady import card_text as steady_card_text
@@ -307,6 +308,10 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     if result.sessions is not None:
         lines += ["", "## Multi-turn sessions", ""]
         lines += _session_tables(result.sessions)
+
+    if result.adapters is not None:
+        lines += ["", "## LoRA adapters", ""]
+        lines += adapter_card_lines(result.adapters)
 
     lines += ["", "## Full run command", ""]
     lines.append("```")

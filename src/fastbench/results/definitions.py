@@ -82,8 +82,9 @@ DEFINITIONS: dict[str, str] = {
     ),
     "request_throughput": "Completed requests / duration, in requests/s.",
     "input_throughput": (
-        "Prompt tokens of completed requests / duration, in tokens/s. A load figure, not a prefill "
-        "speed: with few or slow requests it says little about prefill."
+        "Prompt tokens of completed requests / duration, in tokens/s; a prompt's tokens are the server's "
+        "usage count where it reports one (image tokens included), else the workload's count. A load "
+        "figure, not a prefill speed: with few or slow requests it says little about prefill."
     ),
     "output_throughput": (
         "Aggregate decode throughput: output tokens of completed requests / duration, in tokens/s "

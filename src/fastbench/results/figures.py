@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import GOODPUT_METRICS, BenchConfig
+from fastbench.results.adapters import adapter_figures
 from fastbench.results.cache import prefix_cache_summary
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.notes import (
@@ -59,8 +60,10 @@ from fastbench.results.sessions import session_figures
 from fastbench.results.steady import steady_state
 from fastbench.results.workersection import worded_section
 
-# Per-request lists in workload_info, used here but not copied into the result.
-PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens")
+# Per-request lists in workload_info (and the adapter names one indexes), used here but not copied into the
+# result: the adapters' names are the adapters section's.
+PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
+                             "adapter_of_request", "adapters")
 
 
 def summarize(
@@ -122,6 +125,9 @@ def summarize(
         steady=steady_state(data, config),
         prefix_cache=prefix_cache_summary(requests.rows, requests.completed, requests.prompt, config, workload_info,
                                           server_info),
+        adapters=adapter_figures(requests.rows, requests.prompt, workload_info["adapter_of_request"],
+                                 workload_info["adapters"], config.open_loop, duration_s)
+        if workload_info.get("adapter_of_request") is not None else None,
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result

@@ -135,6 +135,8 @@ class Result:
     steady: SteadyState | None = None
     # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)
     prefix_cache: PrefixCacheSummary | None = None
+    # --lora-modules: each adapter's figures beside the whole (results.adapters.adapter_figures), else None
+    adapters: dict[str, Any] | None = None
 
 
 # -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------

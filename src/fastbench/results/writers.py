@@ -23,7 +23,7 @@ from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
-from fastbench.results import steady
+from fastbench.results import adapters, steady
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
@@ -156,6 +156,8 @@ def result_to_json_dict(
         fastbench["workers"] = result.workers
     if result.sessions is not None:
         fastbench["sessions"] = result.sessions
+    if result.adapters is not None:  # --lora-modules: each adapter's figures (results.adapters)
+        fastbench["adapters"] = result.adapters
     if result.steady is not None:
         fastbench["steady"] = steady.section(result.steady) | {
             "distributions": {name: distribution_to_dict(d) for name, d in result.steady.distributions.items()}}
@@ -407,6 +409,8 @@ def render_console(result: Result) -> str:
     row("Client CPU per event (us):", result.client.cpu_per_event_us, 1)
     if result.sessions is not None:
         lines += session_console_lines(result.sessions)
+    if result.adapters is not None:
+        lines += adapters.console_lines(result.adapters)
     spec = (result.server_info.get("spec_decode_stats") or {}).get("vllm_keys")
     if spec:  # vllm bench serve's block, from the server's counters over the window
         head("Speculative Decoding")

@@ -89,6 +89,9 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
     p.add_argument("--model", default="fastbench-synthetic", help="served model name")
     p.add_argument("--strict-model", action="store_true",
                    help="answer 404 to requests naming another model (default: accept any name, echo it)")
+    p.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME[=PATH]",
+                   help="LoRA adapters served beside --model, as vLLM's flag: listed by /v1/models, accepted with "
+                   "--strict-model, each name's requests counted in /fb/stats (requests_by_model)")
     p.add_argument("--max-model-len", type=int, default=4096,
                    help="context length /v1/models reports; longer requests get vLLM's 400 (default 4096)")
     p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens when a request omits it")
@@ -187,6 +190,7 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         itl_ms=ns.itl_ms, jitter_ms=ns.jitter_ms, tpc_min=lo, tpc_max=hi, seed=ns.seed,
         eos_prob=ns.eos_prob, reasoning_tokens=ns.reasoning_tokens, reasoning_field=ns.reasoning_field,
         no_usage=ns.no_usage, final_usage_only=ns.final_usage_only, strict_model=ns.strict_model,
+        lora_modules=tuple(dict.fromkeys(m.partition("=")[0] for m in ns.lora_modules)),
         fault=ns.fault, fault_every=ns.fault_every, stall_s=ns.stall_s, trickle_us=ns.trickle_us,
         oversized_bytes=ns.oversized_bytes, timer=ns.timer, enable_prefix_caching=ns.enable_prefix_caching,
         exit_with_parent=ns.exit_with_parent,

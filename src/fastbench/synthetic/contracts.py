@@ -54,6 +54,9 @@ class ServerConfig:
     no_usage: bool = False
     final_usage_only: bool = False
     strict_model: bool = False
+    # LoRA adapters served beside the model (vLLM's --lora-modules NAME[=PATH]): listed by /v1/models,
+    # accepted under --strict-model, and each name's requests counted in /fb/stats' requests_by_model
+    lora_modules: tuple[str, ...] = ()
     fault: str | None = None
     fault_every: int = 1
     stall_s: float = 1.0

@@ -29,6 +29,7 @@ from fastbench._version import __version__
 from fastbench.synthetic.contracts import Responder, ServerConfig
 from fastbench.synthetic.generation import Generation
 from fastbench.synthetic.model import (
+    count_images,
     count_messages_tokens,
     count_prompt_tokens,
     output_words,
@@ -82,6 +83,8 @@ class SyntheticEngine:
         # stamp shows (validate reports it apart from the client's error)
         self.receipts: dict[int, int] = {}
         self.faults_injected = 0
+        self.images = 0  # image parts of the chat requests read
+        self.requests_by_model: dict[str, int] = dict.fromkeys((cfg.model, *cfg.lora_modules), 0)
         self.chunks_sent = 0
         self.streams_open = 0
         self.streams_max = 0
@@ -182,7 +185,15 @@ class SyntheticEngine:
             "idle_gc_collections": self.idle_collections,
             "gc_enabled": gc.isenabled(),
             "fastbench_modules": sorted(m for m in sys.modules if m.split(".")[0] == "fastbench"),
-        } | self._prefix_cache_stats() | ({"engine_model": self.stepper.stats()} if self.stepper else {})
+        } | self._prefix_cache_stats() | ({"engine_model": self.stepper.stats()} if self.stepper else {}) \
+            | self._input_stats()
+
+    def _input_stats(self) -> dict[str, Any]:
+        """Images and adapters only when seen or served: the keys stay those of bench/fast_server.c otherwise."""
+        out: dict[str, Any] = {"images": self.images} if self.images else {}
+        if self.cfg.lora_modules:
+            out["requests_by_model"] = dict(self.requests_by_model)
+        return out
 
     def _prefix_cache_stats(self) -> dict[str, Any]:
         """Only with --enable-prefix-caching: the keys stay those of bench/fast_server.c otherwise."""
@@ -197,6 +208,8 @@ class SyntheticEngine:
         self.receipts.clear()
         self.chunks_sent = 0
         self.streams_max = self.streams_open
+        self.images = 0
+        self.requests_by_model = dict.fromkeys((self.cfg.model, *self.cfg.lora_modules), 0)
 
     def metrics_text(self) -> bytes:
         lb = self.label
@@ -261,9 +274,11 @@ class SyntheticEngine:
 
     def h_models(self, conn: Responder, body: bytes, t: int) -> None:
         m = self.cfg.model
+        # adapters as vLLM lists them: after the model, each with the model as its parent
         conn.respond(200, orjson.dumps({"object": "list", "data": [
-            {"id": m, "object": "model", "created": self.created, "owned_by": "fastbench", "root": m,
-             "parent": None, "max_model_len": self.cfg.max_model_len, "permission": []}]}))
+            {"id": name, "object": "model", "created": self.created, "owned_by": "fastbench", "root": name,
+             "parent": None if name == m else m, "max_model_len": self.cfg.max_model_len, "permission": []}
+            for name in (m, *self.cfg.lora_modules)]}))
 
     def h_version(self, conn: Responder, body: bytes, t: int) -> None:
         conn.respond(200, orjson.dumps({"version": f"fastbench-synthetic {__version__}"}))
@@ -339,10 +354,12 @@ class SyntheticEngine:
             if type(max_tokens) is not int or max_tokens < 1:
                 raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
             ids: list[int] | None = None
+            images = 0
             if chat:
                 if self.prefix_cache is not None:
                     ids = tokenize_messages(req.get("messages"))
                 prompt_tokens = count_messages_tokens(req.get("messages"))
+                images = count_images(req.get("messages"))
             else:
                 if "prompt" not in req:
                     raise ValueError("prompt is required")
@@ -357,9 +374,15 @@ class SyntheticEngine:
         except (ValueError, TypeError) as e:  # orjson.JSONDecodeError is a ValueError
             conn.respond(400, error_body(400, str(e)))
             return
-        if cfg.strict_model and model != cfg.model:
+        if cfg.strict_model and model != cfg.model and model not in cfg.lora_modules:
             conn.respond(404, error_body(404, f"The model `{model}` does not exist."))
             return
+        if chat:
+            self.images += images
+        if model in self.requests_by_model:
+            self.requests_by_model[model] += 1
+        elif cfg.lora_modules:  # another name, accepted (not --strict-model): counted under its own
+            self.requests_by_model[model] = 1
         total = prompt_tokens + max_tokens
         if total > cfg.max_model_len:
             conn.respond(400, error_body(400, (

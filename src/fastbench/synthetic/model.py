@@ -3,13 +3,18 @@
 Part of the synthetic server (see ``fastbench.synthetic``); imports nothing from the fastbench client.
 
 A string prompt has one token per whitespace-separated word; a token-id prompt one per id; a chat
-request, per message, the words of its content plus ``CHAT_MESSAGE_OVERHEAD`` (4). Output tokens are
-single words (" tok", " the", ...), drawn once at startup from the seed.
+request, per message, the words of its content plus ``CHAT_MESSAGE_OVERHEAD`` (4), plus, per image part
+(``image_url``), one token per ``IMAGE_TILE`` x ``IMAGE_TILE`` pixels (the tiles that cover it, read from a
+PNG or GIF data URL's header) or ``IMAGE_TOKENS_UNREAD`` (256) for an image whose size it does not read
+(JPEG, a URL). Output tokens are single words (" tok", " the", ...), drawn once at startup from the seed.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import random
+import struct
 import zlib
 from typing import Any
 
@@ -19,6 +24,55 @@ VOCAB: tuple[str, ...] = (
     "as", "be", "at", "one", "have", "this", "from", "by", "hot", "word", "but", "what", "some",
     "we", "can", "out", "other", "were",
 )  # fmt: skip
+
+
+IMAGE_TILE = 32  # pixels on a side of the square one image token stands for
+IMAGE_TOKENS_UNREAD = 256  # an image whose size is not read from its first bytes
+
+
+def image_size(url: str) -> tuple[int, int] | None:
+    """(width, height) of a PNG or GIF ``data:`` URL, from its first bytes; None for anything else."""
+    if not url.startswith("data:image/"):
+        return None
+    start = url.find(",") + 1
+    try:
+        head = base64.b64decode(url[start:start + 32])
+    except (binascii.Error, ValueError):
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+        width, height = struct.unpack(">II", head[16:24])
+        return width, height
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        width, height = struct.unpack("<HH", head[6:10])
+        return width, height
+    return None
+
+
+def image_tokens(part: dict[str, Any]) -> int:
+    """Tokens of one ``image_url`` part: the tiles covering it, or IMAGE_TOKENS_UNREAD."""
+    size = image_size(_url(part))
+    if size is None:
+        return IMAGE_TOKENS_UNREAD
+    return -(-size[0] // IMAGE_TILE) * -(-size[1] // IMAGE_TILE)
+
+
+def _url(part: dict[str, Any]) -> str:
+    ref = part.get("image_url")
+    url = ref.get("url") if isinstance(ref, dict) else ref
+    return url if isinstance(url, str) else ""
+
+
+def _image_parts(content: Any) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return []
+    return [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+
+
+def count_images(messages: Any) -> int:
+    """The image parts of a chat's messages."""
+    if not isinstance(messages, list):
+        return 0
+    return sum(len(_image_parts(m.get("content"))) for m in messages if isinstance(m, dict))
 
 
 def count_text_tokens(text: str) -> int:
@@ -61,6 +115,8 @@ def tokenize_messages(messages: Any) -> list[int]:
             raise TypeError("each message must be an object")
         ids += (1, _word_id(str(m.get("role", ""))), 2)
         ids += tokenize_text(message_text(m.get("content")))
+        for part in _image_parts(m.get("content")):  # one id per image, from its bytes: images differ as ids do
+            ids += [100 + zlib.crc32(_url(part).encode()) % 31900] * image_tokens(part)
         ids.append(3)
     return ids
 
@@ -72,7 +128,9 @@ def count_messages_tokens(messages: Any) -> int:
     for m in messages:
         if not isinstance(m, dict):
             raise TypeError("each message must be an object")
-        n += CHAT_MESSAGE_OVERHEAD + count_text_tokens(message_text(m.get("content")))
+        content = m.get("content")
+        n += CHAT_MESSAGE_OVERHEAD + count_text_tokens(message_text(content))
+        n += sum(image_tokens(part) for part in _image_parts(content))
     return n
 
 
