@@ -22,6 +22,16 @@ from fastbench._version import __version__
 if TYPE_CHECKING:
     from fastbench.api import arun, run
     from fastbench.config import BenchConfig, LaunchConfig
+    from fastbench.datasetoptions import (
+        CustomOptions,
+        MooncakeOptions,
+        MultiTurnOptions,
+        PrefixRepetitionOptions,
+        RandomOptions,
+        SharedPrefixOptions,
+        SpecBenchOptions,
+        TimedTraceOptions,
+    )
     from fastbench.exceptions import (
         ConfigError,
         DatasetError,
@@ -37,6 +47,10 @@ if TYPE_CHECKING:
 _HOMES = {
     "arun": "fastbench.api", "run": "fastbench.api",
     "BenchConfig": "fastbench.config", "LaunchConfig": "fastbench.config",
+    # each dataset's options (BenchConfig.dataset_options)
+    **{name: "fastbench.datasetoptions" for name in ("CustomOptions", "MooncakeOptions", "MultiTurnOptions",
+                                                     "PrefixRepetitionOptions", "RandomOptions", "SharedPrefixOptions",
+                                                     "SpecBenchOptions", "TimedTraceOptions")},
     "ConfigError": "fastbench.exceptions", "DatasetError": "fastbench.exceptions",
     "FastbenchError": "fastbench.exceptions", "ResultWriteError": "fastbench.results.result",
     "ServerDiedError": "fastbench.results.result", "ServerError": "fastbench.exceptions",
@@ -63,14 +77,22 @@ def __dir__() -> list[str]:
 __all__ = (
     "BenchConfig",
     "ConfigError",
+    "CustomOptions",
     "DatasetError",
     "FastbenchError",
     "LaunchConfig",
+    "MooncakeOptions",
+    "MultiTurnOptions",
+    "PrefixRepetitionOptions",
+    "RandomOptions",
     "Result",
     "ResultWriteError",
     "ServerDiedError",
     "ServerError",
+    "SharedPrefixOptions",
+    "SpecBenchOptions",
     "SyntheticServer",
+    "TimedTraceOptions",
     "__version__",
     "arun",
     "make_server",
