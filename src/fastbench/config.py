@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fastbench.datasetoptions import (
     FLAT_NAMES,
+    DatasetName,
     DatasetOptions,
     MultiTurnHistory,
     ThinkTimeDistribution,
@@ -23,8 +24,6 @@ from fastbench.datasetoptions import (
 )
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
-DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
-                      "mooncake", "burstgpt", "custom", "spec_bench"]
 TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]

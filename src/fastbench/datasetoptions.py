@@ -1,7 +1,10 @@
 """Each dataset's own options: one frozen object per dataset, held in ``BenchConfig.dataset_options``.
 
 A dataset module of ``fastbench.load.sources`` reads its own (``config.options(RandomOptions)``: the one
-given, or the defaults), so that adding a dataset adds its options class here and nothing to BenchConfig.
+given, or the defaults), so that adding a dataset adds its name and options class here (to
+:data:`DatasetName` and :data:`OPTION_CLASSES`) and nothing to BenchConfig; its module, its row in
+``fastbench.load.datasets.DATASETS`` and its flags (each flag's dest its field's flat name:
+``fastbench.cli.datasetflags``) are the rest.
 Each field states its range next to its default (``fastbench.checks`` reads it, and words the message
 with the field's flag); the field's flat name (``random_input_len``: the flag's name with underscores)
 is the BenchConfig keyword of the options that were flat fields once, and the key the result file's
@@ -19,6 +22,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
+# The datasets, by --dataset-name (each a module of fastbench.load.sources, listed in fastbench.load.datasets)
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
+                      "mooncake", "burstgpt", "custom", "spec_bench"]
 MultiTurnHistory = Literal["server", "dataset"]
 ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
 

@@ -26,7 +26,8 @@ from fastbench.cli.argtypes import (
     whole_number,
     workers_count,
 )
-from fastbench.config import ENGINES, BenchConfig, DatasetName, LaunchConfig
+from fastbench.config import ENGINES, BenchConfig, LaunchConfig
+from fastbench.datasetoptions import DatasetName
 from fastbench.exceptions import FastbenchError
 
 EPILOG = """\
