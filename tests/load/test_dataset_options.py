@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fastbench import BenchConfig, ConfigError, api
+from fastbench import config as config_module
 from fastbench.datasetoptions import (
     FLAT_NAMES,
     OPTION_CLASSES,
@@ -20,6 +21,7 @@ from fastbench.datasetoptions import (
     RandomOptions,
     SharedPrefixOptions,
     flat_name,
+    folded,
 )
 from fastbench.results.writers import config_to_dict
 
@@ -69,9 +71,21 @@ def test_each_options_class_round_trips_through_the_config_dict(cls: type[Datase
     flat = {flat_name(cls, f): written[flat_name(cls, f)] for f in dataclasses.fields(cls)}
     assert flat == {flat_name(cls, f): getattr(options, f.name) for f in dataclasses.fields(cls)}
     # a result file's config section (an old one too: the same keys) gives the same options back
-    again = BenchConfig(**flat)
+    again = BenchConfig(dataset_options=folded((), flat))
     assert again == config and again.options(cls) == options
     assert all(getattr(again, name) == value for name, value in flat.items())  # the flat names read back
+
+
+def test_the_flat_keywords_are_those_of_the_options_that_were_fields() -> None:
+    """BenchConfig(random_input_len=64) as the README writes it: every option that was a field of BenchConfig
+    keeps its keyword (a dataset added since gives its options as its object)."""
+    assert set(config_module._FLAT_KEYWORDS) <= set(FLAT_NAMES)
+    assert len(config_module._FLAT_KEYWORDS) == 28
+    for cls in OPTION_CLASSES:
+        options = _changed(cls)
+        flat = {flat_name(cls, f): getattr(options, f.name) for f in dataclasses.fields(cls)}
+        if set(flat) <= set(config_module._FLAT_KEYWORDS):
+            assert BenchConfig(**flat).options(cls) == options
 
 
 def test_the_config_dict_keeps_every_flat_key_with_the_defaults() -> None:
