@@ -54,10 +54,8 @@ _POSITIVE: Rule = (lambda v: 0 < v < math.inf, "must be > 0")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DatasetOptions:
-    """What every dataset's options object has: the datasets it configures (``--dataset-name``) and the
-    prefix of its fields' flat names."""
+    """What every dataset's options object has: the prefix of its fields' flat names (``random_``)."""
 
-    DATASETS: ClassVar[tuple[str, ...]] = ()
     PREFIX: ClassVar[str] = ""
 
 
@@ -65,7 +63,6 @@ class DatasetOptions:
 class RandomOptions(DatasetOptions):
     """``random`` (vLLM's): random token ids, lengths drawn around ``input_len`` / ``output_len``."""
 
-    DATASETS = ("random",)
     PREFIX = "random_"
     input_len: int = _option(1024, _AT_LEAST_1)
     output_len: int = _option(128, _AT_LEAST_1)
@@ -79,7 +76,6 @@ class RandomOptions(DatasetOptions):
 class PrefixRepetitionOptions(DatasetOptions):
     """``prefix_repetition`` (vLLM's): ``num_prefixes`` prefixes, each prompt one of them plus its own suffix."""
 
-    DATASETS = ("prefix_repetition",)
     PREFIX = "prefix_repetition_"
     prefix_len: int = _option(256, _TOKENS)
     suffix_len: int = _option(256, _TOKENS)
@@ -91,7 +87,6 @@ class PrefixRepetitionOptions(DatasetOptions):
 class SharedPrefixOptions(DatasetOptions):
     """``generated-shared-prefix`` (SGLang's ``--gsp-*``): groups of prompts sharing a system prompt."""
 
-    DATASETS = ("generated-shared-prefix",)
     PREFIX = "gsp_"
     num_groups: int = _option(64, _COUNT)
     prompts_per_group: int = _option(16, _COUNT)
@@ -104,7 +99,6 @@ class SharedPrefixOptions(DatasetOptions):
 class TimedTraceOptions(DatasetOptions):
     """``timed_trace`` (vLLM's ``--timed-trace-*``, load/sources/trace.py): the trace's fields and units."""
 
-    DATASETS = ("timed_trace",)
     PREFIX = "timed_trace_"
     chunk_hash_size: int = _option(16, _TOKENS)  # tokens per hash id
     sec_multiplier: float = _option(1.0, _POSITIVE)  # timestamp x this = seconds
@@ -118,7 +112,6 @@ class TimedTraceOptions(DatasetOptions):
 class MooncakeOptions(DatasetOptions):
     """``mooncake`` (SGLang's slowdown factor, load/sources/trace.py)."""
 
-    DATASETS = ("mooncake",)
     PREFIX = "mooncake_"
     slowdown_factor: float = _option(1.0, _POSITIVE)  # 2: the trace's gaps doubled
 
@@ -127,7 +120,6 @@ class MooncakeOptions(DatasetOptions):
 class CustomOptions(DatasetOptions):
     """``custom`` (vLLM's, load/sources/custom.py): output tokens per request."""
 
-    DATASETS = ("custom",)
     PREFIX = "custom_"
     # -1: each line's output_tokens
     output_len: int = _option(256, (lambda v: v == -1 or v >= 1, "must be -1 (each line's output_tokens) or >= 1"))
@@ -137,7 +129,6 @@ class CustomOptions(DatasetOptions):
 class SpecBenchOptions(DatasetOptions):
     """``spec_bench`` (vLLM's, load/sources/custom.py)."""
 
-    DATASETS = ("spec_bench",)
     PREFIX = "spec_bench_"
     output_len: int = _option(256, _AT_LEAST_1)
     category: str | None = _option(None)  # only this category's questions
@@ -148,7 +139,6 @@ class MultiTurnOptions(DatasetOptions):
     """Multi-turn sessions over sharegpt or jsonl conversations (``BenchConfig.multi_turn``, see
     :mod:`fastbench.load.sessions`): each session sends one request per turn with the history so far."""
 
-    DATASETS = ("sharegpt", "jsonl")
     history: MultiTurnHistory = _option("server", flat="multi_turn_history")  # whose replies the history carries
     # mean seconds between a reply and the session's next turn
     think_time_s: float = _option(0.0, (lambda v: 0 <= v <= 86400, "must be between 0 and 86400 s"))
@@ -200,7 +190,7 @@ def normalised(held: object) -> tuple[Any, ...]:
     """``held`` (one options object or several) as BenchConfig keeps it: a tuple in the order of
     :data:`OPTION_CLASSES`, those equal to their defaults left out, so that two configs of the same
     options compare equal. What is no options object is kept, last, for the checks to name."""
-    items = (held,) if isinstance(held, DatasetOptions) else tuple(held) if isinstance(held, (tuple, list)) else (held,)
+    items = tuple(held) if isinstance(held, (tuple, list)) else (held,)
     order = {cls: i for i, cls in enumerate(OPTION_CLASSES)}
     kept = [item for item in items if not (type(item) in order and item == type(item)())]
     return tuple(sorted(kept, key=lambda item: order.get(type(item), len(order))))
