@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import SharedPrefixOptions
 from fastbench.load.datasets import build_workload
 
 TARGET_S = 2.0
@@ -94,8 +95,8 @@ def main() -> None:
         size = sum(len(r.body) for r in work.requests) / 1e6
         naive_text = ratio = "-"
         if config.endpoint == "/v1/completions" and config.dataset_name == "generated-shared-prefix":
-            _, naive_wall, _ = _timed(lambda c=config: _naive(n, c.gsp_system_prompt_len, c.gsp_question_len,
-                                                              c.gsp_num_groups))
+            gsp = config.options(SharedPrefixOptions)
+            _, naive_wall, _ = _timed(lambda g=gsp: _naive(n, g.system_prompt_len, g.question_len, g.num_groups))
             naive_text, ratio = f"{naive_wall:.2f}", f"{naive_wall / wall:.1f}x"
         verdict = "" if wall < TARGET_S else " (over target)"
         print(f"| {name} | {wall:.2f}{verdict} | {cpu:.2f} | {size:,.0f} | {naive_text} | {ratio} |")

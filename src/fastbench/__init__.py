@@ -22,6 +22,17 @@ from fastbench._version import __version__
 if TYPE_CHECKING:
     from fastbench.api import arun, run
     from fastbench.config import BenchConfig, LaunchConfig
+    from fastbench.datasetoptions import (
+        CustomOptions,
+        MooncakeOptions,
+        MultiTurnOptions,
+        PrefixRepetitionOptions,
+        RandomMMOptions,
+        RandomOptions,
+        SharedPrefixOptions,
+        SpecBenchOptions,
+        TimedTraceOptions,
+    )
     from fastbench.exceptions import (
         ConfigError,
         DatasetError,
@@ -37,6 +48,11 @@ if TYPE_CHECKING:
 _HOMES = {
     "arun": "fastbench.api", "run": "fastbench.api",
     "BenchConfig": "fastbench.config", "LaunchConfig": "fastbench.config",
+    # each dataset's options (BenchConfig.dataset_options)
+    **{name: "fastbench.datasetoptions" for name in ("CustomOptions", "MooncakeOptions", "MultiTurnOptions",
+                                                     "PrefixRepetitionOptions", "RandomMMOptions", "RandomOptions",
+                                                     "SharedPrefixOptions",
+                                                     "SpecBenchOptions", "TimedTraceOptions")},
     "ConfigError": "fastbench.exceptions", "DatasetError": "fastbench.exceptions",
     "FastbenchError": "fastbench.exceptions", "ResultWriteError": "fastbench.results.result",
     "ServerDiedError": "fastbench.results.result", "ServerError": "fastbench.exceptions",
@@ -63,14 +79,23 @@ def __dir__() -> list[str]:
 __all__ = (
     "BenchConfig",
     "ConfigError",
+    "CustomOptions",
     "DatasetError",
     "FastbenchError",
     "LaunchConfig",
+    "MooncakeOptions",
+    "MultiTurnOptions",
+    "PrefixRepetitionOptions",
+    "RandomMMOptions",
+    "RandomOptions",
     "Result",
     "ResultWriteError",
     "ServerDiedError",
     "ServerError",
+    "SharedPrefixOptions",
+    "SpecBenchOptions",
     "SyntheticServer",
+    "TimedTraceOptions",
     "__version__",
     "arun",
     "make_server",

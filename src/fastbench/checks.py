@@ -26,29 +26,30 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from fastbench.config import (
-    GOODPUT_METRICS,
-    PERCENTILE_METRICS,
-    TRACE_DATASETS,
-    BenchConfig,
-    LaunchConfig,
+from fastbench import datasetoptions
+from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, TRACE_DATASETS, BenchConfig, LaunchConfig
+from fastbench.datasetoptions import (
+    MAX_PROMPTS,
+    OPTION_CLASSES,
+    DatasetOptions,
+    MultiTurnOptions,
+    PrefixRepetitionOptions,
     RandomMMOptions,
+    RandomOptions,
+    SharedPrefixOptions,
 )
 from fastbench.exceptions import ConfigError
 
 __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_config", "check_port",
            "check_prefix_fits", "check_value", "flag", "shortest_prompt")
 
-# One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
-MAX_PROMPTS = 10_000_000
 MAX_SPAN_S = 1e7  # about four months of arrivals
 MAX_WORKERS = 256  # client processes on one machine (--workers)
-# Tokens of one generated prompt part: past any model's context (the largest are ~10M), so a typo.
-MAX_PROMPT_TOKENS = 16_000_000
 # The datasets fastbench makes itself: no file to read.
 GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "random-mm")
 
-# Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME".
+# Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME", a dataset
+# options field its flat name (``random_input_len``).
 _FLAGS = {
     "request_timeout_s": "--request-timeout", "metrics_interval_s": "--metrics-interval",
     "memory_interval_s": "--memory-interval", "config_file": "--config", "card_rows": "--card-row",
@@ -68,7 +69,8 @@ def flag(name: str) -> str:
 
 
 # Each number's range: a test written as what must hold (so that NaN fails it), and what the message
-# says. A None that the field allows is not checked.
+# says. A None that the field allows is not checked. The dataset options' ranges are stated with their
+# fields (fastbench.datasetoptions), by flat name.
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "concurrency": (lambda v: v >= 1, "must be at least 1"),
     "request_rate": (lambda v: v > 0, "must be a positive number of requests/s"),
@@ -83,25 +85,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workers": (lambda v: v == "auto" or 1 <= v <= MAX_WORKERS, f"must be 'auto' or between 1 and {MAX_WORKERS}"),
     "workers_per_node": (lambda v: 1 <= v <= MAX_WORKERS, f"must be between 1 and {MAX_WORKERS}"),
     "max_tokens": (lambda v: v >= 1, "must be >= 1"),
-    "random_input_len": (lambda v: v >= 1, "must be >= 1"),
-    "random_output_len": (lambda v: v >= 1, "must be >= 1"),
-    "random_range_ratio": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
-    "random_prefix_len": (lambda v: 0 <= v <= MAX_PROMPT_TOKENS, f"must be between 0 and {MAX_PROMPT_TOKENS:,}"),
-    **{name: (lambda v: 1 <= v <= MAX_PROMPT_TOKENS, f"must be between 1 and {MAX_PROMPT_TOKENS:,}")
-       for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len", "prefix_repetition_output_len",
-                    "gsp_system_prompt_len", "gsp_question_len", "gsp_output_len")},
-    "timed_trace_chunk_hash_size": (lambda v: 1 <= v <= MAX_PROMPT_TOKENS,
-                                    f"must be between 1 and {MAX_PROMPT_TOKENS:,}"),
-    "timed_trace_sec_multiplier": (lambda v: 0 < v < math.inf, "must be > 0"),
-    "mooncake_slowdown_factor": (lambda v: 0 < v < math.inf, "must be > 0"),
-    "custom_output_len": (lambda v: v == -1 or v >= 1, "must be -1 (each line's output_tokens) or >= 1"),
-    "spec_bench_output_len": (lambda v: v >= 1, "must be >= 1"),
-    "prefix_repetition_num_prefixes": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
-    "gsp_num_groups": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
-    "gsp_prompts_per_group": (lambda v: 1 <= v <= MAX_PROMPTS, f"must be between 1 and {MAX_PROMPTS:,}"),
     "max_model_len": (lambda v: v >= 1, "must be >= 1"),
-    "think_time_s": (lambda v: 0 <= v <= 86400, "must be between 0 and 86400 s"),
-    "max_turns": (lambda v: v >= 1, "must be >= 1"),
     "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "launch.port": (lambda v: 1 <= v <= 65535, "must be between 1 and 65535"),
@@ -119,6 +103,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ready_check_timeout_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
     "launch.ready_timeout_s": (lambda v: v > 0, "must be > 0"),
     "launch.stop_grace_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
+    **datasetoptions.rules(),
 }
 
 
@@ -140,7 +125,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 Kind = Literal["whole", "whole_or_auto", "number", "number_or_auto", "bool", "text", "strings", "numbers", "dict",
-               "launch", "random_mm"]
+               "launch", "dataset_options", "buckets"]
 
 
 class FieldKind(NamedTuple):
@@ -174,10 +159,13 @@ _KINDS: dict[Kind, tuple[Callable[[Any], bool], str]] = {
                 "a tuple of numbers, e.g. (50, 99)"),
     "dict": (lambda value: isinstance(value, dict), "a dict"),
     "launch": (lambda value: isinstance(value, LaunchConfig), "a LaunchConfig"),
-    "random_mm": (lambda value: isinstance(value, RandomMMOptions), "a RandomMMOptions"),
+    "buckets": (lambda value: isinstance(value, (tuple, list)) and all(isinstance(b, (tuple, list)) and len(b) == 4
+                                                                      for b in value),
+                "a tuple of (height, width, frames, probability)"),
+    "dataset_options": (lambda value: isinstance(value, tuple) and all(type(item) in OPTION_CLASSES for item in value),
+                        f"a tuple of dataset options ({', '.join(cls.__name__ for cls in OPTION_CLASSES)})"),
 }
-_SIMPLE: dict[Any, Kind] = {bool: "bool", int: "whole", float: "number", str: "text", LaunchConfig: "launch",
-                            RandomMMOptions: "random_mm"}
+_SIMPLE: dict[Any, Kind] = {bool: "bool", int: "whole", float: "number", str: "text", LaunchConfig: "launch"}
 
 
 def _field_kind(annotation: Any) -> FieldKind:
@@ -200,6 +188,10 @@ def _field_kind(annotation: Any) -> FieldKind:
             return FieldKind("strings", optional)
         if origin is tuple and typing.get_args(kind) == (float, ...):
             return FieldKind("numbers", optional)
+        if origin is tuple and typing.get_args(kind) == (tuple[int, int, int, float], ...):
+            return FieldKind("buckets", optional)  # random-mm's bucket_config (its values: _check_images_and_adapters)
+        if origin is tuple and typing.get_args(kind) == (DatasetOptions, ...):
+            return FieldKind("dataset_options", optional)
         if origin is dict:
             return FieldKind("dict", optional)
         if kind in _SIMPLE:
@@ -214,10 +206,12 @@ def _field_kinds(cls: type) -> dict[str, FieldKind]:
 
 # field -> its kind, from the annotations: checked before the values, so that a wrong type gets a
 # message naming the field instead of a TypeError from deep inside the run.
-FIELD_KINDS: dict[type, dict[str, FieldKind]] = {cls: _field_kinds(cls) for cls in (BenchConfig, LaunchConfig)}
+FIELD_KINDS: dict[type, dict[str, FieldKind]] = {cls: _field_kinds(cls)
+                                                 for cls in (BenchConfig, LaunchConfig, *OPTION_CLASSES)}
+Checked = BenchConfig | LaunchConfig | DatasetOptions
 
 
-def _check_types(obj: BenchConfig | LaunchConfig) -> None:
+def _check_types(obj: Checked) -> None:
     owner = type(obj).__name__
     for name, (kind, optional, _) in FIELD_KINDS[type(obj)].items():
         value = getattr(obj, name)
@@ -232,13 +226,29 @@ def _check_types(obj: BenchConfig | LaunchConfig) -> None:
                               f"got {shown}({type(value).__name__})")
 
 
-def _check_choices_and_ranges(obj: BenchConfig | LaunchConfig, prefix: str) -> None:
-    for name, (_, optional, choices) in FIELD_KINDS[type(obj)].items():
+def _names(obj: Checked) -> Iterator[tuple[str, str]]:
+    """Each field of ``obj``: its name there, and the name RANGES and flag() know it by."""
+    for field in dataclasses.fields(obj):
+        if isinstance(obj, DatasetOptions):
+            yield field.name, datasetoptions.flat_name(type(obj), field)
+        else:
+            yield field.name, ("launch." if isinstance(obj, LaunchConfig) else "") + field.name
+
+
+def _check_choices_and_ranges(obj: Checked) -> None:
+    kinds = FIELD_KINDS[type(obj)]
+    for name, known_as in _names(obj):
+        _, optional, choices = kinds[name]
         value = getattr(obj, name)
         if choices and value not in choices and not (optional and value is None):
-            raise ConfigError(f"{flag(prefix + name)} must be one of {', '.join(choices)}, got {value!r}")
-        if prefix + name in RANGES:
-            check_value(prefix + name, value)
+            raise ConfigError(f"{flag(known_as)} must be one of {', '.join(choices)}, got {value!r}")
+        if known_as in RANGES:
+            check_value(known_as, value)
+
+
+def _parts(config: BenchConfig) -> list[Checked]:
+    """The config and the objects it holds: its launch, its dataset options."""
+    return [config, *([config.launch] if config.launch is not None else []), *config.dataset_options]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,9 +263,14 @@ def check_config(config: BenchConfig) -> None:
     _check_types(config)
     if config.launch is not None:
         _check_types(config.launch)
-    _check_choices_and_ranges(config, "")
-    if config.launch is not None:
-        _check_choices_and_ranges(config.launch, "launch.")
+    held = [type(options) for options in config.dataset_options]
+    twice = sorted({kind.__name__ for kind in held if held.count(kind) > 1})
+    if twice:
+        raise ConfigError(f"BenchConfig.dataset_options holds {' and '.join(twice)} more than once: give one of each")
+    for options in config.dataset_options:
+        _check_types(options)
+    for part in _parts(config):
+        _check_choices_and_ranges(part)
     if config.request_rate is not None and config.num_prompts / config.request_rate > MAX_SPAN_S:
         raise ConfigError(f"--request-rate {config.request_rate:g} spreads {config.num_prompts} arrivals over "
                           f"{config.num_prompts / config.request_rate / 86400:,.0f} days; give a higher rate")
@@ -337,14 +352,14 @@ def _check_ramp_up(config: BenchConfig) -> None:
 def _texts(config: BenchConfig) -> Iterator[tuple[str, str]]:
     """Every text option (its flag, its value), those of the launch included; the command line that
     holds them all last, so that a message names the option."""
-    for obj, prefix in ((config, ""), (config.launch, "launch.")):
-        for field in dataclasses.fields(obj) if isinstance(obj, (BenchConfig, LaunchConfig)) else ():
-            if field.name == "command_line":
+    for obj in _parts(config):
+        for name, known_as in _names(obj):
+            if name in ("command_line", "dataset_options"):
                 continue
-            value = getattr(obj, field.name)
+            value = getattr(obj, name)
             for text in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(text, str):
-                    yield flag(prefix + field.name), text
+                    yield flag(known_as), text
     for text in config.command_line:
         if isinstance(text, str):
             yield "the command line", text
@@ -354,13 +369,16 @@ def shortest_prompt(config: BenchConfig) -> tuple[int, str] | None:
     """The fewest prompt tokens a generated dataset's request can have, and the flags that set them;
     None for a dataset read from a file."""
     if config.dataset_name in ("random", "random-mm"):
-        low = max(1, math.floor(config.random_input_len * (1 - config.random_range_ratio)))
-        return config.random_prefix_len + low, "--random-prefix-len + --random-input-len"
+        random = config.options(RandomOptions)
+        low = max(1, math.floor(random.input_len * (1 - random.range_ratio)))
+        return random.prefix_len + low, "--random-prefix-len + --random-input-len"
     if config.dataset_name == "prefix_repetition":
-        return (config.prefix_repetition_prefix_len + config.prefix_repetition_suffix_len,
+        repetition = config.options(PrefixRepetitionOptions)
+        return (repetition.prefix_len + repetition.suffix_len,
                 "--prefix-repetition-prefix-len + --prefix-repetition-suffix-len")
     if config.dataset_name == "generated-shared-prefix":
-        return config.gsp_system_prompt_len + config.gsp_question_len, "--gsp-system-prompt-len + --gsp-question-len"
+        gsp = config.options(SharedPrefixOptions)
+        return gsp.system_prompt_len + gsp.question_len, "--gsp-system-prompt-len + --gsp-question-len"
     return None
 
 
@@ -382,13 +400,13 @@ def _check_prefix_fits(config: BenchConfig) -> None:
 
 def _check_multi_turn(config: BenchConfig) -> None:
     """Multi-turn sessions read conversations; their options mean nothing without them."""
+    sessions = config.options(MultiTurnOptions)
     if not config.multi_turn:
-        for name, idle in (("multi_turn_history", config.multi_turn_history != "server"),
-                           ("think_time_s", config.think_time_s != 0),
-                           ("think_time_distribution", config.think_time_distribution != "constant"),
-                           ("max_turns", config.max_turns is not None), ("chat_template", config.chat_template)):
-            if idle:
-                raise ConfigError(f"{flag(name)} is for multi-turn sessions: give --multi-turn")
+        default = MultiTurnOptions()
+        for field in dataclasses.fields(sessions):
+            if getattr(sessions, field.name) != getattr(default, field.name):
+                raise ConfigError(f"{flag(datasetoptions.flat_name(MultiTurnOptions, field))} is for multi-turn "
+                                  "sessions: give --multi-turn")
         return
     if config.dataset_name not in ("sharegpt", "jsonl"):
         raise ConfigError(f"--multi-turn replays conversations: give --dataset-name sharegpt or jsonl, not "
@@ -400,7 +418,7 @@ def _check_multi_turn(config: BenchConfig) -> None:
     if config.workers not in (1, "auto"):
         raise ConfigError("--workers is not available with --multi-turn (turns are built during the run, in "
                           "one process)")
-    if config.chat_template and config.endpoint == "/v1/chat/completions":
+    if sessions.chat_template and config.endpoint == "/v1/chat/completions":
         raise ConfigError("--chat-template renders the history for /v1/completions; the chat endpoint applies "
                           "the server's own template")
 
@@ -460,15 +478,17 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
     _check_multi_turn(config)
     _check_trace_timing(config)
     _check_ray(config)
-    if config.random_prefix_len and config.dataset_name not in ("random", "random-mm"):
+    if config.options(RandomOptions).prefix_len and config.dataset_name not in ("random", "random-mm"):
         raise ConfigError(f"--random-prefix-len is for --dataset-name random, not {config.dataset_name} "
                           "(prefix_repetition and generated-shared-prefix have their own prefix lengths)")
-    if config.dataset_name == "prefix_repetition" and config.num_prompts < config.prefix_repetition_num_prefixes:
+    num_prefixes = config.options(PrefixRepetitionOptions).num_prefixes
+    if config.dataset_name == "prefix_repetition" and config.num_prompts < num_prefixes:
         raise ConfigError(f"--num-prompts {config.num_prompts} is fewer than --prefix-repetition-num-prefixes "
-                          f"{config.prefix_repetition_num_prefixes}: some prefixes would never be sent")
-    if config.gsp_num_groups * config.gsp_prompts_per_group > MAX_PROMPTS:
+                          f"{num_prefixes}: some prefixes would never be sent")
+    gsp = config.options(SharedPrefixOptions)
+    if gsp.num_groups * gsp.prompts_per_group > MAX_PROMPTS:
         raise ConfigError(f"--gsp-num-groups x --gsp-prompts-per-group must be at most {MAX_PROMPTS:,}, got "
-                          f"{config.gsp_num_groups * config.gsp_prompts_per_group:,}")
+                          f"{gsp.num_groups * gsp.prompts_per_group:,}")
     _check_prefix_fits(config)
     _check_images_and_adapters(config)
     if config.launch is not None:
@@ -480,7 +500,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
 
 def _check_images_and_adapters(config: BenchConfig) -> None:
     """random-mm's options (vllm bench serve's rules), images on the chat endpoint only, and --lora-modules."""
-    opts = config.random_mm
+    opts = config.options(RandomMMOptions)
     if config.dataset_name in ("random-mm", "custom_image") and config.endpoint != "/v1/chat/completions":
         raise ConfigError(f"--dataset-name {config.dataset_name} sends images in chat messages: give --endpoint "
                           "/v1/chat/completions (--backend openai-chat), as vllm bench serve requires")

@@ -10,17 +10,24 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from fastbench.datasetoptions import (
+    FLAT_NAMES,
+    DatasetName,
+    DatasetOptions,
+    MultiTurnHistory,
+    ThinkTimeDistribution,
+    find,
+    folded,
+    normalised,
+)
 
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
-DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
-                      "mooncake", "burstgpt", "custom", "spec_bench", "random-mm", "custom_image"]
 TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 RampUpStrategy = Literal["linear", "exponential"]
-MultiTurnHistory = Literal["server", "dataset"]
-ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
 LoraAssignment = Literal["random", "round-robin"]  # vllm bench serve's --lora-assignment
 # Goodput SLO names accepted in BenchConfig.goodput (values in ms), as in vllm bench serve.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
@@ -34,6 +41,17 @@ ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
 DEFAULT_CONCURRENCY = 16  # closed loop's streams when none are asked for
 # A path field's type: a Path given is stored as its str (see _paths_as_str), so fastbench reads str.
 StrPath = str | os.PathLike[str]
+OptionsT = TypeVar("OptionsT", bound=DatasetOptions)
+
+
+class _NotGiven:
+    """The default of a flat keyword: not given (None is a value some of them take)."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_NOT_GIVEN: Any = _NotGiven()
 
 
 def _paths_as_str(obj: object, names: tuple[str, ...]) -> None:
@@ -82,26 +100,6 @@ class LaunchConfig:
     log_path: str | None = None
     engine_bin: str | None = None
     stop_grace_s: float = 20.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RandomMMOptions:
-    """vllm bench serve's ``random-mm`` dataset (``BenchConfig.random_mm``): the random dataset's text with
-    images per request, its flags ``--random-mm-*`` and their defaults (``load/sources/random_mm.py``).
-
-    :param base_items_per_request: images per request, before the range ratio.
-    :param num_mm_items_range_ratio: each request's count drawn uniformly from the whole numbers in
-        ``[floor(n*(1-r)), ceil(n*(1+r))]``, the top clamped to the limits' sum (r in [0, 1]).
-    :param limit_mm_per_prompt: most items per request of each modality (``{"image": N, "video": M}``).
-    :param bucket_config: ``(height, width, num_frames, probability)`` per size an item is drawn from
-        (vLLM's ``{(H, W, T): p}``); one frame is an image; the probabilities are normalised.
-    """
-
-    base_items_per_request: int = 1
-    num_mm_items_range_ratio: float = 0.0
-    limit_mm_per_prompt: dict[str, int] = dataclasses.field(default_factory=lambda: {"image": 255, "video": 1})
-    bucket_config: tuple[tuple[int, int, int, float], ...] = ((256, 256, 1, 0.5), (720, 1280, 1, 0.5),
-                                                              (720, 1280, 16, 0.0))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -155,8 +153,13 @@ class BenchConfig:
     :param metric_percentiles: which percentiles, e.g. ``(50, 90, 99)`` (None: 99 when
         ``percentile_metrics`` is given).
     :param metadata: ``KEY: VALUE`` pairs added to the result's top level (``--metadata``).
-    :param multi_turn, multi_turn_history, think_time_s, think_time_distribution, max_turns, chat_template:
-        multi-turn sessions, see :mod:`fastbench.load.sessions`.
+    :param dataset_options: each dataset's own options, one frozen object per dataset (``RandomOptions``,
+        ``PrefixRepetitionOptions``, ``SharedPrefixOptions``, ``TimedTraceOptions``, ``MooncakeOptions``,
+        ``CustomOptions``, ``SpecBenchOptions``, ``MultiTurnOptions``: :mod:`fastbench.datasetoptions`), e.g.
+        ``BenchConfig(dataset_options=(RandomOptions(input_len=64),))``; one object alone may be given
+        without the tuple. A dataset with none here runs with its defaults; :meth:`options` reads them.
+        The options' flat keywords (``random_input_len=64``, the flags' names with underscores) set them too.
+    :param multi_turn: multi-turn sessions (``MultiTurnOptions``), see :mod:`fastbench.load.sessions`.
 
     :param store: a results store directory (created if new): the run's result, card, per-request
         records, histograms and server log are kept in a folder of its own there, indexed for
@@ -166,7 +169,8 @@ class BenchConfig:
 
     Fields that name a file (``dataset_path``, ``tokenizer``, ``result_json``, ``result_card``,
     ``save_detailed`` (the per-request JSONL, ``--requests-jsonl``), ``result_dir``, ``store``,
-    ``config_file``) take a ``str`` or a ``pathlib.Path``; a Path is stored as its str.
+    ``config_file``, ``MultiTurnOptions.chat_template``) take a ``str`` or a ``pathlib.Path``; a Path is
+    stored as its str.
     """
 
     base_url: str | None = None
@@ -202,43 +206,13 @@ class BenchConfig:
     dataset_name: DatasetName = "random"
     dataset_path: StrPath | None = None
     dataset_order: DatasetOrder = "random"  # sharegpt: sample as vllm does, or file order
-    random_input_len: int = 1024
-    random_output_len: int = 128
-    random_range_ratio: float = 0.0
-    random_prefix_len: int = 0  # random: one fixed prefix of this many tokens before each prompt (vLLM's)
-    # prefix_repetition (vLLM's): num_prefixes prefixes, each prompt one of them plus its own suffix
-    prefix_repetition_prefix_len: int = 256
-    prefix_repetition_suffix_len: int = 256
-    prefix_repetition_num_prefixes: int = 10
-    prefix_repetition_output_len: int = 128
-    # generated-shared-prefix (SGLang's): groups of prompts sharing a system prompt
-    gsp_num_groups: int = 64
-    gsp_prompts_per_group: int = 16
-    gsp_system_prompt_len: int = 2048
-    gsp_question_len: int = 128
-    gsp_output_len: int = 256
-    # multi-turn sessions (sharegpt or jsonl conversations; see fastbench.load.sessions): num_prompts
-    # counts sessions, each sends one request per turn with the history so far
+    # each dataset's own options, one object per dataset (fastbench.datasetoptions: RandomOptions,
+    # SharedPrefixOptions, MultiTurnOptions, ...); a dataset with none here runs with its defaults (see options())
+    dataset_options: tuple[DatasetOptions, ...] = ()
+    # multi-turn sessions (sharegpt or jsonl conversations; see fastbench.load.sessions, MultiTurnOptions):
+    # num_prompts counts sessions, each sends one request per turn with the history so far
     multi_turn: bool = False
-    multi_turn_history: MultiTurnHistory = "server"  # whose replies the history carries
-    think_time_s: float = 0.0  # mean seconds between a reply and the session's next turn
-    think_time_distribution: ThinkTimeDistribution = "constant"
-    max_turns: int | None = None  # most turns (user messages) a session sends
-    chat_template: StrPath | None = None  # /v1/completions: how a history becomes one prompt (JSON file)
-    # trace replay (load/sources/trace.py): timed_trace (vLLM's flags) and mooncake (SGLang's slowdown factor)
-    timed_trace_chunk_hash_size: int = 16  # tokens per hash id
-    timed_trace_sec_multiplier: float = 1.0  # timestamp x this = seconds
-    timed_trace_label_timestamp: str = "timestamp"
-    timed_trace_label_input_length: str = "input_length"
-    timed_trace_label_output_length: str = "output_length"
-    timed_trace_label_hash_ids: str = "hash_ids"
-    mooncake_slowdown_factor: float = 1.0  # 2: the trace's gaps doubled
     self_timed: bool | None = None  # a trace's timestamps pace the run (None: yes for the trace datasets)
-    # vLLM's custom and spec_bench (load/sources/custom.py): output tokens per request
-    custom_output_len: int = 256  # -1: each line's output_tokens
-    spec_bench_output_len: int = 256
-    spec_bench_category: str | None = None  # spec_bench: only this category's questions
-    random_mm: RandomMMOptions = dataclasses.field(default_factory=RandomMMOptions)  # vLLM's random-mm images
     # LoRA traffic (load/lora.py): each measured request's model is one of these adapter names, drawn
     # as vllm bench serve draws it (--lora-assignment random: random.choice seeded by --seed; round-robin)
     lora_modules: tuple[str, ...] = ()
@@ -295,6 +269,52 @@ class BenchConfig:
     metric_percentiles: tuple[float, ...] | None = None
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
 
+    # The flat keywords of the dataset options that were fields of their own once, as the README and
+    # vllm's flags spell them (BenchConfig(random_input_len=64) is BenchConfig(dataset_options=
+    # (RandomOptions(input_len=64),))): each sets its field of its dataset's object, and reads back as
+    # config.random_input_len. Not fields: dataclasses.replace() takes them and carries none over. A new
+    # dataset adds no keyword here: its options object is the way to give them.
+    random_input_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    random_output_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    random_range_ratio: dataclasses.InitVar[float] = _NOT_GIVEN
+    random_prefix_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    prefix_repetition_prefix_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    prefix_repetition_suffix_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    prefix_repetition_num_prefixes: dataclasses.InitVar[int] = _NOT_GIVEN
+    prefix_repetition_output_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    gsp_num_groups: dataclasses.InitVar[int] = _NOT_GIVEN
+    gsp_prompts_per_group: dataclasses.InitVar[int] = _NOT_GIVEN
+    gsp_system_prompt_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    gsp_question_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    gsp_output_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    multi_turn_history: dataclasses.InitVar[MultiTurnHistory] = _NOT_GIVEN
+    think_time_s: dataclasses.InitVar[float] = _NOT_GIVEN
+    think_time_distribution: dataclasses.InitVar[ThinkTimeDistribution] = _NOT_GIVEN
+    max_turns: dataclasses.InitVar[int | None] = _NOT_GIVEN
+    chat_template: dataclasses.InitVar[StrPath | None] = _NOT_GIVEN
+    timed_trace_chunk_hash_size: dataclasses.InitVar[int] = _NOT_GIVEN
+    timed_trace_sec_multiplier: dataclasses.InitVar[float] = _NOT_GIVEN
+    timed_trace_label_timestamp: dataclasses.InitVar[str] = _NOT_GIVEN
+    timed_trace_label_input_length: dataclasses.InitVar[str] = _NOT_GIVEN
+    timed_trace_label_output_length: dataclasses.InitVar[str] = _NOT_GIVEN
+    timed_trace_label_hash_ids: dataclasses.InitVar[str] = _NOT_GIVEN
+    mooncake_slowdown_factor: dataclasses.InitVar[float] = _NOT_GIVEN
+    custom_output_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    spec_bench_output_len: dataclasses.InitVar[int] = _NOT_GIVEN
+    spec_bench_category: dataclasses.InitVar[str | None] = _NOT_GIVEN
+
+    def options(self, kind: type[OptionsT]) -> OptionsT:
+        """The options object of class ``kind`` (``RandomOptions``, ...) in ``dataset_options``, or its defaults."""
+        return find(self.dataset_options, kind)
+
+    if not TYPE_CHECKING:  # (hidden from mypy, which would take any attribute of a BenchConfig for one)
+        def __getattr__(self, name: str) -> Any:
+            """A flat keyword read back (``config.random_input_len``): its dataset options object's field."""
+            if name in FLAT_NAMES:
+                kind, field = FLAT_NAMES[name]
+                return getattr(self.options(kind), field)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def sampling(self) -> dict[str, float | int]:
         """The sampling parameters set, as request body fields."""
@@ -328,11 +348,22 @@ class BenchConfig:
             return self.concurrency
         return None if self.open_loop else DEFAULT_CONCURRENCY
 
-    def __post_init__(self) -> None:
-        _paths_as_str(self, ("dataset_path", "chat_template", "tokenizer", "result_json", "result_card",
+    def __post_init__(self, *flat: Any) -> None:
+        _paths_as_str(self, ("dataset_path", "tokenizer", "result_json", "result_card",
                              "save_detailed", "config_file", "result_dir", "store"))
+        given = {name: value for name, value in zip(_FLAT_KEYWORDS, flat) if value is not _NOT_GIVEN}
+        object.__setattr__(self, "dataset_options", folded(normalised(self.dataset_options), given))
         if isinstance(self.request_rate, float) and self.request_rate == math.inf:
             object.__setattr__(self, "request_rate", None)  # closed loop, as --request-rate inf
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)
+
+
+# The flat keywords in the order the dataclass hands them to __post_init__; then taken out of its field
+# table, so that dataclasses.replace() does not carry them over (it would pass each one's value back and
+# undo a replaced options object), and out of the class, so that reading one asks __getattr__.
+_FLAT_KEYWORDS = tuple(name for name in BenchConfig.__annotations__ if name in FLAT_NAMES)
+for _name in _FLAT_KEYWORDS:
+    del BenchConfig.__dataclass_fields__[_name]
+    delattr(BenchConfig, _name)

@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from support.timing import until_a_round_passes
-from fastbench import BenchConfig, ConfigError, LaunchConfig, ServerDiedError, api, checks, run
+from fastbench import BenchConfig, ConfigError, LaunchConfig, ServerDiedError, api, checks, datasetoptions, run
 from fastbench.cli import command as cli
 from fastbench.cli.argtypes import options
-from fastbench.config import RandomMMOptions
+from fastbench.datasetoptions import PrefixRepetitionOptions, RandomOptions, SharedPrefixOptions
 from fastbench.results import writers as report
 from fastbench.synthetic import SyntheticServer
 
@@ -257,13 +257,13 @@ def test_every_field_is_named_by_a_flag_of_the_command() -> None:
                 "launch.stop_grace_s": "server_stop_grace", "save_detailed": "requests_jsonl",
                 "per_request_arrays": "save_detailed", "headers": "header",
                 "ready_check_timeout_s": "ready_check_timeout_sec"}
-    names = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("command_line", "launch", "random_mm")]
+    names = [f.name for f in dataclasses.fields(BenchConfig)
+             if f.name not in ("command_line", "launch", "dataset_options")]
     names += ["launch." + f.name for f in dataclasses.fields(LaunchConfig)]
+    names += list(datasetoptions.FLAT_NAMES)  # a dataset option's flag has its flat name for dest
     for name in names:
         dest = ns_field.get(name, name.removeprefix("launch."))
         assert checks.flag(name) in by_dest[dest], name
-    for field in dataclasses.fields(RandomMMOptions):  # an options object: a flag per field, vLLM's names
-        assert "--random-mm-" + field.name.replace("_", "-") in by_dest["random_mm_" + field.name], field.name
 
 
 def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -296,14 +296,14 @@ def test_shared_prefix_flags_set_their_fields() -> None:
             "--gsp-system-prompt-len", "100", "--gsp-question-len", "10", "--gsp-output-len", "20",
             "--reset-prefix-cache"]
     config = cli.config_from_args(parser.parse_args(argv), argv)
-    assert (config.dataset_name, config.gsp_num_groups, config.gsp_prompts_per_group, config.gsp_system_prompt_len,
-            config.gsp_question_len, config.gsp_output_len, config.reset_prefix_cache) == \
-        ("generated-shared-prefix", 4, 8, 100, 10, 20, True)
+    assert (config.dataset_name, config.reset_prefix_cache) == ("generated-shared-prefix", True)
+    assert config.options(SharedPrefixOptions) == SharedPrefixOptions(
+        num_groups=4, prompts_per_group=8, system_prompt_len=100, question_len=10, output_len=20)
     argv = ["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", "64",
             "--prefix-repetition-suffix-len", "8", "--prefix-repetition-num-prefixes", "3",
             "--prefix-repetition-output-len", "5"]
     config = cli.config_from_args(parser.parse_args(argv), argv)
-    assert (config.prefix_repetition_prefix_len, config.prefix_repetition_suffix_len,
-            config.prefix_repetition_num_prefixes, config.prefix_repetition_output_len) == (64, 8, 3, 5)
+    assert config.options(PrefixRepetitionOptions) == PrefixRepetitionOptions(prefix_len=64, suffix_len=8,
+                                                                              num_prefixes=3, output_len=5)
     argv = ["--random-prefix-len", "256"]
-    assert cli.config_from_args(parser.parse_args(argv), argv).random_prefix_len == 256
+    assert cli.config_from_args(parser.parse_args(argv), argv).options(RandomOptions).prefix_len == 256

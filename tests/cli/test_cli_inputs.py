@@ -15,7 +15,7 @@ import orjson
 
 from support.result_schema import undocumented
 from fastbench.cli import command as cli
-from fastbench.config import RandomMMOptions
+from fastbench.datasetoptions import RandomMMOptions
 from fastbench.load.sources.random_mm import draw_items, item_rule
 from fastbench.synthetic.model import CHAT_MESSAGE_OVERHEAD, IMAGE_TILE
 
@@ -86,9 +86,9 @@ def test_the_random_mm_and_lora_flags_set_their_fields() -> None:
             "--random-mm-bucket-config", "{(10, 20, 1): 0.3, '(30, 40, 1)': 0.7}", "--lora-modules", "a=/x", "b",
             "--lora-assignment", "round-robin", "--output-len", "7"]
     config = cli.config_from_args(parser.parse_args(argv), argv)
-    assert config.random_mm == RandomMMOptions(base_items_per_request=3, num_mm_items_range_ratio=0.25,
+    assert config.options(RandomMMOptions) == RandomMMOptions(base_items_per_request=3, num_mm_items_range_ratio=0.25,
                                                limit_mm_per_prompt={"image": 4},
                                                bucket_config=((10, 20, 1, 0.3), (30, 40, 1, 0.7)))
     assert (config.lora_modules, config.lora_assignment, config.random_output_len) == (("a", "b"), "round-robin", 7)
     defaults = cli.config_from_args(parser.parse_args([]), [])
-    assert defaults.random_mm == RandomMMOptions() and defaults.lora_modules == ()
+    assert defaults.options(RandomMMOptions) == RandomMMOptions() and defaults.lora_modules == ()

@@ -20,6 +20,7 @@ import pytest
 
 from fastbench import BenchConfig, ConfigError, api
 from fastbench.cli import command, vllmflags
+from fastbench.datasetoptions import RandomOptions
 from fastbench.load import datasets, pacer
 from fastbench.load.plan import Target
 from fastbench.results import writers
@@ -281,8 +282,8 @@ def test_output_len_maps_to_the_datasets_own_length() -> None:
     def config(*args: str) -> BenchConfig:
         return command.config_from_args(parser.parse_args(list(args)), list(args))
 
-    assert config("--output-len", "7", "--input-len", "9").random_output_len == 7
-    assert config("--input-len", "9").random_input_len == 9
+    assert config("--output-len", "7", "--input-len", "9").options(RandomOptions).output_len == 7
+    assert config("--input-len", "9").options(RandomOptions).input_len == 9
     sharegpt = ("--dataset-name", "sharegpt", "--dataset-path", "x.json")
     assert config(*sharegpt, "--sharegpt-output-len", "11").max_tokens == 11
     assert config(*sharegpt, "--output-len", "12").max_tokens == 12

@@ -19,7 +19,8 @@ import orjson
 import pytest
 
 from fastbench._core import BodyParts
-from fastbench.config import BenchConfig, RandomMMOptions
+from fastbench.config import BenchConfig
+from fastbench.datasetoptions import RandomMMOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.datasets import Workload, build_workload, check_inputs
 from fastbench.load.images import SyntheticPNG, adler32_combine
@@ -39,7 +40,7 @@ def mm(**options: Any) -> BenchConfig:
                                                                  "lora_modules", "lora_assignment", "random_input_len",
                                                                  "request_id_prefix")}
     return BenchConfig(endpoint=CHAT, dataset_name="random-mm", random_input_len=fields.pop("random_input_len", 8),
-                       random_mm=RandomMMOptions(**options), **fields)
+                       dataset_options=RandomMMOptions(**options), **fields)
 
 
 # -- vLLM's rule, transcribed from vllm/benchmarks/datasets/datasets.py (RandomMultiModalDataset, 0.32) --------
@@ -213,7 +214,7 @@ def test_random_mm_bodies_carry_the_drawn_images() -> None:
     config = mm(num_prompts=40, seed=11, base_items_per_request=2, num_mm_items_range_ratio=1.0,
                 bucket_config=buckets, num_warmups=3)
     work = build(config)
-    expected = draw_items(item_rule(config.random_mm), 43, np.random.default_rng(11))
+    expected = draw_items(item_rule(config.options(RandomMMOptions)), 43, np.random.default_rng(11))
     rows = set()
     for spec, items in zip([*work.requests, *work.warmups], expected):
         assert isinstance(spec.body, BodyParts)  # the shared rows sent from where they lie

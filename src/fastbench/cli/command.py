@@ -26,7 +26,8 @@ from fastbench.cli.argtypes import (
     whole_number,
     workers_count,
 )
-from fastbench.config import ENGINES, BenchConfig, DatasetName, LaunchConfig
+from fastbench.config import ENGINES, BenchConfig, LaunchConfig
+from fastbench.datasetoptions import DatasetName
 from fastbench.exceptions import FastbenchError
 
 EPILOG = """\
@@ -391,14 +392,12 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         dataset_name=ns.dataset_name,
         dataset_path=ns.dataset_path,
         dataset_order="file" if ns.disable_shuffle else ns.dataset_order,
-        random_input_len=ns.input_len if ns.input_len is not None else ns.random_input_len,
-        random_output_len=random_output_len,
-        random_range_ratio=ns.random_range_ratio,
-        random_prefix_len=ns.random_prefix_len,
-        **datasetflags.shared_prefix_fields(ns),
-        **multiturn.config_fields(ns),
+        dataset_options=datasetflags.dataset_options(
+            ns, random_input_len=ns.input_len if ns.input_len is not None else ns.random_input_len,
+            random_output_len=random_output_len, **inputflags.random_mm_given(ns)),
+        multi_turn=ns.multi_turn,
+        self_timed=ns.self_timed,
         reset_prefix_cache=ns.reset_prefix_cache,
-        **datasetflags.file_dataset_fields(ns),
         **inputflags.config_fields(ns),
         tokenizer=ns.tokenizer,
         max_model_len=ns.max_model_len,

@@ -1,12 +1,15 @@
 """The flags of the shared-prefix datasets, of trace replay (timed_trace, mooncake) and of vLLM's custom and
-spec_bench datasets, kept beside cli/command.py's parser: vllm bench serve's and SGLang's names and meanings."""
+spec_bench datasets, kept beside cli/command.py's parser: vllm bench serve's and SGLang's names and meanings;
+and every dataset's options object made from its flags (``fastbench.datasetoptions``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from fastbench import datasetoptions
 from fastbench.cli.argtypes import whole_number
+from fastbench.datasetoptions import DatasetOptions
 
 
 def add_file_dataset_args(p: argparse.ArgumentParser) -> None:
@@ -33,15 +36,6 @@ def add_file_dataset_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spec-bench-category", default=None, help="spec_bench: only this category's questions")
 
 
-def file_dataset_fields(ns: argparse.Namespace) -> dict[str, Any]:
-    """The BenchConfig fields of add_file_dataset_args' flags (named as the fields)."""
-    names = ("timed_trace_chunk_hash_size", "timed_trace_sec_multiplier", "timed_trace_label_timestamp",
-             "timed_trace_label_input_length", "timed_trace_label_output_length", "timed_trace_label_hash_ids",
-             "mooncake_slowdown_factor", "self_timed", "custom_output_len", "spec_bench_output_len",
-             "spec_bench_category")
-    return {name: getattr(ns, name) for name in names}
-
-
 def add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGroup) -> None:
     """Shared prefixes, for prefix-cache studies: vllm bench serve's and SGLang's flags and meanings."""
     g.add_argument("--random-prefix-len", type=whole_number, default=0,
@@ -65,9 +59,7 @@ def add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGrou
                    "/flush_cache); where impossible, the notes say so")
 
 
-def shared_prefix_fields(ns: argparse.Namespace) -> dict[str, Any]:
-    """The BenchConfig fields of add_shared_prefix_args' dataset flags (named as the fields)."""
-    names = ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len", "prefix_repetition_num_prefixes",
-             "prefix_repetition_output_len", "gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
-             "gsp_question_len", "gsp_output_len")
-    return {name: getattr(ns, name) for name in names}
+def dataset_options(ns: argparse.Namespace, **given: Any) -> tuple[DatasetOptions, ...]:
+    """Every dataset's options object from its flags, whose dests are its fields' flat names
+    (``random_input_len``); ``given`` replaces what the parse says (vllm's --input-len, --output-len)."""
+    return datasetoptions.folded((), {name: given.get(name, getattr(ns, name)) for name in datasetoptions.FLAT_NAMES})

@@ -9,7 +9,7 @@ import ast
 from typing import Any
 
 from fastbench.cli.argtypes import json_object, whole_number
-from fastbench.config import RandomMMOptions
+from fastbench.datasetoptions import RandomMMOptions
 from fastbench.exceptions import FastbenchError
 
 # vllm bench serve's backends that send no text prompt, each with the reason fastbench refuses it.
@@ -69,15 +69,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    "request i gets name i mod N")
 
 
+def random_mm_given(ns: argparse.Namespace) -> dict[str, Any]:
+    """The random-mm options whose flags parse to another form than the field's (None: not given)."""
+    return {
+        "random_mm_limit_mm_per_prompt": (dict(_DEFAULTS.limit_mm_per_prompt) if ns.random_mm_limit_mm_per_prompt
+                                          is None else ns.random_mm_limit_mm_per_prompt),
+        "random_mm_bucket_config": (_DEFAULTS.bucket_config if ns.random_mm_bucket_config is None
+                                    else buckets(ns.random_mm_bucket_config)),
+    }
+
+
 def config_fields(ns: argparse.Namespace) -> dict[str, Any]:
-    """The BenchConfig fields of add_args' flags."""
-    mm = RandomMMOptions(
-        base_items_per_request=ns.random_mm_base_items_per_request,
-        num_mm_items_range_ratio=ns.random_mm_num_mm_items_range_ratio,
-        limit_mm_per_prompt=(dict(_DEFAULTS.limit_mm_per_prompt) if ns.random_mm_limit_mm_per_prompt is None
-                             else ns.random_mm_limit_mm_per_prompt),
-        bucket_config=(_DEFAULTS.bucket_config if ns.random_mm_bucket_config is None
-                       else buckets(ns.random_mm_bucket_config)),
-    )
+    """The BenchConfig fields of the LoRA flags."""
     modules = tuple(name.partition("=")[0] for name in ns.lora_modules or ())
-    return {"random_mm": mm, "lora_modules": modules, "lora_assignment": ns.lora_assignment}
+    return {"lora_modules": modules, "lora_assignment": ns.lora_assignment}

@@ -1,10 +1,10 @@
 """The command line's multi-turn options (``--multi-turn`` and those it enables): added to the run's parser
-by ``cli.command``, read back into BenchConfig fields here (see ``fastbench.load.sessions``)."""
+by ``cli.command``, read back into BenchConfig's ``multi_turn`` and ``MultiTurnOptions`` (the flags' dests are
+its fields' flat names; see ``fastbench.load.sessions``)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from fastbench.cli.argtypes import whole_number
 
@@ -28,9 +28,3 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="/v1/completions: {\"message\": \"<|{role}|>\\n{content}\\n\", \"generation_prompt\": "
                    "\"<|assistant|>\\n\"} (that is the default)")
 
-
-def config_fields(ns: argparse.Namespace) -> dict[str, Any]:
-    """BenchConfig's multi-turn fields from the parsed options."""
-    return {"multi_turn": ns.multi_turn, "multi_turn_history": ns.multi_turn_history, "think_time_s": ns.think_time_s,
-            "think_time_distribution": ns.think_time_distribution, "max_turns": ns.max_turns,
-            "chat_template": ns.chat_template}

@@ -27,6 +27,7 @@ import orjson
 from fastbench._core import BodyParts
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import MultiTurnOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load import lora, sessions, sharing
 from fastbench.load.conversations import read_conversations
@@ -179,7 +180,8 @@ def check_inputs(config: BenchConfig) -> None:
         LocalTokenizer(os.fspath(config.tokenizer))
     if config.multi_turn and config.dataset_path:
         read_conversations(os.fspath(config.dataset_path), config.dataset_name)
-        sessions.load_template(os.fspath(config.chat_template) if config.chat_template else None)
+        template = config.options(MultiTurnOptions).chat_template
+        sessions.load_template(os.fspath(template) if template else None)
         return
     dataset = DATASETS.get(config.dataset_name)
     if dataset is not None:

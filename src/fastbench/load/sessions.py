@@ -34,6 +34,7 @@ import orjson
 
 from fastbench._core import now_ns
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import MultiTurnOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.conversations import read_conversations
 from fastbench.load.tokens import SOURCE_CHARS, TokenCounter
@@ -228,13 +229,14 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         unknown ahead), each row's max_tokens, the warm-up bodies (first turns of the sessions after the
         measured ones) and the dataset's name for the result.
     """
+    options = config.options(MultiTurnOptions)
     path = os.fspath(config.dataset_path or "")
     conversations, skipped = read_conversations(path, config.dataset_name)
     if skipped:
         notes.append(f"multi-turn: skipped {skipped} malformed conversations (role order, missing content)")
     if config.dataset_order == "random":
         random.Random(config.seed).shuffle(conversations)
-    template = load_template(os.fspath(config.chat_template) if config.chat_template else None)
+    template = load_template(os.fspath(options.chat_template) if options.chat_template else None)
     sessions_needed = config.num_prompts + config.num_warmups
     if len(conversations) < sessions_needed:
         notes.append(f"multi-turn: {len(conversations)} conversations for {config.num_prompts} sessions"
@@ -244,14 +246,14 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         notes.append("multi-turn: the warm-ups' first turns are measured sessions' first turns too (too few "
                      "conversations): a server's prefix cache may hold them before the window")
     # Every message sent is counted (a distinct text once); a turn's history length is a sum of these.
-    turns_wanted = [config.max_turns] * config.num_prompts + [1] * config.num_warmups
+    turns_wanted = [options.max_turns] * config.num_prompts + [1] * config.num_warmups
     counts = await _count_tokens(list(chain.from_iterable(
         chain(([conv.system] if conv.system else []), conv.users[:n], conv.replies[:n])
         for conv, n in zip(picked, turns_wanted))), counter)
     counted = 0
     maker = _Bodies(config, model, chat, template)
     message, make, sep = maker.message, maker.make, maker.sep
-    server = config.multi_turn_history == "server"
+    server = options.history == "server"
     first_rows: list[int] = []
     turns: list[int] = []
     bodies: list[bytes] = []
@@ -261,7 +263,7 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
     histories: list[bytearray] = []
     no_length = cut = 0
     for conv in picked[:config.num_prompts]:
-        users, replies = conv.users[:config.max_turns], conv.replies[:config.max_turns]
+        users, replies = conv.users[:options.max_turns], conv.replies[:options.max_turns]
         history_len = counts[counted] if conv.system else 0
         counted += 1 if conv.system else 0
         user_tokens = counts[counted:counted + len(users)]
@@ -319,16 +321,16 @@ async def build_sessions(config: BenchConfig, model: str, chat: bool, mml: int |
         notes.append(f"multi-turn: {cut} turns not sent: their history + max_tokens passes max_model_len {mml} "
                      f"(counting {MESSAGE_ALLOWANCE} tokens per message for the chat template)")
     notes.append(f"multi-turn: {len(first_rows)} sessions, {len(bodies)} turns; history with the "
-                 f"{'server' if server else 'dataset'}'s replies; think time {config.think_time_s:g} s "
-                 f"{config.think_time_distribution}")
+                 f"{'server' if server else 'dataset'}'s replies; think time {options.think_time_s:g} s "
+                 f"{options.think_time_distribution}")
     if not chat:
-        rendered_by = (f"--chat-template {os.fspath(config.chat_template)}" if config.chat_template
+        rendered_by = (f"--chat-template {os.fspath(options.chat_template)}" if options.chat_template
                        else "the default template")
         notes.append(f"multi-turn on /v1/completions: the history is rendered by {rendered_by} (see "
                      "docs/multiturn.md), not the model's own")
     session = np.repeat(np.arange(len(first_rows), dtype=np.int64), turns)
     turn = np.arange(len(bodies), dtype=np.int64) - np.asarray(first_rows, dtype=np.int64)[session]
-    think = think_times_ns(len(bodies), config.think_time_s, config.think_time_distribution, config.seed)
+    think = think_times_ns(len(bodies), options.think_time_s, options.think_time_distribution, config.seed)
     think[turn == 0] = 0
     plan = SessionPlan(first_rows=first_rows, turns=turns, think_ns=think, server_history=server, bodies=bodies,
                        _history=histories, _user=users_sent, _max_tokens=max_tokens, _session=session,

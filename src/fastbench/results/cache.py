@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import MultiTurnOptions
 from fastbench.results.distribution import Distribution
 from fastbench.results.records import COL
 
@@ -125,10 +126,11 @@ def _expected(rows: np.ndarray, prompt: np.ndarray, config: BenchConfig,
     index = rows[:, COL["index"]]
     lens = workload_info.get("prompt_lens")
     if "session_of_row" in workload_info:
+        replies = config.options(MultiTurnOptions).history == "server"
         shared = _history_tokens(rows, prompt, np.asarray(workload_info["session_of_row"]),
-                                 np.asarray(workload_info["turn_of_row"]), config.multi_turn_history == "server")
+                                 np.asarray(workload_info["turn_of_row"]), replies)
         how = ("multi-turn history: each turn's previous turn's prompt"
-               + (" and the server's reply" if config.multi_turn_history == "server" else ""))
+               + (" and the server's reply" if replies else ""))
     elif workload_info.get("shared_prompt_tokens") is not None:
         per_request = workload_info["shared_prompt_tokens"]
         shared = np.asarray([per_request[i] if 0 <= i < len(per_request) else 0 for i in index.tolist()],

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import RandomOptions
 from fastbench.redact import redact_argv, redact_text, shell_join
 from fastbench.results.adapters import card_lines as adapter_card_lines
 from fastbench.results.cache import PrefixCacheSummary
@@ -121,9 +122,10 @@ def _dataset(result: Result, config: BenchConfig) -> str:
     if described and described != config.dataset_name:
         return str(described)
     if config.dataset_name == "random":
-        text = f"random (input {config.random_input_len}, output {config.random_output_len} tokens"
-        if config.random_range_ratio:
-            text += f", range ratio {config.random_range_ratio:g}"
+        random = config.options(RandomOptions)
+        text = f"random (input {random.input_len}, output {random.output_len} tokens"
+        if random.range_ratio:
+            text += f", range ratio {random.range_ratio:g}"
         return text + ")"
     path = f" {config.dataset_path}" if config.dataset_path else ""
     order = f" ({config.dataset_order} order)" if config.dataset_name == "sharegpt" else ""

@@ -21,6 +21,7 @@ import orjson
 
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
 from fastbench.results import adapters, steady
@@ -46,7 +47,8 @@ HISTOGRAM_ENCODING = "HdrHistogram V2 compressed, base64 (hdrh HdrHistogram.enco
 
 
 def config_to_dict(config: BenchConfig) -> dict[str, Any]:
-    """Every BenchConfig field except ``api_key`` (replaced by ``api_key_set``); command line redacted."""
+    """Every BenchConfig field except ``api_key`` (replaced by ``api_key_set``), every dataset's options
+    under their flat names (``random_input_len``: the defaults where none were given); command line redacted."""
     out: dict[str, Any] = {}
     for field in dataclasses.fields(config):
         if field.name == "api_key":
@@ -59,6 +61,9 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
             value = redact_text(value)
         elif field.name == "headers":
             value = redact_headers(value)
+        elif field.name == "dataset_options":  # each dataset's options under their flat names, as ever
+            out.update(flattened(value))
+            continue
         elif field.name == "launch" and value is not None:
             value = dataclasses.asdict(value)
             value["engine_args"] = redact_argv(value["engine_args"], config.api_key)

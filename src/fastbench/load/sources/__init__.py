@@ -2,6 +2,9 @@
 
 A dataset module has two functions, listed by ``--dataset-name`` in ``fastbench.load.datasets``:
 
+Its own options are one object of ``fastbench.datasetoptions`` (``RandomOptions``, ...), read as
+``config.options(RandomOptions)``.
+
 * ``check(config)``: what can be checked without the server (the file parses and has the expected
   shape, the lengths can work). Blocking: it may read the file.
 * ``offer(ctx)`` (a coroutine): offers ``Candidate`` prompts to ``ctx.selector`` until it holds enough

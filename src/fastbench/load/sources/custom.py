@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import CustomOptions, SpecBenchOptions
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Messages
 from fastbench.load.sources import Context, json_lines, read_dataset_file
@@ -85,7 +86,9 @@ async def offer(ctx: Context) -> str:
 
 
 def _output_option(config: BenchConfig) -> int:
-    return config.spec_bench_output_len if config.dataset_name == "spec_bench" else config.custom_output_len
+    if config.dataset_name == "spec_bench":
+        return config.options(SpecBenchOptions).output_len
+    return config.options(CustomOptions).output_len
 
 
 def _load(config: BenchConfig) -> list[_Line]:
@@ -93,7 +96,7 @@ def _load(config: BenchConfig) -> list[_Line]:
     name = config.dataset_name
     raw = read_dataset_file(path, name)
     fixed = config.max_tokens if config.max_tokens is not None else _output_option(config)
-    category = config.spec_bench_category
+    category = config.options(SpecBenchOptions).category
     lines: list[_Line] = []
     categories: set[str] = set()
     for lineno, where, obj in json_lines(raw, path):

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import CustomOptions
 from fastbench.exceptions import DatasetError
 from fastbench.load.images import file_data_url, image_type, resolve
 from fastbench.load.screening import Candidate, Messages
@@ -79,7 +80,7 @@ async def offer(ctx: Context) -> str:
 def _lines(config: BenchConfig) -> list[_Line]:
     path = os.fspath(config.dataset_path or "")
     raw = read_dataset_file(path, "custom_image")
-    fixed = config.max_tokens if config.max_tokens is not None else config.custom_output_len
+    fixed = config.max_tokens if config.max_tokens is not None else config.options(CustomOptions).output_len
     lines = []
     for _, where, obj in json_lines(raw, path):
         if "content" in obj:

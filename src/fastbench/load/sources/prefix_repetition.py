@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import PrefixRepetitionOptions
 from fastbench.load.sources import Context
 from fastbench.load.sources.prefixed import PromptMaker, refuse_unless_fits
 
@@ -26,14 +27,15 @@ def check(config: BenchConfig) -> None:
 
 async def offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
-    prefix_len, suffix_len = config.prefix_repetition_prefix_len, config.prefix_repetition_suffix_len
-    output = config.max_tokens if config.max_tokens is not None else config.prefix_repetition_output_len
+    options = config.options(PrefixRepetitionOptions)
+    prefix_len, suffix_len = options.prefix_len, options.suffix_len
+    output = config.max_tokens if config.max_tokens is not None else options.output_len
     refuse_unless_fits(selector.max_model_len, (("--prefix-repetition-prefix-len", prefix_len),
                                                 ("--prefix-repetition-suffix-len", suffix_len)),
                        output, "the prefix or the suffix")
     rng = np.random.default_rng(config.seed)
     maker = PromptMaker(ctx, rng, separator="")
-    count = config.prefix_repetition_num_prefixes
+    count = options.num_prefixes
     prefixes = [maker.prefix(prefix_len) for _ in range(count)]
     need = selector.need
     order = np.arange(need) % count  # the prefixes take turns ...

@@ -2,7 +2,7 @@
 sent as data URLs in the chat message's content after the text, as vLLM's ``openai-chat`` backend sends them.
 
 Each request's images are drawn as vLLM's ``RandomMultiModalDataset`` draws them, with its flags and
-defaults (``BenchConfig.random_mm``):
+defaults (``config.options(RandomMMOptions)``):
 
 * the count, uniform over the whole numbers in ``[max(0, floor(n*(1-r))), min(sum of the limits,
   ceil(n*(1+r)))]`` (``n`` = ``--random-mm-base-items-per-request``, ``r`` =
@@ -36,7 +36,8 @@ import numpy as np
 import orjson
 
 from fastbench._core import TokenRuns
-from fastbench.config import BenchConfig, RandomMMOptions
+from fastbench.config import BenchConfig
+from fastbench.datasetoptions import RandomMMOptions, RandomOptions
 from fastbench.exceptions import ConfigError
 from fastbench.load.images import IMAGE_PART_CLOSE, IMAGE_PART_OPEN, SyntheticPNG
 from fastbench.load.screening import JsonPrompt, PartsPrompt, Prompt
@@ -120,12 +121,12 @@ def _cdf(probabilities: Sequence[float]) -> np.ndarray:
 
 def check(config: BenchConfig) -> None:
     """The count's range can work (the options' own checks are ``checks``')."""
-    item_rule(config.random_mm)
+    item_rule(config.options(RandomMMOptions))
 
 
 async def offer(ctx: Context) -> str:
     config = ctx.config
-    rule = item_rule(config.random_mm)
+    rule = item_rule(config.options(RandomMMOptions))
     await random_prompts.offer(ctx)  # the text, drawn and screened as the random dataset's
     accepted = ctx.selector.accepted
     items = draw_items(rule, len(accepted), np.random.default_rng(config.seed))
@@ -141,8 +142,9 @@ async def offer(ctx: Context) -> str:
         "first row its own and the rest shared by its size (vLLM sends JPEGs, every pixel drawn)")
     ctx.notes.append("random-mm: prompt_len counts the text only; input figures take each request's prompt tokens "
                      "from the server's usage, which include the image tokens (where usage reports them)")
-    text = "random" if not config.random_prefix_len else f"random, prefix {config.random_prefix_len}"
-    return (f"random-mm ({text}, input {config.random_input_len}, output {config.random_output_len} tokens; "
+    text_options = config.options(RandomOptions)
+    text = "random" if not text_options.prefix_len else f"random, prefix {text_options.prefix_len}"
+    return (f"random-mm ({text}, input {text_options.input_len}, output {text_options.output_len} tokens; "
             f"{per} images per request: {sizes})")
 
 

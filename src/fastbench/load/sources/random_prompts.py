@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import RandomOptions
 from fastbench.exceptions import ConfigError
 from fastbench.load.screening import Candidate, Prompt
 from fastbench.load.sources import Context
@@ -38,11 +39,11 @@ def _length_range(length: int, ratio: float) -> tuple[int, int]:
 def _random_ranges(config: BenchConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """The random dataset's (input, output) length ranges (the lengths and the ratio were checked by
     ``check_config``)."""
-    r = config.random_range_ratio
-    inputs = _length_range(config.random_input_len, r)
+    options = config.options(RandomOptions)
+    inputs = _length_range(options.input_len, options.range_ratio)
     if config.max_tokens is not None:
         return inputs, (config.max_tokens, config.max_tokens)
-    return inputs, _length_range(config.random_output_len, r)
+    return inputs, _length_range(options.output_len, options.range_ratio)
 
 
 def check(config: BenchConfig) -> None:
@@ -53,7 +54,7 @@ async def offer(ctx: Context) -> str:
     config, selector, local, chat, notes = ctx.config, ctx.selector, ctx.local, ctx.chat, ctx.notes
     (in_low, in_high), (out_low, out_high) = _random_ranges(config)
     mml = selector.max_model_len
-    prefix_len = config.random_prefix_len
+    prefix_len = config.options(RandomOptions).prefix_len
     if mml is not None and prefix_len and prefix_len + in_low + out_low > mml:
         raise ConfigError(
             f"--random-prefix-len {prefix_len} + --random-input-len's shortest draw {in_low} + output >= {out_low} "
@@ -64,7 +65,7 @@ async def offer(ctx: Context) -> str:
             f"no random request fits max_model_len {mml}: input >= {in_low} plus output >= {out_low} tokens; "
             "lower --random-input-len/--random-output-len/--max-tokens"
         )
-    if config.random_prefix_len:
+    if prefix_len:
         return await _offer_prefixed(ctx, (in_low, in_high), (out_low, out_high))
     if local is not None:
         source = local.source
@@ -105,7 +106,7 @@ async def _offer_prefixed(ctx: Context, inputs: tuple[int, int], outputs: tuple[
     config, selector = ctx.config, ctx.selector
     rng = np.random.default_rng(config.seed)
     maker = PromptMaker(ctx, rng, separator="")
-    prefix = maker.prefix(config.random_prefix_len)
+    prefix = maker.prefix(config.options(RandomOptions).prefix_len)
     ctx.notes.append(f"random: one fixed prefix of {prefix.tokens} tokens before every prompt (vllm bench serve's "
                      f"--random-prefix-len), then --random-input-len's draw; {maker.note()}")
     drawn, most = 0, _RANDOM_DRAW_FACTOR * selector.need + 1000

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import SharedPrefixOptions
 from fastbench.load.sources import Context
 from fastbench.load.sources.prefixed import Prefix, PromptMaker, refuse_unless_fits
 
@@ -29,12 +30,13 @@ def check(config: BenchConfig) -> None:
 
 async def offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
-    system_len, question_len = config.gsp_system_prompt_len, config.gsp_question_len
-    output = config.max_tokens if config.max_tokens is not None else config.gsp_output_len
+    options = config.options(SharedPrefixOptions)
+    system_len, question_len = options.system_prompt_len, options.question_len
+    output = config.max_tokens if config.max_tokens is not None else options.output_len
     refuse_unless_fits(selector.max_model_len, (("--gsp-system-prompt-len", system_len),
                                                 ("--gsp-question-len", question_len)),
                        output, "the system prompt or the question")
-    groups, per_group = config.gsp_num_groups, config.gsp_prompts_per_group
+    groups, per_group = options.num_groups, options.prompts_per_group
     rng = np.random.default_rng(config.seed)
     maker = PromptMaker(ctx, rng, separator="\n\n")
     total = groups * per_group

@@ -68,6 +68,7 @@ import orjson
 
 from fastbench._core import TokenRuns, lay_out_blocks, scan_trace
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import MooncakeOptions, TimedTraceOptions
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, PartsPrompt, Selector, screening_limit
 from fastbench.load.sharing import SharedBlocks
@@ -104,13 +105,14 @@ class TraceFormat:
 
 def trace_format(config: BenchConfig) -> TraceFormat:
     if config.dataset_name == "mooncake":
-        return TraceFormat("mooncake", MOONCAKE_BLOCK, MOONCAKE_SECONDS_PER_UNIT * config.mooncake_slowdown_factor,
+        slowdown = config.options(MooncakeOptions).slowdown_factor
+        return TraceFormat("mooncake", MOONCAKE_BLOCK, MOONCAKE_SECONDS_PER_UNIT * slowdown,
                            "timestamp", "input_length", "output_length", "hash_ids",
-                           f"--mooncake-slowdown-factor {config.mooncake_slowdown_factor:g}")
-    return TraceFormat("timed_trace", config.timed_trace_chunk_hash_size, config.timed_trace_sec_multiplier,
-                       config.timed_trace_label_timestamp, config.timed_trace_label_input_length,
-                       config.timed_trace_label_output_length, config.timed_trace_label_hash_ids,
-                       f"--timed-trace-sec-multiplier {config.timed_trace_sec_multiplier:g}")
+                           f"--mooncake-slowdown-factor {slowdown:g}")
+    timed = config.options(TimedTraceOptions)
+    return TraceFormat("timed_trace", timed.chunk_hash_size, timed.sec_multiplier, timed.label_timestamp,
+                       timed.label_input_length, timed.label_output_length, timed.label_hash_ids,
+                       f"--timed-trace-sec-multiplier {timed.sec_multiplier:g}")
 
 
 @dataclasses.dataclass
