@@ -26,7 +26,15 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, TRACE_DATASETS, BenchConfig, LaunchConfig
+from fastbench.config import (
+    BACKEND_ENDPOINTS,
+    GOODPUT_METRICS,
+    PERCENTILE_METRICS,
+    POOLING_ENDPOINTS,
+    TRACE_DATASETS,
+    BenchConfig,
+    LaunchConfig,
+)
 from fastbench.exceptions import ConfigError
 
 __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_config", "check_port",
@@ -39,7 +47,8 @@ MAX_WORKERS = 256  # client processes on one machine (--workers)
 # Tokens of one generated prompt part: past any model's context (the largest are ~10M), so a typo.
 MAX_PROMPT_TOKENS = 16_000_000
 # The datasets fastbench makes itself: no file to read.
-GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix")
+GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "random-rerank")
+MAX_BATCH = 100_000  # inputs in one embeddings or rerank request
 
 # Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME".
 _FLAGS = {
@@ -79,6 +88,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "random_input_len": (lambda v: v >= 1, "must be >= 1"),
     "random_output_len": (lambda v: v >= 1, "must be >= 1"),
     "random_range_ratio": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "random_batch_size": (lambda v: 1 <= v <= MAX_BATCH, f"must be between 1 and {MAX_BATCH:,}"),
     "random_prefix_len": (lambda v: 0 <= v <= MAX_PROMPT_TOKENS, f"must be between 0 and {MAX_PROMPT_TOKENS:,}"),
     **{name: (lambda v: 1 <= v <= MAX_PROMPT_TOKENS, f"must be between 1 and {MAX_PROMPT_TOKENS:,}")
        for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len", "prefix_repetition_output_len",
@@ -448,6 +458,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
                                   "was sharegpt: give --dataset-name)")
     elif not config.dataset_path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    _check_pooling(config)
     _check_multi_turn(config)
     _check_trace_timing(config)
     _check_ray(config)
@@ -466,3 +477,25 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
             raise ConfigError("--base-url attaches to a running server and --launch starts one: give one of them")
         if not config.launch.model:
             raise ConfigError("--launch needs --launch-model MODEL")
+
+
+def _check_pooling(config: BenchConfig) -> None:
+    """The APIs answered whole (embeddings, pooling, score, rerank): the backend matches the endpoint, and what
+    streams or generates has no place in them."""
+    backends = POOLING_ENDPOINTS.get(config.endpoint)
+    if config.backend is not None and BACKEND_ENDPOINTS[config.backend] != config.endpoint and (
+            backends is None or config.backend not in backends):  # vllm-rerank also calls /v1/rerank and /score
+        raise ConfigError(f"--backend {config.backend} calls {BACKEND_ENDPOINTS[config.backend]}, --endpoint says "
+                          f"{config.endpoint}: give one of them")
+    rerank = config.api == "vllm-rerank"
+    if (config.dataset_name == "random-rerank") != rerank:
+        raise ConfigError("--dataset-name random-rerank draws a query and documents for --backend vllm-rerank "
+                          "(/rerank, /v1/rerank, /score), which takes no other dataset")
+    if config.random_batch_size != 1 and backends is None:
+        raise ConfigError("--random-batch-size sets the inputs of one embeddings, pooling or rerank request; "
+                          f"{config.endpoint} takes one prompt a request")
+    if config.no_reranker and (not rerank or config.random_batch_size < 2):
+        raise ConfigError("--no-reranker is for --backend vllm-rerank with --random-batch-size >= 2 (one of each "
+                          "batch is the query)")
+    if backends is not None and config.multi_turn:
+        raise ConfigError(f"--multi-turn holds conversations; {config.endpoint} answers single requests")

@@ -54,9 +54,6 @@ UNUSED: dict[str, Unused] = {
     "--plot-dataset-stats": Unused("switch", "fastbench draws no plots; the result's input_lens and output_lens "
                                    "hold the data"),
     "--lora-assignment": Unused("value", "only with --lora-modules, which fastbench does not take"),
-    "--random-batch-size": Unused("value", "configures vLLM's embedding and rerank datasets, which fastbench does "
-                                  "not have"),
-    "--no-reranker": Unused("switch", _dataset("random-rerank")),
     "--custom-ensure-client-side-data": Unused("switch", "configures media in vLLM's custom_image and custom_audio "
                                                "datasets, which fastbench does not have"),
     # would change what is measured: refused, with the reason

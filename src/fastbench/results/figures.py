@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import GOODPUT_METRICS, BenchConfig
+from fastbench.results import pooling
 from fastbench.results.cache import prefix_cache_summary
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.notes import (
@@ -60,7 +61,8 @@ from fastbench.results.steady import steady_state
 from fastbench.results.workersection import worded_section
 
 # Per-request lists in workload_info, used here but not copied into the result.
-PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens")
+PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
+                             "inputs_per_request")
 
 
 def summarize(
@@ -91,6 +93,7 @@ def summarize(
     total_input = _exact_sum(np.maximum(done.prompt, 0))
     total_output = _exact_sum(np.maximum(done.output_tokens, 0))
     reason = collapse_reason(counts, data.stopped_reason, config.max_error_rate)
+    throughput = _throughput(done, counts, total_input, total_output, duration_s, config.goodput)
     result = Result(
         config=config,
         created_at=datetime.datetime.now().astimezone().isoformat(timespec="milliseconds"),  # orders a second's runs
@@ -98,7 +101,7 @@ def summarize(
         counts=counts,
         total_input_tokens=total_input,
         total_output_tokens=total_output,
-        throughput=_throughput(done, counts, total_input, total_output, duration_s, config.goodput),
+        throughput=throughput,
         distributions=distributions,
         histograms=histograms,
         mean_tokens_per_chunk=_mean_tokens_per_chunk(done),
@@ -122,6 +125,7 @@ def summarize(
         steady=steady_state(data, config),
         prefix_cache=prefix_cache_summary(requests.rows, requests.completed, requests.prompt, config, workload_info,
                                           server_info),
+        pooling=pooling.summarize(config, done.col["index"], workload_info, duration_s, throughput.input_throughput),
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result

@@ -15,6 +15,7 @@ from fastbench.results.distribution import Distribution as Distribution  # re-ex
 
 if TYPE_CHECKING:
     from fastbench.results.cache import PrefixCacheSummary
+    from fastbench.results.pooling import PoolingSummary
     from fastbench.results.steady import SteadyState
 
 
@@ -135,6 +136,8 @@ class Result:
     steady: SteadyState | None = None
     # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)
     prefix_cache: PrefixCacheSummary | None = None
+    # an API answered whole (embeddings, pooling, score, rerank): inputs/s, and what does not apply (results.pooling)
+    pooling: PoolingSummary | None = None
 
 
 # -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------

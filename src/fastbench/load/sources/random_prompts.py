@@ -29,7 +29,7 @@ from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 _RANDOM_DRAW_FACTOR = 100  # random dataset: give up after this many draws per needed request
 
 
-def _length_range(length: int, ratio: float) -> tuple[int, int]:
+def length_range(length: int, ratio: float) -> tuple[int, int]:
     low = max(1, math.floor(length * (1 - ratio)))
     high = max(low, math.ceil(length * (1 + ratio)))
     return low, high
@@ -39,10 +39,10 @@ def _random_ranges(config: BenchConfig) -> tuple[tuple[int, int], tuple[int, int
     """The random dataset's (input, output) length ranges (the lengths and the ratio were checked by
     ``check_config``)."""
     r = config.random_range_ratio
-    inputs = _length_range(config.random_input_len, r)
+    inputs = length_range(config.random_input_len, r)
     if config.max_tokens is not None:
         return inputs, (config.max_tokens, config.max_tokens)
-    return inputs, _length_range(config.random_output_len, r)
+    return inputs, length_range(config.random_output_len, r)
 
 
 def check(config: BenchConfig) -> None:
