@@ -106,7 +106,7 @@ def summarize(
         histograms=histograms,
         mean_tokens_per_chunk=_mean_tokens_per_chunk(done),
         errors=_error_summaries(requests.rows, requests.started, data.error_messages),
-        usage=_usage(done, counts.completed),
+        usage=pooling.usage(_usage(done, counts.completed), config, workload_info),
         timestamps=_timestamp_summary(data),
         client=_client_summary(requests, data, config),
         per_request=_per_request(requests, data, config),
