@@ -94,7 +94,7 @@ def _bodies(backend: str, endpoint: str, n: int, batch: int) -> tuple[list[bytes
             count = 4 + len(texts[0].split())
         else:
             count = sum(len(t.split()) for t in texts)
-        body = make(MODEL, texts)
+        body = make(MODEL, texts if batch > 1 or backend == "vllm-rerank" else texts[0])
         if endpoint == "/score":
             body = {"model": MODEL, "queries": body["query"], "documents": body["documents"]}
         bodies.append(orjson.dumps(body | {"fb_row": i}))

@@ -23,7 +23,7 @@ from fastbench.load.screening import JsonPrompt, Messages, PartsPrompt, Selector
 from fastbench.load.sources import Context, random_rerank
 from fastbench.load.tokens import LocalTokenizer, TokenCounter
 
-BodyFn = Callable[[str, list[str]], dict[str, Any]]
+BodyFn = Callable[[str, "str | list[str]"], dict[str, Any]]
 # vllm bench serve's backend -> the body it sends (the endpoint picks score's shape for vllm-rerank)
 BODIES: dict[str, BodyFn] = {
     "openai-embeddings": embeddings.body,
@@ -73,8 +73,13 @@ async def build(config: BenchConfig, model: str, counter: TokenCounter, local: L
             groups[j % len(groups)][0] for j in range(config.num_warmups)]
         source = " + ".join(selector.sources) or counter.source
     make = body_of(config)
-    requests = [(_serialised(make(model, inputs), config, i), count, n) for i, (inputs, count, n) in enumerate(groups)]
-    warmups = [_serialised(make(model, inputs), config, None) for inputs in warm[:config.num_warmups]]
+
+    def payload(inputs: list[str]) -> str | list[str]:  # a string where each request carries one, as vLLM's
+        return inputs[0] if batch == 1 and config.api != "vllm-rerank" else inputs
+
+    requests = [(_serialised(make(model, payload(inputs)), config, i), count, n)
+                for i, (inputs, count, n) in enumerate(groups)]
+    warmups = [_serialised(make(model, payload(inputs)), config, None) for inputs in warm[:config.num_warmups]]
     notes.append(f"{config.endpoint}: {_inputs_text(config)} a request, truncated by the server past the model's "
                  "context (truncate_prompt_tokens -1, as vllm bench serve); input tokens from the server's usage")
     return requests, warmups, name, source

@@ -12,11 +12,12 @@ from typing import Any
 BINARY_FORMATS = ("bytes", "bytes_only")  # answers that are not one JSON object
 
 
-def body(model: str, inputs: list[str]) -> dict[str, Any]:
-    """``input``: the one string, or the batch as a list."""
-    return {"model": model, "input": inputs[0] if len(inputs) == 1 else inputs, "truncate_prompt_tokens": -1}
+def body(model: str, inputs: str | list[str]) -> dict[str, Any]:
+    """``input``: the one string, or the batch as a list (a run's last batch too, however short)."""
+    return {"model": model, "input": inputs, "truncate_prompt_tokens": -1}
 
 
-def chat_body(model: str, inputs: list[str]) -> dict[str, Any]:
+def chat_body(model: str, inputs: str | list[str]) -> dict[str, Any]:
     """The chat form: the input as one user message (vLLM applies the model's chat template)."""
-    return {"model": model, "messages": [{"role": "user", "content": inputs[0]}], "truncate_prompt_tokens": -1}
+    text = inputs if isinstance(inputs, str) else inputs[0]
+    return {"model": model, "messages": [{"role": "user", "content": text}], "truncate_prompt_tokens": -1}

@@ -7,5 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def body(model: str, inputs: list[str]) -> dict[str, Any]:
-    return {"model": model, "truncate_prompt_tokens": -1, "input": inputs[0] if len(inputs) == 1 else inputs}
+def body(model: str, inputs: str | list[str]) -> dict[str, Any]:
+    """``input``: the one string, or the batch as a list."""
+    return {"model": model, "truncate_prompt_tokens": -1, "input": inputs}

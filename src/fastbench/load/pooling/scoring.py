@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def rerank_body(model: str, inputs: list[str]) -> dict[str, Any]:
+def rerank_body(model: str, inputs: str | list[str]) -> dict[str, Any]:
     """``inputs``: the query first, then the documents."""
-    return {"model": model, "query": inputs[0], "documents": inputs[1:], "truncate_prompt_tokens": -1}
+    return {"model": model, "query": inputs[0], "documents": list(inputs[1:]), "truncate_prompt_tokens": -1}
 
 
-def score_body(model: str, inputs: list[str]) -> dict[str, Any]:
-    return {"model": model, "queries": inputs[0], "documents": inputs[1:], "truncate_prompt_tokens": -1}
+def score_body(model: str, inputs: str | list[str]) -> dict[str, Any]:
+    return {"model": model, "queries": inputs[0], "documents": list(inputs[1:]), "truncate_prompt_tokens": -1}
