@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.load import datasets
+from fastbench.load import datasets, pooling
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import card, figures, modelcard, serversections, writers
@@ -43,6 +43,8 @@ def check(config: BenchConfig) -> None:
     checked by :func:`fastbench.checks.check_config`; here, what needs more than the values.
     """
     check_config(config)
+    if config.pooling:  # what only the APIs answered whole refuse (a binary answer, say)
+        pooling.check(config)
     check_api_key(config.api_key)
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
