@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from fastbench import BenchConfig, ConfigError, api
-from fastbench.exceptions import FastbenchError
 from fastbench.cli import command, vllmflags
+from fastbench.exceptions import FastbenchError
 from fastbench.load import datasets, pacer
 from fastbench.load.plan import Target
 from fastbench.results import writers

@@ -37,7 +37,7 @@ cdef class StreamConnection:
         self.c.save_outputs = run.save_outputs
         self.c.keep_answer = run.keep_answers
         self.c.whole = run.whole_answers
-        self.c.max_whole_bytes = run.max_answer_bytes
+        self.c.max_whole_bytes = run.max_answer_bytes or WHOLE_ANSWER_CAP
         self.c.gap_counts = &run.gap_counts[0]
         self.busy = False
         self.closed = False

@@ -157,8 +157,8 @@ cdef class RunState:
     cdef public dict error_messages    # row -> message, failed requests only
     cdef char *read_buffer             # one buffer for every read: reads are handled one at a time
     cdef size_t max_event_bytes        # largest SSE event accepted
-    cdef public bint whole_answers     # answers are whole JSON bodies (embeddings, pooling, score, rerank)
-    cdef public size_t max_answer_bytes  # largest whole answer accepted
+    cdef public bint whole_answers     # answers are whole JSON bodies (embeddings, pooling, score, rerank); off
+    cdef public size_t max_answer_bytes  # largest whole answer accepted; 0 (as made): WHOLE_ANSWER_CAP
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
     cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
     cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs

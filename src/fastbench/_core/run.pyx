@@ -33,8 +33,6 @@ cdef class RunState:
         self.keep_answers = False
         self.answers = {}
         self.max_event_bytes = max_event_bytes
-        self.whole_answers = False
-        self.max_answer_bytes = WHOLE_ANSWER_CAP
         self.kernel_timestamps = True
         self.refill = False
         self.chain_due = False

@@ -106,7 +106,7 @@ def summarize(
         histograms=histograms,
         mean_tokens_per_chunk=_mean_tokens_per_chunk(done),
         errors=_error_summaries(requests.rows, requests.started, data.error_messages),
-        usage=pooling.usage(_usage(done, counts.completed), config, workload_info),
+        usage=_usage(done, counts.completed, workload_info if config.pooling else None),
         timestamps=_timestamp_summary(data),
         client=_client_summary(requests, data, config),
         per_request=_per_request(requests, data, config),
@@ -305,15 +305,17 @@ def _error_summaries(
     return out
 
 
-def _usage(done: _Completed, completed: int) -> UsageSummary:
+def _usage(done: _Completed, completed: int, whole: Mapping[str, Any] | None = None) -> UsageSummary:
+    """``whole``: a run of whole answers' workload info (their statement is of input tokens, results.pooling)."""
     usage_codes = done.col["usage_source"]
     by_source = {
         src.name: int((usage_codes == src).sum()) for src in UsageSource if (usage_codes == src).any()
     }
+    whole_statement = pooling.usage_statement(by_source, whole) if whole is not None else None
     return UsageSummary(
         by_source=by_source,
         all_per_chunk=completed > 0 and by_source.get("PER_CHUNK", 0) == completed,
-        statement=usage_statement(by_source, completed),
+        statement=whole_statement or usage_statement(by_source, completed),
     )
 
 

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import BenchConfig
-from fastbench.results.result import UsageSummary
 
 REASON = "does not apply: the API answers each request whole, with no stream (no first token, no output tokens)"
 # the distributions, throughputs and flat keys a whole answer has no value for
@@ -57,15 +56,13 @@ def summarize(config: BenchConfig, completed_index: np.ndarray, workload_info: M
         not_applicable={name: REASON for name in (*NO_DISTRIBUTIONS, *NO_THROUGHPUTS)})
 
 
-def usage(summary: UsageSummary, config: BenchConfig, workload_info: Mapping[str, Any]) -> UsageSummary:
-    """Where a whole answer's input tokens came from: its usage, else the request's own count (the streamed
-    statement is about output tokens and chunks, which these answers have none of)."""
-    if not config.pooling:
-        return summary
-    seen = summary.by_source.get("FINAL", 0)
-    completed = sum(summary.by_source.values())
+def usage_statement(by_source: Mapping[str, int], workload_info: Mapping[str, Any]) -> str | None:
+    """Where whole answers' input tokens came from: their usage, else the request's own count (the streamed
+    statement is about output tokens and chunks, which these answers have none of). None: nothing completed."""
+    seen = by_source.get("FINAL", 0)
+    completed = sum(by_source.values())
     if completed == 0:
-        return summary
+        return None
     parts = [f"input tokens from the server's usage for {seen}/{completed} answers (prompt_tokens, else "
              "total_tokens)"]
     missing = completed - seen
@@ -73,7 +70,7 @@ def usage(summary: UsageSummary, config: BenchConfig, workload_info: Mapping[str
         source = workload_info.get("input_length_source") or "the workload's count"
         parts.append(f"{missing}/{completed} had no usage (or usage that cannot be right): their input tokens "
                      f"are the request's own count ({source})")
-    return dataclasses.replace(summary, statement="; ".join(parts))
+    return "; ".join(parts)
 
 
 def section(summary: PoolingSummary) -> dict[str, Any]:
@@ -101,7 +98,8 @@ def card_rows(summary: PoolingSummary, rows: list[tuple[str, Any]]) -> list[tupl
         if label == "E2E latency (ms)":
             out += [("Inputs/s", f"{summary.input_sequence_throughput:,.2f} ({summary.total_inputs} inputs, "
                                  f"{summary.batch_size} a request)"),
-                    ("Input tok/s", f"{summary.input_token_throughput:,.2f} (the server's usage, else the request's count)"),
+                    ("Input tok/s", f"{summary.input_token_throughput:,.2f} (the server's usage, else the "
+                                    "request's count)"),
                     ("TTFT, TPOT, ITL, output tok/s", REASON)]
     return out
 

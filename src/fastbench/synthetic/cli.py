@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m fastbench.synthet
     # Each check says what must hold, so that nan (which fails every comparison) fails it too.
     # Delays past an hour are a typo, and would overflow the nanosecond timers.
     for flag, value, most in (("--itl-ms", ns.itl_ms, HOUR_MS), ("--jitter-ms", ns.jitter_ms, HOUR_MS),
-                              ("--ttft-ms", ns.ttft_ms, HOUR_MS), ("--pooling-ms", ns.pooling_ms, HOUR_MS), ("--stall-s", ns.stall_s, HOUR_MS / 1e3)):
+                              ("--ttft-ms", ns.ttft_ms, HOUR_MS),
+                              ("--pooling-ms", ns.pooling_ms, HOUR_MS), ("--stall-s", ns.stall_s, HOUR_MS / 1e3)):
         if value is not None and not 0 <= value <= most:
             parser.error(f"{flag} must be a number between 0 and {most:.0f}, got {value}")
     if ns.prefill_tok_s is not None and not 0 < ns.prefill_tok_s < math.inf:

@@ -80,7 +80,8 @@ class WholeAnswers:
             texts = _texts(req.get("input"), "input")
             tokens, inputs = sum(count_text_tokens(x) for x in texts), len(texts)
         data = [{"index": i, "object": "embedding", "embedding": _EMBEDDING} for i in range(inputs)]
-        return {"id": f"embd-{self.answered}", "object": "list", "created": int(time.time()), "data": data}, tokens, True
+        answer = {"id": f"embd-{self.answered}", "object": "list", "created": int(time.time()), "data": data}
+        return answer, tokens, True
 
     def _pooling(self, req: dict[str, Any]) -> tuple[dict[str, Any], int, bool]:
         texts = _texts(req.get("input"), "input")

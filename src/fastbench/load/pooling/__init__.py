@@ -54,6 +54,7 @@ async def build(config: BenchConfig, model: str, counter: TokenCounter, local: L
     counts came from. ``datasets``: ``--dataset-name`` -> its functions (load.datasets.DATASETS)."""
     check(config)
     batch = config.random_batch_size
+    groups: list[tuple[list[str], int | None, int]]  # a request's inputs, its tokens (None: unknown), its count
     if config.dataset_name == "random-rerank":
         drawn, source = random_rerank.draw(config, local)
         if not drawn:
