@@ -20,6 +20,8 @@ cdef int _keep_whole(fb_conn_t *c, const char *data, size_t length) noexcept nog
         _keep_text(c, data, length)
         _fail(c, ERR_PROTOCOL, "the answer exceeded the whole-answer cap (RunState.max_answer_bytes); its first bytes")
         return 1
+    if FB_DEBUG and need > c.whole_cap:
+        _debug.answer_grows += 1
     if _reserve(&c.whole_buf, &c.whole_cap, need) < 0:
         _fail(c, ERR_PROTOCOL, "out of memory for the whole answer")
         return 1
