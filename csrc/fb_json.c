@@ -1,4 +1,4 @@
-/* fb_json.c: single-pass scanner of one OpenAI-style streaming chunk. See fb_json.h.
+/* fb_json.c: single-pass scanner of one OpenAI-style streaming chunk or whole answer. See fb_json.h.
  *
  * Grammar checked is RFC 8259 (JSON): one object, surrounded by optional whitespace
  * (SP, HTAB, LF, CR; section 2); strings with the escapes of section 7 (\" \\ \/ \b \f \n \r
@@ -27,6 +27,8 @@ enum {
     R_SENT,       /* top-level "fb_sent_ns" */
     R_COMPLETION, /* "completion_tokens" directly inside the top-level "usage" object */
     R_PROMPT,     /* "prompt_tokens" directly inside the top-level "usage" object */
+    R_TOTAL,      /* "total_tokens" directly inside the top-level "usage" object */
+    R_DATA,       /* top-level "data" or "results": a whole answer's results, one per input */
     R_DETAILS,    /* "prompt_tokens_details" directly inside the top-level "usage" object */
     R_CACHED,     /* "cached_tokens" directly inside that "prompt_tokens_details" object */
     R_CONTENT,    /* "content" or "text", any depth */
@@ -159,8 +161,12 @@ static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
             if (memcmp(k, "usage", 5) == 0) return R_USAGE;
             if (memcmp(k, "error", 5) == 0) return R_ERROR;
             break;
+        case 4:
+            if (memcmp(k, "data", 4) == 0) return R_DATA;
+            break;
         case 7:
             if (memcmp(k, "choices", 7) == 0) return R_CHOICES;
+            if (memcmp(k, "results", 7) == 0) return R_DATA;
             break;
         case 10:
             if (memcmp(k, "fb_sent_ns", 10) == 0) return R_SENT;
@@ -171,6 +177,7 @@ static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
     } else if (role == R_USAGE && depth == 2) {
         if (n == 17 && memcmp(k, "completion_tokens", 17) == 0) return R_COMPLETION;
         if (n == 13 && memcmp(k, "prompt_tokens", 13) == 0) return R_PROMPT;
+        if (n == 12 && memcmp(k, "total_tokens", 12) == 0) return R_TOTAL;
         if (n == 21 && memcmp(k, "prompt_tokens_details", 21) == 0) return R_DETAILS;
     } else if (role == R_DETAILS && depth == 3) {
         if (n == 13 && memcmp(k, "cached_tokens", 13) == 0) return R_CACHED;
@@ -250,6 +257,9 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
             if (kind == V_INT) o->prompt_tokens = num;
             else if (kind != V_NULL) o->usage_invalid = 1;
             break;
+        case R_TOTAL:
+            if (kind == V_INT) o->total_tokens = num; /* as cached_tokens: says nothing of the output */
+            break;
         case R_CACHED:
             if (kind == V_INT) o->cached_tokens = num;
             break;
@@ -316,6 +326,7 @@ static int fb_json_value(fb_json_t *s, int depth, int role, int64_t *num) {
         rc = fb_json_array(s, depth + 1, role);
         if (rc < 0) return rc;
         if (role == R_CHOICES) s->out->n_choices = rc;
+        if (role == R_DATA) s->out->n_data = rc;
         return V_OTHER;
     case '"': {
         s->p++;
@@ -337,6 +348,7 @@ static int fb_json_value(fb_json_t *s, int depth, int role, int64_t *num) {
 static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->completion_tokens = -1;
     out->prompt_tokens = -1;
+    out->total_tokens = -1;
     out->cached_tokens = -1;
     out->sent_ns = -1;
     out->has_content = 0;
@@ -346,6 +358,7 @@ static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->has_usage = 0;
     out->usage_invalid = 0;
     out->n_choices = -1;
+    out->n_data = -1;
 }
 
 int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,

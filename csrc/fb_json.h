@@ -1,9 +1,11 @@
-/* fb_json.h: a targeted scanner for one OpenAI-style streaming chunk.
+/* fb_json.h: a targeted scanner for one OpenAI-style streaming chunk, or one whole JSON answer.
  *
  * Not a JSON parser: it walks the object once, tracking strings (with escapes) and nesting,
  * checks that the text is one well-formed JSON value, and picks out the few facts the
  * client needs per chunk, and (fb_json_scan_chunk_text) the answer's strings as it passes
- * them, so that a caller keeps a reply's text without decoding any event. Keys are matched
+ * them, so that a caller keeps a reply's text without decoding any event. A whole answer to a
+ * non-streaming request (embeddings, pooling, score, rerank) is scanned the same way, once, for its
+ * usage and its count of results: the same roles, no second parser. Keys are matched
  * only outside strings, so text inside "content" can never be mistaken for a key. */
 #ifndef FB_JSON_H
 #define FB_JSON_H
@@ -15,6 +17,8 @@ typedef struct {
     int64_t completion_tokens; /* "completion_tokens" directly inside the top-level "usage" object; -1 if
                                   absent, null or not a non-negative integer that fits int64 */
     int64_t prompt_tokens;     /* "prompt_tokens" likewise */
+    int64_t total_tokens;      /* "total_tokens" likewise (a whole embeddings, pooling, score or rerank answer's
+                                  usage may carry only this one); not a usage fault when malformed */
     int64_t cached_tokens;     /* "cached_tokens" directly inside the "prompt_tokens_details" object of the
                                   top-level "usage" (vLLM with --enable-prompt-tokens-details, SGLang with
                                   --enable-cache-report); -1 if absent or not a count as above. Not a usage
@@ -28,6 +32,8 @@ typedef struct {
     int usage_invalid;         /* its "completion_tokens" or "prompt_tokens" holds neither null nor a
                                   non-negative integer that fits int64 (a float, a string, -1, 2**64) */
     int n_choices;             /* elements in the top-level "choices" array, -1 if absent */
+    int n_data;                /* elements in the top-level "data" array (embeddings, pooling, score) or
+                                  "results" array (rerank), -1 if absent */
 } fb_chunk_info_t;
 
 /* Scan data[0..len). Fills *out (always initialised) and returns 0, or -FB_ERR_JSON when the

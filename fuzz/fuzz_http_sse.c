@@ -12,7 +12,9 @@
  * into pieces chosen by the seed (down to one byte per call), and both runs must produce the
  * same events, the same JSON facts per event, the same error and the same HTTP results. After a
  * response completes, the bytes left unconsumed start the next response, as on a kept-alive
- * connection. Build with -DFB_FUZZ_STANDALONE for a plain main() that runs files given as
+ * connection. A 2xx response that is not an event stream is an answer kept whole, as the core's
+ * whole-response mode keeps it (a buffer grown by doubling, capped at the SSE cap), and scanned once when
+ * it completes: its facts join the hash, so that a split that changes them shows. Build with -DFB_FUZZ_STANDALONE for a plain main() that runs files given as
  * arguments (no libFuzzer needed, e.g. gcc -fsanitize=address,undefined). */
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +31,8 @@ typedef struct {
     uint64_t hash;      /* FNV-1a over everything observable */
     uint64_t n_events;
     int sse_rc;
+    char *body;         /* a whole answer so far (not an event stream) */
+    size_t body_len, body_cap;
 } fz_run_t;
 
 static inline void fz_mix(fz_run_t *r, const void *d, size_t n) {
@@ -37,6 +41,14 @@ static inline void fz_mix(fz_run_t *r, const void *d, size_t n) {
 }
 
 static inline void fz_mix_i64(fz_run_t *r, int64_t v) { fz_mix(r, &v, sizeof v); }
+
+/* Field by field: the struct's padding bytes are never written. */
+static void fz_mix_facts(fz_run_t *r, const fb_chunk_info_t *info) {
+    const int64_t facts[] = {info->completion_tokens, info->prompt_tokens, info->total_tokens, info->cached_tokens,
+                             info->sent_ns, info->has_content, info->has_reasoning, info->has_error,
+                             info->has_finish, info->has_usage, info->usage_invalid, info->n_choices, info->n_data};
+    fz_mix(r, facts, sizeof facts);
+}
 
 typedef struct {
     const char *data, *end;
@@ -66,12 +78,7 @@ static int fz_on_event(void *ctx, const char *data, size_t len) {
     fz_mix_i64(r, (int64_t)len);
     fz_mix(r, data, len);
     fz_mix_i64(r, rc);
-    /* Field by field: the struct's padding bytes are never written. */
-    const int64_t facts[] = {info.completion_tokens, info.prompt_tokens, info.cached_tokens, info.sent_ns,
-                             info.has_content,
-                             info.has_reasoning, info.has_error, info.has_finish, info.has_usage,
-                             info.usage_invalid, info.n_choices};
-    fz_mix(r, facts, sizeof facts);
+    fz_mix_facts(r, &info);
     if (rc == 0 && (info.has_content | info.has_reasoning | info.has_error | info.has_finish | info.has_usage |
                     info.usage_invalid) > 1)
         __builtin_trap(); /* flags are 0/1 */
@@ -91,8 +98,36 @@ static int fz_grow(void *ctx, fb_sse_t *st, size_t needed) {
 
 static int fz_on_body(void *ctx, const char *data, size_t len) {
     fz_run_t *r = ctx;
+    if (r->http.status >= 200 && r->http.status < 300 && !r->http.event_stream) {
+        size_t need = r->body_len + len;
+        if (need > r->sse_max) {
+            r->sse_rc = -FB_ERR_SSE_TOO_BIG; /* the whole answer's cap */
+            return 1;
+        }
+        if (need > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 16;
+            while (cap < need) cap *= 2;
+            char *b = realloc(r->body, cap);
+            if (b == NULL) return 1;
+            r->body = b;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, data, len);
+        r->body_len = need;
+        return 0;
+    }
     r->sse_rc = fb_sse_feed(&r->sse, data, len, fz_on_event, fz_grow, r);
     return r->sse_rc;
+}
+
+/* A whole answer that completed: scanned once, where it lies (len 0: nothing kept). */
+static void fz_whole(fz_run_t *r) {
+    fb_chunk_info_t info;
+    memset(&info, 0, sizeof info);
+    fz_mix_i64(r, (int64_t)r->body_len);
+    fz_mix_i64(r, fb_json_scan_chunk(r->body, r->body_len, &info));
+    fz_mix_facts(r, &info);
+    r->body_len = 0;
 }
 
 static void fz_snapshot(fz_run_t *r) {
@@ -120,6 +155,7 @@ static int fz_feed(fz_run_t *r, int mode, const char *p, size_t n) {
         if ((size_t)used < n && r->http.state != FB_HTTP_S_DONE) __builtin_trap();
         if (r->http.state == FB_HTTP_S_DONE) {
             /* Next response on the same connection; its events start a fresh stream. */
+            fz_whole(r);
             fz_snapshot(r);
             fb_http_init(&r->http);
             fb_sse_init(&r->sse, r->sse.buf, r->sse.cap);
@@ -166,9 +202,11 @@ static uint64_t fz_run(const char *s, size_t n, int mode, size_t cap0, size_t ca
      * depends on the split, so only the error code and the events before it are compared. */
     if (!stop) {
         if (mode != 3) fz_mix_i64(&r, fb_http_feed_eof(&r.http));
+        fz_whole(&r);
         fz_snapshot(&r);
     }
     free(r.sse.buf);
+    free(r.body);
     return r.hash;
 }
 

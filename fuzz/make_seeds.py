@@ -62,6 +62,16 @@ seeds = {
     # it reached the event callback as a NULL pointer (undefined arithmetic in a callback's data + len).
     "sse_empty_event_unbuffered": b"\x33\x64\x00" + b"data\r\n\r\n" + chat,
 }
+# Whole JSON answers (embeddings, rerank), kept and scanned once: Content-Length, then chunked, then a stream on
+# the same connection; cap_max 1 MiB (byte 0's bits 4-5).
+embeddings = json.dumps({"object": "list", "data": [{"index": 0, "object": "embedding", "embedding": [0.5, -1e-3]}],
+                         "usage": {"prompt_tokens": 7, "total_tokens": 7}}, separators=(",", ":")).encode()
+rerank = json.dumps({"id": "r", "results": [{"index": 0, "relevance_score": 0.5}], "usage": {"total_tokens": 9}},
+                    separators=(",", ":")).encode()
+json_head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+seeds["raw_whole_json"] = (b"\x30\x05\x00" + json_head + b"Content-Length: %d\r\n\r\n" % len(embeddings) + embeddings
+                           + json_head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(rerank, 11)
+                           + head + b"Content-Length: %d\r\n\r\n" % len(chat) + chat)
 for name, blob in seeds.items():
     (HERE / "seeds" / name).write_bytes(blob)
 

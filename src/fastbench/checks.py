@@ -27,7 +27,15 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
 from fastbench import datasetoptions
-from fastbench.config import GOODPUT_METRICS, PERCENTILE_METRICS, TRACE_DATASETS, BenchConfig, LaunchConfig
+from fastbench.config import (
+    BACKEND_ENDPOINTS,
+    GOODPUT_METRICS,
+    PERCENTILE_METRICS,
+    POOLING_ENDPOINTS,
+    TRACE_DATASETS,
+    BenchConfig,
+    LaunchConfig,
+)
 from fastbench.datasetoptions import (
     MAX_PROMPTS,
     OPTION_CLASSES,
@@ -46,7 +54,8 @@ __all__ = ("FIELD_KINDS", "GENERATED_DATASETS", "MAX_PROMPTS", "RANGES", "check_
 MAX_SPAN_S = 1e7  # about four months of arrivals
 MAX_WORKERS = 256  # client processes on one machine (--workers)
 # The datasets fastbench makes itself: no file to read.
-GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "random-mm")
+GENERATED_DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "random-mm", "random-rerank")
+MAX_BATCH = 100_000  # inputs in one embeddings or rerank request
 
 # Fields whose flag is not "--" + the name with dashes; a LaunchConfig field is "launch.NAME", a dataset
 # options field its flat name (``random_input_len``).
@@ -85,6 +94,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workers": (lambda v: v == "auto" or 1 <= v <= MAX_WORKERS, f"must be 'auto' or between 1 and {MAX_WORKERS}"),
     "workers_per_node": (lambda v: 1 <= v <= MAX_WORKERS, f"must be between 1 and {MAX_WORKERS}"),
     "max_tokens": (lambda v: v >= 1, "must be >= 1"),
+    "random_batch_size": (lambda v: 1 <= v <= MAX_BATCH, f"must be between 1 and {MAX_BATCH:,}"),
     "max_model_len": (lambda v: v >= 1, "must be >= 1"),
     "metrics_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
     "memory_interval_s": (lambda v: 0 <= v <= 3600, "must be between 0 and 3600 s"),
@@ -475,6 +485,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
                                   "was sharegpt: give --dataset-name)")
     elif not config.dataset_path:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
+    _check_pooling(config)
     _check_multi_turn(config)
     _check_trace_timing(config)
     _check_ray(config)
@@ -541,3 +552,25 @@ def _check_images_and_adapters(config: BenchConfig) -> None:
             raise ConfigError("--lora-modules and --extra-body's model both set the model: give one")
     elif config.lora_assignment != "random":
         raise ConfigError("--lora-assignment chooses among --lora-modules: give --lora-modules")
+
+
+def _check_pooling(config: BenchConfig) -> None:
+    """The APIs answered whole (embeddings, pooling, score, rerank): the backend matches the endpoint, and what
+    streams or generates has no place in them."""
+    backends = POOLING_ENDPOINTS.get(config.endpoint)
+    if config.backend is not None and BACKEND_ENDPOINTS[config.backend] != config.endpoint and (
+            backends is None or config.backend not in backends):  # vllm-rerank also calls /v1/rerank and /score
+        raise ConfigError(f"--backend {config.backend} calls {BACKEND_ENDPOINTS[config.backend]}, --endpoint says "
+                          f"{config.endpoint}: give one of them")
+    rerank = config.api == "vllm-rerank"
+    if (config.dataset_name == "random-rerank") != rerank:
+        raise ConfigError("--dataset-name random-rerank draws a query and documents for --backend vllm-rerank "
+                          "(/rerank, /v1/rerank, /score), which takes no other dataset")
+    if config.random_batch_size != 1 and backends is None:
+        raise ConfigError("--random-batch-size sets the inputs of one embeddings, pooling or rerank request; "
+                          f"{config.endpoint} takes one prompt a request")
+    if config.no_reranker and (not rerank or config.random_batch_size < 2):
+        raise ConfigError("--no-reranker is for --backend vllm-rerank with --random-batch-size >= 2 (one of each "
+                          "batch is the query)")
+    if backends is not None and config.multi_turn:
+        raise ConfigError(f"--multi-turn holds conversations; {config.endpoint} answers single requests")

@@ -23,7 +23,22 @@ from fastbench.datasetoptions import (
     normalised,
 )
 
-Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
+Endpoint = Literal["/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/pooling", "/score", "/rerank",
+                   "/v1/rerank"]
+# vllm bench serve's --backend names fastbench measures (BACKEND_ENDPOINTS: the endpoint each calls by default)
+Backend = Literal["openai", "vllm", "openai-chat", "openai-embeddings", "openai-embeddings-chat", "vllm-pooling",
+                  "vllm-rerank"]
+BACKEND_ENDPOINTS: dict[str, str] = {
+    "openai": "/v1/completions", "vllm": "/v1/completions", "openai-chat": "/v1/chat/completions",
+    "openai-embeddings": "/v1/embeddings", "openai-embeddings-chat": "/v1/embeddings", "vllm-pooling": "/pooling",
+    "vllm-rerank": "/rerank",
+}
+# The APIs answered by one whole JSON body per request, not a stream (fastbench.load.pooling builds their
+# bodies): each endpoint, and the backends that may call it.
+POOLING_ENDPOINTS: dict[str, tuple[str, ...]] = {
+    "/v1/embeddings": ("openai-embeddings", "openai-embeddings-chat"), "/pooling": ("vllm-pooling",),
+    "/score": ("vllm-rerank",), "/rerank": ("vllm-rerank",), "/v1/rerank": ("vllm-rerank",),
+}
 TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
 DatasetOrder = Literal["random", "file"]
 Engine = Literal["vllm", "sglang", "llama.cpp"]
@@ -109,7 +124,12 @@ class BenchConfig:
     :param base_url: server root, e.g. ``http://127.0.0.1:8000``; None starts the built-in
         synthetic server and runs against it.
     :param model: model name sent in each request; None asks the server's /v1/models.
-    :param endpoint: ``/v1/completions`` or ``/v1/chat/completions``.
+    :param endpoint: ``/v1/completions`` or ``/v1/chat/completions`` (streamed text), or an API answered
+        whole: ``/v1/embeddings``, ``/pooling``, ``/score``, ``/rerank``, ``/v1/rerank``.
+    :param backend: vllm bench serve's ``--backend`` name for the request body (``openai-embeddings-chat``:
+        ``messages`` on /v1/embeddings); None: the endpoint's own.
+    :param random_batch_size, no_reranker: vLLM's embedding and rerank options: inputs per request, and a
+        model without a native reranker (random-rerank).
     :param concurrency: most requests in flight at once. Closed loop (request_rate None) keeps this
         many (None: 16); open loop caps at it (None: no cap, as ``vllm bench serve`` without
         ``--max-concurrency``). ``effective_concurrency`` is the value in force.
@@ -176,6 +196,7 @@ class BenchConfig:
     base_url: str | None = None
     model: str | None = None
     endpoint: Endpoint = "/v1/completions"
+    backend: Backend | None = None  # vllm bench serve's name for the API; None: the endpoint's own (see api)
     api_key: str | None = dataclasses.field(default=None, repr=False)  # never printed or stored
     insecure: bool = False  # skip TLS certificate verification
     # load
@@ -209,6 +230,9 @@ class BenchConfig:
     # each dataset's own options, one object per dataset (fastbench.datasetoptions: RandomOptions,
     # SharedPrefixOptions, MultiTurnOptions, ...); a dataset with none here runs with its defaults (see options())
     dataset_options: tuple[DatasetOptions, ...] = ()
+    # embeddings, pooling, rerank: inputs (documents) per request, as vLLM's flag, whatever the dataset
+    random_batch_size: int = 1
+    no_reranker: bool = False  # rerank: the model scores pairs without a native reranker (vLLM's flag)
     # multi-turn sessions (sharegpt or jsonl conversations; see fastbench.load.sessions, MultiTurnOptions):
     # num_prompts counts sessions, each sends one request per turn with the history so far
     multi_turn: bool = False
@@ -328,6 +352,21 @@ class BenchConfig:
         if self.ramp_up_strategy is not None:
             return (f"ramp-up {self.ramp_up_strategy} {self.ramp_up_start_rps:g}-{self.ramp_up_end_rps:g} req/s")
         return None if self.request_rate is None else f"{self.request_rate:g} req/s"
+
+    @property
+    def pooling(self) -> bool:
+        """The API answers each request with one whole JSON body (embeddings, pooling, score, rerank): no
+        streamed output, so TTFT, TPOT, ITL and output throughput do not apply."""
+        return self.endpoint in POOLING_ENDPOINTS
+
+    @property
+    def api(self) -> str:
+        """vllm bench serve's backend name for what the run calls: ``backend``, else the endpoint's own."""
+        if self.backend is not None:
+            return self.backend
+        if self.endpoint in POOLING_ENDPOINTS:
+            return POOLING_ENDPOINTS[self.endpoint][0]
+        return "openai-chat" if self.endpoint == "/v1/chat/completions" else "openai"
 
     @property
     def open_loop(self) -> bool:

@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 # The datasets, by --dataset-name (each a module of fastbench.load.sources, listed in fastbench.load.datasets)
 DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
-                      "mooncake", "burstgpt", "custom", "spec_bench", "random-mm", "custom_image"]
+                      "mooncake", "burstgpt", "custom", "spec_bench", "random-mm", "custom_image",
+                      "random-rerank"]
 MultiTurnHistory = Literal["server", "dataset"]
 ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
 

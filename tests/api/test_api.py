@@ -115,7 +115,7 @@ def test_a_literal_field_takes_only_its_choices() -> None:
     with pytest.raises(ConfigError, match="--launch must be one of vllm, sglang, llama.cpp, got 'tgi'"):
         api.validate(BenchConfig(launch=LaunchConfig(engine="tgi", model="m")))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="--endpoint must be one of /v1/completions, /v1/chat/completions"):
-        api.validate(BenchConfig(endpoint="/v1/embeddings"))  # type: ignore[arg-type]
+        api.validate(BenchConfig(endpoint="/v1/audio/transcriptions"))  # type: ignore[arg-type]
 
 
 def test_every_range_names_a_field() -> None:

@@ -154,7 +154,7 @@ def test_signal_writes_a_partial_result(tmp_path: Path, sig: str) -> None:
 
 
 def test_unknown_endpoint_is_one_line() -> None:
-    proc = fastbench("--endpoint", "/v1/embeddings")
+    proc = fastbench("--endpoint", "/v1/audio/transcriptions")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "--endpoint" in proc.stderr

@@ -21,6 +21,7 @@ import pytest
 from fastbench import BenchConfig, ConfigError, api
 from fastbench.cli import command, vllmflags
 from fastbench.datasetoptions import RandomOptions
+from fastbench.exceptions import FastbenchError
 from fastbench.load import datasets, pacer
 from fastbench.load.plan import Target
 from fastbench.results import writers
@@ -33,7 +34,7 @@ import argparse, json
 from vllm.benchmarks.serve import add_cli_args
 parser = argparse.ArgumentParser(add_help=False)
 add_cli_args(parser)
-print(json.dumps([[a.option_strings, a.nargs, type(a).__name__] for a in parser._actions]))
+print(json.dumps([[a.option_strings, a.nargs, type(a).__name__, list(a.choices or [])] for a in parser._actions]))
 """
 
 
@@ -43,7 +44,7 @@ def fastbench(*args: str, cwd: Path | None = None, timeout: float = 120) -> subp
 
 
 @pytest.fixture(scope="module")
-def vllm_actions() -> list[tuple[list[str], Any, str]]:
+def vllm_actions() -> list[tuple[list[str], Any, str, list[str]]]:
     python = VLLM_VENV / "bin" / "python"
     if not python.exists():
         pytest.skip(f"vllm bench serve's flags are read from the real-vLLM recipe's venv, not installed at {VLLM_VENV} "
@@ -63,11 +64,12 @@ def _arity(nargs: Any, kind: str) -> str:
     return "several" if nargs in ("*", "+") else "one"
 
 
-def test_every_vllm_bench_serve_flag_is_known_with_its_arity(vllm_actions: list[tuple[list[str], Any, str]]) -> None:
+def test_every_vllm_bench_serve_flag_is_known_with_its_arity(
+        vllm_actions: list[tuple[list[str], Any, str, list[str]]]) -> None:
     mine = {flag: action for action in command.build_parser()._actions for flag in action.option_strings}
     unknown, arity = [], []
     assert len(vllm_actions) > 50  # vLLM's parser was read, not an empty one
-    for flags, nargs, kind in vllm_actions:
+    for flags, nargs, kind, _ in vllm_actions:
         for flag in flags:
             if flag not in mine:
                 unknown.append(flag)
@@ -79,6 +81,36 @@ def test_every_vllm_bench_serve_flag_is_known_with_its_arity(vllm_actions: list[
                 arity.append(f"{flag}: vLLM {theirs}, fastbench {ours}")
     assert not unknown, f"vllm bench serve flags fastbench does not know: {unknown}"
     assert not arity, arity
+
+
+# vllm bench serve's backends that fastbench does not measure yet; each is refused in one line that says so
+NOT_MEASURED = {"openai-responses", "openai-audio", "openai-embeddings-clip", "openai-embeddings-vlm2vec",
+                "infinity-embeddings", "infinity-embeddings-clip"}
+MEASURED_WHOLE = {"openai-embeddings", "openai-embeddings-chat", "vllm-pooling", "vllm-rerank"}
+
+
+def test_every_vllm_backend_is_measured_or_refused(vllm_actions: list[tuple[list[str], Any, str, list[str]]]) -> None:
+    """vLLM's --backend choices, read from its parser: each one fastbench measures builds a config that passes the
+    checks and calls the endpoint vLLM's request function accepts; each other is refused in one line."""
+    backends = next(choices for flags, _, _, choices in vllm_actions if "--backend" in flags)
+    assert MEASURED_WHOLE <= set(backends)
+    parser = command.build_parser()
+    vllm_suffix = {"openai-embeddings": "embeddings", "openai-embeddings-chat": "embeddings",
+                   "vllm-pooling": "pooling", "vllm-rerank": "rerank"}  # vLLM's _validate_api_url
+    for name in backends:
+        args = ["--backend", name]
+        if name == "vllm-rerank":
+            args += ["--dataset-name", "random-rerank"]
+        if name in NOT_MEASURED:
+            why = "fastbench sends no audio" if name == "openai-audio" else "fastbench does not measure it"
+            with pytest.raises(FastbenchError, match=f"--backend {name}: {why}"):
+                command.config_from_args(parser.parse_args(args), args)
+            continue
+        config = command.config_from_args(parser.parse_args(args), args)
+        api.check(config)
+        assert config.api == name and config.pooling == (name in MEASURED_WHOLE)
+        if name in vllm_suffix:
+            assert config.endpoint.endswith(vllm_suffix[name])
 
 
 def test_a_vllm_command_line_runs_and_saves_vllms_file(tmp_path: Path) -> None:
@@ -241,7 +273,9 @@ def test_a_ramp_up_run_is_open_loop(tmp_path: Path) -> None:
     (["--profile"], "--profile: fastbench does not drive the server's profiler"),
     (["--probe-request-rate", "2"], "--probe-request-rate: fastbench sends no probe requests"),
     (["--self-timed"], "--self-timed/--no-self-timed is for the trace datasets (timed_trace, mooncake), not random"),
-    (["--backend", "openai-embeddings"], "--backend openai-embeddings: fastbench measures streamed text generation"),
+    (["--backend", "openai-audio"], "--backend openai-audio: fastbench sends no audio"),
+    (["--backend", "openai-embeddings", "--endpoint", "/v1/completions"], "--backend openai-embeddings calls"),
+    (["--backend", "vllm-rerank"], "--dataset-name random-rerank draws a query"),
     (["--backend", "openai", "--endpoint", "/v1/chat/completions"], "--backend openai calls /v1/completions"),
     (["--random-range-ratio", '{"input": 0.1}'], "not a JSON dict"),
     (["--save-detailed"], "--save-detailed puts per-request arrays in the result file"),

@@ -25,8 +25,10 @@ from support.csrc import (
     FB_ERR_HTTP_STATUS_LINE,
     FB_ERR_JSON,
     FB_ERR_SSE_TOO_BIG,
+    FBT_ERR_BODY_CAP,
     FBT_ERR_OUT_FULL,
     HTTP,
+    HTTP_JSON,
     HTTP_SSE,
     LINE_MAX,
     S_BODY_EOF,
@@ -684,6 +686,8 @@ def _facts(**kw: int) -> dict[str, int]:
         "n_choices": -1,
         "usage_invalid": 0,
         "cached_tokens": -1,
+        "total_tokens": -1,
+        "n_data": -1,
     }
     base.update(kw)
     return base
@@ -697,7 +701,7 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
             b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":12,'
             b'"total_tokens":12,"completion_tokens":0}}'
         ),
-        _facts(completion_tokens=0, prompt_tokens=12, has_usage=1, n_choices=1),
+        _facts(completion_tokens=0, prompt_tokens=12, total_tokens=12, has_usage=1, n_choices=1),
     ),
     (
         "vllm_text",
@@ -706,7 +710,7 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
             b'"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":12,"total_tokens":15,'
             b'"completion_tokens":3}}'
         ),
-        _facts(completion_tokens=3, prompt_tokens=12, has_content=1, has_usage=1, n_choices=1),
+        _facts(completion_tokens=3, prompt_tokens=12, total_tokens=15, has_content=1, has_usage=1, n_choices=1),
     ),
     (
         "usage_only",
@@ -714,7 +718,7 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
             b'{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
             b'"usage":{"prompt_tokens":12,"total_tokens":15,"completion_tokens":3}}'
         ),
-        _facts(completion_tokens=3, prompt_tokens=12, has_usage=1, n_choices=0),
+        _facts(completion_tokens=3, prompt_tokens=12, total_tokens=15, has_usage=1, n_choices=0),
     ),
     ("reasoning", b'{"choices":[{"delta":{"reasoning":"think"}}]}', _facts(has_reasoning=1, n_choices=1)),
     (
@@ -759,7 +763,8 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
         "cached_tokens_vllm_final_usage",
         b'{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":'
         b'1040,"total_tokens":1056,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":1024}}}',
-        _facts(completion_tokens=16, prompt_tokens=1040, cached_tokens=1024, has_usage=1, n_choices=0),
+        _facts(completion_tokens=16, prompt_tokens=1040, total_tokens=1056, cached_tokens=1024, has_usage=1,
+               n_choices=0),
     ),
     ("cached_tokens_zero", b'{"usage":{"prompt_tokens_details":{"cached_tokens":0}}}',
      _facts(has_usage=1, cached_tokens=0)),
@@ -925,6 +930,8 @@ def _py_facts(obj: dict[str, Any]) -> dict[str, int]:
                 f[k] = usage[k]
             elif usage.get(k) is not None:
                 f["usage_invalid"] = 1
+        if _is_count(usage.get("total_tokens")):
+            f["total_tokens"] = usage["total_tokens"]
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and _is_count(details.get("cached_tokens")):
             f["cached_tokens"] = details["cached_tokens"]
@@ -934,6 +941,9 @@ def _py_facts(obj: dict[str, Any]) -> dict[str, int]:
         f["has_error"] = 1
     if isinstance(obj.get("choices"), list):
         f["n_choices"] = len(obj["choices"])
+    for key, value in obj.items():  # in the text's order: the later of "data" and "results" counts
+        if key in ("data", "results") and isinstance(value, list):
+            f["n_data"] = len(value)
 
     def walk(v: Any) -> None:
         if isinstance(v, dict):
@@ -1218,13 +1228,83 @@ def test_cached_tokens_survive_every_split_of_the_stream(lib: Lib) -> None:
         assert whole.res.rc == 0
         facts = [lib.json(e)[1] for e in whole.events[:-1]]
         assert [f["cached_tokens"] for f in facts] == [-1, -1, -1, 1024]
-        assert facts[-1] == _facts(completion_tokens=3, prompt_tokens=1040, cached_tokens=1024, has_usage=1,
-                                   n_choices=0)
+        assert facts[-1] == _facts(completion_tokens=3, prompt_tokens=1040, total_tokens=1043, cached_tokens=1024,
+                                   has_usage=1, n_choices=0)
         bad, cuts = lib.check_splits(HTTP_SSE, resp, whole)
         assert bad == 0, f"split at {cuts[0]} differs"
         assert lib.run_bytewise(HTTP_SSE, resp).events == whole.events
     bad, cuts = lib.check_splits(SSE, stream, lib.run(SSE, stream), pieces=3, cap0=1)
     assert bad == 0, f"splits at {cuts} differ"
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole JSON answers (embeddings, pooling, score, rerank): the body kept whole, scanned once at its end
+
+
+JSON_HEADERS = [("Content-Type", "application/json")]
+# The answers as vLLM 0.32 shapes them (entrypoints/pooling/*/protocol.py), floats and all.
+WHOLE_ANSWERS: dict[str, tuple[dict[str, Any], dict[str, int]]] = {
+    "embeddings": ({"id": "embd-1", "object": "list", "created": 1, "model": "m",
+                    "data": [{"index": 0, "object": "embedding", "embedding": [0.125, -1.5e-3, 3.0]},
+                             {"index": 1, "object": "embedding", "embedding": [1.0, 2.0, -0.0]}],
+                    "usage": {"prompt_tokens": 9, "total_tokens": 9, "completion_tokens": 0,
+                              "prompt_tokens_details": None}},
+                   {"prompt_tokens": 9, "total_tokens": 9, "completion_tokens": 0, "has_usage": 1, "n_data": 2}),
+    "pooling": ({"id": "pool-1", "object": "list", "created": 1, "model": "m",
+                 "data": [{"index": 0, "object": "pooling", "data": [[0.5, 0.25], [1.0, 2.0]]}],
+                 "usage": {"prompt_tokens": 4, "total_tokens": 4}},
+                {"prompt_tokens": 4, "total_tokens": 4, "has_usage": 1, "n_data": 1}),
+    "score": ({"id": "score-1", "object": "list", "created": 1, "model": "m",
+               "data": [{"index": 0, "object": "score", "score": 0.9}, {"index": 1, "object": "score", "score": 0.1},
+                        {"index": 2, "object": "score", "score": 0.5}],
+               "usage": {"prompt_tokens": 30, "total_tokens": 30}},
+              {"prompt_tokens": 30, "total_tokens": 30, "has_usage": 1, "n_data": 3}),
+    "rerank": ({"id": "rerank-1", "model": "m", "usage": {"total_tokens": 21},
+                "results": [{"index": 1, "document": {"text": "b"}, "relevance_score": 0.9},
+                            {"index": 0, "document": {"text": "a"}, "relevance_score": 0.2}]},
+               {"total_tokens": 21, "has_usage": 1, "n_data": 2, "has_content": 1}),
+    "no_usage": ({"object": "list", "data": [{"index": 0, "embedding": [1.0]}]}, {"n_data": 1}),
+}
+
+
+@pytest.mark.parametrize("name", WHOLE_ANSWERS)
+def test_whole_answer_every_split(lib: Lib, name: str) -> None:
+    """A whole answer, Content-Length or chunked, cut anywhere into 2 or 3 pieces: kept whole, its usage and its
+    results counted by the one scan at its end, the same for every split."""
+    obj, want = WHOLE_ANSWERS[name]
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    for resp in (http_length(body, headers=JSON_HEADERS), http_chunked(body, [5, 17, 1], headers=JSON_HEADERS)):
+        whole = lib.run(HTTP_JSON, resp)
+        assert whole.res.rc == 0 and whole.res.http_state == S_DONE and not whole.res.event_stream
+        assert lib.whole_json(whole) == (0, _facts(**want))
+        assert lib.whole_json(lib.run_bytewise(HTTP_JSON, resp)) == (0, _facts(**want))
+        bad, cuts = lib.check_splits(HTTP_JSON, resp, whole)
+        assert bad == 0, f"split at {cuts[0]} differs"
+        bad, cuts = lib.check_splits(HTTP_JSON, resp, whole, pieces=3)
+        assert bad == 0, f"splits at {cuts} differ"
+
+
+def test_whole_answer_grows_once_and_stops_at_its_cap(lib: Lib) -> None:
+    """The buffer grows to the body (any split) and no further; a body over the cap is refused, not cut."""
+    body = json.dumps({"data": [{"embedding": [0.1] * 300}], "usage": {"prompt_tokens": 3}}).encode()
+    resp = http_length(body, headers=JSON_HEADERS)
+    assert lib.whole_json(lib.run(HTTP_JSON, resp, [40, 900], cap_max=len(body)))[1]["prompt_tokens"] == 3
+    over = lib.run(HTTP_JSON, resp, [40, 900], cap_max=len(body) - 1)
+    assert over.res.rc == FBT_ERR_BODY_CAP and over.out == b""
+
+
+@pytest.mark.parametrize(("name", "body"), [
+    ("sse_in_json", b'data: {"choices":[]}\n\n'),
+    ("cut", b'{"data":[{"embedding":[1.0,'),
+    ("two_objects", b'{"usage":{"prompt_tokens":1}}{"usage":{}}'),
+    ("html", b"<html>502 Bad Gateway</html>"),
+])
+def test_whole_answer_not_one_object_is_an_error_with_no_facts(lib: Lib, name: str, body: bytes) -> None:
+    """What is not exactly one JSON object reads as an error and no half-read facts, whatever the split."""
+    resp = http_length(body, headers=JSON_HEADERS)
+    whole = lib.run(HTTP_JSON, resp)
+    assert lib.whole_json(whole) == (-FB_ERR_JSON, _facts())
+    assert lib.check_splits(HTTP_JSON, resp, whole)[0] == 0
 
 
 @pytest.mark.parametrize(("harness", "sources", "seeds_dir"), [

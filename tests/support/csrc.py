@@ -11,6 +11,7 @@ import ctypes
 import os
 import shlex
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ FB_ERR_SSE_TOO_BIG = 6
 FB_ERR_JSON = 7
 FB_ERR_CALLBACK = 8
 FBT_ERR_OUT_FULL = -100
+FBT_ERR_BODY_CAP = -104
 
 # fb_http.h states
 (
@@ -49,10 +51,10 @@ LINE_MAX = 8192
 
 # fbt_json's facts, in its array's order
 JSON_FACTS = ("completion_tokens", "prompt_tokens", "sent_ns", "has_content", "has_reasoning", "has_error",
-              "has_finish", "has_usage", "n_choices", "usage_invalid", "cached_tokens")
+              "has_finish", "has_usage", "n_choices", "usage_invalid", "cached_tokens", "total_tokens", "n_data")
 
 # fb_test_shim.c modes
-SSE, HTTP, HTTP_SSE = 0, 1, 2
+SSE, HTTP, HTTP_SSE, HTTP_JSON = 0, 1, 2, 3
 
 
 class Result(ctypes.Structure):
@@ -220,6 +222,11 @@ class Lib:
             bad,
         )
         return n, (bad[0], bad[1])
+
+    def whole_json(self, run: Run) -> tuple[int, dict[str, int]]:
+        """An HTTP_JSON run's output read back: the scan's rc and facts of the whole body."""
+        values = struct.unpack(f"={1 + len(JSON_FACTS)}q", run.out)
+        return values[0], dict(zip(JSON_FACTS, values[1:]))
 
     def json(self, data: bytes) -> tuple[int, dict[str, int]]:
         facts = (ctypes.c_int64 * len(JSON_FACTS))()

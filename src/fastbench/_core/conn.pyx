@@ -36,6 +36,8 @@ cdef class StreamConnection:
         self.c.max_event_bytes = run.max_event_bytes
         self.c.save_outputs = run.save_outputs
         self.c.keep_answer = run.keep_answers
+        self.c.whole = run.whole_answers
+        self.c.max_whole_bytes = run.max_answer_bytes or WHOLE_ANSWER_CAP
         self.c.gap_counts = &run.gap_counts[0]
         self.busy = False
         self.closed = False
@@ -54,6 +56,7 @@ cdef class StreamConnection:
         _counted_free(self.c.req.ev)
         _counted_free(self.c.out_buf)
         _counted_free(self.c.answer_buf)
+        _counted_free(self.c.whole_buf)
 
     @property
     def is_usable(self):
@@ -121,6 +124,7 @@ cdef class StreamConnection:
         self.c.read_ts = 0
         self.c.out_len = 0
         self.c.answer_len = 0
+        self.c.whole_len = 0
         r.max_chunk_tokens = 0
         self.expected_tokens = 0
         if self.run.has_expected and 0 <= row < self.run.expected_tokens.shape[0]:
@@ -365,6 +369,8 @@ cdef class StreamConnection:
                 r.error = ERR_HTTP_STATUS
                 if status == 400 and b"context length" in self._errtext():
                     r.error = ERR_CONTEXT_LENGTH
+            elif self.c.whole:
+                _scan_whole(&self.c)  # one JSON answer, not a stream: its usage, scanned once (whole.pyx)
             elif not self.c.http.event_stream:
                 r.error = ERR_PROTOCOL
                 r.why = "the response is not an event stream (is \"stream\" honoured?)"
@@ -381,7 +387,9 @@ cdef class StreamConnection:
                 r.error = ERR_PROTOCOL
                 r.why = "the stream ended without output: no text, usage or finish_reason"
         r.end_ns = self.c.read_ts if self.c.read_ts else fb_now_ns()
-        if r.usage_untrusted or (r.usage_seen and (
+        if self.c.whole:  # one answer: its usage is the final one, or none
+            usage = USAGE_INCONSISTENT if r.usage_untrusted else USAGE_FINAL if r.usage_seen else USAGE_NONE
+        elif r.usage_untrusted or (r.usage_seen and (
                 (r.completion_tokens == 0 and r.n_ev > 0)  # text arrived, yet no token counted
                 or 0 < self.expected_tokens < r.completion_tokens)):  # more than max_tokens
             usage = USAGE_INCONSISTENT

@@ -80,6 +80,7 @@ cdef extern from "fb_json.h" nogil:
     ctypedef struct fb_chunk_info_t:
         int64_t completion_tokens
         int64_t prompt_tokens
+        int64_t total_tokens
         int64_t cached_tokens
         int64_t sent_ns
         int has_content
@@ -89,6 +90,7 @@ cdef extern from "fb_json.h" nogil:
         int has_usage
         int usage_invalid
         int n_choices
+        int n_data
     int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out)
     ctypedef int (*fb_json_text_fn)(void *ctx, const char *text, size_t len) noexcept nogil
     int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,

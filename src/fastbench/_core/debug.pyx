@@ -20,6 +20,8 @@ cdef struct DebugCounters:
     # Not a pair: requests whose head and body were joined into one bytes object before sending
     # (TLS, or a send the kernel took only part of); plain TCP sends the parts as they are.
     int64_t requests_joined
+    # Not a pair: times a connection's whole-answer buffer grew (whole.pyx): once per doubling, never per request
+    int64_t answer_grows
 
 
 cdef DebugCounters _debug

@@ -67,6 +67,7 @@ cdef enum:
     FIRST_EVENT_BUFFER = 4096    # a connection's SSE event buffer at first (grows to max_event_bytes)
     FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
     ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
+    WHOLE_ANSWER_CAP = 268435456 # a whole JSON answer's cap (256 MiB: 1,000 embeddings of 4,096 floats fit)
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
 
 
@@ -133,6 +134,11 @@ ctypedef struct fb_conn_t:
     char *answer_buf             # its JSON strings' raw bytes, escapes as sent, joined (owned, reused)
     size_t answer_len            # bytes used in answer_buf
     size_t answer_cap            # its capacity
+    int whole                    # the run's answers are whole JSON bodies, not event streams (whole.pyx)
+    char *whole_buf              # the answer so far (owned, grown to the largest, reused)
+    size_t whole_len             # bytes used in whole_buf
+    size_t whole_cap             # its capacity
+    size_t max_whole_bytes       # largest answer accepted
     size_t errtext_len           # bytes in errtext
     fb_http_t http               # response framing state
     char errtext[ERRTEXT_BYTES]  # start of a non-stream body or of an error event, for the message
@@ -151,6 +157,8 @@ cdef class RunState:
     cdef public dict error_messages    # row -> message, failed requests only
     cdef char *read_buffer             # one buffer for every read: reads are handled one at a time
     cdef size_t max_event_bytes        # largest SSE event accepted
+    cdef public bint whole_answers     # answers are whole JSON bodies (embeddings, pooling, score, rerank); off
+    cdef public size_t max_answer_bytes  # largest whole answer accepted; 0 (as made): WHOLE_ANSWER_CAP
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
     cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
     cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs

@@ -71,6 +71,8 @@ class RunState:
     save_outputs: bool
     keep_answers: bool
     answers: dict[int, bytes]
+    whole_answers: bool  # answers are whole JSON bodies, scanned once at their end (embeddings, rerank...)
+    max_answer_bytes: int  # a whole answer past this is a PROTOCOL error; 0: 256 MiB
     keep_chunk_stamps: bool
     chunk_stamps: dict[int, bytes]
     refill: bool

@@ -68,6 +68,7 @@ cdef class ArrivalTimer:
 include "debug.pyx"   # the debug build's checks and counters (nothing in a release build)
 include "hist.pyx"    # Recorder: values into an HDR histogram's layout
 include "events.pyx"  # the per-event callbacks of the C readers
+include "whole.pyx"   # whole JSON answers (embeddings, pooling, score, rerank): kept, scanned once
 include "coalesce.pyx"  # automatic coalescing: the tick chosen from the chunk gaps
 include "parts.pyx"   # BodyParts: a body sent from parts of one shared buffer
 include "run.pyx"     # RunState: what a run's connections share

@@ -9,6 +9,8 @@ cdef int _on_body(void *ctx, const char *data, size_t length) noexcept nogil:
     (its first 2 KiB) for the error message."""
     cdef fb_conn_t *c = <fb_conn_t *>ctx
     cdef int rc
+    if c.whole and 200 <= c.http.status < 300:
+        return _keep_whole(c, data, length)
     if c.http.status < 200 or c.http.status >= 300 or not c.http.event_stream:
         _keep_text(c, data, length)
         return 0

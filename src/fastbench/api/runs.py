@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.load import datasets, lora
+from fastbench.load import datasets, lora, pooling
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.results import card, figures, modelcard, serversections, writers
@@ -43,6 +43,8 @@ def check(config: BenchConfig) -> None:
     checked by :func:`fastbench.checks.check_config`; here, what needs more than the values.
     """
     check_config(config)
+    if config.pooling:  # what only the APIs answered whole refuse (a binary answer, say)
+        pooling.check(config)
     check_api_key(config.api_key)
     if config.base_url is not None:
         Target.parse(config.base_url, config.endpoint)
@@ -347,6 +349,7 @@ async def _run_against(
             verify_tls=not config.insecure,
             save_outputs=config.save_outputs or config.per_request_arrays,  # vllm's generated_texts
             keep_chunk_stamps=config.per_request_arrays,  # vllm's itls
+            whole_answers=config.pooling,  # one JSON answer a request, scanned at its end (load.pooling)
             headers=config.headers,
             ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
             if config.ramp_up_strategy is not None else None,
@@ -409,6 +412,7 @@ async def _run_against(
         "prompt_lens": [spec.prompt_len for spec in work.requests],
         "max_tokens": [spec.max_tokens for spec in work.requests],
         "shared_prompt_tokens": work.shared_prompt_tokens,  # what the prompts share (load.sharing)
+        "inputs_per_request": work.inputs_per_request,  # the APIs answered whole (load.pooling)
     }
     if workers_chosen is not None and "workers" not in data.extra:  # auto chose one process
         data.extra["workers"] = workers_chosen

@@ -26,7 +26,7 @@ from fastbench.cli.argtypes import (
     whole_number,
     workers_count,
 )
-from fastbench.config import ENGINES, BenchConfig, LaunchConfig
+from fastbench.config import BACKEND_ENDPOINTS, ENGINES, BenchConfig, Endpoint, LaunchConfig
 from fastbench.datasetoptions import DatasetName
 from fastbench.exceptions import FastbenchError
 
@@ -70,12 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--served-model-name", default=None,
                    help="the model name sent in requests when it differs from --model (which then names the "
                    "model in the result and its file name), as vllm bench serve")
-    g.add_argument("--endpoint", default=None,
-                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint (default /v1/completions)")
-    g.add_argument("--backend", default=None, metavar="{openai,vllm,openai-chat}",
-                   help="vllm bench serve's name for the endpoint: openai and vllm are /v1/completions, openai-chat "
-                   "is /v1/chat/completions; its others (embeddings, audio, rerank...) measure no streamed text and "
-                   "are refused")
+    g.add_argument("--endpoint", default=None, choices=typing.get_args(Endpoint),
+                   help="API endpoint (default /v1/completions, or the one --backend calls); /v1/embeddings, "
+                   "/pooling, /score, /rerank and /v1/rerank answer each request whole, with no stream")
+    g.add_argument("--backend", default=None, metavar="{" + ",".join(BACKEND_ENDPOINTS) + "}",
+                   help="vllm bench serve's name for the API: openai and vllm are /v1/completions, openai-chat "
+                   "/v1/chat/completions, openai-embeddings /v1/embeddings with input, openai-embeddings-chat the "
+                   "same with messages, vllm-pooling /pooling, vllm-rerank /rerank (or --endpoint /v1/rerank, "
+                   "/score); its others (audio, responses...) are refused")
     g.add_argument("--header", nargs="*", type=key_value, default=[], metavar="KEY=VALUE",
                    help="HTTP headers sent with every request, e.g. --header x-tenant=a x-trace=1; they replace "
                    "fastbench's own of the same name")
@@ -288,10 +290,6 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
     )
 
 
-# vllm bench serve's --backend names that stream generated text, and the endpoint each calls.
-BACKEND_ENDPOINTS = {"openai": "/v1/completions", "vllm": "/v1/completions", "openai-chat": "/v1/chat/completions"}
-
-
 def _endpoint(ns: argparse.Namespace) -> str:
     """--endpoint, or the one --backend names (vllm bench serve's way of saying it)."""
     if ns.backend is None:
@@ -300,11 +298,9 @@ def _endpoint(ns: argparse.Namespace) -> str:
     if ns.backend in inputflags.REFUSED_BACKENDS:
         raise FastbenchError(f"--backend {ns.backend}: {inputflags.REFUSED_BACKENDS[ns.backend]}")
     if mapped is None:
-        raise FastbenchError(f"--backend {ns.backend}: fastbench measures streamed text generation; it takes "
+        raise FastbenchError(f"--backend {ns.backend}: fastbench does not measure it; it takes "
                              f"{', '.join(BACKEND_ENDPOINTS)}")
-    if ns.endpoint is not None and ns.endpoint != mapped:
-        raise FastbenchError(f"--backend {ns.backend} calls {mapped}, --endpoint says {ns.endpoint}: give one of them")
-    return mapped
+    return ns.endpoint or mapped  # a mismatch is refused by check_config, with the rule for /v1/rerank and /score
 
 
 def _base_url(ns: argparse.Namespace) -> str | None:
@@ -371,6 +367,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         base_url=_base_url(ns),
         model=ns.model,
         endpoint=_endpoint(ns),  # type: ignore[arg-type]
+        backend=ns.backend,
         api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
         insecure=ns.insecure,
         concurrency=ns.concurrency,
@@ -395,6 +392,8 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         dataset_options=datasetflags.dataset_options(
             ns, random_input_len=ns.input_len if ns.input_len is not None else ns.random_input_len,
             random_output_len=random_output_len, **inputflags.random_mm_given(ns)),
+        random_batch_size=ns.random_batch_size,
+        no_reranker=ns.no_reranker,
         multi_turn=ns.multi_turn,
         self_timed=ns.self_timed,
         reset_prefix_cache=ns.reset_prefix_cache,

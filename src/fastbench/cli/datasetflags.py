@@ -41,6 +41,11 @@ def add_shared_prefix_args(p: argparse.ArgumentParser, g: argparse._ArgumentGrou
     g.add_argument("--random-prefix-len", type=whole_number, default=0,
                    help="random: one fixed random prefix of this many tokens before every prompt; the prompt is "
                    "this plus --random-input-len's draw (as vllm bench serve)")
+    g.add_argument("--random-batch-size", type=whole_number, default=1,
+                   help="embeddings, pooling, rerank: inputs per request (rerank: documents with the query), as "
+                   "vllm bench serve; --num-prompts counts the inputs")
+    g.add_argument("--no-reranker", action="store_true",
+                   help="random-rerank: the model has no native reranker; the query is one of each batch (vLLM's)")
     g = p.add_argument_group("shared-prefix datasets", "prefix_repetition (vllm bench serve's): each prompt is one "
                              "of N random prefixes plus its own random suffix; generated-shared-prefix (SGLang's): "
                              "groups of prompts sharing a system prompt, each with its own question")

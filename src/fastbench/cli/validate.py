@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import orjson
 
 from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_settings, validate_client
+from fastbench.api.validation_whole import WHOLE_BACKENDS, validate_whole
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.load.plan import Target
@@ -40,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 PASS, 1 FAIL, 2 bad input, the run could not be made or --json could not be "
                "written.",
     )
+    p.add_argument("--backend", default=None, choices=WHOLE_BACKENDS,
+                   help="validate an API answered whole instead of a stream (vllm bench serve's name): the client's "
+                   "E2E end stamps against the server's send log, and its input tokens against the server's usage "
+                   "(--concurrency, --num-requests, --tolerance-ms, --base-url, --no-warmup, --json apply)")
+    p.add_argument("--pooling-ms", type=float, default=5.0, help="with --backend: the server answers after this long")
+    p.add_argument("--batch-size", type=int, default=1, help="with --backend: inputs per request")
     p.add_argument("--concurrency", type=int, default=16, help="streams kept open (closed loop)")
     p.add_argument("--request-rate", type=float, default=None,
                    help="open-loop arrivals per second (Poisson), --concurrency caps streams")
@@ -82,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if ns.backend is not None:
+        return _whole(parser, ns)
     try:  # before the run, so that nothing is started for settings that cannot work
         checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
                          ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
@@ -123,6 +132,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"fastbench validate: error: could not write --json {ns.json}: {exc.strerror or exc}",
                       file=sys.stderr)
                 return 2
+    return 0 if report.passed else 1
+
+
+def _whole(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
+    """validate --backend: an API answered whole (api.validation_whole)."""
+    if ns.json and ns.json != "-":
+        try:
+            writers.check_output_path("--json", ns.json)
+        except ConfigError as exc:
+            parser.error(str(exc))
+    try:
+        report = validate_whole(ns.backend, ns.concurrency, ns.num_requests, ns.pooling_ms, ns.batch_size,
+                                ns.tolerance_ms, base_url=ns.base_url, warmup=not ns.no_warmup)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    except (FastbenchError, OSError, RuntimeError, ValueError) as exc:
+        print(f"fastbench validate: error: {exc}", file=sys.stderr)
+        return 2
+    text = report.render()
+    print(text if not ns.quiet else text.splitlines()[-1], file=sys.stderr if ns.json == "-" else sys.stdout)
+    if ns.json:
+        data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
+        if ns.json == "-":
+            sys.stdout.write(data.decode())
+        else:
+            writers.write_bytes_atomic(ns.json, data)
     return 0 if report.passed else 1
 
 

@@ -54,9 +54,6 @@ UNUSED: dict[str, Unused] = {
     "--timeline-itl-thresholds": Unused("value", "fastbench draws no plots (--plot-timeline)"),
     "--plot-dataset-stats": Unused("switch", "fastbench draws no plots; the result's input_lens and output_lens "
                                    "hold the data"),
-    "--random-batch-size": Unused("value", "configures vLLM's embedding and rerank datasets, which fastbench does "
-                                  "not have"),
-    "--no-reranker": Unused("switch", _dataset("random-rerank")),
     "--custom-ensure-client-side-data": Unused("switch", "fastbench always reads custom_image's files and sends them "
                                                "as data URLs (it has no custom_audio)"),
     # would change what is measured: refused, with the reason

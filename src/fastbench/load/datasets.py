@@ -135,6 +135,8 @@ class Workload:
     shared_prompt_tokens: list[int] | None = None
     # --lora-modules: per measured request, its adapter (an index into load.lora.adapter_names); None: none
     adapter_of_row: list[int] | None = None
+    # the APIs answered whole: per measured request, the inputs it carries (documents for rerank); None: one prompt
+    inputs_per_request: list[int] | None = None
 
 
 # What --seed chooses of each dataset's prompts (the result's workload.prompt_seed); the datasets that
@@ -142,6 +144,7 @@ class Workload:
 _SEED_DRAWS = {
     "random": "the prompts' tokens and lengths",
     "random-mm": "the prompts' tokens and lengths, each request's image count and sizes, and the pixels",
+    "random-rerank": "the query's and the documents' tokens and lengths",
     "prefix_repetition": "the prefixes, the suffixes and their order",
     "generated-shared-prefix": "the system prompts, the questions and their order",
     "burstgpt": "which rows (lengths) are sent and where the prompts' running token ids start",
@@ -228,6 +231,8 @@ async def _build(
 ) -> Workload:
     chat = config.endpoint == "/v1/chat/completions"
     counter = TokenCounter(local, tokenize)
+    if config.pooling:  # one whole answer a request: embeddings, pooling, score, rerank (load.pooling)
+        return await _build_pooling(config, model, mml, counter, local, notes)
     if config.multi_turn:
         return await _build_sessions(config, model, mml, counter, chat, notes)
     selector = Selector(config.num_prompts + config.num_warmups, mml, config.extra_body)
@@ -309,6 +314,18 @@ async def _build_sessions(config: BenchConfig, model: str, mml: int | None, coun
     return Workload(requests=requests, warmups=warmups, dataset=name, input_length_source=counter.source,
                     screened_out=0, screened_reason="multi-turn: a session stops at the first turn whose history "
                     f"+ max_tokens passes max_model_len ({mml})", max_model_len=mml, notes=notes, sessions=plan)
+
+
+async def _build_pooling(config: BenchConfig, model: str, mml: int | None, counter: TokenCounter,
+                         local: LocalTokenizer | None, notes: list[str]) -> Workload:
+    from fastbench.load import pooling  # it reads DATASETS, so it comes after them
+
+    measured, warm, name, source = await pooling.build(config, model, counter, local, notes, DATASETS)
+    return Workload(requests=[RequestSpec(body, count, 0, 0) for body, count, _ in measured],
+                    warmups=[RequestSpec(body, None, 0, 0) for body in warm], dataset=name,
+                    input_length_source=source, screened_out=0,
+                    screened_reason="not screened: the server truncates each input (truncate_prompt_tokens -1)",
+                    max_model_len=mml, notes=notes, inputs_per_request=[n for _, _, n in measured])
 
 
 # Stands for a JsonPrompt's value in a body serialised once; the prompt's JSON is spliced in its place.

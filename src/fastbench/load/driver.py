@@ -122,7 +122,7 @@ class LoadGenerator:
         )
         # RunState holds this list: a session's turn built during the run is put in it before it is sent
         self._bodies = list(plan.bodies)
-        self.state.set_requests(target.request_head(api_key, plan.headers), self._bodies)
+        self.state.set_requests(target.request_head(api_key, plan.headers, accept=plan.accept), self._bodies)
         self._session_stop: asyncio.Future[None] | None = None
         self.sessions_at_once = 0  # open-loop sessions: the most that ran at once
         if plan.max_error_rate is not None:
@@ -130,10 +130,10 @@ class LoadGenerator:
         self.state.on_stop = self._stop_soon
         self.state.kernel_timestamps = plan.kernel_timestamps
         self.state.save_outputs = plan.save_outputs
-        # sessions whose history carries the server's replies need each reply's text, and only those: the
-        # core keeps the answer's strings as it scans the events (reasoning left out), decoded once per turn
+        # only a history of the server's replies needs their text (the core keeps it; decoded once per turn)
         self.state.keep_answers = plan.sessions is not None and plan.sessions.server_history
         self.state.keep_chunk_stamps = plan.keep_chunk_stamps
+        self.state.whole_answers = plan.whole_answers
 
     # -- connections -------------------------------------------------------------------------
 

@@ -55,7 +55,8 @@ class Target:
         host = self.host if ":" not in self.host else f"[{self.host}]"
         return f"{self.scheme}://{host}:{self.port}{self.prefix}"
 
-    def request_head(self, api_key: str | None, headers: Mapping[str, str] | None = None) -> bytes:
+    def request_head(self, api_key: str | None, headers: Mapping[str, str] | None = None, *,
+                     accept: str = "text/event-stream") -> bytes:
         """The head every request shares, up to "Content-Length: "; ``headers`` (--header) replace
         fastbench's own of the same name (any case) and add the rest, as vllm bench serve's do."""
         host = self.host if ":" not in self.host else f"[{self.host}]"
@@ -63,7 +64,7 @@ class Target:
             "Host": f"{host}:{self.port}",
             "User-Agent": "fastbench",
             "Content-Type": "application/json",
-            "Accept": "text/event-stream",
+            "Accept": accept,
         }
         if api_key:
             fields["Authorization"] = f"Bearer {api_key}"
@@ -107,6 +108,9 @@ class LoadPlan:
     expected_output_tokens: Sequence[int] | None = None
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     keep_chunk_stamps: bool = False  # keep each completed request's chunk stamps (8 bytes a chunk)
+    # the API answers each request with one whole JSON body, not a stream (embeddings, pooling, score,
+    # rerank: fastbench.load.pooling); the core keeps it and reads its usage once, at its end
+    whole_answers: bool = False
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None
@@ -125,3 +129,8 @@ class LoadPlan:
     # Multi-turn sessions: the rows form sessions whose turns follow each other (bodies may wait for the
     # reply before them); request_rate is then the sessions' arrival rate.
     sessions: SessionPlan | None = None
+
+    @property
+    def accept(self) -> str:
+        """The Accept header the answers are asked in: one JSON body, or an event stream."""
+        return "application/json" if self.whole_answers else "text/event-stream"

@@ -91,6 +91,7 @@ class WorkerSpec:
     report_interval_s: float = REPORT_INTERVAL_S
     max_error_rate: float | None = None  # the rule applied here, to its own counts and the others' as last told
     kernel_timestamps: bool = True
+    whole_answers: bool = False  # one whole JSON answer per request (LoadPlan.whole_answers)
     # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,
     # and each request is claimed from the table the parent shares with every worker (RunState.claim_from).
     shared_claims: bool = False
@@ -204,6 +205,7 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         expected_output_tokens=spec.expected_output_tokens,
         save_outputs=spec.save_outputs,
         keep_chunk_stamps=spec.keep_chunk_stamps,
+        whole_answers=spec.whole_answers,
         headers=spec.headers,
         on_progress=report,
         progress_interval_s=spec.report_interval_s,

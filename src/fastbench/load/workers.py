@@ -331,6 +331,7 @@ class WorkerPool:
             coalesce_s=plan.coalesce_s, expected_output_tokens=expected_here,
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
             max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps,
+            whole_answers=plan.whole_answers,
             shared_claims=self._claiming, shared_arrivals=len(self._workers) if self._sharing_cap else 0)
 
     async def _follow(self, worker: WorkerLink) -> None:

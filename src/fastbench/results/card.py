@@ -18,6 +18,7 @@ from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import RandomOptions
 from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.results import pooling
 from fastbench.results.adapters import card_lines as adapter_card_lines
 from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.result import Distribution, Result
@@ -287,6 +288,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         ("Duration", f"{result.duration_s:,.1f} s"),
     ]
 
+    if result.pooling is not None:  # whole answers: no stream (results.pooling)
+        measured = pooling.card_rows(result.pooling, measured)
     if result.collapsed:
         status = f"{status}, COLLAPSED: {result.collapse_reason}"
     # The seeds' layout, as Markdown: a heading and a blank line around each table, or a renderer

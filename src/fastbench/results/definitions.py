@@ -95,6 +95,17 @@ DEFINITIONS: dict[str, str] = {
         "Aggregate prefill throughput: prompt tokens of completed requests / the wall time during "
         "which at least one of them was between send and first output, in tokens/s."
     ),
+    "total_input_sequences": (
+        "APIs answered whole (embeddings, pooling, score, rerank): the inputs of completed requests, each "
+        "request's as --random-batch-size set them (rerank: its documents); vllm's total_input_sequences. "
+        "Such an answer has no stream: TTFT, TPOT, ITL and the output throughputs do not apply and are null, "
+        "with the reason in fastbench.pooling.not_applicable."
+    ),
+    "input_sequence_throughput": (
+        "Inputs per second: total_input_sequences / duration (vllm's input_sequence_throughput). Its "
+        "companion input_throughput counts the input tokens each answer's usage reports (prompt_tokens, else "
+        "total_tokens), or the request's own count where an answer has none."
+    ),
     "request_goodput": (
         "Goodput: completed requests meeting every SLO in the goodput setting (TTFT, TPOT, E2E "
         "latency, each <= its limit in ms; a request with fewer than 2 output tokens meets any "

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import GOODPUT_METRICS, BenchConfig
+from fastbench.results import pooling
 from fastbench.results.adapters import adapter_figures
 from fastbench.results.cache import prefix_cache_summary
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
@@ -63,7 +64,7 @@ from fastbench.results.workersection import worded_section
 # Per-request lists in workload_info (and the adapter names one indexes), used here but not copied into the
 # result: the adapters' names are the adapters section's.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
-                             "adapter_of_request", "adapters")
+                             "adapter_of_request", "adapters", "inputs_per_request")
 
 
 def summarize(
@@ -94,6 +95,7 @@ def summarize(
     total_input = _exact_sum(np.maximum(done.prompt, 0))
     total_output = _exact_sum(np.maximum(done.output_tokens, 0))
     reason = collapse_reason(counts, data.stopped_reason, config.max_error_rate)
+    throughput = _throughput(done, counts, total_input, total_output, duration_s, config.goodput)
     result = Result(
         config=config,
         created_at=datetime.datetime.now().astimezone().isoformat(timespec="milliseconds"),  # orders a second's runs
@@ -101,12 +103,12 @@ def summarize(
         counts=counts,
         total_input_tokens=total_input,
         total_output_tokens=total_output,
-        throughput=_throughput(done, counts, total_input, total_output, duration_s, config.goodput),
+        throughput=throughput,
         distributions=distributions,
         histograms=histograms,
         mean_tokens_per_chunk=_mean_tokens_per_chunk(done),
         errors=_error_summaries(requests.rows, requests.started, data.error_messages),
-        usage=_usage(done, counts.completed),
+        usage=_usage(done, counts.completed, workload_info if config.pooling else None),
         timestamps=_timestamp_summary(data),
         client=_client_summary(requests, data, config),
         per_request=_per_request(requests, data, config),
@@ -128,6 +130,7 @@ def summarize(
         adapters=adapter_figures(requests.rows, requests.prompt, workload_info["adapter_of_request"],
                                  workload_info["adapters"], config.open_loop, duration_s)
         if workload_info.get("adapter_of_request") is not None else None,
+        pooling=pooling.summarize(config, done.col["index"], workload_info, duration_s, throughput.input_throughput),
     )
     result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
     return result
@@ -307,15 +310,17 @@ def _error_summaries(
     return out
 
 
-def _usage(done: _Completed, completed: int) -> UsageSummary:
+def _usage(done: _Completed, completed: int, whole: Mapping[str, Any] | None = None) -> UsageSummary:
+    """``whole``: a run of whole answers' workload info (their statement is of input tokens, results.pooling)."""
     usage_codes = done.col["usage_source"]
     by_source = {
         src.name: int((usage_codes == src).sum()) for src in UsageSource if (usage_codes == src).any()
     }
+    whole_statement = pooling.usage_statement(by_source, whole) if whole is not None else None
     return UsageSummary(
         by_source=by_source,
         all_per_chunk=completed > 0 and by_source.get("PER_CHUNK", 0) == completed,
-        statement=usage_statement(by_source, completed),
+        statement=whole_statement or usage_statement(by_source, completed),
     )
 
 

@@ -15,6 +15,7 @@ from fastbench.results.distribution import Distribution as Distribution  # re-ex
 
 if TYPE_CHECKING:
     from fastbench.results.cache import PrefixCacheSummary
+    from fastbench.results.pooling import PoolingSummary
     from fastbench.results.steady import SteadyState
 
 
@@ -137,6 +138,8 @@ class Result:
     prefix_cache: PrefixCacheSummary | None = None
     # --lora-modules: each adapter's figures beside the whole (results.adapters.adapter_figures), else None
     adapters: dict[str, Any] | None = None
+    # an API answered whole (embeddings, pooling, score, rerank): inputs/s, and what does not apply (results.pooling)
+    pooling: PoolingSummary | None = None
 
 
 # -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------

@@ -13,8 +13,8 @@ from fastbench.results.result import Distribution, Result
 
 
 def vllm_backend(config: BenchConfig) -> str:
-    """vllm bench serve's backend name for the endpoint the run called."""
-    return "openai-chat" if config.endpoint == "/v1/chat/completions" else "openai"
+    """vllm bench serve's backend name for the API the run called."""
+    return config.api
 
 
 def to_vllm_keys(result: Result) -> dict[str, Any]:

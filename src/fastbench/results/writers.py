@@ -24,7 +24,7 @@ from fastbench.config import BenchConfig
 from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
-from fastbench.results import adapters, steady
+from fastbench.results import adapters, pooling, steady
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
@@ -169,6 +169,10 @@ def result_to_json_dict(
     if result.prefix_cache is not None:
         fastbench["prefix_cache"] = summary_to_dict(result.prefix_cache)
     out = to_vllm_keys(result)
+    if result.pooling is not None:  # whole answers: inputs/s, and null for what streams (results.pooling)
+        fastbench["pooling"] = pooling.section(result.pooling)
+        fastbench["throughput"] |= {key: None for key in ("output_throughput_tok_s", "prefill_throughput_tok_s")}
+        out.update(pooling.flat_keys(result.pooling, out))
     spec = server.get("spec_decode_stats") or {}
     out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
     out.update(steady.flat_keys(result.steady))  # fastbench's, beside vllm's whole-window figures
@@ -359,8 +363,11 @@ def render_console(result: Result) -> str:
     row("Request throughput (req/s):", tp.request_throughput)
     if tp.request_goodput is not None:
         row("Request goodput (req/s):", tp.request_goodput)
-    row("Output token throughput (tok/s):", tp.output_throughput)
-    row("Steady-state output (tok/s):", steady.console_text(result.steady))
+    if result.pooling is not None:
+        lines.extend(pooling.console_lines(result.pooling))
+    else:
+        row("Output token throughput (tok/s):", tp.output_throughput)
+        row("Steady-state output (tok/s):", steady.console_text(result.steady))
     row("Peak concurrent requests:", result.client.max_concurrent_requests)
     row("Total Token throughput (tok/s):", tp.total_token_throughput)
     sections = (
@@ -373,6 +380,8 @@ def render_console(result: Result) -> str:
     prefix_rate = (result.server_info.get("prefix_cache_stats") or {}).get("hit_rate")
     cache = result.prefix_cache
     for key, short, title in sections:
+        if result.pooling is not None and key != "e2el":
+            continue  # no stream: said once above
         dist = d.get(key) or Distribution.empty("ms")
         head(title)
         row(f"Mean {short} (ms):", dist.mean)

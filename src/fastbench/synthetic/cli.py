@@ -103,6 +103,8 @@ def build_parser(prog: str = "python -m fastbench.synthetic") -> argparse.Argume
                    help="time to first token (default 50, or 0 when --prefill-tok-s is given)")
     t.add_argument("--prefill-tok-s", type=float, default=None, help="adds prompt_tokens / rate to TTFT")
     t.add_argument("--itl-ms", type=float, default=20.0, help="time between chunks (default 20)")
+    t.add_argument("--pooling-ms", type=float, default=5.0,
+                   help="embeddings, pooling, score, rerank: each whole answer after this long (default 5)")
     t.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each due time")
     t.add_argument("--tokens-per-chunk", type=tokens_per_chunk_range, default=(1, 1), metavar="N|A-B",
                    help="tokens per decode step after the first chunk: fixed N or uniform A..B (default 1)")
@@ -200,7 +202,7 @@ def config_from_args(ns: argparse.Namespace) -> ServerConfig:
         step_per_token_ms=_or(ns.step_per_token_ms, 0.0), max_num_seqs=_or(ns.max_num_seqs, 256),
         spec_tokens=_or(ns.spec_tokens, 0), spec_acceptance=_or(ns.spec_acceptance, 0.7),
         draft_ms=_or(ns.draft_ms, 0.0),
-        prompt_tokens_details=ns.enable_prompt_tokens_details,
+        prompt_tokens_details=ns.enable_prompt_tokens_details, pooling_ms=ns.pooling_ms,
     )
 
 
@@ -239,7 +241,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m fastbench.synthet
     # Each check says what must hold, so that nan (which fails every comparison) fails it too.
     # Delays past an hour are a typo, and would overflow the nanosecond timers.
     for flag, value, most in (("--itl-ms", ns.itl_ms, HOUR_MS), ("--jitter-ms", ns.jitter_ms, HOUR_MS),
-                              ("--ttft-ms", ns.ttft_ms, HOUR_MS), ("--stall-s", ns.stall_s, HOUR_MS / 1e3)):
+                              ("--ttft-ms", ns.ttft_ms, HOUR_MS),
+                              ("--pooling-ms", ns.pooling_ms, HOUR_MS), ("--stall-s", ns.stall_s, HOUR_MS / 1e3)):
         if value is not None and not 0 <= value <= most:
             parser.error(f"{flag} must be a number between 0 and {most:.0f}, got {value}")
     if ns.prefill_tok_s is not None and not 0 < ns.prefill_tok_s < math.inf:

@@ -69,6 +69,7 @@ class ServerConfig:
     block_size: int = 16  # tokens per cached block (vLLM's default on GPUs)
     prefix_cache_blocks: int = 65536  # blocks kept before the least recently used are evicted
     reset_prefix_cache_endpoint: bool = True  # False: 404, as vLLM without VLLM_SERVER_DEV_MODE=1
+    pooling_ms: float = 5.0  # embeddings, pooling, score, rerank: each whole answer after this long
     prompt_tokens_details: bool = False  # usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the name
     exit_with_parent: int | None = None  # stop when this process (the one that started the server) exits
     # The engine model (stepmodel): batched steps whose time grows with the batch, instead of each

@@ -36,6 +36,7 @@ from fastbench.synthetic.model import (
     tokenize_messages,
     tokenize_prompt,
 )
+from fastbench.synthetic.pooling import WholeAnswers
 from fastbench.synthetic.prefixcache import PrefixCache
 from fastbench.synthetic.protocol import Connection, error_body
 from fastbench.synthetic.sched import Lateness, Scheduler
@@ -108,6 +109,7 @@ class SyntheticEngine:
         self.prefix_cache = PrefixCache(cfg.block_size, cfg.prefix_cache_blocks) if cfg.enable_prefix_caching \
             else None
         self.stepper = EngineModel(self) if cfg.engine_model else None
+        self.whole = WholeAnswers(cfg, loop)  # embeddings, pooling, score, rerank (synthetic.pooling)
 
     def close(self) -> None:
         self.sched.close()
@@ -206,6 +208,7 @@ class SyntheticEngine:
     def reset_stats(self) -> None:
         self.lat.reset()
         self.receipts.clear()
+        self.whole.reset()
         self.chunks_sent = 0
         self.streams_max = self.streams_open
         self.images = 0
@@ -448,6 +451,13 @@ _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Responder, bytes, int],
     "/fb/stats": ("GET", SyntheticEngine.h_stats),
     "/fb/reset": ("POST", SyntheticEngine.h_reset),
     "/fb/receipts": ("GET", SyntheticEngine.h_receipts),
+    # the APIs answered whole, and their send log (synthetic.pooling)
+    "/v1/embeddings": ("POST", lambda e, conn, body, t: e.whole.embeddings(conn, body, t)),
+    "/pooling": ("POST", lambda e, conn, body, t: e.whole.pooling(conn, body, t)),
+    "/score": ("POST", lambda e, conn, body, t: e.whole.score(conn, body, t)),
+    "/rerank": ("POST", lambda e, conn, body, t: e.whole.rerank(conn, body, t)),
+    "/v1/rerank": ("POST", lambda e, conn, body, t: e.whole.rerank(conn, body, t)),
+    "/fb/answers": ("GET", lambda e, conn, body, t: conn.respond(200, e.whole.log_json())),
 }
 
 

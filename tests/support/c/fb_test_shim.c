@@ -6,6 +6,9 @@
  *   FBT_SSE       input is an event stream; out = events, each as a u32 (native) length + bytes
  *   FBT_HTTP      input is an HTTP response; out = the de-chunked body bytes
  *   FBT_HTTP_SSE  input is an HTTP response carrying an event stream; out = events as for FBT_SSE
+ *   FBT_HTTP_JSON input is an HTTP response carrying one whole JSON answer: its body is kept in a buffer
+ *                 grown by doubling up to sse_max (the core's whole-response mode, FBT_ERR_BODY_CAP
+ *                 past it) and scanned once at the end; out = the scan's rc and facts, as fbt_json's
  * fbt_check_splits() runs fbt_run over EVERY set of 1 (or 2) split offsets and compares each
  * run's output, error code and consumed count with the given expectation; a loop in C keeps
  * the O(n^2) pair sweep fast. */
@@ -16,8 +19,11 @@
 #include "fb_json.h"
 #include "fb_sse.h"
 
-enum { FBT_SSE = 0, FBT_HTTP = 1, FBT_HTTP_SSE = 2 };
+enum { FBT_SSE = 0, FBT_HTTP = 1, FBT_HTTP_SSE = 2, FBT_HTTP_JSON = 3 };
 #define FBT_ERR_OUT_FULL (-100)
+#define FBT_ERR_BODY_CAP (-104)
+#define FBT_JSON_FACTS 13
+static void fbt_facts(const fb_chunk_info_t *info, int64_t *facts);
 
 typedef struct {
     int rc;               /* first error returned by a reader (or FBT_ERR_OUT_FULL), 0 if none */
@@ -47,7 +53,29 @@ typedef struct {
     uint64_t grow_calls;
     int mode;
     int sse_rc;           /* fb_sse_feed's error inside the body callback */
+    char *body;           /* FBT_HTTP_JSON: the body so far (grown by doubling, as the core's) */
+    size_t body_len, body_cap;
+    int body_over;        /* the body passed sse_max */
 } fbt_ctx_t;
+
+static int fbt_keep_body(fbt_ctx_t *c, const char *data, size_t len) {
+    size_t need = c->body_len + len;
+    if (need > c->sse_max) {
+        c->body_over = 1;
+        return 1;
+    }
+    if (need > c->body_cap) {
+        size_t cap = c->body_cap ? c->body_cap : 16;
+        while (cap < need) cap *= 2;
+        char *b = realloc(c->body, cap);
+        if (b == NULL) return 1;
+        c->body = b;
+        c->body_cap = cap;
+    }
+    if (len) memcpy(c->body + c->body_len, data, len);
+    c->body_len = need;
+    return 0;
+}
 
 static int fbt_put(fbt_ctx_t *c, const void *d, size_t n) {
     if (n > c->out_cap - c->out_len) {
@@ -82,6 +110,7 @@ static int fbt_grow(void *ctx, fb_sse_t *st, size_t needed) {
 static int fbt_on_body(void *ctx, const char *data, size_t len) {
     fbt_ctx_t *c = ctx;
     if (c->mode == FBT_HTTP) return fbt_put(c, data, len);
+    if (c->mode == FBT_HTTP_JSON) return fbt_keep_body(c, data, len);
     /* fb_http_feed turns nonzero into -FB_ERR_CALLBACK; fbt_run reports the SSE code instead. */
     c->sse_rc = fb_sse_feed(&c->sse, data, len, fbt_on_event, fbt_grow, c);
     return c->sse_rc;
@@ -143,7 +172,17 @@ int fbt_run(int mode, const char *in, size_t len, const size_t *cuts, size_t ncu
     res->reader_rc = rc;
     if (rc == -FB_ERR_CALLBACK && c.sse_rc) rc = c.sse_rc;
     if (c.out_full) rc = FBT_ERR_OUT_FULL;
+    if (c.body_over) rc = FBT_ERR_BODY_CAP;
     if (eof && !rc && mode != FBT_SSE) res->eof_rc = fb_http_feed_eof(h);
+    if (mode == FBT_HTTP_JSON && !rc && (h->state == FB_HTTP_S_DONE || (eof && res->eof_rc == 0))) {
+        /* The whole answer, scanned once where it lies in the buffer. */
+        fb_chunk_info_t info;
+        int64_t facts[1 + FBT_JSON_FACTS];
+        facts[0] = fb_json_scan_chunk(c.body, c.body_len, &info);
+        fbt_facts(&info, facts + 1);
+        fbt_put(&c, facts, sizeof facts);
+    }
+    free(c.body);
     res->rc = rc;
     res->http_state = h->state;
     res->status = h->status;
@@ -209,21 +248,27 @@ int fbt_run_bytewise(int mode, const char *in, size_t len, size_t sse_cap0, size
 
 /* fb_json_scan_chunk with the struct flattened into an int64 array:
  * [completion_tokens, prompt_tokens, sent_ns, has_content, has_reasoning, has_error,
- *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens]. */
+ *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens, total_tokens, n_data]. */
+static void fbt_facts(const fb_chunk_info_t *info, int64_t *facts) {
+    facts[0] = info->completion_tokens;
+    facts[1] = info->prompt_tokens;
+    facts[2] = info->sent_ns;
+    facts[3] = info->has_content;
+    facts[4] = info->has_reasoning;
+    facts[5] = info->has_error;
+    facts[6] = info->has_finish;
+    facts[7] = info->has_usage;
+    facts[8] = info->n_choices;
+    facts[9] = info->usage_invalid;
+    facts[10] = info->cached_tokens;
+    facts[11] = info->total_tokens;
+    facts[12] = info->n_data;
+}
+
 int fbt_json(const char *data, size_t len, int64_t *facts) {
     fb_chunk_info_t info;
     int rc = fb_json_scan_chunk(data, len, &info);
-    facts[0] = info.completion_tokens;
-    facts[1] = info.prompt_tokens;
-    facts[2] = info.sent_ns;
-    facts[3] = info.has_content;
-    facts[4] = info.has_reasoning;
-    facts[5] = info.has_error;
-    facts[6] = info.has_finish;
-    facts[7] = info.has_usage;
-    facts[8] = info.n_choices;
-    facts[9] = info.usage_invalid;
-    facts[10] = info.cached_tokens;
+    fbt_facts(&info, facts);
     return rc;
 }
 
@@ -249,17 +294,7 @@ int fbt_json_answer(const char *data, size_t len, int64_t *facts, char *out, siz
     fbt_answer_t a = {out, cap, 0, 0};
     fb_chunk_info_t info;
     int rc = fb_json_scan_chunk_text(data, len, &info, fbt_keep_answer, &a);
-    facts[0] = info.completion_tokens;
-    facts[1] = info.prompt_tokens;
-    facts[2] = info.sent_ns;
-    facts[3] = info.has_content;
-    facts[4] = info.has_reasoning;
-    facts[5] = info.has_error;
-    facts[6] = info.has_finish;
-    facts[7] = info.has_usage;
-    facts[8] = info.n_choices;
-    facts[9] = info.usage_invalid;
-    facts[10] = info.cached_tokens;
+    fbt_facts(&info, facts);
     *out_len = a.len;
     *pieces = a.pieces;
     return rc;

