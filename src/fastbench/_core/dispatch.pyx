@@ -43,6 +43,17 @@ cdef class Dispatcher:
     def __dealloc__(self):
         self.close_timer()
 
+    cdef void watch_from(self, int epfd) noexcept:
+        """The arrival timer into set ``epfd``, the one the loop watches now (it began coalescing)."""
+        cdef epoll_event ev
+        if self.fd < 0 or epfd == self.epfd:
+            return
+        epoll_ctl(self.epfd, EPOLL_CTL_DEL, self.fd, &ev)
+        ev.events = EPOLLIN
+        ev.data.ptr = <void *>self
+        epoll_ctl(epfd, EPOLL_CTL_ADD, self.fd, &ev)
+        self.epfd = epfd
+
     cdef void close_timer(self) noexcept:
         cdef epoll_event ev
         if self.fd >= 0:

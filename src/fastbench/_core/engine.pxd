@@ -286,6 +286,7 @@ cdef class Dispatcher:
     cdef void arm(self, int64_t due) noexcept
     cdef void learn_lead(self, int64_t delay) noexcept
     cdef void wait_out(self, int64_t now, int64_t due) noexcept
+    cdef void watch_from(self, int epfd) noexcept
     cdef void close_timer(self) noexcept
 
 

@@ -4,7 +4,9 @@
 # ReadySet (ready.pyx: the epoll sets drained per wake-up), Tick (coalesce.pyx: coalesced reads), Pool
 # and Dispatcher (dispatch.pyx: the open loop's sends), Claims (claims.pyx: which request goes next).
 # A part is made when what it needs exists (a Tick over the sets, a schedule's claims when the schedule
-# starts, a dispatcher with its claims, timer and callbacks), so no call can come out of order.
+# starts, a dispatcher with its claims, timer and callbacks), so no call can come out of order: the table
+# fixes the number of requests (claims made before set_requests are right), and coalescing begun after a
+# dispatcher moves its timer into the set the loop then watches.
 # Included by engine.pyx.
 
 
@@ -36,6 +38,7 @@ cdef class RunState:
         self.rows = rows
         if self.rows.shape[1] * sizeof(int64_t) != sizeof(fb_row_t):  # rows are written as fb_row_t
             raise ValueError(f"a request table of {self.rows.shape[1]} columns, not {len(COLUMN_ORDER)}")
+        self.n_rows = self.rows.shape[0]  # from here: a schedule's claims never wait for set_requests
         self.itl_chunk = itl_chunk
         self.itl_token = itl_token
         self.skew = skew
@@ -134,6 +137,8 @@ cdef class RunState:
         tick.period_multi = self.multi_event_reads
         self.tick = tick
         self.sets.watching_ends = watch_ends
+        if self.dispatcher is not None:  # coalescing after the schedule began: its timer follows the loop's fd
+            self.dispatcher.watch_from(self.sets.ends_epfd)
         return self.sets.ends_epfd
 
     @property
@@ -158,13 +163,15 @@ cdef class RunState:
     # -- requests and the error rate ----------------------------------------------------------
 
     def set_requests(self, bytes head, list bodies):
-        """The run's request bodies (bytes or BodyParts) and the HTTP head they are sent with, up to and
-        including "Content-Length: " (a connection sends the head, the length and the body as they are)."""
+        """The run's request bodies (bytes or BodyParts), one per row of the table, and the HTTP head they
+        are sent with, up to and including "Content-Length: " (a connection sends the head, the length and
+        the body as they are)."""
+        if len(bodies) != self.n_rows:
+            raise ValueError(f"{len(bodies)} request bodies for a table of {self.n_rows} rows")
         for body in bodies:
             _check_body(body)
         self.head = head
         self.bodies = bodies
-        self.n_rows = len(bodies)
 
     cpdef object body(self, Py_ssize_t row):
         """The request body of ``row``."""
