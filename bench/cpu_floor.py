@@ -119,7 +119,7 @@ def wake_accounting(fastbench: dict[str, float], floor: dict[str, float], wake_u
 
 def wake_probe(seconds: float, period_us: int) -> dict[str, Any]:
     """In this process: CPU per wake-up of fastbench's coalesced path with no connections, i.e.
-    uvloop calling RunState.drain_coalesced when the core's tick timerfd fires."""
+    uvloop calling RunState.drain when the core's tick timerfd fires."""
     import numpy as np
     import uvloop
 
@@ -129,7 +129,7 @@ def wake_probe(seconds: float, period_us: int) -> dict[str, Any]:
     async def probe() -> dict[str, Any]:
         state = RunState(np.zeros((1, NCOLS), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))
         fd = state.coalesce(period_us * 1000)
-        asyncio.get_running_loop().add_reader(fd, state.drain_coalesced)
+        asyncio.get_running_loop().add_reader(fd, state.drain)
         cpu0, wakes0 = time.process_time(), state.counters["wakeups"]
         await asyncio.sleep(seconds)
         wakes = state.counters["wakeups"] - wakes0

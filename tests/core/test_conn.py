@@ -32,6 +32,7 @@ from fastbench._core import COLUMN_ORDER, ArrivalTimer, Recorder, RunState, now_
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.load import pacer
+from fastbench.load.connections import Connections
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.figures import summarize
@@ -191,7 +192,7 @@ def test_coalesced_wake_ups_share_one_fd() -> None:
         state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64),
                          *(Recorder(new_histogram()) for _ in range(3)))
         fd = state.coalesce(2_000_000)
-        asyncio.get_running_loop().add_reader(fd, state.drain_coalesced)
+        asyncio.get_running_loop().add_reader(fd, state.drain)
         await asyncio.sleep(0.1)
         asyncio.get_running_loop().remove_reader(fd)
         return fd, state.counters["wakeups"]
@@ -443,13 +444,13 @@ def test_open_loop_arrivals_waiting_for_a_slot_go_out_from_the_core(loop_factory
         return stream_script([1, 1, 1], ttft_s=0.01, gap_s=0.01)
 
     sent_from_python = []
-    send_one = LoadGenerator._send_one
+    send_one = Connections.send_one
 
-    async def counting(self: LoadGenerator, request: bytes, row: int, *args: Any, **kwargs: Any) -> int:
+    async def counting(self: Connections, request: bytes, row: int, *args: Any, **kwargs: Any) -> int:
         sent_from_python.append(row)
         return await send_one(self, request, row, *args, **kwargs)
 
-    monkeypatch.setattr(LoadGenerator, "_send_one", counting)
+    monkeypatch.setattr(Connections, "send_one", counting)
 
     def one_round() -> None:
         sent_from_python.clear()
@@ -476,7 +477,7 @@ def test_running_out_of_file_descriptors_is_said_to_be_the_clients() -> None:
     what to do."""
     gen = LoadGenerator(Target.parse("http://127.0.0.1:9", "/v1/completions"),
                         LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1))
-    gen._record_connect_failure(0, 1, 2, OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
+    gen.conns.record_connect_failure(0, 1, 2, OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
     message = gen.state.error_messages[0]
     assert message.startswith("connect to 127.0.0.1:9 failed: Too many open files in the client")
     assert "--concurrency" in message and "ulimit -Hn" in message
@@ -671,13 +672,13 @@ def test_a_stop_while_a_warm_up_connects_sends_nothing(loop_factory: Any, monkey
     """A stop that comes while a warm-up's connection is being made cuts that warm-up before its send
     (it used to be sent and run to its end: the check skipped warm-ups)."""
     stop = asyncio.Event()
-    connect = LoadGenerator._connect
+    connect = Connections.connect
 
-    async def connect_then_stop(self: LoadGenerator) -> Any:
+    async def connect_then_stop(self: Connections) -> Any:
         stop.set()
         return await connect(self)
 
-    monkeypatch.setattr(LoadGenerator, "_connect", connect_then_stop)
+    monkeypatch.setattr(Connections, "connect", connect_then_stop)
 
     async def main() -> tuple[RunData, ScriptedServer]:
         async with ScriptedServer(lambda n, b: stream_script([1] * 20, gap_s=0.1)) as server:
@@ -864,13 +865,15 @@ def test_run_state_that_fails_to_build_closes_no_fd_it_does_not_own() -> None:
             os.close(fd)
 
 
-def test_watch_ends_needs_the_tick() -> None:
+def test_watching_ends_needs_the_expected_tokens() -> None:
+    """The ends are watched with the tick they are kept apart from (coalesce's own option), and need
+    the run's expected tokens, which come with the RunState."""
     state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))
-    state.expect_tokens(np.array([4], dtype=np.int64))
-    with pytest.raises(RuntimeError, match="coalesce"):
-        state.watch_ends()
-    state.coalesce(1_000_000)
-    state.watch_ends()
+    with pytest.raises(ValueError, match="expected_tokens"):
+        state.coalesce(1_000_000, watch_ends=True)
+    state = RunState(np.zeros((1, len(COLUMNS)), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)),
+                     expected_tokens=np.array([4], dtype=np.int64))
+    assert state.coalesce(1_000_000, watch_ends=True) == state.fileno()
 
 
 def test_tls_records_of_one_read_are_one_multi_event_read(tmp_path: Any) -> None:

@@ -15,8 +15,8 @@ import pytest
 from support.core_runs import col, drive
 from support.scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse, stream_script
 from support.timing import until_a_round_passes
-from fastbench._core import Recorder, RunState, StreamConnection, now_ns
-from fastbench.load.driver import LoadGenerator
+from fastbench._core import Dispatcher, Recorder, RunState, StreamConnection, now_ns
+from fastbench.load.connections import Connections
 from fastbench.results.records import COL, NCOLS, new_histogram
 
 LEAD_MARGIN_NS = 10_000  # the core's margin over the delays it learnt (engine.pxd)
@@ -58,8 +58,9 @@ def test_an_arrival_due_during_a_busy_drain_goes_out_before_the_next_read() -> N
         bench = _Bench(streams, arrivals)
         try:
             state = bench.state
+            claims = state.claim_rows(chained=False)  # the streams' rows, sent by the test
             for conn in bench.streams:
-                row = state._claim_row()
+                row = claims.claim()
                 conn.start(b"{}", row, now_ns())
             for conn in bench.idle:
                 state.park(conn)
@@ -102,14 +103,14 @@ def test_the_arrival_timer_wakes_the_loop_s_own_fd() -> None:
         for conn in bench.idle:
             state.park(conn)
         base = now_ns()
-        state.dispatch_arrivals(np.array([20_000_000, 10**12], dtype=np.int64), base, 2)
+        dispatcher = state.dispatch_arrivals(np.array([20_000_000, 10**12], dtype=np.int64), base, 2)
         assert state.next_row == 0  # not yet due
         readable, _, _ = select.select([state.fileno()], [], [], 5.0)
         assert readable
         state.drain()
         (sender,) = [conn for conn in bench.idle if conn.busy]
         assert sender.row == 0 and sender.sent_ns >= base + 20_000_000
-        assert state.next_row == 1 and state.in_flight == 1 and state.core_sends == 1
+        assert state.next_row == 1 and state.in_flight == 1 and dispatcher.core_sends == 1
         server_end = bench.server_ends[bench.idle.index(sender)]
         assert _pending(server_end) and server_end.recv(4096).startswith(b"POST / HTTP/1.1")
     finally:
@@ -123,7 +124,7 @@ def test_the_core_never_sends_past_the_limit_and_a_freed_slot_sends_the_next() -
         for conn in bench.idle:
             state.park(conn)
         state.dispatch_arrivals(np.zeros(4, dtype=np.int64), now_ns(), 2)  # all due now, 2 slots
-        assert state.next_row == 2 and state.in_flight == 2 and state.pool_size == 2
+        assert state.next_row == 2 and state.in_flight == 2 and len(state.pool) == 2
         asked = [sock for sock in bench.server_ends if _pending(sock)]
         assert len(asked) == 2
         # One request ends: its connection sends the next arrival (due, waiting for a slot) itself.
@@ -133,7 +134,7 @@ def test_the_core_never_sends_past_the_limit_and_a_freed_slot_sends_the_next() -
         state.drain()
         assert state.completed == 1 and state.next_row == 3 and state.in_flight == 2
         assert _pending(asked[0])  # the third request went out on the freed connection
-        assert state.pool_size == 2  # the other two are still idle, unused
+        assert len(state.pool) == 2  # the other two are still idle, unused
     finally:
         bench.close()
 
@@ -151,7 +152,7 @@ def test_no_arrival_due_at_or_after_the_time_cap_is_sent_whatever_python_s_timer
         base = now_ns()
         state.send_until_ns = base + 5_000_000
         offsets = np.array([0, 0, 1_000_000, 4_999_999, 5_000_000, 5_000_001], dtype=np.int64)
-        state.dispatch_arrivals(offsets, base, 4)  # 4 slots: the first two go now
+        dispatcher = state.dispatch_arrivals(offsets, base, 4)  # 4 slots: the first two go now
         assert state.next_row == 2
         deadline = time.monotonic() + 5.0
         while state.next_row < 4 and time.monotonic() < deadline:  # the 3rd and 4th by the core's timer
@@ -166,11 +167,11 @@ def test_no_arrival_due_at_or_after_the_time_cap_is_sent_whatever_python_s_timer
         state.drain()
         # a slot freed with the 5th and 6th due: no chain sends them, no timer, nor Python's claim
         assert state.completed == 1 and state.next_row == 4 and state.in_flight == 3
-        state.dispatch_due()
-        assert state._claim_due_row(now_ns()) == -1 and state.next_row == 4
+        dispatcher.dispatch_due()
+        assert dispatcher.claim(now_ns()) == -1 and state.next_row == 4
         assert sum(_pending(sock) for sock in bench.server_ends) == 3
         state.send_until_ns = 2**63 - 1  # no cap: the 5th goes on the freed slot
-        state.dispatch_due()
+        dispatcher.dispatch_due()
         assert state.next_row == 5 and state.in_flight == 4
     finally:
         bench.close()
@@ -205,7 +206,7 @@ def test_an_arrival_that_finds_no_warm_connection_still_goes_out_and_is_counted(
     each counted as a pool miss, and every connect recorded on the row it was for. (A pool miss may
     still find a connection freed while it waited, and a kept-alive connection the server closed is
     connected again for its row's retry: the counts bound each other, they need not be equal.)"""
-    monkeypatch.setattr(LoadGenerator, "_top_up", lambda self, target, spawn: None)
+    monkeypatch.setattr(Connections, "top_up", lambda self, target, spawn: None)
 
     def script(n: int, body: bytes) -> list[Any]:
         return stream_script([1, 1], ttft_s=0.002, gap_s=0.002)
@@ -219,15 +220,16 @@ def test_an_arrival_that_finds_no_warm_connection_still_goes_out_and_is_counted(
     assert np.all(col(data, "sent_ns") >= col(data, "scheduled_ns"))
 
 
-def _dispatch_spaced(bench: _Bench, arrivals: int, gap_ns: int, late_ns: int | None) -> np.ndarray:
+def _dispatch_spaced(bench: _Bench, arrivals: int, gap_ns: int, late_ns: int | None,
+                     lead: tuple[int, int]) -> tuple[np.ndarray, Dispatcher]:
     """Arrivals ``gap_ns`` apart; the loop gets to each ``late_ns`` after it is due (None: as soon as
-    the loop's fd turns readable). Returns each arrival's due time."""
+    the loop's fd turns readable), the lead learnt within ``lead``. Returns each arrival's due time."""
     state = bench.state
     for conn in bench.idle:
         state.park(conn)
     base = now_ns() + 2_000_000
     offsets = gap_ns * np.arange(arrivals, dtype=np.int64)
-    state.dispatch_arrivals(offsets, base, arrivals)
+    dispatcher = state.dispatch_arrivals(offsets, base, arrivals, *lead)
     for due in base + offsets:
         if late_ns is None:
             select.select([state.fileno()], [], [], 5.0)
@@ -235,7 +237,7 @@ def _dispatch_spaced(bench: _Bench, arrivals: int, gap_ns: int, late_ns: int | N
             while now_ns() < due + late_ns:
                 pass
         state.drain()
-    return base + offsets
+    return base + offsets, dispatcher
 
 
 def test_the_arrival_lead_follows_how_late_the_loop_gets_to_arrivals() -> None:
@@ -243,13 +245,10 @@ def test_the_arrival_lead_follows_how_late_the_loop_gets_to_arrivals() -> None:
     arm its timer as early as its bound allows; each arrival still goes out, and not before it is due."""
     bench = _Bench(0, 6)
     try:
-        state = bench.state
-        state.lead_min_ns, state.lead_max_ns = 20_000, 300_000
-        state.lead_ns = 20_000
-        due = _dispatch_spaced(bench, 6, 3_000_000, late_ns=1_000_000)
+        due, dispatcher = _dispatch_spaced(bench, 6, 3_000_000, late_ns=1_000_000, lead=(20_000, 300_000))
         # (a host stall can bring two arrivals due in one drain: the second is not a sample)
-        assert state.core_sends == 6 and 1 <= state.lead_samples <= 6
-        assert state.lead_ns == 300_000  # the bound, below the 1 ms it learnt
+        assert dispatcher.core_sends == 6 and 1 <= dispatcher.lead_samples <= 6
+        assert dispatcher.lead_ns == 300_000  # the bound, below the 1 ms it learnt
         sent = sorted(conn.sent_ns for conn in bench.idle)
         assert all(s >= d for s, d in zip(sent, due))
     finally:
@@ -266,27 +265,25 @@ def test_a_loop_on_time_keeps_the_lead_short() -> None:
         bench = _Bench(0, 24)
         try:
             state = bench.state
-            state.lead_min_ns, state.lead_max_ns = 20_000, 50_000_000
-            state.lead_ns = 20_000
             for conn in bench.idle:
                 state.park(conn)
             base = now_ns() + 2_000_000
             due = base + 2_000_000 * np.arange(24, dtype=np.int64)
-            state.dispatch_arrivals(due - base, base, 24)
+            d = state.dispatch_arrivals(due - base, base, 24, 20_000, 50_000_000)
             longest = 0  # over the drains: the most the core's sample can be, by this test's stamps
             deadline = time.monotonic() + 60
-            while state.core_sends < 24 and time.monotonic() < deadline:
-                row, lead, samples = state.next_row, state.lead_ns, state.lead_samples
+            while d.core_sends < 24 and time.monotonic() < deadline:
+                row, lead, samples = state.next_row, d.lead_ns, d.lead_samples
                 select.select([state.fileno()], [], [], 0.1)
                 state.drain()
-                learnt = state.lead_samples - samples
+                learnt = d.lead_samples - samples
                 # one sample: the arrival the timer was armed for, from its lead before the drain; two
                 # (a host stall brought the next one due within the same drain) cannot be bounded here
                 assert learnt <= 1, "a drain learnt from two arrivals: this round cannot bound the second"
                 if learnt:
                     longest = max(longest, now_ns() - (int(due[row]) - lead))
-            assert state.core_sends == 24 and 1 <= state.lead_samples <= 24
-            assert state.lead_min_ns <= state.lead_ns <= max(longest + LEAD_MARGIN_NS, state.lead_min_ns)
+            assert d.core_sends == 24 and 1 <= d.lead_samples <= 24
+            assert d.lead_min_ns <= d.lead_ns <= max(longest + LEAD_MARGIN_NS, d.lead_min_ns)
         finally:
             bench.close()
 
@@ -299,14 +296,13 @@ def test_an_arrival_held_for_a_slot_teaches_the_lead_nothing() -> None:
     bench = _Bench(0, 2)
     try:
         state = bench.state
-        state.lead_min_ns, state.lead_max_ns = 20_000, 300_000
         for conn in bench.idle:
             state.park(conn)
-        state.dispatch_arrivals(np.zeros(2, dtype=np.int64), now_ns(), 1)
-        assert state.next_row == 1 and state.lead_samples == 1
+        d = state.dispatch_arrivals(np.zeros(2, dtype=np.int64), now_ns(), 1, 20_000, 300_000)
+        assert state.next_row == 1 and d.lead_samples == 1
         # The first arrival's lateness is however long this host took to get there (a loaded one can
         # reach the bound): the check is that the held one changes nothing, not that the first was small.
-        lead_from_first = state.lead_ns
+        lead_from_first = d.lead_ns
         (asked,) = [sock for sock in bench.server_ends if _pending(sock)]
         asked.recv(65536)
         time.sleep(0.005)  # the second arrival has waited 5 ms for its slot
@@ -314,6 +310,6 @@ def test_an_arrival_held_for_a_slot_teaches_the_lead_nothing() -> None:
                       + CHUNKED_END)
         state.drain()
         assert state.completed == 1 and state.next_row == 2
-        assert state.lead_samples == 1 and state.lead_ns == lead_from_first
+        assert d.lead_samples == 1 and d.lead_ns == lead_from_first
     finally:
         bench.close()

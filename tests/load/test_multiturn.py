@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import time
 
 import numpy as np
 import orjson
@@ -285,6 +286,32 @@ def test_a_session_starts_at_its_due_time_and_none_after_the_stop() -> None:
     # the stop came from the session at index 5: none after it started (each waited for its own due time)
     assert [s for s, _, _ in runs] == list(range(6))
     assert all(due == start + s * 2_000_000 and began >= due for s, due, began in runs)
+
+
+def test_sessions_due_together_behind_a_late_loop_do_not_begin_after_the_stop() -> None:
+    """The first session holds the loop 12 ms, so the next ones (due every 2 ms) come due together and their
+    tasks are made before any runs; the second one stops the run: those after it do not begin, and their
+    slots go back."""
+    async def main() -> tuple[list[int], int]:
+        slots = asyncio.Semaphore(4)
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        began: list[int] = []
+
+        async def session(s: int, due: int) -> None:
+            began.append(s)
+            if s == 0:
+                time.sleep(0.012)  # a stall of the loop, not a wait on it
+            if s == 1:
+                stop.set_result(None)
+            slots.release()
+
+        dues = now_ns() + np.arange(50, dtype=np.int64) * 2_000_000
+        await start_on_arrival(dues, slots, stop, session)
+        return began, slots._value
+
+    began, free = asyncio.run(main())
+    assert began == [0, 1]
+    assert free == 4  # every slot back, those of the sessions that did not begin too
 
 
 # -- runs against the synthetic server ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ from support.pools import guarded, run_and_then
 from support.scripted import CHUNKED_END, STREAM_HEAD, chunked, completion_chunk, sse
 from support.timing import until_a_round_passes
 from fastbench import api
-from fastbench._core import Recorder, RunState, StreamConnection, now_ns
+from fastbench._core import Recorder, RunState, SharedDispatcher, StreamConnection, now_ns
 from fastbench.config import BenchConfig
 from fastbench.load import pacer
 from fastbench.load.driver import LoadGenerator
@@ -53,7 +53,8 @@ class _Worker:
         self.state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
         self.state.kernel_timestamps = False
         self.state.set_requests(b"POST / HTTP/1.1\r\nContent-Length: ", [b"{}"] * len(rows))
-        self.state.share_arrivals(header, claimers, index + 1, workers)
+        self.shared = (header, claimers, index + 1, workers)
+        self.d: SharedDispatcher | None = None
         self.server_ends: list[socket.socket] = []
         self.conns = []
         for _ in range(connections):
@@ -61,6 +62,11 @@ class _Worker:
             client.setblocking(False)
             self.server_ends.append(server)
             self.conns.append(StreamConnection(self.state, self.loop, client))
+
+    def dispatch(self, offsets: np.ndarray, base: int, limit: int) -> SharedDispatcher:
+        """The open loop starts: the core sends what is due under the run's cap."""
+        self.d = self.state.share_arrivals(offsets, base, limit, *self.shared)
+        return self.d
 
     def asked(self) -> list[socket.socket]:
         """The server ends with a request waiting, read off."""
@@ -90,10 +96,10 @@ def test_a_slot_freed_in_one_worker_sends_the_arrival_held_in_the_other() -> Non
                 w.state.park(conn)
         base = now_ns()
         offsets = np.zeros(5, dtype=np.int64)  # all due now; a cap of 2 for the two workers together
-        a.state.dispatch_arrivals(offsets, base, 2)
+        a.dispatch(offsets, base, 2)
         # The oldest due arrivals, whoever's timer they are on: 0 (its own) and 1 (b's).
         assert header[0] == 2 and header[1] == 2 and claimers[:2].tolist() == [1, 1]
-        b.state.dispatch_arrivals(offsets, base, 2)
+        bd = b.dispatch(offsets, base, 2)
         assert header[0] == 2 and header[1] == 2 and b.state.in_flight == 0  # held: never past the cap
         assert b.asked() == []
         # A request of a's ends: its connection sends the oldest due arrival (2) itself, the slot passing on.
@@ -102,7 +108,7 @@ def test_a_slot_freed_in_one_worker_sends_the_arrival_held_in_the_other() -> Non
         a.state.drain()
         assert header[0] == 3 and header[1] == 2 and claimers[2] == 1
         # b takes a slot for Python's send (a pool miss): none is free, nothing is claimed.
-        assert b.state.claim_due_with_slot(now_ns()) == -1 and header[0] == 3 and header[1] == 2
+        assert bd.claim_due_with_slot(now_ns()) == -1 and header[0] == 3 and header[1] == 2
         # Both of a's end with nothing more sent on them... the third's end frees a slot: arrival 3 (b's) goes.
         second.sendall(ANSWER)
         a.state.drain()
@@ -114,9 +120,9 @@ def test_a_slot_freed_in_one_worker_sends_the_arrival_held_in_the_other() -> Non
         a.state.drain()
         a.state.drain()
         assert header[1] == 0 and header[0] == 4
-        row = b.state.claim_due_with_slot(now_ns())
+        row = bd.claim_due_with_slot(now_ns())
         assert row == 4 and claimers[4] == 2 and header[1] == 1 and header[0] == 5
-        b.state.give_slot()
+        bd.give_slot()
         assert header[1] == 0
         assert rows[:4, COL["end_ns"]].all()  # each of the four a sent ended once, on its row
     finally:
@@ -131,36 +137,38 @@ def test_an_arrival_is_claimed_only_when_due_and_a_stop_cancels_each_once() -> N
     try:
         base = now_ns()
         offsets = np.array([0, 0, 0, 0, 10**12, 10**12], dtype=np.int64)
-        for w in (a, b):
-            w.state.dispatch_arrivals(offsets, base, 1)  # no connection in either pool: Python's sends
-        row = a.state.claim_due_with_slot(now_ns())
+        ad, bd = (w.dispatch(offsets, base, 1) for w in (a, b))  # no connection in either pool: Python's sends
+        row = ad.claim_due_with_slot(now_ns())
         assert row == 0 and header[1] == 1
-        assert b.state.claim_due_with_slot(now_ns()) == -1 and header[1] == 1  # the one slot is a's
-        a.state.give_slot()
+        assert bd.claim_due_with_slot(now_ns()) == -1 and header[1] == 1  # the one slot is a's
+        ad.give_slot()
         # At a stop, the due arrivals left are claimed without a slot, each by one worker only.
         a.state.stopping = b.state.stopping = True
-        taken = [a.state.claim_arrived(now_ns()), b.state.claim_arrived(now_ns()), a.state.claim_arrived(now_ns())]
+        taken = [ad.claim_arrived(now_ns()), bd.claim_arrived(now_ns()), ad.claim_arrived(now_ns())]
         assert taken == [1, 2, 3] and claimers[1:4].tolist() == [1, 2, 1]
-        assert b.state.claim_arrived(now_ns()) == -1 and header[0] == 4  # 4 and 5 are not due: never claimed
+        assert bd.claim_arrived(now_ns()) == -1 and header[0] == 4  # 4 and 5 are not due: never claimed
         assert header[1] == 0
     finally:
         a.close()
         b.close()
 
 
-def test_the_shared_cap_is_refused_with_the_closed_loop_s_claims() -> None:
+def test_the_shared_cap_checks_its_marks_and_only_its_dispatcher_takes_the_run_s_slots() -> None:
     rows, header, claimers = _shared(4)
     state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
     state.set_requests(b"POST / HTTP/1.1\r\nContent-Length: ", [b"{}"] * 4)
+    offsets = np.full(4, 10**12, dtype=np.int64)
     with pytest.raises(ValueError, match="index \\+ 1"):
-        state.share_arrivals(header, claimers, 3, 2)
+        state.share_arrivals(offsets, now_ns(), 2, header, claimers, 3, 2)
     with pytest.raises(ValueError, match="claimer marks"):
-        state.share_arrivals(header, claimers[:2], 1, 2)
-    with pytest.raises(RuntimeError, match="needs share_arrivals"):
-        state.claim_due_with_slot(now_ns())  # not shared: nothing to take a slot of
-    state.claim_from(header, claimers, 1)
-    with pytest.raises(ValueError, match="closed loop claims"):
-        state.share_arrivals(header, claimers, 1, 2)
+        state.share_arrivals(offsets, now_ns(), 2, header, claimers[:2], 1, 2)
+    # the dispatcher of a cap of its own has nothing of the run's to take a slot of
+    own = state.dispatch_arrivals(offsets, now_ns(), 2)
+    assert not isinstance(own, SharedDispatcher) and not hasattr(own, "claim_due_with_slot")
+    state.end_schedule()
+    shared = state.share_arrivals(offsets, now_ns(), 2, header, claimers, 1, 2)
+    assert isinstance(shared, SharedDispatcher) and shared.claim_due_with_slot(now_ns()) == -1  # none due
+    assert header[1] == 0
 
 
 def test_open_loop_under_a_cap_is_shared_and_uncapped_is_dealt() -> None:

@@ -29,7 +29,7 @@ import uvloop
 
 from support.pools import guarded, run_and_then
 from fastbench import api
-from fastbench._core import Recorder, RunState
+from fastbench._core import Recorder, RowClaims, RunState
 from fastbench.cli.argtypes import workers_count
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
@@ -488,11 +488,10 @@ def test_the_shortfall_note_is_only_for_a_real_shortfall() -> None:
 # -- the closed loop's requests claimed from one table every worker shares ------------------------------
 
 
-def _claiming_state(header: np.ndarray, claimers: np.ndarray, rows: np.ndarray, who: int) -> RunState:
+def _claiming_state(header: np.ndarray, claimers: np.ndarray, rows: np.ndarray, who: int) -> RowClaims:
     state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
     state.set_requests(b"", [b"{}"] * len(rows))
-    state.claim_from(header, claimers, who)
-    return state
+    return state.claim_rows(header, claimers, who)
 
 
 def test_cores_claim_each_row_of_the_shared_table_once_and_mark_it() -> None:
@@ -500,34 +499,31 @@ def test_cores_claim_each_row_of_the_shared_table_once_and_mark_it() -> None:
     header, claimers = np.zeros(8, dtype=np.int64), np.zeros(n, dtype=np.int32)
     rows = np.zeros((n, NCOLS), dtype=np.int64)
     first, second = (_claiming_state(header, claimers, rows, who) for who in (1, 2))
-    assert [first._claim_row(), second._claim_row(), second._claim_row(), first._claim_row()] == [0, 1, 2, 3]
-    assert second._claim_row() == 4 and first._claim_row() == -1 and second._claim_row() == -1
+    assert [first.claim(), second.claim(), second.claim(), first.claim()] == [0, 1, 2, 3]
+    assert second.claim() == 4 and first.claim() == -1 and second.claim() == -1
     assert claimers.tolist() == [1, 2, 2, 1, 2]
     assert header[0] == n  # an exhausted counter is read, not added to, by every slot that frees
     assert first.next_row == second.next_row == n
-    with pytest.raises(ValueError, match="closed loop"):
-        first.chain_arrivals(np.zeros(n, dtype=np.int64))
+    state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
+    state.set_requests(b"", [b"{}"] * n)
     with pytest.raises(ValueError, match="index \\+ 1"):
-        first.claim_from(header, claimers, 0)
+        state.claim_rows(header, claimers, 0)
     with pytest.raises(ValueError, match="5 int32 claimer marks"):
-        first.claim_from(header, claimers[:4], 1)
-    first.claim_from(None, None, 0)  # off: its own table again
-    first.next_row = 0
-    assert first._claim_row() == 0 and header[0] == n
+        state.claim_rows(header, claimers[:4], 1)
+    assert state.claim_rows().claim() == 0 and header[0] == n  # without them: its own table
 
 
 CLAIMER = textwrap.dedent("""
     import mmap, sys
     import numpy as np
-    from fastbench._core import Recorder, RunState
+    from fastbench._core import Recorder, RowClaims, RunState
     from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
     from fastbench.results.records import new_histogram
     fd, n, who = map(int, sys.argv[1:])
     header, claimers, rows = claim_views(mmap.mmap(fd, claim_layout(n)[0]), n)
     state = RunState(rows, *(Recorder(new_histogram()) for _ in range(3)))
     state.set_requests(b"", [b"{}"] * n)
-    state.claim_from(header, claimers, who)
-    claim, count = state._claim_row, 0
+    claim, count = state.claim_rows(header, claimers, who).claim, 0
     print("ready", flush=True)
     sys.stdin.readline()
     while claim() >= 0:

@@ -21,10 +21,6 @@ pytestmark = pytest.mark.pure_python
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "src" / "fastbench"
 MAX_LINES = 600
-# The hot path's two big modules, each at the size it has now: RunState (the core's shared run state) and
-# LoadGenerator's three schedules are to be composed of parts with one job each (a split was built and
-# reverted: under ASan its closed loop's refill came later than the old one's).
-OVER_THE_LIMIT = {"_core/run.pyx": 822, "load/driver.py": 874}
 
 # What each room may import (besides itself and the standard library). Low to high: the leaves, then
 # the core and the records contract, then the wings, then the study (reads result files), then the API,
@@ -191,18 +187,9 @@ def test_no_circles() -> None:
 @pytest.mark.parametrize("path", [*_sources(), *sorted(PACKAGE.rglob("*.pyx"))],
                          ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_is_over_the_limit(path: pathlib.Path) -> None:
-    # No reason accepted in a docstring: a module that grows past it is split along its jobs. The two
-    # listed in OVER_THE_LIMIT wait for the hot path's split into parts, and may not grow meanwhile.
+    # No exception, and no reason accepted in a docstring: a module that grows past it is split along its jobs.
     lines = path.read_text().count("\n")
-    name = str(path.relative_to(PACKAGE))
-    limit = OVER_THE_LIMIT.get(name, MAX_LINES)
-    assert lines <= limit, f"{name}: {lines} lines, over {limit}: split it along its jobs"
-
-
-def test_the_modules_over_the_limit_are_still_over_it() -> None:
-    # an entry of OVER_THE_LIMIT is taken out once its module is split, not left as a licence to grow
-    for name in OVER_THE_LIMIT:
-        assert (PACKAGE / name).read_text().count("\n") > MAX_LINES, f"{name} is split: take it out of OVER_THE_LIMIT"
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)}: {lines} lines, over {MAX_LINES}: split it along its jobs"
 
 
 # -- tests/ mirrors the rooms ------------------------------------------------------------------------------

@@ -1,10 +1,18 @@
 from .engine import (
     BUILD_FLAVOUR,
     COLUMN_ORDER,
+    ArrivalClaims,
     ArrivalTimer,
     BodyParts,
+    Claims,
+    Dispatcher,
+    Pool,
     Recorder,
+    RowClaims,
     RunState,
+    SharedArrivals,
+    SharedDispatcher,
+    Slots,
     StreamConnection,
     TokenRuns,
     debug_counters,
@@ -14,6 +22,7 @@ from .engine import (
 )
 
 __all__ = (
-    "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Recorder", "RunState", "StreamConnection",
+    "ArrivalClaims", "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Claims", "Dispatcher", "Pool",
+    "Recorder", "RowClaims", "RunState", "SharedArrivals", "SharedDispatcher", "Slots", "StreamConnection",
     "TokenRuns", "debug_counters", "lay_out_blocks", "now_ns", "scan_trace",
 )

@@ -1,7 +1,7 @@
 # cython: language_level=3
-# Automatic coalescing: which tick the sockets are read on, chosen from the chunk gaps the run's own
-# kernel stamps show (RunState.coalesce_auto; the mechanism, _set_tick, is in run.pyx). Looked at
-# every COALESCE_DECIDE_NS from a wake-up, in C: nothing per chunk but one histogram count (events.pyx).
+# Coalesced reads: Tick, the timer the sockets are read on, and automatic coalescing, which chooses it
+# from the chunk gaps the run's own kernel stamps show (RunState.coalesce_auto). Looked at every
+# COALESCE_DECIDE_NS from a wake-up, in C: nothing per chunk but one histogram count (events.pyx).
 # Included by engine.pyx.
 #
 # What a tick may cost, and how each rule keeps it from costing that:
@@ -46,6 +46,112 @@ cdef double COALESCE_OPEN_LOSS = 0.0005     # the streams kept open that unwatch
 COALESCE_WHY = ("learning", "gaps", "max", "ends", "few reads", "shared reads", "user stamps", "open loop")
 
 
+cdef class Tick:
+    """The tick of coalesced reads, over a run's ReadySet: a timerfd in the ends set, moved to
+    ``tick_ns`` from every wake-up (see RunState.coalesce); with ``auto`` its interval is chosen
+    here, and changed, and every change logged for the result (RunState.coalescing)."""
+
+    def __cinit__(self, ReadySet sets, int64_t tick_ns, bint auto, int64_t now):
+        cdef epoll_event ev
+        self.fd = -1  # first: __dealloc__ runs even when this fails
+        self.sets = sets
+        self.decide_due_ns = INT64_MAX
+        self.fd = _counted_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC))
+        if self.fd < 0:
+            raise OSError("timerfd_create failed")
+        ev.events = EPOLLIN
+        ev.data.ptr = NULL  # not a connection: ReadySet.drain passes over it
+        if epoll_ctl(sets.ends_epfd, EPOLL_CTL_ADD, self.fd, &ev) != 0:
+            raise OSError("epoll_ctl(ADD) failed")
+        self.tick_ns = tick_ns
+        self.auto = auto
+        if auto:
+            self.max_tick_ns = tick_ns
+            self.hold_ns = COALESCE_HOLD_NS
+            self.period_ns = now
+            self.decide_due_ns = now + COALESCE_DECIDE_NS
+            self.set_tick(0, WHY_LEARNING, now)
+        else:
+            self.arm()
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            _close_counted_fd(self.fd)
+
+    cdef void arm(self) noexcept:
+        cdef itimerspec spec
+        cdef int64_t due
+        if self.tick_ns <= 0:
+            return
+        due = fb_now_ns() + self.tick_ns
+        spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+        spec.it_value.tv_sec = due // 1000000000
+        spec.it_value.tv_nsec = due % 1000000000
+        timerfd_settime(self.fd, TFD_TIMER_ABSTIME, &spec, NULL)
+
+    cdef void clear(self) noexcept:
+        """An expiry consumed, if the wake-up was one."""
+        cdef uint64_t expirations
+        if self.tick_ns:
+            read(self.fd, &expirations, sizeof(expirations))
+
+    cdef void set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept:
+        """The tick to ``tick_ns`` (0: reads on every arrival), and the change logged."""
+        cdef epoll_event ev
+        cdef itimerspec spec
+        cdef uint64_t expirations
+        cdef Py_ssize_t k
+        ev.events = EPOLLIN
+        ev.data.ptr = NULL  # not a connection: ReadySet.drain passes over it
+        if tick_ns > 0 and self.inner_nested:
+            epoll_ctl(self.sets.ends_epfd, EPOLL_CTL_DEL, self.sets.epfd, &ev)
+            self.inner_nested = False
+        elif tick_ns == 0 and not self.inner_nested:
+            epoll_ctl(self.sets.ends_epfd, EPOLL_CTL_ADD, self.sets.epfd, &ev)
+            self.inner_nested = True
+        self.tick_ns = tick_ns
+        if tick_ns > 0:
+            self.arm()
+        else:
+            spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+            spec.it_value.tv_sec = spec.it_value.tv_nsec = 0
+            timerfd_settime(self.fd, 0, &spec, NULL)  # disarmed
+            read(self.fd, &expirations, sizeof(expirations))  # and an expiry not yet read, cleared
+        # the first COALESCE_CHANGES - 1 changes, and the latest in the last slot
+        k = self.changes if self.changes < COALESCE_CHANGES else COALESCE_CHANGES - 1
+        self.change_ns[k] = now
+        self.change_tick_ns[k] = tick_ns
+        self.change_gap_ns[k] = self.last_short_gap_ns
+        self.change_why[k] = why
+        self.changes += 1
+
+    cdef void count_end(self, double duration_ns, bint watched) noexcept:
+        """A request's end, for the bound that keeps streams open (automatic coalescing only)."""
+        self.ends_weight += 1.0
+        self.ends_duration_ns += duration_ns
+        if not watched:
+            self.ends_unwatched += 1
+            self.ends_unwatched_weight += 1.0
+
+    def summary(self):
+        """What automatic coalescing chose, as RunState.coalescing gives it; None without it."""
+        cdef Py_ssize_t i
+        if self.changes == 0:
+            return None
+        return {
+            "tick_ns": self.tick_ns,
+            "changes": [(self.change_ns[i], self.change_tick_ns[i], self.change_gap_ns[i],
+                         COALESCE_WHY[self.change_why[i]]) for i in range(min(self.changes, COALESCE_CHANGES))],
+            "changes_total": self.changes,
+            "short_gap_ns": self.last_short_gap_ns,
+            "ticked_reads": self.ticked_reads,
+            "ticked_multi_event_reads": self.ticked_multi_event_reads,
+            "arrival_reads": self.base_reads,
+            "arrival_multi_event_reads": self.base_multi,
+            "ends_unwatched": self.ends_unwatched,
+        }
+
+
 cdef int64_t _short_gap_ns(RunState run, int64_t *total) noexcept:
     """The short gap (at COALESCE_SHORT_QUANTILE of the gaps kept; its bucket's lower bound, never
     more than the gap), and in ``total`` the gaps kept."""
@@ -70,38 +176,38 @@ cdef inline int64_t _bucket_floor(int64_t ns) noexcept:
     return fb_gap_bucket_low(fb_gap_bucket(ns)) if ns > 0 else 0
 
 
-cdef void _coalesce_decide(RunState run, int64_t now) noexcept:
+cdef void _coalesce_decide(Tick ticker, RunState run, int64_t now, bint dispatching) noexcept:
     """One look at the period since the last: back off, or choose the tick the figures allow."""
-    cdef int64_t reads = run.reads - run.period_reads
-    cdef int64_t kernel = run.kernel_reads - run.period_kernel_reads
-    cdef int64_t multi = run.multi_event_reads - run.period_multi
-    cdef int64_t elapsed = now - run.period_ns
-    cdef int64_t tick = run.tick_ns, total, short_gap, target, bound
+    cdef int64_t reads = run.reads - ticker.period_reads
+    cdef int64_t kernel = run.kernel_reads - ticker.period_kernel_reads
+    cdef int64_t multi = run.multi_event_reads - ticker.period_multi
+    cdef int64_t elapsed = now - ticker.period_ns
+    cdef int64_t tick = ticker.tick_ns, total, short_gap, target, bound
     cdef double expected, unwatched_share, duration
     cdef int why, b
-    run.period_ns = now
-    run.period_reads = run.reads
-    run.period_kernel_reads = run.kernel_reads
-    run.period_multi = run.multi_event_reads
-    run.decide_due_ns = now + COALESCE_DECIDE_NS
+    ticker.period_ns = now
+    ticker.period_reads = run.reads
+    ticker.period_kernel_reads = run.kernel_reads
+    ticker.period_multi = run.multi_event_reads
+    ticker.decide_due_ns = now + COALESCE_DECIDE_NS
     if reads > kernel:
-        run.decide_due_ns = INT64_MAX  # no more decisions
-        run.auto_coalesce = False
-        run._set_tick(0, WHY_USER_STAMPS, now)
+        ticker.decide_due_ns = INT64_MAX  # no more decisions
+        ticker.auto = False
+        ticker.set_tick(0, WHY_USER_STAMPS, now)
         return
     if tick == 0:
-        run.base_reads += reads
-        run.base_multi += multi
+        ticker.base_reads += reads
+        ticker.base_multi += multi
     else:
-        run.ticked_reads += reads
-        run.ticked_multi_event_reads += multi
-        expected = reads * (<double>run.base_multi / run.base_reads if run.base_reads else 0.0)
+        ticker.ticked_reads += reads
+        ticker.ticked_multi_event_reads += multi
+        expected = reads * (<double>ticker.base_multi / ticker.base_reads if ticker.base_reads else 0.0)
         if multi > expected + 1.0 + 3.0 * sqrt(expected):  # beyond the server's own, by more than noise
-            run.hold_until_ns = now + run.hold_ns
-            if run.hold_ns < 32 * <int64_t>COALESCE_HOLD_NS:
-                run.hold_ns *= 2
+            ticker.hold_until_ns = now + ticker.hold_ns
+            if ticker.hold_ns < 32 * <int64_t>COALESCE_HOLD_NS:
+                ticker.hold_ns *= 2
             tick = _bucket_floor(tick // 2)
-            run._set_tick(tick if tick >= COALESCE_TICK_MIN_NS else 0, WHY_SHARED_READS, now)
+            ticker.set_tick(tick if tick >= COALESCE_TICK_MIN_NS else 0, WHY_SHARED_READS, now)
             return
     short_gap = _short_gap_ns(run, &total)
     if total > 2 * COALESCE_GAP_WINDOW:
@@ -109,29 +215,29 @@ cdef void _coalesce_decide(RunState run, int64_t now) noexcept:
             run.gap_counts[b] >>= 1
     if total < COALESCE_MIN_GAPS:
         return
-    run.last_short_gap_ns = short_gap
+    ticker.last_short_gap_ns = short_gap
     target = <int64_t>(short_gap * COALESCE_GAP_SHARE)
     why = WHY_GAPS
-    if target > run.auto_max_tick_ns:
-        target = run.auto_max_tick_ns
+    if target > ticker.max_tick_ns:
+        target = ticker.max_tick_ns
         why = WHY_MAX
-    if run.ends_weight > 0:
-        unwatched_share = run.ends_unwatched_weight / run.ends_weight
-        duration = run.ends_duration_ns / run.ends_weight
+    if ticker.ends_weight > 0:
+        unwatched_share = ticker.ends_unwatched_weight / ticker.ends_weight
+        duration = ticker.ends_duration_ns / ticker.ends_weight
     else:
-        unwatched_share = 0.0 if run.watching_ends else 1.0
-        duration = <double>(now - run.change_ns[0])
+        unwatched_share = 0.0 if ticker.sets.watching_ends else 1.0
+        duration = <double>(now - ticker.change_ns[0])
     if unwatched_share > 0:
         bound = <int64_t>(2.0 * COALESCE_OPEN_LOSS * duration / unwatched_share)
         if bound < target:
             target = bound
             why = WHY_ENDS
-    if run.ends_weight > 2 * COALESCE_ENDS_WINDOW:
-        run.ends_weight /= 2
-        run.ends_unwatched_weight /= 2
-        run.ends_duration_ns /= 2
+    if ticker.ends_weight > 2 * COALESCE_ENDS_WINDOW:
+        ticker.ends_weight /= 2
+        ticker.ends_unwatched_weight /= 2
+        ticker.ends_duration_ns /= 2
     target = _bucket_floor(target)
-    if run.dispatching:
+    if dispatching:
         target = 0
         why = WHY_OPEN_LOOP
     elif target < COALESCE_TICK_MIN_NS:
@@ -139,7 +245,7 @@ cdef void _coalesce_decide(RunState run, int64_t now) noexcept:
     elif reads * target < (2 if tick else 4) * elapsed:  # reads per tick, at this period's rate
         target = 0
         why = WHY_FEW_READS
-    if target < tick or (target > tick and now >= run.hold_until_ns and (tick == 0 or target >= tick + tick // 4)):
-        run._set_tick(target, why, now)
-    elif why == WHY_OPEN_LOOP and run.change_why[min(run.changes, COALESCE_CHANGES) - 1] != WHY_OPEN_LOOP:
-        run._set_tick(0, why, now)  # no change, but the result says why it stays on every arrival
+    if target < tick or (target > tick and now >= ticker.hold_until_ns and (tick == 0 or target >= tick + tick // 4)):
+        ticker.set_tick(target, why, now)
+    elif why == WHY_OPEN_LOOP and ticker.change_why[min(ticker.changes, COALESCE_CHANGES) - 1] != WHY_OPEN_LOOP:
+        ticker.set_tick(0, why, now)  # no change, but the result says why it stays on every arrival

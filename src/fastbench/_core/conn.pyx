@@ -45,9 +45,9 @@ cdef class StreamConnection:
         self.in_ends_set = False
         # Where the state a read touches ends: the object's own fields, then c up to the HTTP
         # line buffer (engine.pxd orders both so).
-        run.hot_bytes = <size_t>(<char *>&self.c.http.line - <char *><void *>self)
+        run.sets.hot_bytes = <size_t>(<char *>&self.c.http.line - <char *><void *>self)
         run.connections_opened += 1
-        run._register(self)
+        run.sets.register(self)
 
     def __dealloc__(self):
         if FB_DEBUG and self.c.sse.buf != NULL:
@@ -70,8 +70,8 @@ cdef class StreamConnection:
         """Send one request, the run's head with ``body`` (bytes or BodyParts), and return a Future that
         resolves to an ErrorClass value.
 
-        In closed loop (``RunState.refill``) a connection that stays usable goes straight on to
-        the run's next request from inside the core, and in open loop (``chain_arrivals``) to the
+        In closed loop (``RunState.claim_rows``) a connection that stays usable goes straight on to
+        the run's next request from inside the core, and in open loop (``dispatch_arrivals``) to the
         next one when it is already due, so the Future resolves only when the chain ends: with an
         error that closed the connection, at the stop, or when no request is left (or due).
         ``row`` and ``last_was_reused`` then describe the request that ended it.
@@ -81,18 +81,18 @@ cdef class StreamConnection:
         _check_body(body)
         self.busy = True
         self.fut = self.loop.create_future()
-        self.run.in_flight += 1
+        self.run.slots.in_flight += 1
         self._begin(body, row, scheduled_ns, connect_ns)
         return self.fut
 
     cdef _start_from_core(self, int64_t row, int64_t scheduled_ns):
-        """The core's own send of an arrival (RunState.dispatch_arrivals): no Future; the chain's
+        """The core's own send of an arrival (RunState.dispatch_arrivals, Dispatcher): no Future; the chain's
         end gives the connection back to the pool."""
         if FB_DEBUG:
             _debug_assert(not self.busy and not self.closed, "the core sent on a busy or closed connection")
         self.busy = True
         self.fut = None
-        self.run.in_flight += 1
+        self.run.slots.in_flight += 1
         self._begin(self.run.body(row), row, scheduled_ns, 0)
 
     cdef _begin(self, object body, int64_t row, int64_t scheduled_ns, int64_t connect_ns):
@@ -135,7 +135,7 @@ cdef class StreamConnection:
             # Back to the inner set after the send, not before: the two epoll_ctl calls (a few us
             # each here) would otherwise delay every request sent on a connection that was watched
             # for its last one's end (a closed loop's refill, an open-loop arrival from the pool).
-            self.run._move(self, False)
+            self.run.sets.move(self, False)
 
     @property
     def row(self):
@@ -227,7 +227,7 @@ cdef class StreamConnection:
     def close(self):
         if not self.closed:
             self.closed = True
-            self.run._unregister(self)
+            self.run.sets.unregister(self)
             if self.send_task is not None:
                 # The loop still watches the fd for the rest of a request; a socket opened next may
                 # get the same number, so the watch goes before the fd does.
@@ -265,7 +265,7 @@ cdef class StreamConnection:
                     self._feed_tls(buf, n, ts)
                 else:
                     self._feed(buf, n, ts)
-                if self.run.watching_ends:
+                if self.run.sets.watching_ends:
                     self._watch_if_ending()
                 if n < READ_BUFFER_BYTES and not (
                         self.busy and self.c.req.done_seen and self.c.http.state == FB_HTTP_S_BODY_EOF):
@@ -295,7 +295,7 @@ cdef class StreamConnection:
             return
         left = expected - r.completion_tokens
         if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
-            self.run._move(self, True)
+            self.run.sets.move(self, True)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
         cdef bytes plain
@@ -359,8 +359,9 @@ cdef class StreamConnection:
         cdef fb_req_t *r = &self.c.req
         cdef int status = self.c.http.status
         cdef int usage
-        cdef int64_t row = r.row
+        cdef int64_t row = r.row, due = 0
         cdef RunState run = self.run
+        cdef Dispatcher dispatcher
         if FB_DEBUG:
             _debug.requests_ended += 1
             _debug_assert(self.busy and r.end_ns == 0, "a request ended twice, or one never begun")
@@ -399,13 +400,9 @@ cdef class StreamConnection:
             usage = USAGE_FINAL
         else:
             usage = USAGE_NONE
-        if row >= 0 and run.auto_coalesce and r.error != ERR_CANCELLED:
+        if row >= 0 and run.tick is not None and run.tick.auto and r.error != ERR_CANCELLED:
             # automatic coalescing keeps the streams open by these (coalesce.pyx)
-            run.ends_weight += 1.0
-            run.ends_duration_ns += <double>(r.end_ns - r.sent_ns)
-            if not self.in_ends_set:
-                run.ends_unwatched += 1
-                run.ends_unwatched_weight += 1.0
+            run.tick.count_end(<double>(r.end_ns - r.sent_ns), self.in_ends_set)
         if row >= 0:
             self._write_row(row, status, usage)
             if r.error == ERR_OK:
@@ -428,40 +425,29 @@ cdef class StreamConnection:
             # Answered before its request was all sent (an early 413, say): the rest of the body
             # would read as the next request, so the connection is not reused.
             self.close()
-        if row >= 0 and not self.closed and not self.run.stopping:
-            if self.run.refill:
-                # Closed loop: the slot freed at this response's end; the next request goes out now,
-                # without a trip through Python, and is due from this end stamp (before the time cap:
-                # past it, Python's loop sees the cap and stops the run, its timer or not).
-                nxt = self.run._claim_row() if fb_now_ns() < self.run.send_until_ns else -1
-                if nxt >= 0:
-                    self._begin(self.run.body(nxt), nxt, r.end_ns, 0)
-                    return
-            elif self.run.chain_due:
-                # Open loop: an arrival that waited for a slot takes this one now; due at its arrival
-                # (--workers' shared cap: the run's oldest due one, whichever worker's timer it is on).
-                nxt = self.run._claim_due_row(fb_now_ns())
-                if nxt >= 0:
-                    self._begin(self.run.body(nxt), nxt,
-                                self.run.arrival_base_ns + self.run.arrival_offsets[nxt], 0)
-                    return
+        if row >= 0 and not self.closed and not run.slots.stopping and run.chain is not None:
+            # The slot freed at this response's end: the schedule's next request goes out now, without
+            # a trip through Python (closed loop: the next row; open loop: an arrival that waited for a
+            # slot; see Claims.chain).
+            nxt = run.chain.chain(r.end_ns, &due)
+            if nxt >= 0:
+                self._begin(run.body(nxt), nxt, due, 0)
+                return
         self.busy = False
-        run.in_flight -= 1
+        run.slots.in_flight -= 1
         fut = self.fut
         self.fut = None
+        dispatcher = run.dispatcher
         if fut is not None:
             if not fut.done():
                 fut.set_result(r.error)
-        elif run.dispatching:
-            if not run._chain_ended(self, r.error) and run.shared_next != NULL:
-                # --workers' shared cap: the run's slot is given back (a Python send gives its own back,
-                # give_slot; a stale retry keeps it), and this worker looks for what waited for one
-                fb_slot_give(run.shared_in_flight)
-        if run.dispatching:
+        elif dispatcher is not None:
+            dispatcher.chain_ended(self, r.error)
+        if dispatcher is not None:
             # A slot freed, and maybe a connection: an arrival that waited for either goes now.
-            run._dispatch_due()
-            if run.in_flight == 0 and run._head() >= run.n_rows:
-                run._ask_python()  # the last request ended
+            dispatcher.dispatch()
+            if run.slots.in_flight == 0 and dispatcher.arrivals.head() >= dispatcher.arrivals.n_rows:
+                dispatcher.ask_python()  # the last request ended
 
     cdef bytes _chunk_stamps(self):
         """The request's output chunks' receive stamps, as int64 ns in one bytes object (per request,

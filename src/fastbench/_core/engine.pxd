@@ -145,6 +145,162 @@ ctypedef struct fb_conn_t:
 
 
 cdef class StreamConnection
+cdef class Dispatcher
+
+
+# RunState is composed of parts with one job each (run.pyx, ready.pyx, coalesce.pyx, claims.pyx,
+# dispatch.pyx). A part holds only the parts it needs, never the RunState: no reference cycles.
+
+cdef class Slots:
+    # The run's slots and its stop, which every part reads: the concurrency limit, the requests
+    # in flight (every path) and the slots held by sends Python is preparing (a connect).
+    cdef public int64_t in_flight
+    cdef public int64_t reserved
+    cdef public int64_t limit          # in_flight + reserved stays within it (open loop)
+    cdef public int64_t send_until_ns  # the time cap's instant (INT64_MAX: none): no arrival due from it is
+                                       # sent, no closed-loop slot refilled, whatever the loop's timer does
+    cdef public bint stopping          # no new requests (time cap, stop, error rate)
+
+
+cdef class ReadySet:
+    # The epoll sets the event loop's wake-ups drain: the inner set of every connection, and the
+    # ends set of those whose stream may end with their next chunk (coalescing, see watch_ends).
+    cdef int epfd
+    cdef int ends_epfd
+    cdef bint watching_ends            # coalescing with expected lengths: the split above is on
+    cdef set conns                     # the connections registered (keeps their pointers valid)
+    cdef size_t hot_bytes              # a connection's bytes a read touches (prefetched, see drain)
+    cdef epoll_event *ready            # epoll_wait's output array
+    cdef int64_t ends_watched          # requests moved to the ends set
+    cdef register(self, StreamConnection conn)
+    cdef unregister(self, StreamConnection conn)
+    cdef void move(self, StreamConnection conn, bint to_ends) noexcept
+    cdef drain(self, int epfd, Dispatcher dispatcher)
+
+
+cdef class Tick:
+    # Coalesced reads: the timerfd that bounds a read's delay, in the ends set; and with automatic
+    # coalescing the state its choices are made from (coalesce.pyx). Made over a ReadySet.
+    cdef ReadySet sets
+    cdef int fd                        # the timerfd (owned)
+    cdef readonly int64_t tick_ns      # its interval; 0 = reads on every arrival
+    cdef bint auto                     # automatic: decisions every COALESCE_DECIDE_NS
+    cdef bint inner_nested             # the inner set sits in the ends set: the loop wakes on every arrival
+    cdef int64_t max_tick_ns           # the longest tick it may choose
+    cdef int64_t decide_due_ns         # the next decision; INT64_MAX: none
+    cdef int64_t hold_until_ns         # after chunks shared reads: the tick grows no longer before this
+    cdef int64_t hold_ns               # that hold's length (doubles with each such back-off)
+    cdef int64_t period_ns             # the period being judged began (the last decision)
+    cdef int64_t period_reads          # reads, kernel-stamped reads, multi-event reads at its start
+    cdef int64_t period_kernel_reads
+    cdef int64_t period_multi
+    cdef int64_t base_reads            # reads on every arrival, and of them multi-event ones: the
+    cdef int64_t base_multi            # server's own share of events that come together
+    cdef double ends_weight            # ends of requests (decayed), those not watched for (not in the
+    cdef double ends_unwatched_weight  # ends set: seen only on a tick), and their durations (ns)
+    cdef double ends_duration_ns
+    cdef int64_t ends_unwatched        # requests whose end came while not in the ends set (auto only)
+    cdef int64_t ticked_reads          # reads and multi-event reads while the tick ran (auto only)
+    cdef int64_t ticked_multi_event_reads
+    cdef int64_t last_short_gap_ns     # the short gap of the last decision (0: too few gaps)
+    cdef int64_t change_ns[COALESCE_CHANGES]     # the tick's changes: when,
+    cdef int64_t change_tick_ns[COALESCE_CHANGES]  # to what (0: every arrival),
+    cdef int64_t change_gap_ns[COALESCE_CHANGES]   # the short gap then,
+    cdef int change_why[COALESCE_CHANGES]        # and why (a CoalesceWhy value); the first ones and the last kept
+    cdef int64_t changes               # changes made (more than COALESCE_CHANGES: the middle ones dropped)
+    cdef void arm(self) noexcept
+    cdef void clear(self) noexcept
+    cdef void set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept
+    cdef void count_end(self, double duration_ns, bint watched) noexcept
+
+
+cdef class Claims:
+    # Which request goes next: the interface of the three kinds (RowClaims, ArrivalClaims,
+    # SharedArrivals), each made for one schedule by RunState.
+    cdef Slots slots
+    cdef readonly Py_ssize_t n_rows
+    cdef readonly Py_ssize_t next_row  # one past the last row this process claimed
+    cdef int64_t *published            # --workers: next_row is written here on every claim; NULL: off
+    cdef object published_owner        # the buffer it points into (kept alive with it)
+    cpdef Py_ssize_t claim(self, int64_t now=*) except -2
+    cdef Py_ssize_t chain(self, int64_t ended_ns, int64_t *due) except -2
+    cdef Py_ssize_t head(self) noexcept
+    cdef void _publish(self) noexcept
+
+
+cdef class RowClaims(Claims):
+    cdef int64_t *claim_next           # --workers, closed loop on one machine: the counter every worker
+                                       # claims rows from, in memory they share; NULL: this table's own
+    cdef int32_t *claimers             # with it: per row, the worker that claimed it (its index + 1)
+    cdef int32_t claimer               # this worker's mark there
+    cdef object buffers                # the buffers those point into (kept alive with them)
+
+
+cdef class ArrivalClaims(Claims):
+    cdef int64_t[::1] offsets          # per row, when it is due, from base_ns
+    cdef int64_t base_ns               # the window's start (CLOCK_MONOTONIC ns)
+    cdef int64_t due(self, Py_ssize_t row) noexcept
+
+
+cdef class SharedArrivals(ArrivalClaims):
+    # --workers on one machine, open loop under a --concurrency cap: the next unsent arrival and the
+    # run's requests in flight, in memory every worker shares; each arrival's sender marked.
+    cdef int64_t *shared_next
+    cdef int64_t *shared_in_flight
+    cdef int32_t *claimers
+    cdef int32_t claimer
+    cdef object buffers
+    cdef bint take(self, int64_t row) noexcept
+    cdef bint take_slot(self) noexcept
+    cdef void give_slot(self) noexcept
+
+
+cdef class Pool:
+    # Idle connected connections the core sends open-loop arrivals on (filled before the window).
+    cdef list idle
+    cdef public int64_t low            # fewer idle than this: the dispatcher asks Python to top up
+    cdef StreamConnection take(self)
+
+
+cdef class Dispatcher:
+    # Open loop: a due arrival goes out from inside the wake-up that finds it due, on an idle
+    # connection of the pool, with no Python in between; the arrival timer and its learnt lead.
+    cdef Slots slots
+    cdef Pool pool
+    cdef ArrivalClaims arrivals
+    cdef int fd                        # the arrival timer (a timerfd in the set the loop watches)
+    cdef int epfd                      # the set it is in
+    cdef int64_t armed_ns              # the deadline it is armed for; 0 when not armed
+    cdef int64_t next_due_ns           # when to look again; INT64_MAX: not before a slot or a connection frees
+    cdef object on_wake                # called (once until wake_handled) when Python has work
+    cdef object on_stale               # called with a connection whose core-sent request met a stale one
+    cdef bint wake_pending             # on_wake called and not yet handled
+    cdef bint in_dispatch              # dispatch is running (sends can end, and re-enter it)
+    cdef bint held                     # the next arrival waited for a slot or a connection
+    cdef readonly int64_t core_sends   # arrivals the core sent from the pool
+    cdef readonly int64_t lead_ns      # arm the timer this much early and wait out the rest in C; it
+    cdef readonly int64_t lead_min_ns  # follows the timer's wake-up delays, within these bounds
+    cdef readonly int64_t lead_max_ns
+    cdef int64_t wake_delays[WAKE_DELAYS]  # the loop's last delays in getting to an arrival (a ring)
+    cdef readonly int64_t lead_samples # delays learnt from
+    cdef readonly int64_t lead_wait_ns # time spent waiting out leads in C (what the lead costs in CPU)
+    cdef dispatch(self)
+    cdef _send_due(self)
+    cdef timer_fired(self)
+    cdef ask_python(self)
+    cdef bint chain_ended(self, StreamConnection conn, int error)
+    cdef void arm(self, int64_t due) noexcept
+    cdef void learn_lead(self, int64_t delay) noexcept
+    cdef void wait_out(self, int64_t now, int64_t due) noexcept
+    cdef void watch_from(self, int epfd) noexcept
+    cdef void close_timer(self) noexcept
+
+
+cdef class SharedDispatcher(Dispatcher):
+    cdef SharedArrivals shared
+    cdef int64_t stride                # the run's workers: this one's timer wakes for arrivals
+    cdef int64_t phase                 # i mod stride == phase only
+    cdef void arm_own(self, Py_ssize_t first, int64_t after) except *
 
 
 cdef class RunState:
@@ -172,130 +328,37 @@ cdef class RunState:
     cdef public int64_t output_events  # output events
     cdef public int64_t connections_opened
     cdef public int64_t wakeups        # event-loop wake-ups that drained the connections
-    cdef public int64_t ends_watched   # requests moved to the ends set (coalescing, see watch_ends)
     cdef public int64_t completed      # requests recorded as OK
     cdef public int64_t failed         # requests recorded as failed (not cancelled)
     cdef public int64_t output_tokens  # output tokens of recorded requests
-    cdef public bint refill            # closed loop: a finished connection sends the next request itself
-    cdef bint chain_due                # open loop: it does so when that request is already due (see chain_arrivals)
-    cdef int64_t[::1] arrival_offsets  # open loop: per row, when it is due, from arrival_base_ns
-    cdef int64_t arrival_base_ns       # the window's start (CLOCK_MONOTONIC ns)
-    cdef public bint stopping          # no new requests (time cap, stop, error rate)
-    # Open loop, arrivals sent by the core (see dispatch_arrivals): a due arrival goes out from inside
-    # the wake-up that finds it due, on an idle connection of the pool, with no Python in between.
-    cdef public bint dispatching       # on for the window of an open loop
-    cdef list pool                     # idle connected connections the core sends arrivals on
-    cdef public int64_t in_flight      # chains of requests begun and not ended (every path)
-    cdef public int64_t reserved       # slots held by sends Python is preparing (a connect)
-    cdef public int64_t limit          # the concurrency limit: in_flight + reserved stays within it
-    cdef public int64_t send_until_ns  # the time cap's instant (INT64_MAX: none): no arrival due from it is
-                                       # sent, no closed-loop slot refilled, whatever the loop's timer does
-    cdef public int64_t pool_low       # fewer idle connections than this: on_wake (Python tops up)
-    cdef public object on_wake         # called (once until wake_handled) when Python has work
-    cdef public object on_stale        # called with a connection whose core-sent request met a stale one
-    cdef bint wake_pending             # on_wake called and not yet handled
-    cdef bint in_dispatch              # _dispatch_due is running (sends can end, and re-enter it)
-    cdef int arrival_fd                # timerfd for the next arrival, in the set the loop watches; -1
-    cdef int arrival_epfd              # the set it is in
-    cdef int64_t arrival_armed_ns      # the deadline it is armed for; 0 when not armed
-    cdef int64_t next_due_ns           # when to look again (the next arrival's due time); INT64_MAX: not
-                                       # before a slot or a connection frees
-    cdef public int64_t core_sends     # arrivals the core sent from the pool
-    cdef public int64_t lead_ns        # arm the timer this much early and wait out the rest in C; it
-                                       # follows the timer's wake-up delays, within these bounds:
-    cdef public int64_t lead_min_ns
-    cdef public int64_t lead_max_ns
-    cdef int64_t wake_delays[WAKE_DELAYS]  # the loop's last delays in getting to an arrival (a ring)
-    cdef public int64_t lead_samples   # delays learnt from
-    cdef bint arrival_held             # the next arrival waited for a slot or a connection
-    cdef public int64_t lead_wait_ns   # time spent waiting out leads in C (what the lead costs in CPU)
-    cdef int epfd                      # inner epoll set of all the run's connections (see drain)
-    cdef int ends_epfd                 # with coalescing: the connections whose stream may end with
-                                       # their next chunk, and the tick (see coalesce, watch_ends)
-    cdef bint watching_ends            # coalescing with expected lengths: the split above is on
-    cdef bint has_expected             # expected_tokens was given (see expect_tokens)
+    cdef bint has_expected             # expected_tokens was given
     cdef int64_t[::1] expected_tokens  # per row: the output tokens asked for (max_tokens); 0 unknown
     cdef int64_t realtime_offset_ns    # CLOCK_REALTIME - CLOCK_MONOTONIC, read once per wake-up
-    cdef int tick_fd                   # coalesced reads: the timerfd that bounds a read's delay (owned), or -1
-    cdef int64_t tick_ns               # its interval
-    cdef size_t hot_bytes              # a connection's bytes a read touches (prefetched, see _drain_set)
-    cdef set conns                     # the connections registered in it (keeps their pointers valid)
-    # Automatic coalescing (coalesce_auto; the decisions are in coalesce.pyx): the tick is chosen, and
-    # changed, from the chunk gaps the kernel stamps show; tick_ns 0 = reads on every arrival.
     cdef uint32_t gap_counts[FB_GAP_BUCKETS]  # chunk gaps seen (>0), by fb_gap_bucket; halved as it fills
-    cdef bint auto_coalesce            # on: decisions every COALESCE_DECIDE_NS
-    cdef bint inner_nested             # epfd sits in ends_epfd: the loop wakes on every arrival
-    cdef int64_t auto_max_tick_ns      # the longest tick it may choose
-    cdef int64_t decide_due_ns         # the next decision; INT64_MAX: none
-    cdef int64_t hold_until_ns         # after chunks shared reads: the tick grows no longer before this
-    cdef int64_t hold_ns               # that hold's length (doubles with each such back-off)
-    cdef int64_t period_ns             # the period being judged began (the last decision)
-    cdef int64_t period_reads          # reads, kernel-stamped reads, multi-event reads at its start
-    cdef int64_t period_kernel_reads
-    cdef int64_t period_multi
-    cdef int64_t base_reads            # reads on every arrival, and of them multi-event ones: the
-    cdef int64_t base_multi            # server's own share of events that come together
-    cdef double ends_weight            # ends of requests (decayed), those not watched for (not in the
-    cdef double ends_unwatched_weight  # ends set: seen only on a tick), and their durations (ns)
-    cdef double ends_duration_ns
-    cdef public int64_t ends_unwatched # requests whose end came while not in the ends set (auto only)
-    cdef public int64_t ticked_reads   # reads and multi-event reads while the tick ran (auto only)
-    cdef public int64_t ticked_multi_event_reads
-    cdef int64_t last_short_gap_ns     # the short gap of the last decision (0: too few gaps)
-    cdef int64_t change_ns[COALESCE_CHANGES]     # the tick's changes: when,
-    cdef int64_t change_tick_ns[COALESCE_CHANGES]  # to what (0: every arrival),
-    cdef int64_t change_gap_ns[COALESCE_CHANGES]   # the short gap then,
-    cdef int change_why[COALESCE_CHANGES]        # and why (a CoalesceWhy value); the first ones and the last kept
-    cdef public int64_t changes        # changes made (more than COALESCE_CHANGES: the middle ones dropped)
-    cdef epoll_event *ready            # epoll_wait's output array
-    cdef _register(self, StreamConnection conn)
-    cdef _unregister(self, StreamConnection conn)
-    cdef void _wake(self) noexcept
-    cdef _drain_set(self, int epfd)
-    cdef void _arm_tick(self) noexcept
-    cdef void _move(self, StreamConnection conn, bint to_ends) noexcept
-    cdef _dispatch_due(self)
-    cdef _ask_python(self)
-    cdef StreamConnection _pool_take(self)
-    cdef void _arm_arrival(self, int64_t due) noexcept
-    cdef void _learn_lead(self, int64_t delay) noexcept
-    cdef void _wait_out(self, int64_t now, int64_t due) noexcept
-    cdef bint _chain_ended(self, StreamConnection conn, int error)
-    cdef void _set_tick(self, int64_t tick_ns, int why, int64_t now) noexcept
     cdef public double max_error_rate  # failed / finished above this (after 20) stops the run; < 0: off
     cdef public object on_stop         # called with a reason when the core decides to stop the run
-    cdef public Py_ssize_t next_row    # next request to claim
-    cdef public Py_ssize_t n_rows      # requests in the run
-    cdef int64_t *claims_out           # --workers: next_row is written here on every claim (publish_claims); NULL: off
-    cdef object claims_owner           # the buffer claims_out points into (kept alive with it)
-    cdef int64_t *claim_next           # --workers, closed loop on one machine: the counter every worker
-                                       # claims rows from, in memory they share (claim_from); NULL: off
-    cdef int32_t *claimers             # with it: per row, the worker that claimed it (its index + 1)
-    cdef int32_t claimer               # this worker's mark there
-    cdef object claim_buffers          # the buffers those two point into (kept alive with them)
-    # --workers on one machine, open loop under a --concurrency cap (share_arrivals): the next unsent
-    # arrival and the run's requests in flight, in memory every worker shares; NULL: off. The claimer
-    # marks above get each arrival's sender.
-    cdef int64_t *shared_next
-    cdef int64_t *shared_in_flight
-    cdef int64_t stride                # the run's workers: this one's timer wakes for arrivals
-    cdef int64_t phase                 # i mod stride == phase only
     cdef public int64_t others_completed  # --workers: the other workers' finished requests, as last told (the
     cdef public int64_t others_failed     # error-rate rule counts them with this one's own)
+    cdef object published              # --workers: the int64 buffer every claim writes next_row into, or None
+    cdef readonly Py_ssize_t n_rows    # requests in the run
     cdef list bodies                   # request bodies (JSON), by row: bytes or BodyParts
     cdef bytes head                    # HTTP request head up to "Content-Length: "
+    # The parts: the slots, the sets the loop drains and their tick, the pool, the schedule's claims
+    # (chain: while its connections claim the next request themselves) and the open loop's dispatcher.
+    cdef readonly Slots slots
+    cdef ReadySet sets
+    cdef Tick tick                     # None: reads on every arrival
+    cdef readonly Pool pool
+    cdef Claims claims                 # the schedule's claims (kept after it for next_row); None before one
+    cdef Claims chain                  # the same while a connection that ends claims the next itself; None
+    cdef Dispatcher dispatcher         # open loop, while the core sends arrivals; None
     cpdef object body(self, Py_ssize_t row)
-    cpdef Py_ssize_t _claim_row(self)
-    cpdef Py_ssize_t _claim_due_row(self, int64_t now)
     cdef _check_error_rate(self)
-    cdef void _publish_claim(self) noexcept
-    cdef Py_ssize_t _claim_shared(self) noexcept
-    cdef _dispatch_shared(self)
-    cdef Py_ssize_t _claim_due_shared(self, int64_t now) except -2
-    cdef bint _take_arrival(self, int64_t row) noexcept
-    cdef Py_ssize_t _head(self) noexcept
-    cdef void _arm_own(self, Py_ssize_t first, int64_t after) except *
-    cdef _give_slot(self)
+    cdef Py_ssize_t _first(self)
+    cdef Claims _start(self, Claims claims, bint chained)
+    cdef _coalesce(self, int64_t tick_ns, bint auto, bint watch_ends)
+    cdef _dispatch(self, Dispatcher d, ArrivalClaims arrivals, int64_t limit, int64_t lead_min_ns,
+                   int64_t lead_max_ns, object on_wake, object on_stale)
 
 
 cdef class TokenRuns:

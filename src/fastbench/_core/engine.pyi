@@ -59,6 +59,60 @@ class BodyParts:
     def __bytes__(self) -> bytes: ...
     def joined(self) -> bytes: ...
 
+class Slots:
+    """The run's slots and its stop, read by every part of the core."""
+
+    in_flight: int
+    reserved: int
+    limit: int
+    send_until_ns: int
+    stopping: bool
+
+class Claims:
+    """Which request goes next (closed loop, open loop, shared cap), made by RunState for a schedule."""
+
+    n_rows: int
+    next_row: int  # one past the last row this process claimed
+    def claim(self, now: int = ...) -> int:
+        """The next row to send by ``now``, claimed, or -1 when none is (left, or due)."""
+    @property
+    def arrival_head(self) -> int: ...
+
+class RowClaims(Claims): ...
+class ArrivalClaims(Claims): ...
+class SharedArrivals(ArrivalClaims): ...
+
+class Pool:
+    """Idle connected connections the core sends open-loop arrivals on."""
+
+    low: int  # fewer idle than this: the dispatcher asks Python to open more
+    def __len__(self) -> int: ...
+    def take_idle(self) -> StreamConnection | None: ...
+
+class Dispatcher:
+    """Open loop: the core sends each arrival when due on an idle connection of the pool."""
+
+    core_sends: int
+    lead_ns: int
+    lead_min_ns: int
+    lead_max_ns: int
+    lead_samples: int
+    lead_wait_ns: int
+    def claim(self, now: int) -> int: ...
+    @property
+    def arrival_head(self) -> int: ...
+    @property
+    def next_row(self) -> int: ...
+    def dispatch_due(self) -> None: ...
+    def wake_handled(self) -> None: ...
+
+class SharedDispatcher(Dispatcher):
+    """The dispatcher under --workers' shared cap (RunState.share_arrivals)."""
+
+    def claim_due_with_slot(self, now: int) -> int: ...
+    def claim_arrived(self, now: int) -> int: ...
+    def give_slot(self) -> None: ...
+
 class RunState:
     """Shared by all connections of one run: the request table, chunk histograms, counters."""
 
@@ -75,25 +129,13 @@ class RunState:
     max_answer_bytes: int  # a whole answer past this is a PROTOCOL error; 0: 256 MiB
     keep_chunk_stamps: bool
     chunk_stamps: dict[int, bytes]
-    refill: bool
+    slots: Slots
+    pool: Pool
     stopping: bool
-    dispatching: bool
-    in_flight: int
     reserved: int
-    limit: int
     send_until_ns: int  # the time cap's instant: no arrival due from it is sent, no closed-loop slot refilled
-    pool_low: int
-    on_wake: Any
-    on_stale: Any
-    core_sends: int
-    lead_ns: int
-    lead_min_ns: int
-    lead_max_ns: int
-    lead_samples: int
-    lead_wait_ns: int
     max_error_rate: float
     on_stop: Any
-    next_row: int
     n_rows: int
     others_completed: int
     others_failed: int
@@ -104,63 +146,40 @@ class RunState:
     output_events: int
     connections_opened: int
     wakeups: int
-    ends_watched: int
-    ends_unwatched: int
-    ticked_reads: int
-    ticked_multi_event_reads: int
-    changes: int
     completed: int
     failed: int
     output_tokens: int
     def __init__(self, rows: Any, itl_chunk: Recorder, itl_token: Recorder, skew: Recorder,
-                 max_event_bytes: int = ...) -> None: ...
+                 max_event_bytes: int = ..., expected_tokens: Any = None, published: Any = None) -> None: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def next_row(self) -> int: ...
     def close_all(self, why: str) -> None: ...
     def set_requests(self, head: bytes, bodies: list[bytes | BodyParts]) -> None: ...
     def body(self, row: int) -> bytes | BodyParts: ...
-    def publish_claims(self, claims: Any) -> None:
-        """--workers: write next_row into ``claims[0]`` on every claim (memory a parent shares)."""
-    def claim_from(self, next_row: Any, claimers: Any, claimer: int) -> None:
-        """--workers on one machine, closed loop: claim rows from one table every worker shares, the
-        next from ``next_row[0]`` (int64, an atomic add), marking ``claimers[row] = claimer`` (int32;
-        a worker's index + 1) before each is sent. None turns it off."""
-    def _claim_row(self) -> int: ...
-    def _claim_due_row(self, now: int) -> int: ...
-    def share_arrivals(self, header: Any, claimers: Any, claimer: int, workers: int) -> None:
-        """--workers on one machine, open loop under a cap: one cap for every worker. ``header[0]``
-        (int64, shared) is the run's next unsent arrival, ``header[1]`` its requests in flight; a slot
-        is taken only below the limit, an arrival claimed only when due, each marked
-        ``claimers[row] = claimer`` before it is sent. None turns it off."""
-    @property
-    def shares_arrivals(self) -> bool: ...
-    @property
-    def arrival_head(self) -> int: ...
-    def claim_due_with_slot(self, now: int) -> int: ...
-    def claim_arrived(self, now: int) -> int: ...
-    def give_slot(self) -> None: ...
-    def chain_arrivals(self, offsets_ns: Any, base_ns: int = ...) -> None: ...
-    def dispatch_arrivals(self, offsets_ns: Any, base_ns: int, limit: int) -> None:
+    def claim_rows(self, next_row: Any = None, claimers: Any = None, claimer: int = 0,
+                   chained: bool = True) -> RowClaims:
+        """Closed loop: the table's rows in order; --workers: from ``next_row[0]`` (int64, an atomic
+        add) shared by every worker, marking ``claimers[row] = claimer`` before each is sent."""
+    def dispatch_arrivals(self, offsets_ns: Any, base_ns: int, limit: int, lead_min_ns: int = ...,
+                          lead_max_ns: int = ..., on_wake: Any = None, on_stale: Any = None) -> Dispatcher:
         """Open loop: the core sends each arrival when due on an idle connection of its pool."""
-    def end_dispatch(self) -> list[StreamConnection]: ...
+    def share_arrivals(self, offsets_ns: Any, base_ns: int, limit: int, header: Any, claimers: Any, claimer: int,
+                       workers: int, lead_min_ns: int = ..., lead_max_ns: int = ..., on_wake: Any = None,
+                       on_stale: Any = None) -> SharedDispatcher:
+        """dispatch_arrivals under --workers' shared cap: ``header[0]`` (int64, shared) is the run's next
+        unsent arrival, ``header[1]`` its requests in flight; each claim marked ``claimers[row] = claimer``."""
+    def end_schedule(self) -> list[StreamConnection]: ...
     def park(self, conn: StreamConnection) -> None: ...
-    def take_idle(self) -> StreamConnection | None: ...
-    @property
-    def pool_size(self) -> int: ...
-    def dispatch_due(self) -> None: ...
-    def wake_handled(self) -> None: ...
     def busy_connections(self) -> list[StreamConnection]: ...
     def check_error_rate(self) -> None: ...
     def fileno(self) -> int: ...
     def drain(self) -> None: ...
-    def coalesce(self, interval_ns: int) -> int: ...
-    def coalesce_auto(self, max_tick_ns: int) -> int:
-        """Coalesced reads with the tick chosen, and changed, from the chunk gaps the run sees; on every
-        arrival at first and whenever a tick would cost accuracy. Returns the fd the loop watches."""
+    def coalesce(self, interval_ns: int, watch_ends: bool = False) -> int: ...
+    def coalesce_auto(self, max_tick_ns: int, watch_ends: bool = False) -> int: ...
     @property
-    def coalescing(self) -> dict[str, Any] | None:
-        """What automatic coalescing chose and when (None without coalesce_auto)."""
-    def drain_coalesced(self) -> None: ...
-    def expect_tokens(self, expected_tokens: Any) -> None: ...
-    def watch_ends(self) -> None: ...
+    def coalescing(self) -> dict[str, Any] | None: ...
     @property
     def counters(self) -> dict[str, int]: ...
 

@@ -69,8 +69,11 @@ include "debug.pyx"   # the debug build's checks and counters (nothing in a rele
 include "hist.pyx"    # Recorder: values into an HDR histogram's layout
 include "events.pyx"  # the per-event callbacks of the C readers
 include "whole.pyx"   # whole JSON answers (embeddings, pooling, score, rerank): kept, scanned once
-include "coalesce.pyx"  # automatic coalescing: the tick chosen from the chunk gaps
+include "coalesce.pyx"  # Tick: coalesced reads, and the tick chosen from the chunk gaps
 include "parts.pyx"   # BodyParts: a body sent from parts of one shared buffer
-include "run.pyx"     # RunState: what a run's connections share
+include "ready.pyx"   # ReadySet: the epoll sets drained per wake-up
+include "claims.pyx"  # Claims: which request goes next (closed loop, open loop, shared cap)
+include "dispatch.pyx"  # Pool and Dispatcher: the open loop's sends from inside the core
+include "run.pyx"     # RunState: what a run's connections share, composed of the parts above
 include "conn.pyx"    # StreamConnection: one connection's requests
 include "tracescan.pyx"  # a trace file read into columns (a dataset's bulk read, once per run)

@@ -356,6 +356,15 @@ async def start_on_arrival(due_ns: np.ndarray, slots: asyncio.Semaphore, stop: a
     running: set[asyncio.Task[None]] = set()
     loop = asyncio.get_running_loop()
     peak = 0
+
+    async def begin(s: int, due: int) -> None:
+        # A loop running late finds several sessions due at once and makes their tasks before any runs; one
+        # whose task first runs after the stop (an earlier one's doing) does not begin, and its slot goes back.
+        if stop.done():
+            slots.release()
+            return
+        await session(s, due)
+
     try:
         for s, due in enumerate(due_ns.tolist()):
             delay_s = (due - now_ns()) / 1e9
@@ -367,7 +376,7 @@ async def start_on_arrival(due_ns: np.ndarray, slots: asyncio.Semaphore, stop: a
             if stop.done():
                 slots.release()
                 break
-            task = loop.create_task(session(s, due))
+            task = loop.create_task(begin(s, due))
             running.add(task)
             task.add_done_callback(running.discard)
             peak = max(peak, len(running))

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fastbench._core import BodyParts, now_ns
-from fastbench.load.driver import LoadGenerator
+from fastbench.load.driver import LoadGenerator, SharedClaims
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import NCOLS, RunData
 
@@ -58,7 +58,7 @@ __all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "claim_layout", "claim
 # parent sends every worker the others' counts as often, for --max-error-rate.
 REPORT_INTERVAL_S = 0.05
 # The shared memory's header, before the request table: one cache line, its first int64 the count of
-# rows claimed (RunState.publish_claims), or with shared claims the next row to claim (RunState.claim_from:
+# rows claimed (RunState's published), or with shared claims the next row to claim (RunState.claim_rows:
 # a line of its own, which every worker's atomic add takes in turn), or under a shared open-loop cap the
 # next unsent arrival and, second, the run's requests in flight (RunState.share_arrivals).
 HEADER_BYTES = 64
@@ -93,7 +93,7 @@ class WorkerSpec:
     kernel_timestamps: bool = True
     whole_answers: bool = False  # one whole JSON answer per request (LoadPlan.whole_answers)
     # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,
-    # and each request is claimed from the table the parent shares with every worker (RunState.claim_from).
+    # and each request is claimed from the table the parent shares with every worker (RunState.claim_rows).
     shared_claims: bool = False
     # Open loop on one machine under a --concurrency cap: the run's worker count; every worker holds every
     # arrival and the cap is the run's, shared (RunState.share_arrivals; ``concurrency`` is then the whole
@@ -131,7 +131,7 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
     :param claims: an int64 array (shared with the parent) whose first element the core keeps at
         the count of rows claimed, so that a parent knows what a worker that died had taken.
     :param shared_claims: with ``spec.shared_claims``, the run's claims header (int64) and claimer marks
-        (int32, one per row), shared by every worker (RunState.claim_from, or share_arrivals with
+        (int32, one per row), shared by every worker (RunState.claim_rows, or share_arrivals with
         ``spec.shared_arrivals``); ``rows`` is then the whole run's table, shared too.
     """
     loop = asyncio.get_running_loop()
@@ -211,13 +211,9 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         progress_interval_s=spec.report_interval_s,
         start_at=wait_start,
     )
-    generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows)
-    if claims is not None:
-        generator.state.publish_claims(claims)
-    if shared_claims is not None and spec.shared_arrivals:
-        generator.state.share_arrivals(shared_claims[0], shared_claims[1], spec.index + 1, spec.shared_arrivals)
-    elif shared_claims is not None:
-        generator.state.claim_from(shared_claims[0], shared_claims[1], spec.index + 1)
+    shared = (None if shared_claims is None
+              else SharedClaims(shared_claims[0], shared_claims[1], spec.index + 1, spec.shared_arrivals))
+    generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows, published=claims, shared=shared)
     core_stop = generator.state.on_stop
 
     def stopping(reason: str) -> None:  # the core stops of its own accord: the parent stops the others

@@ -8,7 +8,7 @@ server lifecycle, /metrics scraper and memory sampler, the schedule, the stop, t
 
 * One schedule. Closed loop: the slots are dealt round-robin to the workers, and every worker holds the
   whole request table, in memory they share with this process: a worker whose slot frees claims the
-  next request with an atomic add on one counter there (RunState.claim_from), as one process's slots
+  next request with an atomic add on one counter there (RunState.claim_rows), as one process's slots
   claim the next row of its table, so --concurrency is held until the requests run out, whatever
   their lengths. (A transport without shared memory, --ray's, deals request ``i`` to the worker of
   slot ``i mod concurrency`` up front instead, and says so.) Open loop: the arrivals are drawn once,
