@@ -12,7 +12,7 @@ import math
 import os
 from typing import Any, Literal
 
-Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
+Endpoint = Literal["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages"]
 DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
                       "mooncake", "burstgpt", "custom", "spec_bench"]
 TRACE_DATASETS = ("timed_trace", "mooncake")  # timestamped: sent at the trace's times unless self_timed is False
@@ -90,7 +90,8 @@ class BenchConfig:
     :param base_url: server root, e.g. ``http://127.0.0.1:8000``; None starts the built-in
         synthetic server and runs against it.
     :param model: model name sent in each request; None asks the server's /v1/models.
-    :param endpoint: ``/v1/completions`` or ``/v1/chat/completions``.
+    :param endpoint: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/responses`` (OpenAI's Responses API)
+        or ``/v1/messages`` (Anthropic's Messages API); see ``fastbench.load.protocols``.
     :param concurrency: most requests in flight at once. Closed loop (request_rate None) keeps this
         many (None: 16); open loop caps at it (None: no cap, as ``vllm bench serve`` without
         ``--max-concurrency``). ``effective_concurrency`` is the value in force.

@@ -36,6 +36,12 @@ cdef class StreamConnection:
         self.c.max_event_bytes = run.max_event_bytes
         self.c.save_outputs = run.save_outputs
         self.c.keep_answer = run.keep_answers
+        if run.api is not None:
+            self.c.api = &run.api.table
+            self.c.end_why = run.api.end_why
+        else:
+            self.c.api = NULL
+            self.c.end_why = "the stream ended without data: [DONE]"
         self.c.gap_counts = &run.gap_counts[0]
         self.busy = False
         self.closed = False
@@ -117,6 +123,7 @@ cdef class StreamConnection:
         r.error = ERR_OK
         r.why = NULL
         self.c.errtext_len = 0
+        self.c.head_len = 0
         self.c.read_output_events = 0
         self.c.read_ts = 0
         self.c.out_len = 0
@@ -372,9 +379,11 @@ cdef class StreamConnection:
                 # Every OpenAI-compatible server ends a stream with [DONE]; without it the end of
                 # the response may be a cut, not a finish.
                 r.error = ERR_PROTOCOL
-                r.why = "the stream ended without data: [DONE]"
+                r.why = self.c.end_why
                 if self.c.http.content_coded:  # a coded body reads as no SSE at all ("none" is harmless)
                     r.why = "the response is compressed (Content-Encoding), which fastbench never asks for"
+                elif self.c.head_len:  # another protocol's stream, say: its first bytes name it
+                    self._py_why = "%s; the stream began %r" % ((<bytes>r.why).decode(), self._body_head())
             elif r.n_ev == 0 and not r.usage_seen and not r.finish_seen:
                 # An answer of no tokens still says why it stopped (finish_reason) or what it
                 # counted (usage); a bare [DONE] says neither.
@@ -468,6 +477,9 @@ cdef class StreamConnection:
 
     cdef bytes _errtext(self):
         return self.c.errtext[:self.c.errtext_len]
+
+    cdef bytes _body_head(self):
+        return self.c.head[:self.c.head_len]
 
     cdef str _error_message(self, int status):
         cdef fb_req_t *r = &self.c.req

@@ -67,6 +67,7 @@ cdef enum:
     FIRST_EVENT_BUFFER = 4096    # a connection's SSE event buffer at first (grows to max_event_bytes)
     FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
     ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
+    HEAD_BYTES = 48              # the start of every body, kept to name a response of another protocol
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
 
 
@@ -129,6 +130,9 @@ ctypedef struct fb_conn_t:
     char *out_buf                # those events, NUL-separated (owned, reused)
     size_t out_len               # bytes used in out_buf
     size_t out_cap               # its capacity
+    const fb_api_t *api          # what a typed-event API's events mean (RunState.set_api); NULL: OpenAI chunks
+    const char *end_why          # why a stream that did not end as its API ends is a cut (the [DONE] rule)
+    size_t head_len              # bytes of the response's body kept in head
     int keep_answer              # keep the answer's text (multi-turn sessions with the server's replies)
     char *answer_buf             # its JSON strings' raw bytes, escapes as sent, joined (owned, reused)
     size_t answer_len            # bytes used in answer_buf
@@ -136,9 +140,19 @@ ctypedef struct fb_conn_t:
     size_t errtext_len           # bytes in errtext
     fb_http_t http               # response framing state
     char errtext[ERRTEXT_BYTES]  # start of a non-stream body or of an error event, for the message
+    char head[HEAD_BYTES]        # the body's first bytes, named when the response is not what was asked
 
 
 cdef class StreamConnection
+
+
+cdef class StreamApi:
+    cdef fb_api_t table                # the scanner's tables
+    cdef list names                    # the bytes they point into
+    cdef bytes end_why_bytes
+    cdef const char *end_why           # why a stream that did not end as the API ends failed
+    cdef void _put(self, fb_api_name_t *slot, str name, int kind) except *
+
 
 
 cdef class RunState:
@@ -154,6 +168,7 @@ cdef class RunState:
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
     cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
     cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs
+    cdef public StreamApi api          # a typed-event API's tables (None: OpenAI chunks); set before connecting
     cdef public bint keep_answers      # keep each answer's text (the history of multi-turn sessions)
     cdef public dict answers           # row -> the answer's JSON strings' raw bytes joined, when keep_answers
     cdef public bint keep_chunk_stamps # keep each completed request's chunk stamps (vllm's itls)
@@ -339,6 +354,7 @@ cdef class StreamConnection:
     cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts)
     cdef _on_eof(self)
     cdef _finish(self)
+    cdef bytes _body_head(self)
     cdef bytes _errtext(self)
     cdef bytes _chunk_stamps(self)
     cdef str _error_message(self, int status)

@@ -59,6 +59,20 @@ class BodyParts:
     def __bytes__(self) -> bytes: ...
     def joined(self) -> bytes: ...
 
+OUT_ANSWER: int
+OUT_REASONING: int
+OUT_TOOL: int
+OUT_DELTA: int
+OUT_END: int
+OUT_ERROR: int
+
+class StreamApi:
+    """One typed-event API's tables for the scanner (Responses, Messages)."""
+
+    def __init__(self, types: dict[str, int], delta_keys: dict[str, int], usage_holders: tuple[str, ...],
+                 output_key: str, input_keys: tuple[str, ...], cached_key: str, details: tuple[str, str],
+                 end_why: str) -> None: ...
+
 class RunState:
     """Shared by all connections of one run: the request table, chunk histograms, counters."""
 
@@ -70,6 +84,7 @@ class RunState:
     kernel_timestamps: bool
     save_outputs: bool
     keep_answers: bool
+    api: StreamApi | None
     answers: dict[int, bytes]
     keep_chunk_stamps: bool
     chunk_stamps: dict[int, bytes]

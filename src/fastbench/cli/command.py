@@ -28,6 +28,7 @@ from fastbench.cli.argtypes import (
 )
 from fastbench.config import ENGINES, BenchConfig, DatasetName, LaunchConfig
 from fastbench.exceptions import FastbenchError
+from fastbench.load import protocols
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
@@ -69,12 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--served-model-name", default=None,
                    help="the model name sent in requests when it differs from --model (which then names the "
                    "model in the result and its file name), as vllm bench serve")
-    g.add_argument("--endpoint", default=None,
-                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint (default /v1/completions)")
-    g.add_argument("--backend", default=None, metavar="{openai,vllm,openai-chat}",
+    g.add_argument("--endpoint", default=None, choices=tuple(protocols.PROTOCOLS),
+                   help="API endpoint (default /v1/completions): /v1/responses is OpenAI's Responses API, "
+                   "/v1/messages Anthropic's Messages API")
+    g.add_argument("--backend", default=None, metavar="{" + ",".join(protocols.BACKENDS) + "}",
                    help="vllm bench serve's name for the endpoint: openai and vllm are /v1/completions, openai-chat "
-                   "is /v1/chat/completions; its others (embeddings, audio, rerank...) measure no streamed text and "
-                   "are refused")
+                   "is /v1/chat/completions, openai-responses /v1/responses, anthropic-messages /v1/messages; its "
+                   "others (embeddings, audio, rerank...) measure no streamed text and are refused, each saying why")
     g.add_argument("--header", nargs="*", type=key_value, default=[], metavar="KEY=VALUE",
                    help="HTTP headers sent with every request, e.g. --header x-tenant=a x-trace=1; they replace "
                    "fastbench's own of the same name")
@@ -287,7 +289,7 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
 
 
 # vllm bench serve's --backend names that stream generated text, and the endpoint each calls.
-BACKEND_ENDPOINTS = {"openai": "/v1/completions", "vllm": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+BACKEND_ENDPOINTS = protocols.BACKENDS
 
 
 def _endpoint(ns: argparse.Namespace) -> str:
@@ -296,8 +298,9 @@ def _endpoint(ns: argparse.Namespace) -> str:
         return ns.endpoint or "/v1/completions"
     mapped = BACKEND_ENDPOINTS.get(ns.backend)
     if mapped is None:
-        raise FastbenchError(f"--backend {ns.backend}: fastbench measures streamed text generation; it takes "
-                             f"{', '.join(BACKEND_ENDPOINTS)}")
+        why = vllmflags.REFUSED_BACKENDS.get(ns.backend, "not a backend fastbench knows")
+        raise FastbenchError(f"--backend {ns.backend}: fastbench measures streamed text generation ({why}); it "
+                             f"takes {', '.join(BACKEND_ENDPOINTS)}")
     if ns.endpoint is not None and ns.endpoint != mapped:
         raise FastbenchError(f"--backend {ns.backend} calls {mapped}, --endpoint says {ns.endpoint}: give one of them")
     return mapped

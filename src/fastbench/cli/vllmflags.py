@@ -129,3 +129,19 @@ def _is_zero(text: object) -> bool:
         return float(str(text)) == 0.0
     except ValueError:
         return False
+
+
+# vllm bench serve's --backend names fastbench does not take, each with its reason (the others are the APIs of
+# fastbench.load.protocols).
+_POOLING = "it answers with vectors or scores in one JSON body: no streamed text to time"
+REFUSED_BACKENDS: dict[str, str] = {
+    "openai-audio": "it transcribes audio, and fastbench sends no audio input",
+    "openai-embeddings": _POOLING,
+    "openai-embeddings-chat": _POOLING,
+    "openai-embeddings-clip": _POOLING,
+    "openai-embeddings-vlm2vec": _POOLING,
+    "infinity-embeddings": _POOLING,
+    "infinity-embeddings-clip": _POOLING,
+    "vllm-pooling": _POOLING,
+    "vllm-rerank": _POOLING,
+}

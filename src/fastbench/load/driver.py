@@ -25,7 +25,7 @@ import numpy as np
 from fastbench._core import BodyParts, Recorder, RunState, StreamConnection, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError, ServerError
-from fastbench.load import pacer
+from fastbench.load import pacer, protocols
 from fastbench.load.outputs import decode_answer, decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.load.sessions import start_on_arrival
@@ -120,9 +120,9 @@ class LoadGenerator:
         self.state = RunState(
             self.rows, self._recorders["itl_chunk"], self._recorders["itl_token"], self._recorders["skew"]
         )
-        # RunState holds this list: a session's turn built during the run is put in it before it is sent
-        self._bodies = list(plan.bodies)
-        self.state.set_requests(target.request_head(api_key, plan.headers), self._bodies)
+        self._bodies = list(plan.bodies)  # RunState holds it: a session's turn built during the run goes in it
+        self.state.api = protocols.stream_api(plan.endpoint)  # before any connection: each takes the tables
+        self.state.set_requests(protocols.request_head(target, api_key, plan.headers, plan.endpoint), self._bodies)
         self._session_stop: asyncio.Future[None] | None = None
         self.sessions_at_once = 0  # open-loop sessions: the most that ran at once
         if plan.max_error_rate is not None:

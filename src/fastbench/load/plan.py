@@ -108,6 +108,8 @@ class LoadPlan:
     save_outputs: bool = False  # keep response texts (memory grows with them; off by default)
     keep_chunk_stamps: bool = False  # keep each completed request's chunk stamps (8 bytes a chunk)
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
+    # the API the bodies speak (fastbench.load.protocols): its headers, and what its stream's events mean
+    endpoint: str = "/v1/completions"
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None
     # open loop at given times, ns from the window's start, one per body; wins over request_rate: a

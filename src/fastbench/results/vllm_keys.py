@@ -14,7 +14,12 @@ from fastbench.results.result import Distribution, Result
 
 def vllm_backend(config: BenchConfig) -> str:
     """vllm bench serve's backend name for the endpoint the run called."""
-    return "openai-chat" if config.endpoint == "/v1/chat/completions" else "openai"
+    return _BACKENDS.get(config.endpoint, "openai")
+
+
+# each endpoint's backend name (fastbench.load.protocols states them; a test holds the two alike)
+_BACKENDS = {"/v1/chat/completions": "openai-chat", "/v1/responses": "openai-responses",
+             "/v1/messages": "anthropic-messages"}
 
 
 def to_vllm_keys(result: Result) -> dict[str, Any]:
