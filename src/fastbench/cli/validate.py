@@ -16,6 +16,7 @@ import orjson
 from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_settings, validate_client
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
+from fastbench.load import protocols
 from fastbench.load.plan import Target
 from fastbench.results import writers
 from fastbench.results.validation_report import verdict_line
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-per-node", type=int, default=None, metavar="K",
                    help="with --ray: K workers on each node")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
+    p.add_argument("--endpoint", default=None, choices=tuple(protocols.PROTOCOLS),
+                   help="the API the requests speak, streamed by the synthetic server as its servers do "
+                   f"(default {ENDPOINT})")
+    p.add_argument("--backend", default=None, metavar="{" + ",".join(protocols.BACKENDS) + "}",
+                   help="vllm bench serve's name for the endpoint (openai-responses: /v1/responses, "
+                   "anthropic-messages: /v1/messages, ...)")
     p.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, help="output tokens per request")
     p.add_argument("--tolerance-ms", type=float, default=0.5,
                    help="limit on p99 skew and on the p99-level error bounds")
@@ -82,13 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    endpoint = ns.endpoint or ENDPOINT
+    if ns.backend is not None:
+        if ns.backend not in protocols.BACKENDS:
+            parser.error(f"--backend {ns.backend}: validate speaks {', '.join(protocols.BACKENDS)}")
+        if ns.endpoint is not None and ns.endpoint != protocols.BACKENDS[ns.backend]:
+            parser.error(f"--backend {ns.backend} calls {protocols.BACKENDS[ns.backend]}, --endpoint says "
+                         f"{ns.endpoint}: give one of them")
+        endpoint = protocols.BACKENDS[ns.backend]
     try:  # before the run, so that nothing is started for settings that cannot work
         checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
                          ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
                          max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray,
                          workers_per_node=ns.workers_per_node, pin=ns.pin)
         if ns.base_url is not None:
-            Target.parse(ns.base_url, ENDPOINT)
+            Target.parse(ns.base_url, endpoint)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
             writers.check_output_path("--json", ns.json)
     except ConfigError as exc:
@@ -98,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
             ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
             coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray, workers_per_node=ns.workers_per_node,
-            max_seconds=ns.max_seconds,
+            max_seconds=ns.max_seconds, endpoint=endpoint,
         )
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:
         print(f"fastbench validate: error: {exc}", file=sys.stderr)
