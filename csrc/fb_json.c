@@ -49,6 +49,7 @@ enum {
     R_TDELTA,     /* top-level "delta": the output's text, or an object holding it */
     R_HOLDER,     /* a top-level object holding a "usage" (api->usage_holders) */
     R_INPUT,      /* a count inside usage that adds to the prompt (api->input_keys) */
+    R_INPUT_CACHED, /* one that is also the cached prompt tokens (api->cached_key among the input_keys) */
     R_DKEY        /* R_DKEY + kind: a key of the delta object holding output of that kind (api->delta_keys) */
 };
 
@@ -265,8 +266,9 @@ static inline int fb_json_role_api(const fb_api_t *api, const char *k, size_t n,
         return i >= 0 ? R_DKEY + api->delta_keys[i].kind : R_PLAIN;
     case R_USAGE:
         if (fb_api_is(&api->output_key, k, n)) return R_COMPLETION;
-        if (fb_api_find(api->input_keys, api->n_input_keys, k, n) >= 0) return R_INPUT;
-        if (fb_api_is(&api->cached_key, k, n)) return R_CACHED;
+        i = fb_api_find(api->input_keys, api->n_input_keys, k, n);
+        if (fb_api_is(&api->cached_key, k, n)) return i >= 0 ? R_INPUT_CACHED : R_CACHED;
+        if (i >= 0) return R_INPUT;
         if (fb_api_is(&api->details_key, k, n)) return R_DETAILS;
         return R_PLAIN;
     case R_DETAILS:
@@ -353,6 +355,8 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
             }
             break;
         case R_INPUT:
+        case R_INPUT_CACHED:
+            if (kind == V_INT && vrole == R_INPUT_CACHED) o->cached_tokens = num;
             if (kind == V_INT) {
                 int64_t before = o->prompt_tokens < 0 ? 0 : o->prompt_tokens;
                 if (num > INT64_MAX - before) o->usage_invalid = 1;

@@ -67,7 +67,7 @@ cdef enum:
     FIRST_EVENT_BUFFER = 4096    # a connection's SSE event buffer at first (grows to max_event_bytes)
     FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
     ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
-    HEAD_BYTES = 48              # the start of every body, kept to name a response of another protocol
+    HEAD_BYTES = 64              # the start of every body, kept to name a response of another protocol
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
 
 

@@ -59,7 +59,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         keep_answer = _keep_answer
     r.events += 1
     if length == 6 and memcmp(data, b"[DONE]", 6) == 0:
-        r.done_seen = 1
+        if c.api == NULL:  # a typed API ends with its own event ([DONE] after it is harmless)
+            r.done_seen = 1
         return 0
     # The answer's text, kept as the scan finds it: its strings' raw bytes, decoded once per request
     # (load/outputs.py decode_answer), not an object per event.
