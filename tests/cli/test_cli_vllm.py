@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from fastbench import BenchConfig, ConfigError, api
+from fastbench.exceptions import FastbenchError
 from fastbench.cli import command, vllmflags
 from fastbench.load import datasets, pacer
 from fastbench.load.plan import Target
@@ -241,7 +242,11 @@ def test_a_ramp_up_run_is_open_loop(tmp_path: Path) -> None:
     (["--lora-modules", "a", "b"], "--lora-modules: fastbench sends one model name"),
     (["--probe-request-rate", "2"], "--probe-request-rate: fastbench sends no probe requests"),
     (["--self-timed"], "--self-timed/--no-self-timed is for the trace datasets (timed_trace, mooncake), not random"),
-    (["--backend", "openai-embeddings"], "--backend openai-embeddings: fastbench measures streamed text generation"),
+    (["--backend", "openai-embeddings"], "--backend openai-embeddings: fastbench measures streamed text generation "
+     "(it answers with vectors or scores in one JSON body: no streamed text to time)"),
+    (["--backend", "openai-audio"], "(it transcribes audio, and fastbench sends no audio input)"),
+    (["--backend", "openai-responses", "--endpoint", "/v1/messages"], "--backend openai-responses calls /v1/responses"),
+    (["--endpoint", "/v1/messages", "--logprobs", "2"], "--logprobs asks /v1/completions and /v1/chat/completions"),
     (["--backend", "openai", "--endpoint", "/v1/chat/completions"], "--backend openai calls /v1/completions"),
     (["--random-range-ratio", '{"input": 0.1}'], "not a JSON dict"),
     (["--save-detailed"], "--save-detailed puts per-request arrays in the result file"),
@@ -269,6 +274,37 @@ def test_refused_with_one_line(args: list[str], words: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert words in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+READ_VLLM_BACKENDS = """
+import json
+from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS
+print(json.dumps(sorted(ASYNC_REQUEST_FUNCS)))
+"""
+
+
+def test_every_vllm_backend_is_spoken_or_refused_with_its_reason() -> None:
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"vllm bench serve's backends are read from the real-vLLM recipe's venv, not installed at {VLLM_VENV}")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
+    proc = subprocess.run([str(python), "-c", READ_VLLM_BACKENDS], capture_output=True, text=True, timeout=600,
+                          cwd=VLLM_VENV, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    backends = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"openai", "openai-chat", "openai-responses"} <= set(backends)  # vLLM's list was read
+    spoken, refused = command.BACKEND_ENDPOINTS, vllmflags.REFUSED_BACKENDS
+    neither = [b for b in backends if b not in spoken and b not in refused]
+    assert not neither, f"vllm bench serve backends fastbench neither speaks nor refuses with a reason: {neither}"
+    assert not set(spoken) & set(refused)
+    parser = command.build_parser()
+    for backend in backends:
+        if backend in spoken:
+            ns = parser.parse_args(["--backend", backend])
+            assert command.config_from_args(ns, ["--backend", backend]).endpoint == spoken[backend]
+        else:
+            with pytest.raises(FastbenchError, match=re.escape(f"({refused[backend]})")):
+                command.config_from_args(parser.parse_args(["--backend", backend]), ["--backend", backend])
 
 
 def test_every_unused_flag_says_why() -> None:

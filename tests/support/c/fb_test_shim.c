@@ -209,7 +209,7 @@ int fbt_run_bytewise(int mode, const char *in, size_t len, size_t sse_cap0, size
 
 /* fb_json_scan_chunk with the struct flattened into an int64 array:
  * [completion_tokens, prompt_tokens, sent_ns, has_content, has_reasoning, has_error,
- *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens]. */
+ *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens, has_tool, has_end]. */
 int fbt_json(const char *data, size_t len, int64_t *facts) {
     fb_chunk_info_t info;
     int rc = fb_json_scan_chunk(data, len, &info);
@@ -224,6 +224,8 @@ int fbt_json(const char *data, size_t len, int64_t *facts) {
     facts[8] = info.n_choices;
     facts[9] = info.usage_invalid;
     facts[10] = info.cached_tokens;
+    facts[11] = info.has_tool;
+    facts[12] = info.has_end;
     return rc;
 }
 
@@ -260,6 +262,56 @@ int fbt_json_answer(const char *data, size_t len, int64_t *facts, char *out, siz
     facts[8] = info.n_choices;
     facts[9] = info.usage_invalid;
     facts[10] = info.cached_tokens;
+    facts[11] = info.has_tool;
+    facts[12] = info.has_end;
+    *out_len = a.len;
+    *pieces = a.pieces;
+    return rc;
+}
+
+/* A typed-event API's tables from flat arrays: names[0..n) NUL-terminated, with their kinds, in the order
+ * types, delta keys, usage holders, input keys, then output_key, cached_key, details_key and its key. */
+static fb_api_name_t fbt_name(const char *s, int kind) {
+    fb_api_name_t n = {s, s ? strlen(s) : 0, kind};
+    if (n.n == 0) n.s = NULL;
+    return n;
+}
+
+/* fb_json_scan_event with a table built from the counts and arrays given, facts as fbt_json's, the answer
+ * handed over joined into out[0..cap). */
+int fbt_json_api(const char *data, size_t len, int64_t *facts, const char **names, const int *kinds,
+                 const int *counts, char *out, size_t cap, size_t *out_len, int64_t *pieces) {
+    fb_api_t api;
+    memset(&api, 0, sizeof api);
+    int at = 0;
+    for (int i = 0; i < counts[0] && i < FB_API_MAX_TYPES; i++, at++) api.types[i] = fbt_name(names[at], kinds[at]);
+    api.n_types = counts[0];
+    for (int i = 0; i < counts[1] && i < FB_API_MAX_KEYS; i++, at++) api.delta_keys[i] = fbt_name(names[at], kinds[at]);
+    api.n_delta_keys = counts[1];
+    for (int i = 0; i < counts[2] && i < FB_API_MAX_KEYS; i++, at++) api.usage_holders[i] = fbt_name(names[at], 0);
+    api.n_usage_holders = counts[2];
+    for (int i = 0; i < counts[3] && i < FB_API_MAX_KEYS; i++, at++) api.input_keys[i] = fbt_name(names[at], 0);
+    api.n_input_keys = counts[3];
+    api.output_key = fbt_name(names[at++], 0);
+    api.cached_key = fbt_name(names[at++], 0);
+    api.details_key = fbt_name(names[at++], 0);
+    api.details_cached_key = fbt_name(names[at++], 0);
+    fbt_answer_t a = {out, cap, 0, 0};
+    fb_chunk_info_t info;
+    int rc = fb_json_scan_event(data, len, &info, &api, fbt_keep_answer, &a);
+    facts[0] = info.completion_tokens;
+    facts[1] = info.prompt_tokens;
+    facts[2] = info.sent_ns;
+    facts[3] = info.has_content;
+    facts[4] = info.has_reasoning;
+    facts[5] = info.has_error;
+    facts[6] = info.has_finish;
+    facts[7] = info.has_usage;
+    facts[8] = info.n_choices;
+    facts[9] = info.usage_invalid;
+    facts[10] = info.cached_tokens;
+    facts[11] = info.has_tool;
+    facts[12] = info.has_end;
     *out_len = a.len;
     *pieces = a.pieces;
     return rc;
