@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from fastbench import BenchConfig, ConfigError, api
-from fastbench.exceptions import FastbenchError
 from fastbench.cli import command, vllmflags
+from fastbench.exceptions import FastbenchError
 from fastbench.load import datasets, pacer
 from fastbench.load.plan import Target
 from fastbench.results import writers
@@ -286,7 +286,8 @@ print(json.dumps(sorted(ASYNC_REQUEST_FUNCS)))
 def test_every_vllm_backend_is_spoken_or_refused_with_its_reason() -> None:
     python = VLLM_VENV / "bin" / "python"
     if not python.exists():
-        pytest.skip(f"vllm bench serve's backends are read from the real-vLLM recipe's venv, not installed at {VLLM_VENV}")
+        pytest.skip(f"vllm bench serve's backends are read from the real-vLLM recipe's venv, not installed at "
+                    f"{VLLM_VENV}")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
     proc = subprocess.run([str(python), "-c", READ_VLLM_BACKENDS], capture_output=True, text=True, timeout=600,
                           cwd=VLLM_VENV, env=env)

@@ -137,8 +137,9 @@ class MessagesEncoder:
         return usage
 
     def opening(self) -> list[bytes]:
-        message = {"id": "msg_" + self.rid.decode(), "type": "message", "role": "assistant", "content": [],
-                   "model": self.model, "stop_reason": None, "stop_sequence": None, "usage": self._usage(0)}
+        message: dict[str, Any] = {"id": "msg_" + self.rid.decode(), "type": "message", "role": "assistant",
+                                   "content": [], "model": self.model, "stop_reason": None, "stop_sequence": None,
+                                   "usage": self._usage(0)}
         return [_event(b"message_start", b',"message":' + orjson.dumps(message))]
 
     def template(self) -> bytes:

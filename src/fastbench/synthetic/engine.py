@@ -353,7 +353,8 @@ class SyntheticEngine:
                 if "input" not in req:
                     raise ValueError("input is required")
                 # a text input is one user message: the server applies its chat template to it, as vLLM does
-                messages = req["input"] if isinstance(req["input"], list) else [{"role": "user", "content": req["input"]}]
+                given = req["input"]
+                messages = given if isinstance(given, list) else [{"role": "user", "content": given}]
                 if self.prefix_cache is not None:
                     ids = tokenize_messages(messages)
                 prompt_tokens = count_messages_tokens(messages)

@@ -8,8 +8,9 @@ from typing import Any
 
 from fastbench._core import StreamApi
 
-# A prompt as a body takes it: a text, or a conversation's messages ({"role": ..., "content": ...}).
-Prompt = str | list[dict[str, Any]]
+# A prompt as a body takes it: a text, a conversation's messages ({"role": ..., "content": ...}), or (for
+# completions) token ids.
+Prompt = str | list[Any]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,11 @@ from fastbench.load.protocols.base import Prompt, Protocol
 
 
 def body(model: str, prompt: Prompt, max_tokens: int) -> dict[str, Any]:
-    """A completions body; a conversation (custom's ``messages``) goes as ``messages``, as vLLM takes it."""
+    """A completions body; a conversation (custom's ``messages``) goes as ``messages``, as vLLM takes it, and
+    token ids as the ``prompt``."""
     fields: dict[str, Any] = {"model": model}
-    fields["messages" if isinstance(prompt, list) else "prompt"] = prompt
+    conversation = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict)
+    fields["messages" if conversation else "prompt"] = prompt
     fields["max_tokens"] = max_tokens
     fields["stream"] = True
     fields["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
