@@ -276,6 +276,19 @@ def test_refused_with_one_line(args: list[str], words: str) -> None:
     assert words in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
+@pytest.mark.parametrize("backend", ["openai-responses", "anthropic-messages"])
+def test_a_typed_api_backend_runs_against_the_synthetic_server(tmp_path: Path, backend: str) -> None:
+    out = tmp_path / "r.json"
+    proc = fastbench("--backend", backend, "--num-prompts", "6", "--random-input-len", "4", "--random-output-len", "5",
+                     "--ignore-eos", "--synthetic-args", "--ttft-ms 1 --itl-ms 1 --tokens-per-chunk 1-2",
+                     "--result-json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = orjson.loads(out.read_bytes())
+    assert doc["backend"] == backend and doc["completed"] == 6 and doc["failed"] == 0
+    assert doc["total_output_tokens"] == 30  # the final usage's, the stream having no per-chunk usage
+    assert doc["fastbench"]["usage"]["by_source"] == {"FINAL": 6}
+
+
 READ_VLLM_BACKENDS = """
 import json
 from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS
