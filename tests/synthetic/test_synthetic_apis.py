@@ -64,16 +64,17 @@ def test_a_responses_stream(srv: SyntheticServer) -> None:
     kinds = [e["type"] for e in evs]
     assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added"]
-    assert kinds[-3:] == ["response.output_text.done", "response.output_item.done", "response.completed"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"]
     deltas = [e["delta"] for e in evs if e["type"] == "response.output_text.delta"]
-    assert set(kinds[4:-3]) == {"response.output_text.delta"} and len(deltas) >= N / 3
-    assert "".join(deltas) == evs[-3]["text"] and len("".join(deltas).split()) == N
+    assert set(kinds[4:-4]) == {"response.output_text.delta"} and len(deltas) >= N / 3
+    assert "".join(deltas) == evs[-4]["text"] == evs[-3]["part"]["text"] and len("".join(deltas).split()) == N
     done = evs[-1]["response"]
     assert done["status"] == "incomplete"  # cut at max_output_tokens, as vLLM says it
     usage = done["usage"]
     assert usage["output_tokens"] == N and usage["input_tokens"] == 2 + 4  # one user message: 2 words + overhead
     assert usage["total_tokens"] == usage["input_tokens"] + N and usage["input_tokens_details"]["cached_tokens"] == 0
-    assert done["output"][0]["content"][0]["text"] == evs[-3]["text"]
+    assert done["output"][0]["content"][0]["text"] == evs[-4]["text"]
     assert b"[DONE]" not in r.body
 
 

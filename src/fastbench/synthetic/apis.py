@@ -32,7 +32,8 @@ def _event(kind: bytes, fields: bytes) -> bytes:
 class ResponsesEncoder:
     """``/v1/responses``: response.created, in_progress, the message item and its text part, one
     ``response.output_text.delta`` per chunk (``response.reasoning_text.delta`` for reasoning tokens), the
-    done events, and ``response.completed`` with the usage (status ``incomplete`` when cut at the limit)."""
+    done events (the text's, its part's, its item's: each with the whole text, as vLLM's), and
+    ``response.completed`` with the usage (status ``incomplete`` when cut at the limit)."""
 
     path = "/v1/responses"
     in_text = True  # every chunk past the reasoning can go from the template
@@ -95,6 +96,8 @@ class ResponsesEncoder:
         out = [
             _event(b"response.output_text.done", b',"item_id":"%b","output_index":0,"content_index":0,"text":"%b",'
                    b'"logprobs":[]' % (self.item, answer)),
+            _event(b"response.content_part.done", b',"item_id":"%b","output_index":0,"content_index":0,"part":'
+                   % self.item + orjson.dumps(message["content"][0])),
             _event(b"response.output_item.done", b',"output_index":0,"item":' + orjson.dumps(message)),
         ]
         if end:
