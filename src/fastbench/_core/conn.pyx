@@ -288,16 +288,21 @@ cdef class StreamConnection:
 
     cdef void _watch_if_ending(self) noexcept:
         """Coalescing: once at most one more chunk (of the largest size so far) is left of the
-        stream, move the connection to the run's ends set, watched on every arrival."""
+        stream, move the connection to the run's ends set, watched on every arrival. Without per-chunk
+        usage (a typed API's stream, chat's with usage only at the end) each output event is at least
+        one token: at most one is left once the events are one short of the tokens asked for."""
         cdef fb_req_t *r = &self.c.req
         cdef int64_t expected, left
-        if self.in_ends_set or not self.busy or self.closed or not r.usage_seen:
+        if self.in_ends_set or not self.busy or self.closed:
             return
         expected = self.expected_tokens
         if expected <= 0:
             return
-        left = expected - r.completion_tokens
-        if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
+        if r.usage_chunks:
+            left = expected - r.completion_tokens
+            if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
+                self.run._move(self, True)
+        elif <int64_t>r.n_ev + 1 >= expected:
             self.run._move(self, True)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
