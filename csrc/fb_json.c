@@ -13,7 +13,12 @@
  * enclosing object sits (an element of the top-level "choices" array is a choice, its
  * "delta" a delta: their "text" and "content" are the answer). Keys are compared on their raw
  * bytes: a key spelled with an escape (e.g. "\u0063ontent") matches nothing, which no server
- * does. */
+ * does.
+ *
+ * A typed-event API (fb_api_t: Responses, Messages) has roles of its own, found by its tables instead
+ * of the OpenAI chunk's names; the walk, the grammar and the checks are the same. Its output is known
+ * only once the whole event is read (its "type" may follow its "delta"), so its facts are settled, and
+ * its answer handed over, after the scan. */
 #include <string.h>
 #include "fb_json.h"
 
@@ -36,7 +41,18 @@ enum {
     R_FINISH,     /* "finish_reason", any depth */
     R_CHOICE,     /* an element of the top-level "choices" array */
     R_DELTA,      /* "delta" directly inside a choice */
-    R_ANSWER      /* the answer's text: a choice's "text", its delta's "content" (also R_CONTENT's fact) */
+    R_ANSWER,     /* the answer's text: a choice's "text", its delta's "content" (also R_CONTENT's fact) */
+    R_TOOLCALLS,  /* "tool_calls" directly inside a delta */
+    R_TOOLCALL,   /* an element of it */
+    R_FUNCTION,   /* "function" directly inside such an element */
+    R_TOOLTEXT,   /* "name" or "arguments" directly inside that function: a tool call's text */
+    /* typed APIs (fb_api_t) */
+    R_TYPE,       /* top-level "type": what the event is */
+    R_TDELTA,     /* top-level "delta": the output's text, or an object holding it */
+    R_HOLDER,     /* a top-level object holding a "usage" (api->usage_holders) */
+    R_INPUT,      /* a count inside usage that adds to the prompt (api->input_keys) */
+    R_INPUT_CACHED, /* one that is also the cached prompt tokens (api->cached_key among the input_keys) */
+    R_DKEY        /* R_DKEY + kind: a key of the delta object holding output of that kind (api->delta_keys) */
 };
 
 typedef struct {
@@ -45,6 +61,13 @@ typedef struct {
     fb_json_text_fn on_answer; /* NULL: answer pieces not wanted */
     void *ctx;
     int stopped;               /* on_answer asked to stop */
+    const fb_api_t *api;       /* NULL: an OpenAI chunk */
+    int type_kind;             /* typed: the kind its "type" names (FB_OUT_*) */
+    int delta_kinds;           /* typed: bit k set when the delta object held a non-empty string of kind k */
+    const char *delta_s;       /* typed: the non-empty string of a top-level "delta", or NULL */
+    size_t delta_n;
+    const char *answer_s;      /* typed: the delta object's first answer string, or NULL */
+    size_t answer_n;
 } fb_json_t;
 
 /* Value kinds, returned by the scanning functions (>= 0) next to -FB_ERR_JSON. */
@@ -154,6 +177,12 @@ static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
         if (n == 5 && memcmp(k, "delta", 5) == 0) return R_DELTA;
     } else if (role == R_DELTA) {
         if (n == 7 && memcmp(k, "content", 7) == 0) return R_ANSWER;
+        if (n == 10 && memcmp(k, "tool_calls", 10) == 0) return R_TOOLCALLS;
+    } else if (role == R_TOOLCALL) {
+        if (n == 8 && memcmp(k, "function", 8) == 0) return R_FUNCTION;
+    } else if (role == R_FUNCTION) {
+        if ((n == 4 && memcmp(k, "name", 4) == 0) || (n == 9 && memcmp(k, "arguments", 9) == 0))
+            return R_TOOLTEXT;
     }
     if (depth == 1) {
         switch (n) {
@@ -204,6 +233,58 @@ static inline int fb_json_role(const char *k, size_t n, int depth, int role) {
     return R_PLAIN;
 }
 
+/* The index of k[0..n) in names[0..count), or -1. */
+static inline int fb_api_find(const fb_api_name_t *names, int count, const char *k, size_t n) {
+    for (int i = 0; i < count; i++)
+        if (names[i].n == n && names[i].s != NULL && memcmp(names[i].s, k, n) == 0) return i;
+    return -1;
+}
+
+static inline int fb_api_is(const fb_api_name_t *name, const char *k, size_t n) {
+    return name->s != NULL && name->n == n && memcmp(name->s, k, n) == 0;
+}
+
+/* fb_json_role for a typed API: its names come from its tables. */
+static inline int fb_json_role_api(const fb_api_t *api, const char *k, size_t n, int depth, int role) {
+    int i;
+    if (depth == 1) {
+        switch (n) {
+        case 4:
+            if (memcmp(k, "type", 4) == 0) return R_TYPE;
+            break;
+        case 5:
+            if (memcmp(k, "delta", 5) == 0) return R_TDELTA;
+            if (memcmp(k, "usage", 5) == 0) return R_USAGE;
+            if (memcmp(k, "error", 5) == 0) return R_ERROR;
+            break;
+        case 10:
+            if (memcmp(k, "fb_sent_ns", 10) == 0) return R_SENT;
+            break;
+        default:
+            break;
+        }
+        return fb_api_find(api->usage_holders, api->n_usage_holders, k, n) >= 0 ? R_HOLDER : R_PLAIN;
+    }
+    switch (role) {
+    case R_HOLDER:
+        return depth == 2 && n == 5 && memcmp(k, "usage", 5) == 0 ? R_USAGE : R_PLAIN;
+    case R_TDELTA:
+        i = fb_api_find(api->delta_keys, api->n_delta_keys, k, n);
+        return i >= 0 ? R_DKEY + api->delta_keys[i].kind : R_PLAIN;
+    case R_USAGE:
+        if (fb_api_is(&api->output_key, k, n)) return R_COMPLETION;
+        i = fb_api_find(api->input_keys, api->n_input_keys, k, n);
+        if (fb_api_is(&api->cached_key, k, n)) return i >= 0 ? R_INPUT_CACHED : R_CACHED;
+        if (i >= 0) return R_INPUT;
+        if (fb_api_is(&api->details_key, k, n)) return R_DETAILS;
+        return R_PLAIN;
+    case R_DETAILS:
+        return fb_api_is(&api->details_cached_key, k, n) ? R_CACHED : R_PLAIN;
+    default:
+        return R_PLAIN;
+    }
+}
+
 /* s->p is just past '{'; the object is at `depth` (1 = top level) and has role `role`. */
 static int fb_json_object(fb_json_t *s, int depth, int role) {
     fb_json_ws(s);
@@ -218,7 +299,9 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
         int escaped;
         ptrdiff_t kn = fb_json_string(s, &escaped);
         if (kn < 0) return -FB_ERR_JSON;
-        int vrole = escaped ? R_PLAIN : fb_json_role(key, (size_t)kn, depth, role);
+        int vrole = escaped ? R_PLAIN
+                    : s->api != NULL ? fb_json_role_api(s->api, key, (size_t)kn, depth, role)
+                                     : fb_json_role(key, (size_t)kn, depth, role);
         fb_json_ws(s);
         if (s->p >= s->end || *s->p != ':') return -FB_ERR_JSON;
         s->p++;
@@ -266,7 +349,42 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
         case R_SENT:
             if (kind == V_INT) o->sent_ns = num;
             break;
-        default: /* R_USAGE, R_CHOICES are recorded by the container scan; R_DETAILS only names its keys */
+        case R_TOOLTEXT:
+            if (kind == V_STRING) o->has_tool = 1;
+            break;
+        case R_TYPE:
+            if (kind == V_STRING) {
+                int i = fb_api_find(s->api->types, s->api->n_types, value + 1, (size_t)(s->p - value - 2));
+                if (i >= 0) s->type_kind = s->api->types[i].kind;
+            }
+            break;
+        case R_TDELTA:
+            if (kind == V_STRING) {
+                s->delta_s = value + 1;
+                s->delta_n = (size_t)(s->p - value - 2);
+            }
+            break;
+        case R_INPUT:
+        case R_INPUT_CACHED:
+            if (kind == V_INT && vrole == R_INPUT_CACHED) o->cached_tokens = num;
+            if (kind == V_INT) {
+                int64_t before = o->prompt_tokens < 0 ? 0 : o->prompt_tokens;
+                if (num > INT64_MAX - before) o->usage_invalid = 1;
+                else o->prompt_tokens = before + num;
+            } else if (kind != V_NULL) {
+                o->usage_invalid = 1;
+            }
+            break;
+        default:
+            /* R_USAGE, R_CHOICES are recorded by the container scan; R_DETAILS, R_DELTA, R_TOOLCALLS,
+             * R_TOOLCALL, R_FUNCTION and R_HOLDER only name their keys */
+            if (vrole >= R_DKEY && vrole < R_DKEY + FB_OUT_KINDS && kind == V_STRING) {
+                s->delta_kinds |= 1 << (vrole - R_DKEY);
+                if (vrole == R_DKEY + FB_OUT_ANSWER && s->answer_s == NULL) {
+                    s->answer_s = value + 1;
+                    s->answer_n = (size_t)(s->p - value - 2);
+                }
+            }
             break;
         }
         fb_json_ws(s);
@@ -284,7 +402,7 @@ static int fb_json_object(fb_json_t *s, int depth, int role) {
 /* s->p is just past '['; the array is at `depth` and has role `role`. Returns the element count or
  * -FB_ERR_JSON. */
 static int fb_json_array(fb_json_t *s, int depth, int role) {
-    int element = role == R_CHOICES ? R_CHOICE : R_PLAIN;
+    int element = role == R_CHOICES ? R_CHOICE : role == R_TOOLCALLS ? R_TOOLCALL : R_PLAIN;
     int count = 0;
     fb_json_ws(s);
     if (s->p < s->end && *s->p == ']') {
@@ -353,6 +471,8 @@ static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->sent_ns = -1;
     out->has_content = 0;
     out->has_reasoning = 0;
+    out->has_tool = 0;
+    out->has_end = 0;
     out->has_error = 0;
     out->has_finish = 0;
     out->has_usage = 0;
@@ -361,17 +481,64 @@ static inline void fb_json_defaults(fb_chunk_info_t *out) {
     out->n_data = -1;
 }
 
-int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
-                            void *ctx) {
+/* A typed API's event, read whole: which output it carried, whether it ends the stream or is an error,
+ * and its answer handed over. Returns 0, or -FB_ERR_CALLBACK when on_answer stopped. */
+static int fb_json_settle(fb_json_t *s) {
+    fb_chunk_info_t *o = s->out;
+    const char *answer = NULL;
+    size_t answer_n = 0;
+    switch (s->type_kind) {
+    case FB_OUT_ANSWER:
+        if (s->delta_n > 0) {
+            o->has_content = 1;
+            answer = s->delta_s;
+            answer_n = s->delta_n;
+        }
+        break;
+    case FB_OUT_REASONING:
+        if (s->delta_n > 0) o->has_reasoning = 1;
+        break;
+    case FB_OUT_TOOL:
+        if (s->delta_n > 0) o->has_tool = 1;
+        break;
+    case FB_OUT_DELTA:
+        if (s->delta_kinds & (1 << FB_OUT_ANSWER)) {
+            o->has_content = 1;
+            answer = s->answer_s;
+            answer_n = s->answer_n;
+        }
+        if (s->delta_kinds & (1 << FB_OUT_REASONING)) o->has_reasoning = 1;
+        if (s->delta_kinds & (1 << FB_OUT_TOOL)) o->has_tool = 1;
+        break;
+    case FB_OUT_END:
+        o->has_end = 1;
+        o->has_finish = 1;
+        break;
+    case FB_OUT_ERROR:
+        o->has_error = 1;
+        break;
+    default:
+        break;
+    }
+    if (answer != NULL && answer_n > 0 && s->on_answer != NULL && s->on_answer(s->ctx, answer, answer_n) != 0) {
+        s->stopped = 1;
+        return -FB_ERR_CALLBACK;
+    }
+    return 0;
+}
+
+int fb_json_scan_event(const char *data, size_t len, fb_chunk_info_t *out, const fb_api_t *api,
+                       fb_json_text_fn on_answer, void *ctx) {
     fb_json_defaults(out);
     if (len == 0) return -FB_ERR_JSON; /* also keeps NULL + 0 out of the arithmetic below */
-    fb_json_t s = {data, data + len, out, on_answer, ctx, 0};
+    fb_json_t s = {data, data + len, out, on_answer, ctx, 0, api, FB_OUT_NONE, 0, NULL, 0, NULL, 0};
     fb_json_ws(&s);
     if (s.p >= s.end || *s.p != '{') goto bad;
     s.p++;
     if (fb_json_object(&s, 1, R_PLAIN) < 0) goto bad;
     fb_json_ws(&s);
     if (s.p != s.end) goto bad;
+    if (api != NULL && fb_json_settle(&s) != 0) goto bad;
     return 0;
 bad:
     /* No half-read facts: a caller that ignores the error still sees "nothing found". */
@@ -379,6 +546,11 @@ bad:
     return s.stopped ? -FB_ERR_CALLBACK : -FB_ERR_JSON;
 }
 
+int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
+                            void *ctx) {
+    return fb_json_scan_event(data, len, out, NULL, on_answer, ctx);
+}
+
 int fb_json_scan_chunk(const char *data, size_t len, fb_chunk_info_t *out) {
-    return fb_json_scan_chunk_text(data, len, out, NULL, NULL);
+    return fb_json_scan_event(data, len, out, NULL, NULL, NULL);
 }

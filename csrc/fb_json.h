@@ -26,6 +26,9 @@ typedef struct {
     int64_t sent_ns;           /* top-level "fb_sent_ns" (synthetic server's send stamp), -1 as above */
     int has_content;           /* a non-empty string value under key "content" or "text" */
     int has_reasoning;         /* a non-empty string value under key "reasoning" or "reasoning_content" */
+    int has_tool;              /* a tool call's text: a non-empty "name" or "arguments" in a "function" of a
+                                  "tool_calls" element of a choice's "delta" (typed APIs: see fb_api_t) */
+    int has_end;               /* typed APIs: the event's "type" ends the stream (response.completed) */
     int has_error;             /* a top-level "error" key whose value is not null */
     int has_finish;            /* a "finish_reason" key whose value is not null */
     int has_usage;             /* a top-level "usage" key whose value is an object */
@@ -52,4 +55,47 @@ typedef int (*fb_json_text_fn)(void *ctx, const char *text, size_t len);
  * that fails may have called on_answer before finding the fault: the caller drops those pieces. */
 int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
                             void *ctx);
+
+/* What the events of a typed-event API mean (OpenAI's Responses, Anthropic's Messages): data, set once
+ * per run, so that each API is a table and not a path of its own. Such an event names itself in a
+ * top-level "type" string; one whose type is an output kind carries output when its top-level "delta" is
+ * a non-empty string (Responses), or, for FB_OUT_DELTA, when its "delta" object holds a non-empty string
+ * under one of delta_keys, whose kind it takes (Messages: "text", "thinking", "partial_json"). Usage is
+ * the top-level "usage" object or the "usage" inside one of the top-level usage_holders ("response",
+ * "message"); in it, output_key counts the output so far, the input_keys add up to the prompt, and the
+ * cached prompt tokens are under cached_key or details_key's details_cached_key. A top-level "error" that
+ * is not null, or a type of kind FB_OUT_ERROR, is an error event. The answer's text given to on_answer is
+ * the delta string of an FB_OUT_ANSWER event. Names are raw bytes compared as sent (no escapes). */
+enum { FB_OUT_NONE = 0, FB_OUT_ANSWER, FB_OUT_REASONING, FB_OUT_TOOL, FB_OUT_DELTA, FB_OUT_END, FB_OUT_ERROR,
+       FB_OUT_KINDS };
+#define FB_API_MAX_TYPES 24
+#define FB_API_MAX_KEYS 4
+
+typedef struct {
+    const char *s; /* NULL (or n 0): unused */
+    size_t n;
+    int kind;      /* FB_OUT_* for types and delta_keys, 0 elsewhere */
+} fb_api_name_t;
+
+typedef struct {
+    fb_api_name_t types[FB_API_MAX_TYPES];
+    int n_types;
+    fb_api_name_t delta_keys[FB_API_MAX_KEYS];
+    int n_delta_keys;
+    fb_api_name_t usage_holders[FB_API_MAX_KEYS];
+    int n_usage_holders;
+    fb_api_name_t output_key;
+    fb_api_name_t input_keys[FB_API_MAX_KEYS];
+    int n_input_keys;
+    fb_api_name_t cached_key;
+    fb_api_name_t details_key;
+    fb_api_name_t details_cached_key;
+} fb_api_t;
+
+/* fb_json_scan_chunk_text for an event of the API `api` describes; api NULL: an OpenAI chunk, exactly as
+ * fb_json_scan_chunk_text. Facts as there, with these meanings for a typed API: has_content, has_reasoning
+ * and has_tool say which output the event carried; has_finish and has_end that its type ends the stream;
+ * n_choices stays -1. */
+int fb_json_scan_event(const char *data, size_t len, fb_chunk_info_t *out, const fb_api_t *api,
+                       fb_json_text_fn on_answer, void *ctx);
 #endif

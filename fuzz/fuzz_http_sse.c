@@ -46,7 +46,8 @@ static inline void fz_mix_i64(fz_run_t *r, int64_t v) { fz_mix(r, &v, sizeof v);
 static void fz_mix_facts(fz_run_t *r, const fb_chunk_info_t *info) {
     const int64_t facts[] = {info->completion_tokens, info->prompt_tokens, info->total_tokens, info->cached_tokens,
                              info->sent_ns, info->has_content, info->has_reasoning, info->has_error,
-                             info->has_finish, info->has_usage, info->usage_invalid, info->n_choices, info->n_data};
+                             info->has_finish, info->has_usage, info->usage_invalid, info->n_choices, info->n_data,
+                             info->has_tool, info->has_end};
     fz_mix(r, facts, sizeof facts);
 }
 
@@ -64,6 +65,60 @@ static int fz_on_answer(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
+/* The typed-event APIs' tables as fastbench.load.protocols gives them (responses.EVENTS, messages.EVENTS). */
+#define FZ_NAME(s, k) {s, sizeof(s) - 1, k}
+static const fb_api_t fz_apis[2] = {
+    {.types = {FZ_NAME("response.output_text.delta", FB_OUT_ANSWER),
+               FZ_NAME("response.reasoning_text.delta", FB_OUT_REASONING),
+               FZ_NAME("response.reasoning_summary_text.delta", FB_OUT_REASONING),
+               FZ_NAME("response.function_call_arguments.delta", FB_OUT_TOOL),
+               FZ_NAME("response.completed", FB_OUT_END), FZ_NAME("response.incomplete", FB_OUT_END),
+               FZ_NAME("response.failed", FB_OUT_ERROR), FZ_NAME("error", FB_OUT_ERROR)},
+     .n_types = 8,
+     .usage_holders = {FZ_NAME("response", 0)},
+     .n_usage_holders = 1,
+     .output_key = FZ_NAME("output_tokens", 0),
+     .input_keys = {FZ_NAME("input_tokens", 0)},
+     .n_input_keys = 1,
+     .details_key = FZ_NAME("input_tokens_details", 0),
+     .details_cached_key = FZ_NAME("cached_tokens", 0)},
+    {.types = {FZ_NAME("content_block_delta", FB_OUT_DELTA), FZ_NAME("message_stop", FB_OUT_END),
+               FZ_NAME("error", FB_OUT_ERROR)},
+     .n_types = 3,
+     .delta_keys = {FZ_NAME("text", FB_OUT_ANSWER), FZ_NAME("thinking", FB_OUT_REASONING),
+                    FZ_NAME("partial_json", FB_OUT_TOOL)},
+     .n_delta_keys = 3,
+     .usage_holders = {FZ_NAME("message", 0)},
+     .n_usage_holders = 1,
+     .output_key = FZ_NAME("output_tokens", 0),
+     .input_keys = {FZ_NAME("input_tokens", 0), FZ_NAME("cache_read_input_tokens", 0),
+                    FZ_NAME("cache_creation_input_tokens", 0)},
+     .n_input_keys = 3,
+     .cached_key = FZ_NAME("cache_read_input_tokens", 0)},
+};
+
+/* The event read with each typed API's tables: the same validity as the OpenAI scan, 0/1 flags, at most
+ * one answer piece and only with has_content, lying between quotes inside the event. */
+static void fz_scan_apis(fz_run_t *r, const char *data, size_t len, int rc_openai) {
+    for (int i = 0; i < 2; i++) {
+        fb_chunk_info_t info;
+        memset(&info, 0, sizeof info);
+        fz_answer_t answer = {data, data + len, r};
+        uint64_t before = r->hash;
+        int rc = fb_json_scan_event(data, len, &info, &fz_apis[i], fz_on_answer, &answer);
+        if (rc != rc_openai) __builtin_trap(); /* one grammar, whatever the tables */
+        if (rc == 0 && (info.has_content | info.has_reasoning | info.has_tool | info.has_end | info.has_error |
+                        info.has_finish | info.has_usage | info.usage_invalid) > 1)
+            __builtin_trap();
+        if (rc == 0 && r->hash != before && !info.has_content) __builtin_trap(); /* an answer is content */
+        if (rc == 0 && info.n_choices != -1) __builtin_trap();
+        const int64_t facts[] = {info.completion_tokens, info.prompt_tokens, info.cached_tokens, info.sent_ns,
+                                 info.has_content, info.has_reasoning, info.has_tool, info.has_end,
+                                 info.has_error, info.has_finish, info.has_usage, info.usage_invalid};
+        fz_mix(r, facts, sizeof facts);
+    }
+}
+
 static int fz_on_event(void *ctx, const char *data, size_t len) {
     fz_run_t *r = ctx;
     fb_chunk_info_t info, with_answer;
@@ -79,6 +134,7 @@ static int fz_on_event(void *ctx, const char *data, size_t len) {
     fz_mix(r, data, len);
     fz_mix_i64(r, rc);
     fz_mix_facts(r, &info);
+    fz_scan_apis(r, data, len, rc);
     if (rc == 0 && (info.has_content | info.has_reasoning | info.has_error | info.has_finish | info.has_usage |
                     info.usage_invalid) > 1)
         __builtin_trap(); /* flags are 0/1 */

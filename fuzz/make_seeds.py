@@ -43,6 +43,31 @@ chat = (
     + data({"error": {"object": "error", "message": "x", "type": "BadRequestError", "code": 400}})
     + b"data: [DONE]\n\n"
 )
+# The typed-event APIs' streams (Responses, Anthropic Messages) as vLLM writes them: an event line, then data.
+
+
+def typed(kind: str, **fields: object) -> bytes:
+    return b"event: " + kind.encode() + b"\n" + data({"type": kind, **fields})
+
+
+responses = (
+    typed("response.created", response={"id": "r", "status": "in_progress", "usage": None, "error": None})
+    + typed("response.reasoning_text.delta", item_id="rs", delta="hm")
+    + typed("response.output_text.delta", item_id="m", delta='Hel"lo\\', logprobs=[], fb_sent_ns=7)
+    + typed("response.function_call_arguments.delta", delta='{"a":')
+    + typed("response.completed", response={"usage": {"input_tokens": 9, "output_tokens": 3,
+                                                      "input_tokens_details": {"cached_tokens": 2}}})
+)
+messages = (
+    typed("message_start", message={"id": "m", "usage": {"input_tokens": 5, "cache_read_input_tokens": 3,
+                                                         "output_tokens": 0}})
+    + typed("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "t"})
+    + typed("content_block_delta", index=1, delta={"type": "text_delta", "text": "Hi"})
+    + typed("content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": "{"})
+    + typed("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 3})
+    + typed("error", error={"type": "overloaded_error", "message": "x"})
+    + typed("message_stop")
+)
 head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 seeds = {
     "raw_chunked": b"\x00\x01\x00" + head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(chat, 17),
@@ -61,6 +86,8 @@ seeds = {
     # An empty event ("data" with no colon) before the reader has any buffer: CI's fuzzer found that
     # it reached the event callback as a NULL pointer (undefined arithmetic in a callback's data + len).
     "sse_empty_event_unbuffered": b"\x33\x64\x00" + b"data\r\n\r\n" + chat,
+    "responses_chunked": b"\x00\x05\x00" + head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(responses, 23),
+    "messages_sse_only": b"\x33\x09\x00" + messages,
 }
 # Whole JSON answers (embeddings, rerank), kept and scanned once: Content-Length, then chunked, then a stream on
 # the same connection; cap_max 1 MiB (byte 0's bits 4-5).

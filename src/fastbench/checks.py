@@ -265,6 +265,10 @@ def _parts(config: BenchConfig) -> list[Checked]:
 # The whole config
 
 
+# The endpoints whose events name themselves (fastbench.load.protocols: Responses, Messages)
+TYPED_EVENT_ENDPOINTS = ("/v1/responses", "/v1/messages")
+
+
 def check_config(config: BenchConfig) -> None:
     """Refuse options that cannot work, from their values alone: types, choices, ranges, and options
     that the others make idle or need. One line that says what to fix (:class:`ConfigError`)."""
@@ -418,6 +422,9 @@ def _check_multi_turn(config: BenchConfig) -> None:
                 raise ConfigError(f"{flag(datasetoptions.flat_name(MultiTurnOptions, field))} is for multi-turn "
                                   "sessions: give --multi-turn")
         return
+    if config.endpoint in TYPED_EVENT_ENDPOINTS:
+        raise ConfigError(f"--multi-turn builds its turns for /v1/completions and /v1/chat/completions, not "
+                          f"{config.endpoint}")
     if config.dataset_name not in ("sharegpt", "jsonl"):
         raise ConfigError(f"--multi-turn replays conversations: give --dataset-name sharegpt or jsonl, not "
                           f"{config.dataset_name}")
@@ -487,6 +494,9 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
     _check_pooling(config)
     _check_multi_turn(config)
+    if config.logprobs is not None and config.endpoint in TYPED_EVENT_ENDPOINTS:
+        raise ConfigError(f"--logprobs asks /v1/completions and /v1/chat/completions for logprobs; {config.endpoint} "
+                          "is not offered them")
     _check_trace_timing(config)
     _check_ray(config)
     if config.options(RandomOptions).prefix_len and config.dataset_name not in ("random", "random-mm"):

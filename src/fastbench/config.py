@@ -23,18 +23,23 @@ from fastbench.datasetoptions import (
     normalised,
 )
 
-Endpoint = Literal["/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/pooling", "/score", "/rerank",
-                   "/v1/rerank"]
-# vllm bench serve's --backend names fastbench measures (BACKEND_ENDPOINTS: the endpoint each calls by default)
-Backend = Literal["openai", "vllm", "openai-chat", "openai-embeddings", "openai-embeddings-chat", "vllm-pooling",
-                  "vllm-rerank"]
+Endpoint = Literal["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
+                   "/pooling", "/score", "/rerank", "/v1/rerank"]
+# vllm bench serve's --backend names fastbench measures (BACKEND_ENDPOINTS: the endpoint each calls by default;
+# the streamed APIs' are fastbench.load.protocols', which a test holds alike)
+Backend = Literal["openai", "vllm", "openai-chat", "openai-responses", "anthropic-messages", "openai-embeddings",
+                  "openai-embeddings-chat", "vllm-pooling", "vllm-rerank"]
 BACKEND_ENDPOINTS: dict[str, str] = {
     "openai": "/v1/completions", "vllm": "/v1/completions", "openai-chat": "/v1/chat/completions",
+    "openai-responses": "/v1/responses", "anthropic-messages": "/v1/messages",
     "openai-embeddings": "/v1/embeddings", "openai-embeddings-chat": "/v1/embeddings", "vllm-pooling": "/pooling",
     "vllm-rerank": "/rerank",
 }
 # The APIs answered by one whole JSON body per request, not a stream (fastbench.load.pooling builds their
 # bodies): each endpoint, and the backends that may call it.
+# The streamed APIs' own backend names (other than /v1/completions' "openai").
+_STREAM_BACKENDS = {"/v1/chat/completions": "openai-chat", "/v1/responses": "openai-responses",
+                    "/v1/messages": "anthropic-messages"}
 POOLING_ENDPOINTS: dict[str, tuple[str, ...]] = {
     "/v1/embeddings": ("openai-embeddings", "openai-embeddings-chat"), "/pooling": ("vllm-pooling",),
     "/score": ("vllm-rerank",), "/rerank": ("vllm-rerank",), "/v1/rerank": ("vllm-rerank",),
@@ -124,7 +129,8 @@ class BenchConfig:
     :param base_url: server root, e.g. ``http://127.0.0.1:8000``; None starts the built-in
         synthetic server and runs against it.
     :param model: model name sent in each request; None asks the server's /v1/models.
-    :param endpoint: ``/v1/completions`` or ``/v1/chat/completions`` (streamed text), or an API answered
+    :param endpoint: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/responses`` (OpenAI's Responses API)
+        or ``/v1/messages`` (Anthropic's Messages API): streamed text (``fastbench.load.protocols``); or an API answered
         whole: ``/v1/embeddings``, ``/pooling``, ``/score``, ``/rerank``, ``/v1/rerank``.
     :param backend: vllm bench serve's ``--backend`` name for the request body (``openai-embeddings-chat``:
         ``messages`` on /v1/embeddings); None: the endpoint's own.
@@ -366,7 +372,7 @@ class BenchConfig:
             return self.backend
         if self.endpoint in POOLING_ENDPOINTS:
             return POOLING_ENDPOINTS[self.endpoint][0]
-        return "openai-chat" if self.endpoint == "/v1/chat/completions" else "openai"
+        return _STREAM_BACKENDS.get(self.endpoint, "openai")
 
     @property
     def open_loop(self) -> bool:

@@ -143,6 +143,19 @@ def test_validate_api_speculative_shape() -> None:
     assert "request sent -> read by the server" in report.render()
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/responses", "/v1/messages"])
+def test_validate_proves_the_client_on_each_typed_api(endpoint: str) -> None:
+    # the synthetic server streams each API by its own encoders; the client's chunks are its output events,
+    # counted from the final usage, each stamped against the server's send time
+    report = fv.validate_client(8, tokens_per_chunk="1-3", itl_ms=5, ttft_ms=10, num_requests=16, output_len=24,
+                                endpoint=endpoint)
+    assert report.completed == 16 and report.failed == 0
+    assert report.settings["endpoint"] == endpoint and endpoint in report.render()
+    assert report.tokens == 16 * 24  # the responses' usage, not a count of chunks
+    assert report.chunks < report.tokens and report.skew.count == report.chunks
+    assert report.skew.p99 is not None and report.skew.p99 < LOOSE_SKEW_MS
+
+
 def _rows(*requests: tuple[int, int, int]) -> np.ndarray:
     rows = np.zeros((len(requests), NCOLS), dtype=np.int64)
     for i, (scheduled, sent, end) in enumerate(requests):
@@ -260,6 +273,8 @@ def test_reference_client_measures() -> None:
     (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: /nonexistent does not exist"),
     (["--json", "/"], "--json /: is a directory"),
     (["--output-len", "1"], "--output-len must be between 2 (chunk gaps are judged) and 1,000,000"),
+    (["--backend", "openai-audio"], "--backend openai-audio: validate speaks openai, vllm, openai-chat"),
+    (["--backend", "openai-chat", "--endpoint", "/v1/messages"], "--backend openai-chat calls /v1/chat/completions"),
     (["--output-len", "100000000000"], "--output-len must be between 2 (chunk gaps are judged) and 1,000,000"),
     (["--num-requests", "100000000000"], "--concurrency must be at least 1, --num-requests between 1 and"),
     (["--tokens-per-chunk", "1-99999999999999999999"], "argument --tokens-per-chunk: need 1 <= A <= B <= 1,000,000"),

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from fastbench import BenchConfig, ConfigError, api
-from fastbench.cli import command, vllmflags
+from fastbench.cli import command, inputflags, vllmflags
 from fastbench.datasetoptions import RandomOptions
 from fastbench.exceptions import FastbenchError
 from fastbench.load import datasets, pacer
@@ -84,8 +84,8 @@ def test_every_vllm_bench_serve_flag_is_known_with_its_arity(
 
 
 # vllm bench serve's backends that fastbench does not measure yet; each is refused in one line that says so
-NOT_MEASURED = {"openai-responses", "openai-audio", "openai-embeddings-clip", "openai-embeddings-vlm2vec",
-                "infinity-embeddings", "infinity-embeddings-clip"}
+NOT_MEASURED = {"openai-audio", "openai-embeddings-clip", "openai-embeddings-vlm2vec", "infinity-embeddings",
+                "infinity-embeddings-clip"}
 MEASURED_WHOLE = {"openai-embeddings", "openai-embeddings-chat", "vllm-pooling", "vllm-rerank"}
 
 
@@ -276,6 +276,8 @@ def test_a_ramp_up_run_is_open_loop(tmp_path: Path) -> None:
     (["--backend", "openai-audio"], "--backend openai-audio: fastbench sends no audio"),
     (["--backend", "openai-embeddings", "--endpoint", "/v1/completions"], "--backend openai-embeddings calls"),
     (["--backend", "vllm-rerank"], "--dataset-name random-rerank draws a query"),
+    (["--backend", "openai-responses", "--endpoint", "/v1/messages"], "--backend openai-responses calls /v1/responses"),
+    (["--endpoint", "/v1/messages", "--logprobs", "2"], "--logprobs asks /v1/completions and /v1/chat/completions"),
     (["--backend", "openai", "--endpoint", "/v1/chat/completions"], "--backend openai calls /v1/completions"),
     (["--random-range-ratio", '{"input": 0.1}'], "not a JSON dict"),
     (["--save-detailed"], "--save-detailed puts per-request arrays in the result file"),
@@ -303,6 +305,51 @@ def test_refused_with_one_line(args: list[str], words: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert words in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+@pytest.mark.parametrize("backend", ["openai-responses", "anthropic-messages"])
+def test_a_typed_api_backend_runs_against_the_synthetic_server(tmp_path: Path, backend: str) -> None:
+    out = tmp_path / "r.json"
+    proc = fastbench("--backend", backend, "--num-prompts", "6", "--random-input-len", "4", "--random-output-len", "5",
+                     "--ignore-eos", "--synthetic-args", "--ttft-ms 1 --itl-ms 1 --tokens-per-chunk 1-2",
+                     "--result-json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = orjson.loads(out.read_bytes())
+    assert doc["backend"] == backend and doc["completed"] == 6 and doc["failed"] == 0
+    assert doc["total_output_tokens"] == 30  # the final usage's, the stream having no per-chunk usage
+    assert doc["fastbench"]["usage"]["by_source"] == {"FINAL": 6}
+
+
+READ_VLLM_BACKENDS = """
+import json
+from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS
+print(json.dumps(sorted(ASYNC_REQUEST_FUNCS)))
+"""
+
+
+def test_every_vllm_backend_is_spoken_or_refused_with_its_reason() -> None:
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"vllm bench serve's backends are read from the real-vLLM recipe's venv, not installed at "
+                    f"{VLLM_VENV}")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
+    proc = subprocess.run([str(python), "-c", READ_VLLM_BACKENDS], capture_output=True, text=True, timeout=600,
+                          cwd=VLLM_VENV, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    backends = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"openai", "openai-chat", "openai-responses"} <= set(backends)  # vLLM's list was read
+    spoken, refused = command.BACKEND_ENDPOINTS, {**vllmflags.REFUSED_BACKENDS, **inputflags.REFUSED_BACKENDS}
+    neither = [b for b in backends if b not in spoken and b not in refused]
+    assert not neither, f"vllm bench serve backends fastbench neither speaks nor refuses with a reason: {neither}"
+    assert not set(spoken) & set(refused)
+    parser = command.build_parser()
+    for backend in backends:
+        if backend in spoken:
+            ns = parser.parse_args(["--backend", backend])
+            assert command.config_from_args(ns, ["--backend", backend]).endpoint == spoken[backend]
+        else:
+            with pytest.raises(FastbenchError, match=re.escape(refused[backend])):
+                command.config_from_args(parser.parse_args(["--backend", backend]), ["--backend", backend])
 
 
 def test_every_unused_flag_says_why() -> None:

@@ -688,6 +688,8 @@ def _facts(**kw: int) -> dict[str, int]:
         "cached_tokens": -1,
         "total_tokens": -1,
         "n_data": -1,
+        "has_tool": 0,
+        "has_end": 0,
     }
     base.update(kw)
     return base
@@ -862,6 +864,19 @@ JSON_CASES: list[tuple[str, bytes, dict[str, int] | None]] = [
     ("unterminated_string", b'{"a":"xyz}', None),
     ("leading_zero", b'{"a":01}', None),
     ("plus_number", b'{"a":+1}', None),
+    (
+        "vllm_chat_tool_call",
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a"}}]},'
+        b'"finish_reason":null}]}',
+        _facts(n_choices=1, has_tool=1),
+    ),
+    (
+        "tool_call_empty_arguments",
+        b'{"choices":[{"delta":{"tool_calls":[{"id":"t","function":{"name":"","arguments":""}}]}}]}',
+        _facts(n_choices=1),
+    ),
+    ("arguments_elsewhere", b'{"choices":[{"delta":{"function":{"arguments":"x"}}}],"arguments":"y"}',
+     _facts(n_choices=1)),
     ("dot_number", b'{"a":1.}', None),
     ("exp_number", b'{"a":1e}', None),
     ("minus_only", b'{"a":-}', None),
@@ -939,11 +954,19 @@ def _py_facts(obj: dict[str, Any]) -> dict[str, int]:
         f["sent_ns"] = obj["fb_sent_ns"]
     if obj.get("error") is not None:
         f["has_error"] = 1
-    if isinstance(obj.get("choices"), list):
-        f["n_choices"] = len(obj["choices"])
     for key, value in obj.items():  # in the text's order: the later of "data" and "results" counts
         if key in ("data", "results") and isinstance(value, list):
             f["n_data"] = len(value)
+    if isinstance(obj.get("choices"), list):
+        f["n_choices"] = len(obj["choices"])
+        for choice in obj["choices"]:  # a tool call's name or arguments, in a delta's tool_calls
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+            for call in calls if isinstance(calls, list) else []:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and any(isinstance(function.get(k), str) and function[k]
+                                                      for k in ("name", "arguments")):
+                    f["has_tool"] = 1
 
     def walk(v: Any) -> None:
         if isinstance(v, dict):
@@ -992,6 +1015,10 @@ if HAVE_HYPOTHESIS:
             "prompt_tokens_details",
             "cached_tokens",
             "delta",
+            "tool_calls",
+            "function",
+            "arguments",
+            "name",
             "index",
             "id",
             'q"uote',

@@ -15,6 +15,7 @@ import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from support.sse_reference import decode_events
 
@@ -51,7 +52,8 @@ LINE_MAX = 8192
 
 # fbt_json's facts, in its array's order
 JSON_FACTS = ("completion_tokens", "prompt_tokens", "sent_ns", "has_content", "has_reasoning", "has_error",
-              "has_finish", "has_usage", "n_choices", "usage_invalid", "cached_tokens", "total_tokens", "n_data")
+              "has_finish", "has_usage", "n_choices", "usage_invalid", "cached_tokens", "total_tokens", "n_data",
+              "has_tool", "has_end")
 
 # fb_test_shim.c modes
 SSE, HTTP, HTTP_SSE, HTTP_JSON = 0, 1, 2, 3
@@ -163,6 +165,10 @@ class Lib:
         d.fbt_json_answer.argtypes = [p, sz, ctypes.POINTER(ctypes.c_int64), p, sz, ctypes.POINTER(sz),
                                       ctypes.POINTER(ctypes.c_int64)]
         d.fbt_json_answer.restype = ctypes.c_int
+        d.fbt_json_api.argtypes = [p, sz, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(p),
+                                   ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), p, sz,
+                                   ctypes.POINTER(sz), ctypes.POINTER(ctypes.c_int64)]
+        d.fbt_json_api.restype = ctypes.c_int
 
     def run(
         self,
@@ -241,4 +247,22 @@ class Lib:
         out_len = ctypes.c_size_t()
         pieces = ctypes.c_int64()
         rc = self.dll.fbt_json_answer(data, len(data), facts, out, cap, ctypes.byref(out_len), ctypes.byref(pieces))
+        return rc, dict(zip(JSON_FACTS, facts)), out.raw[:out_len.value], pieces.value
+
+    def json_api(self, data: bytes, events: Any, cap: int = 1 << 16) -> tuple[int, dict[str, int], bytes, int]:
+        """fb_json_scan_event with the tables of ``events`` (a fastbench.load.protocols StreamEvents): its rc
+        and facts, the answer it handed over and in how many pieces."""
+        groups = [list(events.types.items()), list(events.delta_keys.items()),
+                  [(h, 0) for h in events.usage_holders], [(k, 0) for k in events.input_keys]]
+        flat = [pair for group in groups for pair in group]
+        flat += [(events.output_key, 0), (events.cached_key, 0), (events.details[0], 0), (events.details[1], 0)]
+        names = (ctypes.c_char_p * len(flat))(*[name.encode() for name, _ in flat])
+        kinds = (ctypes.c_int * len(flat))(*[kind for _, kind in flat])
+        counts = (ctypes.c_int * 4)(*[len(group) for group in groups])
+        facts = (ctypes.c_int64 * len(JSON_FACTS))()
+        out = ctypes.create_string_buffer(max(cap, 1))
+        out_len = ctypes.c_size_t()
+        pieces = ctypes.c_int64()
+        rc = self.dll.fbt_json_api(data, len(data), facts, names, kinds, counts, out, cap, ctypes.byref(out_len),
+                                   ctypes.byref(pieces))
         return rc, dict(zip(JSON_FACTS, facts)), out.raw[:out_len.value], pieces.value

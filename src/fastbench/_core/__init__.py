@@ -1,6 +1,12 @@
 from .engine import (
     BUILD_FLAVOUR,
     COLUMN_ORDER,
+    OUT_ANSWER,
+    OUT_DELTA,
+    OUT_END,
+    OUT_ERROR,
+    OUT_REASONING,
+    OUT_TOOL,
     ArrivalClaims,
     ArrivalTimer,
     BodyParts,
@@ -13,6 +19,7 @@ from .engine import (
     SharedArrivals,
     SharedDispatcher,
     Slots,
+    StreamApi,
     StreamConnection,
     TokenRuns,
     debug_counters,
@@ -22,7 +29,8 @@ from .engine import (
 )
 
 __all__ = (
-    "ArrivalClaims", "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Claims", "Dispatcher", "Pool",
-    "Recorder", "RowClaims", "RunState", "SharedArrivals", "SharedDispatcher", "Slots", "StreamConnection",
-    "TokenRuns", "debug_counters", "lay_out_blocks", "now_ns", "scan_trace",
+    "ArrivalClaims", "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Claims", "Dispatcher",
+    "OUT_ANSWER", "OUT_DELTA", "OUT_END", "OUT_ERROR", "OUT_REASONING", "OUT_TOOL", "Pool", "Recorder", "RowClaims",
+    "RunState", "SharedArrivals", "SharedDispatcher", "Slots", "StreamApi", "StreamConnection", "TokenRuns",
+    "debug_counters", "lay_out_blocks", "now_ns", "scan_trace",
 )

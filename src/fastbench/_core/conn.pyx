@@ -38,6 +38,12 @@ cdef class StreamConnection:
         self.c.keep_answer = run.keep_answers
         self.c.whole = run.whole_answers
         self.c.max_whole_bytes = run.max_answer_bytes or WHOLE_ANSWER_CAP
+        if run.api is not None:
+            self.c.api = &run.api.table
+            self.c.end_why = run.api.end_why
+        else:
+            self.c.api = NULL
+            self.c.end_why = "the stream ended without data: [DONE]"
         self.c.gap_counts = &run.gap_counts[0]
         self.busy = False
         self.closed = False
@@ -120,6 +126,7 @@ cdef class StreamConnection:
         r.error = ERR_OK
         r.why = NULL
         self.c.errtext_len = 0
+        self.c.head_len = 0
         self.c.read_output_events = 0
         self.c.read_ts = 0
         self.c.out_len = 0
@@ -285,16 +292,21 @@ cdef class StreamConnection:
 
     cdef void _watch_if_ending(self) noexcept:
         """Coalescing: once at most one more chunk (of the largest size so far) is left of the
-        stream, move the connection to the run's ends set, watched on every arrival."""
+        stream, move the connection to the run's ends set, watched on every arrival. Without per-chunk
+        usage (a typed API's stream, chat's with usage only at the end) each output event is at least
+        one token: at most one is left once the events are one short of the tokens asked for."""
         cdef fb_req_t *r = &self.c.req
         cdef int64_t expected, left
-        if self.in_ends_set or not self.busy or self.closed or not r.usage_seen:
+        if self.in_ends_set or not self.busy or self.closed:
             return
         expected = self.expected_tokens
         if expected <= 0:
             return
-        left = expected - r.completion_tokens
-        if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
+        if r.usage_chunks:
+            left = expected - r.completion_tokens
+            if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
+                self.run.sets.move(self, True)
+        elif <int64_t>r.n_ev + 1 >= expected:
             self.run.sets.move(self, True)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
@@ -379,9 +391,11 @@ cdef class StreamConnection:
                 # Every OpenAI-compatible server ends a stream with [DONE]; without it the end of
                 # the response may be a cut, not a finish.
                 r.error = ERR_PROTOCOL
-                r.why = "the stream ended without data: [DONE]"
+                r.why = self.c.end_why
                 if self.c.http.content_coded:  # a coded body reads as no SSE at all ("none" is harmless)
                     r.why = "the response is compressed (Content-Encoding), which fastbench never asks for"
+                elif self.c.head_len:  # another protocol's stream, say: its first bytes name it
+                    self._py_why = "%s; the stream began %r" % ((<bytes>r.why).decode(), self._body_head())
             elif r.n_ev == 0 and not r.usage_seen and not r.finish_seen:
                 # An answer of no tokens still says why it stopped (finish_reason) or what it
                 # counted (usage); a bare [DONE] says neither.
@@ -462,6 +476,9 @@ cdef class StreamConnection:
 
     cdef bytes _errtext(self):
         return self.c.errtext[:self.c.errtext_len]
+
+    cdef bytes _body_head(self):
+        return self.c.head[:self.c.head_len]
 
     cdef str _error_message(self, int status):
         cdef fb_req_t *r = &self.c.req

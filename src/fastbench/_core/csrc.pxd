@@ -85,6 +85,8 @@ cdef extern from "fb_json.h" nogil:
         int64_t sent_ns
         int has_content
         int has_reasoning
+        int has_tool
+        int has_end
         int has_error
         int has_finish
         int has_usage
@@ -95,6 +97,35 @@ cdef extern from "fb_json.h" nogil:
     ctypedef int (*fb_json_text_fn)(void *ctx, const char *text, size_t len) noexcept nogil
     int fb_json_scan_chunk_text(const char *data, size_t len, fb_chunk_info_t *out, fb_json_text_fn on_answer,
                                 void *ctx)
+    enum:
+        FB_OUT_NONE
+        FB_OUT_ANSWER
+        FB_OUT_REASONING
+        FB_OUT_TOOL
+        FB_OUT_DELTA
+        FB_OUT_END
+        FB_OUT_ERROR
+        FB_API_MAX_TYPES
+        FB_API_MAX_KEYS
+    ctypedef struct fb_api_name_t:
+        const char *s
+        size_t n
+        int kind
+    ctypedef struct fb_api_t:
+        fb_api_name_t types[24]
+        int n_types
+        fb_api_name_t delta_keys[4]
+        int n_delta_keys
+        fb_api_name_t usage_holders[4]
+        int n_usage_holders
+        fb_api_name_t output_key
+        fb_api_name_t input_keys[4]
+        int n_input_keys
+        fb_api_name_t cached_key
+        fb_api_name_t details_key
+        fb_api_name_t details_cached_key
+    int fb_json_scan_event(const char *data, size_t len, fb_chunk_info_t *out, const fb_api_t *api,
+                           fb_json_text_fn on_answer, void *ctx)
 
 
 cdef extern from "fb_trace.h" nogil:

@@ -68,6 +68,7 @@ cdef enum:
     FIRST_EVENT_SLOTS = 512      # a request's per-event stamps at first (doubles as needed)
     ERRTEXT_BYTES = 2048         # the start of an error body or event kept for the message
     WHOLE_ANSWER_CAP = 268435456 # a whole JSON answer's cap (256 MiB: 1,000 embeddings of 4,096 floats fit)
+    HEAD_BYTES = 64              # the start of every body, kept to name a response of another protocol
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
 
 
@@ -130,6 +131,9 @@ ctypedef struct fb_conn_t:
     char *out_buf                # those events, NUL-separated (owned, reused)
     size_t out_len               # bytes used in out_buf
     size_t out_cap               # its capacity
+    const fb_api_t *api          # what a typed-event API's events mean (RunState.set_api); NULL: OpenAI chunks
+    const char *end_why          # why a stream that did not end as its API ends is a cut (the [DONE] rule)
+    size_t head_len              # bytes of the response's body kept in head
     int keep_answer              # keep the answer's text (multi-turn sessions with the server's replies)
     char *answer_buf             # its JSON strings' raw bytes, escapes as sent, joined (owned, reused)
     size_t answer_len            # bytes used in answer_buf
@@ -142,6 +146,7 @@ ctypedef struct fb_conn_t:
     size_t errtext_len           # bytes in errtext
     fb_http_t http               # response framing state
     char errtext[ERRTEXT_BYTES]  # start of a non-stream body or of an error event, for the message
+    char head[HEAD_BYTES]        # the body's first bytes, named when the response is not what was asked
 
 
 cdef class StreamConnection
@@ -303,6 +308,15 @@ cdef class SharedDispatcher(Dispatcher):
     cdef void arm_own(self, Py_ssize_t first, int64_t after) except *
 
 
+cdef class StreamApi:
+    cdef fb_api_t table                # the scanner's tables
+    cdef list names                    # the bytes they point into
+    cdef bytes end_why_bytes
+    cdef const char *end_why           # why a stream that did not end as the API ends failed
+    cdef void _put(self, fb_api_name_t *slot, str name, int kind) except *
+
+
+
 cdef class RunState:
     cdef int64_t[:, ::1] rows          # the request table (fastbench.records.COLUMNS)
     cdef public Recorder itl_chunk     # gaps between output chunks
@@ -318,6 +332,7 @@ cdef class RunState:
     cdef public bint kernel_timestamps # ask sockets for SO_TIMESTAMPNS
     cdef public bint save_outputs      # keep response texts (off unless asked: memory stays bounded)
     cdef public dict outputs           # row -> raw output events (NUL-separated JSON), when save_outputs
+    cdef public StreamApi api          # a typed-event API's tables (None: OpenAI chunks); set before connecting
     cdef public bint keep_answers      # keep each answer's text (the history of multi-turn sessions)
     cdef public dict answers           # row -> the answer's JSON strings' raw bytes joined, when keep_answers
     cdef public bint keep_chunk_stamps # keep each completed request's chunk stamps (vllm's itls)
@@ -410,6 +425,7 @@ cdef class StreamConnection:
     cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts)
     cdef _on_eof(self)
     cdef _finish(self)
+    cdef bytes _body_head(self)
     cdef bytes _errtext(self)
     cdef bytes _chunk_stamps(self)
     cdef str _error_message(self, int status)

@@ -112,6 +112,19 @@ class SharedDispatcher(Dispatcher):
     def claim_due_with_slot(self, now: int) -> int: ...
     def claim_arrived(self, now: int) -> int: ...
     def give_slot(self) -> None: ...
+OUT_ANSWER: int
+OUT_REASONING: int
+OUT_TOOL: int
+OUT_DELTA: int
+OUT_END: int
+OUT_ERROR: int
+
+class StreamApi:
+    """One typed-event API's tables for the scanner (Responses, Messages)."""
+
+    def __init__(self, types: dict[str, int], delta_keys: dict[str, int], usage_holders: tuple[str, ...],
+                 output_key: str, input_keys: tuple[str, ...], cached_key: str, details: tuple[str, str],
+                 end_why: str) -> None: ...
 
 class RunState:
     """Shared by all connections of one run: the request table, chunk histograms, counters."""
@@ -124,6 +137,7 @@ class RunState:
     kernel_timestamps: bool
     save_outputs: bool
     keep_answers: bool
+    api: StreamApi | None
     answers: dict[int, bytes]
     whole_answers: bool  # answers are whole JSON bodies, scanned once at their end (embeddings, rerank...)
     max_answer_bytes: int  # a whole answer past this is a PROTOCOL error; 0: 256 MiB

@@ -67,6 +67,7 @@ cdef class ArrivalTimer:
 # One translation unit, in files by job (the compiler sees, and inlines across, all of them):
 include "debug.pyx"   # the debug build's checks and counters (nothing in a release build)
 include "hist.pyx"    # Recorder: values into an HDR histogram's layout
+include "streamapi.pyx"  # StreamApi: a typed-event API's tables for the scanner
 include "events.pyx"  # the per-event callbacks of the C readers
 include "whole.pyx"   # whole JSON answers (embeddings, pooling, score, rerank): kept, scanned once
 include "coalesce.pyx"  # Tick: coalesced reads, and the tick chosen from the chunk gaps

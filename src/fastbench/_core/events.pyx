@@ -9,6 +9,12 @@ cdef int _on_body(void *ctx, const char *data, size_t length) noexcept nogil:
     (its first 2 KiB) for the error message."""
     cdef fb_conn_t *c = <fb_conn_t *>ctx
     cdef int rc
+    cdef size_t room = HEAD_BYTES - c.head_len
+    if room:  # the body's first bytes, to name a response that is not what was asked
+        if room > length:
+            room = length
+        memcpy(c.head + c.head_len, data, room)
+        c.head_len += room
     if c.whole and 200 <= c.http.status < 300:
         return _keep_whole(c, data, length)
     if c.http.status < 200 or c.http.status >= 300 or not c.http.event_stream:
@@ -41,7 +47,8 @@ cdef int _grow_event_buffer(void *ctx, fb_sse_t *st, size_t needed) noexcept nog
 
 cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     """One SSE data event. Stamps it with its read's time, before and apart from any parsing
-    of what it means; then takes the few facts the metrics need from the JSON in one pass."""
+    of what it means; then takes the few facts the metrics need from the JSON in one pass (a typed-event
+    API's with its tables, c.api)."""
     cdef fb_conn_t *c = <fb_conn_t *>ctx
     cdef fb_req_t *r = &c.req
     cdef fb_chunk_info_t info
@@ -54,11 +61,12 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         keep_answer = _keep_answer
     r.events += 1
     if length == 6 and memcmp(data, b"[DONE]", 6) == 0:
-        r.done_seen = 1
+        if c.api == NULL:  # a typed API ends with its own event ([DONE] after it is harmless)
+            r.done_seen = 1
         return 0
     # The answer's text, kept as the scan finds it: its strings' raw bytes, decoded once per request
     # (load/outputs.py decode_answer), not an object per event.
-    rc = fb_json_scan_chunk_text(data, length, &info, keep_answer, ctx)
+    rc = fb_json_scan_event(data, length, &info, c.api, keep_answer, ctx)
     if rc != 0:
         c.answer_len = answer_len  # a bad event's pieces are no text
         if rc == -FB_ERR_CALLBACK:
@@ -73,6 +81,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         return 1
     if info.has_finish:
         r.finish_seen = 1
+    if info.has_end:
+        r.done_seen = 1  # a typed API's end event is its [DONE]
     if info.prompt_tokens >= 0:
         r.prompt_tokens = info.prompt_tokens
     if info.cached_tokens >= 0:
@@ -83,7 +93,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
     # every output so far carried usage (vLLM's continuous usage streams a token that ends
     # mid-UTF-8 as text ""). Otherwise usage on a chunk without text is a server's end-of-stream
     # total (llama.cpp), not a token chunk, unless no output came before it: then it is an answer
-    # that ended at once (EOS as its first token).
+    # that ended at once (EOS as its first token). A typed API says by its event's type what carries output,
+    # and its usage is a total, never a token chunk.
     had_usage = r.usage_seen
     if info.completion_tokens >= 0:
         r.usage_seen = 1
@@ -92,8 +103,8 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         else:
             tokens = info.completion_tokens - r.completion_tokens
         r.completion_tokens = info.completion_tokens
-    output = info.has_content or info.has_reasoning or (
-        tokens > 0 and (r.n_ev == 0 or (had_usage and r.usage_chunks == r.n_ev)))
+    output = info.has_content or info.has_reasoning or info.has_tool or (
+        c.api == NULL and tokens > 0 and (r.n_ev == 0 or (had_usage and r.usage_chunks == r.n_ev)))
     if not output:
         return 0
     if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:

@@ -351,6 +351,7 @@ async def _run_against(
             keep_chunk_stamps=config.per_request_arrays,  # vllm's itls
             whole_answers=config.pooling,  # one JSON answer a request, scanned at its end (load.pooling)
             headers=config.headers,
+            endpoint=config.endpoint,
             ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
             if config.ramp_up_strategy is not None else None,
             arrival_offsets_ns=work.arrival_offsets_ns,

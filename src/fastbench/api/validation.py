@@ -65,7 +65,7 @@ import orjson
 from fastbench.api.validation_figures import build_report
 from fastbench.checks import MAX_PROMPTS, check_value
 from fastbench.exceptions import ConfigError, ServerError
-from fastbench.load import hostload
+from fastbench.load import hostload, protocols
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.validation_report import Check, Quantiles, SeriesCheck, ValidationReport
@@ -93,26 +93,22 @@ MODEL = "fastbench-synthetic"
 # Running it
 
 
-def request_body(output_len: int, model: str = MODEL, row: int | None = None) -> bytes:
-    """A streamed /v1/completions body asking for per-chunk usage and exactly output_len tokens;
-    with ``row``, tagged ``fb_row`` so that the synthetic server keeps when it read it."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": "hello world",
-        "max_tokens": output_len,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+def request_body(output_len: int, model: str = MODEL, row: int | None = None, endpoint: str = ENDPOINT) -> bytes:
+    """A streamed body of the API ``endpoint`` speaks asking for exactly output_len tokens (and, where the API
+    has it, per-chunk usage); with ``row``, tagged ``fb_row`` so that the synthetic server keeps when it
+    read it."""
+    body = protocols.by_endpoint(endpoint).body(model, "hello world", output_len)
+    body["ignore_eos"] = True
     if row is not None:
         body["fb_row"] = row
     return orjson.dumps(body)
 
 
-def _request_bodies(output_len: int, n: int) -> list[bytes]:
+def _request_bodies(output_len: int, n: int, endpoint: str) -> list[bytes]:
     """Each of the first TAGGED_REQUESTS bodies names its row; the rest share one untagged body."""
-    shared = request_body(output_len)
-    return [request_body(output_len, row=i) if i < TAGGED_REQUESTS else shared for i in range(n)]
+    shared = request_body(output_len, endpoint=endpoint)
+    return [request_body(output_len, row=i, endpoint=endpoint) if i < TAGGED_REQUESTS else shared
+            for i in range(n)]
 
 
 def _http_json(base_url: str, path: str, method: str = "GET") -> dict[str, Any]:
@@ -244,6 +240,7 @@ async def avalidate_client(
     workers: int | None = None,
     ray: str | None = None,
     workers_per_node: int | None = None,
+    endpoint: str = ENDPOINT,
 ) -> ValidationReport:
     """Run a validation inside a running event loop (uvloop recommended: it is what the client uses)
     and return its report; :func:`validate_client` runs it to the end on uvloop.
@@ -268,6 +265,8 @@ async def avalidate_client(
         nodes (by default one on each node), the server stays on this host; see the module's docstring
         for the clocks. Needs ``fastbench[ray]``.
     :param workers_per_node: with ``ray``: this many workers on each node.
+    :param endpoint: the API the requests speak (``/v1/completions``, ``/v1/chat/completions``,
+        ``/v1/responses``, ``/v1/messages``): the synthetic server streams each as its servers do.
     :raises ConfigError: settings that cannot work (see :func:`checked_settings`), before anything starts.
     :raises WorkerError: --ray without Ray, a cluster that cannot be joined, a node whose clock offset is
         unknown.
@@ -276,6 +275,9 @@ async def avalidate_client(
                                 output_len, tolerance_ms, warmup=warmup, max_seconds=max_seconds,
                                 coalesce_ms=coalesce_ms, workers=workers, ray=ray,
                                 workers_per_node=workers_per_node, pin=pin)
+    if endpoint not in protocols.PROTOCOLS:
+        raise ConfigError(f"--endpoint must be one of {', '.join(protocols.PROTOCOLS)}, got {endpoint!r}")
+    settings["endpoint"] = endpoint
     tokens_per_chunk, n = settings["tokens_per_chunk"], settings["num_requests"]
     if base_url is not None:
         # also drops a trailing /v1, as the client does, for the server's own /fb/ endpoints
@@ -309,8 +311,8 @@ async def avalidate_client(
                     window_cpu.append(hostload.process_cpu_s(server.pid))
 
             plan = LoadPlan(
-                bodies=_request_bodies(output_len, n),
-                warmup_bodies=[request_body(1)] * (concurrency if warmup else 0),
+                bodies=_request_bodies(output_len, n, endpoint),
+                warmup_bodies=[request_body(1, endpoint=endpoint)] * (concurrency if warmup else 0),
                 concurrency=concurrency,
                 request_rate=request_rate,
                 max_seconds=max_seconds if max_seconds is not None else _safety_cap_s(settings),
@@ -318,9 +320,10 @@ async def avalidate_client(
                 expected_output_tokens=[output_len] * n,
                 # the same span as the window's figures: not the connections' set-up and warm-up
                 on_window_start=on_window_start,
+                endpoint=endpoint,
             )
             await asyncio.to_thread(_http_json, base_url, "/fb/reset", "POST")
-            target = Target.parse(base_url, ENDPOINT)
+            target = Target.parse(base_url, endpoint)
             generator, _ = make_generator(target, plan, workers=workers, workers_per_node=workers_per_node,
                                           ray=cluster.address if cluster is not None else None)
             data = await generator.run()

@@ -71,13 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model name sent in requests when it differs from --model (which then names the "
                    "model in the result and its file name), as vllm bench serve")
     g.add_argument("--endpoint", default=None, choices=typing.get_args(Endpoint),
-                   help="API endpoint (default /v1/completions, or the one --backend calls); /v1/embeddings, "
-                   "/pooling, /score, /rerank and /v1/rerank answer each request whole, with no stream")
+                   help="API endpoint (default /v1/completions, or the one --backend calls): /v1/responses is "
+                   "OpenAI's Responses API, /v1/messages Anthropic's Messages API; /v1/embeddings, /pooling, "
+                   "/score, /rerank and /v1/rerank answer each request whole, with no stream")
     g.add_argument("--backend", default=None, metavar="{" + ",".join(BACKEND_ENDPOINTS) + "}",
                    help="vllm bench serve's name for the API: openai and vllm are /v1/completions, openai-chat "
-                   "/v1/chat/completions, openai-embeddings /v1/embeddings with input, openai-embeddings-chat the "
-                   "same with messages, vllm-pooling /pooling, vllm-rerank /rerank (or --endpoint /v1/rerank, "
-                   "/score); its others (audio, responses...) are refused")
+                   "/v1/chat/completions, openai-responses /v1/responses, anthropic-messages /v1/messages, "
+                   "openai-embeddings /v1/embeddings with input, openai-embeddings-chat the same with messages, "
+                   "vllm-pooling /pooling, vllm-rerank /rerank (or --endpoint /v1/rerank, /score); its others "
+                   "(audio, clip and vlm2vec embeddings, infinity) are refused, each saying why")
     g.add_argument("--header", nargs="*", type=key_value, default=[], metavar="KEY=VALUE",
                    help="HTTP headers sent with every request, e.g. --header x-tenant=a x-trace=1; they replace "
                    "fastbench's own of the same name")
@@ -298,7 +300,8 @@ def _endpoint(ns: argparse.Namespace) -> str:
     if ns.backend in inputflags.REFUSED_BACKENDS:
         raise FastbenchError(f"--backend {ns.backend}: {inputflags.REFUSED_BACKENDS[ns.backend]}")
     if mapped is None:
-        raise FastbenchError(f"--backend {ns.backend}: fastbench does not measure it; it takes "
+        why = vllmflags.REFUSED_BACKENDS.get(ns.backend, "not a backend fastbench knows")
+        raise FastbenchError(f"--backend {ns.backend}: fastbench does not measure it ({why}); it takes "
                              f"{', '.join(BACKEND_ENDPOINTS)}")
     return ns.endpoint or mapped  # a mismatch is refused by check_config, with the rule for /v1/rerank and /score
 

@@ -17,6 +17,7 @@ from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_setti
 from fastbench.api.validation_whole import WHOLE_BACKENDS, validate_whole
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
+from fastbench.load import protocols
 from fastbench.load.plan import Target
 from fastbench.results import writers
 from fastbench.results.validation_report import verdict_line
@@ -41,10 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 PASS, 1 FAIL, 2 bad input, the run could not be made or --json could not be "
                "written.",
     )
-    p.add_argument("--backend", default=None, choices=WHOLE_BACKENDS,
-                   help="validate an API answered whole instead of a stream (vllm bench serve's name): the client's "
-                   "E2E end stamps against the server's send log, and its input tokens against the server's usage "
-                   "(--concurrency, --num-requests, --tolerance-ms, --base-url, --no-warmup, --json apply)")
     p.add_argument("--pooling-ms", type=float, default=5.0, help="with --backend: the server answers after this long")
     p.add_argument("--batch-size", type=int, default=1, help="with --backend: inputs per request")
     p.add_argument("--concurrency", type=int, default=16, help="streams kept open (closed loop)")
@@ -71,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-per-node", type=int, default=None, metavar="K",
                    help="with --ray: K workers on each node")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
+    p.add_argument("--endpoint", default=None, choices=tuple(protocols.PROTOCOLS),
+                   help="the API the requests speak, streamed by the synthetic server as its servers do "
+                   f"(default {ENDPOINT})")
+    p.add_argument("--backend", default=None, metavar="{" + ",".join((*protocols.BACKENDS, *WHOLE_BACKENDS)) + "}",
+                   help="vllm bench serve's name for the endpoint (openai-responses: /v1/responses, "
+                   "anthropic-messages: /v1/messages, ...); an API answered whole (openai-embeddings, vllm-pooling, "
+                   "vllm-rerank...) is validated by the client's E2E end stamps against the server's send log, and "
+                   "its input tokens against the server's usage (--concurrency, --num-requests, --tolerance-ms, "
+                   "--base-url, --no-warmup, --json apply)")
     p.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, help="output tokens per request")
     p.add_argument("--tolerance-ms", type=float, default=0.5,
                    help="limit on p99 skew and on the p99-level error bounds")
@@ -89,15 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if ns.backend is not None:
+    endpoint = ns.endpoint or ENDPOINT
+    if ns.backend in WHOLE_BACKENDS:
         return _whole(parser, ns)
+    if ns.backend is not None:
+        if ns.backend not in protocols.BACKENDS:
+            parser.error(f"--backend {ns.backend}: validate speaks {', '.join((*protocols.BACKENDS, *WHOLE_BACKENDS))}")
+        if ns.endpoint is not None and ns.endpoint != protocols.BACKENDS[ns.backend]:
+            parser.error(f"--backend {ns.backend} calls {protocols.BACKENDS[ns.backend]}, --endpoint says "
+                         f"{ns.endpoint}: give one of them")
+        endpoint = protocols.BACKENDS[ns.backend]
     try:  # before the run, so that nothing is started for settings that cannot work
         checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
                          ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
                          max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray,
                          workers_per_node=ns.workers_per_node, pin=ns.pin)
         if ns.base_url is not None:
-            Target.parse(ns.base_url, ENDPOINT)
+            Target.parse(ns.base_url, endpoint)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
             writers.check_output_path("--json", ns.json)
     except ConfigError as exc:
@@ -107,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
             ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
             coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray, workers_per_node=ns.workers_per_node,
-            max_seconds=ns.max_seconds,
+            max_seconds=ns.max_seconds, endpoint=endpoint,
         )
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:
         print(f"fastbench validate: error: {exc}", file=sys.stderr)

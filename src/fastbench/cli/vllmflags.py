@@ -122,3 +122,14 @@ def _is_zero(text: object) -> bool:
         return float(str(text)) == 0.0
     except ValueError:
         return False
+
+
+# vllm bench serve's --backend names fastbench does not take, each with its reason (the others are the streamed
+# APIs of fastbench.load.protocols and those answered whole of fastbench.load.pooling; openai-audio has its own,
+# fastbench.cli.inputflags).
+REFUSED_BACKENDS: dict[str, str] = {
+    "openai-embeddings-clip": "it embeds images with CLIP's inputs, which fastbench does not build",
+    "openai-embeddings-vlm2vec": "it embeds images with VLM2Vec's inputs, which fastbench does not build",
+    "infinity-embeddings": "it speaks Infinity's embedding server, not vLLM's or OpenAI's API",
+    "infinity-embeddings-clip": "it speaks Infinity's embedding server with CLIP's inputs",
+}

@@ -29,7 +29,7 @@ from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import MultiTurnOptions
 from fastbench.exceptions import ConfigError, DatasetError
-from fastbench.load import lora, sessions, sharing
+from fastbench.load import lora, protocols, sessions, sharing
 from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
@@ -229,10 +229,10 @@ async def _build(
     tokenize: TokenizeFn | None,
     notes: list[str],
 ) -> Workload:
-    chat = config.endpoint == "/v1/chat/completions"
     counter = TokenCounter(local, tokenize)
     if config.pooling:  # one whole answer a request: embeddings, pooling, score, rerank (load.pooling)
         return await _build_pooling(config, model, mml, counter, local, notes)
+    chat = protocols.by_endpoint(config.endpoint).chat_form  # a prompt goes as a conversation
     if config.multi_turn:
         return await _build_sessions(config, model, mml, counter, chat, notes)
     selector = Selector(config.num_prompts + config.num_warmups, mml, config.extra_body)
@@ -373,23 +373,17 @@ def _template(c: Candidate, config: BenchConfig, model: str, chat: bool) -> tupl
 
 
 def _make_spec(c: Candidate, config: BenchConfig, model: str, chat: bool) -> RequestSpec:
-    body: dict[str, Any] = {"model": model}
+    protocol = protocols.by_endpoint(config.endpoint)
     prompt = orjson.loads(c.prompt.json) if isinstance(c.prompt, (JsonPrompt, PartsPrompt, Messages)) else c.prompt
+    body = protocol.body(model, prompt, c.max_tokens)  # the API's own fields (a conversation's messages as they are)
     if isinstance(c.prompt, Messages):  # a whole conversation (custom's messages)
-        body["messages"] = prompt
         prompt = c.prompt.text
-    elif chat:
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
-    body["max_tokens"] = c.max_tokens
-    body["stream"] = True
-    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if config.ignore_eos:
         body["ignore_eos"] = True
     body.update(config.sampling)  # --temperature, --top-p, ... (as vllm bench serve, --extra-body wins)
     if config.logprobs is not None:
-        body.update({"logprobs": True, "top_logprobs": config.logprobs} if chat else {"logprobs": config.logprobs})
+        body.update({"logprobs": True, "top_logprobs": config.logprobs} if protocol.logprobs == "chat"
+                    else {"logprobs": config.logprobs})
     body.update(config.extra_body)  # last: the user's keys win
     try:
         raw = orjson.dumps(body)

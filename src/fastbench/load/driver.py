@@ -21,7 +21,7 @@ import numpy as np
 from fastbench._core import Recorder, RunState, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError
-from fastbench.load import pacer
+from fastbench.load import pacer, protocols
 from fastbench.load.connections import Connections, RunStop
 from fastbench.load.outputs import decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
@@ -102,9 +102,10 @@ class LoadGenerator:
                              else np.asarray(plan.expected_output_tokens, dtype=np.int64)),
             published=published,
         )
-        # RunState holds this list: a session's turn built during the run is put in it before it is sent
-        self._bodies = list(plan.bodies)
-        self.state.set_requests(target.request_head(api_key, plan.headers, accept=plan.accept), self._bodies)
+        self._bodies = list(plan.bodies)  # RunState holds it: a session's turn built during the run goes in it
+        self.state.api = protocols.stream_api(plan.endpoint)  # before any connection: each takes the tables
+        self.state.set_requests(protocols.request_head(target, api_key, plan.headers, plan.endpoint, plan.accept),
+                                self._bodies)
         self.sessions_at_once = 0  # open-loop sessions: the most that ran at once
         if plan.max_error_rate is not None:
             self.state.max_error_rate = plan.max_error_rate

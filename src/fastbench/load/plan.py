@@ -112,6 +112,8 @@ class LoadPlan:
     # rerank: fastbench.load.pooling); the core keeps it and reads its usage once, at its end
     whole_answers: bool = False
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # --header, on every request
+    # the API the bodies speak (fastbench.load.protocols): its headers, and what its stream's events mean
+    endpoint: str = "/v1/completions"
     # open loop whose rate moves over the requests: (strategy, start rps, end rps), see pacer.ramp_up_offsets_ns
     ramp_up: tuple[str, float, float] | None = None
     # open loop at given times, ns from the window's start, one per body; wins over request_rate: a

@@ -75,6 +75,7 @@ class WorkerSpec:
     target: Target
     api_key: str | None
     headers: dict[str, str]
+    endpoint: str  # the API spoken (fastbench.load.protocols)
     rows: np.ndarray  # int64: the workload index of each of this worker's requests, in its order
     bodies: list[bytes | BodyParts]  # a trace's BodyParts pickle their shared buffer once
     warmup_bodies: list[bytes | BodyParts]
@@ -207,6 +208,7 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         keep_chunk_stamps=spec.keep_chunk_stamps,
         whole_answers=spec.whole_answers,
         headers=spec.headers,
+        endpoint=spec.endpoint,
         on_progress=report,
         progress_interval_s=spec.report_interval_s,
         start_at=wait_start,

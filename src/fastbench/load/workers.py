@@ -324,7 +324,7 @@ class WorkerPool:
             expected_here = [expected[i] for i in rows] if expected else None
         return WorkerSpec(
             index=worker.index, target=self.target, api_key=self.api_key, headers=dict(plan.headers),
-            rows=share.rows, bodies=bodies,
+            endpoint=plan.endpoint, rows=share.rows, bodies=bodies,
             warmup_bodies=[plan.warmup_bodies[i] for i in share.warmups],
             concurrency=share.slots, request_rate=rate, arrival_offsets_ns=share.offsets,
             max_seconds=plan.max_seconds, request_timeout_s=plan.request_timeout_s, verify_tls=plan.verify_tls,

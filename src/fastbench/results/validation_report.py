@@ -248,7 +248,7 @@ def render(r: ValidationReport) -> str:
     out = [
         (f"fastbench validate: {mode}; server TTFT {s['ttft_ms']:g} ms, {s['itl_ms']:g} ms between chunks, "
          f"{s['tokens_per_chunk']} tokens/chunk; {s['num_requests']} requests x {s['output_len']} tokens"),
-        f"  {s['server']}; {s['pinning']}",
+        f"  {s['server']}; {s['pinning']}; {s.get('endpoint', '/v1/completions')}",
         (f"  {r.completed} completed, {r.failed} failed, {r.cancelled} cancelled; {r.chunks} chunks in "
          f"{r.duration_s:.2f} s ({r.chunks_per_s:,.0f} chunks/s); mean tokens/chunk "
          f"{_f(r.tokens_per_chunk_mean, 2)}"),

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from fastbench._version import __version__
+from fastbench.synthetic.apis import MessagesEncoder, ResponsesEncoder
 from fastbench.synthetic.contracts import Responder, ServerConfig
 from fastbench.synthetic.generation import Generation
 from fastbench.synthetic.model import (
@@ -331,16 +332,23 @@ class SyntheticEngine:
     def h_chat(self, conn: Responder, body: bytes, t: int) -> None:
         self.generate(conn, body, t, chat=True)
 
+    def h_responses(self, conn: Responder, body: bytes, t: int) -> None:
+        self.generate(conn, body, t, chat=True, api=ResponsesEncoder)
+
+    def h_messages(self, conn: Responder, body: bytes, t: int) -> None:
+        self.generate(conn, body, t, chat=True, api=MessagesEncoder)
+
     # -- generation -----------------------------------------------------------------------------
 
-    def generate(self, conn: Responder, body: bytes, t: int, chat: bool) -> None:
+    def generate(self, conn: Responder, body: bytes, t: int, chat: bool,
+                 api: type[ResponsesEncoder | MessagesEncoder] | None = None) -> None:
         cfg = self.cfg
         try:
             req = orjson.loads(body)
             if not isinstance(req, dict):
                 raise TypeError("body must be a JSON object")
             stream = bool(req.get("stream", False))
-            so = req.get("stream_options")
+            so = req.get("stream_options") if api is None else None  # the typed APIs have none
             if so is not None and not stream:
                 raise ValueError("Stream options can only be defined when `stream=True`.")
             if so is not None and not isinstance(so, dict):
@@ -350,7 +358,9 @@ class SyntheticEngine:
             continuous = include_usage and bool(so.get("continuous_usage_stats", False))
             if req.get("n") not in (None, 1):
                 raise ValueError("the synthetic server supports n=1 only")
-            mt = req.get("max_tokens")
+            mt = req.get("max_output_tokens" if api is ResponsesEncoder else "max_tokens")
+            if mt is None and api is MessagesEncoder:
+                raise ValueError("max_tokens: Field required")  # as Anthropic's API and vLLM's say
             if mt is None and chat:
                 mt = req.get("max_completion_tokens")
             max_tokens = cfg.default_max_tokens if mt is None else mt
@@ -358,7 +368,16 @@ class SyntheticEngine:
                 raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
             ids: list[int] | None = None
             images = 0
-            if chat:
+            if api is ResponsesEncoder:
+                if "input" not in req:
+                    raise ValueError("input is required")
+                # a text input is one user message: the server applies its chat template to it, as vLLM does
+                given = req["input"]
+                messages = given if isinstance(given, list) else [{"role": "user", "content": given}]
+                if self.prefix_cache is not None:
+                    ids = tokenize_messages(messages)
+                prompt_tokens = count_messages_tokens(messages)
+            elif chat:
                 if self.prefix_cache is not None:
                     ids = tokenize_messages(req.get("messages"))
                 prompt_tokens = count_messages_tokens(req.get("messages"))
@@ -423,7 +442,7 @@ class SyntheticEngine:
         if cfg.prefill_tok_s and self.stepper is None:  # cached prompt tokens cost no prefill
             ttft += int((prompt_tokens - cached) / cfg.prefill_tok_s * 1e9)
         g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
-                 t, t + ttft, include_usage, continuous, fault, cached)
+                 t, t + ttft, include_usage, continuous, fault, cached, api)
         itl_ms = req.get("fb_itl_ms")  # a request's own gap between chunks: a server that speeds up or slows down
         if isinstance(itl_ms, (int, float)) and not isinstance(itl_ms, bool) and 0 <= itl_ms <= 3_600_000:
             g.itl_ns = int(itl_ms * 1e6)
@@ -448,6 +467,8 @@ _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Responder, bytes, int],
     "/reset_prefix_cache": ("POST", SyntheticEngine.h_reset_prefix_cache),
     "/v1/completions": ("POST", SyntheticEngine.h_completions),
     "/v1/chat/completions": ("POST", SyntheticEngine.h_chat),
+    "/v1/responses": ("POST", SyntheticEngine.h_responses),
+    "/v1/messages": ("POST", SyntheticEngine.h_messages),
     "/fb/stats": ("GET", SyntheticEngine.h_stats),
     "/fb/reset": ("POST", SyntheticEngine.h_reset),
     "/fb/receipts": ("GET", SyntheticEngine.h_receipts),

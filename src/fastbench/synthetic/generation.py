@@ -7,6 +7,8 @@ jitter) and its preformatted chunk templates. The scheduler calls ``step`` at ea
 formats a middle chunk from the template; ``_step_general`` writes the first and last chunks and carries
 out the mid-stream fault modes (stall, reset, error event, malformed or oversized events, no [DONE],
 contradictory usage). A non-streaming request is answered whole when its last chunk would have been.
+A request of a typed-event API (Responses, Messages) has its events written by its encoder (``apis``):
+``_step_api`` is its ``_step_general``, with the same schedule and the same faults.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
+    from fastbench.synthetic.apis import Encoder
     from fastbench.synthetic.contracts import GenerationHost, Responder
 
 _now = time.monotonic_ns
@@ -41,6 +44,7 @@ class Generation:
 
     __slots__ = (
         "R",
+        "api",
         "base",
         "cached_tokens",
         "chat",
@@ -69,7 +73,7 @@ class Generation:
 
     def __init__(self, eng: GenerationHost, conn: Responder, chat: bool, model: str, prompt_tokens: int,
                  n_out: int, finish: str, arrival: int, base: int, include_usage: bool, continuous: bool,
-                 fault: str | None, cached_tokens: int = 0) -> None:
+                 fault: str | None, cached_tokens: int = 0, api: type[Encoder] | None = None) -> None:
         cfg = eng.cfg
         self.eng = eng
         self.cached_tokens = cached_tokens  # prompt tokens the prefix cache served
@@ -111,6 +115,12 @@ class Generation:
         if self.continuous:
             t += b',"usage":{"prompt_tokens":%d,"total_tokens":%%d,"completion_tokens":%%d}' % prompt_tokens
         self.tmpl = t + b',"fb_sent_ns":'
+        self.api: Encoder | None = None
+        if api is not None:  # its encoder writes the events; no chunk carries usage
+            self.api = api(rid, model, prompt_tokens, cached_tokens, cfg.reasoning_tokens)
+            self.R = cfg.reasoning_tokens
+            self.include_usage = self.continuous = False
+            self.fast = False  # the template, once its first text chunk is out (_step_api)
 
     # -- plan -------------------------------------------------------------------------------------
 
@@ -243,27 +253,16 @@ class Generation:
         conn = self.conn
         if self.ended or conn is None or conn.transport is None:
             return
+        if self.api is not None:
+            self._step_api(due, conn, self.api)
+            return
         eng = self.eng
         i = self.idx
         a = self.emitted
         fault = self.fault
         malformed = False
         if fault and not self.fault_done and i > 0 and a >= self.n_out // 2:  # mid-stream faults fire here
-            self.fault_done = True
-            if fault == "stall":
-                stall = int(eng.cfg.stall_s * 1e9)
-                self.base += stall
-                self.prev_due = due + stall
-                eng.sched.push(due + stall, self.step)
-                return
-            if fault == "reset-mid-stream":
-                self.end("abort")
-                conn.reset()
-                return
-            if fault == "error-event":
-                conn.write(_frame(_ERROR_EVENT) + _DONE + _END)
-                self.end("abort")
-                conn.response_done()
+            if self._mid_fault(due, conn, _frame(_ERROR_EVENT) + _DONE):
                 return
             malformed = fault == "malformed-sse"
         k = self._next_size()
@@ -321,6 +320,76 @@ class Generation:
         elif eng.stepper is None:
             eng.sched.push(self._due(i + 1), self.step)
 
+    def _mid_fault(self, due: int, conn: Responder, error_event: bytes) -> bool:
+        """The mid-stream fault, once, half-way through: True when it took the step over."""
+        eng = self.eng
+        fault = self.fault
+        self.fault_done = True
+        if fault == "stall":
+            stall = int(eng.cfg.stall_s * 1e9)
+            self.base += stall
+            self.prev_due = due + stall
+            eng.sched.push(due + stall, self.step)
+            return True
+        if fault == "reset-mid-stream":
+            self.end("abort")
+            conn.reset()
+            return True
+        if fault == "error-event":
+            conn.write(error_event + _END)
+            self.end("abort")
+            conn.response_done()
+            return True
+        return False
+
+    def _step_api(self, due: int, conn: Responder, api: Encoder) -> None:
+        """_step_general for a typed-event API: the first chunk opens the stream, the last closes it."""
+        eng = self.eng
+        i = self.idx
+        a = self.emitted
+        fault = self.fault
+        malformed = False
+        if fault and not self.fault_done and i > 0 and a >= self.n_out // 2:  # mid-stream faults fire here
+            if self._mid_fault(due, conn, _frame(api.error() + _TAIL % _now())):
+                return
+            malformed = fault == "malformed-sse"
+        k = self._next_size()
+        b = a + k
+        last = b == self.n_out
+        events: list[bytes] = []
+        if i == 0:
+            if fault == "oversized-event":
+                events.append(b'data: {"type":"fb_pad","fb_pad":"%b"' % (b"x" * eng.cfg.oversized_bytes))
+            events += api.opening()
+        deltas = api.deltas(a, b, eng.text)
+        if last:
+            deltas += api.closing(self.n_out // 2 if fault == "usage-contradictory" else b, self.finish, eng.text,
+                                  self.n_out, fault != "no-done")
+        ns = _now()
+        out = b"".join([_frame(e + _TAIL % ns) for e in events])
+        if malformed:
+            out += _frame(b"data: {not json\n\n")
+        else:
+            out += b"".join([_frame(e + _TAIL % ns) for e in deltas])
+        if last:
+            out += _END
+        conn.write(out)
+        eng.lat.record(ns - due)
+        eng.chunks_sent += 1
+        if i == 0:
+            eng.prompt_tokens_total += self.prompt_tokens
+        eng.account_step(i, k)
+        self.idx = i + 1
+        self.emitted = b
+        if api.in_text and not self.fast and fault is None and b >= self.R:
+            self.tmpl = api.template()  # the text block is open: the next chunks go from the template
+            self.fast = True
+        if last:
+            self.end(self.finish)
+            conn.response_done()
+        elif eng.stepper is None:
+            eng.sched.push(self._due(i + 1), self.step)
+
     def end(self, reason: str) -> None:
         """The request is over (finished, failed or its connection gone)."""
         if self.ended:
@@ -351,33 +420,15 @@ class Generation:
         if self.ended or conn is None or conn.transport is None:
             return
         eng = self.eng
-        cfg = eng.cfg
         n = self.n_out
-        R = cfg.reasoning_tokens if self.chat else 0
+        R = eng.cfg.reasoning_tokens if self.chat or self.api is not None else 0
         reasoning = eng.text(0, min(R, n)).decode() if R else None
         content = eng.text(min(R, n), n).decode()
-        choice: dict[str, Any]
-        if self.chat:
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
-            if R:
-                msg[cfg.reasoning_field] = reasoning
-            msg["tool_calls"] = []
-            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": self.finish,
-                      "stop_reason": None}
-        else:
-            choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": self.finish,
-                      "stop_reason": None, "prompt_logprobs": None}
-        pre = orjson.loads(self.pre[6:] + b"]}")
-        pre["object"] = "chat.completion" if self.chat else "text_completion"
-        pre["choices"] = [choice]
-        if not cfg.no_usage:
-            c = n // 2 if self.fault == "usage-contradictory" else n
-            pre["usage"] = {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + c,
-                            "completion_tokens": c}
-            if self.cached_tokens and cfg.prompt_tokens_details:
-                pre["usage"]["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        c = n // 2 if self.fault == "usage-contradictory" else n
+        doc = self.api.whole(reasoning, content, c, self.finish) if self.api is not None else \
+            self._whole_chunk(content, reasoning, c)
         ns = _now()
-        pre["fb_sent_ns"] = ns
+        doc["fb_sent_ns"] = ns
         eng.lat.record(ns - due)
         eng.prompt_tokens_total += self.prompt_tokens
         for i, k in enumerate(self.sizes):
@@ -385,5 +436,28 @@ class Generation:
         self.idx = len(self.sizes)
         self.emitted = n
         self.end(self.finish)
-        conn.respond(200, orjson.dumps(pre))
+        conn.respond(200, orjson.dumps(doc))
 
+    def _whole_chunk(self, content: str, reasoning: str | None, completion: int) -> dict[str, Any]:
+        """The OpenAI APIs' whole response."""
+        cfg = self.eng.cfg
+        choice: dict[str, Any]
+        if self.chat:
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            if reasoning is not None:
+                msg[cfg.reasoning_field] = reasoning
+            msg["tool_calls"] = []
+            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": self.finish,
+                      "stop_reason": None}
+        else:
+            choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": self.finish,
+                      "stop_reason": None, "prompt_logprobs": None}
+        pre: dict[str, Any] = orjson.loads(self.pre[6:] + b"]}")
+        pre["object"] = "chat.completion" if self.chat else "text_completion"
+        pre["choices"] = [choice]
+        if not cfg.no_usage:
+            pre["usage"] = {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + completion,
+                            "completion_tokens": completion}
+            if self.cached_tokens and cfg.prompt_tokens_details:
+                pre["usage"]["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return pre

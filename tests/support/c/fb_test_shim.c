@@ -22,7 +22,7 @@
 enum { FBT_SSE = 0, FBT_HTTP = 1, FBT_HTTP_SSE = 2, FBT_HTTP_JSON = 3 };
 #define FBT_ERR_OUT_FULL (-100)
 #define FBT_ERR_BODY_CAP (-104)
-#define FBT_JSON_FACTS 13
+#define FBT_JSON_FACTS 15
 static void fbt_facts(const fb_chunk_info_t *info, int64_t *facts);
 
 typedef struct {
@@ -248,7 +248,7 @@ int fbt_run_bytewise(int mode, const char *in, size_t len, size_t sse_cap0, size
 
 /* fb_json_scan_chunk with the struct flattened into an int64 array:
  * [completion_tokens, prompt_tokens, sent_ns, has_content, has_reasoning, has_error,
- *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens, total_tokens, n_data]. */
+ *  has_finish, has_usage, n_choices, usage_invalid, cached_tokens, total_tokens, n_data, has_tool, has_end]. */
 static void fbt_facts(const fb_chunk_info_t *info, int64_t *facts) {
     facts[0] = info->completion_tokens;
     facts[1] = info->prompt_tokens;
@@ -263,6 +263,8 @@ static void fbt_facts(const fb_chunk_info_t *info, int64_t *facts) {
     facts[10] = info->cached_tokens;
     facts[11] = info->total_tokens;
     facts[12] = info->n_data;
+    facts[13] = info->has_tool;
+    facts[14] = info->has_end;
 }
 
 int fbt_json(const char *data, size_t len, int64_t *facts) {
@@ -294,6 +296,42 @@ int fbt_json_answer(const char *data, size_t len, int64_t *facts, char *out, siz
     fbt_answer_t a = {out, cap, 0, 0};
     fb_chunk_info_t info;
     int rc = fb_json_scan_chunk_text(data, len, &info, fbt_keep_answer, &a);
+    fbt_facts(&info, facts);
+    *out_len = a.len;
+    *pieces = a.pieces;
+    return rc;
+}
+
+/* A typed-event API's tables from flat arrays: names[0..n) NUL-terminated, with their kinds, in the order
+ * types, delta keys, usage holders, input keys, then output_key, cached_key, details_key and its key. */
+static fb_api_name_t fbt_name(const char *s, int kind) {
+    fb_api_name_t n = {s, s ? strlen(s) : 0, kind};
+    if (n.n == 0) n.s = NULL;
+    return n;
+}
+
+/* fb_json_scan_event with a table built from the counts and arrays given, facts as fbt_json's, the answer
+ * handed over joined into out[0..cap). */
+int fbt_json_api(const char *data, size_t len, int64_t *facts, const char **names, const int *kinds,
+                 const int *counts, char *out, size_t cap, size_t *out_len, int64_t *pieces) {
+    fb_api_t api;
+    memset(&api, 0, sizeof api);
+    int at = 0;
+    for (int i = 0; i < counts[0] && i < FB_API_MAX_TYPES; i++, at++) api.types[i] = fbt_name(names[at], kinds[at]);
+    api.n_types = counts[0];
+    for (int i = 0; i < counts[1] && i < FB_API_MAX_KEYS; i++, at++) api.delta_keys[i] = fbt_name(names[at], kinds[at]);
+    api.n_delta_keys = counts[1];
+    for (int i = 0; i < counts[2] && i < FB_API_MAX_KEYS; i++, at++) api.usage_holders[i] = fbt_name(names[at], 0);
+    api.n_usage_holders = counts[2];
+    for (int i = 0; i < counts[3] && i < FB_API_MAX_KEYS; i++, at++) api.input_keys[i] = fbt_name(names[at], 0);
+    api.n_input_keys = counts[3];
+    api.output_key = fbt_name(names[at++], 0);
+    api.cached_key = fbt_name(names[at++], 0);
+    api.details_key = fbt_name(names[at++], 0);
+    api.details_cached_key = fbt_name(names[at++], 0);
+    fbt_answer_t a = {out, cap, 0, 0};
+    fb_chunk_info_t info;
+    int rc = fb_json_scan_event(data, len, &info, &api, fbt_keep_answer, &a);
     fbt_facts(&info, facts);
     *out_len = a.len;
     *pieces = a.pieces;
