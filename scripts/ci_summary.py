@@ -11,7 +11,7 @@ exit 3 where they find the machine cannot).
     python scripts/ci_summary.py DIR           print the summary; exit status 1 when CI failed
     python scripts/ci_summary.py --needs NAME  exit status 0 when this machine has what stage NAME needs,
                                                else print what it lacks and exit 1 (.ci/run asks first)
-    python scripts/ci_summary.py --extra NAME  the requirements of the extra fastbench[NAME], one a line
+    python scripts/ci_summary.py --extra NAME  the requirements of the extra fastbench-llm[NAME], one a line
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def extra_pins(name: str) -> list[str]:
 
 
 def _missing_ray() -> str | None:
-    """The extra fastbench[ray]: Ray installed, or a wheel of it that pip finds for this machine."""
+    """The extra fastbench-llm[ray]: Ray installed, or a wheel of it that pip finds for this machine."""
     if importlib.util.find_spec("ray") is not None:
         return None
     pins = extra_pins("ray")

@@ -266,7 +266,7 @@ async def avalidate_client(
         spread over the nodes.
     :param ray: "auto" or a Ray cluster's address (``--ray``): the client workers are Ray actors on its
         nodes (by default one on each node), the server stays on this host; see the module's docstring
-        for the clocks. Needs ``fastbench[ray]``.
+        for the clocks. Needs ``fastbench-llm[ray]``.
     :param workers_per_node: with ``ray``: this many workers on each node.
     :raises ConfigError: settings that cannot work (see :func:`checked_settings`), before anything starts.
     :raises WorkerError: --ray without Ray, a cluster that cannot be joined, a node whose clock offset is
