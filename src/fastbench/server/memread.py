@@ -50,7 +50,7 @@ class GpuInfo:
     source: str  # "nvml" or "amdgpu"
     name: str
     # "device": its own memory, as the driver reports it; "system": unified memory (NVML answers
-    # NOT_SUPPORTED for its memory, as on GB10), so the system's MemTotal - MemAvailable is recorded as its
+    # NOT_SUPPORTED for its memory, as on GB10), so the system's MemTotal - MemAvailable is recorded as its own
     memory: str = "device"
 
 
