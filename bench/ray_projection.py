@@ -9,7 +9,7 @@
    estimate (its uncertainty: half the shortest round trip to the driver).
 
     .venv/bin/python bench/ray_projection.py                 # part 1, 2 rounds of 512 and 4096 streams
-    .venv/bin/python bench/ray_projection.py --ray           # and part 2 (needs fastbench[ray])
+    .venv/bin/python bench/ray_projection.py --ray           # and part 2 (needs fastbench-llm[ray])
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ side by side in one run.
    three nodes, three times.
 
     .venv/bin/python bench/udp_clock.py              # part 1
-    .venv/bin/python bench/udp_clock.py --ray        # and part 2 (needs fastbench[ray])
+    .venv/bin/python bench/udp_clock.py --ray        # and part 2 (needs fastbench-llm[ray])
     .venv/bin/python bench/udp_clock.py --ray --validate   # and part 3
 """
 

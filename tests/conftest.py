@@ -27,7 +27,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addoption(
         "--run-ray", action="store_true", default=False,
-        help="run the tests marked ray: they start a real local Ray cluster of two nodes (needs fastbench[ray]); "
+        help="run the tests marked ray: they start a real local Ray cluster of two nodes (needs fastbench-llm[ray]); "
         "setting FASTBENCH_RAY runs them too",
     )
 

@@ -222,7 +222,7 @@ class BenchConfig:
     # cores and the concurrency; 1: today's single process
     workers: int | Literal["auto"] = 1
     # workers as Ray actors over a cluster's nodes (fastbench.load.raypool): "auto" (the cluster this
-    # machine belongs to) or its address; None: this machine only. Needs the extra fastbench[ray].
+    # machine belongs to) or its address; None: this machine only. Needs the extra fastbench-llm[ray].
     ray: str | None = None
     workers_per_node: int | None = None  # with ray: workers on each node (default 1, unless workers is given)
     # requests

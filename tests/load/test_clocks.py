@@ -99,11 +99,11 @@ def test_the_ray_options_are_checked() -> None:
 
 def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
-    with pytest.raises(WorkerError, match=r"^--ray needs Ray: pip install 'fastbench\[ray\]'"):
+    with pytest.raises(WorkerError, match=r"^--ray needs Ray: pip install 'fastbench-llm\[ray\]'"):
         import_ray()
     plan = LoadPlan(bodies=[b"{}"], warmup_bodies=[], concurrency=1)
     pool = RayPool(Target.parse("http://127.0.0.1:9", "/v1/completions"), plan, address="auto")
-    with pytest.raises(WorkerError, match="fastbench\\[ray\\]"):
+    with pytest.raises(WorkerError, match="fastbench-llm\\[ray\\]"):
         uvloop.run(pool.run())
 
 
@@ -177,7 +177,7 @@ def test_validate_ray_without_ray_names_the_extra_and_starts_nothing(monkeypatch
     assert validate_cli.main(["--ray", "auto", "--concurrency", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fastbench validate: error: --ray needs Ray: pip install "
-                                               "'fastbench[ray]'"), err
+                                               "'fastbench-llm[ray]'"), err
 
 
 def _section(*nodes: dict[str, object]) -> dict[str, object]:

@@ -4,7 +4,7 @@ rows, the drawn open-loop schedule kept exactly across nodes, clock offsets reco
 uncertainty, an actor killed mid-run, a stop, and a worker that cannot start; fastbench validate --ray
 across the nodes, and with a node whose clock reads 1.5 s ahead (the actor's test hook).
 
-Marked ``ray``: run with --run-ray (or FASTBENCH_RAY set); needs fastbench[ray]. The cluster starts
+Marked ``ray``: run with --run-ray (or FASTBENCH_RAY set); needs fastbench-llm[ray]. The cluster starts
 once for the module (about 30-40 s on a busy 2-core machine).
 """
 
@@ -54,7 +54,7 @@ _CLUSTER: dict[str, Any] = {}
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """Two Ray nodes on this machine, two logical CPUs each; yields the head's address."""
-    pytest.importorskip("ray", reason="needs Ray: pip install 'fastbench[ray]'")
+    pytest.importorskip("ray", reason="needs Ray: pip install 'fastbench-llm[ray]'")
     from ray.cluster_utils import Cluster
 
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})

@@ -64,6 +64,8 @@ def _lines(text: str) -> dict[str, str]:
 
 def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[int, bytes]]) -> None:
     _stage(tmp_path, "suite", report=reports["passing"])
+    wheel = "fastbench_llm-0.1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
+    _stage(tmp_path, "wheel", rc=0, note=f"{wheel}: installed with no compiler, 8 of 8 prompts completed")
     _stage(tmp_path, "vllm", report=reports["skipping"])
     _stage(tmp_path, "llamacpp", report=reports["failing"])
     _stage(tmp_path, "browser", report=reports["passing"])
@@ -79,6 +81,7 @@ def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[in
     passed, text = ci_summary.summarize(tmp_path, machine_lacks)
     lines = _lines(text)
     assert lines["suite"] == "ran      1 passed, 1 skipped"
+    assert lines["wheel"] == f"ran      {wheel}: installed with no compiler, 8 of 8 prompts completed"
     assert lines["real vLLM"] == f"skipped  {VLLM_REASON}"
     assert lines["real llama.cpp"] == "FAILED   exit status 1: 1 of 2 tests failed or errored"
     # the failed test is named under its stage, with its message's first line, so a CI log says what broke
@@ -99,7 +102,8 @@ def test_each_stage_says_how_long_it_took_and_the_summary_the_total(tmp_path: Pa
     passed, text = ci_summary.summarize(tmp_path, lambda name: None)
     assert passed
     assert re.search(r"^  suite +1 min +1 s  ran ", text, re.M), text
-    assert re.search(r"^  fuzzing +7 min +7 s  ran ", text, re.M), text
+    last = len(ci_summary.STAGES) * 61
+    assert re.search(rf"^  fuzzing +{last // 60} min +{last % 60} s  ran ", text, re.M), text
     total = sum(range(1, len(ci_summary.STAGES) + 1)) * 61
     assert re.search(rf"^  in all +{total // 60} min +{total % 60} s$", text, re.M), text
 
@@ -191,6 +195,12 @@ def test_a_machine_without_compilers_lacks_what_fuzzing_needs(tmp_path: Path) ->
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), "--needs", "fuzzing"],
                           capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=False)
     assert (proc.returncode, proc.stdout) == (1, "neither clang nor gcc\n")
+
+
+def test_a_machine_without_a_compiler_lacks_what_the_wheel_stage_needs(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_summary.py"), "--needs", "wheel"],
+                          capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=False)
+    assert (proc.returncode, proc.stdout) == (1, "no C compiler (cc) to build the wheel\n")
 
 
 def test_a_machine_without_chromium_or_apt_lacks_what_the_browser_stage_needs(tmp_path: Path) -> None:

@@ -202,7 +202,8 @@ class _NVMLErrorNotSupported(_NVMLError):
 
 class _FakeNVML:
     """The calls of pynvml the sampler makes. GPU0 supports everything (an 80 GiB card); GPU1 is like a GB10:
-    no memory info and no power; GPU2's handle cannot be had. Method names are pynvml's."""
+    no memory info (unified memory: the system's is recorded as its) and no power; GPU2's handle cannot be
+    had. Method names are pynvml's (tests/server/test_unified_memory.py has a whole fake pynvml module)."""
 
     NVMLError = _NVMLError
 
@@ -245,19 +246,19 @@ def test_nvml_with_unsupported_fields() -> None:
     infos, handles = ms.nvml_probe(nvml, notes.append)
     assert infos == [
         GpuInfo(label="GPU0", source="nvml", name="NVIDIA H100 80GB HBM3"),
-        GpuInfo(label="GPU1", source="nvml", name="NVIDIA GB10"),
+        GpuInfo(label="GPU1", source="nvml", name="NVIDIA GB10", memory="system"),
     ]
-    assert notes == ["GPU2 handle: _NVMLError: Unknown Error; recorded as null"]
+    assert notes[0].startswith("GPU1 memory: NVML answers NOT_SUPPORTED (unified memory, as on GB10)")
+    assert notes[1:] == ["GPU2 handle: _NVMLError: Unknown Error; recorded as null"]
     notes.clear()
-    readings = ms.nvml_read(nvml, infos, handles, notes.append)
+    readings = ms.nvml_read(nvml, infos, handles, notes.append, system=(128 * GIB, 100 * GIB))
     assert readings == [
         GpuReading(used_bytes=int(79.1 * GIB), total_bytes=80 * GIB, util_pct=97.0, power_w=612.345),
-        GpuReading(used_bytes=None, total_bytes=None, util_pct=12.0, power_w=None),
+        GpuReading(used_bytes=28 * GIB, total_bytes=128 * GIB, util_pct=12.0, power_w=None),
     ]
-    assert notes == [
-        "GPU1 memory: _NVMLErrorNotSupported: Not Supported; recorded as null",
-        "GPU1 power: _NVMLErrorNotSupported: Not Supported; recorded as null",
-    ]
+    assert notes == ["GPU1 power: _NVMLErrorNotSupported: Not Supported; recorded as null"]
+    # without the sample's system memory, a unified GPU's memory is unknown, not made up
+    assert ms.nvml_read(nvml, infos, handles, notes.append)[1].used_bytes is None
 
 
 def test_nvml_init_failure() -> None:
@@ -337,7 +338,7 @@ def test_to_dict_is_json_with_units_in_keys() -> None:
     assert d["series"]["server_rss_bytes"][0] is None
     assert d["series"]["gpus"][1]["used_bytes"] == [None, None, None]
     assert d["baseline"]["mem_total_gib"] == 128.0
-    assert d["gpus"][0] == {"label": "GPU0", "source": "nvml", "name": "NVIDIA H100"}
+    assert d["gpus"][0] == {"label": "GPU0", "source": "nvml", "name": "NVIDIA H100", "memory": "device"}
 
     def keys(obj: Any) -> list[str]:
         if isinstance(obj, dict):
@@ -345,7 +346,7 @@ def test_to_dict_is_json_with_units_in_keys() -> None:
         return [k for v in obj for k in keys(v)] if isinstance(obj, list) else []
 
     unitless = {"interval_s", "clock", "num_samples", "server_pid", "baseline", "gpus", "gpu_sources", "nvml"}
-    unitless |= {"amdgpu", "rss_source", "peaks", "series", "definitions", "notes", "label", "source", "name"}
+    unitless |= {"amdgpu", "rss_source", "peaks", "series", "definitions", "notes", "label", "source", "name", "memory"}
     unitless |= {"server_procs", "gib", "gpu used_bytes", "gpu util_pct", "gpu power_w"}
     suffixes = ("_bytes", "_gib", "_w", "_pct", "_s", "_ns")
     assert {k for k in keys(d) if not k.endswith(suffixes)} <= unitless

@@ -263,7 +263,7 @@ async def avalidate_client(
         spread over the nodes.
     :param ray: "auto" or a Ray cluster's address (``--ray``): the client workers are Ray actors on its
         nodes (by default one on each node), the server stays on this host; see the module's docstring
-        for the clocks. Needs ``fastbench[ray]``.
+        for the clocks. Needs ``fastbench-llm[ray]``.
     :param workers_per_node: with ``ray``: this many workers on each node.
     :param endpoint: the API the requests speak (``/v1/completions``, ``/v1/chat/completions``,
         ``/v1/responses``, ``/v1/messages``): the synthetic server streams each as its servers do.

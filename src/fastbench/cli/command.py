@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the workers as Ray actors spread over a Ray cluster's nodes ('auto': the cluster this "
                    "machine belongs to; or its address, host:port or ray://host:port); this process keeps the "
                    "server, the scraping and the memory sampling. One worker per node unless --workers N or "
-                   "--workers-per-node K says otherwise. Needs pip install 'fastbench[ray]'. See docs/workers.md")
+                   "--workers-per-node K says otherwise. Needs pip install 'fastbench-llm[ray]'. See docs/workers.md")
     g.add_argument("--workers-per-node", type=whole_number, default=None,
                    help="with --ray: workers on each node of the cluster (default 1)")
     g = p.add_argument_group("requests")

@@ -51,7 +51,7 @@ are repeats: their mean is drawn, with its 95% t-interval; only complete runs ar
 interrupted run, or one capped before its first completion, is named and left out: `fastbench runs
 --help`). Each figure is written as OUT/NAME.png and/or
 .svg, with OUT/NAME.json holding its numbers; the crossings are printed. Without --store: ${STORE_ENV},
-else ./fastbench-runs. Needs matplotlib: pip install 'fastbench[plot]'. Exit status: 0 done, 2 bad input.
+else ./fastbench-runs. Needs matplotlib: pip install 'fastbench-llm[plot]'. Exit status: 0 done, 2 bad input.
 """
 
 

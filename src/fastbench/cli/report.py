@@ -37,7 +37,7 @@ What to report (SOURCE):
 Writes OUT/report.html (one file: the figures as inline SVG, the cells table and each run's card; it
 opens offline and names nothing outside itself), OUT/study.md (the study card in the run cards' layout,
 with the cells table and the crossover figure) and the figures as OUT/NAME.svg and .png. Needs
-matplotlib: pip install 'fastbench[plot]'. Exit status: 0 done, 2 bad input.
+matplotlib: pip install 'fastbench-llm[plot]'. Exit status: 0 done, 2 bad input.
 """
 
 

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "belongs to; or host:port, ray://host:port), one per node unless --workers or "
                    "--workers-per-node says otherwise; the server stays here. Each node's clock offset and its "
                    "uncertainty are in the report, and skews and bounds are widened by it. Needs "
-                   "pip install 'fastbench[ray]'")
+                   "pip install 'fastbench-llm[ray]'")
     p.add_argument("--workers-per-node", type=int, default=None, metavar="K",
                    help="with --ray: K workers on each node")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")

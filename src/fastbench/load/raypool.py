@@ -31,7 +31,7 @@ driver (this process) keeps the server's lifecycle, the /metrics scraper and the
   cannot start (its actor fails to build, its node has another fastbench, no room for the
   placement group within PLACEMENT_TIMEOUT_S, its own error before the window) fails the run at once.
 
-Ray is imported only here, and only when a pool is built (``--ray``): the extra ``fastbench[ray]``.
+Ray is imported only here, and only when a pool is built (``--ray``): the extra ``fastbench-llm[ray]``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def import_ray() -> Any:
     try:
         return importlib.import_module("ray")
     except ImportError as exc:
-        raise WorkerError(f"--ray needs Ray: pip install 'fastbench[ray]' ({exc})") from None
+        raise WorkerError(f"--ray needs Ray: pip install 'fastbench-llm[ray]' ({exc})") from None
 
 
 def join_cluster(ray: Any, address: str) -> bool:

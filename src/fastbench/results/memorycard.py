@@ -13,6 +13,11 @@ __all__ = ("memory_lines",)
 _GIB = 1 << 30
 
 
+def _unified(gpu: Mapping[str, Any]) -> bool:
+    """A GPU whose memory is the system's (``gpus[].memory`` "system"; absent in older result files)."""
+    return gpu.get("memory") == "system"
+
+
 def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True) -> list[str]:
     """"Label: value" lines for the card, the first one the headline:
     ``Peak memory: 5.21 GiB MemAvailable drop (1 s sampling); server RSS peak 3.90 GiB; GPU0 79.1 GiB
@@ -27,11 +32,13 @@ def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True)
         head = f"Peak memory: {p['mem_available_drop_bytes'] / _GIB:.2f} GiB MemAvailable drop{during} ({every})"
     if p["server_rss_bytes"] is not None:
         head += f"; server RSS peak {p['server_rss_bytes'] / _GIB:.2f} GiB"
-    for g in p["gpus"]:
+    for info, g in zip(series["gpus"], p["gpus"]):
         if g["used_bytes"] is not None:
             head += f"; {g['label']} {g['used_bytes'] / _GIB:.1f} GiB used"
             if g["total_bytes"] is not None:
                 head += f" of {g['total_bytes'] / _GIB:.1f} GiB"
+            if _unified(info):
+                head += " (unified: the system's)"
     b = series["baseline"]
     lines = [
         head,
@@ -59,6 +66,9 @@ def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True)
         used = "n/a" if g["used_gib"] is None else f"{g['used_bytes'] / _GIB:.1f} GiB"
         total = "n/a" if g["total_gib"] is None else f"{g['total_bytes'] / _GIB:.1f} GiB"
         text = f"{info['label']} ({info['name']}, {info['source']}): peak {used} used of {total}"
+        if _unified(info):
+            text += (" (unified memory: NVML has no memory info for it, so this is the system's memory, "
+                     "MemTotal - MemAvailable used of MemTotal, the whole machine's and not only the server's)")
         if g["gtt_used_bytes"] is not None:
             text += f", GTT peak {g['gtt_used_bytes'] / _GIB:.1f} GiB"
         text += ", utilisation peak " + ("n/a" if g["util_pct"] is None else f"{g['util_pct']:.0f} %")

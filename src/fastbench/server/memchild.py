@@ -74,7 +74,7 @@ class _Child:
                     warnings.simplefilter("ignore")
                     pynvml = importlib.import_module("pynvml")
             except ImportError as exc:
-                sources["nvml"] = f"pynvml not importable ({exc}); install fastbench[gpu] for NVIDIA GPUs"
+                sources["nvml"] = f"pynvml not importable ({exc}); pip install 'fastbench-llm[gpu]' for NVIDIA GPUs"
             else:
                 self._nvml = pynvml
                 why: list[str] = []
@@ -100,7 +100,8 @@ class _Child:
             rss, procs = tree_rss(self.server_pid, self.proc_root)
             if rss is None:
                 self.note(f"server pid {self.server_pid} not found (not started yet, or gone)")
-        gpus = nvml_read(self._nvml, self._nvml_infos, self._nvml_handles, self.note) if self._nvml else []
+        gpus = nvml_read(self._nvml, self._nvml_infos, self._nvml_handles, self.note,
+                         system=(total, avail)) if self._nvml else []
         gpus += [amdgpu_read(device, info.label, self.note) for info, device in self._amd]
         self.emit(
             {

@@ -19,8 +19,10 @@ fastbench process, so samples line up with request timestamps):
   (``docker inspect -f '{{.State.Pid}}'``), not the pid of the ``docker run`` client.
 - **NVIDIA GPUs through NVML** (``pynvml``, from the optional ``nvidia-ml-py`` package): used and total
   memory (``nvmlDeviceGetMemoryInfo``), utilisation (``nvmlDeviceGetUtilizationRates().gpu``) and power
-  (``nvmlDeviceGetPowerUsage``, mW). Any field may be unsupported (GB10 reports no memory info): it is
-  recorded as ``None`` with a note, never an error.
+  (``nvmlDeviceGetPowerUsage``, mW). Any field may be unsupported: it is recorded as ``None`` with a
+  note, never an error. A GPU whose memory NVML answers NOT_SUPPORTED for (GB10: unified memory, the
+  GPU's memory is the system's) gets the system's figures as its own (``GpuInfo.memory`` "system"):
+  MemTotal - MemAvailable used of MemTotal, read in the same sample.
 - **AMD GPUs through amdgpu sysfs**: ``device/mem_info_vram_used``, ``mem_info_vram_total``,
   ``mem_info_gtt_used``, ``gpu_busy_percent`` and ``hwmon/hwmon*/power1_average`` (µW; ``power1_input``
   where there is no average) under each ``cardN`` of ``/sys/class/drm``.
@@ -138,7 +140,11 @@ DEFINITIONS = {
         "MemAvailable at the sample: everything the machine lost since, reservations included"
     ),
     "server_rss_bytes": RSS_SOURCE,
-    "gpu used_bytes": "device memory in use: NVML nvmlDeviceGetMemoryInfo().used, or amdgpu mem_info_vram_used",
+    "gpu used_bytes": (
+        "device memory in use: NVML nvmlDeviceGetMemoryInfo().used, or amdgpu mem_info_vram_used; for a GPU with "
+        "unified memory (gpus[].memory 'system': NVML answers NOT_SUPPORTED for its memory, as on GB10) the "
+        "system's MemTotal - MemAvailable, its total MemTotal"
+    ),
     "gpu util_pct": "NVML utilization.gpu, or amdgpu gpu_busy_percent",
     "gpu power_w": "NVML nvmlDeviceGetPowerUsage (mW / 1000), or amdgpu hwmon power1_average (µW / 1e6)",
     "gib": "GiB = 2**30 bytes",

@@ -49,6 +49,9 @@ class GpuInfo:
     label: str  # "GPU0" (NVML index) or "card1" (the drm card)
     source: str  # "nvml" or "amdgpu"
     name: str
+    # "device": its own memory, as the driver reports it; "system": unified memory (NVML answers
+    # NOT_SUPPORTED for its memory, as on GB10), so the system's MemTotal - MemAvailable is recorded as its own
+    memory: str = "device"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -181,8 +184,24 @@ def _field(note: Note, what: str, read: Callable[[], _T]) -> _T | None:
         return None
 
 
+def _not_supported(nvml: Any, exc: Exception) -> bool:
+    """NVML's NVML_ERROR_NOT_SUPPORTED (pynvml raises it as NVMLError_NotSupported, ``value`` 3)."""
+    code = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
+    return getattr(exc, "value", None) == code or type(exc).__name__.endswith("NotSupported")
+
+
+def _memory_kind(nvml: Any, handle: Any) -> str:
+    """"system" where NVML has no memory info for the device (unified memory), else "device"."""
+    try:
+        nvml.nvmlDeviceGetMemoryInfo(handle)
+    except Exception as exc:  # noqa: BLE001 (any other failure is noted by each read, as a null)
+        return "system" if _not_supported(nvml, exc) else "device"
+    return "device"
+
+
 def nvml_probe(nvml: Any, note: Note) -> tuple[list[GpuInfo], list[Any]]:
     """``nvmlInit`` and the device list: ``(infos, handles)``, both empty (with a note) where NVML fails.
+    A device whose memory NVML answers NOT_SUPPORTED for has unified memory (``GpuInfo.memory`` "system").
 
     :param nvml: the ``pynvml`` module, or any object with its functions (tests pass a fake).
     """
@@ -202,16 +221,34 @@ def nvml_probe(nvml: Any, note: Note) -> tuple[list[GpuInfo], list[Any]]:
         name = _field(note, f"{label} name", functools.partial(nvml.nvmlDeviceGetName, handle))
         if isinstance(name, bytes):  # nvidia-ml-py < 11.5 returned bytes
             name = name.decode(errors="replace")
-        infos.append(GpuInfo(label=label, source="nvml", name=str(name) if name else "NVIDIA GPU"))
+        memory = _memory_kind(nvml, handle)
+        if memory == "system":
+            note(f"{label} memory: NVML answers NOT_SUPPORTED (unified memory, as on GB10): the system's "
+                 "MemTotal - MemAvailable is recorded as its used memory, MemTotal as its total")
+        infos.append(GpuInfo(label=label, source="nvml", name=str(name) if name else "NVIDIA GPU", memory=memory))
         handles.append(handle)
     return infos, handles
 
 
-def nvml_read(nvml: Any, infos: Sequence[GpuInfo], handles: Sequence[Any], note: Note) -> list[GpuReading]:
-    """One reading per handle; each field that NVML does not support (or fails on) is ``None``."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Memory:
+    used: int
+    total: int
+
+
+def nvml_read(nvml: Any, infos: Sequence[GpuInfo], handles: Sequence[Any], note: Note,
+              system: tuple[int, int] | None = None) -> list[GpuReading]:
+    """One reading per handle; each field that NVML does not support (or fails on) is ``None``.
+
+    :param system: this sample's ``(MemTotal, MemAvailable)``: the memory of a unified-memory GPU.
+    """
     readings = []
     for info, h in zip(infos, handles):
-        mem = _field(note, f"{info.label} memory", functools.partial(nvml.nvmlDeviceGetMemoryInfo, h))
+        mem: Any
+        if info.memory == "system":
+            mem = None if system is None else _Memory(used=system[0] - system[1], total=system[0])
+        else:
+            mem = _field(note, f"{info.label} memory", functools.partial(nvml.nvmlDeviceGetMemoryInfo, h))
         util = _field(
             note, f"{info.label} utilisation", functools.partial(nvml.nvmlDeviceGetUtilizationRates, h)
         )

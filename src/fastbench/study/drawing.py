@@ -45,7 +45,7 @@ def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("plotting needs matplotlib: pip install 'fastbench[plot]'") from None
+        raise ConfigError("plotting needs matplotlib: pip install 'fastbench-llm[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -423,7 +423,7 @@ def draw_figures(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
     from fastbench.study import plots  # matplotlib only now
 
     if importlib.util.find_spec("matplotlib") is None:  # else every figure would be left out, silently
-        raise ConfigError("fastbench report draws its figures with matplotlib: pip install 'fastbench[plot]'")
+        raise ConfigError("fastbench report draws its figures with matplotlib: pip install 'fastbench-llm[plot]'")
     drawn: list[Figure] = []
     complete, left = complete_points(points), left_out(points)
     for name, draw in (("crossover", plots.draw_crossover), ("pareto", plots.draw_pareto),
