@@ -57,6 +57,8 @@ SERVER_KEYS = {
     "args": "--engine-args",
     "image": "--docker-image",
     "docker_args": "--docker-args",
+    "gpus": "--docker-gpus",
+    "hf_cache": "--docker-hf-cache",
     "env": "--server-env",
     "host": "--server-host",
     "port": "--server-port",
