@@ -1,6 +1,7 @@
 """The memory sampler's co-process: a sample every interval on a fixed grid, one JSON line each on
-stdout; commands on stdin (``pid N``, ``cgroup VERSION DIR``: a container's memory cgroup, ``stop``). server/memory.py's MemorySampler starts it as
-``python -I`` with this package's own root on sys.path (MemorySampler.child_command), and reads its lines.
+stdout; commands on stdin (``pid N``; ``cgroup VERSION DIR``, a container's memory cgroup; ``stop``).
+server/memory.py's MemorySampler starts it as ``python -I`` with this package's own root on sys.path
+(MemorySampler.child_command), and reads its lines.
 
 Standard library only (and server/memread.py, likewise): a fresh interpreter that imports nothing of the
 client's, so that sampling steals neither the client loop's time nor its heap. It ignores SIGINT, so that
