@@ -93,6 +93,7 @@ def test_the_seeds_flags_are_in_the_full_run_command(docker: tuple[Path, Path], 
         assert needle in command, needle
     assert "hf_value_never_written_42" not in card + (tmp_path / "r.json").read_text()
     assert prov["docker_gpus"] == "GPUs: --gpus all (the nvidia runtime in docker info)"
+    assert "| Container GPUs | --gpus all (the nvidia runtime in docker info) |" in card
     assert prov["image_id"] == "sha256:" + "cd" * 32 and prov["image_digest"] == FAKE_DIGEST
     assert (tmp_path / "hf").is_dir()  # made by fastbench, not by the daemon
     argv = orjson.loads((state / "argv").read_bytes())

@@ -397,7 +397,8 @@ class DockerContainer:
         return flags
 
     def hf_cache_dir(self) -> str:
-        return self.launch.docker_hf_cache or os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+        given = self.launch.docker_hf_cache or os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+        return os.path.abspath(given)  # a bare name would be a named volume to docker
 
     def run_flags(self) -> list[str]:
         """``run -d`` and fastbench's flags, before the user's ``--docker-args`` and the image."""

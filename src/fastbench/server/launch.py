@@ -529,6 +529,7 @@ class LaunchedServer:
             docker_image=launch.docker_image,
             image_digest=self.image_digest,
             image_id=self.image_id,
+            docker_gpus=self.docker.gpus()[1] if self.docker is not None else None,
             precision=self.precision(),
             quantization=engine_option(launch.engine_args, "--quantization", "-q"),
             speculative_method=_speculative_method(launch.engine_args),
