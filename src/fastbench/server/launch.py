@@ -256,6 +256,9 @@ class LaunchedServer:
             self.log.close()
             raise ServerLaunchError(str(exc)) from None
         self._finalizer = weakref.finalize(self, container.remove_at_exit, exe, self.docker.name)
+        if self.docker.pid is not None and self.docker.cgroup is None:
+            self.log.note("the container's memory cgroup was not found under /sys/fs/cgroup: its memory is "
+                          "measured as its process tree's RSS only")
         self.process = subprocess.Popen(
             [exe, "logs", "-f", self.docker.name], stdin=subprocess.DEVNULL, stdout=log_file,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=processes.die_with_parent)
