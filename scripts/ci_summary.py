@@ -41,6 +41,7 @@ STAGES = [
     ("llamacpp", "real llama.cpp"),
     ("browser", "browser"),
     ("ray", "Ray cluster"),
+    ("docker", "real docker"),
     ("sanitizers", "sanitizers"),
     ("fuzzing", "fuzzing"),
 ]
@@ -270,6 +271,22 @@ def _missing_ray() -> str | None:
     return None
 
 
+def _missing_docker() -> str | None:
+    """A docker daemon that answers, or root to start one: dockerd, or apt-get to install Debian's docker.io
+    (.ci/run installs it when missing; scripts/setup_docker_image.sh starts dockerd)."""
+    if shutil.which("docker") and _quiet("docker", "info", timeout_s=60):
+        return None
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        return "no docker daemon answers, and not root to start one"
+    if shutil.which("dockerd"):
+        return None
+    if shutil.which("apt-get") is None:
+        return "no docker daemon, no dockerd, and no apt-get to install docker.io"
+    if not _quiet("apt-get", "install", "--simulate", "-qq", "docker.io", timeout_s=120):
+        return "no dockerd, and apt-get cannot install Debian's docker.io package"
+    return None
+
+
 def _missing_sanitizers() -> str | None:
     for runtime in ("libasan.so", "libubsan.so"):
         try:
@@ -294,6 +311,7 @@ NEEDS: dict[str, Callable[[], str | None]] = {
     "llamacpp": _missing_llamacpp,
     "browser": _missing_browser,
     "ray": _missing_ray,
+    "docker": _missing_docker,
     "sanitizers": _missing_sanitizers,
     "fuzzing": _missing_fuzzing,
 }

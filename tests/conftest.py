@@ -26,6 +26,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(Debian: apt-get install chromium); setting FASTBENCH_CHROMIUM (1, or the browser's path) runs them too",
     )
     parser.addoption(
+        "--run-docker", action="store_true", default=False,
+        help="run the tests marked docker: they build local images (scripts/setup_docker_image.sh, which installs "
+        "docker.io and starts dockerd where missing) and launch the real vLLM in a container; setting "
+        "FASTBENCH_DOCKER runs them too",
+    )
+    parser.addoption(
         "--run-ray", action="store_true", default=False,
         help="run the tests marked ray: they start a real local Ray cluster of two nodes (needs fastbench-llm[ray]); "
         "setting FASTBENCH_RAY runs them too",
@@ -38,6 +44,7 @@ _REAL_SERVERS = {
     "llamacpp": ("--run-llamacpp", "FASTBENCH_LLAMACPP", "real llama.cpp test"),
     "browser": ("--run-browser", "FASTBENCH_CHROMIUM", "headless browser test"),
     "ray": ("--run-ray", "FASTBENCH_RAY", "real Ray cluster test"),
+    "docker": ("--run-docker", "FASTBENCH_DOCKER", "real docker test"),
 }
 
 

@@ -92,9 +92,15 @@ class LaunchConfig:
     :param model: what the engine loads (a Hugging Face id, a local directory, a GGUF file).
     :param engine_args: passed through after fastbench's own (--host, --port), e.g.
         ``("--max-model-len", "2048", "--speculative-config", '{"method":"ngram",...}')``.
-    :param docker_image: run the engine in this image (``IMAGE[@sha256:...]``) with ``docker run
-        --gpus all --ipc=host -p PORT:PORT``; None runs it as a local process.
-    :param docker_args: extra ``docker run`` flags (e.g. ``-v ~/.cache/huggingface:/root/.cache/huggingface``).
+    :param docker_image: run the engine in this image (``IMAGE[@sha256:...]``, or an image id) with
+        ``docker run -d --ipc=host -p PORT:PORT`` and the GPU flags of ``docker_gpus``; None runs it as a
+        local process.
+    :param docker_args: extra ``docker run`` flags (e.g. ``--shm-size 16g``), after fastbench's own.
+    :param docker_gpus: the container's GPUs: ``auto`` (from the host: NVIDIA's runtime -> ``--gpus all``,
+        ROCm's /dev/kfd and /dev/dri -> those devices, the video group and seccomp unconfined; neither ->
+        none), ``none``, ``rocm``, or a value of docker's own ``--gpus`` (``all``, ``device=0,1``).
+    :param docker_hf_cache: the host's Hugging Face cache, mounted at /root/.cache/huggingface so that a
+        model downloads once; None: ``$HF_HOME`` or ``~/.cache/huggingface``; ``none``: not mounted.
     :param env: the server's environment additions: ``NAME=VALUE``, or ``NAME`` to pass fastbench's
         own value through (docker: ``--env NAME``, so the value never appears in a command line).
     :param host: the address the server listens on and fastbench connects to (default 127.0.0.1).
@@ -113,6 +119,8 @@ class LaunchConfig:
     engine_args: tuple[str, ...] = ()
     docker_image: str | None = None
     docker_args: tuple[str, ...] = ()
+    docker_gpus: str = "auto"
+    docker_hf_cache: str | None = None
     env: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int | None = None

@@ -70,6 +70,7 @@ def test_each_stage_says_what_it_did(tmp_path: Path, reports: dict[str, tuple[in
     _stage(tmp_path, "llamacpp", report=reports["failing"])
     _stage(tmp_path, "browser", report=reports["passing"])
     _stage(tmp_path, "ray", report=reports["passing"])
+    _stage(tmp_path, "docker", report=reports["passing"])
     _stage(tmp_path, "sanitizers", skip="gcc has no libasan.so")
     _stage(tmp_path, "fuzzing", rc=0, note="no clang: the seeds replayed under gcc's sanitizers, not fuzzed")
     asked: list[str] = []

@@ -466,19 +466,21 @@ def test_docker_launch_records_the_digest_and_stops_the_container(
     assert server_part["teardown"]["how"] == "docker stop" and server_part["teardown"]["port_free"]
     assert prov["image_id"] == "sha256:" + "cd" * 32
     argv = orjson.loads((state / "argv").read_bytes())
-    assert argv[:6] == ["run", "--name", prov["container"], "--gpus", "all", "--ipc=host"]
-    assert argv[6:8] == ["-p", f"{port}:{port}"] and "HF_TOKEN" in argv and "API_TOKEN" in argv
-    assert not [a for a in argv if "tok_given_987654" in a]
+    name = prov["container"]
+    assert argv[:8] == ["run", "-d", "--name", name, "--label", f"fastbench.run={name}", "--label",
+                        f"fastbench.owner={socket.gethostname()} {os.getpid()} {processes.start_time(os.getpid())}"]
+    assert argv[8:11] == ["--ipc=host", "-p", f"{port}:{port}"]  # no GPU flags: the fake daemon has only runc
+    assert "HF_TOKEN" in argv and "API_TOKEN" in argv and not [a for a in argv if "tok_given_987654" in a]
     image_at = argv.index("vllm/vllm-openai:v9.9")
     assert argv[image_at + 1:image_at + 4] == ["fake/model", "--host", "0.0.0.0"]
     assert (state / "calls").read_text().split() == ["stop", "rm"]
     assert "hf_secret_value_123456" not in out.read_text() and "tok_given_987654" not in out.read_text()
-    assert "digest " + FAKE_DIGEST in (tmp_path / "c.md").read_text()
-    # memory is the container's main process's (docker inspect .State.Pid), found once it is ready
-    container_pid = int((state / prov["container"]).read_text())
+    assert f"(id sha256:{'cd' * 32}; digest {FAKE_DIGEST})" in (tmp_path / "c.md").read_text()
+    # memory is the container's main process's (docker inspect .State.Pid), from its start
+    container_pid = prov["pid"]
     memory = server_part["memory_series"]
     assert memory["server_pid"] == container_pid and any(memory["series"]["server_rss_bytes"])
-    assert_gone(prov["pid"], port)
+    assert not list((state / "containers").iterdir())  # removed
     assert_gone(container_pid, port)
 
 

@@ -347,7 +347,7 @@ def test_to_dict_is_json_with_units_in_keys() -> None:
 
     unitless = {"interval_s", "clock", "num_samples", "server_pid", "baseline", "gpus", "gpu_sources", "nvml"}
     unitless |= {"amdgpu", "rss_source", "peaks", "series", "definitions", "notes", "label", "source", "name", "memory"}
-    unitless |= {"server_procs", "gib", "gpu used_bytes", "gpu util_pct", "gpu power_w"}
+    unitless |= {"server_procs", "gib", "gpu used_bytes", "gpu util_pct", "gpu power_w", "cgroup"}
     suffixes = ("_bytes", "_gib", "_w", "_pct", "_s", "_ns")
     assert {k for k in keys(d) if not k.endswith(suffixes)} <= unitless
 
@@ -397,6 +397,43 @@ def test_coprocess_on_fake_trees(tmp_path: Path) -> None:
     d = series.to_dict()
     assert d["series"]["gpus"][1]["gtt_used_bytes"][0] == 3 * GIB
     assert "card2 50.0 GiB used of 64.0 GiB" in memory_lines(series.to_dict())[0]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_coprocess_reads_a_containers_memory_cgroup(tmp_path: Path, version: str) -> None:
+    """A container's memory cgroup beside the tree's RSS: the usage as sampled, the kernel's peak, the card's
+    line; a v2 cgroup without memory.peak (Linux < 5.19) is noted, not an error."""
+    proc = _fake_proc(tmp_path)
+    cgroup = tmp_path / "cg"
+    now, peak = ("memory.usage_in_bytes", "memory.max_usage_in_bytes") if version == "v1" else (
+        "memory.current", "memory.peak")
+    _write(cgroup / now, f"{2 * GIB}\n")
+    if version == "v1":
+        _write(cgroup / peak, f"{5 * GIB}\n")
+    sampler = MemorySampler(0.05, nvml=False, sysfs_root=str(tmp_path / "no-drm"), proc_root=str(proc))
+    sampler.start()
+    sampler.set_server_pid(100)
+    sampler.set_server_cgroup(str(cgroup), version)
+    _wait_for(lambda: (s := sampler.latest()) is not None and s.cgroup_memory == 2 * GIB)
+    _write(cgroup / now, f"{3 * GIB}\n")
+    _wait_for(lambda: (s := sampler.latest()) is not None and s.cgroup_memory == 3 * GIB)
+    _write(cgroup / now, f"{GIB}\n")
+    _wait_for(lambda: (s := sampler.latest()) is not None and s.cgroup_memory == GIB)
+    series = sampler.stop()
+    p = series.peaks()
+    assert p["cgroup_memory_bytes"] == 3 * GIB and p["server_rss_bytes"] is not None
+    d = series.to_dict()
+    assert d["cgroup"]["path"] == str(cgroup) and d["cgroup"]["version"] == version
+    assert d["series"]["cgroup_memory_bytes"][-1] == GIB
+    lines = memory_lines(d)
+    assert "container cgroup peak 3.00 GiB" in lines[0]
+    line = next(line for line in lines if line.startswith("Container memory:"))
+    assert f"cgroup {version} {now} of {cgroup}" in line
+    if version == "v1":
+        assert p["cgroup_memory_peak_bytes"] == 5 * GIB and f"the kernel's peak ({peak}) 5.00 GiB" in line
+    else:
+        assert p["cgroup_memory_peak_bytes"] is None and "kernel's peak" not in line
+        assert any("has no peak file (memory.peak needs Linux >= 5.19)" in n for n in series.notes)
 
 
 def _allocating_child(mb: int, grandchild_mb: int = 0) -> subprocess.Popen[bytes]:

@@ -13,9 +13,15 @@
 * ``port-in-use``: prints uvicorn's "address already in use" error and hangs;
 * ``ignore-term``: serves /health and /v1/models itself and ignores SIGTERM.
 
-The fake ``docker`` runs the same script for ``docker run ... IMAGE MODEL ARGS``, answers ``inspect``
-with a fixed digest, and ``stop`` / ``kill`` / ``rm`` by signalling the process recorded for the container
-name (``stop`` first waits its ``-t`` seconds with FAKE_DOCKER_STOP_WAITS set).
+The fake ``docker`` keeps its containers in FAKE_DOCKER_STATE (a record each, its log, its exit status):
+``run -d ... IMAGE MODEL ARGS`` starts the same script's ``serve`` detached, in a session of its own (the
+container's processes), and prints an id; ``logs -f`` follows its log until it exits; ``info`` lists the
+runtimes of FAKE_DOCKER_RUNTIMES (default ``runc``); ``image inspect`` knows every image but those named
+``missing/...`` or holding twelve zeros (``local/...`` ones have no repository digest, the others
+FAKE_DIGEST), and ``pull`` always fails; ``ps`` filters by label and published port; ``container inspect``
+gives the state; ``stop`` / ``kill`` / ``rm`` signal the container's session (``stop`` first waits its
+``-t`` seconds with FAKE_DOCKER_STOP_WAITS set). FAKE_DOCKER_DOWN: no daemon answers;
+FAKE_DOCKER_RUN_FAILS: ``run`` leaves a created container and fails as a port already allocated does.
 """
 
 from __future__ import annotations
@@ -173,55 +179,196 @@ def serve(args):
                     f"{100 * acc / dt:.1f}%")
         last = m
 
+def record(state, name):
+    path = os.path.join(state, "containers", name + ".json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+def save(state, c):
+    os.makedirs(os.path.join(state, "containers"), exist_ok=True)
+    tmp = os.path.join(state, "containers", c["name"] + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(c, f)
+    os.replace(tmp, os.path.join(state, "containers", c["name"] + ".json"))
+
+def all_containers(state):
+    try:
+        names = sorted(os.listdir(os.path.join(state, "containers")))
+    except OSError:
+        return []
+    return [c for c in (record(state, n[:-5]) for n in names if n.endswith(".json")) if c]
+
+def find(state, key):
+    for c in all_containers(state):
+        if key in (c["name"], c["id"]) or (len(key) >= 12 and c["id"].startswith(key)):
+            return c
+    return None
+
+def status_of(state, c):
+    if c.get("status") == "created":
+        return "created"
+    if os.path.exists(os.path.join(state, c["name"] + ".exit")):
+        return "exited"
+    return "running"
+
+def exit_code(state, c):
+    try:
+        with open(os.path.join(state, c["name"] + ".exit")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+def call(state, what):
+    with open(os.path.join(state, "calls"), "a") as f:
+        f.write(what + "\n")
+
+def signal_container(c, sig):
+    try:
+        os.killpg(c["pid"], sig)  # the container's processes: the engine's session
+    except (ProcessLookupError, PermissionError, KeyError):
+        pass
+
+def wait_exit(state, c, timeout):
+    deadline = time.monotonic() + timeout
+    while status_of(state, c) == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return status_of(state, c) != "running"
+
+TAKES_VALUE = {"--name", "--label", "-p", "--env", "-e", "-v", "-w", "--gpus", "--device", "--group-add",
+               "--security-opt", "--entrypoint", "--shm-size"}
+
 def docker(args):
     state = os.environ["FAKE_DOCKER_STATE"]
-    if args[0] == "run":
+    if os.environ.get("FAKE_DOCKER_DOWN") and args[0] not in ("__container__", "__serve__"):
+        sys.exit("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?")
+    if args[0] == "info":
+        runtimes = os.environ.get("FAKE_DOCKER_RUNTIMES", "runc").split(",")
+        print(json.dumps({r: {"path": r} for r in runtimes}))
+    elif args[:2] == ["image", "inspect"]:
+        image = args[2]
+        if image.startswith("missing/") or "0" * 12 in image:
+            sys.exit(f"Error response from daemon: no such image: {image}: No such image: {image}")
+        repo = image.split("@")[0].rsplit(":", 1)[0]
+        digest = os.environ.get("FAKE_DIGEST", "sha256:" + "ab" * 32)
+        digests = [] if image.startswith("local/") else [repo + "@" + digest]
+        print(json.dumps([{"Id": "sha256:" + "cd" * 32, "RepoDigests": digests, "RepoTags": [image]}]))
+    elif args[0] == "pull":
+        call(state, "pull")
+        sys.exit(f"Error response from daemon: pull access denied for {args[1].split(':')[0]}, repository does "
+                 "not exist or may require 'docker login'")
+    elif args[0] == "ps":
+        filters = [args[i + 1] for i, a in enumerate(args) if a == "--filter"]
+        for c in all_containers(state):
+            ok = True
+            for f in filters:
+                key, _, value = f.partition("=")
+                if key == "label":
+                    ok = ok and value.partition("=")[0] in c["labels"]
+                elif key == "publish":
+                    ok = ok and str(c.get("port")) == value
+            if ok:
+                print(c["id"])
+    elif args[:2] == ["container", "inspect"] or args[0] == "inspect":
+        out = []
+        for key in args[2:] if args[0] == "container" else args[1:]:
+            c = find(state, key)
+            if c is None:
+                continue
+            st = status_of(state, c)
+            out.append({"Id": c["id"], "Name": "/" + c["name"], "Config": {"Image": c["image"], "Labels": c["labels"]},
+                        "State": {"Status": st, "Pid": c.get("pid", 0) if st == "running" else 0,
+                                  "ExitCode": exit_code(state, c), "OOMKilled": False, "Error": ""}})
+        print(json.dumps(out))
+        if not out:
+            sys.exit(1)
+    elif args[0] == "run":
+        assert args[1] == "-d", args
         name = args[args.index("--name") + 1]
-        for i, a in enumerate(args):
-            if a == "--env" and "=" in args[i + 1]:
-                k, v = args[i + 1].split("=", 1)
-                os.environ[k] = v
-        with open(os.path.join(state, name), "w") as f:
-            f.write(str(os.getpid()))
-        rest = args[1:]
-        skip = {"--name", "--gpus", "-p", "--env", "-v"}
-        i = 0
+        labels, port, rest, i = {}, None, args[2:], 0
         while i < len(rest):  # docker's own flags, then IMAGE, then the image's arguments
-            if rest[i] in skip:
+            if rest[i] in TAKES_VALUE:
+                if rest[i] == "--label":
+                    k, _, v = rest[i + 1].partition("=")
+                    labels[k] = v
+                elif rest[i] == "-p":
+                    port = int(rest[i + 1].split(":")[0])
+                elif rest[i] in ("--env", "-e") and "=" in rest[i + 1]:
+                    k, v = rest[i + 1].split("=", 1)
+                    os.environ[k] = v
                 i += 2
-            elif rest[i].startswith("--ipc"):
+            elif rest[i].startswith("-"):
                 i += 1
             else:
                 break
         with open(os.path.join(state, "argv"), "w") as f:
             json.dump(args, f)
-        serve(rest[i + 1:])
-    elif args[0] == "inspect":
-        fmt, target = args[2], args[3]
-        if "RepoDigests" in fmt:
-            print(json.dumps([target.split("@")[0].split(":")[0] + "@" + os.environ["FAKE_DIGEST"]]))
-        elif "State.Pid" in fmt:
-            with open(os.path.join(state, target)) as f:
-                print(f.read().strip())
-        else:
-            print("sha256:" + "cd" * 32)
+        import hashlib
+        c = {"id": hashlib.sha256(name.encode()).hexdigest(), "name": name, "image": rest[i], "labels": labels,
+             "port": port}
+        if os.environ.get("FAKE_DOCKER_RUN_FAILS"):
+            c["status"] = "created"
+            save(state, c)
+            sys.exit(f"docker: Error response from daemon: driver failed programming external connectivity on "
+                     f"endpoint {name}: Bind for 0.0.0.0:{port} failed: port is already allocated.")
+        save(state, c)
+        subprocess.Popen([sys.argv[0], "__container__", name, *rest[i + 1:]], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while "pid" not in (record(state, name) or {}) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        print(c["id"])
+    elif args[0] == "__container__":  # the container: the engine in a session of its own, its exit recorded
+        name = args[1]
+        with open(os.path.join(state, name + ".log"), "ab") as log_file:
+            engine = subprocess.Popen([sys.argv[0], "__serve__", *args[2:]], stdout=log_file, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        c = record(state, name)
+        c["pid"] = engine.pid
+        save(state, c)
+        status = engine.wait()
+        with open(os.path.join(state, name + ".exit"), "w") as f:
+            f.write(str(128 - status if status < 0 else status))
+    elif args[0] == "__serve__":
+        serve(args[1:])
+    elif args[0] == "logs":
+        c = find(state, args[-1])
+        if c is None:
+            sys.exit(f"Error: No such container: {args[-1]}")
+        path = os.path.join(state, c["name"] + ".log")
+        while not os.path.exists(path) and status_of(state, c) == "running":
+            time.sleep(0.05)
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+                    continue
+                if status_of(state, c) != "running" or find(state, c["name"]) is None:
+                    break
+                time.sleep(0.05)
     elif args[0] in ("stop", "kill", "rm"):
-        name = args[-1]
-        path = os.path.join(state, name)
-        if args[0] == "stop" and os.environ.get("FAKE_DOCKER_STOP_WAITS"):  # a container slow to stop
-            time.sleep(float(args[args.index("-t") + 1]))
-        if os.path.exists(path):
-            with open(path) as f:
-                pid = int(f.read())
-            try:
-                if args[0] == "stop":
-                    os.kill(pid, signal.SIGTERM)
-                else:  # everything in the "container" dies at once, its engine child too
-                    os.killpg(os.getpgid(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            with open(os.path.join(state, "calls"), "a") as f:
-                f.write(args[0] + "\n")
+        c = find(state, args[-1])
+        if c is None:
+            sys.exit(f"Error: No such container: {args[-1]}")
+        call(state, args[0])
+        if args[0] == "stop":
+            grace = float(args[args.index("-t") + 1])
+            if os.environ.get("FAKE_DOCKER_STOP_WAITS"):  # a container slow to stop
+                time.sleep(grace)
+            signal_container(c, signal.SIGTERM)
+            if not wait_exit(state, c, grace):
+                signal_container(c, signal.SIGKILL)
+                wait_exit(state, c, 5)
+        else:
+            if status_of(state, c) == "running":
+                signal_container(c, signal.SIGKILL)
+                wait_exit(state, c, 5)
+            if args[0] == "rm":
+                os.remove(os.path.join(state, "containers", c["name"] + ".json"))
     else:
         sys.exit(f"fake docker: unsupported {args[:1]}")
 

@@ -162,8 +162,8 @@ async def arun(
     memory = start_memory_sampler(config)
     try:
         if server is not None:  # launched and ready already: watched as a launch, never stopped here
-            if memory is not None and server.pid is not None:
-                memory.set_server_pid(server.pid)
+            if memory is not None:
+                memory.follow(server)
             return await _run_against(config, server.base_url, None, on_progress, stop, watched=server,
                                       memory=memory, shared_launch=True)
         if config.launch is not None:
@@ -180,7 +180,7 @@ async def arun(
                 config = dataclasses.replace(config, launch=to_launch)
             launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
-            await launched.astart(stop, on_started=memory.set_server_pid if memory is not None else None)
+            await launched.astart(stop, on_started=_follower(memory, launched))
             base_url = launched.base_url
         elif base_url is None:
             from fastbench.synthetic import SyntheticServer, SyntheticStartError
@@ -200,8 +200,8 @@ async def arun(
             base_url = Target.parse(base_url, config.endpoint).base_url
         watched = launched or ExternalServer(
             base_url, api_key=config.api_key, pid=synthetic.pid if synthetic is not None else None)
-        if memory is not None and watched.pid is not None and (launched is None or launched.launch.docker_image):
-            memory.set_server_pid(watched.pid)  # attached, synthetic, or a container once ready
+        if memory is not None and watched.pid is not None and launched is None:
+            memory.set_server_pid(watched.pid)  # attached or synthetic
         return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
                                   memory=memory)
     except asyncio.CancelledError:
@@ -217,6 +217,13 @@ async def arun(
             synthetic.stop()
         if launched is not None:
             await launched.astop()  # SIGTERM, SIGKILL after the grace period; checks the port is free
+
+
+def _follower(memory: MemoryRun | None, server: LaunchedServer) -> Callable[[int], None] | None:
+    """What a launch calls once its process runs: the sampler follows it (its tree, a container's cgroup)."""
+    if memory is None:
+        return None
+    return lambda _pid: memory.follow(server)
 
 
 def _handed(config: BenchConfig, server: LaunchedServer) -> BenchConfig:

@@ -242,10 +242,18 @@ def _add_launch_args(p: argparse.ArgumentParser) -> None:
                    help="engine flags passed through, e.g. \"--max-model-len 8192 --gpu-memory-utilization 0.85 "
                    "--speculative-config '{...}'\"; one flag alone needs the = form: --engine-args=\"--enforce-eager\"")
     g.add_argument("--docker-image", metavar="IMAGE[@sha256:...]", default=None,
-                   help="run the engine in this image (docker run --gpus all --ipc=host -p PORT:PORT)")
+                   help="run the engine in this image or image id (docker run -d --ipc=host -p PORT:PORT, the GPU "
+                   "flags of --docker-gpus, the Hugging Face cache mounted, HF_TOKEN passed by name)")
     g.add_argument("--docker-args", type=shell_words, default="", metavar="\"ARGS\"",
-                   help="extra docker run flags, e.g. \"-v ~/.cache/huggingface:/root/.cache/huggingface\" (a value "
-                   "starting with a dash alone: --docker-args=\"--rm\")")
+                   help="extra docker run flags, e.g. \"--shm-size 16g\" (a value starting with a dash alone: "
+                   "--docker-args=\"--privileged\")")
+    g.add_argument("--docker-gpus", default="auto", metavar="auto|none|rocm|GPUS",
+                   help="the container's GPUs: auto (from the host: NVIDIA's runtime -> --gpus all; ROCm's /dev/kfd "
+                   "and /dev/dri -> those devices, --group-add video, seccomp unconfined; neither -> none), none, "
+                   "rocm, or docker's own --gpus value (all, 2, device=0,1)")
+    g.add_argument("--docker-hf-cache", metavar="DIR|none", default=None,
+                   help="the host's Hugging Face cache, mounted at /root/.cache/huggingface (default: $HF_HOME or "
+                   "~/.cache/huggingface; none: no mount)")
     g.add_argument("--server-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="environment for the server; NAME alone passes fastbench's own value (repeatable)")
     g.add_argument("--server-host", default="127.0.0.1", help="address the launched server listens on")
@@ -271,6 +279,8 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
         if ns.launch_model or ns.docker_image or ns.engine_args:
             raise FastbenchError("--launch-model, --engine-args and --docker-image need --launch ENGINE")
         given = [flag for flag, value in (("--docker-args", ns.docker_args), ("--server-env", ns.server_env),
+                                          ("--docker-gpus", None if ns.docker_gpus == "auto" else ns.docker_gpus),
+                                          ("--docker-hf-cache", ns.docker_hf_cache),
                                           ("--server-port", ns.server_port), ("--server-log", ns.server_log),
                                           ("--engine-bin", ns.engine_bin)) if value not in (None, (), [])]
         if given:
@@ -282,6 +292,8 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
         engine_args=ns.engine_args,
         docker_image=ns.docker_image,
         docker_args=ns.docker_args,
+        docker_gpus=ns.docker_gpus,
+        docker_hf_cache=ns.docker_hf_cache,
         env=tuple(ns.server_env),
         host=ns.server_host,
         port=ns.server_port,

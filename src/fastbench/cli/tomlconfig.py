@@ -7,6 +7,7 @@ The file has two tables::
     model = "google/gemma-3-270m" # --launch-model
     args = ["--max-model-len", "2048", "--speculative-config", '{"method": "ngram", ...}']  # or one string
     image = "vllm/vllm-openai@sha256:..."                     # --docker-image (omit: a local process)
+    gpus = "auto"                                              # --docker-gpus (docker only; also hf_cache)
     env = { VLLM_CPU_KVCACHE_SPACE = "2", HF_TOKEN = "" }      # "" passes fastbench's own value through
     port = 8000
 
@@ -57,6 +58,8 @@ SERVER_KEYS = {
     "args": "--engine-args",
     "image": "--docker-image",
     "docker_args": "--docker-args",
+    "gpus": "--docker-gpus",
+    "hf_cache": "--docker-hf-cache",
     "env": "--server-env",
     "host": "--server-host",
     "port": "--server-port",

@@ -32,6 +32,8 @@ def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True)
         head = f"Peak memory: {p['mem_available_drop_bytes'] / _GIB:.2f} GiB MemAvailable drop{during} ({every})"
     if p["server_rss_bytes"] is not None:
         head += f"; server RSS peak {p['server_rss_bytes'] / _GIB:.2f} GiB"
+    if p.get("cgroup_memory_bytes") is not None:
+        head += f"; container cgroup peak {p['cgroup_memory_bytes'] / _GIB:.2f} GiB"
     for info, g in zip(series["gpus"], p["gpus"]):
         if g["used_bytes"] is not None:
             head += f"; {g['label']} {g['used_bytes'] / _GIB:.1f} GiB used"
@@ -62,6 +64,9 @@ def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True)
             f"Server RSS: peak {p['server_rss_bytes'] / _GIB:.2f} GiB (VmRSS summed over pid {pid} and its "
             f"descendants, up to {procs} processes; shared pages count once per process)"
         )
+    cgroup = series.get("cgroup")
+    if cgroup is not None:
+        lines.append(_cgroup_line(cgroup, p))
     for info, g in zip(series["gpus"], p["gpus"]):
         used = "n/a" if g["used_gib"] is None else f"{g['used_bytes'] / _GIB:.1f} GiB"
         total = "n/a" if g["total_gib"] is None else f"{g['total_bytes'] / _GIB:.1f} GiB"
@@ -79,3 +84,16 @@ def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True)
         lines.append(f"GPU: none measured ({found})")
     lines += [f"Note: {n}" for n in series["notes"]]
     return lines
+
+
+def _cgroup_line(cgroup: Mapping[str, Any], p: Mapping[str, Any]) -> str:
+    """The container's memory cgroup: its peak as sampled, and the kernel's own peak."""
+    now, peak = ("memory.current", "memory.peak") if cgroup["version"] == "v2" else (
+        "memory.usage_in_bytes", "memory.max_usage_in_bytes")
+    where = f"cgroup {cgroup['version']} {now} of {cgroup['path']}"
+    if p.get("cgroup_memory_bytes") is None:
+        return f"Container memory: no reading ({where})"
+    text = f"Container memory: peak {p['cgroup_memory_bytes'] / _GIB:.2f} GiB sampled ({where}; page cache included)"
+    if p.get("cgroup_memory_peak_bytes") is not None:
+        text += f"; the kernel's peak ({peak}) {p['cgroup_memory_peak_bytes'] / _GIB:.2f} GiB"
+    return text

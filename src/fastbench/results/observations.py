@@ -30,7 +30,7 @@ class LaunchFacts:
     port: int
     load_time_s: float | None  # launch until /v1/models listed the model; None if it never did
     docker_image: str | None
-    image_digest: str | None  # None when docker inspect gave none
+    image_digest: str | None  # its repository digest; None for an image never pushed or pulled
     precision: str | None  # vLLM's engine-config line: "modelopt_fp4 (bfloat16)"
     quantization: str | None  # --quantization
     speculative_method: str | None  # --speculative-config's "method"; "" when it names none, None without one
@@ -39,6 +39,8 @@ class LaunchFacts:
     # handed to api.arun): this run neither launched nor stopped it.
     shared: bool = False
     run_of_launch: int = 1  # the measured windows this launch has served, this run's included
+    image_id: str | None = None  # docker image inspect's Id ("sha256:...")
+    docker_gpus: str | None = None  # the container's GPU flags and why ("GPUs: --gpus all (...)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,8 +178,11 @@ def _launch_rows(launch: LaunchFacts) -> dict[str, str]:
     if launch.engine_args:
         rows["Engine arguments"] = shell_join(launch.engine_args)
     if launch.docker_image:
-        digest = launch.image_digest or "unknown (docker inspect gave none)"
-        rows["Image"] = f"{launch.docker_image} (digest {digest})"
+        digest = (f"digest {launch.image_digest}" if launch.image_digest
+                  else "no repository digest: built or imported here")
+        rows["Image"] = f"{launch.docker_image} (id {launch.image_id or 'unknown'}; {digest})"
+        if launch.docker_gpus:
+            rows["Container GPUs"] = launch.docker_gpus.removeprefix("GPUs: ")
     if launch.precision:
         rows["Quant / precision"] = f"{launch.precision}, from the engine's config line"
     return rows

@@ -6,8 +6,8 @@ is already running. All share:
 
 * ``start()`` / ``wait_ready(timeout_s)`` (or ``await astart()``) / ``stop()``;
 * ``base_url``, ``log_path``, ``load_time_s`` (launch until /v1/models lists the model);
-* ``provenance()``: engine version (/version), image digest under docker (``docker inspect``), the exact
-  command line with secrets redacted;
+* ``provenance()``: engine version (/version), under docker the image's id and repository digest
+  (``docker image inspect``), the exact command line with secrets redacted;
 * ``mark_window_start()`` / ``mark_window_end()`` and ``window_log_lines()``: what the server logged
   during the measured window (warnings, "SpecDecoding metrics:" lines).
 
@@ -20,6 +20,11 @@ error (out of memory, "Address already in use", a top-level Python traceback, ..
 the timeout passes. Teardown (on success, failure, Ctrl-C and the time cap alike) sends SIGTERM to the
 whole process group, SIGKILL after a grace period (``docker stop`` and ``docker rm`` for a container),
 and checks that the port is free again (``processes``).
+
+Under docker (``container.DockerContainer``) the engine runs in a container started with ``docker run -d``
+after the checks a launch needs (the daemon, the image, containers a killed fastbench left, the port);
+the process fastbench watches is ``docker logs -f``, whose output is the log as a local engine's is,
+and whose end is the container's; the container's main pid and memory cgroup are the sampler's.
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -46,7 +50,7 @@ from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.redact import redact_argv, redact_secret, redact_text, shell_join
 from fastbench.results.observations import LaunchFacts, Teardown
-from fastbench.server import control, processes
+from fastbench.server import container, control, processes
 from fastbench.server.serverlog import ServerLog
 
 __all__ = (
@@ -114,7 +118,8 @@ class LaunchedServer:
         # the pid too: two runs started in the same second must not share (and parse) one log
         default_log = Path(log_dir or ".") / f"fastbench-server-{launch.engine}-{stamp}-{os.getpid()}.log"
         self.log_path = Path(launch.log_path) if launch.log_path else default_log
-        self.container = f"fastbench-{os.getpid()}-{uuid.uuid4().hex[:8]}" if launch.docker_image else None
+        self.docker = container.DockerContainer(launch, self.port) if launch.docker_image else None
+        self.container = self.docker.name if self.docker is not None else None
         self.process: subprocess.Popen[bytes] | None = None
         self.pgid: int | None = None
         self.t_launch: float | None = None
@@ -122,7 +127,6 @@ class LaunchedServer:
         self.version: str | None = None
         self.image_digest: str | None = None
         self.image_id: str | None = None
-        self.container_pid: int | None = None  # docker inspect's .State.Pid, in this machine's pid namespace
         self._hurry = threading.Event()  # see hurry()
         self.exit_status: int | None = None
         self.port_free_after_stop: bool | None = None
@@ -141,11 +145,16 @@ class LaunchedServer:
 
     @property
     def pid(self) -> int | None:
-        """The server's own process: the engine, or under docker the container's main process (once
-        ready; None before: the `docker run` client's memory is not the server's)."""
-        if self.launch.docker_image:
-            return self.container_pid
+        """The server's own process: the engine, or under docker the container's main process (in this
+        machine's pid namespace; None before it runs: the docker client's memory is not the server's)."""
+        if self.docker is not None:
+            return self.docker.pid
         return self.process.pid if self.process is not None else None
+
+    @property
+    def memory_cgroup(self) -> tuple[str, str] | None:
+        """A container's memory cgroup, ``(directory, "v1" | "v2")``; None for a local process."""
+        return self.docker.cgroup if self.docker is not None else None
 
     def server_args(self, host: str) -> list[str]:
         """The engine's own arguments (after the executable, or after the image under docker)."""
@@ -157,13 +166,9 @@ class LaunchedServer:
 
     def docker_argv(self) -> list[str]:
         launch = self.launch
-        assert launch.docker_image is not None and self.container is not None
-        argv = [launch.engine_bin or "docker", "run", "--name", self.container, "--gpus", "all",
-                "--ipc=host", "-p", f"{self.port}:{self.port}"]
-        for item in launch.env:  # the name only: a value on docker's command line is in /proc for all
-            argv += ["--env", item.partition("=")[0]]
-        argv += [*launch.docker_args, launch.docker_image, *self.docker_server_args()]
-        return argv
+        assert launch.docker_image is not None and self.docker is not None
+        return [self.docker.docker, *self.docker.run_flags(), *launch.docker_args, launch.docker_image,
+                *self.docker_server_args()]
 
     def docker_server_args(self) -> list[str]:
         return self.server_args("0.0.0.0")
@@ -192,7 +197,7 @@ class LaunchedServer:
         """Launch the server in its own process group, its output appended to ``log_path``."""
         if self.process is not None:
             raise RuntimeError("server already started")
-        argv = self.argv()
+        argv = self.argv() if self.docker is None else [self.docker.docker]
         exe = shutil.which(argv[0])
         if exe is None:
             what = "docker" if self.launch.docker_image else f"the {self.engine_name} executable"
@@ -200,6 +205,8 @@ class LaunchedServer:
                 why = "not an executable file" if os.path.exists(self.launch.engine_bin) else "no such file"
                 raise ConfigError(f"--engine-bin {self.launch.engine_bin}: {why}")
             raise ConfigError(f"cannot find {what} {argv[0]!r} on PATH; pass --engine-bin PATH")
+        if self.docker is not None:
+            return self._start_container(exe)
         if not processes.port_is_free(self.host, self.port):
             raise ServerLaunchError(
                 f"port {self.port} on {self.host} is already in use: stop what holds it or choose "
@@ -222,6 +229,40 @@ class LaunchedServer:
                                     "missing, or not an executable for this machine?)") from None
         self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
         self._finalizer = weakref.finalize(self, processes.kill_group_at_exit, self.pgid)
+
+    def _start_container(self, exe: str) -> None:
+        """The checks, ``docker run -d``, then ``docker logs -f`` into the log: the process watched."""
+        assert self.docker is not None
+        try:
+            log_file = self.log.open()
+        except OSError as exc:
+            raise ConfigError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None
+        try:
+            for line in self.docker.prepare(self.log.note):
+                if line.startswith("removed container"):
+                    warnings.warn(line, RuntimeWarning, stacklevel=3)
+            if not processes.port_is_free(self.host, self.port):
+                raise container.DockerError(
+                    f"port {self.port} on {self.host} is already in use: stop what holds it or choose "
+                    "another with --server-port")
+            facts = self.docker.image_facts
+            self.image_id = facts.id if facts is not None else None
+            self.image_digest = container.image_digest(self.docker.image, facts)
+            self.log.note(f"launching: {self.display_command()}")
+            self.t_launch = time.monotonic()
+            self.docker.run([exe, *self.argv()[1:]], self.process_env())
+        except container.DockerError as exc:
+            self.log.note(f"not launched: {exc}")
+            self.log.close()
+            raise ServerLaunchError(str(exc)) from None
+        self._finalizer = weakref.finalize(self, container.remove_at_exit, exe, self.docker.name)
+        if self.docker.pid is not None and self.docker.cgroup is None:
+            self.log.note("the container's memory cgroup was not found under /sys/fs/cgroup: its memory is "
+                          "measured as its process tree's RSS only")
+        self.process = subprocess.Popen(
+            [exe, "logs", "-f", self.docker.name], stdin=subprocess.DEVNULL, stdout=log_file,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=processes.die_with_parent)
+        self.pgid = self.process.pid
 
     def log_text(self, last_bytes: int | None = None, *, until_window: bool = False,
                  until_first_window: bool = False) -> str:
@@ -251,10 +292,15 @@ class LaunchedServer:
             f"last lines:\n{self.log_tail()}")
 
     def _exit_how(self) -> str | None:
-        """How the process ended ("exited with status 1", "was killed by signal 9"); None while it runs."""
+        """How the process ended ("exited with status 1", "was killed by signal 9"; a container's "container
+        exited with status 1"); None while it runs."""
         if self.process is None:
             return None
         status = self.process.poll()
+        if self.docker is not None and (status is not None or self.docker.ended is not None):
+            how = self.docker.end()  # its log stream ended with it
+            self.exit_status = self.docker.exit_code
+            return how
         if status is None:
             return None
         self.exit_status = status
@@ -265,6 +311,8 @@ class LaunchedServer:
         how = self._exit_how()
         if how is None or self.process is None:
             return None
+        if self.docker is not None:
+            return f"{self.engine_name} ({self.docker.name}) {how}"
         return f"{self.engine_name} (pid {self.process.pid}) {how}"
 
     def _ready_step(self) -> tuple[bool, str]:
@@ -287,8 +335,6 @@ class LaunchedServer:
         self.load_time_s = self._elapsed()
         self.log.note(f"ready after {self.load_time_s:.1f} s")
         self.version = control.engine_version(self.base_url, self.api_key)
-        if self.launch.docker_image:
-            self._inspect_image()
         return self.load_time_s
 
     def _timeout(self, timeout_s: float, state: str) -> ServerLaunchError:
@@ -325,8 +371,8 @@ class LaunchedServer:
     async def astart(self, stop: asyncio.Event | None = None,
                      on_started: Callable[[int], None] | None = None) -> float:
         """start() and await_ready(); on any failure the server is stopped before the error propagates.
-        ``on_started(pid)`` as soon as the engine's process runs (a local one), so that memory
-        sampling sees the loading too."""
+        ``on_started(pid)`` as soon as the engine's process (or the container's main process) runs,
+        so that memory sampling sees the loading too."""
         try:
             self.start()
             if on_started is not None and self.pid is not None:
@@ -335,32 +381,6 @@ class LaunchedServer:
         except BaseException:
             await self.astop()  # off the loop: a further Ctrl-C hurries it
             raise
-
-    def _inspect_image(self) -> None:
-        docker = self.launch.engine_bin or "docker"
-        image = self.launch.docker_image
-        assert image is not None
-        if "@sha256:" in image:
-            self.image_digest = image.split("@", 1)[1]
-        for target, fmt, attr in ((image, "{{json .RepoDigests}}", "image_digest"),
-                                  (self.container, "{{.Image}}", "image_id"),
-                                  (self.container, "{{.State.Pid}}", "container_pid")):
-            try:
-                out = subprocess.run([docker, "inspect", "--format", fmt, str(target)], capture_output=True,
-                                     text=True, timeout=30, check=True).stdout.strip()
-            except (OSError, subprocess.SubprocessError):
-                continue
-            if attr == "image_digest":
-                try:
-                    digests = orjson.loads(out)
-                except orjson.JSONDecodeError:
-                    continue
-                if digests and getattr(self, attr) is None:
-                    self.image_digest = str(digests[0]).split("@", 1)[-1]
-            elif attr == "container_pid":
-                self.container_pid = int(out) if out.isdigit() and int(out) > 0 else None
-            elif out:
-                self.image_id = out
 
     # -- the measured window -------------------------------------------------------------------
 
@@ -406,15 +426,15 @@ class LaunchedServer:
         t0 = time.monotonic()
         grace = self.launch.stop_grace_s
         how = "nothing: it had exited already"
-        if self.container is not None:
-            how = self._docker_stop(grace)
+        if self.docker is not None:
+            how = self.docker.stop(grace, self._hurry, self.log.note)
         pgid = self.pgid
         assert pgid is not None
         self.process.poll()
         # Descendants that left the group get the same signals (a snapshot: one that double-forked
         # away earlier is no longer a descendant, and is not found).
         # Only while the engine is unreaped: once reaped, its pid may be another process's.
-        look_for_strays = self.container is None and self.process.returncode is None
+        look_for_strays = self.docker is None and self.process.returncode is None
         strays = processes.strays_of(self.process.pid, pgid) if look_for_strays else []
         if strays:
             self.log.note(f"processes {[pid for pid, _ in strays]} left the server's process group: signalled too")
@@ -423,7 +443,7 @@ class LaunchedServer:
             self.process.poll()  # type: ignore[union-attr]
             return processes.group_members(pgid) + [pid for pid, start in strays if processes.start_time(pid) == start]
 
-        if self.container is not None:  # the `docker run` client ends with its container: give it a moment
+        if self.docker is not None:  # `docker logs -f` ends with its container: give it a moment
             deadline = time.monotonic() + 5
             while running() and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -466,40 +486,6 @@ class LaunchedServer:
             warnings.warn(f"{self.engine_name} teardown: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
         self.log.close()
 
-    def _docker_stop(self, grace: float) -> str:
-        """``docker stop -t GRACE`` (``docker kill`` at once after hurry()), then ``docker rm -f``;
-        returns what it took."""
-        docker = self.launch.engine_bin or "docker"
-        quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-                                 "stderr": subprocess.DEVNULL}
-        how = "docker stop"
-        stopping = None
-        try:
-            try:
-                stopping = subprocess.Popen([docker, "stop", "-t", str(int(grace)), str(self.container)], **quiet)
-            except OSError:
-                return how
-            deadline = time.monotonic() + grace + 30
-            while stopping.poll() is None and time.monotonic() < deadline:
-                if self._hurry.is_set():
-                    self.log.note("asked again: docker kill")
-                    how = "docker kill (asked again)"
-                    try:
-                        subprocess.run([docker, "kill", str(self.container)], timeout=30, check=False, **quiet)
-                    except (OSError, subprocess.SubprocessError):
-                        pass
-                    break
-                time.sleep(0.05)
-        finally:  # also on an interrupt: no docker client or container left behind
-            if stopping is not None and stopping.poll() is None:
-                stopping.kill()
-                stopping.wait()
-            try:
-                subprocess.run([docker, "rm", "-f", str(self.container)], timeout=30, check=False, **quiet)
-            except (OSError, subprocess.SubprocessError):
-                pass
-        return how
-
     # -- what the result records ---------------------------------------------------------------
 
     def provenance(self) -> dict[str, Any]:
@@ -519,6 +505,9 @@ class LaunchedServer:
             "image_digest": self.image_digest,
             "image_id": self.image_id,
             "container": self.container,
+            "container_id": self.docker.id if self.docker is not None else None,
+            "docker_gpus": self.docker.gpus()[1] if self.docker is not None else None,
+            "memory_cgroup": self.memory_cgroup[0] if self.memory_cgroup is not None else None,
             "pid": self.pid,
             "base_url": self.base_url,
             "log_path": str(self.log_path),
@@ -542,6 +531,8 @@ class LaunchedServer:
             load_time_s=self.load_time_s,
             docker_image=launch.docker_image,
             image_digest=self.image_digest,
+            image_id=self.image_id,
+            docker_gpus=self.docker.gpus()[1] if self.docker is not None else None,
             precision=self.precision(),
             quantization=engine_option(launch.engine_args, "--quantization", "-q"),
             speculative_method=_speculative_method(launch.engine_args),

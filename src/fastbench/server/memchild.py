@@ -1,6 +1,7 @@
 """The memory sampler's co-process: a sample every interval on a fixed grid, one JSON line each on
-stdout; commands on stdin (``pid N``, ``stop``). server/memory.py's MemorySampler starts it as
-``python -I`` with this package's own root on sys.path (MemorySampler.child_command), and reads its lines.
+stdout; commands on stdin (``pid N``; ``cgroup VERSION DIR``, a container's memory cgroup; ``stop``).
+server/memory.py's MemorySampler starts it as ``python -I`` with this package's own root on sys.path
+(MemorySampler.child_command), and reads its lines.
 
 Standard library only (and server/memread.py, likewise): a fresh interpreter that imports nothing of the
 client's, so that sampling steals neither the client loop's time nor its heap. It ignores SIGINT, so that
@@ -28,6 +29,7 @@ from fastbench.server.memread import (
     GpuInfo,
     amdgpu_probe,
     amdgpu_read,
+    cgroup_memory,
     nvml_probe,
     nvml_read,
     read_meminfo,
@@ -46,6 +48,7 @@ class _Child:
         self.interval_ns = max(1, round(args.interval_s * _NS_PER_S))
         self.proc_root: str = args.proc_root
         self.server_pid: int | None = args.pid
+        self.cgroup: tuple[str, str] | None = None  # (directory, "v1" | "v2")
         self.out = sys.stdout.buffer
         self._noted: set[str] = set()
         self._nvml: Any = None
@@ -100,6 +103,13 @@ class _Child:
             rss, procs = tree_rss(self.server_pid, self.proc_root)
             if rss is None:
                 self.note(f"server pid {self.server_pid} not found (not started yet, or gone)")
+        cg_now = cg_peak = None
+        if self.cgroup is not None:
+            cg_now, cg_peak = cgroup_memory(*self.cgroup)
+            if cg_now is None:
+                self.note(f"memory cgroup {self.cgroup[0]} not readable (the container gone?)")
+            elif cg_peak is None:
+                self.note(f"memory cgroup {self.cgroup[0]} has no peak file (memory.peak needs Linux >= 5.19)")
         gpus = nvml_read(self._nvml, self._nvml_infos, self._nvml_handles, self.note,
                          system=(total, avail)) if self._nvml else []
         gpus += [amdgpu_read(device, info.label, self.note) for info, device in self._amd]
@@ -112,6 +122,7 @@ class _Child:
                 "rss": rss,
                 "procs": procs,
                 "gpus": [g.to_list() for g in gpus],
+                "cg": [cg_now, cg_peak],
             }
         )
 
@@ -153,6 +164,9 @@ class _Child:
                         cmd, _, arg = line.decode(errors="replace").strip().partition(" ")
                         if cmd == "pid" and arg.isdigit():
                             self.server_pid = int(arg)
+                        elif cmd == "cgroup" and arg.partition(" ")[0] in ("v1", "v2"):
+                            version, _, directory = arg.partition(" ")
+                            self.cgroup = (directory, version)
                         elif cmd == "stop":
                             self.safe_sample()  # the state at the end of the run
                             self.emit({"k": "end", "skipped_ticks": skipped})

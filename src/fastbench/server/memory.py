@@ -17,6 +17,10 @@ fastbench process, so samples line up with request timestamps):
   libraries, copy-on-write after fork) count once per process, so the sum can exceed the footprint.
   Processes that vanish mid-walk are skipped. For a docker server, give the container's main pid
   (``docker inspect -f '{{.State.Pid}}'``), not the pid of the ``docker run`` client.
+- **A container's memory cgroup** (``set_server_cgroup``; server/container.py finds it): ``memory.current``
+  and the kernel's ``memory.peak`` (cgroup v2), or ``memory.usage_in_bytes`` and ``memory.max_usage_in_bytes``
+  (v1): what the kernel charges all the container's processes, page cache included. Beside the tree's RSS
+  it counts shared pages once and sees processes that left the tree.
 - **NVIDIA GPUs through NVML** (``pynvml``, from the optional ``nvidia-ml-py`` package): used and total
   memory (``nvmlDeviceGetMemoryInfo``), utilisation (``nvmlDeviceGetUtilizationRates().gpu``) and power
   (``nvmlDeviceGetPowerUsage``, mW). Any field may be unsupported: it is recorded as ``None`` with a
@@ -60,6 +64,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastbench.server.memread import (
+    CGROUP_SOURCE,
     GIB,
     RSS_SOURCE,
     Baseline,
@@ -140,6 +145,7 @@ DEFINITIONS = {
         "MemAvailable at the sample: everything the machine lost since, reservations included"
     ),
     "server_rss_bytes": RSS_SOURCE,
+    "cgroup_memory_bytes": CGROUP_SOURCE,
     "gpu used_bytes": (
         "device memory in use: NVML nvmlDeviceGetMemoryInfo().used, or amdgpu mem_info_vram_used; for a GPU with "
         "unified memory (gpus[].memory 'system': NVML answers NOT_SUPPORTED for its memory, as on GB10) the "
@@ -163,6 +169,7 @@ class MemorySeries:
     server_pid: int | None
     notes: list[str]
     rss_source: str = RSS_SOURCE
+    cgroup: tuple[str, str] | None = None  # a container's memory cgroup: (directory, "v1" | "v2")
 
     def _t_s(self) -> list[float]:
         return [round((s.t_ns - self.baseline.t_ns) / _NS_PER_S, 6) for s in self.samples]
@@ -173,6 +180,8 @@ class MemorySeries:
         t_s = self._t_s()
         drop, drop_t = _peak([s.mem_available_drop for s in self.samples], t_s)
         rss, rss_t = _peak([s.server_rss for s in self.samples], t_s)
+        cg, cg_t = _peak([s.cgroup_memory for s in self.samples], t_s)
+        cg_kernel, _ = _peak([s.cgroup_memory_peak for s in self.samples], t_s)
         gpus = []
         for i, info in enumerate(self.gpus):
             rows = [s.gpus[i] for s in self.samples]
@@ -207,6 +216,11 @@ class MemorySeries:
             "server_rss_bytes": rss,
             "server_rss_gib": _gib(rss),
             "server_rss_t_s": rss_t,
+            "cgroup_memory_bytes": cg,
+            "cgroup_memory_gib": _gib(cg),
+            "cgroup_memory_t_s": cg_t,
+            "cgroup_memory_peak_bytes": cg_kernel,
+            "cgroup_memory_peak_gib": _gib(cg_kernel),
             "gpus": gpus,
             "gpu_power_total_w": None if total_power is None else round(total_power, 3),
         }
@@ -221,6 +235,8 @@ class MemorySeries:
             "mem_available_drop_bytes": [s.mem_available_drop for s in self.samples],
             "server_rss_bytes": [s.server_rss for s in self.samples],
             "server_procs": [s.server_procs for s in self.samples],
+            "cgroup_memory_bytes": [s.cgroup_memory for s in self.samples],
+            "cgroup_memory_peak_bytes": [s.cgroup_memory_peak for s in self.samples],
             "gpus": [
                 {
                     "label": info.label,
@@ -252,6 +268,8 @@ class MemorySeries:
             "gpus": [dataclasses.asdict(g) for g in self.gpus],
             "gpu_sources": dict(self.gpu_sources),
             "rss_source": self.rss_source,
+            "cgroup": (None if self.cgroup is None else
+                       {"path": self.cgroup[0], "version": self.cgroup[1], "source": CGROUP_SOURCE}),
             "peaks": self.peaks(),
             "series": series,
             "definitions": dict(DEFINITIONS),
@@ -294,6 +312,7 @@ class MemorySampler:
             raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s}")
         self.interval_s = interval_s
         self._server_pid = server_pid
+        self._cgroup: tuple[str, str] | None = None
         self._nvml = nvml
         self._sysfs_root = sysfs_root
         self._proc_root = proc_root
@@ -353,6 +372,14 @@ class MemorySampler:
             raise RuntimeError("set_server_pid() after stop()")
         self._send(f"pid {int(pid)}\n".encode())
 
+    def set_server_cgroup(self, directory: str, version: str) -> None:
+        """Read this memory cgroup (a container's; ``version`` "v1" or "v2") from the next sample on."""
+        if self._series is not None:
+            raise RuntimeError("set_server_cgroup() after stop()")
+        self._cgroup = (directory, version)
+        if self._proc is not None:
+            self._send(f"cgroup {version} {directory}\n".encode())
+
     def latest(self) -> Sample | None:
         """The most recent sample received, for a live display (``None`` before the first)."""
         return self._samples[-1] if self._samples else None
@@ -404,6 +431,7 @@ class MemorySampler:
             gpu_sources=dict(self._gpu_sources),
             server_pid=self._server_pid,
             notes=list(self._notes),
+            cgroup=self._cgroup,
         )
         return self._series
 
@@ -450,6 +478,8 @@ class MemorySampler:
                     server_rss=msg["rss"],
                     server_procs=msg["procs"],
                     gpus=tuple(GpuReading.from_list(row) for row in msg["gpus"]),
+                    cgroup_memory=msg["cg"][0],
+                    cgroup_memory_peak=msg["cg"][1],
                 )
             )
         elif kind == "note":

@@ -32,6 +32,15 @@ class MemoryRun:
     def set_server_pid(self, pid: int) -> None:
         self.sampler.set_server_pid(pid)
 
+    def follow(self, server: LaunchedServer | ExternalServer) -> None:
+        """Measure the server's process tree and, for a container, its memory cgroup, from the next
+        sample on (as soon as they are known: a launch's at its start)."""
+        if server.pid is not None:
+            self.sampler.set_server_pid(server.pid)
+        cgroup = server.memory_cgroup if isinstance(server, LaunchedServer) else None
+        if cgroup is not None:
+            self.sampler.set_server_cgroup(*cgroup)
+
     def stop(self) -> MemorySeries | None:
         """Stop sampling (once) and return the MemorySeries."""
         if not self.stopped:

@@ -15,8 +15,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ("GIB", "RSS_SOURCE", "Baseline", "GpuInfo", "GpuReading", "Note", "Sample", "amdgpu_probe",
-           "amdgpu_read", "nvml_probe", "nvml_read", "process_tree", "read_meminfo", "tree_rss")
+__all__ = ("CGROUP_FILES", "CGROUP_SOURCE", "GIB", "RSS_SOURCE", "Baseline", "GpuInfo", "GpuReading", "Note", "Sample",
+           "amdgpu_probe", "amdgpu_read", "cgroup_memory", "nvml_probe", "nvml_read", "process_tree", "read_meminfo",
+           "tree_rss")
 
 GIB = 1 << 30
 """Bytes in a GiB (gibibyte). Every figure shown is in GiB and labelled so."""
@@ -25,6 +26,14 @@ RSS_SOURCE = (
     "VmRSS from /proc/<pid>/status, summed over the server's process tree "
     "(pages shared between processes count once per process)"
 )
+
+CGROUP_SOURCE = (
+    "the container's memory cgroup: memory.current (cgroup v2) or memory.usage_in_bytes (v1), all its "
+    "processes' memory as the kernel charges it (anonymous and shared memory, and page cache it may reclaim); "
+    "the kernel's own peak beside it: memory.peak (v2, Linux >= 5.19) or memory.max_usage_in_bytes (v1)"
+)
+CGROUP_FILES = {"v2": ("memory.current", "memory.peak"), "v1": ("memory.usage_in_bytes", "memory.max_usage_in_bytes")}
+"""cgroup version -> (the usage now, the kernel's peak of it since the cgroup was made)."""
 
 _T = TypeVar("_T")
 Note = Callable[[str], None]
@@ -84,6 +93,8 @@ class Sample:
     server_rss: int | None  # bytes; None before a server pid is known or after the server is gone
     server_procs: int  # processes in the server's tree that were read
     gpus: tuple[GpuReading, ...]
+    cgroup_memory: int | None = None  # bytes: a container's memory cgroup now; None without one
+    cgroup_memory_peak: int | None = None  # bytes: the kernel's peak of it
 
 
 # -- readers (run in the co-process; plain functions so that tests can point them at fake trees) ---------
@@ -174,6 +185,13 @@ def tree_rss(root: int, proc_root: str = "/proc") -> tuple[int | None, int]:
         total += _vm_rss(status)
         count += 1
     return (total, count) if count else (None, 0)
+
+
+def cgroup_memory(directory: str, version: str) -> tuple[int | None, int | None]:
+    """``(usage now, the kernel's peak)`` in bytes of the memory cgroup ``directory`` (``version`` "v1" or
+    "v2", see CGROUP_FILES); either is None where its file is absent or unreadable (gone with the container)."""
+    now, peak = CGROUP_FILES[version]
+    return _sysfs_int(os.path.join(directory, now)), _sysfs_int(os.path.join(directory, peak))
 
 
 def _field(note: Note, what: str, read: Callable[[], _T]) -> _T | None:
