@@ -135,6 +135,8 @@ class Result:
     steady: SteadyState | None = None
     # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)
     prefix_cache: PrefixCacheSummary | None = None
+    # the run second by second as its live sampler saw it (api.live): columns, see result-schema.md
+    timeline: dict[str, Any] | None = None
 
 
 # -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------

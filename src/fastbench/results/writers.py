@@ -161,6 +161,8 @@ def result_to_json_dict(
             "distributions": {name: distribution_to_dict(d) for name, d in result.steady.distributions.items()}}
     if result.prefix_cache is not None:
         fastbench["prefix_cache"] = summary_to_dict(result.prefix_cache)
+    if result.timeline is not None:  # per second: in flight, rates, latency quantiles, the server's gauges
+        fastbench["timeline"] = result.timeline
     out = to_vllm_keys(result)
     spec = server.get("spec_decode_stats") or {}
     out.update(spec.get("vllm_keys") or {})  # vllm bench serve's spec_decode_* keys, over the window
