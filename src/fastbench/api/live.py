@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fastbench.results.live import LATENCIES, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
+from fastbench.results.live import LATENCIES, Buckets, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
 from fastbench.results.records import RunData
 from fastbench.results.result import Result
 from fastbench.server.livegauges import LiveGauges
@@ -112,6 +112,8 @@ class LiveSampler:
             server=self._server(), memory=self._memory(),
             time_left_s=_time_left(elapsed, max_seconds, total, completed + failed),
             max_seconds=max_seconds, labels=self.labels, final=final,
+            histograms=self._histograms(has_rows) if final or any(
+                getattr(listener, "wants_histograms", False) for listener in self.listeners) else {},
         )
         self.latest = snapshot
         self._keep_second(snapshot)
@@ -142,6 +144,13 @@ class LiveSampler:
                     "in_flight": 0, "output_tokens": result.total_output_tokens, "total": counts.total,
                     "max_seconds": result.config.max_seconds}
         return self.look(progress, final=True)
+
+    def _histograms(self, has_rows: bool) -> dict[str, Buckets]:
+        out = {name: Buckets.of(self.layout, self.figures.counts[name], self.figures.sums[name])
+               for name in ("ttft", "tpot", "e2e")} if has_rows else {}
+        if self.has_chunk_histograms:
+            out["itl"] = Buckets.of(self.layout, self.chunk_counts["itl"])
+        return out
 
     def _copy_chunk_histograms(self) -> None:
         recorders = getattr(self.generator, "_recorders", None)  # the driver's running recorders

@@ -20,10 +20,13 @@ import numpy as np
 
 from fastbench.results.records import COL, ErrorClass, new_histogram
 
-__all__ = ("HdrLayout", "LiveSnapshot", "Quantiles", "RunningFigures", "LATENCIES")
+__all__ = ("BOUNDS_S", "Buckets", "HdrLayout", "LATENCIES", "LiveSnapshot", "Quantiles", "RunningFigures")
 
 # The latencies a live view shows and an exporter exports, each one HDR histogram (ns).
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
+# An exporter's histogram bounds (s), chosen once for every latency: 0.5 ms to 1,000 s, 1-2.5-5 a decade.
+BOUNDS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0,
+            100.0, 250.0, 500.0, 1000.0)
 
 
 class HdrLayout:
@@ -90,6 +93,26 @@ class Quantiles:
 
 
 @dataclasses.dataclass(frozen=True)
+class Buckets:
+    """One latency as a Prometheus histogram: how many values lie at or below each of ``bounds_s`` (from
+    the HDR counts), how many in all, and their sum (s; exact for per-request figures, from each HDR
+    bucket's middle for ITL)."""
+
+    bounds_s: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    count: int
+    sum_s: float
+
+    @classmethod
+    def of(cls, layout: HdrLayout, counts: np.ndarray, sum_ns: float | None = None) -> Buckets:
+        bounds_ns = np.array([round(b * 1e9) for b in BOUNDS_S], dtype=np.int64)
+        if sum_ns is None:
+            sum_ns = float((counts * ((layout.lowest + layout.highest_equivalent) / 2)).sum())
+        return cls(BOUNDS_S, tuple(int(c) for c in layout.at_or_below(counts, bounds_ns)), int(counts.sum()),
+                   sum_ns / 1e9)
+
+
+@dataclasses.dataclass(frozen=True)
 class LiveSnapshot:
     """One look at a run in progress (``final``: built from the finished run's own data). Rates "now" are
     over the last look's interval (about a second), "run" over the measured window so far."""
@@ -115,6 +138,8 @@ class LiveSnapshot:
     max_seconds: float | None = None
     labels: dict[str, str] = dataclasses.field(default_factory=dict)  # label / variant / cell, where given
     final: bool = False
+    # the latencies as Prometheus histograms, only when a listener asks for them (wants_histograms)
+    histograms: dict[str, Buckets] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -129,6 +154,7 @@ class RunningFigures:
         self.open_loop = open_loop
         self.counts = {name: np.zeros(layout.counts_len, dtype=np.int64)
                        for name in ("ttft", "tpot", "e2e", "lateness")}
+        self.sums = dict.fromkeys(self.counts, 0)  # ns, exact
         self.failed_by_class: dict[str, int] = {}
         self.completed = 0
         self._seen: np.ndarray | None = None
@@ -180,6 +206,7 @@ class RunningFigures:
             self._add("lateness", (sent - ok[:, COL["scheduled_ns"]])[sent > 0])
 
     def _add(self, name: str, values_ns: np.ndarray) -> None:
+        self.sums[name] += int(values_ns.sum())
         np.add.at(self.counts[name], self.layout.index(values_ns), 1)
 
 
