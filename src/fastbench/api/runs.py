@@ -430,8 +430,8 @@ async def _run_against(
     if window.prefix_cache is not None:  # the hit rate, judged against the workload's sharing (results.cache)
         server_info["prefix_cache_stats"] = window.prefix_cache
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
+    live.finish(data, result)  # the view's last frame, and the timeline's last second
     result = dataclasses.replace(result, timeline=live.timeline())
-    live.finish(data, result)
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
     server_info.update(serversections.server_sections(
