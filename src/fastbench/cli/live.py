@@ -1,23 +1,34 @@
-"""The live terminal view of a run (``RunView``) and of a sweep (``SweepView``), drawn with rich on stderr
-from the ``LiveSnapshot`` the API hands over four times a second (fastbench.api.live).
+"""The live terminal view of a run (``RunView``) and of a sweep (``SweepView``): the ``LiveSnapshot`` the
+API hands over four times a second (fastbench.api.live), sent to a process of the view's own that draws
+it with rich on stderr (``cli/liveproc.py``), so that drawing costs the client's event loop one small
+write a look.
 
-rich costs ~60 ms to import, so it is imported only when a view is drawn: on a terminal, unless
-``--no-live``, ``--no-progress`` or ``--disable-tqdm``; without rich (``pip install 'fastbench[live]'``)
-the one progress line is drawn instead. A frame is drawn in the event loop between the client's
-wake-ups, never per token; the view is transient, so the final summary is printed as without it.
+On a terminal unless ``--no-live``, ``--no-progress`` or ``--disable-tqdm``; without rich (``pip install
+'fastbench[live]'``) the one progress line is drawn instead. The view is transient: the final summary
+is printed as without it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import os
+import select
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from fastbench.results.live import LiveSnapshot
 
-__all__ = ("RunView", "SweepView", "add_live_args", "rich_available", "view_wanted")
+__all__ = ("RunView", "SweepView", "Watchers", "add_live_args", "rich_available", "start_watchers", "view_wanted")
+
+# The directory that holds the fastbench package this process runs: the view's process imports the same copy.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def add_live_args(group: Any) -> None:
@@ -49,170 +60,84 @@ def view_wanted(live: bool | None, progress: bool | None) -> bool:
     return progress is not False and sys.stderr.isatty()
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 1 else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
-
-
-def _pair(q: Any) -> str:
-    return "-" if q is None else f"{_ms(q.p50_ms)} / {_ms(q.p99_ms)}"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes, s = divmod(int(seconds), 60)
-    return f"{minutes} min {s:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-GIB = float(2**30)
-
-
-def run_lines(s: LiveSnapshot) -> list[tuple[str, str]]:
-    """The run view's rows, (heading, text): what a test reads and rich lays out."""
-    cap = f" of {s.max_seconds:g} s" if s.max_seconds else ""
-    failed = ", ".join(f"{name} {n}" for name, n in sorted(s.failed_by_class.items())) or "none"
-    rows = [
-        ("run", f"{' '.join(f'{k}={v}' for k, v in s.labels.items()) or 'fastbench'}   "
-                f"{s.elapsed_s:.1f} s{cap}   time left {_duration(s.time_left_s)}"
-                f"{'   (finished)' if s.final else ''}"),
-        ("requests", f"done {s.completed:,}/{s.total:,}   in flight {s.in_flight:,}   failed {s.failed:,} "
-                     f"({failed})"),
-        ("now", f"{s.requests_per_s_now:,.2f} req/s   {s.tokens_per_s_now:,.0f} tok/s"),
-        ("so far", f"{s.requests_per_s_run:,.2f} req/s   {s.tokens_per_s_run:,.0f} tok/s   "
-                f"{s.output_tokens:,} tokens"),
-        ("p50 / p99 ms", "   ".join(f"{name.upper()} {_pair(s.latency.get(name))}"
-                                   for name in ("ttft", "tpot", "itl", "e2e"))),
-    ]
-    client = []
-    if s.skew is not None:
-        client.append(f"skew {_pair(s.skew)} ms (against the synthetic server's stamps)")
-    if s.lateness is not None:
-        client.append(f"lateness {_pair(s.lateness)} ms")
-    if client:
-        rows.append(("client", "   ".join(client)))
-    server = []
-    for name, label, fmt in (("running", "running", "{:.0f}"), ("waiting", "waiting", "{:.0f}"),
-                             ("kv_cache_usage", "KV cache", "{:.0%}"), ("acceptance_length", "acceptance", "{:.2f}"),
-                             ("prefix_cache_hit_rate", "prefix hits", "{:.0%}")):
-        if name in s.server:
-            server.append(f"{label} {fmt.format(s.server[name])}")
-    rows.append(("server", "   ".join(server) or "no /metrics read yet"))
-    memory = [f"{label} {s.memory[name] / GIB:.2f} GiB" for name, label in
-              (("server_rss", "server RSS"), ("gpu_used", "GPU used"), ("mem_available_drop", "MemAvailable drop"))
-              if name in s.memory]
-    if memory:
-        rows.append(("memory", "   ".join(memory)))
-    return rows
-
-
-def _grid(rows: Sequence[tuple[str, str]]) -> Any:
-    from rich.table import Table
-
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold cyan", no_wrap=True)
-    table.add_column()
-    for heading, text in rows:
-        table.add_row(heading, text)
-    return table
-
-
-class _LiveScreen:
-    """A rich Live on stderr, redrawn only when told (no refresh thread: it would contend for the GIL)."""
+class ViewProcess:
+    """The view's own process: it imports rich and draws on the terminal (stderr, inherited); this
+    process only sends it each snapshot as one JSON line. A frame takes rich ~6 ms of Python, longer
+    than a 5 ms chunk gap: drawn in the client's own event loop, or in a thread of it (the GIL), it
+    would delay the reads it measures. A line is at most PIPE_BUF bytes, written without blocking, so it
+    is written whole or not at all: a view that falls behind loses frames, never the run's time."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
+        code = (f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); from fastbench.cli.liveproc import main; "
+                "sys.exit(main())")
+        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=sys.stdout,
+                                        stderr=sys.stderr)
+        assert self.process.stdin is not None
+        self._fd = self.process.stdin.fileno()
+        os.set_blocking(self._fd, False)
+        self.dropped = 0
 
-        self.console = Console(stderr=True)
-        self.live = Live(console=self.console, auto_refresh=False, transient=True, redirect_stdout=True,
-                         redirect_stderr=False)
-        self.live.start()
-
-    def draw(self, renderable: Any) -> None:
-        self.live.update(renderable, refresh=True)
+    def send(self, message: dict[str, Any], *, must: bool = False) -> None:
+        line = orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
+        if len(line) > select.PIPE_BUF and not must:
+            self.dropped += 1
+            return
+        try:
+            if must:
+                os.set_blocking(self._fd, True)
+            os.write(self._fd, line)
+        except BlockingIOError:
+            self.dropped += 1
+        except OSError:  # the view is gone: the run goes on without it
+            self.dropped += 1
+        finally:
+            if must:
+                os.set_blocking(self._fd, False)
 
     def close(self) -> None:
-        self.live.stop()
+        """The last frame drawn, the view erased (the summary is printed after it, as without a view)."""
+        self.send({"close": True}, must=True)
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
-class RunView:
+def _snapshot_message(snapshot: LiveSnapshot) -> dict[str, Any]:
+    return {"snapshot": dataclasses.replace(snapshot, histograms={}).to_dict()}
+
+
+class RunView(ViewProcess):
     """The live view of one run: pass it as ``on_live``; ``close()`` before the summary is printed."""
 
-    def __init__(self) -> None:
-        self.screen = _LiveScreen()
-        self.last: LiveSnapshot | None = None
-
     def __call__(self, snapshot: LiveSnapshot) -> None:
-        self.last = snapshot
-        self.screen.draw(_grid(run_lines(snapshot)))
-
-    def close(self) -> None:
-        self.screen.close()
+        self.send(_snapshot_message(snapshot), must=snapshot.final)
 
 
-class SweepView:
+class SweepView(ViewProcess):
     """A sweep's grid (each cell's state and key figures as it finishes, the estimated time left) over
-    the running cell's live view. ``cell_started`` / ``cell_finished`` come from the sweep's runner."""
+    the running cell's live view. ``cell_started`` / ``cell_finished`` come from the sweep's runner;
+    ``say`` puts a line of the sweep's progress above the view."""
 
     def __init__(self, cells: Sequence[str]) -> None:
-        self.screen = _LiveScreen()
-        self.order: list[str] = list(cells)
-        self.state: dict[str, str] = {key: "waiting" for key in cells}
-        self.figures: dict[str, str] = {}
-        self.spent: list[float] = []
-        self._started = 0.0
-        self.current: LiveSnapshot | None = None
-        self.running: str | None = None
+        super().__init__()
+        self.send({"cells": list(cells)}, must=True)
 
     def cell_started(self, key: str) -> None:
-        if key not in self.state:
-            self.order.append(key)
-        self.state[key] = "running"
-        self.running = key
-        self.current = None
-        self._started = time.monotonic()
-        self._draw()
+        self.send({"started": key, "at": time.monotonic()}, must=True)
 
     def cell_finished(self, key: str, state: str, figures: str = "") -> None:
-        self.state[key] = state
-        self.figures[key] = figures
-        self.spent.append(time.monotonic() - self._started)
-        self.running = None
-        self._draw()
+        self.send({"finished": key, "state": state, "figures": figures, "at": time.monotonic()}, must=True)
+
+    def say(self, line: str) -> None:
+        self.send({"say": line}, must=True)
 
     def __call__(self, snapshot: LiveSnapshot) -> None:
-        self.current = snapshot
-        self._draw()
-
-    def time_left_s(self) -> float | None:
-        waiting = sum(1 for state in self.state.values() if state == "waiting")
-        if not self.spent:
-            return self.current.time_left_s if self.current is not None and not waiting else None
-        own = self.current.time_left_s or 0.0 if self.current is not None else 0.0
-        return waiting * sum(self.spent) / len(self.spent) + own
-
-    def _draw(self) -> None:
-        from rich.console import Group
-        from rich.table import Table
-
-        grid = Table(title=f"sweep: {len(self.spent)} of {len(self.order)} cells measured, "
-                           f"time left ~{_duration(self.time_left_s())}", title_justify="left", expand=False)
-        for name in ("cell", "state", "figures"):
-            grid.add_column(name)
-        for key in self.order:
-            grid.add_row(key, self.state[key], self.figures.get(key, ""))
-        parts: list[Any] = [grid]
-        if self.current is not None:
-            parts.append(_grid(run_lines(self.current)))
-        self.screen.draw(Group(*parts))
-
-    def close(self) -> None:
-        self.screen.close()
+        self.send(_snapshot_message(snapshot), must=snapshot.final)
 
 
 class Watchers:

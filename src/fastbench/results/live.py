@@ -144,6 +144,21 @@ class LiveSnapshot:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> LiveSnapshot:
+        """The snapshot :meth:`to_dict` gave (sent to another process as JSON, read back)."""
+
+        def quantiles(q: Any) -> Quantiles | None:
+            return Quantiles(q["p50_ms"], q["p99_ms"], q["count"]) if isinstance(q, Mapping) else None
+
+        fields = dict(doc)
+        fields["latency"] = {name: Quantiles(q["p50_ms"], q["p99_ms"], q["count"])
+                             for name, q in (doc.get("latency") or {}).items()}
+        fields["skew"], fields["lateness"] = quantiles(doc.get("skew")), quantiles(doc.get("lateness"))
+        fields["histograms"] = {name: Buckets(tuple(b["bounds_s"]), tuple(b["cumulative"]), b["count"], b["sum_s"])
+                                for name, b in (doc.get("histograms") or {}).items()}
+        return cls(**fields)
+
 
 class RunningFigures:
     """The per-request histograms of a run so far, kept from its request table incrementally: each
