@@ -63,7 +63,7 @@ class HdrLayout:
         total = int(counts.sum())
         if total == 0:
             return None
-        target = max(1, int(np.ceil(q * total)))
+        target = max(1, int(q * total + 0.5))  # hdrh's rounding (get_target_count_at_percentile)
         at = int(np.searchsorted(np.cumsum(counts), target))
         return int(self.highest_equivalent[min(at, self.counts_len - 1)])
 
@@ -215,7 +215,8 @@ class RunningFigures:
         tokens = ok[:, COL["output_tokens"]]
         many = has_first & (tokens >= 2)
         if many.any():  # TPOT = (E2E - TTFT) / (output tokens - 1)
-            self._add("tpot", (ok[many, COL["end_ns"]] - first[many]) // (tokens[many] - 1))
+            tpot = (ok[many, COL["end_ns"]] - first[many]) / (tokens[many] - 1)
+            self._add("tpot", np.rint(tpot).astype(np.int64))  # rounded as the result's histogram is
         if self.open_loop:
             sent = ok[:, COL["sent_ns"]]
             self._add("lateness", (sent - ok[:, COL["scheduled_ns"]])[sent > 0])

@@ -31,16 +31,17 @@ class LiveGauges:
         if not scrapes:
             return self.figures
         first, latest = scrapes[0], scrapes[-1]
+        first_metrics = None
         if first is not self._first:  # the window restarted after the warm-ups: a new baseline
             self._first = first
-            metrics = first.metrics()
-            self._first_spec = specdecode.SpecCounters.from_metrics(metrics)
-            self._first_prefix = prefixcache.PrefixCounters.read(metrics)[0]
+            first_metrics = first.metrics()
+            self._first_spec = specdecode.SpecCounters.from_metrics(first_metrics)
+            self._first_prefix = prefixcache.PrefixCounters.read(first_metrics)[0]
             self._latest = None
         if latest is self._latest:
             return self.figures
         self._latest = latest
-        metrics = latest.metrics()
+        metrics = first_metrics if latest is first and first_metrics is not None else latest.metrics()
         out: dict[str, float] = {}
         for name, names, mean in (("running", specdecode.RUNNING_GAUGES, False),
                                   ("waiting", specdecode.WAITING_GAUGES, False),
