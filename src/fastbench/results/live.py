@@ -49,6 +49,7 @@ class HdrLayout:
         # each index's lowest value and the highest value equivalent to it (hdrh's definitions)
         self.lowest = sub << (bucket + self.unit_magnitude)
         self.highest_equivalent = self.lowest + (np.int64(1) << (bucket + self.unit_magnitude)) - 1
+        self.middle = (self.lowest + self.highest_equivalent) / 2.0  # for a sum from the counts
 
     def index(self, values_ns: np.ndarray) -> np.ndarray:
         """Counts indexes of int64 values (clamped into 0 .. the highest trackable value), as fb_hdr_index."""
@@ -58,21 +59,29 @@ class HdrLayout:
         sub = v >> (bucket + self.unit_magnitude)
         return ((bucket + 1) << self.half_magnitude) + (sub - self.half_count)
 
-    def quantile_ns(self, counts: np.ndarray, q: float) -> int | None:
-        """hdrh's value at percentile 100*q (the highest value equivalent to that bucket); None when empty."""
-        total = int(counts.sum())
+    def quantiles_ns(self, counts: np.ndarray, qs: tuple[float, ...]) -> list[int | None]:
+        """hdrh's values at percentiles 100*q (the highest value equivalent to that bucket), one pass over
+        the counts; None each when empty."""
+        cumulative = np.cumsum(counts)
+        total = int(cumulative[-1])
         if total == 0:
-            return None
-        target = max(1, int(q * total + 0.5))  # hdrh's rounding (get_target_count_at_percentile)
-        at = int(np.searchsorted(np.cumsum(counts), target))
-        return int(self.highest_equivalent[min(at, self.counts_len - 1)])
+            return [None] * len(qs)
+        targets = [max(1, int(q * total + 0.5)) for q in qs]  # hdrh's rounding (get_target_count_at_percentile)
+        at = np.minimum(np.searchsorted(cumulative, targets), self.counts_len - 1)
+        return [int(v) for v in self.highest_equivalent[at]]
+
+    def quantile_ns(self, counts: np.ndarray, q: float) -> int | None:
+        return self.quantiles_ns(counts, (q,))[0]
 
     def at_or_below(self, counts: np.ndarray, bounds_ns: np.ndarray) -> np.ndarray:
         """Cumulative counts at each bound: the values whose HDR bucket starts at or below it (exact to
         the HDR's resolution: a value within 0.1% of a bound may be counted on either side of it)."""
         cumulative = np.cumsum(counts)
-        at = np.searchsorted(self.lowest, bounds_ns, side="right") - 1
+        at = self._bound_index(bounds_ns)
         return np.where(at >= 0, cumulative[np.clip(at, 0, None)], 0)
+
+    def _bound_index(self, bounds_ns: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.lowest, bounds_ns, side="right") - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,11 +94,9 @@ class Quantiles:
 
     @classmethod
     def of(cls, layout: HdrLayout, counts: np.ndarray) -> Quantiles:
-        def ms(q: float) -> float | None:
-            v = layout.quantile_ns(counts, q)
-            return v / 1e6 if v is not None else None
-
-        return cls(ms(0.5), ms(0.99), int(counts.sum()))
+        p50, p99 = layout.quantiles_ns(counts, (0.5, 0.99))
+        return cls(p50 / 1e6 if p50 is not None else None, p99 / 1e6 if p99 is not None else None,
+                   int(counts.sum()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +114,7 @@ class Buckets:
     def of(cls, layout: HdrLayout, counts: np.ndarray, sum_ns: float | None = None) -> Buckets:
         bounds_ns = np.array([round(b * 1e9) for b in BOUNDS_S], dtype=np.int64)
         if sum_ns is None:
-            sum_ns = float((counts * ((layout.lowest + layout.highest_equivalent) / 2)).sum())
+            sum_ns = float(counts @ layout.middle)
         return cls(BOUNDS_S, tuple(int(c) for c in layout.at_or_below(counts, bounds_ns)), int(counts.sum()),
                    sum_ns / 1e9)
 
