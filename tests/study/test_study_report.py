@@ -74,7 +74,10 @@ def test_timeline_puts_gauges_and_memory_on_the_requests_clock() -> None:
             {"t_s": 1.0, "running": 2.0, "waiting": 1.0, "kv_cache_usage": None}]}},
         "memory_series": {"t0_monotonic_ns": 4_000_000_000, "series": {
             "t_s": [0.0, 2.0], "server_rss_bytes": [2**30, None], "mem_available_drop_bytes": [0, 2**31],
-            "gpus": [{"label": "GPU0", "used_bytes": [2**32, 2**32 + 2**30]}]}}}}}
+            "gpus": [{"label": "GPU0", "used_bytes": [2**32, 2**32 + 2**30]}]}}},
+        # the live sampler's seconds: already on the window's clock; a None sample is left out
+        "timeline": {"t0_monotonic_ns": start, "interval_s": 1.0, "columns": {
+            "t_s": [1.0, 2.0, 3.0], "tokens_per_s": [5.0, 5.0, 5.0], "itl_p99_ms": [None, 12.5, 13.0]}}}}
     line = timeline(doc, records)
     assert list(line.ttft[0]) == [0.0, 1.0, 2.0] and list(line.ttft[1]) == [100.0, 101.0, 102.0]
     assert list(line.failed_sends) == [2.5]
@@ -86,8 +89,11 @@ def test_timeline_puts_gauges_and_memory_on_the_requests_clock() -> None:
     assert list(line.memory["GPU0 used"][1]) == [4.0, 5.0]
     assert line.missing == ()
     assert (line.tokens_per_s[1] * line.bin_s).sum() == pytest.approx(15.0)
+    assert list(line.sampled["itl_p99_ms"][0]) == [2.0, 3.0] and list(line.sampled["itl_p99_ms"][1]) == [12.5, 13.0]
+    assert list(line.sampled["tokens_per_s"][1]) == [5.0, 5.0, 5.0]
     bare = timeline({"duration": 1.0, "fastbench": {}}, None)
-    assert len(bare.missing) == 3 and "no per-request records" in bare.missing[0]
+    assert len(bare.missing) == 4 and "no per-request records" in bare.missing[0]
+    assert "no timeline kept" in bare.missing[-1] and bare.sampled == {}
 
 
 # -- the cells table -----------------------------------------------------------------------------------
@@ -163,6 +169,8 @@ def test_report_of_a_sweep_is_one_file_that_names_nothing_outside_itself(study: 
     with Store(study / "store") as store:
         runs = store.query(label="demo-study")
     assert len(runs) == 4 and all(f'id="run-{r.run_id}"' in page for r in runs)
+    # each run over time, drawn inline as `fastbench plot timeline` draws it
+    assert all(f'id="figure-timeline-{r.run_id}"' in page for r in runs)
     # each run's card is there, rendered (its first heading, its tables)
     assert page.count("<h2>Measured results</h2>") == 4
     # the gone variant's two points failed, with the reason the journal recorded
@@ -217,6 +225,10 @@ def test_timeline_and_per_position_figures_from_the_store(study: Path) -> None:
     doc = load_result(Path(spec[-1].folder) / "result.json")
     assert summary["panels"][:3] == ["requests", "tokens", "ttft"]
     assert summary["requests_with_ttft"] == doc["completed"] and summary["max_in_flight"] == doc["max_concurrency"]
+    # the live sampler's seconds: latency quantiles drawn, the last sample the result's own counts
+    assert "latency" in summary["panels"] and {"ttft_p50_ms", "itl_p99_ms"} <= set(summary["latency_series"])
+    columns = doc["fastbench"]["timeline"]["columns"]
+    assert columns["completed"][-1] == doc["completed"] and max(columns["in_flight"]) <= doc["max_concurrency"]
     assert any("memory: not sampled" in m for m in summary["missing"])
     assert "not kept: memory" in done.stdout
     done = fastbench("plot", "acceptance", "--store", "store", "--out", "plots", cwd=study)

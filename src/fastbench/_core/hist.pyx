@@ -61,6 +61,16 @@ cdef class Recorder:
         self.histogram.set_internal_tacking_values(lo, hi, self.total)
         return self.histogram
 
+    def copy_counts(self, object out):
+        """Copy the running counts into ``out`` (int64, as long as the histogram's counts) while the run
+        goes on, without touching the histogram; returns the total at the copy. For a live view read a
+        few times a second off the hot path: one memcpy, no sync."""
+        cdef int64_t[::1] dest = out
+        if dest.shape[0] != self.layout.counts_len:
+            raise ValueError(f"copy_counts: {dest.shape[0]} slots for {self.layout.counts_len} counts")
+        memcpy(&dest[0], self.counts, <size_t>self.layout.counts_len * sizeof(int64_t))
+        return self.total
+
     @property
     def total_count(self):
         return self.total

@@ -7,9 +7,10 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from fastbench.api.live import LIVE_INTERVAL_S, LiveListener, LiveSampler, live_labels
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
@@ -101,6 +102,7 @@ def run(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     stop: asyncio.Event | None = None,
     server: LaunchedServer | None = None,
+    on_live: LiveListener | Sequence[LiveListener] = (),
 ) -> Result:
     """Run a benchmark to the end and return its Result (on uvloop when it is installed). The same
     arguments as :func:`arun`.
@@ -110,6 +112,7 @@ def run(
     :param stop: set it (from another thread: ``loop.call_soon_threadsafe(stop.set)``, or from
         ``on_progress``) to end the run early, as :func:`arun`'s.
     :param server: a launched server, ready, to measure without launching or stopping it (see :func:`arun`).
+    :param on_live: called with a :class:`fastbench.results.live.LiveSnapshot` four times a second (see :func:`arun`).
     :raises ConfigError: options that cannot work, or an output path that cannot be written
         (before anything is sent).
     :raises ServerError: the server cannot be reached or does not serve the model;
@@ -126,8 +129,8 @@ def run(
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency, but the API does not need it
-        return asyncio.run(arun(config, on_progress=on_progress, stop=stop, server=server))
-    return uvloop.run(arun(config, on_progress=on_progress, stop=stop, server=server))
+        return asyncio.run(arun(config, on_progress=on_progress, stop=stop, server=server, on_live=on_live))
+    return uvloop.run(arun(config, on_progress=on_progress, stop=stop, server=server, on_live=on_live))
 
 
 async def arun(
@@ -136,6 +139,7 @@ async def arun(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     stop: asyncio.Event | None = None,
     server: LaunchedServer | None = None,
+    on_live: LiveListener | Sequence[LiveListener] = (),
 ) -> Result:
     """Run a benchmark inside the running event loop (any asyncio loop) and return its Result.
 
@@ -151,7 +155,11 @@ async def arun(
         in a store its loading log with this run's window lines) without launching or stopping it;
         the caller stops it (``await server.astop()``) after its last run. ``config.launch`` is the
         server's own LaunchConfig, or None for it; ``config.base_url`` None.
+    :param on_live: one or more callables given a :class:`fastbench.results.live.LiveSnapshot` four times a
+        second while the run runs (counters, rates, running latency quantiles, the server's gauges), and a
+        last one (``final``) from the finished run's figures: see :mod:`fastbench.api.live`.
     """
+    listeners = [on_live] if callable(on_live) else list(on_live)
     if server is not None:
         config = _handed(config, server)
     check(config)
@@ -165,7 +173,7 @@ async def arun(
             if memory is not None:
                 memory.follow(server)
             return await _run_against(config, server.base_url, None, on_progress, stop, watched=server,
-                                      memory=memory, shared_launch=True)
+                                      memory=memory, shared_launch=True, listeners=listeners)
         if config.launch is not None:
             if config.dataset_path is None or os.path.isfile(config.dataset_path):  # a pipe is read once
                 # A dataset, tokenizer or length option that cannot work is found before the engine
@@ -203,7 +211,7 @@ async def arun(
         if memory is not None and watched.pid is not None and launched is None:
             memory.set_server_pid(watched.pid)  # attached or synthetic
         return await _run_against(config, base_url, synthetic, on_progress, stop, watched=watched,
-                                  memory=memory)
+                                  memory=memory, listeners=listeners)
     except asyncio.CancelledError:
         # Cancelled after the stop was asked (the CLI's second Ctrl-C: "abandon"): no grace period.
         # A cancellation alone (asyncio's own Ctrl-C under the Python API) keeps it.
@@ -310,6 +318,7 @@ async def _run_against(
     watched: LaunchedServer | ExternalServer,
     memory: MemoryRun | None = None,
     shared_launch: bool = False,
+    listeners: Sequence[LiveListener] = (),
 ) -> Result:
     """The run against a ready server (``shared_launch``: launched before this run, kept up after it)."""
     target = Target.parse(base_url, config.endpoint)
@@ -362,8 +371,8 @@ async def _run_against(
             ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
             if config.ramp_up_strategy is not None else None,
             arrival_offsets_ns=work.arrival_offsets_ns,
-            on_progress=on_progress,
             stop_event=stop,
+            progress_interval_s=LIVE_INTERVAL_S if listeners else 0.5,
             sessions=work.sessions,
         )
         server_here = synthetic is not None or isinstance(watched, LaunchedServer)
@@ -379,6 +388,9 @@ async def _run_against(
             if not reset["done"]:
                 reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {reset['why_not']}")
         monitor = WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
+        live = LiveSampler(generator, open_loop=config.open_loop, monitor=monitor, memory=memory,
+                           listeners=listeners, then=on_progress, labels=live_labels(config))
+        plan.on_progress = live.on_progress  # the timeline is kept for every run; a look costs ~0.4 ms
         if config.num_warmups and work.warmups:  # the window starts after the warm-ups
             plan.on_window_start = monitor.restart_window_soon
         await monitor.start()
@@ -432,6 +444,8 @@ async def _run_against(
     if window.prefix_cache is not None:  # the hit rate, judged against the workload's sharing (results.cache)
         server_info["prefix_cache_stats"] = window.prefix_cache
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
+    live.finish(data, result)  # the view's last frame, and the timeline's last second
+    result = dataclasses.replace(result, timeline=live.timeline())
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
     server_info.update(serversections.server_sections(

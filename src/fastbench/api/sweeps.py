@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from fastbench.api.live import LiveListener
 from fastbench.api.runs import arun
 from fastbench.exceptions import StoreError
+from fastbench.results.result import Result
 from fastbench.server import launch as launch_mod
 from fastbench.server.engines import make_server
 from fastbench.server.launch import LaunchedServer
@@ -23,7 +25,7 @@ from fastbench.study import store as run_store
 from fastbench.study.sweep import execute
 from fastbench.study.sweepplan import Cell, Group, Launched, Plan, Point
 
-__all__ = ("SweepRunner", "asweep", "sweep")
+__all__ = ("SweepRunner", "SweepWatch", "asweep", "cell_figures", "sweep")
 
 
 class LaunchedGroup:
@@ -42,8 +44,10 @@ class SweepRunner:
     """What :func:`fastbench.study.sweep.execute` asks of the caller: servers through fastbench.server,
     runs through :func:`arun`."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, *, on_live: Sequence[LiveListener] = (), watch: SweepWatch | None = None) -> None:
         self.plan = plan
+        self.on_live = list(on_live)
+        self.watch = watch
 
     async def launch(self, group: Group, stop: asyncio.Event) -> LaunchedGroup:
         config = group.cells[0].config
@@ -66,7 +70,18 @@ class SweepRunner:
         launched = server.server if isinstance(server, LaunchedGroup) else None
         if launched is not None:  # its launch as it ran: the log's path the sweep gave it
             config = dataclasses.replace(config, launch=launched.launch)
-        result = await arun(config, stop=stop, server=launched)
+        if self.watch is not None:
+            self.watch.cell_started(cell.key)
+        try:
+            result = await arun(config, stop=stop, server=launched, on_live=self.on_live)
+        except BaseException as exc:
+            if self.watch is not None:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.watch.cell_finished(cell.key, "failed", why)
+            raise
+        if self.watch is not None:
+            self.watch.cell_finished(cell.key, "done" if result.stopped_reason in ("completed", "time cap")
+                                     else result.stopped_reason, cell_figures(result))
         if result.run_id is None:
             raise StoreError("the run was not stored")
         return result.run_id
@@ -79,14 +94,35 @@ class SweepRunner:
         await arun(config, stop=stop)
 
 
+class SweepWatch(Protocol):
+    """What watches a sweep's cells (the CLI's SweepView): each cell's start and end, with its key figures."""
+
+    def cell_started(self, key: str) -> None: ...
+
+    def cell_finished(self, key: str, state: str, figures: str) -> None: ...
+
+
+def cell_figures(result: Result) -> str:
+    """A finished cell's key figures in one line: requests/s, output tok/s, TTFT and TPOT p50."""
+    parts = [f"{result.throughput.request_throughput:,.2f} req/s", f"{result.throughput.output_throughput:,.0f} tok/s"]
+    for name in ("ttft", "tpot"):
+        figure = result.distributions.get(name)
+        if figure is not None and figure.count:
+            parts.append(f"{name.upper()} p50 {figure.median:,.1f} ms")
+    return "   ".join(parts)
+
+
 async def asweep(plan: Plan, *, stop: asyncio.Event | None = None,
-                 say: Callable[[str], Any] = print) -> list[Point]:
+                 say: Callable[[str], Any] = print, on_live: Sequence[LiveListener] = (),
+                 watch: SweepWatch | None = None) -> list[Point]:
     """Run ``plan``'s cells not yet complete in its store, inside the running event loop, and return
     its points (each grid point's status and the means of its repeats). ``stop``: set it to end the
     running cell early (kept, marked interrupted, so that the sweep run again measures it anew) and
-    start no other. ``say``: each line of progress."""
+    start no other. ``say``: each line of progress. ``on_live``: each cell's live listeners (as
+    :func:`arun`'s, each snapshot labelled with its cell); ``watch``: told each cell's start and end."""
     with run_store.Store(plan.store) as store:
-        return await execute(plan, store, SweepRunner(plan), stop or asyncio.Event(), say=say)
+        return await execute(plan, store, SweepRunner(plan, on_live=on_live, watch=watch), stop or asyncio.Event(),
+                             say=say)
 
 
 def sweep(plan: Plan, *, stop: asyncio.Event | None = None, say: Callable[[str], Any] = print) -> list[Point]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import datasetflags, inputflags, multiturn, tomlconfig, vllmflags
+from fastbench.cli import datasetflags, inputflags, live, multiturn, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -220,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="progress line on stderr (default: only when stderr is a terminal)")
     g.add_argument("--disable-tqdm", dest="progress", action="store_const", const=False,
                    help="as vllm bench serve: no progress line (--no-progress)")
+    live.add_live_args(g)
     g.add_argument("--synthetic-args", type=shell_words, default="",
                    help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"; one flag "
                    "alone needs the = form: --synthetic-args=\"--no-usage\"")
@@ -517,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(ns, argv)
         for line in notices(ns):
             print(line, file=sys.stderr)
-        return _run(config)
+        return _run(config, ns.live, ns.metrics_port, ns.metrics_host)
     except FastbenchError as exc:
         print(f"fastbench: error: {exc}", file=sys.stderr)
         return 2
@@ -526,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None) -> Any:
+async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None, listeners: list[Any]) -> Any:
     """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
     files are written, marked partial); a later one abandons it (cli/interrupts.py)."""
     from fastbench import api
@@ -534,7 +535,7 @@ async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None)
 
     with stop_on_signals("fastbench: stopping; writing what was measured (signal again, a second later, "
                          "to abandon)") as stop:
-        return await api.arun(config, on_progress=progress, stop=stop)
+        return await api.arun(config, on_progress=progress, stop=stop, on_live=listeners)
 
 
 def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
@@ -546,7 +547,8 @@ def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
     return 1  # stopped early (--max-error-rate, the server died, ...), or nothing much completed
 
 
-def _run(config: BenchConfig) -> int:
+def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int | None = None,
+         metrics_host: str = "127.0.0.1") -> int:
     import asyncio  # here, as the other heavy imports: `fastbench runs` never needs them
 
     import uvloop
@@ -554,16 +556,18 @@ def _run(config: BenchConfig) -> int:
     from fastbench.results import writers
     from fastbench.results.result import ResultWriteError, ServerDiedError
 
+    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host)
     show = config.progress if config.progress is not None else sys.stderr.isatty()
-    progress = _ProgressLine() if show else None
+    progress = _ProgressLine() if show and watchers.view is None else None
     failure: ResultWriteError | ServerDiedError | None = None
     try:
-        result = uvloop.run(_run_with_signals(config, progress))
+        result = uvloop.run(_run_with_signals(config, progress, watchers.listeners))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
     except (ResultWriteError, ServerDiedError) as exc:  # the run was measured: show it anyway
         failure, result = exc, exc.result
     finally:
+        watchers.close()
         if progress is not None:
             progress.close()
     print(writers.render_console(result))

@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fastbench.cli import sweepstate
+from fastbench.cli import live, sweepstate
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.interrupts import stop_on_signals
 from fastbench.cli.sweepsummary import describe_start, render_plan, render_table, write_csv
@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
     p.add_argument("--csv", default=None, help="write the summary here too (it is always written to "
                    "STORE/sweeps/NAME.csv)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="the live view's grid of cells (default: only when stderr is a terminal)")
+    live.add_live_args(p)
     return p
 
 
@@ -438,7 +441,7 @@ def _config(parser: argparse.ArgumentParser,
     return config
 
 
-async def _sweep_with_signals(plan: Plan) -> list[Point]:
+async def _sweep_with_signals(plan: Plan, watchers: live.Watchers) -> list[Point]:
     """As a single run's Ctrl-C (cli/interrupts.py): the first ends the running cell early, keeping what
     it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
     second or more later abandons it."""
@@ -446,7 +449,11 @@ async def _sweep_with_signals(plan: Plan) -> list[Point]:
 
     with stop_on_signals("fastbench sweep: stopping after this cell's measured part; finished cells are kept "
                          "(signal again, a second later, to abandon)") as stop:
-        return await asweep(plan, stop=stop, say=lambda line: print(line, flush=True))
+        view = watchers.view
+        # the sweep's lines go above the view where both share the terminal, else where they always went
+        say = view.say if isinstance(view, live.SweepView) and sys.stdout.isatty() else (
+            lambda line: print(line, flush=True))
+        return await asweep(plan, stop=stop, say=say, on_live=watchers.listeners, watch=view)
 
 
 def main(argv: Sequence[str], run_command: RunCommand) -> int:
@@ -463,11 +470,16 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
         import uvloop
 
         print("\n".join(describe_start(plan)), flush=True)
+        view = (live.SweepView([cell.key for cell in plan.cells])
+                if live.view_wanted(ns.live, ns.progress) and live.rich_available() else None)
+        watchers = live.start_watchers(ns.live, ns.progress, ns.metrics_port, ns.metrics_host, view=view)
         try:  # asweep opens the store itself
-            points = uvloop.run(_sweep_with_signals(plan))
+            points = uvloop.run(_sweep_with_signals(plan, watchers))
         except (asyncio.CancelledError, KeyboardInterrupt):
             print("fastbench sweep: abandoned; finished cells are kept", file=sys.stderr)
             return 130
+        finally:
+            watchers.close()
         print(render_table(points))
         csv_paths = [Path(plan.store) / "sweeps" / f"{plan.name}.csv"]
         extra = ns.csv or sweep_table.get("csv")

@@ -140,6 +140,8 @@ class Result:
     adapters: dict[str, Any] | None = None
     # an API answered whole (embeddings, pooling, score, rerank): inputs/s, and what does not apply (results.pooling)
     pooling: PoolingSummary | None = None
+    # the run second by second as its live sampler saw it (api.live): columns, see result-schema.md
+    timeline: dict[str, Any] | None = None
 
 
 # -- the errors that carry what was measured (fastbench.exceptions holds the others) ----------------

@@ -168,6 +168,8 @@ def result_to_json_dict(
             "distributions": {name: distribution_to_dict(d) for name, d in result.steady.distributions.items()}}
     if result.prefix_cache is not None:
         fastbench["prefix_cache"] = summary_to_dict(result.prefix_cache)
+    if result.timeline is not None:  # per second: in flight, rates, latency quantiles, the server's gauges
+        fastbench["timeline"] = result.timeline
     out = to_vllm_keys(result)
     if result.pooling is not None:  # whole answers: inputs/s, and null for what streams (results.pooling)
         fastbench["pooling"] = pooling.section(result.pooling)

@@ -30,9 +30,17 @@ from typing import Any
 
 import orjson
 
-from fastbench.exceptions import ConfigError
+from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.study import markdown
-from fastbench.study.figures_data import NO_VARIANT, RunPoint, complete_points, left_out, mean_interval
+from fastbench.study.figures_data import (
+    NO_VARIANT,
+    RunPoint,
+    complete_points,
+    left_out,
+    mean_interval,
+    point_document,
+    point_records,
+)
 from fastbench.study.store import CARD_FILE
 from fastbench.study.sustained import SUSTAINED_KEY, THROUGHPUT_TEXT, runs_fallback_line
 
@@ -436,6 +444,32 @@ def draw_figures(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
             {**summary, "left_out": left}, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode())
         svg = next(p for p in paths if p.suffix == ".svg").read_text(encoding="utf-8")
         drawn.append(Figure(name, FIGURE_CAPTIONS[name], svg, tuple(summary.get("lines", ()))))
+    return drawn + _timelines(complete, out_dir)
+
+
+MAX_TIMELINES = 8  # a run over time each, for the first complete runs: a 24-cell study's page stays readable
+
+
+def _timelines(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
+    """Each of the first MAX_TIMELINES complete runs over time, as `fastbench plot timeline` draws it (the
+    curves the live view showed: in flight, tokens/s, latency quantiles second by second, the server's
+    gauges); the runs past them are named in the last one's lines."""
+    from fastbench.study import plots
+
+    drawn: list[Figure] = []
+    for point in points[:MAX_TIMELINES]:
+        try:
+            paths, summary = plots.draw_timeline(point, point_document(point), point_records(point), out_dir,
+                                                 ("svg",))
+        except FastbenchError:  # nothing kept to draw over time, or its files cannot be read: no figure
+            continue
+        svg = paths[0].read_text(encoding="utf-8")
+        drawn.append(Figure(str(summary["figure"]), f"Run {point.run_id} over time ({point.variant}): requests in "
+                            "flight, output tokens/s, latency p50 / p99 each second, the server's gauges.", svg, ()))
+    if len(points) > MAX_TIMELINES and drawn:
+        last = drawn[-1]
+        drawn[-1] = dataclasses.replace(last, lines=(f"runs over time: the first {MAX_TIMELINES} of {len(points)} "
+                                                     "drawn (fastbench plot timeline RUN draws any other)",))
     return drawn
 
 

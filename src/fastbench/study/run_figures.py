@@ -163,10 +163,12 @@ def figure_timeline(point: RunPoint, doc: Mapping[str, Any], records: Sequence[M
     panels: list[str] = []
     if len(line.in_flight[0]) or "running" in line.server or "waiting" in line.server:
         panels.append("requests")
-    if len(line.tokens_per_s[0]):
+    if len(line.tokens_per_s[0]) or "tokens_per_s" in line.sampled:
         panels.append("tokens")
     if len(line.ttft[0]) or len(line.failed_sends):
         panels.append("ttft")
+    if any(name.endswith("_ms") for name in line.sampled):
+        panels.append("latency")
     if "kv_cache_usage" in line.server:
         panels.append("kv")
     if line.memory:
@@ -190,13 +192,20 @@ def figure_timeline(point: RunPoint, doc: Mapping[str, Any], records: Sequence[M
                     t, v = line.server[gauge]
                     _samples(ax, t, v, color=OKABE_ITO[index], marker=MARKERS[index], linewidth=1.2,
                              linestyle="--", label=f"{gauge} (server, at each read)")
+            if not len(times) and "in_flight" in line.sampled:
+                t, v = line.sampled["in_flight"]
+                _samples(ax, t, v, color=OKABE_ITO[0], marker=None, linewidth=1.4, label="in flight (client, each s)")
             ax.set_ylabel("Requests")
             ax.set_ylim(bottom=0)
             legend_outside(ax, fontsize=8)
         elif panel == "tokens":
             centres, rates = line.tokens_per_s
-            ax.bar(centres, rates, width=line.bin_s, color=OKABE_ITO[2], alpha=0.8,
-                   label=f"output tokens/s\n({line.bin_s * 1000:.3g} ms bins)")
+            if len(centres):
+                ax.bar(centres, rates, width=line.bin_s, color=OKABE_ITO[2], alpha=0.8,
+                       label=f"output tokens/s\n({line.bin_s * 1000:.3g} ms bins)")
+            if "tokens_per_s" in line.sampled:
+                t, v = line.sampled["tokens_per_s"]
+                ax.plot(t, v, color=OKABE_ITO[5], linewidth=1.2, marker=".", label="tokens/s counted live\n(each s)")
             ax.set_ylabel("Output tokens/s")
             legend_outside(ax, fontsize=8)
             summary["peak_tokens_per_s"] = float(rates.max()) if len(rates) else None
@@ -211,6 +220,9 @@ def figure_timeline(point: RunPoint, doc: Mapping[str, Any], records: Sequence[M
             legend_outside(ax, fontsize=8)
             summary["requests_with_ttft"] = int(len(sends))
             summary["failed"] = int(len(line.failed_sends))
+        elif panel == "latency":
+            drawn_any = _latency_panel(ax, line.sampled)
+            summary["latency_series"] = drawn_any
         elif panel == "kv":
             t, v = line.server["kv_cache_usage"]
             _samples(ax, t, v, color=OKABE_ITO[4], marker=MARKERS[4], linewidth=1.4,
@@ -233,6 +245,24 @@ def figure_timeline(point: RunPoint, doc: Mapping[str, Any], records: Sequence[M
     if line.missing:
         add_footnote(fig, "Not kept: " + "; ".join(line.missing))
     return Drawn(fig, summary, title)
+
+
+def _latency_panel(ax: Any, sampled: Mapping[str, Any]) -> list[str]:
+    """The latencies second by second, p50 solid and p99 dashed, on a log axis (TTFT and ITL differ by
+    orders of magnitude); the names drawn."""
+    drawn = []
+    for index, name in enumerate(("ttft", "tpot", "itl", "e2e")):
+        for q, style in (("p50", "-"), ("p99", "--")):
+            key = f"{name}_{q}_ms"
+            if key in sampled:
+                t, v = sampled[key]
+                ax.plot(t, v, linestyle=style, linewidth=1.2, color=OKABE_ITO[index % len(OKABE_ITO)],
+                        label=f"{name.upper()} {q}")
+                drawn.append(key)
+    ax.set_yscale("log")
+    ax.set_ylabel("Latency (ms), each s")
+    legend_outside(ax, fontsize=8)
+    return drawn
 
 
 def draw_timeline(point: RunPoint, doc: Mapping[str, Any], records: Sequence[Mapping[str, Any]] | None,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ("Timeline", "in_flight_steps", "timeline", "token_rate")
+__all__ = ("Timeline", "in_flight_steps", "sampled_series", "timeline", "token_rate")
 
 Series = tuple[np.ndarray, np.ndarray]  # (times in s from the window's start, values)
 MAX_BINS = 120  # tokens/s is drawn as at most this many bins over the window
@@ -37,6 +37,9 @@ class Timeline:
     server: dict[str, Series]  # "running", "waiting" (requests), "kv_cache_usage" (%), where the server gave them
     memory: dict[str, Series]  # "server RSS", "MemAvailable drop", "GPU0 used" ... in GiB, with memory sampling
     missing: tuple[str, ...]  # what the figure would show but the run did not keep, each with why
+    # the run second by second as its live sampler kept it (the result's fastbench.timeline): "in_flight",
+    # "tokens_per_s", "ttft_p50_ms", "itl_p99_ms", ... each (t_s, values), where the run kept it
+    sampled: dict[str, Series] = dataclasses.field(default_factory=dict)
 
 
 def _int(value: Any) -> int | None:
@@ -132,7 +135,27 @@ def timeline(doc: Mapping[str, Any], records: Sequence[Mapping[str, Any]] | None
         failed = np.asarray(failed_at, dtype=np.float64)
     server = _server_gauges(server_doc.get("server_metrics"), start_ns, missing)
     memory = _memory(server_doc.get("memory_series"), start_ns, missing)
-    return Timeline(window_s, in_flight, tokens, bin_s, ttft, failed, server, memory, tuple(missing))
+    sampled = sampled_series(fb.get("timeline"))
+    if not sampled:
+        missing.append("latency quantiles second by second: no timeline kept (a run of an earlier fastbench)")
+    return Timeline(window_s, in_flight, tokens, bin_s, ttft, failed, server, memory, tuple(missing), sampled)
+
+
+def sampled_series(doc: Any) -> dict[str, Series]:
+    """The result's ``timeline`` section as series: its ``t_s`` are seconds from the window's start already
+    (the sampler's zero is the window's), each column's None samples left out."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("columns"), dict):
+        return {}
+    columns = doc["columns"]
+    times = [_float(t) for t in columns.get("t_s") or []]
+    out: dict[str, Series] = {}
+    for name, values in columns.items():
+        if name == "t_s" or not isinstance(values, list):
+            continue
+        points = [(t, v) for t, raw in zip(times, values) if t is not None and (v := _float(raw)) is not None]
+        if points:
+            out[name] = (np.array([t for t, _ in points]), np.array([v for _, v in points]))
+    return out
 
 
 def _offset_s(t0_ns: float | None, start_ns: int | None) -> float | None:

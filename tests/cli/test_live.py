@@ -1,0 +1,89 @@
+"""The live view drawn in a real pseudo-terminal, ending on the figures the result holds, and turned off by
+its flags; --metrics-port on a port already taken is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import pty
+import re
+import select
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
+
+
+def _run_in_pty(args: list[str], timeout_s: float = 120.0) -> tuple[int, str, str]:
+    """fastbench with stderr (and stdin) on a pseudo-terminal: (exit status, the terminal's text, stdout)."""
+    env = dict(os.environ, COLUMNS="160", LINES="40", TERM="xterm")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "fastbench", *args], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    assert proc.stdout is not None
+    out = proc.stdout.read().decode()
+    return proc.wait(timeout=30), ANSI.sub("", seen.decode(errors="replace")), out
+
+
+def test_live_view_in_a_terminal_ends_on_the_results_figures(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("rich")
+    result_path = tmp_path / "r.json"
+    status, screen, out = _run_in_pty(["--num-prompts", "120", "--concurrency", "8", "--random-input-len", "16",
+                                       "--random-output-len", "24", "--result-json", str(result_path)])
+    assert status == 0, screen[-2000:]
+    doc = json.loads(result_path.read_text())
+    assert "p50 / p99 ms" in screen and "TTFT" in screen  # the view was drawn
+    frames = screen.split("(finished)")
+    assert len(frames) >= 2, screen[-2000:]
+    last = frames[-1]
+    assert f"done {doc['completed']:,}/{doc['num_prompts']:,}" in last
+    assert f"{doc['total_output_tokens']:,} tokens" in last
+    assert "skew" in last  # against the synthetic server's stamps
+    # the summary on stdout is the one printed without the view
+    assert "Successful requests" in out or str(doc["completed"]) in out
+
+
+def test_no_live_and_disable_tqdm_turn_the_view_off(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("rich")
+    for flag in ("--no-live", "--disable-tqdm"):
+        status, screen, _ = _run_in_pty(["--num-prompts", "20", "--concurrency", "4", "--random-input-len", "8",
+                                         "--random-output-len", "8", flag])
+        assert status == 0, screen[-2000:]
+        assert "p50 / p99 ms" not in screen, flag
+
+
+def test_metrics_port_taken_is_one_line_error() -> None:
+    pytest.importorskip("prometheus_client")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "fastbench", "--num-prompts", "4", "--metrics-port", str(port)],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                  [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"fastbench: error: --metrics-port {port}: cannot listen")
