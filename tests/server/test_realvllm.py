@@ -394,3 +394,35 @@ ignore_eos = true
     assert warnings[3] and all(warning is None for i, warning in enumerate(warnings) if i != 3), warnings
     assert all(doc["fastbench"]["server"]["prefix_cache_reset"]["done"] for doc in reset)
     assert all(rate < 0.05 for rate in rates(reset))
+
+
+def _token_counters(base_url: str) -> tuple[float, float]:
+    """vLLM's own prompt and generation token counters (summed over engines), read as _prefix_counters reads."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    totals = {"vllm:prompt_tokens_total": 0.0, "vllm:generation_tokens_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals["vllm:prompt_tokens_total"], totals["vllm:generation_tokens_total"]
+
+
+@pytest.mark.parametrize("backend", ["openai-responses", "anthropic-messages"])
+def test_real_vllm_responses_and_messages_count_as_vllm_counts(cached_vllm: tuple[str, Path, float], tmp_path: Path,
+                                                               backend: str) -> None:
+    """The Responses API (/v1/responses) and Anthropic Messages (/v1/messages) against vLLM's own serving code:
+    every request completes, and the prompt and output tokens fastbench reports (from each stream's final
+    usage) are the ones vLLM's counters grew by over the run, read here apart from fastbench."""
+    base_url, log, _ = cached_vllm
+    out = tmp_path / "run.json"
+    before = _token_counters(base_url)
+    doc, _ = run_fastbench(
+        ["--base-url", base_url, "--model", "gemma3-270m", "--backend", backend, "--dataset-name", "random",
+         "--random-input-len", "48", "--num-prompts", "6", "--concurrency", "3", "--max-tokens", "8",
+         "--num-warmups", "0", "--seed", "5", "--result-json", str(out)], out, log, timeout_s=600)
+    prompt, generated = (after - first for after, first in zip(_token_counters(base_url), before))
+    assert doc["backend"] == backend and doc["completed"] == 6 and doc["failed"] == 0, doc.get("fastbench", {})
+    assert doc["fastbench"]["usage"]["by_source"] == {"FINAL": 6}
+    assert doc["total_input_tokens"] == prompt and doc["total_output_tokens"] == generated, (prompt, generated)
+    assert doc["median_ttft_ms"] > 0 and doc["median_tpot_ms"] > 0

@@ -19,11 +19,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fastbench.results.live import LiveSnapshot
+if TYPE_CHECKING:  # numpy comes with it, which `fastbench runs` and the help never pay for
+    from fastbench.results.live import LiveSnapshot
 
 __all__ = ("RunView", "SweepView", "Watchers", "add_live_args", "rich_available", "start_watchers", "view_wanted")
 
