@@ -220,17 +220,22 @@ max_seconds = 120
     assert len(figures_data.load_points([], str(store), {"label": "crossover"})) == 4
 
 
-def _prefix_counters(base_url: str) -> tuple[float, float]:
-    """vLLM's own prefix-cache counters (queries, hits in tokens, summed over engines), read here with a
-    plain parse of /metrics, apart from fastbench's reader."""
+def _vllm_counters(base_url: str, *names: str) -> tuple[float, ...]:
+    """vLLM's own counters ``names`` (summed over engines), read here with a plain parse of /metrics, apart
+    from fastbench's reader."""
     with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
         text = response.read().decode()
-    totals = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+    totals = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in totals:
             totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals["vllm:prefix_cache_queries_total"], totals["vllm:prefix_cache_hits_total"]
+    return tuple(totals[name] for name in names)
+
+
+def _prefix_counters(base_url: str) -> tuple[float, ...]:
+    """vLLM's prefix-cache queries and hits, in tokens."""
+    return _vllm_counters(base_url, "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 
 
 def _serve(vllm: Path, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -396,16 +401,9 @@ ignore_eos = true
     assert all(rate < 0.05 for rate in rates(reset))
 
 
-def _token_counters(base_url: str) -> tuple[float, float]:
-    """vLLM's own prompt and generation token counters (summed over engines), read as _prefix_counters reads."""
-    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    totals = {"vllm:prompt_tokens_total": 0.0, "vllm:generation_tokens_total": 0.0}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in totals:
-            totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals["vllm:prompt_tokens_total"], totals["vllm:generation_tokens_total"]
+def _token_counters(base_url: str) -> tuple[float, ...]:
+    """vLLM's prompt and generation token counters."""
+    return _vllm_counters(base_url, "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 
 
 @pytest.mark.parametrize("backend", ["openai-responses", "anthropic-messages"])

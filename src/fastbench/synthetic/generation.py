@@ -307,18 +307,23 @@ class Generation:
                 out += _DONE
             out += _END
         conn.write(out)
-        eng.lat.record(ns - due)
+        self._counted(eng, ns - due, i, k, b)
+        if last:
+            self.end(self.finish)
+            conn.response_done()
+        elif eng.stepper is None:
+            eng.sched.push(self._due(i + 1), self.step)
+
+    def _counted(self, eng: GenerationHost, late_ns: int, i: int, k: int, b: int) -> None:
+        """What a chunk written on the general and the typed-API paths counts (step() inlines the same): its
+        lateness, the engine's step, and that the stream is now at chunk ``i + 1``, token ``b``."""
+        eng.lat.record(late_ns)
         eng.chunks_sent += 1
         if i == 0:
             eng.prompt_tokens_total += self.prompt_tokens
         eng.account_step(i, k)
         self.idx = i + 1
         self.emitted = b
-        if last:
-            self.end(self.finish)
-            conn.response_done()
-        elif eng.stepper is None:
-            eng.sched.push(self._due(i + 1), self.step)
 
     def _mid_fault(self, due: int, conn: Responder, error_event: bytes) -> bool:
         """The mid-stream fault, once, half-way through: True when it took the step over."""
@@ -374,13 +379,7 @@ class Generation:
         if last:
             out += _END
         conn.write(out)
-        eng.lat.record(ns - due)
-        eng.chunks_sent += 1
-        if i == 0:
-            eng.prompt_tokens_total += self.prompt_tokens
-        eng.account_step(i, k)
-        self.idx = i + 1
-        self.emitted = b
+        self._counted(eng, ns - due, i, k, b)
         if api.in_text and not self.fast and fault is None and b >= self.R:
             self.tmpl = api.template()  # the text block is open: the next chunks go from the template
             self.fast = True
