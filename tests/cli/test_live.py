@@ -16,14 +16,12 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 
 
 def _run_in_pty(args: list[str], timeout_s: float = 120.0) -> tuple[int, str, str]:
     """fastbench with stderr (and stdin) on a pseudo-terminal: (exit status, the terminal's text, stdout)."""
-    env = dict(os.environ, COLUMNS="160", LINES="40", TERM="xterm")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = dict(os.environ, COLUMNS="160", LINES="40", TERM="xterm")  # the installed fastbench, as a user runs it
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "fastbench", *args], stdin=slave, stdout=subprocess.PIPE,
                             stderr=slave, env=env)
@@ -82,8 +80,6 @@ def test_metrics_port_taken_is_one_line_error() -> None:
         busy.listen()
         port = busy.getsockname()[1]
         proc = subprocess.run([sys.executable, "-m", "fastbench", "--num-prompts", "4", "--metrics-port", str(port)],
-                              capture_output=True, text=True, timeout=60,
-                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                                  [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])))
+                              capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"fastbench: error: --metrics-port {port}: cannot listen")
