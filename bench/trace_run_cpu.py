@@ -35,7 +35,7 @@ from fastbench.load.sources import trace
 from fastbench.synthetic import SyntheticServer
 
 MODES = ("parts", "joined")
-_prompts_as_built = trace._Blocks.prompts
+_prompts_as_built = trace.TokenBlocks.prompts
 
 
 def _joined_prompts(self: Any, input_lengths: Sequence[int]) -> list[JsonPrompt]:
@@ -46,14 +46,14 @@ def _joined_prompts(self: Any, input_lengths: Sequence[int]) -> list[JsonPrompt]
 
 def measure(mode: str, base_url: str, path: Path, requests: int, concurrency: int, max_tokens: int) -> float:
     """One replay with ``mode``'s bodies: the client's CPU per output event, in us."""
-    trace._Blocks.prompts = _joined_prompts if mode == "joined" else _prompts_as_built  # type: ignore[method-assign]
+    trace.TokenBlocks.prompts = _joined_prompts if mode == "joined" else _prompts_as_built  # type: ignore[method-assign]
     try:
         result = run(BenchConfig(base_url=base_url, dataset_name="timed_trace", dataset_path=path,
                                  num_prompts=requests, self_timed=False, concurrency=concurrency,
                                  max_tokens=max_tokens, timed_trace_chunk_hash_size=16,
                                  timed_trace_sec_multiplier=0.001))
     finally:
-        trace._Blocks.prompts = _prompts_as_built  # type: ignore[method-assign]
+        trace.TokenBlocks.prompts = _prompts_as_built  # type: ignore[method-assign]
     per_event = result.client.cpu_per_event_us
     if result.counts.completed != requests or per_event is None:
         raise SystemExit(f"{mode}: {result.counts.completed} of {requests} requests completed; the figures "

@@ -39,6 +39,7 @@ from fastbench.config import (
 from fastbench.datasetoptions import (
     MAX_PROMPTS,
     OPTION_CLASSES,
+    AgenticOptions,
     DatasetOptions,
     MultiTurnOptions,
     PrefixRepetitionOptions,
@@ -440,6 +441,18 @@ def _check_multi_turn(config: BenchConfig) -> None:
                           "the server's own template")
 
 
+def _check_agentic(config: BenchConfig) -> None:
+    """Agent trees (--dataset-name weka) are built whole before the run and paced by their own dependencies."""
+    if config.dataset_name != "weka" and config.options(AgenticOptions) != AgenticOptions():
+        raise ConfigError("the --agentic-* options are for agent-tree replay: give --dataset-name weka")
+    idle = {"--multi-turn": config.multi_turn, "--ramp-up-strategy": config.ramp_up_strategy is not None,
+            "--workers": config.workers not in (1, "auto"), "--ray": config.ray, "--num-warmups": config.num_warmups,
+            "--lora-modules": config.lora_modules}
+    for option in (option for option, given in idle.items() if given and config.dataset_name == "weka"):
+        raise ConfigError(f"{option} is not available with --dataset-name weka (its calls wait on each other in one "
+                          "process, trees arrive at --request-rate, the staggered start sends its own warm-ups)")
+
+
 def _check_trace_timing(config: BenchConfig) -> None:
     """A trace's times pace the run, or --no-self-timed hands it to the load options (vLLM's flag)."""
     if config.self_timed is not None and config.dataset_name not in TRACE_DATASETS:
@@ -494,6 +507,7 @@ def _check_idle_and_needed(config: BenchConfig) -> None:
         raise ConfigError(f"--dataset-name {config.dataset_name} needs --dataset-path (the file to read)")
     _check_pooling(config)
     _check_multi_turn(config)
+    _check_agentic(config)
     if config.logprobs is not None and config.endpoint in TYPED_EVENT_ENDPOINTS:
         raise ConfigError(f"--logprobs asks /v1/completions and /v1/chat/completions for logprobs; {config.endpoint} "
                           "is not offered them")

@@ -25,9 +25,10 @@ from typing import Any, ClassVar, Literal, TypeVar
 # The datasets, by --dataset-name (each a module of fastbench.load.sources, listed in fastbench.load.datasets)
 DatasetName = Literal["random", "sharegpt", "jsonl", "prefix_repetition", "generated-shared-prefix", "timed_trace",
                       "mooncake", "burstgpt", "custom", "spec_bench", "random-mm", "custom_image",
-                      "random-rerank"]
+                      "random-rerank", "weka"]
 MultiTurnHistory = Literal["server", "dataset"]
 ThinkTimeDistribution = Literal["constant", "uniform", "exponential"]
+AgenticStart = Literal["staggered", "beginning"]
 
 # One row of int64s per request is kept in memory (1.6 GB at this many); arrival times are int64 ns.
 MAX_PROMPTS = 10_000_000
@@ -174,10 +175,23 @@ class MultiTurnOptions(DatasetOptions):
             object.__setattr__(self, "chat_template", os.fspath(self.chat_template))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AgenticOptions(DatasetOptions):
+    """Agent-tree replay of Weka traces (``--dataset-name weka``, see :mod:`fastbench.load.agentic`)."""
+
+    PREFIX = "agentic_"
+    # the recorded gaps between a call's dependencies ending and the call, times this (0: back to back)
+    time_scale: float = _option(1.0, (lambda v: 0 <= v < math.inf, "must be a number >= 0"))
+    idle_gap_cap: float | None = _option(None, _POSITIVE)  # seconds: no gap waits longer (after the scale)
+    # closed loop: the first trees start mid-trajectory, their cache filled by a warm-up (staggered), or all at
+    # their first call (beginning)
+    start: AgenticStart = _option("staggered")
+
+
 # Every options class, in the order the result file records their fields. A new dataset adds its own here.
 OPTION_CLASSES: tuple[type[DatasetOptions], ...] = (
     RandomOptions, RandomMMOptions, PrefixRepetitionOptions, SharedPrefixOptions, MultiTurnOptions, TimedTraceOptions,
-    MooncakeOptions, CustomOptions, SpecBenchOptions,
+    MooncakeOptions, CustomOptions, SpecBenchOptions, AgenticOptions,
 )
 
 OptionsT = TypeVar("OptionsT", bound=DatasetOptions)

@@ -157,7 +157,7 @@ def test_the_native_layout_is_the_numpy_one(span: int, block: int) -> None:
     some requests have no ids and some more ids than their input needs."""
     import numpy as np
 
-    from fastbench.load.sources.trace import _Blocks
+    from fastbench.load.sources.trace import TokenBlocks
 
     rng = np.random.default_rng(span % 1000 + block)
     for size in (1, 2, 50, 3000):
@@ -166,7 +166,7 @@ def test_the_native_layout_is_the_numpy_one(span: int, block: int) -> None:
             hash_ids = [[h % 9 for h in ids] for ids in hash_ids]
         inputs = rng.integers(1, 8 * block + 3, size=size).tolist()
         for words in (False, True):
-            blocks = _Blocks(block, words, np.random.default_rng(0))
+            blocks = TokenBlocks(block, words, np.random.default_rng(0))
             counts = np.array([len(ids) for ids in hash_ids], np.int64)
             flat = np.array([h for ids in hash_ids for h in ids], np.int64)
             blocks.draw(flat, np.cumsum(counts) - counts, counts, np.array(inputs, np.int64))

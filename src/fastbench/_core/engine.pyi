@@ -234,6 +234,6 @@ def scan_trace(data: bytes, keys: tuple[bytes, bytes, bytes, bytes], line: Any, 
 
 def lay_out_blocks(ids: Any, starts: Any, n_used: Any, n_in: Any, block: int, width: int, low: int, span: int,
                    runs: Any, first_run: Any) -> tuple[int, int, int, int]:
-    """A trace's token layout (trace.py's _Blocks), int64 arrays: each run's first byte and end into
+    """A trace's token layout (trace.py's TokenBlocks), int64 arrays: each run's first byte and end into
     ``runs``, each request's first run into ``first_run``; (runs, tokens, distinct blocks, blocks used
     more than once)."""

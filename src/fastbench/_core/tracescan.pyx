@@ -40,7 +40,7 @@ def lay_out_blocks(const int64_t[::1] ids not None, const int64_t[::1] starts no
                    const int64_t[::1] n_used not None, const int64_t[::1] n_in not None, int64_t block,
                    int64_t width, int64_t low, Py_ssize_t span, int64_t[::1] runs not None,
                    int64_t[::1] first_run not None):
-    """The token layout of a trace's requests (trace.py's _Blocks): request k uses its ``n_used[k]`` hash
+    """The token layout of a trace's requests (trace.py's TokenBlocks): request k uses its ``n_used[k]`` hash
     ids from ``ids[starts[k]]`` (each in [low, low + span)) and has ``n_in[k]`` tokens. Writes each run's
     first byte and end into ``runs`` (flat) and each request's first run into ``first_run`` (n + 1);
     returns (runs, tokens, distinct blocks, blocks used more than once)."""

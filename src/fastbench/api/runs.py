@@ -374,6 +374,7 @@ async def _run_against(
             stop_event=stop,
             progress_interval_s=LIVE_INTERVAL_S if listeners else 0.5,
             sessions=work.sessions,
+            trees=work.trees,
         )
         server_here = synthetic is not None or isinstance(watched, LaunchedServer)
         # BenchConfig's workers=1 is its default: "not given", which with --ray is one actor on each node
@@ -391,7 +392,7 @@ async def _run_against(
         live = LiveSampler(generator, open_loop=config.open_loop, monitor=monitor, memory=memory,
                            listeners=listeners, then=on_progress, labels=live_labels(config))
         plan.on_progress = live.on_progress  # the timeline is kept for every run; a look costs ~0.4 ms
-        if config.num_warmups and work.warmups:  # the window starts after the warm-ups
+        if work.warmups:  # the window starts after the warm-ups (weka's staggered start makes its own)
             plan.on_window_start = monitor.restart_window_soon
         await monitor.start()
         try:
@@ -441,6 +442,12 @@ async def _run_against(
     if work.sessions is not None:
         workload_info["session_of_row"] = work.sessions.session_of_row
         workload_info["turn_of_row"] = work.sessions.turn_of_row
+    if work.trees is not None:  # the agent trees' rows (results.agentic)
+        trees = work.trees
+        workload_info.update(tree_of_row=trees.tree_of_row, agent_of_row=trees.agent_of_row,
+                             role_of_row=trees.role_of_row, agent_turn_of_row=trees.agent_turn_of_row,
+                             tool_result_of_row=trees.tool_result_of_row, trees=trees.trees,
+                             agentic_slots=trees.slots)
     if window.prefix_cache is not None:  # the hit rate, judged against the workload's sharing (results.cache)
         server_info["prefix_cache_stats"] = window.prefix_cache
     result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)

@@ -29,6 +29,16 @@ def add_file_dataset_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--self-timed", action=argparse.BooleanOptionalAction, default=None,
                    help="trace datasets: send at the trace's times (default); --no-self-timed: by --request-rate "
                    "or closed loop")
+    g = p.add_argument_group("agentic replay", "weka: coding-agent traces (the Weka format) replayed as agent trees, "
+                             "each call sent when the calls it depends on have ended and its recorded gap has passed; "
+                             "--num-prompts counts trees (docs/agentic.md)")
+    g.add_argument("--agentic-time-scale", type=float, default=1.0,
+                   help="the trace's gaps times this (0: each call as soon as its dependencies end)")
+    g.add_argument("--agentic-idle-gap-cap", type=float, default=None, metavar="SECONDS",
+                   help="no gap waits longer than this (after the scale)")
+    g.add_argument("--agentic-start", choices=("staggered", "beginning"), default="staggered",
+                   help="closed loop: the first trees start part-way along, the cache filled by a warm-up "
+                   "(staggered: a steady state from the first second), or all at their first calls")
     g = p.add_argument_group("vLLM's custom and spec_bench datasets")
     g.add_argument("--custom-output-len", type=int, default=256,
                    help="custom: output tokens per request; -1: each line's output_tokens")

@@ -29,7 +29,7 @@ from fastbench.checks import check_config
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import MultiTurnOptions
 from fastbench.exceptions import ConfigError, DatasetError
-from fastbench.load import lora, protocols, sessions, sharing
+from fastbench.load import agentic, lora, protocols, sessions, sharing
 from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
@@ -56,7 +56,15 @@ from fastbench.load.sources import (
     sharegpt,
     trace,
 )
-from fastbench.load.tokens import SOURCE_CHARS, LocalTokenizer, TokenCounter, TokenizeFailed, TokenizeFn
+from fastbench.load.tokens import (
+    SOURCE_CHARS,
+    SOURCE_TOKEN_IDS,
+    SOURCE_WORDS,
+    LocalTokenizer,
+    TokenCounter,
+    TokenizeFailed,
+    TokenizeFn,
+)
 
 __all__ = (
     "DATASETS",
@@ -130,6 +138,7 @@ class Workload:
     max_model_len: int | None
     notes: list[str]
     sessions: sessions.SessionPlan | None = None  # --multi-turn: how the requests form sessions
+    trees: agentic.TreePlan | None = None  # --dataset-name weka: how the requests form agent trees
     arrival_offsets_ns: list[int] | None = None
     # per measured request, the prompt tokens it shares with requests sent before it (load.sharing); None: unknown
     shared_prompt_tokens: list[int] | None = None
@@ -186,6 +195,9 @@ def check_inputs(config: BenchConfig) -> None:
         template = config.options(MultiTurnOptions).chat_template
         sessions.load_template(os.fspath(template) if template else None)
         return
+    if config.dataset_name == "weka":
+        agentic.check(config)
+        return
     dataset = DATASETS.get(config.dataset_name)
     if dataset is not None:
         dataset.check(config)
@@ -235,6 +247,8 @@ async def _build(
     chat = protocols.by_endpoint(config.endpoint).chat_form  # a prompt goes as a conversation
     if config.multi_turn:
         return await _build_sessions(config, model, mml, counter, chat, notes)
+    if config.dataset_name == "weka":
+        return _build_trees(config, model, mml, chat, notes)
     selector = Selector(config.num_prompts + config.num_warmups, mml, config.extra_body)
     dataset = await DATASETS[config.dataset_name].offer(Context(config, chat, selector, counter, local, notes))
 
@@ -314,6 +328,18 @@ async def _build_sessions(config: BenchConfig, model: str, mml: int | None, coun
     return Workload(requests=requests, warmups=warmups, dataset=name, input_length_source=counter.source,
                     screened_out=0, screened_reason="multi-turn: a session stops at the first turn whose history "
                     f"+ max_tokens passes max_model_len ({mml})", max_model_len=mml, notes=notes, sessions=plan)
+
+
+def _build_trees(config: BenchConfig, model: str, mml: int | None, chat: bool, notes: list[str]) -> Workload:
+    built = agentic.build_trees(config, chat, mml, notes)
+    warm = len(built.warmups)
+    with gc_paused():
+        specs = _make_specs([*built.warmups, *built.measured], config, model, chat)
+    return Workload(requests=specs[warm:], warmups=specs[:warm], dataset=built.dataset,
+                    input_length_source=SOURCE_WORDS if chat else SOURCE_TOKEN_IDS, screened_out=built.screened_out,
+                    screened_reason=f"weka: a call whose prompt + max_tokens passes max_model_len ({mml}) is left out "
+                    "with the rest of its agent and the subagents it would spawn", max_model_len=mml, notes=notes,
+                    shared_prompt_tokens=built.shared_prompt_tokens, trees=built.plan)
 
 
 async def _build_pooling(config: BenchConfig, model: str, mml: int | None, counter: TokenCounter,

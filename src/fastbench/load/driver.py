@@ -26,6 +26,7 @@ from fastbench.load.connections import Connections, RunStop
 from fastbench.load.outputs import decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.load.schedules import ClosedLoop, OpenLoop, Sessions, SharedOpenLoop
+from fastbench.load.trees import AgentTrees
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, new_histogram
 
 # Automatic coalescing's longest tick: past ~100 wake-ups/s the ticks cost under ~0.4 % of a core
@@ -145,7 +146,13 @@ class LoadGenerator:
     async def _run_schedule(self, start_ns: int, offsets: np.ndarray | None) -> None:
         """The window's requests, by the plan's schedule."""
         plan, shared = self.plan, self.shared
-        if plan.sessions is not None:
+        if plan.trees is not None:
+            trees = AgentTrees(self.conns, self._bodies, offsets)
+            try:
+                await trees.run(start_ns)
+            finally:
+                self.sessions_at_once = trees.at_once
+        elif plan.sessions is not None:
             sessions = Sessions(self.conns, self._bodies, offsets)
             try:
                 await sessions.run(start_ns)
@@ -247,7 +254,8 @@ class LoadGenerator:
                 await self._run_warmups()
             # Drawn before the window opens: numpy's generator takes ~6 ms to start and 10M arrivals
             # take ~1 s, which would make the first arrivals late by as much.
-            arrivals = len(plan.sessions.first_rows) if plan.sessions is not None else len(plan.bodies)
+            arrivals = (len(plan.sessions.first_rows) if plan.sessions is not None
+                        else len(plan.trees.trees) if plan.trees is not None else len(plan.bodies))
             if plan.arrival_offsets_ns is not None:
                 offsets = np.asarray(plan.arrival_offsets_ns, dtype=np.int64)
             elif plan.ramp_up is not None:
@@ -258,7 +266,7 @@ class LoadGenerator:
                 offsets = pacer.arrival_offsets_ns(arrivals, plan.request_rate, plan.burstiness, plan.seed)
             else:
                 offsets = None
-            if offsets is not None and plan.sessions is None and not self.halt.stopping:
+            if offsets is not None and plan.sessions is None and plan.trees is None and not self.halt.stopping:
                 await self.conns.fill_pool()
             # The window's counters start after the warm-ups.
             warm = self.state.counters

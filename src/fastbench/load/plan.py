@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from fastbench._core import BodyParts
+    from fastbench.load.agentic import TreePlan
     from fastbench.load.sessions import SessionPlan
 
 
@@ -131,6 +132,9 @@ class LoadPlan:
     # Multi-turn sessions: the rows form sessions whose turns follow each other (bodies may wait for the
     # reply before them); request_rate is then the sessions' arrival rate.
     sessions: SessionPlan | None = None
+    # Agent trees (--dataset-name weka): each row sent when the rows it depends on have ended and its gap has
+    # passed; request_rate is then the trees' arrival rate.
+    trees: TreePlan | None = None
 
     @property
     def accept(self) -> str:

@@ -27,7 +27,7 @@ __all__ = ("KNOWN_DATASETS", "SharedBlocks", "Sharing", "shared_prompt_tokens")
 
 # The datasets whose prompts are made here, so that what they share is known (see the docstring).
 KNOWN_DATASETS = frozenset({"random", "burstgpt", "prefix_repetition", "generated-shared-prefix", "timed_trace",
-                            "mooncake"})
+                            "mooncake", "weka"})
 
 
 class SharedBlocks(NamedTuple):

@@ -64,7 +64,8 @@ from fastbench.results.workersection import worded_section
 # Per-request lists in workload_info (and the adapter names one indexes), used here but not copied into the
 # result: the adapters' names are the adapters section's.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
-                             "adapter_of_request", "adapters", "inputs_per_request")
+                             "adapter_of_request", "adapters", "inputs_per_request", "tree_of_row", "agent_of_row",
+                             "role_of_row", "agent_turn_of_row", "tool_result_of_row")
 
 
 def summarize(

@@ -151,7 +151,7 @@ def _offer(ctx: Context) -> str:
     sent = _fitting(trace.input_lengths, outputs, selector)  # the requests the run takes, in file order
     words = ctx.chat
     _check_size(path, trace, sent, fmt.block, _WORD_WIDTH if words else _ID_WIDTH)
-    blocks = _Blocks(fmt.block, words, np.random.default_rng(config.seed))
+    blocks = TokenBlocks(fmt.block, words, np.random.default_rng(config.seed))
     starts = trace.ids_start()
     blocks.draw(trace.hash_ids, starts[sent], trace.ids_end[sent] - starts[sent], trace.input_lengths[sent])
     timed = config.self_timed is not False
@@ -377,7 +377,7 @@ def _numbered(ids: np.ndarray) -> tuple[np.ndarray, int, int]:
     return which.reshape(-1).astype(np.int64), 0, len(distinct)  # numpy 2.0 and 2.1 shape it like the input
 
 
-class _Blocks:
+class TokenBlocks:
     """Every token a fixed-width run of bytes in one buffer (a token id five digits and a comma, a chat
     word four letters and a space), laid out request by request: the blocks a request carries first, in
     its order, then its own tokens. A request whose blocks are new is then one run of the buffer, and one

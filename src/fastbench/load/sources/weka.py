@@ -1,0 +1,262 @@
+"""The Weka trace format (kv-cache-tester's capture of coding-agent sessions, as aiperf, inference-perf and
+guidellm replay it): one JSON object per conversation, read into agent trees (``fastbench.load.agentic``
+replays them).
+
+A trace is ``{"id": ..., "block_size": 64, "hash_id_scope": "local", "requests": [...]}``. Its ``requests``
+interleave calls (``type`` ``"n"`` normal, ``"s"`` streaming; both are sent as fastbench sends every
+request) and subagent markers (``type: "subagent"``, with ``agent_id``, ``status`` and the subagent's own
+``requests``, which may hold markers in their turn). A call carries ``t`` (seconds from the conversation's
+start), ``in`` and ``out`` (tokens), ``hash_ids`` (the blocks of ``block_size`` tokens its prompt begins
+with: equal ids, equal tokens), and may carry ``think_time`` (the client's wait before it), ``api_time``
+(the recorded server time), ``input_types`` and ``stop``; other keys (``model``, ``ttft``, ``totals``...)
+are read past.
+
+What a marker means (the format's own conventions): the subagent is spawned by the parent's call before
+the marker and joined by the parent's call after it, which waits for the subagent's last call; with no
+call after it, or ``status: "async_launched"``, it runs in the background (nothing waits for it); with no
+call before it, nothing spawned it and it is dropped (counted). Raw kv-cache-tester captures give a
+subagent's inner ``t`` relative to its marker, AgentX traces absolute: inner times that start before the
+marker's are taken as relative. ``hash_id_scope`` ``"local"`` (the default) gives each trace its own
+blocks; ``"global"`` shares equal ids across the traces of a corpus.
+
+Files: one trace object (a ``.json``), JSON Lines of them (a line each), or a directory of such files
+(read in name order). A defect in a single trace stops the run with one line naming the file and the
+field (``requests[3].in``); in JSON Lines or a directory a defective trace is skipped and counted, the
+first defect named in the notes, so that one bad capture does not lose a corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import numpy as np
+import orjson
+
+from fastbench.exceptions import DatasetError
+
+__all__ = ("BACKGROUND", "JOINED", "ROOT", "Agent", "Corpus", "WekaTrace", "read_corpus")
+
+ROOT, JOINED, BACKGROUND = 0, 1, 2  # an agent's role in its tree
+ROLE_NAMES = ("root", "subagent", "background")
+_CALL_TYPES = ("n", "s")
+
+
+@dataclasses.dataclass
+class Agent:
+    """One agent's calls, in order, as numpy columns (one entry per call)."""
+
+    name: str
+    role: int  # ROOT, JOINED or BACKGROUND
+    parent: int  # the parent agent's index in its tree (-1: the root)
+    spawn: int  # the parent's call that spawned it (-1: the root)
+    join: int  # the parent's call that waits for its last call (-1: none)
+    starts: np.ndarray  # float64 seconds from the conversation's start
+    ends: np.ndarray  # float64: start + api_time; NaN where no api_time was recorded
+    think: np.ndarray  # float64 think_time; NaN where none
+    inputs: np.ndarray  # int64 ``in``
+    outputs: np.ndarray  # int64 ``out``
+    hash_ids: list[np.ndarray]  # int64 per call
+    tool_result: np.ndarray  # bool: the call's new input is a tool's result
+
+    @property
+    def calls(self) -> int:
+        return len(self.inputs)
+
+
+@dataclasses.dataclass
+class WekaTrace:
+    name: str
+    block: int  # tokens per hash id
+    shared_scope: bool  # hash_id_scope "global": ids mean the same blocks in every trace
+    agents: list[Agent]  # the root first, then subagents in the order their markers appear
+    dropped_subagents: int  # markers with no parent call before them
+
+
+@dataclasses.dataclass
+class Corpus:
+    traces: list[WekaTrace]
+    skipped: int  # defective traces left out (JSON Lines, directories)
+    first_defect: str | None
+    relative_subagents: int  # subagents whose inner times were relative to their marker
+
+
+class _Defect(Exception):
+    """A trace's first defect: ``where`` names its field."""
+
+
+def read_corpus(path: str) -> Corpus:
+    """The traces at ``path`` (a file or a directory); DatasetError when none can be read."""
+    if not path:
+        raise DatasetError("--dataset-name weka needs --dataset-path (a Weka trace file, JSON Lines of them, or a "
+                           "directory of them)")
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, name) for name in os.listdir(path) if name.endswith((".json", ".jsonl")))
+        if not files:
+            raise DatasetError(f"{path}: no .json or .jsonl trace file in this directory")
+    else:
+        files = [path]
+    corpus = Corpus([], 0, None, 0)
+    for file in files:
+        _read_file(file, corpus, strict=len(files) == 1)
+    if not corpus.traces:
+        raise DatasetError(f"{path}: no usable trace ({corpus.skipped} skipped; the first: {corpus.first_defect})")
+    return corpus
+
+
+def _read_file(path: str, corpus: Corpus, strict: bool) -> None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror}") from None
+    stem = os.path.splitext(os.path.basename(path))[0]
+    try:
+        whole: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict):  # one trace
+        records: list[tuple[str, str, Any]] = [(path, stem, whole)]
+    else:  # JSON Lines: a trace a line; a bad one is skipped where a run can go on
+        strict = False
+        records = []
+        for n, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((f"{path} line {n}", f"{stem}:{n}", orjson.loads(line)))
+            except orjson.JSONDecodeError as exc:
+                _skip(corpus, f"{path} line {n}: not valid JSON ({exc})")
+        if not records and whole is None and not corpus.skipped:
+            raise DatasetError(f"{path}: not a Weka trace (neither one JSON object nor JSON Lines of them)")
+    for where, default_name, obj in records:
+        try:
+            corpus.traces.append(_trace(obj, default_name, corpus))
+        except _Defect as exc:
+            if strict:
+                raise DatasetError(f"{where}: {exc}") from None
+            _skip(corpus, f"{where}: {exc}")
+
+
+def _skip(corpus: Corpus, defect: str) -> None:
+    corpus.skipped += 1
+    corpus.first_defect = corpus.first_defect or defect
+
+
+def _trace(obj: Any, default_name: str, corpus: Corpus) -> WekaTrace:
+    if not isinstance(obj, dict):
+        raise _Defect(f"expected a trace object, found {_type_name(obj)}")
+    block = obj.get("block_size")
+    if type(block) is not int or block < 1:
+        raise _Defect(f"block_size: must be an integer >= 1 (tokens per hash id), got {block!r}")
+    scope = obj.get("hash_id_scope", "local")
+    if scope not in ("local", "global"):
+        raise _Defect(f"hash_id_scope: must be \"local\" or \"global\", got {scope!r}")
+    requests = obj.get("requests")
+    if not isinstance(requests, list) or not requests:
+        raise _Defect("requests: must be a non-empty list of calls and subagent markers")
+    name = obj.get("id")
+    agents: list[Agent] = []
+    counts = [0, 0]  # dropped subagents, relative subagents
+    _agent(requests, "requests", str(name) if isinstance(name, (str, int)) else default_name, ROOT, -1, -1, -1, 0.0,
+           agents, counts)
+    if not agents[0].calls:
+        raise _Defect("requests: the root agent makes no call (only subagent markers)")
+    corpus.relative_subagents += counts[1]
+    return WekaTrace(agents[0].name, block, scope == "global", agents, counts[0])
+
+
+def _agent(items: list[Any], where: str, name: str, role: int, parent: int, spawn: int, join: int, offset: float,
+           agents: list[Agent], counts: list[int]) -> None:
+    """Read one agent's list (its calls, and its subagents' markers, recursively) into ``agents``."""
+    index = len(agents)
+    empty = np.empty(0)
+    agents.append(Agent(name, role, parent, spawn, join, empty, empty, empty, empty, empty, [], np.empty(0, bool)))
+    starts: list[float] = []
+    ends: list[float] = []
+    think: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    hashes: list[np.ndarray] = []
+    tool: list[bool] = []
+    markers: list[tuple[int, str, dict[str, Any]]] = []  # (calls before it, where, marker)
+    last_stop = ""
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise _Defect(f"{at}: expected an object, found {_type_name(item)}")
+        kind = item.get("type")
+        t = _number(item, "t", at)
+        if kind == "subagent":
+            markers.append((len(inputs), at, item))
+            continue
+        if kind not in _CALL_TYPES:
+            raise _Defect(f"{at}.type: must be \"n\", \"s\" or \"subagent\", got {kind!r}")
+        t += offset
+        if starts and t < starts[-1]:
+            raise _Defect(f"{at}.t: {t - offset:g} is earlier than the call before's ({starts[-1] - offset:g}); an "
+                          "agent's calls must be in time order")
+        n_in, n_out = _count(item, "in", at, 1), _count(item, "out", at, 0)
+        ids = item.get("hash_ids", [])
+        if type(ids) is not list or not all(type(h) is int and h >= 0 for h in ids):
+            raise _Defect(f"{at}.hash_ids: must be a list of integers >= 0, got {str(ids)[:60]}")
+        api = _optional(item, "api_time", at)
+        types = item.get("input_types", [])
+        stop = item.get("stop", "")
+        starts.append(t)
+        ends.append(t + api)  # NaN stays NaN
+        think.append(_optional(item, "think_time", at))
+        inputs.append(n_in)
+        outputs.append(n_out)
+        hashes.append(np.array(ids, dtype=np.int64))
+        tool.append(bool(inputs[:-1]) and ((isinstance(types, list) and "tool_result" in types)
+                                           or last_stop == "tool_use"))
+        last_stop = stop if isinstance(stop, str) else ""
+    agent = agents[index]
+    agent.starts, agent.ends, agent.think = (np.array(v, dtype=np.float64) for v in (starts, ends, think))
+    agent.inputs, agent.outputs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
+    agent.hash_ids, agent.tool_result = hashes, np.array(tool, dtype=bool)
+    for before, at, marker in markers:
+        inner = marker.get("requests")
+        if not isinstance(inner, list):
+            raise _Defect(f"{at}.requests: a subagent marker must hold its calls as a list")
+        if before == 0:  # nothing spawned it
+            counts[0] += 1
+            continue
+        background = before == len(inputs) or marker.get("status") == "async_launched"
+        t = _number(marker, "t", at) + offset
+        first = next((c for c in inner if isinstance(c, dict) and c.get("type") in _CALL_TYPES), None)
+        relative = first is not None and isinstance(first.get("t"), (int, float)) and first["t"] < t
+        counts[1] += relative
+        sub_name = marker.get("agent_id")
+        _agent(inner, f"{at}.requests", f"{agent.name}/{sub_name if isinstance(sub_name, str) else len(agents)}",
+               BACKGROUND if background else JOINED, index, before - 1, -1 if background else before,
+               t if relative else offset, agents, counts)
+
+
+def _number(item: dict[str, Any], key: str, at: str) -> float:
+    value: Any = item.get(key)
+    if not (type(value) in (int, float) and math.isfinite(value) and value >= 0):
+        raise _Defect(f"{at}.{key}: must be a number >= 0 (seconds), got {value!r}")
+    return float(value)
+
+
+def _optional(item: dict[str, Any], key: str, at: str) -> float:
+    if item.get(key) is None:
+        return math.nan
+    return _number(item, key, at)
+
+
+def _count(item: dict[str, Any], key: str, at: str, least: int) -> int:
+    value = item.get(key)
+    if type(value) is not int or value < least or value >= 1 << 40:
+        raise _Defect(f"{at}.{key}: must be an integer >= {least} (tokens), got {value!r}")
+    return value
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
