@@ -206,7 +206,7 @@ def test_options_are_checked_by_their_rules() -> None:
     """build_workload is public: it refuses what check_config refuses, in the same words."""
     with pytest.raises(ConfigError, match="^--dataset-name must be one of random, sharegpt, jsonl, prefix_repetition, "
                        "generated-shared-prefix, timed_trace, mooncake, burstgpt, custom, spec_bench, random-mm, "
-                       "custom_image, random-rerank, got 'nope'$"):
+                       "custom_image, random-rerank, weka, got 'nope'$"):
         build(BenchConfig(dataset_name="nope"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="^--random-range-ratio must be in"):
         build(BenchConfig(random_range_ratio=1.0))

@@ -123,9 +123,9 @@ class AgentTrees:
     async def _send(self, run: _TreeRun, row: int, due: int) -> bool:
         """Send ``row`` when due; whether it completed (and the run goes on)."""
         conns, limit = self.conns, self._limit
-        delay_s = (due - now_ns()) / 1e9
-        if delay_s > 0:
-            await asyncio.wait([self._stop], timeout=delay_s)
+        # the loop's timers have a millisecond's grain and may wake a little early: never sent before it is due
+        while (delay_ns := due - now_ns()) > 0 and not self._stop.done():
+            await asyncio.wait([self._stop], timeout=delay_ns / 1e9)
         if run.failed:
             return False
         if conns.stop.past_cap():

@@ -130,11 +130,11 @@ def _read_file(path: str, corpus: Corpus, strict: bool) -> None:
             try:
                 records.append((f"{path} line {n}", f"{stem}:{n}", orjson.loads(line)))
             except orjson.JSONDecodeError as exc:
-                _skip(corpus, f"{path} line {n}: not valid JSON ({exc})")
-        if not records and whole is None and not corpus.skipped:
-            raise DatasetError(f"{path}: not a Weka trace (neither one JSON object nor JSON Lines of them)")
+                records.append((f"{path} line {n}", "", _Defect(f"not valid JSON ({exc})")))
     for where, default_name, obj in records:
         try:
+            if isinstance(obj, _Defect):
+                raise obj
             corpus.traces.append(_trace(obj, default_name, corpus))
         except _Defect as exc:
             if strict:
