@@ -62,9 +62,8 @@ from fastbench.results.sessions import session_figures
 from fastbench.results.steady import steady_state
 from fastbench.results.workersection import worded_section
 
-# Per-request lists in workload_info (and the adapter names one indexes), used here but not copied into the
-# result: the adapters' names are the adapters section's.
-# The agent trees' per-row maps and tree names are the agentic section's.
+# Per-request lists in workload_info (and the names one indexes), used here but not copied into the result:
+# the adapters' names are the adapters section's, the agent trees' names the agentic section's.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
                              "adapter_of_request", "adapters", "inputs_per_request", *AGENTIC_WORKLOAD_KEYS)
 
