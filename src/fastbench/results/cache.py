@@ -139,15 +139,22 @@ def _expected(rows: np.ndarray, prompt: np.ndarray, config: BenchConfig,
     else:
         return None, (f"unknown: what {config.dataset_name}'s prompts share is not known (read from a file), so "
                       "the server's hit rate is not checked against it")
+    return with_template_tokens(rows, prompt, shared, lens), how
+
+
+def with_template_tokens(rows: np.ndarray, prompt: np.ndarray, shared: np.ndarray, lens: Any) -> np.ndarray:
+    """Per row, the workload's shared tokens ``shared`` as a cache would find them: plus the tokens the server
+    counts beyond the workload's own (``lens``, indexed by request index), at most the prompt."""
+    n = len(rows)
     # the server's tokens beyond the workload's count (a chat template's, a BOS) are taken as shared: most of
     # them open every prompt the same way
     template = np.zeros(n, dtype=np.int64)
     if lens is not None:
         workload = np.asarray([lens[i] if 0 <= i < len(lens) and lens[i] is not None else -1
-                               for i in index.tolist()], dtype=np.int64).reshape(n)
+                               for i in rows[:, COL["index"]].tolist()], dtype=np.int64).reshape(n)
         server = rows[:, COL["prompt_tokens"]]
         template = np.where((workload >= 0) & (server >= 0), np.maximum(server - workload, 0), 0)
-    return np.minimum(np.maximum(prompt, 0), shared + template), how
+    return np.asarray(np.minimum(np.maximum(prompt, 0), shared + template))
 
 
 def _history_tokens(rows: np.ndarray, prompt: np.ndarray, session_of_row: np.ndarray, turn_of_row: np.ndarray,

@@ -1,6 +1,6 @@
 """The run card's wording: :func:`render_card` lays out the Markdown card in the published cards' order
 (title, Configuration, Measured results, Load, Speculative decoding, Server metrics, Memory, Multi-turn
-sessions, the run command, Notes).
+sessions, Agent trees, LoRA adapters, the run command, Notes).
 
 The client's figures come from the ``Result``; the server's sections (``card_config``, ``load``,
 ``spec_decode``, ``server_metrics_card``, ``memory``, ``notes``) from ``Result.server_info``, where
@@ -20,6 +20,7 @@ from fastbench.datasetoptions import RandomOptions
 from fastbench.redact import redact_argv, redact_text, shell_join
 from fastbench.results import pooling
 from fastbench.results.adapters import card_lines as adapter_card_lines
+from fastbench.results.agentic import card_lines as agentic_card_lines
 from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.result import Distribution, Result
 from fastbench.results.steady import card_text as steady_card_text
@@ -313,6 +314,10 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     if result.sessions is not None:
         lines += ["", "## Multi-turn sessions", ""]
         lines += _session_tables(result.sessions)
+
+    if result.agentic is not None:
+        lines += ["", "## Agent trees", ""]
+        lines += agentic_card_lines(result.agentic, result.prefix_cache.hit_rate if result.prefix_cache else None)
 
     if result.adapters is not None:
         lines += ["", "## LoRA adapters", ""]

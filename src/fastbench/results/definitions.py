@@ -122,7 +122,8 @@ DEFINITIONS: dict[str, str] = {
         "in it. A run has none, and its result says why, when the closed loop never reached its target "
         "(fewer prompts than the concurrency, say), the open loop had fewer than 2 arrivals, the rate "
         "ramped (--ramp-up-strategy: it never held), arrivals followed a trace's times, or requests came "
-        "as multi-turn sessions (think times set what is in flight). With Ray its edges are on the "
+        "as multi-turn sessions (think times set what is in flight) or as agent trees (the trace's gaps and "
+        "joins set what is in flight). With Ray its edges are on the "
         "driver's clock, onto which each node's stamps are moved."
     ),
     "steady_output_throughput": (
@@ -223,6 +224,68 @@ DEFINITIONS: dict[str, str] = {
     "session_duration": (
         "Per session whose every turn completed: its last turn's end stamp minus its first turn's start "
         "(as for TTFT), in seconds; think times included."
+    ),
+    # agentic trace replays (--dataset-name weka), in the result's "agentic" section
+    "agent_tree": (
+        "Agent tree: one replayed trace (a replay of it again is another tree, its name with #2), its root agent "
+        "and the subagents its calls spawned, joined back into a root call or left running in the background; "
+        "each call of each agent is one request. A tree completed when every one of its calls completed, ended "
+        "by failure when it began and a call failed (any error but CANCELLED), was cut short when it began and "
+        "the run's end (time cap, stop, interrupt) stopped it with no failed call, and was not started when none "
+        "of its calls was sent."
+    ),
+    "tree_duration": (
+        "Per tree whose every call completed: its last call's end stamp minus its first call's start (as for "
+        "TTFT), in seconds; the trace's gaps (tool calls) and the waits for joined subagents included."
+    ),
+    "tree_calls": (
+        "Per tree: the calls the workload laid out for it, over all its agents; and per tree that began, its "
+        "calls that completed."
+    ),
+    "tree_tokens": (
+        "Per tree whose every call completed: the prompt tokens (the server's usage count, else the workload's) "
+        "and the output tokens of its calls, summed."
+    ),
+    "agent_duration": (
+        "Per agent (a tree's root or one subagent) whose every call completed: its last call's end stamp minus "
+        "its first call's start (as for TTFT), in seconds."
+    ),
+    "agent_turns": (
+        "Per agent: its calls laid out by the workload (its turns); and per agent that began, its calls that "
+        "completed."
+    ),
+    "agent_tokens": (
+        "Per agent whose every call completed: the prompt tokens and the output tokens of its calls, summed."
+    ),
+    "role_figures": (
+        "Per role (root: the tree's root agent; subagent: spawned and joined back into a root call; background: "
+        "spawned and never waited for): its requests, started, completed and failed; TTFT p50 and p99 and E2E "
+        "latency p50 (as defined above) over its completed requests; the mean prompt tokens, the mean tokens of "
+        "the tool result each call's prompt begins with (the workload's count) and the mean request_cached_share "
+        "of its completed requests."
+    ),
+    "request_cached_share": (
+        "A completed request's cached share: its cached prompt tokens / its prompt tokens (at most 1). The cached "
+        "tokens are the server's usage (cached_tokens, as that definition counts them: where any request of the "
+        "run carried it, a request whose usage left it out had 0) where the server said, else the workload's "
+        "shared_prompt_tokens (what a prefix cache could serve from the requests sent before, the chat "
+        "template's tokens counted as shared, as for expected_prefix_share); a request with neither, or without "
+        "a prompt token count, has none. cached_share_requests counts the requests of each source."
+    ),
+    "agentic_cached_share": (
+        "The run's cached share: the sum of the counted requests' cached tokens / the sum of their prompt tokens "
+        "(request_cached_share's sources). Where the server reported every count it equals cached_tokens_share; "
+        "the server's /metrics prefix_cache_hit_rate is the prefix_cache section's."
+    ),
+    "ttft_by_context": (
+        "TTFT against the context: per bin of prompt tokens from 2^k to 2^(k+1) - 1, every bin from the lowest "
+        "to the highest one any request fell in, the completed requests with an output event in it, and their "
+        "TTFT p50 and p99 (null for an empty bin)."
+    ),
+    "ttft_by_cached_share": (
+        "TTFT against the cached share: per bin of request_cached_share, [0, 0.25), [0.25, 0.5), [0.5, 0.75), "
+        "[0.75, 0.9), [0.9, 0.95), [0.95, 0.99) and [0.99, 1], the completed requests with an output event and a "
+        "cached share in it, and their TTFT p50 and p99 (null for an empty bin)."
     ),
     "distribution": (
         "mean, median, p90, p99, p99.9, min, max, std. Per-request series (ttft, tpot, e2el, rates, ...) "

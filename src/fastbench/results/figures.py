@@ -25,6 +25,7 @@ import numpy as np
 from fastbench.config import GOODPUT_METRICS, BenchConfig
 from fastbench.results import pooling
 from fastbench.results.adapters import adapter_figures
+from fastbench.results.agentic import AGENTIC_WORKLOAD_KEYS, agentic_figures
 from fastbench.results.cache import prefix_cache_summary
 from fastbench.results.definitions import CORE_HISTOGRAMS, RATE_SCALE
 from fastbench.results.notes import (
@@ -61,11 +62,10 @@ from fastbench.results.sessions import session_figures
 from fastbench.results.steady import steady_state
 from fastbench.results.workersection import worded_section
 
-# Per-request lists in workload_info (and the adapter names one indexes), used here but not copied into the
-# result: the adapters' names are the adapters section's.
+# Per-request lists in workload_info (and the names one indexes), used here but not copied into the result:
+# the adapters' names are the adapters section's, the agent trees' names the agentic section's.
 PER_REQUEST_WORKLOAD_KEYS = ("prompt_lens", "max_tokens", "session_of_row", "turn_of_row", "shared_prompt_tokens",
-                             "adapter_of_request", "adapters", "inputs_per_request", "tree_of_row", "agent_of_row",
-                             "role_of_row", "agent_turn_of_row", "tool_result_of_row")
+                             "adapter_of_request", "adapters", "inputs_per_request", *AGENTIC_WORKLOAD_KEYS)
 
 
 def summarize(
@@ -125,6 +125,8 @@ def summarize(
                                  np.asarray(workload_info["turn_of_row"]), config.open_loop,
                                  workload_info.get("prompt_lens"))
         if "session_of_row" in workload_info else None,
+        agentic=agentic_figures(requests.rows, workload_info, config.open_loop) if "tree_of_row" in workload_info
+        else None,
         steady=steady_state(data, config),
         prefix_cache=prefix_cache_summary(requests.rows, requests.completed, requests.prompt, config, workload_info,
                                           server_info),

@@ -132,6 +132,8 @@ class Result:
     workers: dict[str, Any] | None = None
     # --multi-turn: figures per turn index and per session (results.sessions.session_figures), else None
     sessions: dict[str, Any] | None = None
+    # --dataset-name weka: figures per agent tree, agent and role (results.agentic.agentic_figures), else None
+    agentic: dict[str, Any] | None = None
     # the steady interval and the figures over it (results.steady.steady_state); None: not computed
     steady: SteadyState | None = None
     # the server's prefix cache as the run saw it, and the workload's own sharing (results.cache)

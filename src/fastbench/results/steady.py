@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.config import BenchConfig
+from fastbench.results.agentic import AGENTIC_DATASETS
 from fastbench.results.distribution import Distribution
 from fastbench.results.records import COL, ErrorClass, RunData
 
@@ -70,6 +71,9 @@ def steady_state(data: RunData, config: BenchConfig) -> SteadyState:
     basis, target = ("open loop", None) if config.open_loop else ("closed loop", config.effective_concurrency)
     if config.multi_turn:
         return _none(basis, target, "multi-turn sessions: think times, not the client, set the requests in flight")
+    if config.dataset_name in AGENTIC_DATASETS:
+        return _none(basis, target, "agent trees: the trace's gaps and joins, not the client, set the requests in "
+                                    "flight")
     if config.open_loop:
         if config.ramp_up_strategy is not None:
             return _none(basis, target, "the arrival rate ramped (--ramp-up-strategy): it never held")

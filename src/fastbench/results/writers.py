@@ -24,7 +24,7 @@ from fastbench.config import BenchConfig
 from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
-from fastbench.results import adapters, pooling, steady
+from fastbench.results import adapters, agentic, pooling, steady
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
@@ -161,6 +161,8 @@ def result_to_json_dict(
         fastbench["workers"] = result.workers
     if result.sessions is not None:
         fastbench["sessions"] = result.sessions
+    if result.agentic is not None:  # agent trees (results.agentic)
+        fastbench["agentic"] = result.agentic
     if result.adapters is not None:  # --lora-modules: each adapter's figures (results.adapters)
         fastbench["adapters"] = result.adapters
     if result.steady is not None:
@@ -425,6 +427,8 @@ def render_console(result: Result) -> str:
     row("Client CPU per event (us):", result.client.cpu_per_event_us, 1)
     if result.sessions is not None:
         lines += session_console_lines(result.sessions)
+    if result.agentic is not None:
+        lines += agentic.console_lines(result.agentic, cache.hit_rate if cache is not None else None)
     if result.adapters is not None:
         lines += adapters.console_lines(result.adapters)
     spec = (result.server_info.get("spec_decode_stats") or {}).get("vllm_keys")
