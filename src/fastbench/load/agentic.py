@@ -37,8 +37,8 @@ template that the trace never counted, and the trace's counts are what the repla
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +47,6 @@ from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError
 from fastbench.load import sharing
 from fastbench.load.screening import Candidate, screening_limit
-from fastbench.load.sharing import SharedBlocks
 from fastbench.load.sources import gc_paused
 from fastbench.load.sources.trace import TokenBlocks
 from fastbench.load.sources.weka import Corpus, WekaTrace, read_corpus
@@ -145,23 +144,25 @@ def _build(config: BenchConfig, chat: bool, mml: int | None, notes: list[str]) -
         screened += cut
         before_start += skipped
         trees.append(tree)
-    plan, order = _lay_out(trees, options, slots)
+    warm = [tree for tree in trees if tree.warmup >= 0]
+    warm_calls = _Calls.of(warm, dense, warmups=True)
+    calls = _Calls.of(trees, dense, tail=warm_calls.ids)
+    plan, order = _lay_out(calls, trees, options, slots)
     n_rows = len(plan.gap_ns)
     if n_rows == 0:
         raise ConfigError(f"weka:{path}: no call to send: every tree's first call was screened out by max_model_len "
                           f"{mml}")
-    warm: list[_Call] = [(tree, 0, tree.warmup) for tree in trees if tree.warmup >= 0]
-    candidates = _candidates([*warm, *order], config, chat, dense)
-    warmups, measured = candidates[:len(warm)], candidates[len(warm):]
-    shared = sharing.shared_prompt_tokens("weka", candidates, range(len(candidates)), n_rows) or [0] * n_rows
+    measured, warmups, shared = _prompts(calls, order, warm_calls, config, chat)
     _note(notes, corpus, trees, plan, options, screened, before_start, len(warm), mml, path, chat)
     return AgenticBuild(plan, measured, warmups, shared, f"weka:{path}", screened)
 
 
-def _dense_ids(corpus: Corpus) -> tuple[dict[tuple[int, int, int], np.ndarray], dict[int, int], int]:
-    """Each call's hash ids numbered densely, per trace (hash_id_scope local) or over the global traces: a
-    replay's blocks are then the numbers plus a base of its own, which cannot collide with another's."""
-    dense: dict[tuple[int, int, int], np.ndarray] = {}
+def _dense_ids(corpus: Corpus) -> tuple[dict[tuple[int, int], np.ndarray], dict[int, int], int]:
+    """Each agent's hash ids numbered densely, per trace (hash_id_scope local) or over the global traces: a
+    replay's blocks are then the numbers plus a base of its own, which cannot collide with another's. Ids
+    dense already (captures number their blocks from 0) are their own numbers, less the lowest; others are
+    numbered by np.unique (a sort)."""
+    dense: dict[tuple[int, int], np.ndarray] = {}
     strides: dict[int, int] = {}
     groups = [[t] for t in corpus.traces if not t.shared_scope]
     shared = [t for t in corpus.traces if t.shared_scope]
@@ -169,19 +170,26 @@ def _dense_ids(corpus: Corpus) -> tuple[dict[tuple[int, int, int], np.ndarray], 
         groups.append(shared)
     global_stride = 0
     for group in groups:
-        keys = [(id(t), a, i) for t in group for a, agent in enumerate(t.agents) for i in range(agent.calls)]
-        arrays = [t.agents[a].hash_ids[i] for t in group for a, agent in enumerate(t.agents)
-                  for i in range(agent.calls)]
-        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-        flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
-        distinct, numbers = np.unique(flat, return_inverse=True)
-        ends = np.cumsum(lengths)
-        for key, end, n in zip(keys, ends.tolist(), lengths.tolist()):
-            dense[key] = numbers[end - n:end]
+        agents = [(id(t), a, agent) for t in group for a, agent in enumerate(t.agents)]
+        flat = np.concatenate([agent.hash_ids for _, _, agent in agents])
+        if not flat.size:
+            numbers, span = flat, 1
+        else:
+            low = int(flat.min())
+            span = int(flat.max()) - low + 1
+            if span <= 4 * flat.size + (1 << 16):
+                numbers = flat - low
+            else:
+                distinct, inverse = np.unique(flat, return_inverse=True)
+                numbers, span = inverse.reshape(-1).astype(np.int64), len(distinct)
+        at = 0
+        for key, a, agent in agents:
+            dense[(key, a)] = numbers[at:at + len(agent.hash_ids)]
+            at += len(agent.hash_ids)
         for t in group:
-            strides[id(t)] = len(distinct)
+            strides[id(t)] = span
         if group is shared:
-            global_stride = len(distinct)
+            global_stride = span
     return dense, strides, global_stride
 
 
@@ -221,82 +229,153 @@ def _max_tokens(outputs: np.ndarray, config: BenchConfig) -> np.ndarray:
     return asked
 
 
-_Call = tuple[_Tree, int, int]  # a tree, an agent of it, one of the agent's calls
+@dataclasses.dataclass
+class _Calls:
+    """The calls sent, as columns, agent by agent (each agent's sent calls in its order) and tree by tree."""
+
+    tree: np.ndarray  # int64 per call: its tree's index among those given
+    agent: np.ndarray
+    role: np.ndarray
+    turn: np.ndarray  # the call's index among its agent's calls
+    starts: np.ndarray  # float64 recorded t
+    ends: np.ndarray  # float64 recorded t + api_time (NaN: unknown)
+    think: np.ndarray  # float64 (NaN: none)
+    inputs: np.ndarray
+    outputs: np.ndarray  # int64 recorded out
+    grew: np.ndarray  # int64: the tokens a tool's result added to its input (0: not a tool turn)
+    block: np.ndarray  # int64: tokens per hash id
+    ids: np.ndarray  # int64: every call's block numbers, base included, in this order
+    id_count: np.ndarray  # int64 per call
+    first_of: dict[tuple[int, int], int]  # (tree, agent) -> the position of its first call sent
+
+    @classmethod
+    def of(cls, trees: list[_Tree], dense: dict[tuple[int, int], np.ndarray], warmups: bool = False,
+           tail: np.ndarray | None = None) -> _Calls:
+        """The calls ``trees`` send (``warmups``: each tree's warm-up call only). ``tail``: block numbers to lay
+        after the calls' own in ``ids`` (the warm-ups'), so that the prompts draw from one array: at 100,000
+        calls of long contexts it holds tens of millions of ids, and every copy costs its page faults."""
+        pieces: list[list[np.ndarray]] = [[] for _ in range(12)]
+        first_of: dict[tuple[int, int], int] = {}
+        segments: list[tuple[np.ndarray, int, int, int]] = []  # (an agent's numbers, from, to, base)
+        at = 0
+        for k, tree in enumerate(trees):
+            for a, agent in enumerate(tree.trace.agents):
+                f, u = (tree.warmup, tree.warmup + 1) if warmups else (tree.first[a], tree.upto[a])
+                if warmups and a:
+                    break
+                if u <= f:
+                    continue
+                first_of[(k, a)] = at
+                at += u - f
+                id_from = int(agent.ids_end[f - 1]) if f else 0
+                id_to = int(agent.ids_end[u - 1])
+                before = agent.inputs[f - 1:u - 1] + agent.outputs[f - 1:u - 1] if f else np.concatenate(
+                    ([agent.inputs[0]], agent.inputs[:u - 1] + agent.outputs[:u - 1]))
+                grew = np.where(agent.tool_result[f:u], np.maximum(agent.inputs[f:u] - before, 0), 0)
+                counts = np.diff(agent.ids_end[f - 1:u]) if f else np.diff(agent.ids_end[:u], prepend=0)
+                segments.append((dense[(id(tree.trace), a)], id_from, id_to, tree.id_base))
+                for column, values in zip(pieces, (
+                        np.full(u - f, k), np.full(u - f, a), np.full(u - f, agent.role), np.arange(f, u),
+                        agent.starts[f:u], agent.ends[f:u], agent.think[f:u], agent.inputs[f:u], agent.outputs[f:u],
+                        grew, np.full(u - f, tree.trace.block), counts)):
+                    column.append(values)
+        extra = np.zeros(0, np.int64) if tail is None else tail
+        all_ids = np.empty(sum(to - at for _, at, to, _ in segments) + len(extra), dtype=np.int64)
+        filled = 0
+        for numbers, id_from, id_to, base in segments:
+            piece = all_ids[filled:filled + id_to - id_from]
+            np.add(numbers[id_from:id_to], base, out=piece)
+            filled += len(piece)
+        all_ids[filled:] = extra
+        floats = [np.concatenate(c).astype(np.float64) if c else np.zeros(0) for c in pieces[4:7]]
+        tree_, agent_, role, turn, inputs, outputs, grew_, block, counts = (
+            np.concatenate(c).astype(np.int64) if c else np.zeros(0, np.int64) for i, c in enumerate(pieces)
+            if i not in (4, 5, 6))
+        starts, ends, think = floats
+        return cls(tree_, agent_, role, turn, starts, ends, think, inputs, outputs, grew_, block, all_ids, counts,
+                   first_of)
 
 
-def _lay_out(trees: list[_Tree], options: AgenticOptions, slots: int | None) -> tuple[TreePlan, list[_Call]]:
-    """The rows of every tree in order, their dependencies and gaps; and each row's (tree, agent, call)."""
-    order: list[_Call] = []
-    tree_first = [0]
-    deps_first = [0]
-    deps: list[int] = []
-    gaps: list[float] = []
-    columns: list[list[int]] = [[], [], [], [], []]  # tree, agent, role, turn, tool result tokens
-    cap = options.idle_gap_cap if options.idle_gap_cap is not None else math.inf
-    for k, tree in enumerate(trees):
-        agents = tree.trace.agents
-        calls = [(float(agents[a].starts[i]), a, i) for a in range(len(agents))
-                 for i in range(tree.first[a], tree.upto[a])]
-        calls.sort()
-        base = len(order)
-        row_of = {(a, i): base + r for r, (_, a, i) in enumerate(calls)}
-        recorded_end = [float(agents[a].ends[i]) for _, a, i in calls]  # t + api_time, NaN where unknown
-        joined: dict[tuple[int, int], list[int]] = {}  # (parent, join call) -> the children's last rows
-        for c, agent in enumerate(agents):
-            if c and agent.join >= 0 and tree.upto[c] > tree.first[c]:
-                joined.setdefault((agent.parent, agent.join), []).append(row_of[(c, tree.upto[c] - 1)])
-        for t, a, i in calls:
-            agent = agents[a]
-            mine = [row_of[(a, i - 1)]] if i > tree.first[a] else (
-                [row_of[(agent.parent, agent.spawn)]] if a else [])
-            mine += joined.get((a, i), [])
-            deps.extend(mine)
-            deps_first.append(len(deps))
-            gaps.append(min(cap, _gap(agent.think[i], t, [recorded_end[d - base] for d in mine]) * options.time_scale))
-            order.append((tree, a, i))
-            grew = int(agent.inputs[i] - agent.inputs[i - 1] - agent.outputs[i - 1]) if i else 0
-            for column, value in zip(columns, (k, a, agent.role, i,
-                                               max(0, grew) if agent.tool_result[i] else 0)):
-                column.append(value)
-        tree_first.append(len(order))
-    tree_of, agent_of, role_of, turn_of, tool_of = (np.array(column, dtype=np.int64) for column in columns)
-    plan = TreePlan(np.array(tree_first, dtype=np.int64), np.array(deps_first, dtype=np.int64),
-                    np.array(deps, dtype=np.int64), np.round(np.array(gaps, dtype=np.float64) * 1e9).astype(np.int64),
-                    tree_of, agent_of, role_of, turn_of, tool_of, [tree.name for tree in trees], slots)
+def _lay_out(calls: _Calls, trees: list[_Tree], options: AgenticOptions,
+             slots: int | None) -> tuple[TreePlan, np.ndarray]:
+    """The rows (the calls sent, tree by tree, in the order of their recorded starts), their dependencies and
+    gaps; and ``order``: row r is call ``order[r]``."""
+    n = len(calls.tree)
+    order = np.lexsort((calls.starts, calls.tree))  # stable: equal starts keep the agents' order
+    row_of = np.empty(n, dtype=np.int64)
+    row_of[order] = np.arange(n, dtype=np.int64)
+    # (waiter, dependency), as calls: an agent's call waits for the one before; a subagent's first for the call
+    # that spawned it; a joining call for the last call of each subagent it joins
+    later = np.ones(n, dtype=bool)
+    later[list(calls.first_of.values())] = False
+    waiters = [np.flatnonzero(later)]
+    deps = [waiters[0] - 1]
+    extra_waiters: list[int] = []
+    extra_deps: list[int] = []
+    for (k, a), at in calls.first_of.items():
+        agent = trees[k].trace.agents[a]
+        if not a:
+            continue
+        parent_first = trees[k].first[agent.parent]
+        spawn = calls.first_of[(k, agent.parent)] + agent.spawn - parent_first
+        extra_waiters.append(at)
+        extra_deps.append(spawn)
+        if agent.join >= 0 and agent.join < trees[k].upto[agent.parent]:
+            extra_waiters.append(calls.first_of[(k, agent.parent)] + agent.join - parent_first)
+            extra_deps.append(at + trees[k].upto[a] - trees[k].first[a] - 1)
+    waiter = row_of[np.concatenate([*waiters, np.array(extra_waiters, dtype=np.int64)])]
+    dep = row_of[np.concatenate([*deps, np.array(extra_deps, dtype=np.int64)])]
+    by_waiter = np.argsort(waiter, kind="stable")
+    deps_first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(waiter, minlength=n), out=deps_first[1:])
+    # the gap: think_time where recorded; else from the latest recorded end of its dependencies, where all are known
+    starts, ends, think = calls.starts[order], calls.ends[order], calls.think[order]
+    latest = np.full(n, -np.inf)
+    np.fmax.at(latest, waiter, ends[dep])  # fmax: a NaN end (unknown) leaves it; ``unknown`` says so
+    unknown = np.zeros(n, dtype=bool)
+    np.logical_or.at(unknown, waiter, np.isnan(ends[dep]))
+    has_deps = deps_first[1:] > deps_first[:-1]
+    from_ends = np.where(has_deps & ~unknown, np.maximum(starts - latest, 0.0), 0.0)
+    gap_s = np.where(np.isnan(think), from_ends, think) * options.time_scale
+    if options.idle_gap_cap is not None:
+        gap_s = np.minimum(gap_s, options.idle_gap_cap)
+    tree_first = np.searchsorted(calls.tree[order], np.arange(len(trees) + 1)).astype(np.int64)
+    plan = TreePlan(tree_first, deps_first, dep[by_waiter], np.round(gap_s * 1e9).astype(np.int64),
+                    calls.tree[order], calls.agent[order], calls.role[order], calls.turn[order], calls.grew[order],
+                    [tree.name for tree in trees], slots)
     return plan, order
 
 
-def _gap(think: float, start: float, dep_ends: list[float]) -> float:
-    """Seconds between the last dependency's end and the call (see the module's docstring)."""
-    if not math.isnan(think):
-        return think
-    known = [end for end in dep_ends if not math.isnan(end)]
-    if not dep_ends or len(known) < len(dep_ends):
-        return 0.0
-    return max(0.0, start - max(known))
-
-
-def _candidates(calls: list[_Call], config: BenchConfig, chat: bool,
-                dense: dict[tuple[int, int, int], np.ndarray]) -> list[Candidate]:
-    """Each call's prompt (its blocks laid out with every other call's, ``TokenBlocks``) as a Candidate."""
+def _prompts(calls: _Calls, order: np.ndarray, warm: _Calls, config: BenchConfig,
+             chat: bool) -> tuple[list[Candidate], list[Candidate], list[int]]:
+    """The rows' and the warm-ups' prompts, laid out together (``TokenBlocks``: calls sharing a block share its
+    tokens), and what each row shares with the calls sent before it (the warm-ups, then the rows in order).
+    Requests are taken in that order; their block numbers stay where ``calls.ids`` holds them (the warm-ups'
+    last), each request's a run of it from its start."""
     source = SOURCE_WORDS if chat else SOURCE_TOKEN_IDS
-    by_block: dict[int, list[int]] = {}
-    for k, (tree, _, _) in enumerate(calls):
-        by_block.setdefault(tree.trace.block, []).append(k)
-    out: list[Candidate | None] = [None] * len(calls)
-    for block, members in by_block.items():
-        ids = [dense[(id(calls[k][0].trace), calls[k][1], calls[k][2])] + calls[k][0].id_base for k in members]
-        inputs = np.fromiter((int(calls[k][0].trace.agents[calls[k][1]].inputs[calls[k][2]]) for k in members),
-                             np.int64, len(members))
-        counts = np.fromiter(map(len, ids), np.int64, len(ids))
-        blocks = TokenBlocks(block, chat, np.random.default_rng([config.seed, 0xA6E7, block]))
-        blocks.draw(np.concatenate(ids) if ids else np.zeros(0, np.int64), np.cumsum(counts) - counts, counts, inputs)
-        prompts = blocks.prompts(inputs.tolist())
-        for k, prompt, n_in, chain in zip(members, prompts, inputs.tolist(), ids):
-            tree, a, i = calls[k]
-            n_out = int(_max_tokens(tree.trace.agents[a].outputs[i:i + 1], config)[0])
-            out[k] = Candidate(prompt, n_in, n_out, source, None, SharedBlocks(chain, block))
-    return [c for c in out if c is not None]
+    own = len(calls.ids) - len(warm.ids)
+    counts = np.concatenate([warm.id_count, calls.id_count[order]])
+    starts = np.concatenate([own + np.cumsum(warm.id_count) - warm.id_count,
+                             (np.cumsum(calls.id_count) - calls.id_count)[order]])
+    ids = calls.ids
+    inputs = np.concatenate([warm.inputs, calls.inputs[order]])
+    outputs = _max_tokens(np.concatenate([warm.outputs, calls.outputs[order]]), config)
+    blocks = np.concatenate([warm.block, calls.block[order]])
+    prompts: list[Any] = [None] * len(inputs)
+    for block in np.unique(blocks).tolist():  # a corpus's traces have one block size, as a rule
+        members = np.flatnonzero(blocks == block)
+        layout = TokenBlocks(block, chat, np.random.default_rng([config.seed, 0xA6E7, block]))
+        if len(members) == len(inputs):
+            layout.draw(ids, starts, counts, inputs)
+            prompts = layout.prompts(inputs.tolist())
+            break
+        layout.draw(ids, starts[members], counts[members], inputs[members])
+        for k, prompt in zip(members.tolist(), layout.prompts(inputs[members].tolist())):
+            prompts[k] = prompt
+    candidates = [Candidate(prompt, n_in, n_out, source) for prompt, n_in, n_out
+                  in zip(prompts, inputs.tolist(), outputs.tolist())]
+    shared = sharing.shared_by_ids(ids, counts, inputs, blocks, starts)[len(warm.inputs):]
+    return candidates[len(warm.inputs):], candidates[:len(warm.inputs)], shared
 
 
 def _note(notes: list[str], corpus: Corpus, trees: list[_Tree], plan: TreePlan, options: AgenticOptions,

@@ -23,7 +23,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ("KNOWN_DATASETS", "SharedBlocks", "Sharing", "shared_prompt_tokens")
+__all__ = ("KNOWN_DATASETS", "SharedBlocks", "Sharing", "shared_by_ids", "shared_prompt_tokens")
 
 # The datasets whose prompts are made here, so that what they share is known (see the docstring).
 KNOWN_DATASETS = frozenset({"random", "burstgpt", "prefix_repetition", "generated-shared-prefix", "timed_trace",
@@ -95,21 +95,38 @@ def _id_chains_shared(chains: Sequence[SharedBlocks], tokens: Sequence[int]) -> 
     if not lengths.sum():
         return [0] * len(chains)
     ids = np.concatenate([np.asarray(c.keys, dtype=np.int64) for c in chains])
-    owner = np.repeat(np.arange(len(chains)), lengths)  # the request (in the order sent) each id belongs to
-    starts = np.cumsum(lengths) - lengths
-    low, span = int(ids.min()), int(ids.max()) - int(ids.min()) + 1
-    if span <= 4 * len(ids) + (1 << 16):  # ids dense enough to index by (a trace's usually are): no sort
+    block = np.fromiter((c.block_tokens for c in chains), dtype=np.int64, count=len(chains))
+    return shared_by_ids(ids, lengths, np.asarray(tokens, dtype=np.int64), block)
+
+
+def shared_by_ids(ids: np.ndarray, lengths: np.ndarray, tokens: np.ndarray, block: np.ndarray,
+                  starts: np.ndarray | None = None) -> list[int]:
+    """Per request, in the order sent, its shareable prompt tokens, where each request's blocks are int64 ids:
+    request k's are ``lengths[k]`` of ``ids`` from ``starts[k]`` (default: the next ones, in order), ``block[k]``
+    tokens each, its prompt ``tokens[k]``. Every id of ``ids`` belongs to one request."""
+    n = len(lengths)
+    if not len(ids):
+        return [0] * n
+    if starts is None:
+        starts = np.cumsum(lengths) - lengths
+    by_start = np.argsort(starts, kind="stable")
+    # the request (in the order sent) each id belongs to; int32: a copy per id of tens of millions costs page faults
+    owner = np.repeat(by_start.astype(np.int32 if n < 1 << 31 else np.int64), lengths[by_start])
+    low, high = int(ids.min()), int(ids.max())
+    span = high - low + 1
+    if low >= 0 and high < 4 * len(ids) + (1 << 16):  # numbered from near 0 (a trace's usually are): as they are
+        numbers, span = ids, high + 1
+    elif span <= 4 * len(ids) + (1 << 16):
         numbers = ids - low
     else:
         distinct, numbers = np.unique(ids, return_inverse=True)
         numbers, span = numbers.reshape(-1), len(distinct)
-    first = np.full(span, len(chains), dtype=np.int64)
+    first = np.full(span, n, dtype=owner.dtype)
     np.minimum.at(first, numbers, owner)  # each id's first request, in the order sent
     # each request's leading run of ids sent before: up to its first id that was not
     not_before = np.flatnonzero(first[numbers] >= owner)
     at = np.searchsorted(not_before, starts)
     first_new = np.append(not_before, len(ids))[at]
     matched = np.minimum(first_new - starts, lengths)
-    block = np.fromiter((c.block_tokens for c in chains), dtype=np.int64, count=len(chains))
-    shared: list[int] = np.minimum(np.asarray(tokens, dtype=np.int64), matched * block).tolist()
+    shared: list[int] = np.minimum(tokens, matched * block).tolist()
     return shared

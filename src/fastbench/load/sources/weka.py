@@ -28,6 +28,7 @@ first defect named in the notes, so that one bad capture does not lose a corpus.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 from typing import Any
@@ -42,6 +43,15 @@ __all__ = ("BACKGROUND", "JOINED", "ROOT", "Agent", "Corpus", "WekaTrace", "read
 ROOT, JOINED, BACKGROUND = 0, 1, 2  # an agent's role in its tree
 ROLE_NAMES = ("root", "subagent", "background")
 _CALL_TYPES = ("n", "s")
+_KINDS = {"n", "s", "subagent"}
+_INT = {int}
+_LIST = {list}
+_NUMBER = {int, float}
+_MAYBE_NUMBER = {int, float, type(None)}
+# an agent's calls as columns: starts, ends, think times, inputs, outputs, hash ids, each call's index, whether
+# its input is a tool's result; and its markers (calls before each, where, the marker)
+_Columns = tuple[list[float], list[float], list[float], list[int], list[int], list[list[int]], list[int], list[bool],
+                 list[tuple[int, str, dict[str, Any]]]]
 
 
 @dataclasses.dataclass
@@ -58,7 +68,8 @@ class Agent:
     think: np.ndarray  # float64 think_time; NaN where none
     inputs: np.ndarray  # int64 ``in``
     outputs: np.ndarray  # int64 ``out``
-    hash_ids: list[np.ndarray]  # int64 per call
+    hash_ids: np.ndarray  # int64: every call's hash ids, in order
+    ids_end: np.ndarray  # int64 per call: where its hash ids end in hash_ids (they start where the one before's end)
     tool_result: np.ndarray  # bool: the call's new input is a tool's result
 
     @property
@@ -175,13 +186,50 @@ def _agent(items: list[Any], where: str, name: str, role: int, parent: int, spaw
     """Read one agent's list (its calls, and its subagents' markers, recursively) into ``agents``."""
     index = len(agents)
     empty = np.empty(0)
-    agents.append(Agent(name, role, parent, spawn, join, empty, empty, empty, empty, empty, [], np.empty(0, bool)))
+    agents.append(Agent(name, role, parent, spawn, join, empty, empty, empty, empty, empty, empty, empty,
+                        np.empty(0, bool)))
+    columns = _columns_at_once(items, where, offset) or _columns_checked(items, where, offset)
+    starts, ends, think, inputs, outputs, hashes, at_call, tool, markers = columns
+    agent = agents[index]
+    agent.starts, agent.ends, agent.think = (np.array(v, dtype=np.float64) for v in (starts, ends, think))
+    agent.inputs, agent.outputs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
+    agent.ids_end = np.cumsum(np.fromiter(map(len, hashes), np.int64, len(hashes)))
+    total = int(agent.ids_end[-1]) if hashes else 0
+    try:
+        agent.hash_ids = np.fromiter(itertools.chain.from_iterable(hashes), np.int64, total)
+    except OverflowError:
+        agent.hash_ids = np.full(1, -1, np.int64)
+    if total and int(agent.hash_ids.min()) < 0:
+        bad = next(k for k, ids in enumerate(hashes) if ids and not (0 <= min(ids) and max(ids) < 1 << 63))
+        raise _Defect(f"{where}[{at_call[bad]}].hash_ids: must be a list of integers >= 0, got {str(hashes[bad])[:60]}")
+    agent.tool_result = np.array(tool, dtype=bool)
+    for before, at, marker in markers:
+        inner = marker.get("requests")
+        if not isinstance(inner, list):
+            raise _Defect(f"{at}.requests: a subagent marker must hold its calls as a list")
+        if before == 0:  # nothing spawned it
+            counts[0] += 1
+            continue
+        background = before == len(inputs) or marker.get("status") == "async_launched"
+        t = _number(marker, "t", at) + offset
+        first = next((c for c in inner if isinstance(c, dict) and c.get("type") in _CALL_TYPES), None)
+        relative = first is not None and isinstance(first.get("t"), (int, float)) and first["t"] < t
+        counts[1] += relative
+        sub_name = marker.get("agent_id")
+        _agent(inner, f"{at}.requests", f"{agent.name}/{sub_name if isinstance(sub_name, str) else len(agents)}",
+               BACKGROUND if background else JOINED, index, before - 1, -1 if background else before,
+               t if relative else offset, agents, counts)
+
+
+def _columns_checked(items: list[Any], where: str, offset: float) -> _Columns:
+    """An agent's calls read one by one, each field checked: the first defect raised, naming its field."""
     starts: list[float] = []
     ends: list[float] = []
     think: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
-    hashes: list[np.ndarray] = []
+    hashes: list[list[int]] = []
+    at_call: list[int] = []  # each call's index in ``items``, to name one whose ids are out of range
     tool: list[bool] = []
     markers: list[tuple[int, str, dict[str, Any]]] = []  # (calls before it, where, marker)
     last_stop = ""
@@ -202,7 +250,7 @@ def _agent(items: list[Any], where: str, name: str, role: int, parent: int, spaw
                           "agent's calls must be in time order")
         n_in, n_out = _count(item, "in", at, 1), _count(item, "out", at, 0)
         ids = item.get("hash_ids", [])
-        if type(ids) is not list or not all(type(h) is int and h >= 0 for h in ids):
+        if type(ids) is not list or not set(map(type, ids)) <= _INT:  # one C-level pass; the range is numpy's
             raise _Defect(f"{at}.hash_ids: must be a list of integers >= 0, got {str(ids)[:60]}")
         api = _optional(item, "api_time", at)
         types = item.get("input_types", [])
@@ -212,30 +260,53 @@ def _agent(items: list[Any], where: str, name: str, role: int, parent: int, spaw
         think.append(_optional(item, "think_time", at))
         inputs.append(n_in)
         outputs.append(n_out)
-        hashes.append(np.array(ids, dtype=np.int64))
+        hashes.append(ids)
+        at_call.append(i)
         tool.append(bool(inputs[:-1]) and ((isinstance(types, list) and "tool_result" in types)
                                            or last_stop == "tool_use"))
         last_stop = stop if isinstance(stop, str) else ""
-    agent = agents[index]
-    agent.starts, agent.ends, agent.think = (np.array(v, dtype=np.float64) for v in (starts, ends, think))
-    agent.inputs, agent.outputs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
-    agent.hash_ids, agent.tool_result = hashes, np.array(tool, dtype=bool)
-    for before, at, marker in markers:
-        inner = marker.get("requests")
-        if not isinstance(inner, list):
-            raise _Defect(f"{at}.requests: a subagent marker must hold its calls as a list")
-        if before == 0:  # nothing spawned it
-            counts[0] += 1
-            continue
-        background = before == len(inputs) or marker.get("status") == "async_launched"
-        t = _number(marker, "t", at) + offset
-        first = next((c for c in inner if isinstance(c, dict) and c.get("type") in _CALL_TYPES), None)
-        relative = first is not None and isinstance(first.get("t"), (int, float)) and first["t"] < t
-        counts[1] += relative
-        sub_name = marker.get("agent_id")
-        _agent(inner, f"{at}.requests", f"{agent.name}/{sub_name if isinstance(sub_name, str) else len(agents)}",
-               BACKGROUND if background else JOINED, index, before - 1, -1 if background else before,
-               t if relative else offset, agents, counts)
+    return starts, ends, think, inputs, outputs, hashes, at_call, tool, markers
+
+
+def _columns_at_once(items: list[Any], where: str, offset: float) -> _Columns | None:
+    """An agent's calls read a field at a time, each column checked in one pass (a trace holds tens of thousands
+    of calls); None where any check fails, for ``_columns_checked`` to name the defect."""
+    kinds = [item.get("type") if type(item) is dict else None for item in items]
+    if not set(kinds) <= _KINDS:
+        return None
+    calls = [item for item, kind in zip(items, kinds) if kind != "subagent"]
+    stamps: list[Any] = [c.get("t") for c in calls]
+    inputs: list[Any] = [c.get("in") for c in calls]
+    outputs: list[Any] = [c.get("out") for c in calls]
+    hashes: list[Any] = [c.get("hash_ids", []) for c in calls]
+    api: list[Any] = [c.get("api_time") for c in calls]
+    think: list[Any] = [c.get("think_time") for c in calls]
+    if calls and not (set(map(type, stamps)) <= _NUMBER and set(map(type, inputs)) == _INT
+                      and set(map(type, outputs)) == _INT and set(map(type, hashes)) == _LIST
+                      and set(map(type, api)) <= _MAYBE_NUMBER and set(map(type, think)) <= _MAYBE_NUMBER
+                      and min(inputs) >= 1 and min(outputs) >= 0 and max(inputs) < 1 << 40 and max(outputs) < 1 << 40
+                      and set(map(type, itertools.chain.from_iterable(hashes))) <= _INT):
+        return None
+    t = np.array(stamps, dtype=np.float64) + offset
+    api_s = np.array(api, dtype=np.float64)  # None -> NaN
+    think_s = np.array(think, dtype=np.float64)
+    numbers = np.concatenate([t, api_s, think_s])
+    if not (np.all(t >= offset) and np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
+            and not np.any(numbers[~np.isnan(numbers)] < 0) and not np.any(np.isinf(numbers))):
+        return None
+    stops = [c.get("stop") for c in calls]
+    types = [c.get("input_types") for c in calls]
+    tool = [k > 0 and ((type(kinds_in) is list and "tool_result" in kinds_in) or stops[k - 1] == "tool_use")
+            for k, kinds_in in enumerate(types)]
+    markers = []
+    before = 0
+    for i, (item, kind) in enumerate(zip(items, kinds)):
+        if kind == "subagent":
+            markers.append((before, f"{where}[{i}]", item))
+        else:
+            before += 1
+    at_call = [i for i, kind in enumerate(kinds) if kind != "subagent"]
+    return t.tolist(), (t + api_s).tolist(), think_s.tolist(), inputs, outputs, hashes, at_call, tool, markers
 
 
 def _number(item: dict[str, Any], key: str, at: str) -> float:
