@@ -102,6 +102,25 @@ def test_running_figures_as_the_result_defines_them_however_rows_finish(layout: 
     assert all((whole.counts[k] == live.counts[k]).all() for k in whole.counts)
 
 
+def test_running_figures_over_several_tables_add_up_to_the_whole(layout: HdrLayout) -> None:
+    # a --workers parent's tables, one per worker (dealt: every other row), looked at as they fill
+    rng = np.random.default_rng(5)
+    done = _table(2000, rng)
+    whole = RunningFigures(layout, open_loop=False)
+    whole.update(done, len(done))
+    parts = [done[0::2], done[1::2]]
+    tables = [np.zeros_like(part) for part in parts]
+    split = RunningFigures(layout, open_loop=False)
+    for step in range(0, 1000, 111):
+        for i, (part, table) in enumerate(zip(parts, tables)):
+            table[step:step + 111] = part[step:step + 111]
+            split.update(table, step + 111, i)
+    for i, table in enumerate(tables):
+        split.update(table, len(table), i)
+    assert split.completed == whole.completed and split.failed_by_class == whole.failed_by_class
+    assert all((whole.counts[k] == split.counts[k]).all() and whole.sums[k] == split.sums[k] for k in whole.counts)
+
+
 @pytest.mark.timing
 def test_a_buckets_sum_leaves_no_thread_spinning_beside_the_run(layout: HdrLayout) -> None:
     # a dot product this long goes to OpenBLAS, whose threads then spin ~0.1 s of CPU each time: a look

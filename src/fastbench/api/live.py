@@ -9,8 +9,9 @@ rows finished since the last look, the core's chunk histograms (``Recorder.copy_
 A look costs ~0.4 ms of numpy on this 2-core machine (five quantile pairs over 33,792 HDR counts), four
 times a second: ~0.1 us per chunk at 256 streams (bench/live_overhead.py).
 
-With ``--workers`` the parent holds no request table and no chunk histogram of its own: it shows the
-workers' merged counters, rates and time left, and no latency; with ``--ray`` the same.
+With ``--workers`` (and ``--ray``) the parent reads the request tables it shares with the workers (or
+the rows the actors handed it) and the chunk histograms each worker reports four times a second: the
+merged running figures, as one process's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from fastbench.load.driver import LoadGenerator
+from fastbench.load.workers import WorkerPool
 from fastbench.results.live import LATENCIES, Buckets, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
 from fastbench.results.records import RunData
 from fastbench.results.result import Result
@@ -44,7 +46,7 @@ _log = logging.getLogger(__name__)
 class LiveSampler:
     """Looks at one run; ``on_progress`` is the generator's progress callback (chained to the caller's)."""
 
-    def __init__(self, generator: LoadGenerator | Any, *, open_loop: bool, monitor: WindowMonitor | None = None,
+    def __init__(self, generator: LoadGenerator | WorkerPool, *, open_loop: bool, monitor: WindowMonitor | None = None,
                  memory: MemoryRun | None = None, listeners: Sequence[LiveListener] = (),
                  then: Callable[[dict[str, Any]], None] | None = None, labels: dict[str, str] | None = None) -> None:
         self.generator = generator
@@ -161,7 +163,8 @@ class LiveSampler:
     def _read_running(self, started: int) -> bool:
         """Count what finished since the last look into the running histograms; returns whether the
         per-request figures are known. One process: its request table and its core's chunk histograms
-        (copied, no sync). A pool of workers: none (its latencies come with the merged run)."""
+        (copied, no sync). --workers and --ray: the tables the parent can read (shared memory, or the
+        rows the actors handed over) and the chunk histograms the workers last reported, merged."""
         generator = self.generator
         if isinstance(generator, LoadGenerator):
             self.figures.update(generator.rows, started)
@@ -169,6 +172,14 @@ class LiveSampler:
                 generator.recorders[key].copy_counts(self.chunk_counts[name])
             self.has_chunk_histograms = True
             return True
+        if isinstance(generator, WorkerPool):
+            tables = generator.running_tables()
+            for table, (rows, claimed) in enumerate(tables):
+                self.figures.update(rows, claimed, table)
+            for name, counts in generator.running_chunk_counts(self.layout.counts_len).items():
+                self.chunk_counts[name] = counts
+                self.has_chunk_histograms = True
+            return bool(tables) or self.has_rows
         return False
 
     def _server(self) -> dict[str, float]:
