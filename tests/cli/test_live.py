@@ -1,5 +1,6 @@
 """The live view drawn in a real pseudo-terminal, ending on the figures the result holds, and turned off by
-its flags; --metrics-port on a port already taken is a one-line error."""
+its flags; --metrics-port on a port already taken and an --otlp-endpoint that is no URL are one-line errors;
+a sweep's grid with its skipped cells."""
 
 from __future__ import annotations
 
@@ -84,6 +85,15 @@ def test_metrics_port_taken_is_one_line_error() -> None:
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"fastbench: error: --metrics-port {port}: cannot listen")
+
+
+def test_otlp_endpoint_that_is_no_url_is_one_line_error() -> None:
+    args = ["--num-prompts", "4", "--otlp-endpoint", "localhost:4318"]
+    proc = subprocess.run([sys.executable, "-m", "fastbench", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    # without the extra installed, the line says how to install it
+    assert len(lines) == 1 and lines[0].startswith("fastbench: error: --otlp-endpoint"), proc.stderr
 
 
 def test_a_sweeps_grid_shows_skipped_cells_with_the_reason_and_leaves_them_out_of_the_time_left() -> None:
