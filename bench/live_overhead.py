@@ -7,7 +7,9 @@ Four ways, each round:
 - timeline: as every run is now: a look each 0.5 s, keeping the result's per-second timeline;
 - exporter: looks four times a second for a ``PrometheusExporter``, scraped every 0.5 s by another process;
 - view+exporter: that, and the live view (its own process, drawing on a pseudo-terminal that ``cat``
-  drains), as ``fastbench`` draws it on a terminal.
+  drains), as ``fastbench`` draws it on a terminal;
+- otlp: looks four times a second for an ``OtlpExporter`` pushing every 0.5 s (ten times its default)
+  to a collector stand-in in another process (left out without ``fastbench-llm[otlp]``).
 
 Per way: the client's CPU per output event (us, the result's ``client.cpu_per_event_us``), the skew's
 p99 and max (ms: receive stamp minus the synthetic server's send stamp), and the CPU the view's own
@@ -36,7 +38,7 @@ from fastbench.api.export import PrometheusExporter
 from fastbench.cli import live as live_cli
 from fastbench.config import BenchConfig
 
-WAYS = ("bare", "timeline", "exporter", "view+exporter")
+WAYS = ("bare", "timeline", "exporter", "view+exporter", "otlp")
 SCRAPER = """
 import sys, time, urllib.request
 while True:
@@ -46,6 +48,28 @@ while True:
         pass
     time.sleep(0.5)
 """
+COLLECTOR = """
+import http.server
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def _otlp_available() -> bool:
+    try:
+        import opentelemetry.proto  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _children_cpu_s() -> float:
@@ -65,6 +89,14 @@ def one_run(way: str, config: BenchConfig) -> dict[str, Any]:
         scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, exporter.url])
         listeners.append(exporter)
         closers += [exporter.close, scraper.kill, scraper.wait]
+    if way == "otlp":
+        from fastbench.api.otlp import OtlpExporter
+
+        collector = subprocess.Popen([sys.executable, "-c", COLLECTOR], stdout=subprocess.PIPE, text=True)
+        assert collector.stdout is not None
+        otlp = OtlpExporter(f"http://127.0.0.1:{collector.stdout.readline().strip()}", interval_s=0.5)
+        listeners.append(otlp)
+        closers += [otlp.close, collector.kill, collector.wait]
     saved_stderr = sys.stderr
     drain = None
     if way == "view+exporter":
@@ -103,9 +135,10 @@ def main() -> int:
     ns = p.parse_args()
     config = BenchConfig(num_prompts=ns.prompts, concurrency=ns.streams, random_input_len=16,
                          random_output_len=ns.output_len, synthetic_args=("--itl-ms", f"{ns.itl_ms:g}"))
-    figures: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
+    ways = WAYS if _otlp_available() else WAYS[:-1]
+    figures: dict[str, list[dict[str, Any]]] = {way: [] for way in ways}
     for round_ in range(ns.rounds):
-        order = WAYS if round_ % 2 == 0 else tuple(reversed(WAYS))
+        order = ways if round_ % 2 == 0 else tuple(reversed(ways))
         for way in order:
             figures[way].append(one_run(way, config))
             got = figures[way][-1]
@@ -114,7 +147,7 @@ def main() -> int:
     print(f"\n{ns.streams} streams, {ns.prompts} requests x {ns.output_len} tokens, ITL {ns.itl_ms:g} ms, "
           f"{ns.rounds} rounds (medians)")
     print(f"{'way':>14}  {'CPU/event us':>12}  {'skew p99 ms':>11}  {'skew max ms':>11}  {'view CPU s':>10}")
-    for way in WAYS:
+    for way in ways:
         rows = figures[way]
 
         def med(key: str, rows: list[dict[str, Any]] = rows) -> float | None:

@@ -73,3 +73,32 @@ def test_prometheus_endpoint_during_a_run_and_a_stalled_scraper() -> None:
             expected = sum(hdr.get_count_at_index(i) for i in range(hdr.counts_len)
                            if hdr.get_value_from_index(i) <= round(bound * 1e9))
             assert count == expected, (name, bound)
+
+
+def test_workers_parent_exports_the_merged_histograms_while_they_run() -> None:
+    pytest.importorskip("prometheus_client")
+    exporter = PrometheusExporter(0)
+    during: list[dict[str, list[tuple[dict[str, str], float]]]] = []
+
+    def scrape_once(snapshot: object) -> None:
+        if not during and getattr(snapshot, "completed", 0) > 40 and not getattr(snapshot, "final", True):
+            during.append(_scrape(exporter.url))
+
+    try:
+        config = BenchConfig(num_prompts=120, concurrency=8, random_input_len=16, random_output_len=30, workers=2,
+                             synthetic_args=("--itl-ms", "10"), label="w2")
+        result = api.run(config, on_live=[exporter, scrape_once])
+        after = _scrape(exporter.url)
+    finally:
+        exporter.close()
+    assert during, "no scrape happened while the workers ran"
+    labels = {"label": "w2", "variant": "", "cell": ""}
+
+    def value(scrape: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+        return next(v for lab, v in scrape[name] if lab == labels)
+
+    for metric, name in (("fastbench_time_to_first_token_seconds", "ttft"),
+                         ("fastbench_inter_chunk_latency_seconds", "itl")):
+        # the workers' running figures while they run, the merged run's at the end
+        assert 0 < value(during[0], f"{metric}_count") < result.histograms[name].get_total_count(), name
+        assert value(after, f"{metric}_count") == result.histograms[name].get_total_count(), name

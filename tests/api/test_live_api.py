@@ -1,6 +1,7 @@
 """What ``arun(on_live=...)`` hands a harness: snapshots a few times a second while the run runs, counters
 that only grow, a last one (``final``) holding the result's own figures, and the result's timeline; a
-listener that raises is dropped and the run goes on; with --workers the parent shows the merged counters."""
+listener that raises is dropped and the run goes on; with --workers the parent shows
+the workers' merged running figures."""
 
 from __future__ import annotations
 
@@ -47,12 +48,26 @@ def test_snapshots_while_running_end_on_the_results_figures(caplog: pytest.LogCa
     assert all(len(values) == len(columns["t_s"]) for values in columns.values())
 
 
-def test_workers_parent_shows_the_merged_counters() -> None:
+def test_workers_parent_shows_the_merged_running_latencies() -> None:
     seen: list[LiveSnapshot] = []
-    config = BenchConfig(num_prompts=80, concurrency=8, random_input_len=16, random_output_len=30, workers=2,
+    config = BenchConfig(num_prompts=120, concurrency=8, random_input_len=16, random_output_len=30, workers=2,
                          synthetic_args=("--itl-ms", "10"))
     result = api.run(config, on_live=seen.append)
-    running = [s for s in seen if not s.final]
-    assert running and max(s.completed for s in running) > 0
-    assert all(not s.latency for s in running)  # the parent holds no request table while the workers run
-    assert seen[-1].completed == result.counts.completed and seen[-1].latency["ttft"].count == 80
+    running, final = [s for s in seen if not s.final], seen[-1]
+    mid = [s for s in running if 0 < s.completed < 120]
+    assert mid, "no look while the workers ran"
+    # while the workers run: the per-request latencies from the tables the parent shares with them, the
+    # chunk gaps and the skew from the histograms each worker reports, merged
+    late = mid[-1]
+    for name in ("ttft", "tpot", "e2e"):
+        assert 0 < late.latency[name].count <= late.completed, name
+        assert late.latency[name].p50_ms is not None and late.latency[name].p50_ms > 0
+    assert late.latency["itl"].count > 0 and 5 < (late.latency["itl"].p50_ms or 0) < 50  # 10 ms chunk gaps
+    assert late.skew is not None and late.skew.count > 0
+    for earlier, later in zip(mid, mid[1:]):
+        assert later.latency["ttft"].count >= earlier.latency["ttft"].count
+    assert final.completed == result.counts.completed == 120
+    for name, kept in (("ttft", "ttft"), ("tpot", "tpot"), ("e2e", "e2el"), ("itl", "itl")):
+        assert final.latency[name].count == result.histograms[kept].get_total_count(), name
+    columns = result.timeline["columns"] if result.timeline else {}
+    assert any(v is not None for v in columns["ttft_p50_ms"][:-1])  # the seconds' latencies, not only the end's

@@ -1,8 +1,10 @@
 """The live view drawn in a real pseudo-terminal, ending on the figures the result holds, and turned off by
-its flags; --metrics-port on a port already taken is a one-line error."""
+its flags; --metrics-port on a port already taken and an --otlp-endpoint that is no URL are one-line errors;
+a sweep's grid with its skipped cells."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -83,3 +85,38 @@ def test_metrics_port_taken_is_one_line_error() -> None:
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"fastbench: error: --metrics-port {port}: cannot listen")
+
+
+def test_otlp_endpoint_that_is_no_url_is_one_line_error() -> None:
+    args = ["--num-prompts", "4", "--otlp-endpoint", "localhost:4318"]
+    proc = subprocess.run([sys.executable, "-m", "fastbench", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    # without the extra installed, the line says how to install it
+    assert len(lines) == 1 and lines[0].startswith("fastbench: error: --otlp-endpoint"), proc.stderr
+
+
+def test_a_sweeps_grid_shows_skipped_cells_with_the_reason_and_leaves_them_out_of_the_time_left() -> None:
+    pytest.importorskip("rich")
+    from rich.console import Console
+
+    from fastbench.cli.liveproc import Screen
+
+    console = Console(record=True, width=160, file=io.StringIO())
+    screen = Screen()
+    for message in ({"cells": ["c1", "c2", "c4", "c8"]}, {"started": "c1", "at": 100.0},
+                    {"finished": "c1", "state": "done", "figures": "9.00 req/s", "at": 130.0},
+                    {"started": "c2", "at": 130.0},
+                    {"finished": "c2", "state": "done", "figures": "9.10 req/s", "at": 160.0},
+                    {"finished": "c4", "state": "skipped", "figures": "saturated at load 2", "at": 160.1},
+                    {"finished": "c8", "state": "skipped", "figures": "saturated at load 2", "at": 160.1}):
+        screen.take(message, console)
+    assert screen.state == {"c1": "done", "c2": "done", "c4": "skipped", "c8": "skipped"}
+    assert screen.spent == [30.0, 30.0]  # the skipped cells took no time of their own
+    assert screen.time_left_s() == 0.0  # none waiting: nothing left
+    console.print(screen.render())
+    text = console.export_text()
+    assert "2 of 4 cells measured, 2 skipped" in text
+    rows = {line.split()[1]: line for line in text.splitlines() if re.match(r"\W*c\d", line)}
+    assert "skipped" in rows["c4"] and "saturated at load 2" in rows["c4"] and "waiting" not in text
+

@@ -4,10 +4,13 @@ back from its JSON form."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import orjson
 import pytest
 
+from support.timing import until_a_round_passes
 from fastbench.results.live import BOUNDS_S, Buckets, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
 from fastbench.results.records import COL, NCOLS, ErrorClass, new_histogram
 
@@ -97,6 +100,42 @@ def test_running_figures_as_the_result_defines_them_however_rows_finish(layout: 
         p50 = layout.quantile_ns(figures.counts["ttft"], 0.5)
         assert p50 is not None and p50 == pytest.approx(np.percentile(ttft, 50), rel=2e-3)
     assert all((whole.counts[k] == live.counts[k]).all() for k in whole.counts)
+
+
+def test_running_figures_over_several_tables_add_up_to_the_whole(layout: HdrLayout) -> None:
+    # a --workers parent's tables, one per worker (dealt: every other row), looked at as they fill
+    rng = np.random.default_rng(5)
+    done = _table(2000, rng)
+    whole = RunningFigures(layout, open_loop=False)
+    whole.update(done, len(done))
+    parts = [done[0::2], done[1::2]]
+    tables = [np.zeros_like(part) for part in parts]
+    split = RunningFigures(layout, open_loop=False)
+    for step in range(0, 1000, 111):
+        for i, (part, table) in enumerate(zip(parts, tables)):
+            table[step:step + 111] = part[step:step + 111]
+            split.update(table, step + 111, i)
+    for i, table in enumerate(tables):
+        split.update(table, len(table), i)
+    assert split.completed == whole.completed and split.failed_by_class == whole.failed_by_class
+    assert all((whole.counts[k] == split.counts[k]).all() and whole.sums[k] == split.sums[k] for k in whole.counts)
+
+
+@pytest.mark.timing
+def test_a_buckets_sum_leaves_no_thread_spinning_beside_the_run(layout: HdrLayout) -> None:
+    # a dot product this long goes to OpenBLAS, whose threads then spin ~0.1 s of CPU each time: a look
+    # a second cost the client ~8 % of a core that way. The process's CPU (every thread) over a few looks:
+    counts = np.zeros(layout.counts_len, dtype=np.int64)
+    counts[1000:3000] = 7
+
+    def one_round() -> None:
+        cpu0 = time.process_time()
+        for _ in range(4):
+            Buckets.of(layout, counts)
+            time.sleep(0.1)
+        assert time.process_time() - cpu0 < 0.04
+
+    until_a_round_passes(one_round)
 
 
 def test_a_snapshot_reads_back_from_its_json(layout: HdrLayout) -> None:

@@ -469,8 +469,8 @@ class ScriptedRunner:
             return store.add(doc)
 
 
-def scripted(tmp_path: Path, bench: str, figures: Any, *, sweep_keys: str = "",
-             find_max: str | None = None) -> tuple[Plan, ScriptedRunner, list[Any], list[str]]:
+def scripted(tmp_path: Path, bench: str, figures: Any, *, sweep_keys: str = "", find_max: str | None = None,
+             on_record: Any = None) -> tuple[Plan, ScriptedRunner, list[Any], list[str]]:
     path = tmp_path / "s.toml"
     path.write_text(f"[sweep]\n{sweep_keys}\n[variants.a]\nsynthetic_args = {FAST}\n[benchmark]\n"
                     f"num_prompts = 2\nmax_tokens = 2\n{bench}\n")
@@ -479,7 +479,7 @@ def scripted(tmp_path: Path, bench: str, figures: Any, *, sweep_keys: str = "",
     runner = ScriptedRunner(plan, tmp_path, figures)
     said: list[str] = []
     with Store(plan.store) as store:
-        points = asyncio.run(execute(plan, store, runner, asyncio.Event(), say=said.append))
+        points = asyncio.run(execute(plan, store, runner, asyncio.Event(), say=said.append, on_record=on_record))
     return plan, runner, points, said
 
 
@@ -487,9 +487,13 @@ def test_saturation_rule_skips_the_loads_above_where_throughput_stopped_growing(
     def figures(load: float) -> dict[str, float]:  # a server that serves 4 streams at once, queueing the rest
         return {"output_throughput": 100.0 * min(load, 4), "median_e2el_ms": 10.0 * max(1.0, load / 4)}
 
+    told: list[tuple[float | None, str, str]] = []  # what a live view is told (api.sweeps: its grid's states)
     plan, runner, points, said = scripted(tmp_path, "concurrency = [1, 2, 4, 8, 16, 32]", figures,
-                                          sweep_keys='stop = ["saturation"]')
+                                          sweep_keys='stop = ["saturation"]',
+                                          on_record=lambda cell, state, why: told.append((cell.load, state, why)))
     assert runner.loads == [1, 2, 4, 8]  # 8 is measured and shows it; 16 and 32 are not
+    why = "saturated at load 8: throughput +0% while median E2E latency +100%"
+    assert told == [(16, "skipped", why), (32, "skipped", why)]
     skipped = [e for e in journal(tmp_path / "store") if e["event"] == "skipped"]
     assert [orjson.loads(e["cell"])["concurrency"] for e in skipped] == [16, 32]
     assert all(e["reason"] == "saturated at load 8: throughput +0% while median E2E latency +100%" for e in skipped)

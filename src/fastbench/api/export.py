@@ -6,8 +6,8 @@ Grafana beside the server's dashboard shows the client and the server on one tim
 cells each keep theirs after they finish), and serves them from prometheus_client's threaded HTTP server:
 a scrape is rendered in the server's thread from the kept snapshots, nothing is asked of the event loop,
 and a scraper that connects and stalls holds one thread of its own, never the run. With ``--workers``
-the parent's snapshot is the workers' merged counters. prometheus_client (``pip install
-'fastbench-llm[metrics]'``) is imported only when an exporter is made.
+(and ``--ray``) the parent's snapshot holds the workers' merged running figures, histograms included.
+prometheus_client (``pip install 'fastbench-llm[metrics]'``) is imported only when an exporter is made.
 
 The latencies are Prometheus histograms over ``results.live.BOUNDS_S``, counted from the HDR
 histograms the live sampler keeps; names follow OpenTelemetry's GenAI conventions where they have one

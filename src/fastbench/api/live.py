@@ -9,8 +9,9 @@ rows finished since the last look, the core's chunk histograms (``Recorder.copy_
 A look costs ~0.4 ms of numpy on this 2-core machine (five quantile pairs over 33,792 HDR counts), four
 times a second: ~0.1 us per chunk at 256 streams (bench/live_overhead.py).
 
-With ``--workers`` the parent holds no request table and no chunk histogram of its own: it shows the
-workers' merged counters, rates and time left, and no latency; with ``--ray`` the same.
+With ``--workers`` (and ``--ray``) the parent reads the request tables it shares with the workers (or
+the rows the actors handed it) and the chunk histograms each worker reports four times a second: the
+merged running figures, as one process's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.workers import WorkerPool
 from fastbench.results.live import LATENCIES, Buckets, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
 from fastbench.results.records import RunData
 from fastbench.results.result import Result
@@ -43,7 +46,7 @@ _log = logging.getLogger(__name__)
 class LiveSampler:
     """Looks at one run; ``on_progress`` is the generator's progress callback (chained to the caller's)."""
 
-    def __init__(self, generator: Any, *, open_loop: bool, monitor: WindowMonitor | None = None,
+    def __init__(self, generator: LoadGenerator | WorkerPool, *, open_loop: bool, monitor: WindowMonitor | None = None,
                  memory: MemoryRun | None = None, listeners: Sequence[LiveListener] = (),
                  then: Callable[[dict[str, Any]], None] | None = None, labels: dict[str, str] | None = None) -> None:
         self.generator = generator
@@ -58,6 +61,7 @@ class LiveSampler:
         self.chunk_counts = {"itl": np.zeros(self.layout.counts_len, dtype=np.int64),
                              "skew": np.zeros(self.layout.counts_len, dtype=np.int64)}
         self.has_chunk_histograms = False
+        self.has_rows = False  # the per-request figures are read while the run goes on
         self.start_ns: int | None = None
         self.latest: LiveSnapshot | None = None
         self._last: tuple[float, int, int] = (0.0, 0, 0)  # (elapsed, finished, tokens) at the last look
@@ -83,11 +87,8 @@ class LiveSampler:
             self.start_ns = time.monotonic_ns() - int(elapsed * 1e9)
         completed, failed = int(progress["completed"]), int(progress["failed"])
         in_flight, tokens = int(progress["in_flight"]), int(progress["output_tokens"])
-        rows = getattr(self.generator, "rows", None)  # LoadGenerator's request table; a pool has none
-        if isinstance(rows, np.ndarray) and not final:
-            self.figures.update(rows, completed + failed + in_flight)
         if not final:
-            self._copy_chunk_histograms()
+            self.has_rows = self._read_running(completed + failed + in_flight)
         then_s, then_finished, then_tokens = self._last
         span = elapsed - then_s
         if span >= 0.5 or final:  # "now" over about a second: a quarter-second window is all noise
@@ -96,7 +97,7 @@ class LiveSampler:
             if span >= 1.0 or final:
                 self._last = (elapsed, completed, tokens)
         latency = {name: Quantiles.of(self.layout, self.figures.counts[name]) for name in ("ttft", "tpot", "e2e")}
-        has_rows = isinstance(rows, np.ndarray) or final
+        has_rows = self.has_rows or final
         if self.has_chunk_histograms:
             latency["itl"] = Quantiles.of(self.layout, self.chunk_counts["itl"])
         skew = Quantiles.of(self.layout, self.chunk_counts["skew"]) if self.has_chunk_histograms else None
@@ -159,15 +160,27 @@ class LiveSampler:
         self._buckets = (elapsed, out)
         return out
 
-    def _copy_chunk_histograms(self) -> None:
-        recorders = getattr(self.generator, "_recorders", None)  # the driver's running recorders
-        if not isinstance(recorders, dict):
-            return
-        for name, key in (("itl", "itl_chunk"), ("skew", "skew")):
-            recorder = recorders.get(key)
-            if recorder is not None and hasattr(recorder, "copy_counts"):
-                recorder.copy_counts(self.chunk_counts[name])
+    def _read_running(self, started: int) -> bool:
+        """Count what finished since the last look into the running histograms; returns whether the
+        per-request figures are known. One process: its request table and its core's chunk histograms
+        (copied, no sync). --workers and --ray: the tables the parent can read (shared memory, or the
+        rows the actors handed over) and the chunk histograms the workers last reported, merged."""
+        generator = self.generator
+        if isinstance(generator, LoadGenerator):
+            self.figures.update(generator.rows, started)
+            for name, key in (("itl", "itl_chunk"), ("skew", "skew")):
+                generator.recorders[key].copy_counts(self.chunk_counts[name])
+            self.has_chunk_histograms = True
+            return True
+        if isinstance(generator, WorkerPool):
+            tables = generator.running_tables()
+            for table, (rows, claimed) in enumerate(tables):
+                self.figures.update(rows, claimed, table)
+            for name, counts in generator.running_chunk_counts(self.layout.counts_len).items():
+                self.chunk_counts[name] = counts
                 self.has_chunk_histograms = True
+            return bool(tables) or self.has_rows
+        return False
 
     def _server(self) -> dict[str, float]:
         if self.monitor is None:

@@ -119,10 +119,16 @@ async def asweep(plan: Plan, *, stop: asyncio.Event | None = None,
     its points (each grid point's status and the means of its repeats). ``stop``: set it to end the
     running cell early (kept, marked interrupted, so that the sweep run again measures it anew) and
     start no other. ``say``: each line of progress. ``on_live``: each cell's live listeners (as
-    :func:`arun`'s, each snapshot labelled with its cell); ``watch``: told each cell's start and end."""
+    :func:`arun`'s, each snapshot labelled with its cell); ``watch``: told each cell's start and end,
+    and each cell skipped (by a stop rule, with its reason) or failed without a run."""
+
+    def recorded(cell: Cell, state: str, reason: str) -> None:  # a stop rule's skip, a launch that failed
+        if watch is not None:
+            watch.cell_finished(cell.key, state, reason)
+
     with run_store.Store(plan.store) as store:
         return await execute(plan, store, SweepRunner(plan, on_live=on_live, watch=watch), stop or asyncio.Event(),
-                             say=say)
+                             say=say, on_record=recorded)
 
 
 def sweep(plan: Plan, *, stop: asyncio.Event | None = None, say: Callable[[str], Any] = print) -> list[Point]:

@@ -518,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(ns, argv)
         for line in notices(ns):
             print(line, file=sys.stderr)
-        return _run(config, ns.live, ns.metrics_port, ns.metrics_host)
+        return _run(config, ns.live, ns.metrics_port, ns.metrics_host, ns.otlp_endpoint)
     except FastbenchError as exc:
         print(f"fastbench: error: {exc}", file=sys.stderr)
         return 2
@@ -548,7 +548,7 @@ def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
 
 
 def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int | None = None,
-         metrics_host: str = "127.0.0.1") -> int:
+         metrics_host: str = "127.0.0.1", otlp_endpoint: str | None = None) -> int:
     import asyncio  # here, as the other heavy imports: `fastbench runs` never needs them
 
     import uvloop
@@ -556,7 +556,7 @@ def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int |
     from fastbench.results import writers
     from fastbench.results.result import ResultWriteError, ServerDiedError
 
-    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host)
+    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint)
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show and watchers.view is None else None
     failure: ResultWriteError | ServerDiedError | None = None

@@ -44,6 +44,10 @@ def add_live_args(group: Any) -> None:
                        "pip install 'fastbench-llm[metrics]'")
     group.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                        help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 for all)")
+    group.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                       help="push fastbench's own figures to an OpenTelemetry collector over OTLP/HTTP every 5 s "
+                       "while it runs (e.g. http://127.0.0.1:4318; headers from OTEL_EXPORTER_OTLP_HEADERS); "
+                       "needs pip install 'fastbench-llm[otlp]'")
 
 
 def rich_available() -> bool:
@@ -142,15 +146,17 @@ class SweepView(ViewProcess):
 
 
 class Watchers:
-    """What watches a run from the command line: the live view (or None), the exporter (or None)."""
+    """What watches a run from the command line: the live view, the Prometheus exporter, the OTLP
+    exporter (each None when not asked for)."""
 
-    def __init__(self, view: Any, exporter: Any) -> None:
+    def __init__(self, view: Any, exporter: Any, otlp: Any = None) -> None:
         self.view = view
         self.exporter = exporter
+        self.otlp = otlp
 
     @property
     def listeners(self) -> list[Any]:
-        return [w for w in (self.view, self.exporter) if w is not None]
+        return [w for w in (self.view, self.exporter, self.otlp) if w is not None]
 
     def close_view(self) -> None:
         if self.view is not None:
@@ -162,12 +168,21 @@ class Watchers:
         if self.exporter is not None:
             self.exporter.close()
             self.exporter = None
+        if self.otlp is not None:
+            self.otlp.close()  # its last push: the runs' final figures
+            self.otlp = None
 
 
 def start_watchers(live: bool | None, progress: bool | None, metrics_port: int | None, metrics_host: str,
-                   view: Any = None) -> Watchers:
-    """The exporter first (a port that cannot be had is a one-line error before anything starts), then
-    the view: ``view`` (a SweepView) or a RunView, when one is wanted and rich is installed."""
+                   view: Any = None, otlp_endpoint: str | None = None) -> Watchers:
+    """The exporters first (a port that cannot be had, an endpoint that is no URL: a one-line error
+    before anything starts), then the view: ``view`` (a SweepView) or a RunView, when one is wanted and
+    rich is installed."""
+    otlp = None
+    if otlp_endpoint is not None:
+        from fastbench.api.otlp import OtlpExporter
+
+        otlp = OtlpExporter(otlp_endpoint)
     exporter = None
     if metrics_port is not None:
         from fastbench.api.export import PrometheusExporter
@@ -176,4 +191,4 @@ def start_watchers(live: bool | None, progress: bool | None, metrics_port: int |
         print(f"fastbench: its figures at {exporter.url}", file=sys.stderr, flush=True)
     if view is None and view_wanted(live, progress) and rich_available():
         view = RunView()
-    return Watchers(view, exporter)
+    return Watchers(view, exporter, otlp)

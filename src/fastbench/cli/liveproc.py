@@ -122,9 +122,13 @@ class Screen:
             self.started_at = float(message["at"])
             self.snapshot = None
         elif "finished" in message:
-            self.state[message["finished"]] = message["state"]
-            self.figures[message["finished"]] = message["figures"]
-            self.spent.append(float(message["at"]) - self.started_at)
+            key = message["finished"]
+            if key not in self.state:
+                self.order.append(key)
+            if self.state.get(key) == "running":  # a skipped cell (or a launch that failed) took no time
+                self.spent.append(float(message["at"]) - self.started_at)
+            self.state[key] = message["state"]
+            self.figures[key] = message["figures"]  # a skipped or failed cell's reason
         elif "say" in message:
             console.print(message["say"], markup=False, highlight=False)
         return bool(message.get("close"))
@@ -142,12 +146,15 @@ class Screen:
 
         parts: list[Any] = []
         if self.sweep:
-            grid = Table(title=f"sweep: {len(self.spent)} of {len(self.order)} cells measured, "
+            skipped = sum(1 for state in self.state.values() if state == "skipped")
+            grid = Table(title=f"sweep: {len(self.spent)} of {len(self.order)} cells measured"
+                               f"{f', {skipped} skipped' if skipped else ''}, "
                                f"time left ~{_duration(self.time_left_s())}", title_justify="left")
             for name in ("cell", "state", "figures"):
                 grid.add_column(name)
             for key in self.order:
-                grid.add_row(key, self.state[key], self.figures.get(key, ""))
+                state = self.state[key]
+                grid.add_row(key, state, self.figures.get(key, ""), style="dim" if state == "skipped" else None)
             parts.append(grid)
         if self.snapshot is not None:
             parts.append(_grid(run_lines(self.snapshot)))

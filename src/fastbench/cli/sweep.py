@@ -472,7 +472,8 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
         print("\n".join(describe_start(plan)), flush=True)
         view = (live.SweepView([cell.key for cell in plan.cells])
                 if live.view_wanted(ns.live, ns.progress) and live.rich_available() else None)
-        watchers = live.start_watchers(ns.live, ns.progress, ns.metrics_port, ns.metrics_host, view=view)
+        watchers = live.start_watchers(ns.live, ns.progress, ns.metrics_port, ns.metrics_host, view=view,
+                                       otlp_endpoint=ns.otlp_endpoint)
         try:  # asweep opens the store itself
             points = uvloop.run(_sweep_with_signals(plan, watchers))
         except (asyncio.CancelledError, KeyboardInterrupt):

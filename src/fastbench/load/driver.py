@@ -13,7 +13,8 @@ import gc
 import resource
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,12 @@ class LoadGenerator:
         self.state.whole_answers = plan.whole_answers
         self.halt = RunStop(self.state)
         self.conns = Connections(target, plan, self.state, self.rows, self.halt)
+
+    @property
+    def recorders(self) -> Mapping[str, Recorder]:
+        """The core's running chunk histograms ("itl_chunk", "itl_token", "skew"), read-only: a live
+        look copies their counts while the run goes on (``Recorder.copy_counts``)."""
+        return MappingProxyType(self._recorders)
 
     def _arm_kernel_timestamps(self) -> None:
         """Linux turns receive timestamping on for the whole stack lazily (a deferred static key)

@@ -265,7 +265,7 @@ class RayPool(WorkerPool):
             if all(w.ready for w in self._workers) and self._all_ready is not None and not self._all_ready.done():
                 self._all_ready.set_result(None)
         if report["progress"] is not None:
-            worker.progress = report["progress"]
+            worker.take_progress(report["progress"])
             self._judge_error_rate()
         if report.get("stopping"):
             self.stop(report["stopping"])

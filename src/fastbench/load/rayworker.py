@@ -73,6 +73,7 @@ class WorkerActor:
         self._lock = threading.Lock()
         self._ready = False
         self._progress: dict[str, Any] | None = None
+        self._chunk_counts: Any = None  # the latest report's chunk histograms, until a poll hands them over
         self._failure: str | None = None
         self._stopping: str | None = None  # why it stopped of its own accord
         self._outcome: WorkerOutcome | None = None
@@ -121,6 +122,8 @@ class WorkerActor:
             if kind == "ready":
                 self._ready = True
             elif kind == "progress":
+                # one report in a few carries them, and a poll may come after a later one: kept apart
+                self._chunk_counts = payload.pop("chunk_counts", None) or self._chunk_counts
                 self._progress = payload
             elif kind == "stopping":  # it stopped of its own accord (--max-error-rate): the others stop too
                 self._stopping = str(payload)
@@ -175,7 +178,11 @@ class WorkerActor:
             failure = self._failure
             if done and failure is None and self._outcome is None:
                 failure = "its thread ended without a result"
-            report: dict[str, Any] = {"ready": self._ready, "progress": self._progress, "failed": failure,
+            progress = self._progress
+            if progress is not None and self._chunk_counts is not None:
+                progress = {**progress, "chunk_counts": self._chunk_counts}
+                self._chunk_counts = None
+            report: dict[str, Any] = {"ready": self._ready, "progress": progress, "failed": failure,
                                       "done": done and self._outcome is not None, "stopping": self._stopping}
         # Rows the worker finished since the last poll. The core writes a row at once, when its
         # request ends, holding the GIL: a row read here is whole or still all zeros.

@@ -9,7 +9,8 @@ memory the parent shares (a memfd): what a worker finished stands even if it die
 
 Messages, worker to parent: ``("alive", None)`` every ``report_interval_s`` from the spec on (a
 parent that hears nothing for a while judges the worker stalled); ``("ready", {})`` after its
-warm-ups; ``("progress", counts)`` every ``report_interval_s`` of the window; ``("stopping", reason)``
+warm-ups; ``("progress", counts)`` every ``report_interval_s`` of the window (every CHUNK_COUNTS_INTERVAL_NS with
+its running chunk histograms, ``running_chunk_counts``); ``("stopping", reason)``
 when it stops of its own accord (--max-error-rate), for the parent to stop the others at once;
 ``("finishing", None)`` when its window has ended and it builds its result; ``("done",
 WorkerOutcome)``; ``("failed", "one line")``. Parent to worker: ``("start", start_ns)``, the window's
@@ -49,14 +50,17 @@ import numpy as np
 from fastbench._core import BodyParts, now_ns
 from fastbench.load.driver import LoadGenerator, SharedClaims
 from fastbench.load.plan import LoadPlan, Target
-from fastbench.results.records import NCOLS, RunData
+from fastbench.results.records import NCOLS, RunData, new_histogram
 
 __all__ = ("HEADER_BYTES", "WorkerOutcome", "WorkerSpec", "claim_layout", "claim_views", "histogram_counts",
-           "read_frame", "run_worker", "shared_size", "shared_views", "write_frame")
+           "read_frame", "run_worker", "running_chunk_counts", "shared_size", "shared_views", "write_frame")
 
 # How often a worker tells its parent its counts (and, outside its window, that it is alive); the
 # parent sends every worker the others' counts as often, for --max-error-rate.
 REPORT_INTERVAL_S = 0.05
+# How often a progress report also carries the worker's running chunk histograms (a parent's live view
+# and exporter look four times a second): their nonzero counts, a few hundred to a few thousand.
+CHUNK_COUNTS_INTERVAL_NS = 250_000_000
 # The shared memory's header, before the request table: one cache line, its first int64 the count of
 # rows claimed (RunState's published), or with shared claims the next row to claim (RunState.claim_rows:
 # a line of its own, which every worker's atomic add takes in turn), or under a shared open-loop cap the
@@ -120,6 +124,17 @@ def histogram_counts(hist: Any) -> np.ndarray:
     return np.array(raw[: int(hist.counts_len)], dtype=np.int64)
 
 
+def running_chunk_counts(generator: LoadGenerator, buffer: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The generator's running ITL and skew histograms so far, as (indexes, counts) of their nonzero
+    counts (cumulative: the latest report is the whole), copied without a sync (Recorder.copy_counts)."""
+    out = {}
+    for name, key in (("itl", "itl_chunk"), ("skew", "skew")):
+        generator.recorders[key].copy_counts(buffer)
+        at = np.flatnonzero(buffer)
+        out[name] = (at.astype(np.int32), buffer[at])
+    return out
+
+
 async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: asyncio.Queue[tuple[str, Any]],
                      rows: np.ndarray | None = None, claims: np.ndarray | None = None,
                      shared_claims: tuple[np.ndarray, np.ndarray] | None = None) -> WorkerOutcome:
@@ -142,16 +157,24 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
     generator: LoadGenerator | None = None
     stop_reason: list[str] = []
 
+    chunk_buffer = np.zeros(int(new_histogram().counts_len), dtype=np.int64)
+    chunk_sent_ns = [0]
+
     def report(progress: dict[str, Any]) -> None:
         assert generator is not None
         c = generator.state.counters
-        send("progress", {
+        counts: dict[str, Any] = {
             "completed": c["completed"] - baseline.get("completed", 0),
             "failed": c["failed"] - baseline.get("failed", 0),
             "in_flight": progress["in_flight"],
             "output_tokens": progress["output_tokens"] - baseline.get("output_tokens", 0),
             "claimed": int(generator.state.next_row),  # rows claimed so far, in this worker's order
-        })
+        }
+        now = now_ns()
+        if now - chunk_sent_ns[0] >= CHUNK_COUNTS_INTERVAL_NS:
+            chunk_sent_ns[0] = now
+            counts["chunk_counts"] = running_chunk_counts(generator, chunk_buffer)
+        send("progress", counts)
 
     async def wait_start() -> int:
         send("ready", {})

@@ -17,7 +17,7 @@ from fastbench.load import pacer
 from fastbench.load.plan import LoadPlan
 from fastbench.load.worker import WorkerOutcome, write_frame
 
-__all__ = ("Share", "WorkerLink", "arrival_offsets_ns", "split_schedule")
+__all__ = ("Share", "WorkerLink", "arrival_offsets_ns", "merged_chunk_counts", "split_schedule")
 
 
 def arrival_offsets_ns(plan: LoadPlan) -> np.ndarray | None:
@@ -80,11 +80,20 @@ class WorkerLink:
     heard_ns: int = 0  # when it last said anything (0: not yet)
     finishing: bool = False  # its window is over; it is building its result
     progress: dict[str, int] = dataclasses.field(default_factory=dict)
+    # its running chunk histograms as last reported (worker.running_chunk_counts): name -> (indexes, counts)
+    chunk_counts: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict)
     outcome: WorkerOutcome | None = None
     failure: str | None = None  # its own error, when it reported one
     lost_ns: int = 0
     lost_how: str = ""
     stderr_tail: list[str] = dataclasses.field(default_factory=list)
+
+    def take_progress(self, report: dict[str, Any]) -> None:
+        """A progress report: its counts, and its chunk histograms when it carries them."""
+        chunk_counts = report.pop("chunk_counts", None)
+        if chunk_counts is not None:
+            self.chunk_counts = chunk_counts
+        self.progress = report
 
     def send(self, kind: str, payload: Any) -> None:
         if self.writer is not None and not self.writer.is_closing():
@@ -96,3 +105,13 @@ class WorkerLink:
     def name(self) -> str:
         """How the result names it: "worker 1 (pid 123)"."""
         return f"worker {self.index} (pid {self.pid() if self.pid() is not None else '?'})"
+
+
+def merged_chunk_counts(workers: list[WorkerLink], counts_len: int) -> dict[str, np.ndarray]:
+    """The workers' running chunk histograms as last reported, added up (HDR counts of one layout merge
+    exactly); empty before any worker reported them."""
+    out: dict[str, np.ndarray] = {}
+    for worker in workers:
+        for name, (at, counts) in worker.chunk_counts.items():
+            out.setdefault(name, np.zeros(counts_len, dtype=np.int64))[at] += counts
+    return out

@@ -68,7 +68,7 @@ from fastbench.load.worker import (
     shared_size,
     shared_views,
 )
-from fastbench.load.workerlink import Share, WorkerLink, arrival_offsets_ns, split_schedule
+from fastbench.load.workerlink import Share, WorkerLink, arrival_offsets_ns, merged_chunk_counts, split_schedule
 from fastbench.load.workerreport import claimed_parts, dealt_parts, fewer_workers, mark_lost, section
 from fastbench.results.records import RunData
 
@@ -349,7 +349,7 @@ class WorkerPool:
                 if all(w.ready for w in self._workers) and self._all_ready and not self._all_ready.done():
                     self._all_ready.set_result(None)
             elif kind == "progress":
-                worker.progress = payload
+                worker.take_progress(payload)
                 self._judge_error_rate()
             elif kind == "stopping":  # it stopped of its own accord: the others stop now too
                 self.stop(str(payload))
@@ -456,6 +456,21 @@ class WorkerPool:
                       for key in ("completed", "failed", "in_flight", "output_tokens")}
             plan.on_progress({"elapsed_s": (now_ns() - self._start_ns) / 1e9, "max_seconds": plan.max_seconds,
                               "total": len(plan.bodies), **totals})
+
+    # -- what a live look reads while the workers run (api.live.LiveSampler) ----------------------
+
+    def running_tables(self) -> list[tuple[np.ndarray, int]]:
+        """The request tables this process can read while the workers fill them, each with how many of
+        its rows were claimed so far: the run's one shared table (claimed), each worker's (dealt: shared
+        memory, or with --ray the rows its actor handed over). Empty once the run is merged."""
+        if self._claim_table is not None and self._claim_next is not None:
+            return [(self._claim_table, int(self._claim_next[0]))]
+        return [(w.table, int(w.progress.get("claimed", 0))) for w in self._workers if w.table is not None]
+
+    def running_chunk_counts(self, counts_len: int) -> dict[str, np.ndarray]:
+        """The workers' running ITL and skew histograms, merged ("itl", "skew": HDR counts; empty before
+        the first report carrying them)."""
+        return merged_chunk_counts(self._workers, counts_len)
 
     def _kill_all(self) -> None:
         for worker in self._workers:

@@ -114,7 +114,9 @@ class Buckets:
     def of(cls, layout: HdrLayout, counts: np.ndarray, sum_ns: float | None = None) -> Buckets:
         bounds_ns = np.array([round(b * 1e9) for b in BOUNDS_S], dtype=np.int64)
         if sum_ns is None:
-            sum_ns = float(counts @ layout.middle)
+            # an elementwise product, not ``counts @ middle``: a dot this long goes to OpenBLAS, whose
+            # threads then spin ~0.1 s of CPU waiting for more work, beside the client's loop
+            sum_ns = float(np.multiply(counts, layout.middle).sum())
         return cls(BOUNDS_S, tuple(int(c) for c in layout.at_or_below(counts, bounds_ns)), int(counts.sum()),
                    sum_ns / 1e9)
 
@@ -167,9 +169,16 @@ class LiveSnapshot:
         return cls(**fields)
 
 
+@dataclasses.dataclass
+class _TableCursor:
+    seen: np.ndarray  # bool per row: counted
+    low: int = 0  # every row below it is finished and counted
+
+
 class RunningFigures:
-    """The per-request histograms of a run so far, kept from its request table incrementally: each
-    :meth:`update` looks only at rows not yet seen finished, from the first unfinished one on."""
+    """The per-request histograms of a run so far, kept from its request table (or tables: a --workers
+    parent reads one per worker) incrementally: each :meth:`update` looks only at rows not yet seen
+    finished, from the first unfinished one on."""
 
     def __init__(self, layout: HdrLayout, *, open_loop: bool) -> None:
         self.layout = layout
@@ -179,30 +188,29 @@ class RunningFigures:
         self.sums = dict.fromkeys(self.counts, 0)  # ns, exact
         self.failed_by_class: dict[str, int] = {}
         self.completed = 0
-        self._seen: np.ndarray | None = None
-        self._low = 0  # every row below it is finished and counted
+        self._cursors: dict[int, _TableCursor] = {}
 
-    def update(self, rows: np.ndarray, started: int) -> None:
+    def update(self, rows: np.ndarray, started: int, table: int = 0) -> None:
         """Count the rows finished since the last call. ``started``: how many requests have been sent
-        (the rows are started about in order; a margin past it catches any that were not)."""
+        (the rows are started about in order; a margin past it catches any that were not). ``table``:
+        which of the run's tables ``rows`` is, where there are several."""
         n = len(rows)
-        if self._seen is None:
-            self._seen = np.zeros(n, dtype=bool)
-        hi = min(n, max(started, self._low) + 4096)
-        if hi <= self._low:
+        cursor = self._cursors.get(table)
+        if cursor is None:
+            cursor = self._cursors[table] = _TableCursor(np.zeros(n, dtype=bool))
+        seen, low = cursor.seen, cursor.low
+        hi = min(n, max(started, low) + 4096)
+        if hi <= low:
             return
-        window = slice(self._low, hi)
+        window = slice(low, hi)
         ended = rows[window, COL["end_ns"]] != 0
-        new = ended & ~self._seen[window]
+        new = ended & ~seen[window]
         if new.any():
-            picked = rows[self._low + np.flatnonzero(new)]
-            self._seen[window] |= new
+            picked = rows[low + np.flatnonzero(new)]
+            seen[window] |= new
             self._count(picked)
-        done = self._seen[window]
-        if done.all():
-            self._low = hi
-        else:
-            self._low += int(np.argmin(done))
+        done = seen[window]
+        cursor.low = hi if done.all() else low + int(np.argmin(done))
 
     def _count(self, picked: np.ndarray) -> None:
         errors = picked[:, COL["error"]]

@@ -76,11 +76,13 @@ def _means(flats: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
 Say = Callable[[str], None]
 
 
-async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, say: Say = print) -> list[Point]:
+async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, say: Say = print,
+                  on_record: Callable[[Cell, str, str], None] | None = None) -> list[Point]:
     """Run what the plan has left to do (see the module docstring); return the summary's points.
 
     ``stop`` set (Ctrl-C): the cell running ends early and is kept marked interrupted (not complete:
-    a later sweep runs it again); no further cell starts; the server is torn down.
+    a later sweep runs it again); no further cell starts; the server is torn down. ``on_record``: told
+    each cell recorded without a complete run, as the journal is ("skipped" or "failed", the reason).
     """
     journal = Journal(plan.store, plan.name)
     found = complete_runs(store, plan)
@@ -102,6 +104,8 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
     def record(cell: Cell, state: str, reason: str) -> None:
         status[cell.key] = (state, reason)
         journal.add(state, sweep=plan.name, cell=cell.key, spec=cell.spec, reason=reason)
+        if on_record is not None:
+            on_record(cell, state, reason)
 
     for group in plan.groups:
         if stop.is_set():
