@@ -92,7 +92,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     figures: dict[str, list[float]] = {mode: [] for mode in MODES}
-    with tempfile.TemporaryDirectory() as name, SyntheticServer(ttft_ms=5, itl_ms=args.itl_ms, max_model_len=1 << 16) as server:
+    server_args = {"ttft_ms": 5, "itl_ms": args.itl_ms, "max_model_len": 1 << 16}  # the trees' contexts fit
+    with tempfile.TemporaryDirectory() as name, SyntheticServer(**server_args) as server:
         tmp = Path(name)
         write_corpus(tmp / "corpus.jsonl", args.trees)
         write_conversations(tmp / "conversations.jsonl", args.trees)
