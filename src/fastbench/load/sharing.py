@@ -5,7 +5,8 @@ workload's own sharing, against which the server's prefix-cache hit rate is judg
 A dataset that makes its prompts says what they share, as ``Candidate.shares``: the prompt's leading blocks,
 each named so that equal names mean equal tokens with everything before them equal too. A shared prefix is one
 block of its length (``random`` with ``--random-prefix-len``, ``prefix_repetition``, ``generated-shared-prefix``);
-a trace's hash ids are its blocks (``timed_trace``, ``mooncake``). Walking the requests in the order the run sends
+a trace's hash ids are its blocks (``timed_trace``, ``mooncake``; ``weka``'s agent trees call
+``shared_by_ids`` with theirs). Walking the requests in the order the run sends
 them (warm-ups first, then the measured requests by index), a prompt's shareable tokens are its leading blocks
 already sent (a block counts only when every block before it did, as a prefix cache matches), or the whole prompt
 when the same prompt went before (a dataset that ran short reuses its prompts). ``random`` and ``burstgpt``
