@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from fastbench.config import BenchConfig, RandomMMOptions
+from fastbench.config import BenchConfig
+from fastbench.datasetoptions import RandomMMOptions
 from fastbench.load.datasets import build_workload
 from fastbench.load.sources.random_mm import build_prompts, draw_items, item_rule
 
@@ -64,7 +65,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for name, options in MIXES.items():
         config = BenchConfig(endpoint="/v1/chat/completions", dataset_name="random-mm", num_prompts=args.requests,
-                             random_input_len=args.input_len, random_mm=options)
+                             random_input_len=args.input_len, dataset_options=options)
         for what, fn in (("images", lambda o=options: _images(o, args.requests)),
                          ("whole workload", lambda c=config: asyncio.run(_workload(c)))):
             n, wall, cpu = _timed(fn)

@@ -61,21 +61,32 @@ def main(argv: list[str] | None = None) -> int:
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             report = run_validate(APIS[name], a)
+            coalescing = report.get("coalescing") or {}
             runs[name].append({"cpu_us_chunk": report["client_cpu_us_per_chunk"], "skew_p99": report["skew"]["p99"],
-                               "chunks": report["chunks"], "failed": report["failed"], "verdict": report["verdict"]})
+                               "chunks": report["chunks"], "failed": report["failed"], "verdict": report["verdict"],
+                               "wakeups": report["wakeups"], "ends_watched": report["ends_watched"],
+                               "ends_unwatched": coalescing.get("ends_unwatched"),
+                               "streams_open_mean": report["streams_open_mean"]})
             print(f"round {r + 1} {name:<10} {report['client_cpu_us_per_chunk']:.2f} us/chunk, skew p99 "
-                  f"{report['skew']['p99']:.3f} ms, {report['chunks']} chunks, {report['failed']} failed", flush=True)
+                  f"{report['skew']['p99']:.3f} ms, {report['chunks']} chunks, {report['wakeups']} wake-ups, "
+                  f"{coalescing.get('ends_unwatched')} ends unwatched, {report['streams_open_mean']:.2f} open, "
+                  f"{report['failed']} failed", flush=True)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     chat = statistics.median(x["cpu_us_chunk"] for x in runs["chat"])
     print(f"\n{a.concurrency} streams, {a.output_len} tokens x {a.num_requests} requests, {a.tokens_per_chunk} "
           f"tokens/chunk, {a.itl_ms:g} ms between chunks; {a.rounds} rounds; load average {load}\n")
-    print("| API | client CPU us/chunk, median (min-max) | vs chat | skew p99 ms, median | failed |")
-    print("|---|---|---|---|---|")
+    print("| API | client CPU us/chunk, median (min-max) | vs chat | wake-ups per chunk, median | ends unwatched "
+          "| streams open | skew p99 ms, median | failed |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         cpu = [x["cpu_us_chunk"] for x in runs[name]]
         med = statistics.median(cpu)
+        wakes = statistics.median(x["wakeups"] / x["chunks"] for x in runs[name])
+        unwatched = sum(x["ends_unwatched"] or 0 for x in runs[name])
         print(f"| {name} | {med:.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | {100 * (med / chat - 1):+.1f} % | "
+              f"{wakes:.3f} | {unwatched} of {a.num_requests * a.rounds} | "
+              f"{statistics.median(x['streams_open_mean'] for x in runs[name]):.2f} | "
               f"{statistics.median(x['skew_p99'] for x in runs[name]):.3f} | {sum(x['failed'] for x in runs[name])} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"settings": vars(a), "runs": runs}, indent=2))

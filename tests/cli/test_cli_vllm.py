@@ -1,7 +1,7 @@
-"""A `vllm bench serve` (0.32) command line runs unchanged: every flag of the installed vLLM is known, with its
-arity; the implemented ones do what vLLM's do (request bodies, headers, result file names and contents,
-percentile keys); the others are named on stderr as ignored, or refused when they would change what is
-measured."""
+"""A `vllm bench serve` (0.32 and later) command line runs unchanged: every flag of the installed vLLM, and of
+each release from 0.32 on read from its wheel (scripts/fetch_vllm_parsers.py), is known, with its arity; the
+implemented ones do what vLLM's do (request bodies, headers, result file names and contents, percentile keys);
+the others are named on stderr as ignored, or refused when they would change what is measured."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 import pytest
 
+from support.vllm_parser import UnreadableParser, read_actions
 from fastbench import BenchConfig, ConfigError, api
 from fastbench.cli import command, inputflags, vllmflags
 from fastbench.datasetoptions import RandomOptions
@@ -43,19 +44,61 @@ def fastbench(*args: str, cwd: Path | None = None, timeout: float = 120) -> subp
                           timeout=timeout, cwd=cwd)
 
 
-@pytest.fixture(scope="module")
-def vllm_actions() -> list[tuple[list[str], Any, str, list[str]]]:
+Action = tuple[list[str], Any, str, list[str]]
+VLLM_PARSERS = Path(os.environ.get("FASTBENCH_VLLM_PARSERS") or Path.home() / ".cache" / "fastbench" / "vllm-parsers")
+FETCH_PARSERS = Path(__file__).resolve().parents[2] / "scripts" / "fetch_vllm_parsers.py"
+
+
+def _installed_parser() -> tuple[list[Action] | None, str]:
+    """The installed vLLM's parser, imported as `vllm bench serve` builds it; None and why not."""
     python = VLLM_VENV / "bin" / "python"
     if not python.exists():
-        pytest.skip(f"vllm bench serve's flags are read from the real-vLLM recipe's venv, not installed at {VLLM_VENV} "
-                    "(scripts/setup_realvllm.sh, or set FASTBENCH_VLLM_VENV)")
+        return None, f"no real-vLLM venv at {VLLM_VENV} (scripts/setup_realvllm.sh, or set FASTBENCH_VLLM_VENV)"
     # importing vllm takes ~20 s of CPU (torch); a slow shared host may take a minute. vLLM's own Python
     # runs without the sanitizer runtime CI's ASan stage preloads for fastbench's extension.
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
     proc = subprocess.run([str(python), "-c", READ_VLLM_FLAGS], capture_output=True, text=True, timeout=600,
                           cwd=VLLM_VENV, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [tuple(a) for a in json.loads(proc.stdout.strip().splitlines()[-1])]  # type: ignore[misc]
+    return [tuple(a) for a in json.loads(proc.stdout.strip().splitlines()[-1])], ""  # type: ignore[misc]
+
+
+def _release_sources() -> tuple[dict[str, Path], str]:
+    """The source of each vLLM release from 0.32 on, as scripts/fetch_vllm_parsers.py keeps it (fetched now
+    when the cache has none; CI fetches first); an empty dict and why when the index cannot be reached."""
+    def cached() -> dict[str, Path]:
+        found = [d for d in VLLM_PARSERS.iterdir() if (d / "vllm" / "benchmarks" / "serve.py").exists()] \
+            if VLLM_PARSERS.is_dir() else []
+        return {d.name: d for d in sorted(found, key=lambda d: [int(x) for x in re.findall(r"\d+", d.name)])}
+    if not cached():
+        proc = subprocess.run([sys.executable, str(FETCH_PARSERS), "--cache", str(VLLM_PARSERS)],
+                              capture_output=True, text=True, timeout=1800)
+        if proc.returncode == 3:  # offline
+            return {}, proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return cached(), ""
+
+
+@pytest.fixture(scope="module")
+def vllm_parsers() -> dict[str, list[Action]]:
+    """`vllm bench serve`'s parser of each vLLM this machine can read: the installed one (imported), and each
+    release from 0.32 on, read from its wheel's source without installing it (support/vllm_parser.py)."""
+    parsers: dict[str, list[Action]] = {}
+    installed, why_not_installed = _installed_parser()
+    if installed is not None:
+        parsers[f"vLLM in {VLLM_VENV}"] = installed
+    sources, why_no_releases = _release_sources()
+    for version, root in sources.items():
+        parsers[f"vLLM {version} (its wheel's source)"] = read_actions(root)
+    if not parsers:
+        pytest.skip(f"no vllm bench serve parser to read: {why_not_installed}; {why_no_releases}")
+    for name, actions in parsers.items():
+        assert len(actions) > 50, name  # a parser was read, not an empty one
+    return parsers
+
+
+def _backends(actions: list[Action]) -> list[str]:
+    return next(choices for flags, _, _, choices in actions if "--backend" in flags)
 
 
 def _arity(nargs: Any, kind: str) -> str:
@@ -64,21 +107,20 @@ def _arity(nargs: Any, kind: str) -> str:
     return "several" if nargs in ("*", "+") else "one"
 
 
-def test_every_vllm_bench_serve_flag_is_known_with_its_arity(
-        vllm_actions: list[tuple[list[str], Any, str, list[str]]]) -> None:
+def test_every_vllm_bench_serve_flag_is_known_with_its_arity(vllm_parsers: dict[str, list[Action]]) -> None:
     mine = {flag: action for action in command.build_parser()._actions for flag in action.option_strings}
     unknown, arity = [], []
-    assert len(vllm_actions) > 50  # vLLM's parser was read, not an empty one
-    for flags, nargs, kind, _ in vllm_actions:
-        for flag in flags:
-            if flag not in mine:
-                unknown.append(flag)
-                continue
-            action = mine[flag]
-            theirs, ours = _arity(nargs, kind), _arity(action.nargs, type(action).__name__)
-            # --save-detailed: vLLM's switch, or with a value the old spelling of --requests-jsonl
-            if ours != theirs and not (action.nargs == "?" and theirs == "switch"):
-                arity.append(f"{flag}: vLLM {theirs}, fastbench {ours}")
+    for vllm, actions in vllm_parsers.items():
+        for flags, nargs, kind, _ in actions:
+            for flag in flags:
+                if flag not in mine:
+                    unknown.append(f"{flag} ({vllm})")
+                    continue
+                action = mine[flag]
+                theirs, ours = _arity(nargs, kind), _arity(action.nargs, type(action).__name__)
+                # --save-detailed: vLLM's switch, or with a value the old spelling of --requests-jsonl
+                if ours != theirs and not (action.nargs == "?" and theirs == "switch"):
+                    arity.append(f"{flag}: vLLM {theirs}, fastbench {ours} ({vllm})")
     assert not unknown, f"vllm bench serve flags fastbench does not know: {unknown}"
     assert not arity, arity
 
@@ -89,10 +131,10 @@ NOT_MEASURED = {"openai-audio", "openai-embeddings-clip", "openai-embeddings-vlm
 MEASURED_WHOLE = {"openai-embeddings", "openai-embeddings-chat", "vllm-pooling", "vllm-rerank"}
 
 
-def test_every_vllm_backend_is_measured_or_refused(vllm_actions: list[tuple[list[str], Any, str, list[str]]]) -> None:
+def test_every_vllm_backend_is_measured_or_refused(vllm_parsers: dict[str, list[Action]]) -> None:
     """vLLM's --backend choices, read from its parser: each one fastbench measures builds a config that passes the
     checks and calls the endpoint vLLM's request function accepts; each other is refused in one line."""
-    backends = next(choices for flags, _, _, choices in vllm_actions if "--backend" in flags)
+    backends = sorted({b for actions in vllm_parsers.values() for b in _backends(actions)})
     assert MEASURED_WHOLE <= set(backends)
     parser = command.build_parser()
     vllm_suffix = {"openai-embeddings": "embeddings", "openai-embeddings-chat": "embeddings",
@@ -320,27 +362,17 @@ def test_a_typed_api_backend_runs_against_the_synthetic_server(tmp_path: Path, b
     assert doc["fastbench"]["usage"]["by_source"] == {"FINAL": 6}
 
 
-READ_VLLM_BACKENDS = """
-import json
-from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS
-print(json.dumps(sorted(ASYNC_REQUEST_FUNCS)))
-"""
-
-
-def test_every_vllm_backend_is_spoken_or_refused_with_its_reason() -> None:
-    python = VLLM_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"vllm bench serve's backends are read from the real-vLLM recipe's venv, not installed at "
-                    f"{VLLM_VENV}")
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
-    proc = subprocess.run([str(python), "-c", READ_VLLM_BACKENDS], capture_output=True, text=True, timeout=600,
-                          cwd=VLLM_VENV, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    backends = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {"openai", "openai-chat", "openai-responses"} <= set(backends)  # vLLM's list was read
+def test_every_vllm_backend_is_spoken_or_refused_with_its_reason(vllm_parsers: dict[str, list[Action]]) -> None:
+    """Each --backend of every vLLM read (the installed one, each release from 0.32 on): fastbench speaks it
+    or refuses it with its reason; one that is neither fails, naming the vLLM that has it."""
+    by_vllm = {vllm: _backends(actions) for vllm, actions in vllm_parsers.items()}
+    for vllm, names in by_vllm.items():
+        assert {"openai", "openai-chat", "openai-responses"} <= set(names), vllm  # vLLM's list was read
+    backends = sorted({b for names in by_vllm.values() for b in names})
     spoken, refused = command.BACKEND_ENDPOINTS, {**vllmflags.REFUSED_BACKENDS, **inputflags.REFUSED_BACKENDS}
     neither = [b for b in backends if b not in spoken and b not in refused]
-    assert not neither, f"vllm bench serve backends fastbench neither speaks nor refuses with a reason: {neither}"
+    assert not neither, ("vllm bench serve backends fastbench neither speaks nor refuses with a reason: "
+                         f"{[(b, [v for v, names in by_vllm.items() if b in names]) for b in neither]}")
     assert not set(spoken) & set(refused)
     parser = command.build_parser()
     for backend in backends:
@@ -460,3 +492,28 @@ def test_served_model_name_is_sent_and_model_names_the_file(tmp_path: Path) -> N
     doc = orjson.loads(path.read_bytes())
     assert doc["completed"] == 2 and doc["model_id"] == "org/Base-7B"
     assert refused.returncode == 2 and "--model 'org/Base-7B' is not served" in refused.stderr
+
+
+def _vllm_tree(root: Path, serve_body: str) -> Path:
+    lib = root / "vllm" / "benchmarks" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "endpoint_request_func.py").write_text('ASYNC_REQUEST_FUNCS = {"openai": f, "openai-video": g}\n')
+    (root / "vllm" / "benchmarks" / "serve.py").write_text(
+        "import argparse\nfrom vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS\n\n"
+        "def _more(parser):\n    parser.add_argument('--ready', action=argparse.BooleanOptionalAction)\n\n"
+        f"def add_cli_args(parser):\n{serve_body}    _more(parser)\n")
+    return root
+
+
+def test_the_source_reader_reads_what_argparse_would_hold_and_refuses_what_it_cannot(tmp_path: Path) -> None:
+    """The wheels' parsers are read from source: the flags of add_cli_args and the helpers it calls, --no- forms,
+    nargs, and --backend's choices from vLLM's table, so that a backend added there is seen; a flag named by
+    a variable fails the read, naming its line, rather than being left out."""
+    root = _vllm_tree(tmp_path / "a", "    parser.add_argument('--backend', choices=list(ASYNC_REQUEST_FUNCS.keys()))\n"
+                                      "    parser.add_argument('--n', '-n', nargs='+')\n"
+                                      "    parser.add_argument('--x', action='store_true')\n")
+    assert read_actions(root) == [(["--backend"], None, "_StoreAction", ["openai", "openai-video"]),
+                                  (["--n", "-n"], "+", "_StoreAction", []), (["--x"], 0, "_StoreTrueAction", []),
+                                  (["--ready", "--no-ready"], None, "BooleanOptionalAction", [])]
+    with pytest.raises(UnreadableParser, match=r"not named by a literal \(serve.py:9\)"):
+        read_actions(_vllm_tree(tmp_path / "b", "    flag = '--y'\n    parser.add_argument(flag)\n"))

@@ -193,6 +193,20 @@ def test_ends_that_cannot_be_foreseen_keep_reads_on_every_arrival() -> None:
     assert on_tick <= 0.1 * len(ends), c["changes"]
 
 
+def test_ends_of_streams_without_per_chunk_usage_are_foreseen_from_their_events() -> None:
+    """A Responses stream carries its usage only at its end, and with 1..4 tokens per event its events do
+    not count its tokens. The core learns, from the streams that ended at their length, at how many
+    events per token asked for such a stream ends, and watches the later streams from there: most of
+    their ends come watched (taken as one token per event, as before anything ended, none would)."""
+    streams, n = 64, 320
+    report = fv.validate_client(streams, itl_ms=20, ttft_ms=10, num_requests=n, output_len=64,
+                                tokens_per_chunk="1-4", endpoint="/v1/responses")
+    assert report.completed == n and report.coalescing is not None
+    # the first streams mostly end before any end was seen; of the later ones about 1 in 5 unwatched
+    assert report.ends_watched >= 0.5 * n
+    assert report.coalescing["ends_unwatched"] <= 0.5 * n
+
+
 def test_reads_without_kernel_stamps_are_never_coalesced() -> None:
     """Stamped when read, a chunk read on a tick would carry the tick's time: every arrival, to the end."""
     streams, tokens = 32, 40

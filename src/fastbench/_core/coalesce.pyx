@@ -13,7 +13,8 @@
 #   stream beyond the share seen on every arrival (a server's own bursts, which no tick causes) halve
 #   it at once and hold it from growing, a hold that doubles each time (as TCP backs off).
 # - A stream kept open: a stream whose next chunk may be its last is watched on every arrival (the
-#   ends set, watch_ends); one that ends unforeseen (EOS, no max_tokens, no per-chunk usage) is seen
+#   ends set, watch_ends; without per-chunk usage, foreseen from its events: ReadySet.learn_end, which
+#   leaves a share of such ends unwatched); one that ends unforeseen (EOS, no max_tokens) is seen
 #   on the next tick, on average half a tick late, and in closed loop its slot's next request with
 #   it. So the tick is also held to 2 * COALESCE_OPEN_LOSS * (mean request time) / (share of ends
 #   unwatched): such late ends cost at most COALESCE_OPEN_LOSS of the streams kept open. With no end

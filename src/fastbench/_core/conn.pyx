@@ -293,8 +293,10 @@ cdef class StreamConnection:
     cdef void _watch_if_ending(self) noexcept:
         """Coalescing: once at most one more chunk (of the largest size so far) is left of the
         stream, move the connection to the run's ends set, watched on every arrival. Without per-chunk
-        usage (a typed API's stream, chat's with usage only at the end) each output event is at least
-        one token: at most one is left once the events are one short of the tokens asked for."""
+        usage (a typed API's stream, chat's with usage only at the end) the tokens so far are unknown:
+        the stream is watched once its output events reach the share of the tokens asked for at which
+        the run's earlier such streams ended (ReadySet.learn_end; until one has ended, once the events
+        are one short of the tokens asked for, each event being at least one token)."""
         cdef fb_req_t *r = &self.c.req
         cdef int64_t expected, left
         if self.in_ends_set or not self.busy or self.closed:
@@ -306,7 +308,7 @@ cdef class StreamConnection:
             left = expected - r.completion_tokens
             if left <= (r.max_chunk_tokens if r.max_chunk_tokens > 1 else 1):
                 self.run.sets.move(self, True)
-        elif <int64_t>r.n_ev + 1 >= expected:
+        elif (<int64_t>r.n_ev + 1) * END_RATIO_BUCKETS >= self.run.sets.watch_bucket * expected:
             self.run.sets.move(self, True)
 
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts):
@@ -414,6 +416,9 @@ cdef class StreamConnection:
             usage = USAGE_FINAL
         else:
             usage = USAGE_NONE
+        if (row >= 0 and run.sets.watching_ends and r.error == ERR_OK and usage == USAGE_FINAL and r.n_ev > 0
+                and 0 < self.expected_tokens == r.completion_tokens):  # ended at its length: its events say
+            run.sets.learn_end(r.n_ev, self.expected_tokens)           # when such streams end
         if row >= 0 and run.tick is not None and run.tick.auto and r.error != ERR_CANCELLED:
             # automatic coalescing keeps the streams open by these (coalesce.pyx)
             run.tick.count_end(<double>(r.end_ns - r.sent_ns), self.in_ends_set)

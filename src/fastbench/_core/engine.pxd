@@ -70,6 +70,7 @@ cdef enum:
     WHOLE_ANSWER_CAP = 268435456 # a whole JSON answer's cap (256 MiB: 1,000 embeddings of 4,096 floats fit)
     HEAD_BYTES = 64              # the start of every body, kept to name a response of another protocol
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
+    END_RATIO_BUCKETS = 256      # ends set: a stream's events per token asked for, in 1/256ths (ready.pyx)
 
 
 cdef class Recorder:
@@ -177,9 +178,16 @@ cdef class ReadySet:
     cdef size_t hot_bytes              # a connection's bytes a read touches (prefetched, see drain)
     cdef epoll_event *ready            # epoll_wait's output array
     cdef int64_t ends_watched          # requests moved to the ends set
+    # Streams without per-chunk usage: the events per token asked for (in END_RATIO_BUCKETS ths) of
+    # those that ended at their length (decayed), and the share of them a stream must reach to be
+    # watched (END_RATIO_BUCKETS: every event one token, the rule without them). See learn_end.
+    cdef int64_t end_ratio_counts[END_RATIO_BUCKETS + 1]
+    cdef int64_t end_ratio_total
+    cdef int64_t watch_bucket
     cdef register(self, StreamConnection conn)
     cdef unregister(self, StreamConnection conn)
     cdef void move(self, StreamConnection conn, bint to_ends) noexcept
+    cdef void learn_end(self, int64_t events, int64_t expected) noexcept
     cdef drain(self, int epfd, Dispatcher dispatcher)
 
 

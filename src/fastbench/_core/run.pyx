@@ -107,8 +107,9 @@ cdef class RunState:
         ``watch_ends`` (needs expected_tokens): keep apart the connections whose stream may end with its
         next chunk, in that set, so that the loop wakes on their every arrival and a closed loop's next
         request goes out at once, while the rest are read on the tick. A stream is "ending" once its
-        usage says that at most one more chunk of its largest size so far is left; streams that end
-        early (EOS) are read on the tick."""
+        usage says that at most one more chunk of its largest size so far is left, or without per-chunk
+        usage once its events reach those at which earlier streams ended (ReadySet.learn_end); streams
+        that end early (EOS) are read on the tick."""
         if interval_ns <= 0:
             raise ValueError("interval must be positive")
         return self._coalesce(interval_ns, False, watch_ends)

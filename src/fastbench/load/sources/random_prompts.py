@@ -28,6 +28,8 @@ from fastbench.load.sources.prefixed import TOKEN_ID_HIGH, TOKEN_ID_LOW, WORDS, 
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
 _RANDOM_DRAW_FACTOR = 100  # random dataset: give up after this many draws per needed request
+# The words as an array: a prompt's words are taken by one index of it, in C, not one Python lookup a word
+_WORD_ARRAY = np.array(WORDS, dtype=object)
 
 
 def length_range(length: int, ratio: float) -> tuple[int, int]:
@@ -92,7 +94,7 @@ async def offer(ctx: Context) -> str:
             if local is not None:
                 prompt, n_in = local.random_text(rng, n_in)
             elif chat:
-                prompt = " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), size=n_in).tolist())
+                prompt = " ".join(_WORD_ARRAY[rng.integers(0, len(WORDS), size=n_in)])
             else:
                 prompt = rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n_in).tolist()
             batch.append(Candidate(prompt, n_in, n_out, source))
