@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -186,6 +187,10 @@ class AgenticOptions(DatasetOptions):
     # closed loop: the first trees start mid-trajectory, their cache filled by a warm-up (staggered), or all at
     # their first call (beginning)
     start: AgenticStart = _option("staggered")
+    # a header each call carries, its value the call's agent ("TREE", "TREE::AGENT"), for a router to pin a
+    # session to one backend (e.g. x-session-id); None: none
+    session_header: str | None = _option(None, (lambda v: re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", v) is not None,
+                                                "must be an HTTP header name (letters, digits, '-', ...)"))
 
 
 # Every options class, in the order the result file records their fields. A new dataset adds its own here.

@@ -4,6 +4,8 @@ synthetic server whose order, gaps and prefix-cache hits are the plan's."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +13,15 @@ import numpy as np
 import orjson
 import pytest
 
+from support.scripted import ScriptedServer, stream_script
 from fastbench import BenchConfig, run
+from fastbench.api.runs import _session_header
 from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load import pacer
 from fastbench.load.datasets import build_workload_sync, check_inputs
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.sources.weka import BACKGROUND, JOINED, ROOT, read_corpus
 from fastbench.synthetic import SyntheticServer
 
@@ -59,8 +65,8 @@ def _write(path: Path, *traces: dict[str, Any], lines: bool = False) -> Path:
 
 
 def _config(path: Path, **changes: Any) -> BenchConfig:
-    agentic = {name: changes.pop(f"agentic_{name}") for name in ("start", "time_scale", "idle_gap_cap")
-               if f"agentic_{name}" in changes}
+    names = ("start", "time_scale", "idle_gap_cap", "session_header")
+    agentic = {name: changes.pop(f"agentic_{name}") for name in names if f"agentic_{name}" in changes}
     return BenchConfig(dataset_name="weka", dataset_path=path, num_prompts=1, concurrency=1, metrics_interval_s=0.2,
                        dataset_options=AgenticOptions(**agentic)).replace(**changes)
 
@@ -282,3 +288,31 @@ def test_a_failed_call_ends_its_tree(tmp_path: Path) -> None:
                          synthetic_args=("--ttft-ms", "2", "--itl-ms", "1", *faults)))
     assert [r["status"] for r in _records(jsonl)] == ["completed", "failed"] + ["not_started"] * 5
     assert (result.counts.completed, result.counts.failed) == (1, 1)
+
+
+def test_each_call_carries_its_agents_session_header_and_the_warm_ups_none(tmp_path: Path) -> None:
+    path = _write(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"))
+    config = _config(path, num_prompts=2, concurrency=2, agentic_session_header="x-session-id")
+    work = build_workload_sync(config, "m", max_model_len=None)
+    assert work.trees is not None and len(work.warmups) == 1
+    header = _session_header(config, work)
+    assert header is not None and header[1] == work.trees.session_ids()
+    assert Counter(header[1]) == {"a": 4, "a::1": 2, "a::2": 1, "b": 2, "b::2": 1}  # b starts at root call 2
+
+    async def replay() -> list[bytes]:
+        async with ScriptedServer(lambda n, body: stream_script([1, 1])) as server:
+            plan = LoadPlan(bodies=[spec.body for spec in work.requests], warmup_bodies=[s.body for s in work.warmups],
+                            concurrency=2, trees=work.trees, row_header=header)
+            data = await LoadGenerator(Target.parse(server.base_url, "/v1/completions"), plan).run()
+            assert int((data.rows[:, 0] >= 0).sum()) == len(work.requests)
+            return [head for head, _ in server.requests]
+
+    heads = asyncio.run(replay())
+    sent = [line.split(b": ", 1)[1].decode() for head in heads for line in head.split(b"\r\n")
+            if line.lower().startswith(b"x-session-id:")]
+    assert Counter(sent) == Counter(header[1])  # every call its agent's, once
+    assert len(heads) == len(sent) + 1  # the warm-up carries none
+    with pytest.raises(ConfigError, match="both set it"):
+        _session_header(config.replace(headers={"X-Session-Id": "pinned"}), work)
+    with pytest.raises(ConfigError, match="must be an HTTP header name"):
+        build_workload_sync(_config(path, agentic_session_header="x session"), "m", max_model_len=None)

@@ -137,7 +137,8 @@ cdef class StreamConnection:
         if self.run.has_expected and 0 <= row < self.run.expected_tokens.shape[0]:
             self.expected_tokens = self.run.expected_tokens[row]
         r.sent_ns = fb_now_ns()
-        self._send(body, length_line, length_len)
+        self._send(body, length_line, length_len,
+                   self.run.head if self.run.row_heads is None or row < 0 else <bytes>self.run.row_heads[row])
         if self.in_ends_set and not self.closed:
             # Back to the inner set after the send, not before: the two epoll_ctl calls (a few us
             # each here) would otherwise delay every request sent on a connection that was watched
@@ -168,12 +169,11 @@ cdef class StreamConnection:
             return 0
         return self.c.req.completion_tokens
 
-    cdef _send(self, object body, char *length_line, Py_ssize_t length_len):
+    cdef _send(self, object body, char *length_line, Py_ssize_t length_len, bytes head):
         """Send the run's head, the body's length line and the body as they lie, in one sendmsg: no
         joined copy per request (a BodyParts body: its head, its runs of the shared buffer, its tail).
         TLS, a send the kernel takes only part of, and a body of more parts than SEND_PARTS join them
-        (a copy that TLS makes anyway; the loop sends the rest)."""
-        cdef bytes head = self.run.head
+        (a copy that TLS makes anyway; the loop sends the rest). ``head``: the run's, or the row's own."""
         cdef iovec parts[SEND_PARTS]
         cdef Py_ssize_t n, total
         cdef int count = 3

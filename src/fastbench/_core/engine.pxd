@@ -366,6 +366,7 @@ cdef class RunState:
     cdef readonly Py_ssize_t n_rows    # requests in the run
     cdef list bodies                   # request bodies (JSON), by row: bytes or BodyParts
     cdef bytes head                    # HTTP request head up to "Content-Length: "
+    cdef list row_heads                # by row, a head of its own (a session's header in it), or None: ``head``
     # The parts: the slots, the sets the loop drains and their tick, the pool, the schedule's claims
     # (chain: while its connections claim the next request themselves) and the open loop's dispatcher.
     cdef readonly Slots slots
@@ -427,7 +428,7 @@ cdef class StreamConnection:
     cdef _read_ready(self)
     cdef _begin(self, object body, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
     cdef _start_from_core(self, int64_t row, int64_t scheduled_ns)
-    cdef _send(self, object body, char *length_line, Py_ssize_t length_len)
+    cdef _send(self, object body, char *length_line, Py_ssize_t length_len, bytes head)
     cdef _fail_now(self, int error, str why)
     cdef _feed_tls(self, char *buf, Py_ssize_t n, int64_t ts)
     cdef _feed(self, const char *buf, Py_ssize_t n, int64_t ts)

@@ -51,6 +51,7 @@ cdef class RunState:
         self.max_error_rate = -1.0
         self.bodies = []
         self.head = b""
+        self.row_heads = None
         if expected_tokens is not None:
             self.expected_tokens = expected_tokens
             self.has_expected = True
@@ -163,16 +164,22 @@ cdef class RunState:
 
     # -- requests and the error rate ----------------------------------------------------------
 
-    def set_requests(self, bytes head, list bodies):
+    def set_requests(self, bytes head, list bodies, list row_heads=None):
         """The run's request bodies (bytes or BodyParts), one per row of the table, and the HTTP head they
         are sent with, up to and including "Content-Length: " (a connection sends the head, the length and
-        the body as they are)."""
+        the body as they are). ``row_heads``: by row, the head that row is sent with instead (one header more,
+        say: a session's id for a router to pin it); the warm-ups keep ``head``."""
         if len(bodies) != self.n_rows:
             raise ValueError(f"{len(bodies)} request bodies for a table of {self.n_rows} rows")
+        if row_heads is not None and (len(row_heads) != self.n_rows or
+                                      not all(type(h) is bytes and h.endswith(b"Content-Length: ")
+                                              for h in row_heads)):
+            raise ValueError("row_heads: one head per row, each bytes ending with 'Content-Length: '")
         for body in bodies:
             _check_body(body)
         self.head = head
         self.bodies = bodies
+        self.row_heads = row_heads
 
     cpdef object body(self, Py_ssize_t row):
         """The request body of ``row``."""

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from fastbench.api.live import LIVE_INTERVAL_S, LiveListener, LiveSampler, live_labels
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
+from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load import datasets, lora, pooling
 from fastbench.load.generators import make_generator
@@ -375,6 +376,7 @@ async def _run_against(
             progress_interval_s=LIVE_INTERVAL_S if listeners else 0.5,
             sessions=work.sessions,
             trees=work.trees,
+            row_header=_session_header(config, work),
         )
         server_here = synthetic is not None or isinstance(watched, LaunchedServer)
         # BenchConfig's workers=1 is its default: "not given", which with --ray is one actor on each node
@@ -494,6 +496,16 @@ async def _ready_check(base_url: str, session: Any, config: BenchConfig) -> None
 # What the store keeps of a launched server's loading phase: vLLM's is ~100 KB; one that logs every
 # warm-up request would otherwise fill the store.
 SERVER_LOG_KEPT_CHARS = 256 * 1024
+
+
+def _session_header(config: BenchConfig, work: datasets.Workload) -> tuple[str, list[str]] | None:
+    """--agentic-session-header: the header's name and, by row, its value (the call's agent)."""
+    name = config.options(AgenticOptions).session_header
+    if name is None or work.trees is None:
+        return None
+    if any(given.lower() == name.lower() for given in config.headers):
+        raise ConfigError(f"--agentic-session-header {name} and --header {name} both set it: give one")
+    return name, work.trees.session_ids()
 
 
 def _server_log_to_keep(watched: LaunchedServer | ExternalServer, shared_launch: bool = False) -> str | None:

@@ -39,6 +39,9 @@ def add_file_dataset_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--agentic-start", choices=("staggered", "beginning"), default="staggered",
                    help="closed loop: the first trees start part-way along, the cache filled by a warm-up "
                    "(staggered: a steady state from the first second), or all at their first calls")
+    g.add_argument("--agentic-session-header", default=None, metavar="NAME",
+                   help="each call carries this header, its value the call's agent (TREE or TREE::AGENT), for a "
+                   "router to pin a session to one backend (e.g. x-session-id)")
     g = p.add_argument_group("vLLM's custom and spec_bench datasets")
     g.add_argument("--custom-output-len", type=int, default=256,
                    help="custom: output tokens per request; -1: each line's output_tokens")

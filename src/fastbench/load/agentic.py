@@ -72,6 +72,13 @@ class TreePlan:
     trees: list[str]  # each tree's name
     slots: int | None  # closed loop: trees run at once; None in open loop
 
+    def session_ids(self) -> list[str]:
+        """Per row, the session its agent is: the tree's name for the root, ``TREE::AGENT`` for a subagent (its
+        index in the tree), as printable ASCII (an HTTP header's value)."""
+        names = ["".join(c if c.isascii() and c.isprintable() else "_" for c in name) for name in self.trees]
+        return [names[t] if a == 0 else f"{names[t]}::{a}"
+                for t, a in zip(self.tree_of_row.tolist(), self.agent_of_row.tolist())]
+
     def dependants(self) -> tuple[np.ndarray, np.ndarray]:
         """The reverse of ``deps``: (first, rows): the rows waiting on row r are ``rows[first[r]:first[r+1]]``."""
         n = len(self.gap_ns)

@@ -13,7 +13,7 @@ import gc
 import resource
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -106,8 +106,8 @@ class LoadGenerator:
         )
         self._bodies = list(plan.bodies)  # RunState holds it: a session's turn built during the run goes in it
         self.state.api = protocols.stream_api(plan.endpoint)  # before any connection: each takes the tables
-        self.state.set_requests(protocols.request_head(target, api_key, plan.headers, plan.endpoint, plan.accept),
-                                self._bodies)
+        head = protocols.request_head(target, api_key, plan.headers, plan.endpoint, plan.accept)
+        self.state.set_requests(head, self._bodies, _row_heads(head, plan.row_header))
         self.sessions_at_once = 0  # open-loop sessions: the most that ran at once
         if plan.max_error_rate is not None:
             self.state.max_error_rate = plan.max_error_rate
@@ -378,6 +378,20 @@ class LoadGenerator:
         outputs, unreadable = decode_outputs(self.state.outputs)
         return {"outputs": outputs, "outputs_unreadable": unreadable}
 
+
+
+def _row_heads(head: bytes, row_header: tuple[str, Sequence[str]] | None) -> list[bytes] | None:
+    """Each row's head: the run's with one header more before its Content-Length (one bytes object per
+    distinct value, shared by its rows)."""
+    if row_header is None:
+        return None
+    name, values = row_header
+    cut = len(b"Content-Length: ")
+    heads: dict[str, bytes] = {}
+    for value in values:
+        if value not in heads:
+            heads[value] = head[:-cut] + f"{name}: {value}\r\n".encode("latin-1") + head[-cut:]
+    return [heads[value] for value in values]
 
 
 def coalescing_summary(core: dict[str, Any], start_ns: int) -> dict[str, Any]:

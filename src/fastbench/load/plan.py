@@ -135,6 +135,9 @@ class LoadPlan:
     # Agent trees (--dataset-name weka): each row sent when the rows it depends on have ended and its gap has
     # passed; request_rate is then the trees' arrival rate.
     trees: TreePlan | None = None
+    # (header name, its value by row): each measured request carries the header (a session's id, for a router to
+    # pin it); the warm-ups carry none
+    row_header: tuple[str, Sequence[str]] | None = None
 
     @property
     def accept(self) -> str:
