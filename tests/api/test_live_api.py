@@ -60,7 +60,8 @@ def test_workers_parent_shows_the_merged_running_latencies() -> None:
     # chunk gaps and the skew from the histograms each worker reports, merged
     late = mid[-1]
     for name in ("ttft", "tpot", "e2e"):
-        assert 0 < late.latency[name].count <= late.completed, name
+        # read from the tables as they are; ``completed`` is the workers' last report, which may lag them
+        assert 0 < late.latency[name].count <= result.counts.completed, name
         assert late.latency[name].p50_ms is not None and late.latency[name].p50_ms > 0
     assert late.latency["itl"].count > 0 and 5 < (late.latency["itl"].p50_ms or 0) < 50  # 10 ms chunk gaps
     assert late.skew is not None and late.skew.count > 0
