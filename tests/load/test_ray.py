@@ -1,7 +1,8 @@
 """--ray: workers as Ray actors on a real local Ray cluster of two nodes (two raylets on this machine),
 against the synthetic server: exact counts, merged figures equal to those recomputed from the merged
 rows, the drawn open-loop schedule kept exactly across nodes, clock offsets recorded with their
-uncertainty, an actor killed mid-run, a stop, and a worker that cannot start; fastbench validate --ray
+uncertainty, the driver's live looks and exporter carrying the actors' merged latencies while they run,
+an actor killed mid-run, a stop, and a worker that cannot start; fastbench validate --ray
 across the nodes, and with a node whose clock reads 1.5 s ahead (the actor's test hook).
 
 Marked ``ray``: run with --run-ray (or FASTBENCH_RAY set); needs fastbench-llm[ray]. The cluster starts
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from support.timing import until_a_round_passes
 from fastbench import api
 from fastbench._core import BodyParts, TokenRuns
 from fastbench.api import validation as fv
+from fastbench.api.export import PrometheusExporter
 from fastbench.config import BenchConfig
 from fastbench.exceptions import WorkerError
 from fastbench.load import pacer
@@ -39,6 +42,7 @@ from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.raypool import RayPool, RayWorkerLink
 from fastbench.load.rayworker import CLOCK_SHIFT_ENV
 from fastbench.load.udpclock import PINGS, udp_offset
+from fastbench.results.live import LiveSnapshot
 from fastbench.results.records import COL, ErrorClass
 from fastbench.synthetic import SyntheticServer
 
@@ -107,6 +111,54 @@ def test_two_nodes_count_exactly_and_merge_to_the_rows_figures(cluster: str, tmp
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["completed"] == 96 and doc["fastbench"]["workers"]["ray"]["address"] == cluster
     assert any("Ray actors on 2 nodes (every node on this host's clock)" in note for note in result.notes)
+
+
+def _exported_counts(url: str) -> dict[str, float]:
+    """The exporter's TTFT and ITL histogram counts, as prometheus_client's own parser reads them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    names = {"fastbench_time_to_first_token_seconds_count": "ttft",
+             "fastbench_inter_chunk_latency_seconds_count": "itl"}
+    return {names[s.name]: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name in names}
+
+
+def test_live_looks_and_the_exporter_carry_the_actors_merged_latencies(cluster: str) -> None:
+    """While the actors run, the driver's looks hold TTFT from the rows each actor hands over at its polls
+    and ITL from the chunk histograms its progress reports carry, merged; a scrape mid-run exports them;
+    the last look and scrape hold the result's counts."""
+    pytest.importorskip("prometheus_client")
+    exporter = PrometheusExporter(0)
+    seen: list[LiveSnapshot] = []
+    scraped: list[dict[str, float]] = []
+
+    def look(snapshot: LiveSnapshot) -> None:
+        seen.append(snapshot)
+        # half-way: the exporter's buckets, built once a second, are then past the first requests' end
+        if not scraped and not snapshot.final and snapshot.completed > 80:
+            scraped.append(_exported_counts(exporter.url))  # from the loop: the exporter's thread answers
+
+    try:
+        config = BenchConfig(concurrency=8, num_prompts=160, random_input_len=8, random_output_len=20, ray=cluster,
+                             synthetic_args=("--ttft-ms", "5", "--itl-ms", "10"), progress=False)
+        result = api.run(config, on_live=[exporter, look])
+        after = _exported_counts(exporter.url)
+    finally:
+        exporter.close()
+    assert result.counts.completed == 160 and result.workers is not None and result.workers["count"] == 2
+    final = {"ttft": result.histograms["ttft"].get_total_count(), "itl": result.histograms["itl"].get_total_count()}
+    assert final == {"ttft": 160, "itl": 160 * 19}
+    assert len([s for s in seen if not s.final and 0 < s.completed < 160]) >= 3, [s.completed for s in seen]
+    # the look scraped (a poll's rows may be a report ahead of its counts: not the last looks, which may
+    # hold every row while the counts say a few are still running)
+    mid = next(s for s in seen if not s.final and s.completed > 80)
+    for name in ("ttft", "itl"):
+        assert name in mid.latency and 0 < mid.latency[name].count < final[name], (name, mid.latency)
+        assert scraped and 0 < scraped[0][name] < final[name], (name, scraped)
+        assert seen[-1].final and seen[-1].latency[name].count == after[name] == final[name], name
+    assert 5 < (mid.latency["itl"].p50_ms or 0) < 50  # 10 ms chunk gaps
 
 
 def test_open_loop_keeps_the_drawn_schedule_over_two_workers_per_node(cluster: str) -> None:
