@@ -55,6 +55,20 @@ class RunStop:
         for conn in self.state.busy_connections():
             conn.abort(int(ErrorClass.CANCELLED), f"in flight when the run stopped ({reason})")
 
+    def future(self) -> asyncio.Future[None]:
+        """A future done once the run stops (now, if it has): what a schedule's timers wait on beside their
+        time."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def stopped() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        self.hooks.append(stopped)
+        if self.stopping:
+            stopped()
+        return done
+
     def past_cap(self) -> bool:
         """Whether the run is stopping, stopping it at the time cap's instant first when that has passed and
         the loop's timer for it (up to a millisecond late) has not fired yet: no request begins after it."""

@@ -252,14 +252,7 @@ class Sessions:
         self.bodies = bodies
         self.offsets = offsets
         self.at_once = 0  # open loop: the most sessions that ran at once
-        self._stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        conns.stop.hooks.append(self._stopped)
-        if conns.stop.stopping:
-            self._stopped()
-
-    def _stopped(self) -> None:
-        if not self._stop.done():
-            self._stop.set_result(None)
+        self._stop = conns.stop.future()
 
     async def run(self, start_ns: int) -> None:
         conns, n = self.conns, len(self.sessions.first_rows)

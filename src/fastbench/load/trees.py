@@ -48,14 +48,7 @@ class AgentTrees:
         self._limit: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # the calls' tasks: held here, as the loop holds them weakly
         self._loop = asyncio.get_running_loop()
-        self._stop: asyncio.Future[None] = self._loop.create_future()
-        conns.stop.hooks.append(self._stopped)
-        if conns.stop.stopping:
-            self._stopped()
-
-    def _stopped(self) -> None:
-        if not self._stop.done():
-            self._stop.set_result(None)
+        self._stop = conns.stop.future()
 
     async def run(self, start_ns: int) -> None:
         conns, n = self.conns, len(self.plan.trees)

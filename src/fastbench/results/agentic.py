@@ -21,6 +21,7 @@ import numpy as np
 
 from fastbench.results.cache import with_template_tokens
 from fastbench.results.records import COL, ErrorClass
+from fastbench.results.sessions import value_summary
 
 # The datasets whose runs replay agent trees (config.dataset_name).
 AGENTIC_DATASETS: tuple[str, ...] = ("weka",)
@@ -227,11 +228,11 @@ def _trees(calls: _Calls, names: list[str]) -> dict[str, Any]:
         "ended_by_failure": int((early & trees.had_failure).sum()),
         "cut_short": int((early & ~trees.had_failure).sum()),
         "not_started": int((~trees.began).sum()),
-        "tree_duration_s": _summary(trees.duration_s[trees.finished]),
-        "tree_calls": _summary(trees.calls.astype(np.float64)),
-        "tree_calls_completed": _summary(trees.done_calls[trees.began].astype(np.float64)),
-        "tree_input_tokens": _summary(trees.input_tokens[trees.finished].astype(np.float64)),
-        "tree_output_tokens": _summary(trees.output_tokens[trees.finished].astype(np.float64)),
+        "tree_duration_s": value_summary(trees.duration_s[trees.finished]),
+        "tree_calls": value_summary(trees.calls.astype(np.float64)),
+        "tree_calls_completed": value_summary(trees.done_calls[trees.began].astype(np.float64)),
+        "tree_input_tokens": value_summary(trees.input_tokens[trees.finished].astype(np.float64)),
+        "tree_output_tokens": value_summary(trees.output_tokens[trees.finished].astype(np.float64)),
         "per_tree": per_tree,
     }
 
@@ -246,11 +247,11 @@ def _agents(calls: _Calls) -> dict[str, Any]:
         "by_role": {name: int((role == code).sum()) for code, name in enumerate(ROLES)},
         "completed": int(agents.finished.sum()),
         "ended_early": int((agents.began & ~agents.finished).sum()),
-        "duration_s": _summary(agents.duration_s[agents.finished]),
-        "turns": _summary(agents.calls.astype(np.float64)),
-        "turns_completed": _summary(agents.done_calls[agents.began].astype(np.float64)),
-        "input_tokens": _summary(agents.input_tokens[agents.finished].astype(np.float64)),
-        "output_tokens": _summary(agents.output_tokens[agents.finished].astype(np.float64)),
+        "duration_s": value_summary(agents.duration_s[agents.finished]),
+        "turns": value_summary(agents.calls.astype(np.float64)),
+        "turns_completed": value_summary(agents.done_calls[agents.began].astype(np.float64)),
+        "input_tokens": value_summary(agents.input_tokens[agents.finished].astype(np.float64)),
+        "output_tokens": value_summary(agents.output_tokens[agents.finished].astype(np.float64)),
     }
 
 
@@ -309,14 +310,6 @@ def _by_cached_share(calls: _Calls) -> list[dict[str, Any]]:
         inside = (shares >= lo) & ((shares <= hi) if last else (shares < hi))
         out.append({"min_share": lo, "max_share": hi, "requests": int(inside.sum()), **_ttft(ttfts[inside])})
     return out
-
-
-def _summary(values: np.ndarray) -> dict[str, float | None]:
-    if values.size == 0:
-        return {"mean": None, "median": None, "p99": None, "min": None, "max": None}
-    median, p99 = (float(x) for x in np.percentile(values, [50.0, 99.0]))
-    return {"mean": float(values.mean()), "median": median, "p99": p99, "min": float(values.min()),
-            "max": float(values.max())}
 
 
 # -- how the console and the run card show it --------------------------------------------------------------

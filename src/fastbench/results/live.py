@@ -137,7 +137,7 @@ class LiveSnapshot:
     requests_per_s_run: float
     tokens_per_s_now: float
     tokens_per_s_run: float
-    latency: dict[str, Quantiles]  # "ttft", "tpot", "itl", "e2e" (itl: none in a --workers or --ray parent)
+    latency: dict[str, Quantiles]  # "ttft", "tpot", "itl", "e2e" (a --workers or --ray parent: merged)
     skew: Quantiles | None  # receive stamp minus the synthetic server's send stamp; None without one
     lateness: Quantiles | None  # open loop: sent minus scheduled; None in a closed loop
     server: dict[str, float]  # the server's /metrics: running, waiting, kv_cache_usage (0-1), acceptance_length,

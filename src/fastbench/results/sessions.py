@@ -69,13 +69,14 @@ def session_figures(rows: np.ndarray, session_of_row: np.ndarray, turn_of_row: n
         "cut_short": int((began & ~finished & ~had_failure).sum()),
         "not_started": int((~began).sum()),
         "turns_per_session_mean": float(turns.mean()) if n else None,
-        "turns_completed": _summary(done_turns[began].astype(np.float64)),
-        "duration_s": _summary(durations),
+        "turns_completed": value_summary(done_turns[began].astype(np.float64)),
+        "duration_s": value_summary(durations),
         "per_turn": per_turn,
     }
 
 
-def _summary(values: np.ndarray) -> dict[str, float | None]:
+def value_summary(values: np.ndarray) -> dict[str, float | None]:
+    """Mean, median, p99, min and max of ``values`` (None each where there are none)."""
     if values.size == 0:
         return {"mean": None, "median": None, "p99": None, "min": None, "max": None}
     median, p99 = (float(x) for x in np.percentile(values, [50.0, 99.0]))
