@@ -39,6 +39,7 @@ class RunStop:
         self.reason = "completed"
         self.at_ns = 0
         self.hooks: list[Callable[[], None]] = []
+        self._future: asyncio.Future[None] | None = None
 
     def stop(self, reason: str, at_ns: int | None = None) -> None:
         """Stop sending; cancel what is in flight (it is counted as cancelled, not failed). ``at_ns``: the
@@ -57,17 +58,27 @@ class RunStop:
 
     def future(self) -> asyncio.Future[None]:
         """A future done once the run stops (now, if it has): what a schedule's timers wait on beside their
-        time."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        time. One per run, made on the first call."""
+        if self._future is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._future = done
 
-        def stopped() -> None:
-            if not done.done():
-                done.set_result(None)
+            def stopped() -> None:
+                if not done.done():
+                    done.set_result(None)
 
-        self.hooks.append(stopped)
-        if self.stopping:
-            stopped()
-        return done
+            self.hooks.append(stopped)
+            if self.stopping:
+                stopped()
+        return self._future
+
+    async def sleep_until(self, due_ns: int) -> None:
+        """Wait until ``due_ns`` or the stop, whichever comes first. The loop's timers have a millisecond's
+        grain and may wake a little early: it waits again for what is left, so nothing goes out before it is
+        due."""
+        stopped = self.future()
+        while (delay_ns := due_ns - now_ns()) > 0 and not stopped.done():
+            await asyncio.wait([stopped], timeout=delay_ns / 1e9)
 
     def past_cap(self) -> bool:
         """Whether the run is stopping, stopping it at the time cap's instant first when that has passed and

@@ -6,6 +6,7 @@ SharedOpenLoop under --workers' shared cap) and multi-turn sessions. ``run(start
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -238,6 +239,21 @@ class SharedOpenLoop(OpenLoop):
         await asyncio.wait([wake], timeout=SHARED_POLL_S)
 
 
+async def run_in_slots(count: int, slots: int, stopped: Callable[[], bool],
+                       one: Callable[[int, int], Awaitable[None]]) -> None:
+    """Closed loop over ``count`` units (sessions, agent trees): ``slots`` of them at once, each slot taking
+    the next as ``one(unit, now_ns())`` when its last has ended, until none is left or ``stopped()``."""
+    queue = iter(range(count))
+
+    async def slot() -> None:
+        for unit in queue:
+            if stopped():
+                return
+            await one(unit, now_ns())
+
+    await asyncio.gather(*(slot() for _ in range(min(slots, count))))
+
+
 class Sessions:
     """Multi-turn sessions. Closed loop: each of ``concurrency`` slots runs sessions one after another,
     keeping its slot through the think times. Open loop: sessions arrive at the rate, each turn due its
@@ -257,15 +273,8 @@ class Sessions:
     async def run(self, start_ns: int) -> None:
         conns, n = self.conns, len(self.sessions.first_rows)
         if self.offsets is None:
-            queue = iter(range(n))
-
-            async def slot() -> None:
-                for s in queue:
-                    if conns.stop.stopping:
-                        return
-                    await self._session(s, now_ns(), None)
-
-            await asyncio.gather(*(slot() for _ in range(min(conns.plan.concurrency, n))))
+            await run_in_slots(n, conns.plan.concurrency, lambda: conns.stop.stopping,
+                               lambda s, due: self._session(s, due, None))
             return
         limit = asyncio.Semaphore(conns.plan.concurrency)
         first_due = start_ns + self.offsets.astype(np.int64)

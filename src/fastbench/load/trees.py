@@ -17,6 +17,7 @@ import numpy as np
 
 from fastbench._core import now_ns
 from fastbench.load.connections import Connections
+from fastbench.load.schedules import run_in_slots
 from fastbench.results.records import COL, ErrorClass
 
 
@@ -48,28 +49,17 @@ class AgentTrees:
         self._limit: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # the calls' tasks: held here, as the loop holds them weakly
         self._loop = asyncio.get_running_loop()
-        self._stop = conns.stop.future()
 
     async def run(self, start_ns: int) -> None:
         conns, n = self.conns, len(self.plan.trees)
         if self.offsets is None:
-            queue = iter(range(n))
-
-            async def slot() -> None:
-                for tree in queue:
-                    if conns.stop.past_cap():
-                        return
-                    await self._tree(tree, now_ns())
-
-            await asyncio.gather(*(slot() for _ in range(min(conns.plan.concurrency, n))))
+            await run_in_slots(n, conns.plan.concurrency, conns.stop.past_cap, self._tree)
             return
         self._limit = asyncio.Semaphore(conns.plan.concurrency)
         started: list[asyncio.Task[None]] = []
         for tree, offset in enumerate(self.offsets.tolist()):
             due = start_ns + int(offset)
-            delay_s = (due - now_ns()) / 1e9
-            if delay_s > 0:
-                await asyncio.wait([self._stop], timeout=delay_s)
+            await conns.stop.sleep_until(due)
             if conns.stop.past_cap():
                 break
             started.append(self._loop.create_task(self._tree(tree, due)))
@@ -116,9 +106,7 @@ class AgentTrees:
     async def _send(self, run: _TreeRun, row: int, due: int) -> bool:
         """Send ``row`` when due; whether it completed (and the run goes on)."""
         conns, limit = self.conns, self._limit
-        # the loop's timers have a millisecond's grain and may wake a little early: never sent before it is due
-        while (delay_ns := due - now_ns()) > 0 and not self._stop.done():
-            await asyncio.wait([self._stop], timeout=delay_ns / 1e9)
+        await conns.stop.sleep_until(due)
         if run.failed:
             return False
         if conns.stop.past_cap():
