@@ -191,6 +191,9 @@ class AgenticOptions(DatasetOptions):
     # session to one backend (e.g. x-session-id); None: none
     session_header: str | None = _option(None, (lambda v: re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", v) is not None,
                                                 "must be an HTTP header name (letters, digits, '-', ...)"))
+    # chat: each call's prompt sent as the turns its history was (user, assistant, tool call, tool result),
+    # with a tools list (load.toolturns); off: one user message of the trace's tokens
+    tool_messages: bool = _option(False)
 
 
 # Every options class, in the order the result file records their fields. A new dataset adds its own here.

@@ -14,6 +14,16 @@ import orjson
 import pytest
 
 from support.scripted import ScriptedServer, stream_script
+from support.weka_traces import (
+    BLOCK,
+    read_records,
+    tree_trace,
+    weka_call,
+    weka_config,
+    weka_subagent,
+    weka_trace,
+    write_traces,
+)
 from fastbench import BenchConfig, run
 from fastbench.api.runs import _session_header
 from fastbench.datasetoptions import AgenticOptions
@@ -25,60 +35,14 @@ from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.sources.weka import BACKGROUND, JOINED, ROOT, read_corpus
 from fastbench.synthetic import SyntheticServer
 
-BLOCK = 16  # the traces' block_size, and the synthetic server's cache block
-
-
-def _call(t: float, ids: list[int], extra: int = 5, out: int = 3, **fields: Any) -> dict[str, Any]:
-    """A streaming call whose prompt is its blocks and ``extra`` tokens of its own."""
-    return {"t": t, "type": "s", "model": "m", "in": len(ids) * BLOCK + extra, "out": out, "hash_ids": ids, **fields}
-
-
-def _subagent(t: float, calls: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    return {"t": t, "type": "subagent", "agent_id": "explore", "subagent_type": "Explore", "status": "completed",
-            "requests": calls, **fields}
-
-
-def _trace(name: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": name, "models": ["m"], "block_size": BLOCK, "hash_id_scope": "local", "requests": requests}
-
-
-def tree_trace(name: str = "tree") -> dict[str, Any]:
-    """A root of four calls whose context grows block by block; a subagent spawned by call 1 and joined by
-    call 2 (its times relative to the marker, as raw captures give them); one spawned by call 3 with no
-    call after it (background). Gaps: think_time where recorded, else the recorded end (t + api_time)."""
-    return _trace(name, [
-        _call(0.0, [1, 2], api_time=0.010, stop="tool_use"),
-        _call(0.020, [1, 2, 3], api_time=0.010, input_types=["tool_result"]),  # gap 0.020 - 0.010
-        _subagent(0.035, [_call(0.0, [50, 51], api_time=0.005), _call(0.010, [50, 51, 52], think_time=0.004)]),
-        _call(0.080, [1, 2, 3, 4], think_time=0.002),
-        _call(0.100, [1, 2, 3, 4, 5], api_time=0.010),
-        _subagent(0.120, [_call(0.0, [60, 61], api_time=0.005)]),
-    ])
-
-
-def _write(path: Path, *traces: dict[str, Any], lines: bool = False) -> Path:
-    if lines or len(traces) > 1:
-        path.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in traces))
-    else:
-        path.write_bytes(orjson.dumps(traces[0]))
-    return path
-
-
-def _config(path: Path, **changes: Any) -> BenchConfig:
-    names = ("start", "time_scale", "idle_gap_cap", "session_header")
-    agentic = {name: changes.pop(f"agentic_{name}") for name in names if f"agentic_{name}" in changes}
-    return BenchConfig(dataset_name="weka", dataset_path=path, num_prompts=1, concurrency=1, metrics_interval_s=0.2,
-                       dataset_options=AgenticOptions(**agentic)).replace(**changes)
-
-
 # -- reading ----------------------------------------------------------------------------------------------------
 
 
 def test_a_trace_reads_into_its_agents_with_their_roles_spawns_and_joins(tmp_path: Path) -> None:
     doc = tree_trace()
-    doc["requests"].insert(0, _subagent(0.0, [_call(0.0, [9])]))  # before any call: nothing spawned it
-    doc["requests"].insert(3, _subagent(0.030, [_call(0.031, [70])], status="async_launched"))
-    corpus = read_corpus(str(_write(tmp_path / "t.json", doc)))
+    doc["requests"].insert(0, weka_subagent(0.0, [weka_call(0.0, [9])]))  # before any call: nothing spawned it
+    doc["requests"].insert(3, weka_subagent(0.030, [weka_call(0.031, [70])], status="async_launched"))
+    corpus = read_corpus(str(write_traces(tmp_path / "t.json", doc)))
     (trace,) = corpus.traces
     root, launched, joined, background = trace.agents  # in the order of their markers
     assert (trace.name, trace.block, trace.dropped_subagents) == ("tree", BLOCK, 1)
@@ -94,10 +58,10 @@ def test_a_trace_reads_into_its_agents_with_their_roles_spawns_and_joins(tmp_pat
 
 
 def test_a_subagent_of_a_subagent_is_spawned_and_joined_by_its_own_parent(tmp_path: Path) -> None:
-    inner = _subagent(0.012, [_call(0.013, [80])])
-    doc = _trace("nested", [_call(0.0, [1]), _subagent(0.01, [_call(0.011, [70]), inner, _call(0.02, [70, 71])]),
-                            _call(0.03, [1, 2])])
-    root, child, grandchild = read_corpus(str(_write(tmp_path / "n.json", doc))).traces[0].agents
+    inner = weka_subagent(0.012, [weka_call(0.013, [80])])
+    child_calls = [weka_call(0.011, [70]), inner, weka_call(0.02, [70, 71])]
+    doc = weka_trace("nested", [weka_call(0.0, [1]), weka_subagent(0.01, child_calls), weka_call(0.03, [1, 2])])
+    root, child, grandchild = read_corpus(str(write_traces(tmp_path / "n.json", doc))).traces[0].agents
     assert (child.parent, child.spawn, child.join, child.role) == (0, 0, 1, JOINED)
     assert (grandchild.parent, grandchild.spawn, grandchild.join, grandchild.role) == (1, 0, 1, JOINED)
     assert grandchild.name == "nested/explore/explore"
@@ -117,9 +81,9 @@ def test_a_subagent_of_a_subagent_is_spawned_and_joined_by_its_own_parent(tmp_pa
 def test_a_defect_in_a_single_trace_is_named_by_file_and_field(tmp_path: Path, change: Any, message: str) -> None:
     doc = tree_trace()
     change(doc)
-    path = _write(tmp_path / "bad.json", doc)
+    path = write_traces(tmp_path / "bad.json", doc)
     with pytest.raises(DatasetError) as caught:
-        check_inputs(_config(path))
+        check_inputs(weka_config(path))
     assert str(caught.value).startswith(f"{path}: {message}"), caught.value
     assert "\n" not in str(caught.value)
 
@@ -127,27 +91,27 @@ def test_a_defect_in_a_single_trace_is_named_by_file_and_field(tmp_path: Path, c
 def test_in_a_corpus_a_defective_trace_is_skipped_counted_and_its_defect_named(tmp_path: Path) -> None:
     bad = tree_trace("bad")
     bad["requests"][0]["in"] = -4
-    path = _write(tmp_path / "corpus.jsonl", tree_trace("a"), bad, tree_trace("b"))
+    path = write_traces(tmp_path / "corpus.jsonl", tree_trace("a"), bad, tree_trace("b"))
     path.write_bytes(path.read_bytes() + b"{not json\n")
-    work = build_workload_sync(_config(path, num_prompts=2), "m", max_model_len=None)
+    work = build_workload_sync(weka_config(path, num_prompts=2), "m", max_model_len=None)
     assert work.trees is not None and work.trees.trees == ["a", "b"]
     note = next(n for n in work.notes if "defective traces skipped" in n)
     assert note.startswith(f"weka: 2 defective traces skipped; the first: {path} line 2: requests[0].in: must be")
     (tmp_path / "dir").mkdir()
-    _write(tmp_path / "dir" / "1.json", tree_trace("one"))
-    _write(tmp_path / "dir" / "2.json", bad)
+    write_traces(tmp_path / "dir" / "1.json", tree_trace("one"))
+    write_traces(tmp_path / "dir" / "2.json", bad)
     assert [t.name for t in read_corpus(str(tmp_path / "dir")).traces] == ["one"]
-    only_bad = _write(tmp_path / "only_bad.jsonl", bad, bad)
+    only_bad = write_traces(tmp_path / "only_bad.jsonl", bad, bad)
     with pytest.raises(DatasetError, match="no usable trace \\(2 skipped; the first: .*line 1: requests\\[0\\].in"):
-        check_inputs(_config(only_bad))
+        check_inputs(weka_config(only_bad))
 
 
 # -- the plan ----------------------------------------------------------------------------------------------------
 
 
 def test_each_call_waits_for_its_dependencies_and_its_recorded_gap(tmp_path: Path) -> None:
-    path = _write(tmp_path / "t.json", tree_trace())
-    work = build_workload_sync(_config(path, agentic_start="beginning"), "m", max_model_len=None)
+    path = write_traces(tmp_path / "t.json", tree_trace())
+    work = build_workload_sync(weka_config(path, agentic_start="beginning"), "m", max_model_len=None)
     plan = work.trees
     assert plan is not None and work.warmups == []
     # rows in the order of their recorded starts: root 0, root 1, sub 0, sub 1, root 2, root 3, background 0
@@ -160,15 +124,15 @@ def test_each_call_waits_for_its_dependencies_and_its_recorded_gap(tmp_path: Pat
     assert plan.gap_ns.tolist() == [0, 10_000_000, 5_000_000, 4_000_000, 2_000_000, 0, 10_000_000]  # root 2: no end
     assert plan.tool_result_of_row.tolist() == [0, 13, 0, 0, 0, 0, 0]  # 53 in, 37 in + 3 out before it
     assert [spec.prompt_len for spec in work.requests] == [37, 53, 37, 53, 69, 85, 37]
-    scaled = build_workload_sync(_config(path, agentic_start="beginning", agentic_time_scale=2.0,
+    scaled = build_workload_sync(weka_config(path, agentic_start="beginning", agentic_time_scale=2.0,
                                          agentic_idle_gap_cap=0.015), "m", max_model_len=None).trees
     assert scaled is not None
     assert scaled.gap_ns.tolist() == [0, 15_000_000, 10_000_000, 8_000_000, 4_000_000, 0, 15_000_000]
 
 
 def test_calls_sharing_hash_ids_share_exactly_their_blocks_and_replays_share_nothing(tmp_path: Path) -> None:
-    path = _write(tmp_path / "t.json", tree_trace())
-    work = build_workload_sync(_config(path, num_prompts=2, concurrency=1), "m", max_model_len=None)
+    path = write_traces(tmp_path / "t.json", tree_trace())
+    work = build_workload_sync(weka_config(path, num_prompts=2, concurrency=1), "m", max_model_len=None)
     prompts = [orjson.loads(bytes(spec.body))["prompt"] for spec in work.requests]
     first, replay = prompts[:7], prompts[7:]
     assert [len(p) for p in first] == [37, 53, 37, 53, 69, 85, 37]
@@ -182,8 +146,8 @@ def test_calls_sharing_hash_ids_share_exactly_their_blocks_and_replays_share_not
 
 
 def test_a_staggered_start_begins_part_way_with_a_warm_up_holding_the_context(tmp_path: Path) -> None:
-    path = _write(tmp_path / "t.json", tree_trace())
-    work = build_workload_sync(_config(path, num_prompts=3, concurrency=2), "m", max_model_len=None)
+    path = write_traces(tmp_path / "t.json", tree_trace())
+    work = build_workload_sync(weka_config(path, num_prompts=3, concurrency=2), "m", max_model_len=None)
     plan = work.trees
     assert plan is not None and plan.slots == 2
     rows = np.diff(plan.tree_first).tolist()
@@ -197,44 +161,40 @@ def test_a_staggered_start_begins_part_way_with_a_warm_up_holding_the_context(tm
 
 
 def test_a_call_past_the_context_cuts_its_agent_and_what_it_would_spawn(tmp_path: Path) -> None:
-    path = _write(tmp_path / "t.json", tree_trace())
-    work = build_workload_sync(_config(path, agentic_start="beginning", max_tokens=3), "m", max_model_len=60)
+    path = write_traces(tmp_path / "t.json", tree_trace())
+    work = build_workload_sync(weka_config(path, agentic_start="beginning", max_tokens=3), "m", max_model_len=60)
     plan = work.trees
     assert plan is not None
     # root 2 (69 + 3 > 60) is cut with root 3 and the background subagent root 3 spawns; the joined one stays
     assert list(zip(plan.agent_of_row.tolist(), plan.agent_turn_of_row.tolist())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert work.screened_out == 3
     with pytest.raises(ConfigError, match="no call to send"):
-        build_workload_sync(_config(path), "m", max_model_len=30)
+        build_workload_sync(weka_config(path), "m", max_model_len=30)
 
 
 def test_agentic_options_are_refused_where_they_mean_nothing(tmp_path: Path) -> None:
-    path = _write(tmp_path / "t.json", tree_trace())
+    path = write_traces(tmp_path / "t.json", tree_trace())
     with pytest.raises(ConfigError, match="--agentic-\\* options are for agent-tree replay"):
         build_workload_sync(BenchConfig(dataset_options=AgenticOptions(time_scale=2.0)), "m", max_model_len=None)
     for change, option in (({"num_warmups": 2}, "--num-warmups"), ({"workers": 2}, "--workers"),
                            ({"ramp_up_strategy": "linear", "ramp_up_start_rps": 1, "ramp_up_end_rps": 2},
                             "--ramp-up-strategy")):
         with pytest.raises(ConfigError, match=f"{option} is not available with --dataset-name weka"):
-            build_workload_sync(_config(path, **change), "m", max_model_len=None)
+            build_workload_sync(weka_config(path, **change), "m", max_model_len=None)
 
 
 # -- replays against the synthetic server ------------------------------------------------------------------------
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return sorted((orjson.loads(line) for line in path.read_bytes().splitlines()), key=lambda r: r["id"])
-
-
 def test_a_replay_sends_each_call_its_gap_after_its_dependencies_ended(tmp_path: Path) -> None:
-    path = _write(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"), tree_trace("c"))
+    path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"), tree_trace("c"))
     jsonl = tmp_path / "requests.jsonl"
-    config = _config(path, num_prompts=4, concurrency=2, save_detailed=jsonl,
+    config = weka_config(path, num_prompts=4, concurrency=2, save_detailed=jsonl,
                      synthetic_args=("--ttft-ms", "3", "--itl-ms", "2"))
     plan = build_workload_sync(config, "m", max_model_len=None).trees
     result = run(config)
     assert plan is not None and result.counts.completed == len(plan.gap_ns) == 7 + 3 + 7 + 7
-    records = _records(jsonl)
+    records = read_records(jsonl)
     for row, rec in enumerate(records):
         deps = plan.deps[plan.deps_first[row]:plan.deps_first[row + 1]].tolist()
         if deps:  # due exactly its gap after the last of its dependencies' recorded ends
@@ -249,15 +209,15 @@ def test_a_replay_sends_each_call_its_gap_after_its_dependencies_ended(tmp_path:
 
 
 def test_cached_tokens_are_exactly_the_blocks_the_trees_share(tmp_path: Path) -> None:
-    path = _write(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"))
+    path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"))
     jsonl = tmp_path / "requests.jsonl"
     with SyntheticServer(enable_prefix_caching=True, enable_prompt_tokens_details=True, block_size=BLOCK, ttft_ms=1,
                          itl_ms=1) as server:
-        config = _config(path, num_prompts=3, concurrency=2, base_url=server.base_url, save_detailed=jsonl)
+        config = weka_config(path, num_prompts=3, concurrency=2, base_url=server.base_url, save_detailed=jsonl)
         work = build_workload_sync(config, "m", max_model_len=None)
         result = run(config)
         counted = server.stats()["prefix_cache"]
-    records = _records(jsonl)
+    records = read_records(jsonl)
     assert [r["cached_tokens"] or 0 for r in records] == work.shared_prompt_tokens
     warm = sum(spec.prompt_len or 0 for spec in work.warmups)
     assert counted["queries"] == sum(r["prompt_tokens"] for r in records) + warm
@@ -266,14 +226,14 @@ def test_cached_tokens_are_exactly_the_blocks_the_trees_share(tmp_path: Path) ->
 
 
 def test_open_loop_starts_trees_at_the_rate(tmp_path: Path) -> None:
-    path = _write(tmp_path / "t.json", tree_trace())
+    path = write_traces(tmp_path / "t.json", tree_trace())
     jsonl = tmp_path / "requests.jsonl"
-    config = _config(path, num_prompts=3, request_rate=20.0, concurrency=None, save_detailed=jsonl,
+    config = weka_config(path, num_prompts=3, request_rate=20.0, concurrency=None, save_detailed=jsonl,
                      synthetic_args=("--ttft-ms", "2", "--itl-ms", "1"))
     plan = build_workload_sync(config, "m", max_model_len=None).trees
     result = run(config)
     assert plan is not None and plan.slots is None and result.counts.completed == 21
-    records = _records(jsonl)
+    records = read_records(jsonl)
     offsets = pacer.arrival_offsets_ns(3, 20.0, 1.0, config.seed)
     firsts = plan.tree_first[:-1].tolist()
     assert [records[r]["scheduled_ms"] for r in firsts] == pytest.approx((offsets / 1e6).tolist(), abs=1e-3)
@@ -281,18 +241,18 @@ def test_open_loop_starts_trees_at_the_rate(tmp_path: Path) -> None:
 
 def test_a_failed_call_ends_its_tree(tmp_path: Path) -> None:
     """The server fails its second answer (the root's call 1): nothing that would carry its context is sent."""
-    path = _write(tmp_path / "t.json", tree_trace())
+    path = write_traces(tmp_path / "t.json", tree_trace())
     jsonl = tmp_path / "requests.jsonl"
     faults = ("--fault", "http-500", "--fault-every", "2")
-    result = run(_config(path, agentic_start="beginning", save_detailed=jsonl,
+    result = run(weka_config(path, agentic_start="beginning", save_detailed=jsonl,
                          synthetic_args=("--ttft-ms", "2", "--itl-ms", "1", *faults)))
-    assert [r["status"] for r in _records(jsonl)] == ["completed", "failed"] + ["not_started"] * 5
+    assert [r["status"] for r in read_records(jsonl)] == ["completed", "failed"] + ["not_started"] * 5
     assert (result.counts.completed, result.counts.failed) == (1, 1)
 
 
 def test_each_call_carries_its_agents_session_header_and_the_warm_ups_none(tmp_path: Path) -> None:
-    path = _write(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"))
-    config = _config(path, num_prompts=2, concurrency=2, agentic_session_header="x-session-id")
+    path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"))
+    config = weka_config(path, num_prompts=2, concurrency=2, agentic_session_header="x-session-id")
     work = build_workload_sync(config, "m", max_model_len=None)
     assert work.trees is not None and len(work.warmups) == 1
     header = _session_header(config, work)
@@ -315,4 +275,4 @@ def test_each_call_carries_its_agents_session_header_and_the_warm_ups_none(tmp_p
     with pytest.raises(ConfigError, match="both set it"):
         _session_header(config.replace(headers={"X-Session-Id": "pinned"}), work)
     with pytest.raises(ConfigError, match="must be an HTTP header name"):
-        build_workload_sync(_config(path, agentic_session_header="x session"), "m", max_model_len=None)
+        build_workload_sync(weka_config(path, agentic_session_header="x session"), "m", max_model_len=None)

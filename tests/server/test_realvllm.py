@@ -469,3 +469,31 @@ def test_real_vllm_agentic_replay_hit_rate_and_ttft(cached_vllm: tuple[str, Path
     print(f"agentic replay: hit rate {hits / queries:.3f} (fastbench {stats['hit_rate']:.3f}); median TTFT opening "
           f"{sorted(opening)[3]:.0f} ms, continuing {sorted(continuing)[6]:.0f} ms")
     assert sorted(continuing)[6] < 0.8 * sorted(opening)[3]
+
+
+def test_real_vllm_takes_agentic_calls_as_tool_turns(cached_vllm: tuple[str, Path, float], tmp_path: Path) -> None:
+    """--agentic-tool-messages against vLLM's chat: each call's history sent as user, assistant tool-call and
+    tool messages with a tools list, as vLLM's validation and chat template take them; every call answered, its
+    prompt the trace's tokens plus the template's, and the history found in vLLM's prefix cache as the hit rate
+    vLLM's own counters give."""
+    base_url, log, _ = cached_vllm
+    calls = [{"t": k * 0.1, "type": "s", "model": "m", "in": (32 + 2 * k) * 16, "out": 2,
+              "hash_ids": list(range(32 + 2 * k)), "api_time": 0.01, "stop": "tool_use",
+              **({"input_types": ["tool_result"]} if k else {})} for k in range(4)]
+    corpus = tmp_path / "trace.json"
+    corpus.write_bytes(orjson.dumps({"id": "tools", "block_size": 16, "requests": calls}))
+    out, records = tmp_path / "run.json", tmp_path / "requests.jsonl"
+    before = _prefix_counters(base_url)
+    doc, _ = run_fastbench(
+        ["--base-url", base_url, "--model", "gemma3-270m", "--endpoint", "/v1/chat/completions", "--dataset-name",
+         "weka", "--dataset-path", str(corpus), "--num-prompts", "1", "--concurrency", "1", "--agentic-start",
+         "beginning", "--agentic-time-scale", "0", "--agentic-tool-messages", "--max-tokens", "2", "--ignore-eos",
+         "--metrics-interval", "1", "--result-json", str(out), "--requests-jsonl", str(records)], out, log,
+        timeout_s=600)
+    queries, hits = (after - first for after, first in zip(_prefix_counters(base_url), before))
+    assert doc["completed"] == 4 and doc["failed"] == 0, doc["fastbench"].get("errors")
+    rows = sorted((orjson.loads(line) for line in records.read_bytes().splitlines()), key=lambda r: r["id"])
+    assert all(r["prompt_tokens"] > c["in"] for r, c in zip(rows, calls))  # the template's tokens beside the trace's
+    stats = doc["fastbench"]["server"]["prefix_cache_stats"]
+    assert stats["hit_rate"] == pytest.approx(hits / queries, abs=0.01), (stats, queries, hits)
+    assert hits / queries > 0.5  # three of four calls continue a history of 512 tokens and more

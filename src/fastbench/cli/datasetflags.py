@@ -42,6 +42,10 @@ def add_file_dataset_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--agentic-session-header", default=None, metavar="NAME",
                    help="each call carries this header, its value the call's agent (TREE or TREE::AGENT), for a "
                    "router to pin a session to one backend (e.g. x-session-id)")
+    g.add_argument("--agentic-tool-messages", action="store_true",
+                   help="chat: send each call as the turns its trace recorded (user, assistant, tool call, tool "
+                   "result) with a tools list, not as one user message; the chat template's tokens for them are "
+                   "the server's (docs/agentic.md)")
     g = p.add_argument_group("vLLM's custom and spec_bench datasets")
     g.add_argument("--custom-output-len", type=int, default=256,
                    help="custom: output tokens per request; -1: each line's output_tokens")

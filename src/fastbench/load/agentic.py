@@ -30,8 +30,10 @@ calls after it would carry a history it never had) and the subagents it would ha
 
 Tool turns: a call whose input is a tool's result (``input_types`` holds ``tool_result``, or the call
 before stopped for ``tool_use``) is marked, with the tokens its input grew by (the tool result's share).
-Its prompt stays plain tokens: a ``tools`` list or a tool message would add tokens of the server's chat
-template that the trace never counted, and the trace's counts are what the replay keeps exact.
+By default its prompt stays plain tokens: a ``tools`` list or a tool message would add tokens of the server's
+chat template that the trace never counted, and the trace's counts are what the replay keeps exact. On chat,
+``--agentic-tool-messages`` sends every call as the turns of its history instead (``toolturns``): the same
+tokens cut into user, assistant, tool-call and tool messages, with a tools list.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import numpy as np
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError
-from fastbench.load import sharing
+from fastbench.load import sharing, toolturns
 from fastbench.load.screening import Candidate, screening_limit
 from fastbench.load.sources import gc_paused
 from fastbench.load.sources.trace import TokenBlocks
@@ -53,6 +55,8 @@ from fastbench.load.sources.weka import Corpus, WekaTrace, read_corpus
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
 __all__ = ("AgenticBuild", "TreePlan", "build_trees", "check")
+
+CHAT_ENDPOINT = "/v1/chat/completions"  # the one API whose messages --agentic-tool-messages sends
 
 
 @dataclasses.dataclass
@@ -100,7 +104,10 @@ class AgenticBuild:
 
 
 def check(config: BenchConfig) -> None:
-    """The corpus reads (DatasetError naming the file and field if not)."""
+    """The corpus reads (DatasetError naming the file and field if not), and its options fit the endpoint."""
+    if config.options(AgenticOptions).tool_messages and config.endpoint != CHAT_ENDPOINT:
+        raise ConfigError(f"--agentic-tool-messages sends chat messages: give --endpoint {CHAT_ENDPOINT}, not "
+                          f"{config.endpoint}")
     read_corpus(os.fspath(config.dataset_path or ""))
 
 
@@ -147,8 +154,8 @@ def _build(config: BenchConfig, chat: bool, mml: int | None, notes: list[str]) -
             base = next_base
             next_base += strides[id(trace)]
         tree = _Tree(trace, trace.name + (f"#{replay + 1}" if replay else ""), [], [], base, start - 1)
-        cut, skipped = _choose_calls(tree, start, config, mml)
-        screened += cut
+        cut_out, skipped = _choose_calls(tree, start, config, mml)
+        screened += cut_out
         before_start += skipped
         trees.append(tree)
     warm = [tree for tree in trees if tree.warmup >= 0]
@@ -159,7 +166,8 @@ def _build(config: BenchConfig, chat: bool, mml: int | None, notes: list[str]) -
     if n_rows == 0:
         raise ConfigError(f"weka:{path}: no call to send: every tree's first call was screened out by max_model_len "
                           f"{mml}")
-    measured, warmups, shared = _prompts(calls, order, warm_calls, config, chat)
+    cut = _message_cuts(trees, warm, calls, order, warm_calls) if options.tool_messages else None
+    measured, warmups, shared = _prompts(calls, order, warm_calls, config, chat, cut)
     _note(notes, corpus, trees, plan, options, screened, before_start, len(warm), mml, path, chat)
     return AgenticBuild(plan, measured, warmups, shared, f"weka:{path}", screened)
 
@@ -353,12 +361,42 @@ def _lay_out(calls: _Calls, trees: list[_Tree], options: AgenticOptions,
     return plan, order
 
 
-def _prompts(calls: _Calls, order: np.ndarray, warm: _Calls, config: BenchConfig,
-             chat: bool) -> tuple[list[Candidate], list[Candidate], list[int]]:
+def _message_cuts(trees: list[_Tree], warm_trees: list[_Tree], calls: _Calls, order: np.ndarray,
+                  warm: _Calls) -> _Cuts:
+    """Where each prompt (the warm-ups', then the rows') is cut into its messages (``toolturns``)."""
+    traces: dict[int, WekaTrace] = {id(t.trace): t.trace for t in trees}
+    number = {key: k for k, key in enumerate(traces)}  # replays of a trace share its agents' columns
+    trace_of_tree = np.array([number[id(t.trace)] for t in trees], dtype=np.int64)
+    trace_of_warm = np.array([number[id(t.trace)] for t in warm_trees], dtype=np.int64)
+    trace = np.concatenate([trace_of_warm[warm.tree], trace_of_tree[calls.tree[order]]])
+    agent = np.concatenate([warm.agent, calls.agent[order]])
+    turn = np.concatenate([warm.turn, calls.turn[order]])
+    width = int(agent.max()) + 1
+    pairs, which = np.unique(trace * width + agent, return_inverse=True)
+    listed = list(traces.values())
+    agents = [listed[int(p) // width].agents[int(p) % width] for p in pairs.tolist()]
+    sizes = np.array([a.calls for a in agents], dtype=np.int64)
+    agent_first = np.cumsum(sizes) - sizes
+    prompt, token, literal, turns = toolturns.cuts(
+        np.concatenate([a.inputs for a in agents]), np.concatenate([a.outputs for a in agents]),
+        np.concatenate([a.tool_result for a in agents]), agent_first, agent_first[which.reshape(-1)] + turn)
+    return _Cuts(prompt, token, literal, toolturns.Literals(turns))
+
+
+@dataclasses.dataclass
+class _Cuts:
+    prompt: np.ndarray
+    token: np.ndarray
+    literal: np.ndarray
+    literals: toolturns.Literals
+
+
+def _prompts(calls: _Calls, order: np.ndarray, warm: _Calls, config: BenchConfig, chat: bool,
+             cut: _Cuts | None) -> tuple[list[Candidate], list[Candidate], list[int]]:
     """The rows' and the warm-ups' prompts, laid out together (``TokenBlocks``: calls sharing a block share its
     tokens), and what each row shares with the calls sent before it (the warm-ups, then the rows in order).
     Requests are taken in that order; their block numbers stay where ``calls.ids`` holds them (the warm-ups'
-    last), each request's a run of it from its start."""
+    last), each request's a run of it from its start. ``cut``: each prompt cut into its messages."""
     source = SOURCE_WORDS if chat else SOURCE_TOKEN_IDS
     own = len(calls.ids) - len(warm.ids)
     counts = np.concatenate([warm.id_count, calls.id_count[order]])
@@ -373,16 +411,28 @@ def _prompts(calls: _Calls, order: np.ndarray, warm: _Calls, config: BenchConfig
         members = np.flatnonzero(blocks == block)
         layout = TokenBlocks(block, chat, np.random.default_rng([config.seed, 0xA6E7, block]))
         if len(members) == len(inputs):
-            layout.draw(ids, starts, counts, inputs)
+            layout.draw(ids, starts, counts, inputs, cut.literals.bytes if cut else b"")
+            _cut_into_messages(layout, cut, members)
             prompts = layout.prompts(inputs.tolist())
             break
-        layout.draw(ids, starts[members], counts[members], inputs[members])
+        layout.draw(ids, starts[members], counts[members], inputs[members], cut.literals.bytes if cut else b"")
+        _cut_into_messages(layout, cut, members)
         for k, prompt in zip(members.tolist(), layout.prompts(inputs[members].tolist())):
             prompts[k] = prompt
     candidates = [Candidate(prompt, n_in, n_out, source) for prompt, n_in, n_out
                   in zip(prompts, inputs.tolist(), outputs.tolist())]
     shared = sharing.shared_by_ids(ids, counts, inputs, blocks, starts)[len(warm.inputs):]
     return candidates[len(warm.inputs):], candidates[:len(warm.inputs)], shared
+
+
+def _cut_into_messages(layout: TokenBlocks, cut: _Cuts | None, members: np.ndarray) -> None:
+    """The cuts of the prompts ``layout`` drew (``members``, sorted) made in its runs."""
+    if cut is None:
+        return
+    mine = np.flatnonzero(np.isin(cut.prompt, members))
+    literal = cut.literal[mine]
+    layout.insert(np.searchsorted(members, cut.prompt[mine]), cut.token[mine],
+                  layout.literals_at + cut.literals.starts[literal], layout.literals_at + cut.literals.ends[literal])
 
 
 def _note(notes: list[str], corpus: Corpus, trees: list[_Tree], plan: TreePlan, options: AgenticOptions,
@@ -413,8 +463,12 @@ def _note(notes: list[str], corpus: Corpus, trees: list[_Tree], plan: TreePlan, 
         notes.append("weka on chat: prompts are random common words, one word taken as one token; the server's "
                      "chat template adds its own tokens before them")
     tool_turns = int((plan.tool_result_of_row > 0).sum())
-    if tool_turns:
+    if options.tool_messages:
+        notes.append(f"weka: each call sent as the turns of its history, with a tools list; {tool_turns} calls "
+                     "answer a tool call with a tool message. The chat template adds its tokens for the messages and "
+                     "the tools (the prompt tokens are the server's usage)")
+    elif tool_turns:
         notes.append(f"weka: {tool_turns} calls carry a tool's result, sent as plain prompt tokens (the trace's "
-                     "counts kept exact)")
+                     "counts kept exact; --agentic-tool-messages sends them as tool messages)")
     if plan.tree_first[-1] and np.any(plan.tree_first[1:] == plan.tree_first[:-1]):
         notes.append("weka: some trees send no call (their first calls screened out)")

@@ -27,9 +27,9 @@ import orjson
 from fastbench._core import BodyParts
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
-from fastbench.datasetoptions import MultiTurnOptions
+from fastbench.datasetoptions import AgenticOptions, MultiTurnOptions
 from fastbench.exceptions import ConfigError, DatasetError
-from fastbench.load import agentic, lora, protocols, sessions, sharing
+from fastbench.load import agentic, lora, protocols, sessions, sharing, toolturns
 from fastbench.load.conversations import read_conversations
 from fastbench.load.screening import (
     OTHER_OUTPUT_LIMITS,
@@ -333,6 +333,8 @@ async def _build_sessions(config: BenchConfig, model: str, mml: int | None, coun
 def _build_trees(config: BenchConfig, model: str, mml: int | None, chat: bool, notes: list[str]) -> Workload:
     built = agentic.build_trees(config, chat, mml, notes)
     warm = len(built.warmups)
+    if config.options(AgenticOptions).tool_messages:  # one tools list on every call, as an agent's carry theirs
+        config = dataclasses.replace(config, extra_body={"tools": toolturns.TOOLS, **config.extra_body})
     with gc_paused():
         specs = _make_specs([*built.warmups, *built.measured], config, model, chat)
     return Workload(requests=specs[warm:], warmups=specs[:warm], dataset=built.dataset,

@@ -15,12 +15,15 @@ prefix-cache counters with ``--enable-prefix-caching``), ``POST /tokenize``, ``P
 Token model (deterministic, documented):
 
 * a string prompt has one token per whitespace-separated word; a token-id prompt one per id;
-* a chat request has, per message, the words of its content (text parts joined) plus 4 tokens, and per
-  image part one token per 32x32 pixels covering it (a PNG or GIF data URL's header gives its size; any
-  other image counts 256);
+* a chat request has, per message, the words of its content (text parts joined, and an assistant's tool
+  calls' arguments) plus 4 tokens, and per image part one token per 32x32 pixels covering it (a PNG or GIF
+  data URL's header gives its size; any other image counts 256);
 * ``--lora-modules NAME ...``: adapters served beside ``--model`` (listed by /v1/models with the model as
   their parent, accepted with ``--strict-model``); /fb/stats then counts each name's requests
   (``requests_by_model``), and ``images`` the image parts read;
+* a chat request with ``tools`` and ``tool_choice`` "required" (or a named function) is answered with one
+  tool call, its arguments the output tokens, streamed as ``tool_calls`` deltas (finish_reason
+  "tool_calls"); "auto" is the model's choice, and this model answers text;
 * output tokens are single words (" tok", " the", ...): the same sequence for every response of a
   server with a given ``--seed``; the server always produces ``max_tokens`` tokens (default 16) unless
   ``--eos-prob P`` stops a request early (each token ends it with probability P when the request does

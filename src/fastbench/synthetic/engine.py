@@ -368,6 +368,7 @@ class SyntheticEngine:
                 raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
             ids: list[int] | None = None
             images = 0
+            tool_call = chat and _tool_call_forced(req)
             if api is ResponsesEncoder:
                 if "input" not in req:
                     raise ValueError("input is required")
@@ -442,7 +443,7 @@ class SyntheticEngine:
         if cfg.prefill_tok_s and self.stepper is None:  # cached prompt tokens cost no prefill
             ttft += int((prompt_tokens - cached) / cfg.prefill_tok_s * 1e9)
         g = Generation(self, conn, chat, model, prompt_tokens, n_out, "stop" if n_out < max_tokens else "length",
-                 t, t + ttft, include_usage, continuous, fault, cached, api)
+                 t, t + ttft, include_usage, continuous, fault, cached, api, tool_call)
         itl_ms = req.get("fb_itl_ms")  # a request's own gap between chunks: a server that speeds up or slows down
         if isinstance(itl_ms, (int, float)) and not isinstance(itl_ms, bool) and 0 <= itl_ms <= 3_600_000:
             g.itl_ns = int(itl_ms * 1e6)
@@ -456,6 +457,17 @@ class SyntheticEngine:
             g.start_whole()
         if self.stepper is not None:  # the engine model decides when its chunks go out, its prefill in a step
             self.stepper.admit(g, prompt_tokens - cached, t + ttft)
+
+
+def _tool_call_forced(req: dict[str, Any]) -> bool:
+    """Whether a chat request's answer is a tool call: ``tools`` given and ``tool_choice`` "required" or a named
+    function, which vLLM forces; with "auto" the model chooses, and this server's answers text."""
+    tools, choice = req.get("tools"), req.get("tool_choice")
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError("tools must be a list")
+    if choice not in (None, "none", "auto") and not tools:
+        raise ValueError("When using `tool_choice`, `tools` must be set.")  # vLLM's words
+    return bool(tools) and (choice == "required" or isinstance(choice, dict))
 
 
 _ROUTES: dict[str, tuple[str, Callable[[SyntheticEngine, Responder, bytes, int], None]]] = {

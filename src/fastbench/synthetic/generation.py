@@ -69,11 +69,13 @@ class Generation:
         "sizes",
         "streamed",
         "tmpl",
+        "tool_call",
     )
 
     def __init__(self, eng: GenerationHost, conn: Responder, chat: bool, model: str, prompt_tokens: int,
                  n_out: int, finish: str, arrival: int, base: int, include_usage: bool, continuous: bool,
-                 fault: str | None, cached_tokens: int = 0, api: type[Encoder] | None = None) -> None:
+                 fault: str | None, cached_tokens: int = 0, api: type[Encoder] | None = None,
+                 tool_call: bool = False) -> None:
         cfg = eng.cfg
         self.eng = eng
         self.cached_tokens = cached_tokens  # prompt tokens the prefix cache served
@@ -105,10 +107,15 @@ class Generation:
         self.pre = head + b',"created":%d,"model":%b,"choices":[' % (int(time.time()), orjson.dumps(model))
         # Template of a middle chunk (not first, not last, no fault, past the reasoning tokens), up to
         # the value of fb_sent_ns: "%b" takes the text, then total/completion token counts.
-        self.R = cfg.reasoning_tokens if chat else 0
+        # the output is one tool call's arguments (tool_choice forced it): the call's id, else None
+        self.tool_call = b"call_" + rid[8:] if tool_call else None
+        self.R = cfg.reasoning_tokens if chat and not tool_call else 0
         self.fast = fault is None
         esc = self.pre.replace(b"%", b"%%")
-        if chat:
+        if tool_call:
+            t = esc + b'{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"%b"}}]},' \
+                      b'"logprobs":null,"finish_reason":null}]'
+        elif chat:
             t = esc + b'{"index":0,"delta":{"content":"%b"},"logprobs":null,"finish_reason":null}]'
         else:
             t = esc + b'{"index":0,"text":"%b","logprobs":null,"finish_reason":null,"stop_reason":null}]'
@@ -162,6 +169,10 @@ class Generation:
         R = eng.cfg.reasoning_tokens
         if not self.chat:
             return b'"text":"%b"' % eng.text(a, b)
+        if self.tool_call:  # the first delta names the call, as vLLM's do
+            named = b'"id":"%b","type":"function","function":{"name":"tool",' % self.tool_call if a == 0 else \
+                b'"function":{'
+            return b'"delta":{"tool_calls":[{"index":0,%b"arguments":"%b"}}]}' % (named, eng.text(a, b))
         if a >= R:
             return b'"delta":{"content":"%b"}' % eng.text(a, b)
         f = eng.cfg.reasoning_field.encode()
@@ -270,7 +281,7 @@ class Generation:
         last = b == self.n_out
         pre = self.pre
         if last:
-            fin = b'"length"' if self.finish == "length" else b'"stop"'
+            fin = b'"length"' if self.finish == "length" else b'"tool_calls"' if self.tool_call else b'"stop"'
             choice = pre + b'{"index":0,%b,"logprobs":null,"finish_reason":%b,"stop_reason":null}]' % (
                 self._delta(a, b), fin)
         elif self.chat:
@@ -420,7 +431,7 @@ class Generation:
             return
         eng = self.eng
         n = self.n_out
-        R = eng.cfg.reasoning_tokens if self.chat or self.api is not None else 0
+        R = self.R  # the reasoning tokens: none on completions, nor in a tool call
         reasoning = eng.text(0, min(R, n)).decode() if R else None
         content = eng.text(min(R, n), n).decode()
         c = n // 2 if self.fault == "usage-contradictory" else n
@@ -446,8 +457,13 @@ class Generation:
             if reasoning is not None:
                 msg[cfg.reasoning_field] = reasoning
             msg["tool_calls"] = []
-            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": self.finish,
-                      "stop_reason": None}
+            finish = self.finish
+            if self.tool_call:
+                msg["content"] = None
+                msg["tool_calls"] = [{"id": self.tool_call.decode(), "type": "function",
+                                      "function": {"name": "tool", "arguments": content}}]
+                finish = "tool_calls" if finish == "stop" else finish
+            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": finish, "stop_reason": None}
         else:
             choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": self.finish,
                       "stop_reason": None, "prompt_logprobs": None}

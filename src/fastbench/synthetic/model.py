@@ -3,7 +3,8 @@
 Part of the synthetic server (see ``fastbench.synthetic``); imports nothing from the fastbench client.
 
 A string prompt has one token per whitespace-separated word; a token-id prompt one per id; a chat
-request, per message, the words of its content plus ``CHAT_MESSAGE_OVERHEAD`` (4), plus, per image part
+request, per message, the words of its content (and of an assistant's tool calls' arguments) plus
+``CHAT_MESSAGE_OVERHEAD`` (4), plus, per image part
 (``image_url``), one token per ``IMAGE_TILE`` x ``IMAGE_TILE`` pixels (the tiles that cover it, read from a
 PNG or GIF data URL's header) or ``IMAGE_TOKENS_UNREAD`` (256) for an image whose size it does not read
 (JPEG, a URL). Output tokens are single words (" tok", " the", ...), drawn once at startup from the seed.
@@ -105,8 +106,26 @@ def message_text(content: Any) -> str:
     raise ValueError("message content must be a string, a list of parts or null")
 
 
+def _tool_call_text(message: dict[str, Any]) -> str:
+    """The words of an assistant message's tool calls: each call's arguments as they are written (a template
+    renders them; their whitespace splits them as any text's)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return ""
+    if not isinstance(calls, list):
+        raise ValueError("tool_calls must be a list")
+    words = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(arguments, str):
+            raise ValueError("each tool call needs function.arguments, a string")
+        words.append(arguments)
+    return " ".join(words)
+
+
 def tokenize_messages(messages: Any) -> list[int]:
-    """Token ids of a chat: per message [1, role, 2] + content words + [3]."""
+    """Token ids of a chat: per message [1, role, 2] + content words (and tool calls' arguments) + [3]."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list")
     ids: list[int] = []
@@ -115,6 +134,7 @@ def tokenize_messages(messages: Any) -> list[int]:
             raise TypeError("each message must be an object")
         ids += (1, _word_id(str(m.get("role", ""))), 2)
         ids += tokenize_text(message_text(m.get("content")))
+        ids += tokenize_text(_tool_call_text(m))
         for part in _image_parts(m.get("content")):  # one id per image, from its bytes: images differ as ids do
             ids += [100 + zlib.crc32(_url(part).encode()) % 31900] * image_tokens(part)
         ids.append(3)
@@ -129,7 +149,7 @@ def count_messages_tokens(messages: Any) -> int:
         if not isinstance(m, dict):
             raise TypeError("each message must be an object")
         content = m.get("content")
-        n += CHAT_MESSAGE_OVERHEAD + count_text_tokens(message_text(content))
+        n += CHAT_MESSAGE_OVERHEAD + count_text_tokens(message_text(content)) + count_text_tokens(_tool_call_text(m))
         n += sum(image_tokens(part) for part in _image_parts(content))
     return n
 

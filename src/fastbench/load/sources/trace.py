@@ -397,11 +397,13 @@ class TokenBlocks:
         self._buffer = np.empty(0, np.uint8)
         self._runs = np.zeros(0, np.int64)  # per run: its first byte, then its end, flat
         self._first_run: list[int] = []  # per request, its first run (and the next request's is its end)
+        self.literals_at = 0  # where ``draw``'s literals lie in the buffer
 
-    def draw(self, ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, input_lengths: np.ndarray) -> None:
+    def draw(self, ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, input_lengths: np.ndarray,
+             literals: bytes = b"") -> None:
         """Lay out and draw every block these requests carry (each distinct one once) and their own tokens:
         request k's hash ids are ``ids[starts[k]:starts[k] + counts[k]]`` (int64 arrays), its input length
-        ``input_lengths[k]``."""
+        ``input_lengths[k]``. ``literals``: bytes laid after the tokens, from ``literals_at`` (for ``insert``)."""
         block = self.block
         n = len(input_lengths)
         if n == 0:
@@ -418,9 +420,51 @@ class TokenBlocks:
                                                                    first_run)
         self._runs = runs[:2 * n_runs]
         self._first_run = first_run.tolist()
-        self._buffer = self._tokens(total)
+        self._buffer = self._tokens(total, literals)
+        self.literals_at = total * self.width
 
-    def _tokens(self, count: int) -> np.ndarray:
+    def insert(self, request: np.ndarray, token: np.ndarray, first: np.ndarray, end: np.ndarray) -> None:
+        """Put bytes ``first[i]:end[i]`` of the buffer (``draw``'s literals) in request ``request[i]``'s prompt in
+        place of the separator before its token ``token[i]`` (0 < token < its input length), rewriting the runs;
+        the entries ordered by request, then token; inserts at one separator go in their order. The tokens stay
+        where they lie: a prompt is its runs cut around the separators, the literals' runs between."""
+        if not len(request):
+            return
+        runs = self._runs.reshape(-1, 2)
+        first_run = np.asarray(self._first_run, dtype=np.int64)
+        lengths = runs[:, 1] - runs[:, 0]
+        # every prompt's bytes end to end, one coordinate: each run's start there, each prompt's; the cuts (the
+        # separators' bytes) are in order there as the entries are, so that nothing below needs a sort
+        run_at = np.cumsum(lengths) - lengths
+        prompt_at = run_at[first_run[:-1]]
+        cut = prompt_at[request] + token * self.width - 1
+        cuts = cut[np.concatenate(([True], cut[1:] != cut[:-1]))]
+        # the pieces: each run from its start to its first cut, from past each cut to the next or the run's end
+        run_of_cut = np.searchsorted(run_at, cuts, side="right") - 1
+        first_piece = np.arange(len(runs)) + np.searchsorted(cuts, run_at)
+        after_cut = run_of_cut + np.arange(len(cuts)) + 1
+        n_pieces = len(runs) + len(cuts)
+        start, stop = np.empty(n_pieces, np.int64), np.empty(n_pieces, np.int64)
+        start[first_piece] = run_at
+        start[after_cut] = cuts + 1
+        stop[after_cut - 1] = cuts
+        stop[np.append(first_piece[1:], n_pieces) - 1] = run_at + lengths
+        run_of_piece = np.repeat(np.arange(len(runs)), np.diff(np.append(first_piece, n_pieces)))
+        whole = stop > start  # a cut at a run's last byte leaves nothing after it
+        start, stop, run_of_piece = start[whole], stop[whole], run_of_piece[whole]
+        # the pieces and the literals interleaved: each literal after the pieces that end at or before its cut
+        at_piece = np.arange(len(start)) + np.searchsorted(cut, start)
+        at_literal = np.arange(len(cut)) + np.searchsorted(start, cut, side="right")
+        pieces = np.empty((len(start) + len(cut), 2), dtype=np.int64)
+        pieces[at_piece, 0] = runs[run_of_piece, 0] + (start - run_at[run_of_piece])
+        pieces[at_piece, 1] = pieces[at_piece, 0] + (stop - start)
+        pieces[at_literal, 0], pieces[at_literal, 1] = first, end
+        items = np.bincount(np.searchsorted(prompt_at, start, side="right") - 1, minlength=len(prompt_at))
+        items += np.bincount(request, minlength=len(prompt_at))
+        self._runs = pieces.reshape(-1)
+        self._first_run = np.concatenate(([0], np.cumsum(items))).tolist()
+
+    def _tokens(self, count: int, literals: bytes = b"") -> np.ndarray:
         """``count`` random tokens' bytes, each with its separator. Drawn two at a time, from a table of
         65,536 random pairs of tokens made here: one numpy gather of 10- or 12-byte items per pair, from a
         table that stays in the CPU's cache, and a 16-bit draw per pair with no rejection (a range of
@@ -429,13 +473,15 @@ class TokenBlocks:
         pairs = table[self.rng.integers(0, len(table), size=(_PAIRS, 2))].reshape(_PAIRS, -1)
         items = pairs.view(f"V{pairs.shape[1]}").ravel()
         half = -(-count // 2)
-        out = np.empty(half, items.dtype)
+        out = np.empty(half + -(-len(literals) // items.dtype.itemsize), items.dtype)
         for first in range(0, half, _DRAW_PAIRS):
             rows = self.rng.integers(0, _PAIRS, size=min(_DRAW_PAIRS, half - first), dtype=np.uint16)
             # mode="clip": a uint16 row is always in range, and numpy buffers ``out`` in the default
             # mode="raise" (each byte written twice): 0.5-0.7 s, not 0.9-1.2, for 70.7 M tokens here
             np.take(items, rows, out=out[first:first + len(rows)], mode="clip")
-        return out.view(np.uint8)[:count * self.width]
+        buffer = out.view(np.uint8)[:count * self.width + len(literals)]
+        buffer[count * self.width:] = np.frombuffer(literals, np.uint8)
+        return buffer
 
     def prompts(self, input_lengths: Sequence[int]) -> list[PartsPrompt]:
         """The prompts of the requests given to ``draw`` (of these input lengths), in order: each its runs
