@@ -6,7 +6,9 @@ cell reads below what the server sustains there. This module finds the steady in
 ``steady_interval`` in ``definitions``) from the per-request records the run already holds (send, first
 token and end stamps; each completed request's chunk stamps where ``--save-detailed`` kept them), and
 derives over it the output and request throughput and the per-request distributions of the requests
-inside it. Off the hot path, once per run; the same over the merged records of ``--workers`` and Ray.
+inside it. An agentic replay's closed loop holds agent trees, not requests, in its slots: there the
+interval is the trees' (each from its first call's send to its last call's end), from the workload's map of
+rows to trees. Off the hot path, once per run; the same over the merged records of ``--workers`` and Ray.
 """
 
 from __future__ import annotations
@@ -85,9 +87,9 @@ def steady_state(data: RunData, config: BenchConfig, tree_of_row: Sequence[int] 
         return _none(basis, target, "multi-turn sessions: think times, not the client, set the requests in flight")
     if config.dataset_name in AGENTIC_DATASETS:
         if config.open_loop:
-            return _none(TREE_ARRIVALS, None, "agent trees at --request-rate arrivals: the calls in flight grow for "
-                                              "as long as a tree runs after the first arrival and drain as long "
-                                              "after the last, so no span of the arrivals is steady")
+            return _none(TREE_ARRIVALS, None, "agent trees at --request-rate arrivals: the calls they start grow "
+                                              "for as long as a tree runs after the first arrival and drain as "
+                                              "long after the last, so the arrivals' span is no steady interval")
         if tree_of_row is None:
             return _none(TREES_IN_FLIGHT, target, "the rows' agent trees were not given")
         basis = TREES_IN_FLIGHT
