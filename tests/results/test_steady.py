@@ -187,6 +187,22 @@ def test_agent_trees_steady_interval_is_where_every_slot_holds_a_tree() -> None:
     assert "the slots held 2 agent trees" in card_text(steady)
 
 
+def test_a_tree_the_stop_cut_short_holds_its_slot_to_the_runs_end() -> None:
+    """The time cap at 500 ms: tree 0's call is cut there; tree 1 waits out a gap after its call ended at 300,
+    its next call never sent. Tree 2 failed at 200 and ended: its unsent call does not hold the slot."""
+    data, trees = tree_table([(0, 0, 10, 500, 40), (1, 20, 30, 300, 20), (1, 0, 0, 0, 0), (2, 10, 0, 200, 0),
+                              (2, 0, 0, 0, 0)])
+    data.rows[[2, 4]] = 0  # never sent
+    data.rows[0, COL["error"]] = ErrorClass.CANCELLED
+    data.rows[3, COL["error"]] = ErrorClass.HTTP_STATUS
+    data.end_ns, data.cap_hit, data.stopped_reason = T0 + 500 * MS, True, "time cap"
+    config = BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=2)
+    steady = steady_state(data, config, trees)
+    assert (steady.start_ns, steady.end_ns) == (T0 + 10 * MS, T0 + 500 * MS)
+    three = steady_state(data, config.replace(concurrency=3), trees)  # all three from 20 ms to tree 2's failure
+    assert (three.start_ns, three.end_ns) == (T0 + 20 * MS, T0 + 200 * MS)
+
+
 def test_agent_trees_short_of_the_slots_or_at_a_rate_have_no_steady_interval() -> None:
     data, trees = tree_table()
     three = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=3), trees)

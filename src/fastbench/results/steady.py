@@ -152,20 +152,23 @@ def _held_trees(col: Mapping[str, np.ndarray], started: np.ndarray, tree_of_row:
     """Agent trees in closed loop: ``_held_interval`` over the trees, each in flight from its first call's send
     to its last call's end (a call still open at the run's end: that end). A slot holds its tree through the
     tree's own gaps and joins, when few or none of its calls are in flight, so the trees, not the calls,
-    are the load the slots keep up."""
+    are the load the slots keep up. A tree the run's stop cut short (calls left unsent, none failed) held its
+    slot up to the run's end, in a gap as much as in a call."""
     if tree_of_row.size != started.size:
         return f"the tree map has {tree_of_row.size} rows, the request table {started.size}"
-    trees = tree_of_row[started]
-    if trees.size == 0:
+    if not started.any():
         return "no request was sent"
-    ends = np.where(col["end_ns"] > 0, col["end_ns"], run_end)[started]
-    sent = col["sent_ns"][started]
-    ids, tree = np.unique(trees, return_inverse=True)
-    first = np.full(ids.size, np.iinfo(np.int64).max)
-    np.minimum.at(first, tree, sent)
-    last = np.zeros(ids.size, dtype=np.int64)
-    np.maximum.at(last, tree, ends)
-    return _held_interval(first, last, target, "trees ")
+    n = int(tree_of_row.max()) + 1
+    error = col["error"]
+    failed = started & (error != ErrorClass.OK) & (error != ErrorClass.CANCELLED)
+    began = np.bincount(tree_of_row[started], minlength=n) > 0
+    cut = began & (np.bincount(tree_of_row[~started], minlength=n) > 0) & ~(np.bincount(tree_of_row[failed],
+                                                                                         minlength=n) > 0)
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, tree_of_row[started], col["sent_ns"][started])
+    last = np.where(cut, run_end, 0)
+    np.maximum.at(last, tree_of_row[started], np.where(col["end_ns"] > 0, col["end_ns"], run_end)[started])
+    return _held_interval(first[began], last[began], target, "trees ")
 
 
 def _arrival_interval(scheduled: np.ndarray) -> tuple[int, int] | str:
