@@ -87,9 +87,8 @@ def steady_state(data: RunData, config: BenchConfig, tree_of_row: Sequence[int] 
         return _none(basis, target, "multi-turn sessions: think times, not the client, set the requests in flight")
     if config.dataset_name in AGENTIC_DATASETS:
         if config.open_loop:
-            return _none(TREE_ARRIVALS, None, "agent trees at --request-rate arrivals: the calls they start grow "
-                                              "for as long as a tree runs after the first arrival and drain as "
-                                              "long after the last, so the arrivals' span is no steady interval")
+            return _none(TREE_ARRIVALS, None, "agent trees at --request-rate arrivals: their calls ramp up and "
+                                              "drain over a tree's length, so the arrivals' span is not steady")
         if tree_of_row is None:
             return _none(TREES_IN_FLIGHT, target, "the rows' agent trees were not given")
         basis = TREES_IN_FLIGHT
