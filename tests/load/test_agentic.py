@@ -273,6 +273,7 @@ def test_the_steady_interval_holds_every_slot_full_of_a_tree(tmp_path: Path) -> 
     assert 0 < len(inside) < len(records) and result.steady.requests == len(inside)
     e2el = result.steady.distributions["e2el"]
     assert e2el.count == len(inside) and e2el.max == pytest.approx(max(r["e2el_ms"] for r in inside))
+    assert e2el.median == pytest.approx(float(np.median([r["e2el_ms"] for r in inside])))
 
 
 def test_cached_tokens_are_exactly_the_blocks_the_trees_share(tmp_path: Path) -> None:
