@@ -208,6 +208,34 @@ def test_a_replay_sends_each_call_its_gap_after_its_dependencies_ended(tmp_path:
     assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third tree took a slot a tree freed
 
 
+def test_the_steady_interval_holds_every_slot_full_of_a_tree(tmp_path: Path) -> None:
+    """Two slots, five trees: the interval opens when both slots first hold a tree (the later of the two
+    staggered trees' first sends) and closes when, the pool dry, the first of the last two trees drains; its
+    requests are exactly those sent and ended inside it."""
+    path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"), tree_trace("c"))
+    jsonl = tmp_path / "requests.jsonl"
+    config = weka_config(path, num_prompts=5, concurrency=2, save_detailed=jsonl,
+                     synthetic_args=("--ttft-ms", "3", "--itl-ms", "2"))
+    plan = build_workload_sync(config, "m", max_model_len=None).trees
+    result = run(config)
+    assert plan is not None and result.steady is not None and result.steady.reason is None
+    records = read_records(jsonl)
+    assert all(r["status"] == "completed" for r in records)
+    spans = sorted((min(r["sent_ns"] for r in records[a:b]), max(r["end_ns"] for r in records[a:b]))
+                   for a, b in zip(plan.tree_first[:-1].tolist(), plan.tree_first[1:].tolist()))
+    last_start = spans[-1][0]
+    alongside = [end for start, end in spans[:-1] if start <= last_start < end]
+    assert len(alongside) == 1  # the other slot's tree, running when the last tree took its slot
+    assert (result.steady.start_ns, result.steady.end_ns) == (spans[1][0], min(spans[-1][1], alongside[0]))
+    assert result.steady.basis == "agent trees in flight" and result.steady.target == 2
+    a, b = result.steady.start_ns, result.steady.end_ns
+    inside = [r for r in records if r["sent_ns"] >= a and r["end_ns"] <= b]
+    assert 0 < len(inside) < len(records) and result.steady.requests == len(inside)
+    e2el = result.steady.distributions["e2el"]
+    assert e2el.count == len(inside) and e2el.max == pytest.approx(max(r["e2el_ms"] for r in inside))
+    assert e2el.median == pytest.approx(float(np.median([r["e2el_ms"] for r in inside])))
+
+
 def test_cached_tokens_are_exactly_the_blocks_the_trees_share(tmp_path: Path) -> None:
     path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"))
     jsonl = tmp_path / "requests.jsonl"

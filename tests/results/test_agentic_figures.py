@@ -254,7 +254,8 @@ def test_the_result_file_holds_it_documented_and_it_round_trips() -> None:
     assert doc["fastbench"]["agentic"] == result.agentic
     assert undocumented({"agentic": doc["fastbench"]["agentic"]}, ("fastbench",)) == []
     assert undocumented({"workload": doc["fastbench"]["workload"]}, ("fastbench",)) == []
-    assert doc["fastbench"]["steady"]["reason"].startswith("agent trees: the trace's gaps and joins")
+    assert doc["fastbench"]["steady"]["basis"] == "agent trees in flight"
+    assert (doc["steady_start_s"], doc["steady_end_s"]) == (pytest.approx(0.050), pytest.approx(1.0))
 
 
 def test_every_figure_named_has_its_definition() -> None:
@@ -285,11 +286,18 @@ def test_card_and_console_show_the_block() -> None:
     assert re.search(r"^0-25 %\s+2\s+90\.0\s+99\.8$", console, re.MULTILINE)
 
 
-def test_steady_state_is_none_for_agent_trees() -> None:
-    rows, _ = table(CALLS)
-    steady = steady_state(run_data(rows), BenchConfig(dataset_name="weka", concurrency=2))
-    assert steady.reason == "agent trees: the trace's gaps and joins, not the client, set the requests in flight"
-    assert steady.output_throughput is None
+def test_steady_state_holds_the_slots_full_of_trees() -> None:
+    """Trees in flight (first send to last end): alpha 0..1000 ms, beta 50..460 (its failure ends it), gamma
+    800..1100 (cut short, its end stamp the cut); alpha#2 never started. Two at once from 50 ms; the last fall
+    below two is alpha's end at 1000."""
+    rows, info = table(CALLS)
+    config = BenchConfig(dataset_name="weka", concurrency=2)
+    steady = steady_state(run_data(rows), config, info["tree_of_row"])
+    assert steady.reason is None and steady.target == 2
+    assert (steady.start_ns, steady.end_ns) == (T0 + 50 * MS, T0 + 1000 * MS)
+    # completed, sent from 50 ms and ended by 1000: all but alpha's first call, beta's failed one and gamma's
+    assert steady.requests == 7
+    assert steady == weka_result()[0].steady  # summarize hands it the workload's tree map
 
 
 def test_the_servers_hit_rate_stands_beside_the_cached_share() -> None:

@@ -25,7 +25,7 @@ from fastbench.config import BenchConfig
 from fastbench.results.card import render_card
 from fastbench.results.figures import summarize
 from fastbench.results.records import COL, NCOLS, ErrorClass, RunData, TimestampSource, UsageSource
-from fastbench.results.steady import CHUNK_STAMPS, EVEN_PACE, steady_state
+from fastbench.results.steady import CHUNK_STAMPS, EVEN_PACE, TREE_ARRIVALS, TREES_IN_FLIGHT, card_text, steady_state
 from fastbench.results.writers import render_console, result_to_json_dict
 from fastbench.study.runfile import flat_keys
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_line, with_sustained
@@ -151,6 +151,70 @@ def test_open_loop_interval_is_first_to_last_arrival_and_a_ramp_has_none() -> No
     assert trace.reason == "arrivals followed a trace's times, not a stationary process"
     sessions = steady_state(table(CLOSED), BenchConfig(concurrency=2, multi_turn=True))
     assert sessions.reason is not None and sessions.reason.startswith("multi-turn sessions")
+
+
+# Agent trees at concurrency 2, one call per entry (tree, sent, first, end, tokens): tree 0 pauses between
+# its calls (none in flight 100..150 ms), tree 1 starts at 120 ms, and tree 2 takes the slot tree 0 freed at
+# 300 ms. Never two calls at once before 320 ms, but two trees in flight from 120 ms; the pool runs dry with
+# tree 2's end at 380 ms, tree 1 running on alone to 400.
+TREE_CALLS = [
+    (0, 0, 10, 100, 10), (1, 120, 125, 140, 10), (0, 150, 160, 300, 20), (1, 310, 315, 400, 10),
+    (2, 320, 330, 380, 12),
+]
+
+
+def tree_table(calls: Sequence[tuple[int, float, float, float, int]] = TREE_CALLS) -> tuple[RunData, np.ndarray]:
+    data = table([{"sent": sent, "first": first, "end": end, "tokens": tokens} for _, sent, first, end, tokens
+                  in calls])
+    return data, np.asarray([tree for tree, *_ in calls], dtype=np.int64)
+
+
+def test_agent_trees_steady_interval_is_where_every_slot_holds_a_tree() -> None:
+    data, trees = tree_table()
+    config = BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=2)
+    steady = steady_state(data, config, trees)
+    assert steady.reason is None and steady.basis == TREES_IN_FLIGHT and steady.target == 2
+    assert (steady.start_ns, steady.end_ns) == (T0 + 120 * MS, T0 + 380 * MS)
+    # the requests' own rule sees two in flight only over 320..380 ms
+    assert steady_state(data, BenchConfig(concurrency=2)).start_s == pytest.approx(0.320)
+    # inside: sent at or after 120 ms and ended by 380: tree 1's first call, tree 0's second, tree 2's
+    assert steady.requests == 3
+    assert steady.distributions["e2el"].count == 3 and steady.distributions["e2el"].max == pytest.approx(150.0)
+    reqs = [{"first": first, "end": end, "tokens": tokens} for _, _, first, end, tokens in TREE_CALLS]
+    tokens = sum(even_pace_inside(r, 120, 380) for r in reqs)
+    assert steady.output_tokens == pytest.approx(tokens)
+    assert steady.output_throughput == pytest.approx(tokens / 0.260)
+    assert "the slots held 2 agent trees" in card_text(steady)
+
+
+def test_a_tree_the_stop_cut_short_holds_its_slot_to_the_runs_end() -> None:
+    """The time cap at 500 ms: tree 0's call is cut there; tree 1 waits out a gap after its call ended at 300,
+    its next call never sent. Tree 2 failed at 200 and ended: its unsent call does not hold the slot."""
+    data, trees = tree_table([(0, 0, 10, 500, 40), (1, 20, 30, 300, 20), (1, 0, 0, 0, 0), (2, 10, 0, 200, 0),
+                              (2, 0, 0, 0, 0)])
+    data.rows[[2, 4]] = 0  # never sent
+    data.rows[0, COL["error"]] = ErrorClass.CANCELLED
+    data.rows[3, COL["error"]] = ErrorClass.HTTP_STATUS
+    data.end_ns, data.cap_hit, data.stopped_reason = T0 + 500 * MS, True, "time cap"
+    config = BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=2)
+    steady = steady_state(data, config, trees)
+    assert (steady.start_ns, steady.end_ns) == (T0 + 10 * MS, T0 + 500 * MS)
+    three = steady_state(data, config.replace(concurrency=3), trees)  # all three from 20 ms to tree 2's failure
+    assert (three.start_ns, three.end_ns) == (T0 + 20 * MS, T0 + 200 * MS)
+
+
+def test_agent_trees_short_of_the_slots_or_at_a_rate_have_no_steady_interval() -> None:
+    data, trees = tree_table()
+    three = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=3), trees)
+    assert three.reason == "trees in flight never reached the target of 3 (at most 2 at once)"
+    assert three.basis == TREES_IN_FLIGHT and three.output_throughput is None
+    short = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=2), trees[:3])
+    assert short.reason == "the tree map has 3 rows, the request table 5"
+    unknown = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=2))
+    assert unknown.reason == "the rows' agent trees were not given"
+    rate = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", request_rate=5.0), trees)
+    assert rate.basis == TREE_ARRIVALS and rate.start_s is None
+    assert rate.reason is not None and rate.reason.startswith("agent trees at --request-rate arrivals")
 
 
 def test_the_result_carries_steady_keys_beside_the_whole_window_ones() -> None:

@@ -127,7 +127,7 @@ def summarize(
         if "session_of_row" in workload_info else None,
         agentic=agentic_figures(requests.rows, workload_info, config.open_loop) if "tree_of_row" in workload_info
         else None,
-        steady=steady_state(data, config),
+        steady=steady_state(data, config, workload_info.get("tree_of_row")),  # agent trees: theirs in flight
         prefix_cache=prefix_cache_summary(requests.rows, requests.completed, requests.prompt, config, workload_info,
                                           server_info),
         adapters=adapter_figures(requests.rows, requests.prompt, workload_info["adapter_of_request"],

@@ -6,13 +6,15 @@ cell reads below what the server sustains there. This module finds the steady in
 ``steady_interval`` in ``definitions``) from the per-request records the run already holds (send, first
 token and end stamps; each completed request's chunk stamps where ``--save-detailed`` kept them), and
 derives over it the output and request throughput and the per-request distributions of the requests
-inside it. Off the hot path, once per run; the same over the merged records of ``--workers`` and Ray.
+inside it. An agentic replay's closed loop holds agent trees, not requests, in its slots: there the
+interval is the trees' (each from its first call's send to its last call's end), from the workload's map of
+rows to trees. Off the hot path, once per run; the same over the merged records of ``--workers`` and Ray.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,8 @@ from fastbench.results.agentic import AGENTIC_DATASETS
 from fastbench.results.distribution import Distribution
 from fastbench.results.records import COL, ErrorClass, RunData
 
-__all__ = ("STEADY_METRICS", "SteadyState", "card_text", "console_text", "flat_keys", "section", "steady_state")
+__all__ = ("STEADY_METRICS", "TREES_IN_FLIGHT", "TREE_ARRIVALS", "SteadyState", "card_text", "console_text",
+           "flat_keys", "section", "steady_state")
 
 # The distributions over the requests inside the interval, and the figures of each the flat keys carry.
 STEADY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
@@ -31,13 +34,19 @@ _FLAT_STATS: tuple[str, ...] = ("mean", "median", "p90", "p99")
 EVEN_PACE = "even_pace"  # the first token at its stamp, the rest evenly up to the end stamp
 CHUNK_STAMPS = "chunk_stamps"  # at each chunk's receive stamp, an equal share of the tokens each
 
+# The bases of an agentic replay's interval (the others: "closed loop", "open loop").
+TREES_IN_FLIGHT = "agent trees in flight"  # closed loop: the trees in flight held at the concurrency
+TREE_ARRIVALS = "agent tree arrivals"  # open loop: no interval (see steady_state)
+
 
 @dataclasses.dataclass(frozen=True)
 class SteadyState:
     """The steady interval of one run and the figures over it; ``reason`` says why there is none."""
 
-    basis: str  # "closed loop" (in flight held at the target) or "open loop" (stationary arrivals)
-    target: int | None  # closed loop: the concurrency held; None in open loop
+    # "closed loop" (in flight held at the target), "open loop" (stationary arrivals), TREES_IN_FLIGHT or
+    # TREE_ARRIVALS (agent trees)
+    basis: str
+    target: int | None  # closed loop: the concurrency held (requests, or agent trees); None in open loop
     start_ns: int | None  # the interval's edges, CLOCK_MONOTONIC (the driver's, with Ray); None: no interval
     end_ns: int | None
     start_s: float | None  # the same edges in s from the measured window's start
@@ -63,8 +72,13 @@ def _none(basis: str, target: int | None, reason: str) -> SteadyState:
                        request_throughput=None, requests=0, distributions={})
 
 
-def steady_state(data: RunData, config: BenchConfig) -> SteadyState:
-    """The run's steady interval (definition ``steady_interval``) and its figures, from the request table."""
+def steady_state(data: RunData, config: BenchConfig, tree_of_row: Sequence[int] | np.ndarray | None = None
+                 ) -> SteadyState:
+    """The run's steady interval (definition ``steady_interval``) and its figures, from the request table.
+
+    :param tree_of_row: an agentic replay's tree of each row (the workload's map): there the trees in flight,
+        not the requests, are what the closed loop holds.
+    """
     rows = np.asarray(data.rows, dtype=np.int64).reshape(-1, len(COL))
     col = {name: rows[:, i] for name, i in COL.items()}
     started = rows.any(axis=1) & (col["sent_ns"] > 0)
@@ -72,9 +86,15 @@ def steady_state(data: RunData, config: BenchConfig) -> SteadyState:
     if config.multi_turn:
         return _none(basis, target, "multi-turn sessions: think times, not the client, set the requests in flight")
     if config.dataset_name in AGENTIC_DATASETS:
-        return _none(basis, target, "agent trees: the trace's gaps and joins, not the client, set the requests in "
-                                    "flight")
-    if config.open_loop:
+        if config.open_loop:
+            return _none(TREE_ARRIVALS, None, "agent trees at --request-rate arrivals: their calls ramp up and "
+                                              "drain over a tree's length, so the arrivals' span is not steady")
+        if tree_of_row is None:
+            return _none(TREES_IN_FLIGHT, target, "the rows' agent trees were not given")
+        basis = TREES_IN_FLIGHT
+        edges = _held_trees(col, started, np.asarray(tree_of_row, dtype=np.int64).reshape(-1),
+                            max(data.end_ns, 1), target or 1)
+    elif config.open_loop:
         if config.ramp_up_strategy is not None:
             return _none(basis, target, "the arrival rate ramped (--ramp-up-strategy): it never held")
         if config.trace_timed:
@@ -106,9 +126,10 @@ def steady_state(data: RunData, config: BenchConfig) -> SteadyState:
 # -- the interval ---------------------------------------------------------------------------------------
 
 
-def _held_interval(sent: np.ndarray, end: np.ndarray, target: int) -> tuple[int, int] | str:
+def _held_interval(sent: np.ndarray, end: np.ndarray, target: int, what: str = "") -> tuple[int, int] | str:
     """Closed loop: from the instant the requests in flight (each from its send to its end stamp) first
-    reach ``target`` to the instant they fall below it for the last time; a reason when they never do."""
+    reach ``target`` to the instant they fall below it for the last time; a reason when they never do.
+    ``what``: the word the reason puts before "in flight" (spans other than requests')."""
     if sent.size == 0:
         return "no request was sent"
     times = np.concatenate([sent, end])
@@ -118,11 +139,35 @@ def _held_interval(sent: np.ndarray, end: np.ndarray, target: int) -> tuple[int,
     times, in_flight = times[order], np.cumsum(steps[order])
     held = np.flatnonzero(in_flight >= target)
     if held.size == 0:
-        return f"in flight never reached the target of {target} (at most {int(in_flight.max())} at once)"
+        return f"{what}in flight never reached the target of {target} (at most {int(in_flight.max())} at once)"
     start, end_at = int(times[held[0]]), int(times[held[-1] + 1])  # the count ends at 0: an event follows
     if end_at <= start:
-        return f"{target} in flight were held for no time"
+        return f"{target} {what}in flight were held for no time"
     return start, end_at
+
+
+def _held_trees(col: Mapping[str, np.ndarray], started: np.ndarray, tree_of_row: np.ndarray, run_end: int,
+                target: int) -> tuple[int, int] | str:
+    """Agent trees in closed loop: ``_held_interval`` over the trees, each in flight from its first call's send
+    to its last call's end (a call still open at the run's end: that end). A slot holds its tree through the
+    tree's own gaps and joins, when few or none of its calls are in flight, so the trees, not the calls,
+    are the load the slots keep up. A tree the run's stop cut short (calls left unsent, none failed) held its
+    slot up to the run's end, in a gap as much as in a call."""
+    if tree_of_row.size != started.size:
+        return f"the tree map has {tree_of_row.size} rows, the request table {started.size}"
+    if not started.any():
+        return "no request was sent"
+    n = int(tree_of_row.max()) + 1
+    error = col["error"]
+    failed = started & (error != ErrorClass.OK) & (error != ErrorClass.CANCELLED)
+    began = np.bincount(tree_of_row[started], minlength=n) > 0
+    cut = began & (np.bincount(tree_of_row[~started], minlength=n) > 0) & ~(np.bincount(tree_of_row[failed],
+                                                                                         minlength=n) > 0)
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, tree_of_row[started], col["sent_ns"][started])
+    last = np.where(cut, run_end, 0)
+    np.maximum.at(last, tree_of_row[started], np.where(col["end_ns"] > 0, col["end_ns"], run_end)[started])
+    return _held_interval(first[began], last[began], target, "trees ")
 
 
 def _arrival_interval(scheduled: np.ndarray) -> tuple[int, int] | str:
@@ -231,7 +276,8 @@ def card_text(steady: SteadyState | None) -> str:
     """The run card's steady-state row, beside the whole window's decode throughput."""
     if steady is None or steady.output_throughput is None or steady.window_s is None:
         return f"n/a: no steady interval ({steady.reason if steady else 'not computed'})"
-    held = (f"the load held {steady.target} in flight" if steady.target is not None
+    held = (f"the slots held {steady.target} agent trees" if steady.basis == TREES_IN_FLIGHT
+            else f"the load held {steady.target} in flight" if steady.target is not None
             else "requests arrived at the set rate")
     return (f"{steady.output_throughput:,.2f} (output tokens in the {steady.window_s:,.2f} s {held} ÷ that time; "
             f"{steady.requests} requests inside)")
