@@ -213,8 +213,27 @@ def test_agent_trees_short_of_the_slots_or_at_a_rate_have_no_steady_interval() -
     unknown = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", concurrency=2))
     assert unknown.reason == "the rows' agent trees were not given"
     rate = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", request_rate=5.0), trees)
+    assert rate.basis == TREE_ARRIVALS and rate.reason is None  # arrivals 0 to 320 ms, tree 0 took 300
+    assert (rate.start_ns, rate.end_ns) == (T0 + 300 * MS, T0 + 320 * MS)
+    data, trees = tree_table([(0, 0, 10, 300, 5), (1, 100, 110, 150, 5)])
+    rate = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", request_rate=5.0), trees)
     assert rate.basis == TREE_ARRIVALS and rate.start_s is None
-    assert rate.reason is not None and rate.reason.startswith("agent trees at --request-rate arrivals")
+    assert rate.reason == ("the tree arrivals span 0.1 s, no longer than the longest tree (0.3 s): the load never "
+                           "stopped ramping up (more trees, or a higher rate)")
+
+
+def test_agent_trees_at_a_rate_are_steady_from_the_first_arrival_plus_the_longest_tree_to_the_last() -> None:
+    """Trees arriving every 100 ms (each call scheduled 5 ms before its send); the longest, tree 1, from its
+    arrival at 100 to its last end at 330 ms: the interval is 0 + 230 to the last arrival, 400 ms."""
+    calls = [(0, 0, 10, 60, 5), (0, 80, 90, 120, 5), (1, 105, 110, 200, 5), (1, 250, 260, 330, 5),
+             (2, 205, 210, 260, 5), (3, 305, 310, 350, 5), (4, 405, 410, 450, 5)]
+    data = table([{"scheduled": max(sent - 5, 0), "sent": sent, "first": first, "end": end, "tokens": tokens}
+                  for _, sent, first, end, tokens in calls])
+    trees = np.asarray([tree for tree, *_ in calls], dtype=np.int64)
+    steady = steady_state(data, BenchConfig(dataset_name="weka", dataset_path="t.jsonl", request_rate=10.0), trees)
+    assert steady.reason is None and steady.basis == TREE_ARRIVALS and steady.target is None
+    assert (steady.start_ns, steady.end_ns) == (T0 + 230 * MS, T0 + 400 * MS)
+    assert steady.requests == 2  # scheduled from 230 ms and ended by 400: tree 1's second call, tree 3's
 
 
 def test_the_result_carries_steady_keys_beside_the_whole_window_ones() -> None:

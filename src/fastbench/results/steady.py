@@ -36,7 +36,7 @@ CHUNK_STAMPS = "chunk_stamps"  # at each chunk's receive stamp, an equal share o
 
 # The bases of an agentic replay's interval (the others: "closed loop", "open loop").
 TREES_IN_FLIGHT = "agent trees in flight"  # closed loop: the trees in flight held at the concurrency
-TREE_ARRIVALS = "agent tree arrivals"  # open loop: no interval (see steady_state)
+TREE_ARRIVALS = "agent tree arrivals"  # open loop: from the first arrival + the longest tree to the last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,14 +86,15 @@ def steady_state(data: RunData, config: BenchConfig, tree_of_row: Sequence[int] 
     if config.multi_turn:
         return _none(basis, target, "multi-turn sessions: think times, not the client, set the requests in flight")
     if config.dataset_name in AGENTIC_DATASETS:
-        if config.open_loop:
-            return _none(TREE_ARRIVALS, None, "agent trees at --request-rate arrivals: their calls ramp up and "
-                                              "drain over a tree's length, so the arrivals' span is not steady")
+        basis = TREE_ARRIVALS if config.open_loop else TREES_IN_FLIGHT
         if tree_of_row is None:
-            return _none(TREES_IN_FLIGHT, target, "the rows' agent trees were not given")
-        basis = TREES_IN_FLIGHT
-        edges = _held_trees(col, started, np.asarray(tree_of_row, dtype=np.int64).reshape(-1),
-                            max(data.end_ns, 1), target or 1)
+            return _none(basis, target, "the rows' agent trees were not given")
+        trees = np.asarray(tree_of_row, dtype=np.int64).reshape(-1)
+        spans = _tree_spans(col, started, trees, max(data.end_ns, 1))
+        if isinstance(spans, str):
+            return _none(basis, target, spans)
+        edges = _tree_arrivals_interval(*spans) if config.open_loop else _held_interval(
+            spans[0], spans[2], target or 1, "trees ")
     elif config.open_loop:
         if config.ramp_up_strategy is not None:
             return _none(basis, target, "the arrival rate ramped (--ramp-up-strategy): it never held")
@@ -146,13 +147,13 @@ def _held_interval(sent: np.ndarray, end: np.ndarray, target: int, what: str = "
     return start, end_at
 
 
-def _held_trees(col: Mapping[str, np.ndarray], started: np.ndarray, tree_of_row: np.ndarray, run_end: int,
-                target: int) -> tuple[int, int] | str:
-    """Agent trees in closed loop: ``_held_interval`` over the trees, each in flight from its first call's send
-    to its last call's end (a call still open at the run's end: that end). A slot holds its tree through the
-    tree's own gaps and joins, when few or none of its calls are in flight, so the trees, not the calls,
-    are the load the slots keep up. A tree the run's stop cut short (calls left unsent, none failed) held its
-    slot up to the run's end, in a gap as much as in a call."""
+def _tree_spans(col: Mapping[str, np.ndarray], started: np.ndarray, tree_of_row: np.ndarray,
+                run_end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+    """Per agent tree that began: (its first call's send, its first call's scheduled arrival, its last call's
+    end; a call still open at the run's end: that end). In closed loop ``_held_interval`` runs over these
+    spans: a slot holds its tree through the tree's own gaps and joins, when few or none of its calls are in
+    flight, so the trees, not the calls, are the load the slots keep up. A tree the run's stop cut short
+    (calls left unsent, none failed) held its slot up to the run's end, in a gap as much as in a call."""
     if tree_of_row.size != started.size:
         return f"the tree map has {tree_of_row.size} rows, the request table {started.size}"
     if not started.any():
@@ -165,9 +166,26 @@ def _held_trees(col: Mapping[str, np.ndarray], started: np.ndarray, tree_of_row:
                                                                                          minlength=n) > 0)
     first = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(first, tree_of_row[started], col["sent_ns"][started])
+    arrival = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(arrival, tree_of_row[started], col["scheduled_ns"][started])
     last = np.where(cut, run_end, 0)
     np.maximum.at(last, tree_of_row[started], np.where(col["end_ns"] > 0, col["end_ns"], run_end)[started])
-    return _held_interval(first[began], last[began], target, "trees ")
+    return first[began], arrival[began], last[began]
+
+
+def _tree_arrivals_interval(first: np.ndarray, arrival: np.ndarray, last: np.ndarray) -> tuple[int, int] | str:
+    """Agent trees at a rate: from the first arrival plus the longest tree's time (arrival to last end) to the
+    last arrival. Every tree in flight then arrived inside the arrivals' span, and the trees that arrived
+    before it ended: the count in flight is the stationary arrivals' and the trees' lengths' alone, where
+    over the span's start the calls are still ramping up, and past its end draining."""
+    if arrival.size < 2 or int(arrival.max()) <= int(arrival.min()):
+        return "fewer than 2 tree arrivals apart in time"
+    longest = int((last - arrival).max())
+    start, end = int(arrival.min()) + longest, int(arrival.max())
+    if start >= end:
+        return (f"the tree arrivals span {(end - int(arrival.min())) / 1e9:.3g} s, no longer than the longest tree "
+                f"({longest / 1e9:.3g} s): the load never stopped ramping up (more trees, or a higher rate)")
+    return start, end
 
 
 def _arrival_interval(scheduled: np.ndarray) -> tuple[int, int] | str:
