@@ -1,11 +1,11 @@
 """How fast random-mm's image requests are built: the images alone and the whole workload.
 
-Two rows per size mix: the images of N requests drawn and built (vLLM's count and size draw, each image's
-first row, its PNG head and tail, the bodies' runs over the shared middles), and the whole workload
-(``await build_workload(...)``: the random dataset's text, the images, the bodies), with the random
-dataset's prompt length given (its random words dominate at vLLM's default of 1024). Target: the images
-of 10,000 requests and more built per second. On a shared machine wall time follows the others' load
-(printed first); CPU time is this build's own. Prints a Markdown table.
+Two rows per size mix: the images of N requests drawn and built (vLLM's count and size draw, each size's
+JPEG and its pools of own rows encoded by Pillow, each image's picks, the bodies' runs over the pieces and
+the shared middles), and the whole workload (``await build_workload(...)``: the random dataset's text, the
+images, the bodies), with the random dataset's prompt length given (its random words dominate at vLLM's
+default of 1024). Target: the images of 10,000 requests and more built per second. On a shared machine
+wall time follows the others' load (printed first); CPU time is this build's own. Prints a Markdown table.
 
     .venv/bin/python bench/bench_images.py                    # 10,000 requests
     .venv/bin/python bench/bench_images.py --requests 50000 --input-len 1024

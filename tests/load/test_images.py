@@ -1,4 +1,4 @@
-"""Inputs beyond text: random-mm's images (the draw by vLLM's rule, the PNGs, the bodies), custom_image's
+"""Inputs beyond text: random-mm's images (the draw by vLLM's rule, the JPEGs, the bodies), custom_image's
 local files, and LoRA traffic's model per request."""
 
 from __future__ import annotations
@@ -7,9 +7,12 @@ import asyncio
 import base64
 import io
 import math
+import os
 import random
+import shutil
 import struct
-import zlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +20,14 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from PIL import Image
 
 from fastbench._core import BodyParts
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import RandomMMOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load.datasets import Workload, build_workload, check_inputs
-from fastbench.load.images import SyntheticPNG, adler32_combine
+from fastbench.load.images import OWN_ROWS, SyntheticJPEG
 from fastbench.load.lora import draw
 from fastbench.load.sources.random_mm import draw_items, item_rule
 
@@ -133,120 +137,135 @@ def test_random_mm_needs_the_chat_endpoint() -> None:
         check_inputs_and_config(BenchConfig(dataset_name="random-mm"))
 
 
-# -- the PNGs ------------------------------------------------------------------------------------------------
+# -- the JPEGs -----------------------------------------------------------------------------------------------
 
 
-def _decode_png(data: bytes) -> tuple[int, int, bytes]:
-    """A PNG read by hand (chunks, CRCs, the zlib stream): width, height and the filtered scanlines."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, size = 8, b"", (0, 0)
+def _jpeg_structure(data: bytes) -> tuple[int, int, int]:
+    """A baseline JPEG walked by hand, strictly: segment lengths, one SOF0, the restart interval, and in
+    the entropy-coded data only stuffed 0xFF 0x00, fill 0xFF before a marker, RSTn in order, EOI last.
+    Returns (width, height, restart markers)."""
+    assert data[:2] == b"\xff\xd8"
+    pos, frame, interval = 2, (0, 0), 0
+    while True:
+        while data[pos:pos + 2] == b"\xff\xff":  # fill before a marker
+            pos += 1
+        assert data[pos] == 0xFF, pos
+        marker, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+        assert marker not in range(0xC1, 0xD0) or marker in (0xC4, 0xCC), f"not baseline: {marker:#x}"
+        if marker == 0xC0:
+            frame = struct.unpack(">HH", data[pos + 5:pos + 9])
+        elif marker == 0xDD:
+            (interval,) = struct.unpack(">H", data[pos + 4:pos + 6])
+        pos += 2 + length
+        if marker == 0xDA:
+            break
+    height, width = frame
+    rows = -(-height // 16)  # 4:2:0: 16x16 MCUs
+    assert interval == -(-width // 16) or rows == 1
+    restarts = 0
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(kind + body), kind
-        if kind == b"IHDR":
-            size = struct.unpack(">II", body[:8])
-            assert body[8:] == b"\x08\x02\x00\x00\x00"  # 8-bit RGB, no interlace
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    assert kind == b"IEND"
-    return size[0], size[1], zlib.decompress(idat)  # checks the Adler-32 too
+        if data[pos] != 0xFF:
+            pos += 1
+            continue
+        follow = data[pos + 1]
+        if follow == 0x00:
+            pos += 2
+        elif follow == 0xFF:
+            pos += 1
+        elif follow == 0xD0 + restarts % 8:
+            restarts += 1
+            pos += 2
+        else:
+            assert follow == 0xD9 and pos + 2 == len(data), f"marker {follow:#x} at {pos} of {len(data)}"
+            break
+    assert restarts == rows - 1
+    return width, height, restarts
 
 
-@pytest.mark.parametrize("height,width", [(1, 1), (1, 7), (2, 3), (5, 4), (256, 256), (100, 30000)])
-def test_a_synthetic_png_is_a_png_of_its_size_and_row(height: int, width: int) -> None:
-    rng = np.random.default_rng(height * 1000 + width)
-    png = SyntheticPNG(height, width, rng)
-    row = rng.integers(0, 256, 3 * width, dtype=np.uint8).tobytes()
-    whole = png.whole(row)
-    assert len(whole) == png.png_bytes
-    w, h, raw = _decode_png(whole)
-    assert (w, h) == (width, height)
-    lines = [raw[i * (1 + 3 * width):(i + 1) * (1 + 3 * width)] for i in range(height)]
-    assert len(raw) == height * (1 + 3 * width) and all(line[0] == 0 for line in lines)
-    assert lines[0][1:] == row
-    parts = png.parts(row)  # every part but the last is whole base64 groups: they join by concatenation
-    assert len(parts.head) % 4 == 0 and b"=" not in parts.head and b"=" not in png.middle
-    other = png.whole(bytes(3 * width))  # another image of the size: its own first row, the rest shared
-    assert _decode_png(other)[2][1 + 3 * width:] == raw[1 + 3 * width:]
-
-
-def test_pillow_reads_the_synthetic_png() -> None:
-    image_module = pytest.importorskip("PIL.Image")
-    rng = np.random.default_rng(3)
-    png = SyntheticPNG(72, 128, rng)
-    row = rng.integers(0, 256, 3 * 128, dtype=np.uint8).tobytes()
-    image = image_module.open(io.BytesIO(png.whole(row)))
+def _pixels(data: bytes) -> np.ndarray:
+    image = Image.open(io.BytesIO(data))
     image.load()
-    assert (image.format, image.size, image.mode) == ("PNG", (128, 72), "RGB")
-    assert np.asarray(image)[0].tobytes() == row
+    assert (image.format, image.mode) == ("JPEG", "RGB")
+    return np.asarray(image)
 
 
-def test_adler32_combine_is_zlibs() -> None:
-    rng = random.Random(5)
-    for _ in range(50):
-        a = rng.randbytes(rng.randrange(0, 5000))
-        b = rng.randbytes(rng.randrange(0, 200000))
-        assert adler32_combine(zlib.adler32(a), zlib.adler32(b), len(b)) == zlib.adler32(a + b)
+@pytest.mark.parametrize("height,width,images", [(1, 1, 4), (9, 5, 7), (16, 16, 3), (17, 5, 10), (50, 37, 30),
+                                                 (256, 256, 12), (40, 3000, 2)])
+def test_a_synthetic_jpeg_is_a_baseline_jpeg_of_its_size_each_image_its_own(height: int, width: int,
+                                                                             images: int) -> None:
+    jpeg = SyntheticJPEG(height, width, images, np.random.default_rng(height * 1000 + width))
+    seen = set()
+    for index in range(images):
+        data = jpeg.whole(index)
+        assert _jpeg_structure(data)[:2] == (width, height)
+        pixels = _pixels(data)
+        assert pixels.shape == (height, width, 3)
+        seen.add(pixels.tobytes())
+        parts = jpeg.parts(index)  # every part but the last is whole base64 groups: they join by concatenation
+        assert all(len(p) % 4 == 0 and b"=" not in p for p in parts[:-1])
+        assert parts[-1] == jpeg.middle or height <= 16 * OWN_ROWS
+    assert len(seen) == images  # no two alike in pixels: no image cache keyed by content hits
+    if height > 16 * OWN_ROWS:  # the rows after the own ones are the same bytes, held once
+        first, second = jpeg.whole(0), jpeg.whole(1)
+        assert first.endswith(base64.b64decode(jpeg.middle)) and second.endswith(base64.b64decode(jpeg.middle))
 
 
-# -- the bodies ----------------------------------------------------------------------------------------------
+def test_a_synthetic_jpeg_has_vllms_format_and_quality() -> None:
+    # vllm/benchmarks/datasets/datasets.py, process_image: image.save(image_data, format="JPEG")
+    rng = np.random.default_rng(4)
+    theirs = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (64, 48, 3), dtype=np.uint8)).save(theirs, format="JPEG")
+    ours = SyntheticJPEG(64, 48, 3, rng).whole(2)
+
+    def segments(data: bytes, kinds: tuple[int, ...]) -> list[bytes]:
+        pos, out = 2, []
+        while data[pos + 1] != 0xDA:
+            if data[pos + 1] == 0xFF:
+                pos += 1
+                continue
+            length = int.from_bytes(data[pos + 2:pos + 4], "big")
+            if data[pos + 1] in kinds:
+                out.append(data[pos:pos + 2 + length])
+            pos += 2 + length
+        return out
+
+    # the quantisation tables (quality 75), the Huffman tables (standard) and the frame (sampling) are vLLM's
+    assert segments(ours, (0xDB, 0xC4, 0xC0, 0xE0)) == segments(theirs.getvalue(), (0xDB, 0xC4, 0xC0, 0xE0))
+    assert Image.open(io.BytesIO(ours)).info.get("progression") is None
 
 
-def _images(body: bytes) -> tuple[dict[str, Any], list[tuple[int, int, bytes]]]:
-    doc = orjson.loads(body)
-    (message,) = doc["messages"]
-    text, *images = message["content"]
-    assert message["role"] == "user" and text["type"] == "text" and isinstance(text["text"], str)
-    out = []
-    for part in images:
-        assert part["type"] == "image_url"
-        prefix, _, data = part["image_url"]["url"].partition(",")
-        assert prefix == "data:image/png;base64"
-        out.append(_decode_png(base64.b64decode(data)))
-    return doc, out
+def test_djpeg_strict_decodes_the_synthetic_jpeg(tmp_path: Path) -> None:
+    djpeg = shutil.which("djpeg")
+    if djpeg is None:
+        pytest.skip("djpeg (libjpeg-turbo-progs) not installed")
+    jpeg = SyntheticJPEG(72, 40, 4, np.random.default_rng(8))
+    good = jpeg.whole(3)
+    rst1 = good.index(b"\xff\xd1")
+    bad = good[:rst1] + b"\xff\xd2" + good[rst1 + 2:]  # RST2 where RST1 is due: strict refuses it
+    for name, data, rc in (("good.jpg", good, 0), ("bad.jpg", bad, 1)):
+        (tmp_path / name).write_bytes(data)
+        proc = subprocess.run([djpeg, "-strict", "-outfile", os.devnull, str(tmp_path / name)],
+                              capture_output=True, text=True, check=False)
+        assert (proc.returncode != 0) == bool(rc), (name, proc.stderr)
 
 
-def test_random_mm_bodies_carry_the_drawn_images() -> None:
-    buckets = ((16, 24, 1, 0.5), (9, 5, 1, 0.5))
-    config = mm(num_prompts=40, seed=11, base_items_per_request=2, num_mm_items_range_ratio=1.0,
-                bucket_config=buckets, num_warmups=3)
-    work = build(config)
-    expected = draw_items(item_rule(config.options(RandomMMOptions)), 43, np.random.default_rng(11))
-    rows = set()
-    for spec, items in zip([*work.requests, *work.warmups], expected):
-        assert isinstance(spec.body, BodyParts)  # the shared rows sent from where they lie
-        doc, images = _images(bytes(spec.body))
-        assert doc["model"] == MODEL and doc["stream"] is True
-        assert [(h, w) for w, h, _ in images] == [(b[0], b[1]) for b in items]
-        rows |= {raw[:1 + 3 * w] for w, _, raw in images}
-        assert spec.prompt_len == len(doc["messages"][0]["content"][0]["text"].split())  # the text alone
-    assert len(rows) == sum(len(x) for x in expected)  # every image its own: no two alike
-    assert work.dataset.startswith("random-mm")
-    assert any("include the image tokens" in note for note in work.notes)
-
-
-def test_random_mm_draws_fresh_for_another_seed() -> None:
-    one, two = build(mm(num_prompts=30, seed=1)), build(mm(num_prompts=30, seed=2))
-    sizes = [[(w, h) for w, h, _ in _images(bytes(s.body))[1]] for s in one.requests]
-    assert sizes != [[(w, h) for w, h, _ in _images(bytes(s.body))[1]] for s in two.requests]
-    assert bytes(one.requests[0].body) == bytes(build(mm(num_prompts=30, seed=1)).requests[0].body)
-
-
-def test_zero_images_is_a_text_request() -> None:
-    work = build(mm(num_prompts=3, base_items_per_request=0))
-    for spec in work.requests:
-        assert _images(bytes(spec.body))[1] == []
+def test_random_mm_without_pillow_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL raises ImportError
+    for attempt in (lambda: check_inputs(mm()), lambda: build(mm(num_prompts=2))):
+        with pytest.raises(ConfigError) as refused:
+            attempt()
+        assert "pip install 'fastbench-llm[images]'" in str(refused.value) and "\n" not in str(refused.value)
+    assert build(mm(num_prompts=2, base_items_per_request=0)).requests  # no images, no Pillow needed
 
 
 # -- custom_image --------------------------------------------------------------------------------------------
 
 
 def _png_file(path: Path, height: int, width: int) -> bytes:
-    rng = np.random.default_rng(width)
-    data = SyntheticPNG(height, width, rng).whole(bytes(3 * width))
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(width).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(
+        out, format="PNG")
+    data = out.getvalue()
     path.write_bytes(data)
     return data
 

@@ -23,6 +23,16 @@ def _png(width: int, height: int) -> bytes:
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
+def _jpeg_head(width: int, height: int) -> bytes:
+    """A JPEG's first segments made here: JFIF, a table, fill bytes, the frame header (SOF0), the scan."""
+    def segment(marker: int, data: bytes) -> bytes:
+        return bytes((0xFF, marker)) + struct.pack(">H", 2 + len(data)) + data
+    return (b"\xff\xd8" + segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+            + segment(0xDB, bytes(65)) + b"\xff\xff"
+            + segment(0xC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + segment(0xDA, b"\x01\x01\x00\x00\x3f\x00") + bytes(30) + b"\xff\xd9")
+
+
 def _image(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
@@ -45,15 +55,16 @@ def test_image_parts_count_into_the_prompt_tokens_by_the_stated_rule() -> None:
                _image(_data_url(_png(256, 256))),  # 8 x 8 tiles
                _image(_data_url(_png(33, 1))),  # 2 x 1
                _image(_data_url(gif, "image/gif")),  # 3 x 1
+               _image(_data_url(_jpeg_head(70, 40), "image/jpeg")),  # 3 x 2
                _image(_data_url(b"\xff\xd8\xff\xe0" + bytes(40), "image/jpeg")),  # size not read
                _image("https://example.com/cat.png")]
-    tiles = (256 // IMAGE_TILE) ** 2 + 2 + 3
+    tiles = (256 // IMAGE_TILE) ** 2 + 2 + 3 + 6
     with SyntheticServer(ttft_ms=1, itl_ms=1) as s:
         usage = _usage(s.base_url, stream_body(2, chat=True, messages=[{"role": "user", "content": content}]))
         assert usage["prompt_tokens"] == CHAT_MESSAGE_OVERHEAD + 3 + tiles + 2 * IMAGE_TOKENS_UNREAD
         text_only = _usage(s.base_url, stream_body(2, chat=True, prompt="three words here"))
         assert text_only["prompt_tokens"] == CHAT_MESSAGE_OVERHEAD + 3
-        assert s.stats()["images"] == 5
+        assert s.stats()["images"] == 6
 
 
 def test_lora_modules_are_served_counted_and_accepted_when_strict() -> None:

@@ -47,7 +47,8 @@ def buckets(text: str) -> tuple[tuple[Any, ...], ...]:
 
 def add_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("random-mm dataset", "vllm bench serve's random-mm: the random dataset's text with random "
-                             "images per request, sent as data URLs in the chat message (--endpoint "
+                             "images per request (JPEGs, as vLLM makes them: needs pip install "
+                             "'fastbench-llm[images]'), sent as data URLs in the chat message (--endpoint "
                              "/v1/chat/completions); counts and sizes drawn by vLLM's rule")
     g.add_argument("--random-mm-base-items-per-request", type=whole_number,
                    default=_DEFAULTS.base_items_per_request, help="images per request, before the range ratio")

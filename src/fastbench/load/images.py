@@ -1,125 +1,152 @@
-"""Images sent in chat messages as data URLs: synthetic PNGs of random pixels (``random-mm``) and local
+"""Images sent in chat messages as data URLs: synthetic JPEGs of random pixels (``random-mm``) and local
 image files read and checked once (``custom_image``).
 
-A synthetic image is a PNG of random RGB pixels, as vLLM's ``random-mm`` draws its (every pixel uniform
-in 0..255: the worst case for compression, which stresses the transfer and the decoder). Building one
-per request whole would cost a request's pixels each time (2.8 MB for 720x1280), and a run holds every
-body before it starts, so each size's image is split in three, laid out so that each part's base64 is
-a whole number of base64 groups:
+A synthetic image is a JPEG of random RGB pixels made as vLLM's ``random-mm`` makes its: every pixel
+uniform in 0..255 (the worst case for compression, which stresses the transfer and the decoder), saved by
+Pillow as vLLM's ``process_image`` saves it (``image.save(..., format="JPEG")``: Pillow's defaults, quality
+75, 4:2:0, baseline, the standard Huffman tables). Encoding each request's image whole would cost 4 ms for
+720x1280 and a run holds every body before it starts, so each size is encoded once with a restart marker
+after every row of MCUs (``restart_marker_rows=1``: DRI), and an image is cut at those markers into parts
+whose base64 joins by concatenation (each part but the last a whole number of 3-byte groups, made so
+with 0xFF fill bytes before its marker, which the JPEG standard allows before any marker, B.1.1.2):
 
-* a head of the request's own: the signature, ``IHDR``, and a first ``IDAT`` chunk holding the zlib
-  header and the first row of pixels, drawn for this image alone (so that no two images of a run are
-  the same, and a server's image cache, keyed by the pixels, never hits);
-* a middle shared by every image of the size: one ``IDAT`` chunk of the other rows, drawn once, stored
-  (deflate's uncompressed blocks: random pixels do not compress), its base64 made once and sent from
-  where it lies (the core's ``BodyParts``), never copied into a body;
-* a tail of the request's own: the zlib stream's Adler-32 (the row's checksum combined with the
-  middle's, without reading the middle again) in a last ``IDAT``, and ``IEND``.
+* its first ``OWN_ROWS`` MCU rows (16 pixel rows each), the first with the headers (SOI, JFIF, tables, SOF,
+  DRI, SOS), picked from pools drawn once per size, row by row: fresh random pixels encoded by Pillow with
+  the same call, so the same tables, their entropy-coded data ended by that row's RST marker (RST0, RST1;
+  the markers cycle 0..7). Image ``i`` of a size takes ``i``'s digits in the pool's size as its picks, so
+  no two images of a run are alike in pixels and a server's image cache, keyed by content, never hits;
+* a middle shared by every image of the size: the other rows as Pillow wrote them (a restart resets the
+  DC predictions, so a row decodes the same after any other), and EOI, its base64 made once and sent from
+  where it lies (the core's ``BodyParts``), never copied into a body.
 
-The image decodes as any PNG does (zlib, Pillow). What differs from vLLM: vLLM encodes its images as
-JPEG (quality 75) with Pillow, fastbench as PNG without a dependency, so a body is larger (the raw
-pixels, 4/3 of them in base64) and its rows after the first repeat across the run's images of one size.
+A pool holds ``ceil(images ** (1 / OWN_ROWS))`` rows per position: 71 Pillow calls per row for 5,000
+images, where one per image (0.05-0.1 ms each for 256-1280 pixels wide) would keep the build under
+10,000 requests a second. The image decodes as any baseline JPEG does (Pillow, libjpeg's ``djpeg
+-strict``). What differs from vLLM: the restart markers and fill bytes (a few bytes a row), and the rows
+after the first two repeat across the run's images of one size, where vLLM draws every pixel.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import os
-import struct
-import zlib
-from collections.abc import Iterator
-from typing import NamedTuple
+import re
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
-from fastbench.exceptions import DatasetError
+from fastbench.exceptions import ConfigError, DatasetError
 
-__all__ = ("IMAGE_PART_CLOSE", "IMAGE_PART_OPEN", "SyntheticPNG", "file_data_url", "image_type")
+__all__ = ("IMAGE_PART_CLOSE", "IMAGE_PART_OPEN", "OWN_ROWS", "SyntheticJPEG", "file_data_url", "image_type",
+           "pillow")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# a non-final stored deflate block of no bytes (what zlib's sync flush writes): two of them align the head
-_EMPTY_STORED = b"\x00\x00\x00\xff\xff"
-_STORED_MAX = 65535  # bytes of one stored deflate block
-_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
-_ADLER_MOD = 65521
+OWN_ROWS = 2  # MCU rows per image picked from the pools: the pools hold images ** (1 / OWN_ROWS) rows
+_EOI = b"\xff\xd9"
+_SOS = 0xDA
+_SOF0 = 0xC0
+_TABLES = (0xDB, 0xC4)  # DQT, DHT: what a row must share with the image it goes into
+# a restart marker in entropy-coded data: a data byte 0xFF is always followed by 0x00 there
+_RESTART = re.compile(rb"\xff[\xd0-\xd7]")
 
 # One image part of a chat message's content, around the image's base64.
-IMAGE_PART_OPEN = b',{"type":"image_url","image_url":{"url":"data:image/png;base64,'
+IMAGE_PART_OPEN = b',{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,'
 IMAGE_PART_CLOSE = b'"}}'
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+def pillow() -> ModuleType:
+    """``PIL.Image``, or a ConfigError in one line naming the extra that brings it."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError("random-mm makes its JPEGs with Pillow, as vLLM does: pip install "
+                          "'fastbench-llm[images]'") from None
+    return Image
 
 
-def _stored_blocks(data: bytes, final: bool) -> Iterator[bytes]:
-    """``data`` as stored deflate blocks; the last carries BFINAL when ``final``."""
-    for start in range(0, max(len(data), 1), _STORED_MAX):
-        piece = data[start:start + _STORED_MAX]
-        last = final and start + _STORED_MAX >= len(data)
-        yield struct.pack("<BHH", 1 if last else 0, len(piece), len(piece) ^ 0xFFFF) + piece
+class _Layout:
+    """Where a JPEG's entropy-coded data starts, its MCU height and its tables, from its markers."""
+
+    def __init__(self, data: bytes) -> None:
+        pos, tables, self.mcu_height = 2, [], 8
+        while True:
+            marker, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+            if marker in _TABLES:
+                tables.append(data[pos:pos + 2 + length])
+            elif marker == _SOF0:
+                components = data[pos + 10:pos + 10 + 3 * data[pos + 9]]
+                self.mcu_height = 8 * max(components[i + 1] & 0x0F for i in range(0, len(components), 3))
+            pos += 2 + length
+            if marker == _SOS:
+                break
+        self.scan_start = pos
+        self.tables = b"".join(tables)
 
 
-def adler32_combine(first: int, second: int, second_len: int) -> int:
-    """The Adler-32 of two byte strings joined, from each one's (zlib's adler32_combine)."""
-    a1, b1 = first & 0xFFFF, first >> 16
-    a2, b2 = second & 0xFFFF, second >> 16
-    a = (a1 + a2 - 1) % _ADLER_MOD
-    b = (b1 + b2 + second_len * (a1 - 1)) % _ADLER_MOD
-    return (b << 16) | a
+def _encode(image: ModuleType, pixels: np.ndarray, **options: Any) -> bytes:
+    with io.BytesIO() as out:  # vLLM's process_image: image.save(image_data, format="JPEG")
+        image.fromarray(pixels).save(out, format="JPEG", **options)
+        return out.getvalue()
 
 
-class ImageParts(NamedTuple):
-    """One synthetic image's base64, in its three parts: ``head + middle + tail`` is the whole."""
-
-    head: bytes
-    tail: bytes
+def _aligned(data: bytes, marker: int) -> bytes:
+    """``data`` ended by ``marker``, with the 0xFF fill before it that makes it whole 3-byte groups."""
+    return data + b"\xff" * (-(len(data) + 2) % 3) + bytes((0xFF, marker))
 
 
-class SyntheticPNG:
-    """Random-pixel PNGs of one size (``height`` x ``width``, RGB, 8 bits): the rows after the first drawn
-    once from ``rng`` and shared (``middle``, base64), each image's first row its own (:meth:`parts`)."""
+class SyntheticJPEG:
+    """Random-pixel JPEGs of one size (``height`` x ``width``, RGB), ``images`` of them all different: each
+    image's first ``own_rows`` MCU rows picked from ``pieces`` (base64, per row, ``pool`` of each), the
+    rest shared (``middle``, base64; empty when the image has no more rows). Drawn from ``rng``."""
 
-    def __init__(self, height: int, width: int, rng: np.random.Generator) -> None:
+    def __init__(self, height: int, width: int, images: int, rng: np.random.Generator) -> None:
+        image = pillow()
         self.height, self.width = height, width
-        self.row_bytes = 3 * width
-        ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        self._final_row = height == 1
-        row_data = 1 + self.row_bytes  # the filter byte (0: none), then the pixels
-        blocks = -(-row_data // _STORED_MAX)  # stored blocks of the first row
-        # the first IDAT's data: the zlib header, empty blocks so that the head is a whole number of 3-byte
-        # groups, then the row's stored blocks
-        fixed = len(PNG_SIGNATURE) + len(ihdr) + 12 + 2 + 5 * blocks + row_data
-        self._idat_start = b"\x78\x01" + _EMPTY_STORED * next(e for e in range(3) if (fixed + 5 * e) % 3 == 0)
-        self._head_prefix = PNG_SIGNATURE + ihdr
-        self._idat_length = len(self._idat_start) + 5 * blocks + row_data
-        middle = b""
-        self._rest_adler, self._rest_len = 1, 0
-        if not self._final_row:
-            rows = np.zeros((height - 1, row_data), dtype=np.uint8)
-            rows[:, 1:] = rng.integers(0, 256, size=(height - 1, self.row_bytes), dtype=np.uint8)
-            rest = rows.tobytes()
-            self._rest_adler, self._rest_len = zlib.adler32(rest), len(rest)
-            stored = b"".join(_stored_blocks(rest, final=True))
-            # empty blocks first, so that the chunk too is a whole number of 3-byte groups
-            pad = (12 + len(stored)) % 3
-            middle = _chunk(b"IDAT", _EMPTY_STORED * pad + stored)
+        full = _encode(image, rng.integers(0, 256, (height, width, 3), dtype=np.uint8), restart_marker_rows=1)
+        layout = _Layout(full)
+        mcu = layout.mcu_height
+        rows = -(-height // mcu)
+        scan = full[layout.scan_start:-len(_EOI)]
+        restarts = [m.start() for m in _RESTART.finditer(scan)]
+        if len(restarts) != rows - 1:
+            version = getattr(image, "__version__", "?")
+            raise ConfigError(f"random-mm: Pillow {version} wrote {len(restarts)} restart markers in a "
+                              f"{height}x{width} JPEG of {rows} MCU rows; it needs Pillow >= 10.2")
+        self.own_rows = min(OWN_ROWS, rows)
+        self.pool = max(1, round(max(images, 1) ** (1 / self.own_rows)))
+        while self.pool ** self.own_rows < images:
+            self.pool += 1
+        self.pieces: list[list[bytes]] = []
+        for k in range(self.own_rows):
+            last = k == rows - 1
+            strips = rng.integers(0, 256, (self.pool, height - mcu * k if last else mcu, width, 3), dtype=np.uint8)
+            row: list[bytes] = []
+            for strip in strips:
+                data = _encode(image, strip)
+                own = _Layout(data)
+                if own.tables != layout.tables:
+                    raise ConfigError(f"random-mm: Pillow wrote other tables for a {strip.shape[0]}x{width} "
+                                      f"row than for its {height}x{width} image")
+                data = (full[:layout.scan_start] if k == 0 else b"") + data[own.scan_start:-len(_EOI)]
+                row.append(base64.b64encode(data + _EOI if last else _aligned(data, 0xD0 + k % 8)))
+            self.pieces.append(row)
+        middle = scan[restarts[self.own_rows - 1] + 2:] + _EOI if rows > self.own_rows else b""
         self.middle = base64.b64encode(middle)
-        self.png_bytes = len(self._head_prefix) + 12 + self._idat_length + len(middle) + 16 + len(_IEND)
 
-    def parts(self, row: bytes) -> ImageParts:
-        """The base64 head and tail of the image whose first row of pixels is ``row`` (3 x width bytes)."""
-        data = b"\x00" + row
-        head = self._head_prefix + _chunk(b"IDAT", self._idat_start + b"".join(_stored_blocks(data,
-                                                                                              self._final_row)))
-        adler = adler32_combine(zlib.adler32(data), self._rest_adler, self._rest_len)
-        tail = _chunk(b"IDAT", struct.pack(">I", adler)) + _IEND
-        return ImageParts(base64.b64encode(head), base64.b64encode(tail))
+    def picks(self, index: int) -> list[int]:
+        """Image ``index``'s piece of each own row: ``index``'s digits in base ``pool``."""
+        return [index // self.pool ** k % self.pool for k in range(self.own_rows)]
 
-    def whole(self, row: bytes) -> bytes:
-        """The PNG file itself (for tests and for a reader's eyes; a run sends the parts)."""
-        parts = self.parts(row)
-        return base64.b64decode(parts.head + self.middle + parts.tail)
+    def parts(self, index: int) -> list[bytes]:
+        """Image ``index``'s base64, in its parts: joined, they are the whole."""
+        own = [self.pieces[k][p] for k, p in enumerate(self.picks(index))]
+        return [*own, self.middle] if self.middle else own
+
+    def whole(self, index: int) -> bytes:
+        """The JPEG file itself (for tests and for a reader's eyes; a run sends the parts)."""
+        return base64.b64decode(b"".join(self.parts(index)))
 
 
 # What a file begins with, for each image type a server's image loader (Pillow) reads.

@@ -6,8 +6,9 @@ A string prompt has one token per whitespace-separated word; a token-id prompt o
 request, per message, the words of its content (and of an assistant's tool calls' arguments) plus
 ``CHAT_MESSAGE_OVERHEAD`` (4), plus, per image part
 (``image_url``), one token per ``IMAGE_TILE`` x ``IMAGE_TILE`` pixels (the tiles that cover it, read from a
-PNG or GIF data URL's header) or ``IMAGE_TOKENS_UNREAD`` (256) for an image whose size it does not read
-(JPEG, a URL). Output tokens are single words (" tok", " the", ...), drawn once at startup from the seed.
+PNG, GIF or JPEG data URL's header) or ``IMAGE_TOKENS_UNREAD`` (256) for an image whose size it does not
+read (a URL, another type). Output tokens are single words (" tok", " the", ...), drawn once at startup
+from the seed.
 """
 
 from __future__ import annotations
@@ -32,20 +33,55 @@ IMAGE_TOKENS_UNREAD = 256  # an image whose size is not read from its first byte
 
 
 def image_size(url: str) -> tuple[int, int] | None:
-    """(width, height) of a PNG or GIF ``data:`` URL, from its first bytes; None for anything else."""
+    """(width, height) of a PNG, GIF or JPEG ``data:`` URL, from its first bytes; None for anything else."""
     if not url.startswith("data:image/"):
         return None
     start = url.find(",") + 1
-    try:
-        head = base64.b64decode(url[start:start + 32])
-    except (binascii.Error, ValueError):
-        return None
+    head = _decoded(url, start, 0, 24)
     if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
         width, height = struct.unpack(">II", head[16:24])
         return width, height
     if head[:6] in (b"GIF87a", b"GIF89a"):
         width, height = struct.unpack("<HH", head[6:10])
         return width, height
+    if head[:2] == b"\xff\xd8":
+        return _jpeg_size(url, start)
+    return None
+
+
+def _decoded(url: str, start: int, first: int, end: int) -> bytes:
+    """Bytes ``first`` to ``end`` of the base64 from ``start`` of ``url`` (fewer where it ends or is not
+    base64), decoding only the groups that hold them."""
+    group = first // 3
+    try:
+        data = base64.b64decode(url[start + 4 * group:start + 4 * -(-end // 3)])
+    except (binascii.Error, ValueError):
+        return b""
+    return data[first - 3 * group:end - 3 * group]
+
+
+_JPEG_FRAMES = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+
+
+def _jpeg_size(url: str, start: int) -> tuple[int, int] | None:
+    """A JPEG's (width, height) from its frame header (SOFn), walking the segments before it (T.81 B.1.1.2:
+    any marker may follow 0xFF fill bytes); None where there is none before the scan."""
+    pos = 2
+    for _ in range(256):  # segments before the frame: APPn, COM, DQT, DHT, DRI
+        head = _decoded(url, start, pos, pos + 9)
+        fill = len(head) - len(head.lstrip(b"\xff"))
+        if fill == 0 or fill == len(head):
+            return None
+        if fill > 1:
+            pos += fill - 1
+            continue
+        marker = head[1]
+        if marker in _JPEG_FRAMES and len(head) == 9:
+            height, width = struct.unpack(">HH", head[5:9])
+            return width, height
+        if marker == 0xDA or len(head) < 4:  # the scan begins: no frame header came first
+            return None
+        pos += 2 + int.from_bytes(head[2:4], "big")
     return None
 
 

@@ -14,14 +14,15 @@ defaults (``config.options(RandomMMOptions)``):
 
 The draws come from ``numpy.random.default_rng(--seed)``, one request after another, the count then
 its items, as vLLM's loop makes them. vLLM draws every pixel from that same generator between one
-request's draws and the next; fastbench's pixels are not vLLM's (``fastbench.load.images``: each
-image's first row its own, the other rows shared by its size, from a generator of their own), so the
-counts and sizes for a seed are those vLLM's rule gives that generator alone, not those of a vLLM run
-with the same seed. Video buckets (more than one frame) are refused: vLLM makes videos with OpenCV.
+request's draws and the next; fastbench's pixels are not vLLM's (``fastbench.load.images``: JPEGs saved
+as vLLM saves them, each image's first two MCU rows its own pick from pools, the other rows shared by its
+size, from a generator of their own), so the counts and sizes for a seed are those vLLM's rule gives
+that generator alone, not those of a vLLM run with the same seed. Video buckets (more than one frame) are
+refused: vLLM makes videos with OpenCV.
 
-The bodies are built once, before the run: each size's shared rows are base64-encoded once, and each
-body is sent from its parts (the core's ``BodyParts``): its own text, the heads and tails of its images,
-and the shared middles as they lie (bench/bench_images.py: tens of thousands of requests a second).
+The bodies are built once, before the run: each size's pools and shared rows are base64-encoded once,
+and each body is sent from its parts (the core's ``BodyParts``): its own text, and its images' pieces and
+the shared middles as they lie (bench/bench_images.py: tens of thousands of requests a second).
 ``prompt_len`` counts the text only; the run's input figures take each request's prompt tokens from the
 server's usage, which counts the image tokens too.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,7 +41,7 @@ from fastbench._core import TokenRuns
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import RandomMMOptions, RandomOptions
 from fastbench.exceptions import ConfigError
-from fastbench.load.images import IMAGE_PART_CLOSE, IMAGE_PART_OPEN, SyntheticPNG
+from fastbench.load.images import IMAGE_PART_CLOSE, IMAGE_PART_OPEN, SyntheticJPEG, pillow
 from fastbench.load.screening import JsonPrompt, PartsPrompt, Prompt
 from fastbench.load.sources import Context, random_prompts
 
@@ -120,8 +122,10 @@ def _cdf(probabilities: Sequence[float]) -> np.ndarray:
 
 
 def check(config: BenchConfig) -> None:
-    """The count's range can work (the options' own checks are ``checks``')."""
-    item_rule(config.options(RandomMMOptions))
+    """The count's range can work and, where images can be drawn, Pillow is there to make them (the
+    options' own checks are ``checks``')."""
+    if item_rule(config.options(RandomMMOptions)).high:
+        pillow()
 
 
 async def offer(ctx: Context) -> str:
@@ -138,8 +142,9 @@ async def offer(ctx: Context) -> str:
     per = f"{rule.low}" if rule.low == rule.high else f"{rule.low}-{rule.high}"
     ctx.notes.append(
         f"random-mm: {images} images over {len(items)} prompts ({per} per request; {sizes}, height x width), "
-        "counts and sizes by vLLM's rule from numpy's default_rng(--seed); PNGs of random pixels, each image's "
-        "first row its own and the rest shared by its size (vLLM sends JPEGs, every pixel drawn)")
+        "counts and sizes by vLLM's rule from numpy's default_rng(--seed); JPEGs of random pixels saved as vLLM "
+        "saves them (Pillow, quality 75), each image's first two MCU rows its own pick and the rest shared by its "
+        "size (vLLM draws every pixel)")
     ctx.notes.append("random-mm: prompt_len counts the text only; input figures take each request's prompt tokens "
                      "from the server's usage, which include the image tokens (where usage reports them)")
     text_options = config.options(RandomOptions)
@@ -151,21 +156,24 @@ async def offer(ctx: Context) -> str:
 def build_prompts(texts: Sequence[Prompt], items: Sequence[Sequence[Bucket]],
                   rng: np.random.Generator) -> list[PartsPrompt]:
     """Each request's content (its text, then its images) as runs of one buffer: the request's own bytes
-    and, between them, the shared middle of each image's size (held once in the buffer)."""
-    sizes: dict[tuple[int, int], SyntheticPNG] = {}
-    for bucket in sorted({b for request in items for b in request}):
-        sizes.setdefault((bucket[0], bucket[1]), SyntheticPNG(bucket[0], bucket[1], rng))
-    # every image's own first row, drawn per size in one call
-    per_size = {size: sum(1 for request in items for b in request if (b[0], b[1]) == size) for size in sizes}
-    rows = {size: rng.integers(0, 256, size=(n, 3 * size[1]), dtype=np.uint8) for size, n in per_size.items()}
-    taken = dict.fromkeys(sizes, 0)
+    and, between them, each image's parts (``fastbench.load.images``: its own rows' pieces, picked from its
+    size's pools, and the size's shared middle), every part held once in the buffer."""
+    counts = Counter((b[0], b[1]) for request in items for b in request)
+    sizes = {size: SyntheticJPEG(size[0], size[1], counts[size], rng) for size in sorted(counts)}
     pieces: list[bytes] = []
     length = 0
-    middles: dict[tuple[int, int], tuple[int, int]] = {}
-    for size, png in sizes.items():
-        middles[size] = (length, length + len(png.middle))
-        pieces.append(png.middle)
-        length += len(png.middle)
+    where: dict[tuple[int, int], tuple[list[list[tuple[int, int]]], tuple[int, int]]] = {}
+    for size, jpeg in sizes.items():
+        spans: list[list[tuple[int, int]]] = []
+        for pool in (*jpeg.pieces, [jpeg.middle]):
+            spans.append([])
+            for piece in pool:
+                spans[-1].append((length, length + len(piece)))
+                pieces.append(piece)
+                length += len(piece)
+        middle = spans.pop()[0]
+        where[size] = (spans, middle)
+    taken = dict.fromkeys(sizes, 0)
     runs: list[int] = []
     bounds: list[tuple[int, int]] = []
     chars: list[int] = []
@@ -174,18 +182,19 @@ def build_prompts(texts: Sequence[Prompt], items: Sequence[Sequence[Bucket]],
         own = [_text_json(text), b"}"]
         for bucket in request:
             size = (bucket[0], bucket[1])
-            png = sizes[size]
-            row = rows[size][taken[size]].tobytes()
+            jpeg = sizes[size]
+            spans, middle = where[size]
+            own.append(IMAGE_PART_OPEN)
+            piece = b"".join(own)
+            runs += (length, length + len(piece))
+            pieces.append(piece)
+            length += len(piece)
+            for k, pick in enumerate(jpeg.picks(taken[size])):
+                runs += spans[k][pick]
             taken[size] += 1
-            head, tail = png.parts(row)
-            own += (IMAGE_PART_OPEN, head)
-            if png.middle:
-                piece = b"".join(own)
-                runs += (length, length + len(piece), *middles[size])
-                pieces.append(piece)
-                length += len(piece)
-                own = []
-            own += (tail, IMAGE_PART_CLOSE)
+            if jpeg.middle:
+                runs += middle
+            own = [IMAGE_PART_CLOSE]
         piece = b"".join(own)
         runs += (length, length + len(piece))
         pieces.append(piece)
