@@ -334,7 +334,8 @@ def _build_trees(config: BenchConfig, model: str, mml: int | None, chat: bool, n
     built = agentic.build_trees(config, chat, mml, notes)
     warm = len(built.warmups)
     if config.options(AgenticOptions).tool_messages:  # one tools list on every call, as an agent's carry theirs
-        config = dataclasses.replace(config, extra_body={"tools": toolturns.TOOLS, **config.extra_body})
+        config = dataclasses.replace(config, extra_body={"tools": toolturns.TOOLS, "tool_choice": toolturns.TOOL_CHOICE,
+                                                         **config.extra_body})
     with gc_paused():
         specs = _make_specs([*built.warmups, *built.measured], config, model, chat)
     return Workload(requests=specs[warm:], warmups=specs[:warm], dataset=built.dataset,

@@ -19,8 +19,10 @@ messages' JSON lies in the token buffer once (``LITERALS``), and each prompt is 
 the separators where a message ends, the literals between (``TokenBlocks.insert``): nothing is copied.
 
 Every request carries ``TOOLS`` (one function, ``tool``, taking a string), as an agent's requests carry its
-tools on every call, so that they stay in the cached prefix. What the server answers, text or a tool call, is
-its model's choice (``tool_choice``, e.g. "required" by --extra-body, forces a tool call); a tool call's deltas
+tools on every call, so that they stay in the cached prefix, and ``tool_choice`` "none": a server renders the
+tools into the prompt all the same, and answers text. An agent sends "auto", which vLLM refuses unless it runs
+with a tool-call parser (``--enable-auto-tool-choice --tool-call-parser ...``); there, ``--extra-body
+'{"tool_choice": "auto"}'`` leaves the choice to the model ("required" forces a call). A tool call's deltas
 count as output as text's do.
 """
 
@@ -30,11 +32,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ("TOOLS", "Literals", "cuts")
+__all__ = ("TOOLS", "TOOL_CHOICE", "Literals", "cuts")
 
 TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {
     "name": "tool", "description": "Run a tool of the agent's.",
     "parameters": {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}}}]
+
+# A server without a tool-call parser refuses "auto" (vLLM: 400), and "none" still renders the tools
+TOOL_CHOICE = "none"
 
 # The JSON between two messages' contents: after a user's or a tool's, an assistant's opens (its text, or a
 # tool call whose arguments hold the output); after the assistant's, the next user's or tool's opens.
