@@ -6,8 +6,10 @@ a rotating order each round, so that the host's drift falls on all alike. Target
 Each API's chunk is one output event (a chat chunk, a ``response.output_text.delta``, a ``content_block_delta``);
 the CPU is the client process's over the measured window, divided by the output events, so that each API's
 other events (Responses' opening and closing ones, Messages' block starts and stops) are counted in it.
+"vs chat, paired" is the median over rounds of the API's CPU over chat's in the same round: one round's three
+runs lie seconds apart, so the host's drift between rounds (which moves a median of ~2 s runs by 10 %) cancels.
 
-    .venv/bin/python bench/protocols_cpu.py                  # 5 rounds, 64 tokens per request, ~2 minutes
+    .venv/bin/python bench/protocols_cpu.py                  # 5 rounds, 64 tokens per request, ~1 minute
     .venv/bin/python bench/protocols_cpu.py --rounds 9 --tokens-per-chunk 1-4 --json raw.json
 """
 
@@ -76,16 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     chat = statistics.median(x["cpu_us_chunk"] for x in runs["chat"])
     print(f"\n{a.concurrency} streams, {a.output_len} tokens x {a.num_requests} requests, {a.tokens_per_chunk} "
           f"tokens/chunk, {a.itl_ms:g} ms between chunks; {a.rounds} rounds; load average {load}\n")
-    print("| API | client CPU us/chunk, median (min-max) | vs chat | wake-ups per chunk, median | ends unwatched "
-          "| streams open | skew p99 ms, median | failed |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| API | client CPU us/chunk, median (min-max) | vs chat | vs chat, paired | wake-ups per chunk, median "
+          "| ends unwatched | streams open | skew p99 ms, median | failed |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         cpu = [x["cpu_us_chunk"] for x in runs[name]]
         med = statistics.median(cpu)
+        paired = statistics.median(x / c["cpu_us_chunk"] for x, c in zip(cpu, runs["chat"]))
         wakes = statistics.median(x["wakeups"] / x["chunks"] for x in runs[name])
         unwatched = sum(x["ends_unwatched"] or 0 for x in runs[name])
         print(f"| {name} | {med:.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | {100 * (med / chat - 1):+.1f} % | "
-              f"{wakes:.3f} | {unwatched} of {a.num_requests * a.rounds} | "
+              f"{100 * (paired - 1):+.1f} % | {wakes:.3f} | {unwatched} of {a.num_requests * a.rounds} | "
               f"{statistics.median(x['streams_open_mean'] for x in runs[name]):.2f} | "
               f"{statistics.median(x['skew_p99'] for x in runs[name]):.3f} | {sum(x['failed'] for x in runs[name])} |")
     if a.json:
