@@ -9,8 +9,8 @@ other events (Responses' opening and closing ones, Messages' block starts and st
 "vs chat, paired" is the median over rounds of the API's CPU over chat's in the same round: one round's three
 runs lie seconds apart, so the host's drift between rounds (which moves a median of ~2 s runs by 10 %) cancels.
 
-    .venv/bin/python bench/protocols_cpu.py                  # 5 rounds, 64 tokens per request, ~1 minute
-    .venv/bin/python bench/protocols_cpu.py --rounds 9 --tokens-per-chunk 1-4 --json raw.json
+    .venv/bin/python bench/protocols_cpu.py                  # 9 rounds, 64 tokens per request, ~2 minutes
+    .venv/bin/python bench/protocols_cpu.py --tokens-per-chunk 1-4 --json raw.json
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def run_validate(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=5, help="runs of each API, in a rotating order")
+    p.add_argument("--rounds", type=int, default=9,
+                   help="runs of each API, in a rotating order (fewer than 9 do not settle a 10 %% gap on a shared "
+                   "2-core host)")
     p.add_argument("--tokens-per-chunk", default="1")
     p.add_argument("--itl-ms", type=float, default=20.0)
     p.add_argument("--output-len", type=int, default=64)
