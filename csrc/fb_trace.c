@@ -391,3 +391,54 @@ int fb_trace_layout(fb_layout_t *l) {
     l->tokens = pos;
     return 0;
 }
+
+static int put_run(int64_t *out, size_t cap, size_t *n, int64_t first, int64_t end) {
+    if (end <= first) /* a cut at a run's last byte leaves nothing after it */
+        return 1;
+    if (*n == cap)
+        return 0;
+    out[2 * *n] = first;
+    out[2 * *n + 1] = end;
+    (*n)++;
+    return 1;
+}
+
+int64_t fb_trace_insert(const int64_t *runs, const int64_t *first_run, size_t n, const int64_t *request,
+                        const int64_t *token, const int64_t *lit_first, const int64_t *lit_end, size_t n_entries,
+                        int64_t width, int64_t *out_runs, size_t cap_out, int64_t *out_first) {
+    size_t i = 0, n_out = 0;
+    if (width < 1)
+        return -FB_ERR_TRACE;
+    for (size_t k = 0; k < n; k++) {
+        out_first[k] = (int64_t)n_out;
+        int64_t at = 0; /* the prompt's bytes before the run */
+        for (int64_t r = first_run[k]; r < first_run[k + 1]; r++) {
+            int64_t first = runs[2 * r], length = runs[2 * r + 1] - first, from = 0; /* from: the run's next byte */
+            /* each entry of this prompt whose separator lies in this run */
+            while (i < n_entries && (uint64_t)request[i] == k && token[i] > 0 && token[i] <= LAYOUT_MAX
+                   && token[i] * width - 1 - at < length) {
+                int64_t cut = token[i] * width - 1 - at;
+                if (cut < 0 || cut < from - 1) /* before this run, or before the cut before it: out of order; */
+                    return -FB_ERR_TRACE;       /* from - 1 is that cut: another literal at its separator */
+                if (cut >= from && !put_run(out_runs, cap_out, &n_out, first + from, first + cut))
+                    return -FB_ERR_TRACE;
+                if (n_out == cap_out)
+                    return -FB_ERR_TRACE;
+                out_runs[2 * n_out] = lit_first[i];
+                out_runs[2 * n_out + 1] = lit_end[i];
+                n_out++;
+                from = cut + 1;
+                i++;
+            }
+            if (!put_run(out_runs, cap_out, &n_out, first + from, first + length))
+                return -FB_ERR_TRACE;
+            at += length;
+        }
+        if (i < n_entries && (uint64_t)request[i] == k)
+            return -FB_ERR_TRACE; /* a separator outside its prompt */
+    }
+    if (i != n_entries)
+        return -FB_ERR_TRACE; /* requests out of order, or past the prompts */
+    out_first[n] = (int64_t)n_out;
+    return (int64_t)n_out;
+}

@@ -63,4 +63,15 @@ typedef struct {
 /* Returns 0, or -FB_ERR_TRACE (the outputs unusable) for an id outside its span, a start or count
  * outside ids, counts that do not fit the rule above, or runs past cap_runs. */
 int fb_trace_layout(fb_layout_t *l);
+
+/* Literal bytes put in prompts in place of separators (trace.py's TokenBlocks.insert): prompt k's runs are
+ * runs[first_run[k]] to runs[first_run[k + 1]] (pairs of first byte and end, its bytes end to end); entry i
+ * puts the run lit_first[i]..lit_end[i] in prompt request[i] in place of the byte before its token
+ * token[i] (at token[i] x width - 1 in the prompt's bytes, which a run holds), the entries ordered by
+ * request, then token, those at one separator in their order. Writes the prompts' new runs into out_runs
+ * (cap_out pairs: n_runs + 2 x n_entries is enough) and their first runs into out_first (n + 1); returns the
+ * runs written, or -FB_ERR_TRACE for entries out of order or outside their prompts, or too little room. */
+int64_t fb_trace_insert(const int64_t *runs, const int64_t *first_run, size_t n, const int64_t *request,
+                        const int64_t *token, const int64_t *lit_first, const int64_t *lit_end, size_t n_entries,
+                        int64_t width, int64_t *out_runs, size_t cap_out, int64_t *out_first);
 #endif

@@ -8,7 +8,8 @@
  * lengths >= 1, timestamps finite (their order is the caller's to check), the hash ids' ends rising to
  * the count written), and
  * the layout of what it took stays inside its buffers: every run inside the tokens laid out, each
- * request's runs after the one before's. Build with -DFB_FUZZ_STANDALONE for a plain main() that runs
+ * request's runs after the one before's; and literals put in place of its separators take the place of those
+ * bytes alone. Build with -DFB_FUZZ_STANDALONE for a plain main() that runs
  * files given as arguments (no libFuzzer needed, e.g. gcc -fsanitize=address,undefined). */
 #include <math.h>
 #include <stdint.h>
@@ -18,12 +19,64 @@
 #include "fb_trace.h"
 
 #define SPAN_MAX (1 << 20) /* ids spread wider than this are not laid out here (the caller renumbers) */
+#define INSERT_TOKENS_MAX (1 << 16) /* prompts longer than this are not cut here */
 
 static void check(int ok, const char *what) {
     if (!ok) {
         fprintf(stderr, "fuzz_trace: %s\n", what);
         abort();
     }
+}
+
+/* Literals put in place of every third separator of each prompt, two at each (fb_trace_insert): the bytes
+ * come out as the prompt's, less the separators cut, plus the literals', in runs that are never empty. */
+static void insert(const fb_layout_t *l, const int64_t *n_in, size_t n, int64_t width) {
+    size_t cap = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (n_in[k] > INSERT_TOKENS_MAX)
+            return; /* a prompt too long to cut every third token of here (the layout took it) */
+        cap += 2 * (size_t)((n_in[k] - 1) / 3);
+    }
+    int64_t *request = malloc((cap + 1) * sizeof(int64_t)), *token = malloc((cap + 1) * sizeof(int64_t));
+    int64_t *lit_first = malloc((cap + 1) * sizeof(int64_t)), *lit_end = malloc((cap + 1) * sizeof(int64_t));
+    size_t cap_out = l->n_runs + 2 * cap;
+    int64_t *out = malloc((2 * cap_out + 2) * sizeof(int64_t)), *out_first = malloc((n + 1) * sizeof(int64_t));
+    check(request && token && lit_first && lit_end && out && out_first, "out of memory");
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        for (int64_t at = 3; at < n_in[k]; at += 3)
+            for (int two = 0; two < 2; two++) {
+                request[m] = (int64_t)k;
+                token[m] = at;
+                lit_first[m] = -1 - two; /* no byte of the buffer: told apart from the tokens' */
+                lit_end[m] = two;
+                m++;
+            }
+    int64_t written = fb_trace_insert(l->runs, l->first_run, n, request, token, lit_first, lit_end, m, width, out,
+                                      cap_out, out_first);
+    check(written >= 0 && (size_t)written <= cap_out && out_first[n] == written, "inserted");
+    size_t entry = 0;
+    for (size_t k = 0; k < n; k++) {
+        int64_t bytes = 0, literals = 0;
+        for (int64_t r = out_first[k]; r < out_first[k + 1]; r++) {
+            if (out[2 * r] < 0) {
+                literals++;
+                continue;
+            }
+            check(out[2 * r + 1] > out[2 * r], "an empty run");
+            bytes += out[2 * r + 1] - out[2 * r];
+        }
+        int64_t cuts = (n_in[k] - 1) / 3;
+        check(literals == 2 * cuts && bytes == n_in[k] * width - 1 - cuts, "the prompt's bytes, less the cuts");
+        entry += (size_t)(2 * cuts);
+    }
+    check(entry == m, "every entry placed");
+    free(request);
+    free(token);
+    free(lit_first);
+    free(lit_end);
+    free(out);
+    free(out_first);
 }
 
 static void lay_out(const fb_trace_t *t, int64_t block, int64_t width) {
@@ -72,6 +125,7 @@ static void lay_out(const fb_trace_t *t, int64_t block, int64_t width) {
             }
             check(tokens == t->input[k], "a prompt of other than its input length");
         }
+        insert(&l, t->input, n, width);
     }
     free(starts);
     free(n_used);

@@ -23,6 +23,7 @@ from .engine import (
     StreamConnection,
     TokenRuns,
     debug_counters,
+    insert_literals,
     lay_out_blocks,
     now_ns,
     scan_trace,
@@ -32,5 +33,5 @@ __all__ = (
     "ArrivalClaims", "ArrivalTimer", "BUILD_FLAVOUR", "BodyParts", "COLUMN_ORDER", "Claims", "Dispatcher",
     "OUT_ANSWER", "OUT_DELTA", "OUT_END", "OUT_ERROR", "OUT_REASONING", "OUT_TOOL", "Pool", "Recorder", "RowClaims",
     "RunState", "SharedArrivals", "SharedDispatcher", "Slots", "StreamApi", "StreamConnection", "TokenRuns",
-    "debug_counters", "lay_out_blocks", "now_ns", "scan_trace",
+    "debug_counters", "insert_literals", "lay_out_blocks", "now_ns", "scan_trace",
 )

@@ -170,6 +170,9 @@ cdef extern from "fb_trace.h" nogil:
         int64_t distinct
         int64_t shared
     int fb_trace_layout(fb_layout_t *l)
+    int64_t fb_trace_insert(const int64_t *runs, const int64_t *first_run, size_t n, const int64_t *request,
+                            const int64_t *token, const int64_t *lit_first, const int64_t *lit_end, size_t n_entries,
+                            int64_t width, int64_t *out_runs, size_t cap_out, int64_t *out_first)
 
 
 cdef extern from "fb_hdr.h" nogil:

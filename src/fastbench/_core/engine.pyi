@@ -233,6 +233,11 @@ def scan_trace(data: bytes, keys: tuple[bytes, bytes, bytes, bytes], line: Any, 
     (timestamp, input length, output length, hash ids): (records, hash ids) written, or None where a line
     is not one the scanner takes."""
 
+def insert_literals(runs: Any, first_run: Any, request: Any, token: Any, lit_first: Any, lit_end: Any, width: int,
+                    out_runs: Any, out_first: Any) -> int:
+    """Literal runs put in prompts in place of separators (trace.py's TokenBlocks.insert), int64 arrays: the new
+    runs into ``out_runs``, each prompt's first run into ``out_first``; the runs written."""
+
 def lay_out_blocks(ids: Any, starts: Any, n_used: Any, n_in: Any, block: int, width: int, low: int, span: int,
                    runs: Any, first_run: Any) -> tuple[int, int, int, int]:
     """A trace's token layout (trace.py's TokenBlocks), int64 arrays: each run's first byte and end into

@@ -71,3 +71,38 @@ def lay_out_blocks(const int64_t[::1] ids not None, const int64_t[::1] starts no
     if rc != 0:
         raise ValueError("hash ids, counts or lengths outside what the layout takes")
     return l.n_runs, l.tokens, l.distinct, l.shared
+
+
+def insert_literals(const int64_t[::1] runs not None, const int64_t[::1] first_run not None,
+                    const int64_t[::1] request not None, const int64_t[::1] token not None,
+                    const int64_t[::1] lit_first not None, const int64_t[::1] lit_end not None, int64_t width,
+                    int64_t[::1] out_runs not None, int64_t[::1] out_first not None):
+    """Literal runs put in prompts in place of separators (trace.py's TokenBlocks.insert), in one pass over
+    the prompts' runs: writes the new runs into ``out_runs`` (flat pairs) and each prompt's first run into
+    ``out_first``; returns the runs written."""
+    cdef Py_ssize_t n = first_run.shape[0] - 1
+    cdef Py_ssize_t m = request.shape[0]
+    cdef int64_t written
+    if n < 0 or out_first.shape[0] != n + 1 or runs.shape[0] % 2:
+        raise ValueError("the prompts' columns differ in length")
+    if not (token.shape[0] == lit_first.shape[0] == lit_end.shape[0] == m):
+        raise ValueError("the entries' columns differ in length")
+    if n and (first_run[0] != 0 or first_run[n] * 2 != runs.shape[0]):
+        raise ValueError("the first runs do not span the runs")
+    for k in range(n):
+        if first_run[k + 1] < first_run[k]:
+            raise ValueError("the first runs go back")
+    if n == 0:
+        if m:
+            raise ValueError("entries for no prompt")
+        out_first[0] = 0
+        return 0
+    with nogil:
+        written = fb_trace_insert(&runs[0] if runs.shape[0] else NULL, &first_run[0], n,
+                                  &request[0] if m else NULL, &token[0] if m else NULL,
+                                  &lit_first[0] if m else NULL, &lit_end[0] if m else NULL, m, width,
+                                  &out_runs[0] if out_runs.shape[0] else NULL, out_runs.shape[0] // 2,
+                                  &out_first[0])
+    if written < 0:
+        raise ValueError("the entries are out of order, or outside their prompts")
+    return written

@@ -66,7 +66,7 @@ from typing import Any, NoReturn
 import numpy as np
 import orjson
 
-from fastbench._core import TokenRuns, lay_out_blocks, scan_trace
+from fastbench._core import TokenRuns, insert_literals, lay_out_blocks, scan_trace
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import MooncakeOptions, TimedTraceOptions
 from fastbench.exceptions import DatasetError
@@ -427,42 +427,18 @@ class TokenBlocks:
         """Put bytes ``first[i]:end[i]`` of the buffer (``draw``'s literals) in request ``request[i]``'s prompt in
         place of the separator before its token ``token[i]`` (0 < token < its input length), rewriting the runs;
         the entries ordered by request, then token; inserts at one separator go in their order. The tokens stay
-        where they lie: a prompt is its runs cut around the separators, the literals' runs between."""
+        where they lie: a prompt is its runs cut around the separators, the literals' runs between (the core's
+        ``insert_literals``, one pass: numpy's searches over millions of cuts took seconds)."""
         if not len(request):
             return
-        runs = self._runs.reshape(-1, 2)
-        first_run = np.asarray(self._first_run, dtype=np.int64)
-        lengths = runs[:, 1] - runs[:, 0]
-        # every prompt's bytes end to end, one coordinate: each run's start there, each prompt's; the cuts (the
-        # separators' bytes) are in order there as the entries are, so that nothing below needs a sort
-        run_at = np.cumsum(lengths) - lengths
-        prompt_at = run_at[first_run[:-1]]
-        cut = prompt_at[request] + token * self.width - 1
-        cuts = cut[np.concatenate(([True], cut[1:] != cut[:-1]))]
-        # the pieces: each run from its start to its first cut, from past each cut to the next or the run's end
-        run_of_cut = np.searchsorted(run_at, cuts, side="right") - 1
-        first_piece = np.arange(len(runs)) + np.searchsorted(cuts, run_at)
-        after_cut = run_of_cut + np.arange(len(cuts)) + 1
-        n_pieces = len(runs) + len(cuts)
-        start, stop = np.empty(n_pieces, np.int64), np.empty(n_pieces, np.int64)
-        start[first_piece] = run_at
-        start[after_cut] = cuts + 1
-        stop[after_cut - 1] = cuts
-        stop[np.append(first_piece[1:], n_pieces) - 1] = run_at + lengths
-        run_of_piece = np.repeat(np.arange(len(runs)), np.diff(np.append(first_piece, n_pieces)))
-        whole = stop > start  # a cut at a run's last byte leaves nothing after it
-        start, stop, run_of_piece = start[whole], stop[whole], run_of_piece[whole]
-        # the pieces and the literals interleaved: each literal after the pieces that end at or before its cut
-        at_piece = np.arange(len(start)) + np.searchsorted(cut, start)
-        at_literal = np.arange(len(cut)) + np.searchsorted(start, cut, side="right")
-        pieces = np.empty((len(start) + len(cut), 2), dtype=np.int64)
-        pieces[at_piece, 0] = runs[run_of_piece, 0] + (start - run_at[run_of_piece])
-        pieces[at_piece, 1] = pieces[at_piece, 0] + (stop - start)
-        pieces[at_literal, 0], pieces[at_literal, 1] = first, end
-        items = np.bincount(np.searchsorted(prompt_at, start, side="right") - 1, minlength=len(prompt_at))
-        items += np.bincount(request, minlength=len(prompt_at))
-        self._runs = pieces.reshape(-1)
-        self._first_run = np.concatenate(([0], np.cumsum(items))).tolist()
+        i64 = np.int64
+        out_runs = np.empty(len(self._runs) + 4 * len(request), dtype=i64)
+        out_first = np.empty(len(self._first_run), dtype=i64)
+        request, token, first, end = (np.ascontiguousarray(column, i64) for column in (request, token, first, end))
+        written = insert_literals(self._runs, np.asarray(self._first_run, dtype=i64), request, token, first, end,
+                                  self.width, out_runs, out_first)
+        self._runs = out_runs[:2 * written]
+        self._first_run = out_first.tolist()
 
     def _tokens(self, count: int, literals: bytes = b"") -> np.ndarray:
         """``count`` random tokens' bytes, each with its separator. Drawn two at a time, from a table of
