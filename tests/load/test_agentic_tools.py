@@ -141,3 +141,20 @@ def test_a_replay_of_turns_hits_the_prefix_cache_its_history_shares(tmp_path: Pa
     assert sum(r["cached_tokens"] or 0 for r in records) > 0
     assert [r["output_tokens"] for r in records] == [3] * 7  # the tool calls' arguments, from the usage
     assert all(r["chunks"] == 3 for r in records)  # each delta of a tool call's arguments is output
+
+
+def test_insert_refuses_entries_out_of_order_or_outside_their_prompts() -> None:
+    layout = TokenBlocks(4, True, np.random.default_rng(1))
+    lengths = np.array([6, 5], dtype=np.int64)
+    layout.draw(np.zeros(0, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), lengths, literals=b"<A>")
+    at, to = layout.literals_at, layout.literals_at + 3
+
+    def insert(request: list[int], token: list[int]) -> None:
+        n = len(request)
+        layout.insert(np.array(request), np.array(token), np.full(n, at), np.full(n, to))
+
+    for request, token in (([0, 0], [3, 2]), ([1, 0], [1, 1]), ([0], [6]), ([0], [0]), ([2], [1])):
+        with pytest.raises(ValueError, match="out of order, or outside their prompts"):
+            insert(request, token)
+    insert([0, 1], [5, 4])  # the last separators of each: taken
+    assert [bytes(p.json).count(b"<A>") for p in layout.prompts(lengths.tolist())] == [1, 1]
