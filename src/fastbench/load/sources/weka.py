@@ -52,6 +52,7 @@ _KINDS = {"n", "s", "subagent"}
 _DICT = {dict}
 _INT = {int}
 _LIST = {list}
+_STR = {str}
 _NUMBER = {int, float}
 _MAYBE_NUMBER = {int, float, type(None)}
 _FIELD_NAMES = ("t", "in", "out", "api_time", "think_time", "hash_ids", "stop", "input_types")
@@ -311,7 +312,7 @@ def _columns_at_once(items: list[Any], where: str, offset: float) -> _Columns | 
     if not set(map(type, items)) <= _DICT:
         return None
     kinds = _column(items, "type")
-    if not set(kinds) <= _KINDS:
+    if not set(map(type, kinds)) <= _STR or not set(kinds) <= _KINDS:  # a list or an object has no hash
         return None
     calls, at_call, markers = _calls_and_markers(items, kinds, where)
     if not calls:
