@@ -41,7 +41,6 @@ import numpy as np
 import orjson
 
 from fastbench.exceptions import DatasetError
-from fastbench.load.sources import gc_paused
 
 __all__ = ("BACKGROUND", "JOINED", "ROOT", "Agent", "Corpus", "WekaTrace", "read_corpus")
 
@@ -122,9 +121,8 @@ def read_corpus(path: str) -> Corpus:
     else:
         files = [path]
     corpus = Corpus([], 0, None, 0)
-    with gc_paused():  # millions of objects parsed, none in a cycle
-        for file in files:
-            _read_file(file, corpus, strict=len(files) == 1)
+    for file in files:
+        _read_file(file, corpus, strict=len(files) == 1)
     if not corpus.traces:
         raise DatasetError(f"{path}: no usable trace ({corpus.skipped} skipped; the first: {corpus.first_defect})")
     return corpus
