@@ -5,6 +5,8 @@ synthetic server whose order, gaps and prefix-cache hits are the plan's."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -304,3 +306,39 @@ def test_each_call_carries_its_agents_session_header_and_the_warm_ups_none(tmp_p
         _session_header(config.replace(headers={"X-Session-Id": "pinned"}), work)
     with pytest.raises(ConfigError, match="must be an HTTP header name"):
         build_workload_sync(weka_config(path, agentic_session_header="x session"), "m", max_model_len=None)
+
+
+# -- reading: the defects the fast paths hand to the call-by-call checks ----------------------------------------
+@pytest.mark.parametrize(("ids", "named"), [
+    ([0, True], "[0, True]"), ([1, 2.0], "[1, 2.0]"), ([3, 1 << 63], "[3, 9223372036854775808]"), (["3"], "['3']"),
+    ([None], "[None]"), ([[1]], "[[1]]"),
+])
+def test_a_hash_id_not_an_integer_in_range_is_named_with_its_call(tmp_path: Path, ids: list[Any], named: str) -> None:
+    doc = tree_trace()
+    doc["requests"][2]["requests"][1]["hash_ids"] = ids
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))  # orjson writes no int past 64 bits
+    with pytest.raises(DatasetError, match=r"requests\[2\]\.requests\[1\]\.hash_ids: must be a list of integers >= 0, "
+                                           rf"got {re.escape(named)}$"):
+        read_corpus(str(path))
+
+
+def test_a_call_type_of_a_list_or_an_object_is_named_not_a_crash(tmp_path: Path) -> None:
+    doc = tree_trace()
+    doc["requests"][1]["type"] = ["s"]
+    with pytest.raises(DatasetError, match=r"requests\[1\]\.type: must be \"n\", \"s\" or \"subagent\", got \['s'\]"):
+        read_corpus(str(write_traces(tmp_path / "bad.json", doc)))
+
+
+def test_json_lines_ending_in_crlf_and_a_trace_over_many_lines_read_alike(tmp_path: Path) -> None:
+    crlf = tmp_path / "crlf.jsonl"
+    crlf.write_bytes(b"\r\n".join(orjson.dumps(tree_trace(name)) for name in ("a", "b")) + b"\r\n\r\n{bad\r\n")
+    corpus = read_corpus(str(crlf))
+    assert [t.name for t in corpus.traces] == ["a", "b"]
+    assert corpus.first_defect is not None and corpus.first_defect.startswith(f"{crlf} line 4: not valid JSON")
+    pretty = tmp_path / "pretty.json"
+    pretty.write_bytes(orjson.dumps(tree_trace("p"), option=orjson.OPT_INDENT_2))
+    agents = read_corpus(str(pretty)).traces[0].agents
+    flat = read_corpus(str(write_traces(tmp_path / "flat.json", tree_trace("p")))).traces[0].agents
+    for got, want in zip(agents, flat):
+        assert np.array_equal(got.hash_ids, want.hash_ids) and np.array_equal(got.starts, want.starts)

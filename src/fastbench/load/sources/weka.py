@@ -30,7 +30,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 import os
+import re
+import struct
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,14 +48,21 @@ ROOT, JOINED, BACKGROUND = 0, 1, 2  # an agent's role in its tree
 ROLE_NAMES = ("root", "subagent", "background")
 _CALL_TYPES = ("n", "s")
 _KINDS = {"n", "s", "subagent"}
+_DICT = {dict}
 _INT = {int}
 _LIST = {list}
+_STR = {str}
 _NUMBER = {int, float}
 _MAYBE_NUMBER = {int, float, type(None)}
+_FIELD_NAMES = ("t", "in", "out", "api_time", "think_time", "hash_ids", "stop", "input_types")
+_FIELDS = operator.itemgetter(*_FIELD_NAMES)
+_NO_CALL = np.empty(0)
+_LINE_END = re.compile(rb"[\r\n]")
+_NOT_JSON_SPACE = re.compile(rb"[^ \t\r\n]")
 # an agent's calls as columns: starts, ends, think times, inputs, outputs, hash ids, each call's index, whether
 # its input is a tool's result; and its markers (calls before each, where, the marker)
-_Columns = tuple[list[float], list[float], list[float], list[int], list[int], list[list[int]], list[int], list[bool],
-                 list[tuple[int, str, dict[str, Any]]]]
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, Sequence[int], Sequence[int], Sequence[list[int]], Sequence[int],
+                 list[bool], list[tuple[int, str, dict[str, Any]]]]
 
 
 @dataclasses.dataclass
@@ -126,31 +137,62 @@ def _read_file(path: str, corpus: Corpus, strict: bool) -> None:
     except OSError as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc.strerror}") from None
     stem = os.path.splitext(os.path.basename(path))[0]
-    try:
-        whole: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        whole = None
+    whole = _one_document(raw)
     if isinstance(whole, dict):  # one trace
-        records: list[tuple[str, str, Any]] = [(path, stem, whole)]
-    else:  # JSON Lines: a trace a line; a bad one is skipped where a run can go on
-        strict = False
-        records = []
-        for n, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((f"{path} line {n}", f"{stem}:{n}", orjson.loads(line)))
-            except orjson.JSONDecodeError as exc:
-                records.append((f"{path} line {n}", "", _Defect(f"not valid JSON ({exc})")))
-    for where, default_name, obj in records:
+        _add(corpus, path, stem, whole, strict)
+        return
+    del whole
+    # JSON Lines: a trace a line; a bad one is skipped where a run can go on. Each line is read into its trace
+    # as soon as it is parsed: its objects are then still in the cache, and freed for the next line's.
+    for n, line in _lines(raw):
+        where = f"{path} line {n}"
         try:
-            if isinstance(obj, _Defect):
-                raise obj
-            corpus.traces.append(_trace(obj, default_name, corpus))
-        except _Defect as exc:
-            if strict:
-                raise DatasetError(f"{where}: {exc}") from None
-            _skip(corpus, f"{where}: {exc}")
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if bytes(line).strip():  # a blank line is no trace
+                _skip(corpus, f"{where}: not valid JSON ({exc})")
+            continue
+        _add(corpus, where, f"{stem}:{n}", obj, strict=False)
+
+
+def _one_document(raw: bytes) -> Any:
+    """The file as one JSON value; None where it is none (JSON Lines). Where its first line is a whole value
+    and more than whitespace follows, it cannot be one: said without parsing the file whole (~80 ms for 63
+    MB, most of it passing over the rest)."""
+    first_end = _LINE_END.search(raw)
+    if first_end and _NOT_JSON_SPACE.search(raw, first_end.start()):
+        try:
+            orjson.loads(memoryview(raw)[:first_end.start()])
+            return None
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _lines(raw: bytes) -> Iterator[tuple[int, bytes | memoryview]]:
+    """``raw``'s lines, numbered from 1 as ``raw.splitlines()`` would number them, each a view, not a copy."""
+    if b"\r" in raw:  # a line may end in \r too: splitlines' own rules (and copies)
+        yield from enumerate(raw.splitlines(), start=1)
+        return
+    view = memoryview(raw)
+    start, n = 0, 1
+    while start < len(raw):
+        end = raw.find(b"\n", start)
+        end = len(raw) if end < 0 else end
+        yield n, view[start:end]
+        start, n = end + 1, n + 1
+
+
+def _add(corpus: Corpus, where: str, default_name: str, obj: Any, strict: bool) -> None:
+    try:
+        corpus.traces.append(_trace(obj, default_name, corpus))
+    except _Defect as exc:
+        if strict:
+            raise DatasetError(f"{where}: {exc}") from None
+        _skip(corpus, f"{where}: {exc}")
 
 
 def _skip(corpus: Corpus, defect: str) -> None:
@@ -189,19 +231,11 @@ def _agent(items: list[Any], where: str, name: str, role: int, parent: int, spaw
     agents.append(Agent(name, role, parent, spawn, join, empty, empty, empty, empty, empty, empty, empty,
                         np.empty(0, bool)))
     columns = _columns_at_once(items, where, offset) or _columns_checked(items, where, offset)
-    starts, ends, think, inputs, outputs, hashes, at_call, tool, markers = columns
     agent = agents[index]
-    agent.starts, agent.ends, agent.think = (np.array(v, dtype=np.float64) for v in (starts, ends, think))
+    agent.starts, agent.ends, agent.think, inputs, outputs, hashes, at_call, tool, markers = columns
     agent.inputs, agent.outputs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
     agent.ids_end = np.cumsum(np.fromiter(map(len, hashes), np.int64, len(hashes)))
-    total = int(agent.ids_end[-1]) if hashes else 0
-    try:
-        agent.hash_ids = np.fromiter(itertools.chain.from_iterable(hashes), np.int64, total)
-    except OverflowError:
-        agent.hash_ids = np.full(1, -1, np.int64)
-    if total and int(agent.hash_ids.min()) < 0:
-        bad = next(k for k, ids in enumerate(hashes) if ids and not (0 <= min(ids) and max(ids) < 1 << 63))
-        raise _Defect(f"{where}[{at_call[bad]}].hash_ids: must be a list of integers >= 0, got {str(hashes[bad])[:60]}")
+    agent.hash_ids = _packed_ids(hashes, at_call, items, where, offset)
     agent.tool_result = np.array(tool, dtype=bool)
     for before, at, marker in markers:
         inner = marker.get("requests")
@@ -265,48 +299,103 @@ def _columns_checked(items: list[Any], where: str, offset: float) -> _Columns:
         tool.append(bool(inputs[:-1]) and ((isinstance(types, list) and "tool_result" in types)
                                            or last_stop == "tool_use"))
         last_stop = stop if isinstance(stop, str) else ""
-    return starts, ends, think, inputs, outputs, hashes, at_call, tool, markers
+    return (np.array(starts, dtype=np.float64), np.array(ends, dtype=np.float64), np.array(think, dtype=np.float64),
+            inputs, outputs, hashes, at_call, tool, markers)
 
 
 def _columns_at_once(items: list[Any], where: str, offset: float) -> _Columns | None:
     """An agent's calls read a field at a time, each column checked in one pass (a trace holds tens of thousands
-    of calls); None where any check fails, for ``_columns_checked`` to name the defect."""
-    kinds = [item.get("type") if type(item) is dict else None for item in items]
-    if not set(kinds) <= _KINDS:
+    of calls); None where any check fails, for ``_columns_checked`` to name the defect. The hash ids' values
+    are checked as they are packed (``_packed_ids``)."""
+    if not set(map(type, items)) <= _DICT:
         return None
-    calls = [item for item, kind in zip(items, kinds) if kind != "subagent"]
-    stamps: list[Any] = [c.get("t") for c in calls]
-    inputs: list[Any] = [c.get("in") for c in calls]
-    outputs: list[Any] = [c.get("out") for c in calls]
-    hashes: list[Any] = [c.get("hash_ids", []) for c in calls]
-    api: list[Any] = [c.get("api_time") for c in calls]
-    think: list[Any] = [c.get("think_time") for c in calls]
-    if calls and not (set(map(type, stamps)) <= _NUMBER and set(map(type, inputs)) == _INT
-                      and set(map(type, outputs)) == _INT and set(map(type, hashes)) == _LIST
-                      and set(map(type, api)) <= _MAYBE_NUMBER and set(map(type, think)) <= _MAYBE_NUMBER
-                      and min(inputs) >= 1 and min(outputs) >= 0 and max(inputs) < 1 << 40 and max(outputs) < 1 << 40
-                      and set(map(type, itertools.chain.from_iterable(hashes))) <= _INT):
+    kinds = _column(items, "type")
+    if not set(map(type, kinds)) <= _STR or not set(kinds) <= _KINDS:  # a list or an object has no hash
         return None
-    t = np.array(stamps, dtype=np.float64) + offset
-    api_s = np.array(api, dtype=np.float64)  # None -> NaN
-    think_s = np.array(think, dtype=np.float64)
-    numbers = np.concatenate([t, api_s, think_s])
-    if not (np.all(t >= offset) and np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
-            and not np.any(numbers[~np.isnan(numbers)] < 0) and not np.any(np.isinf(numbers))):
+    calls, at_call, markers = _calls_and_markers(items, kinds, where)
+    if not calls:
+        return _NO_CALL, _NO_CALL, _NO_CALL, [], [], [], [], [], markers
+    try:  # every field there, as captures write them: one pass
+        stamps, inputs, outputs, api, think, hashes, stops, input_types = zip(*map(_FIELDS, calls))
+    except KeyError:  # some left out: each read with its default
+        stamps, inputs, outputs, api, think, hashes, stops, input_types = (
+            tuple(_column(calls, key, [] if key == "hash_ids" else None)) for key in _FIELD_NAMES)
+    if not (set(map(type, stamps)) <= _NUMBER and set(map(type, inputs + outputs)) == _INT
+            and set(map(type, hashes)) == _LIST and set(map(type, api + think)) <= _MAYBE_NUMBER
+            and min(inputs) >= 1 and min(outputs) >= 0 and max(inputs) < 1 << 40 and max(outputs) < 1 << 40):
         return None
-    stops = [c.get("stop") for c in calls]
-    types = [c.get("input_types") for c in calls]
-    tool = [k > 0 and ((type(kinds_in) is list and "tool_result" in kinds_in) or stops[k - 1] == "tool_use")
-            for k, kinds_in in enumerate(types)]
+    numbers = np.array((stamps, api, think), dtype=np.float64)  # None -> NaN
+    t, api_s, think_s = numbers
+    t += offset
+    times = numbers[1:]  # NaN where none, which fmin and fmax pass over
+    if not (t[0] >= offset and t[-1] < math.inf and (t[1:] >= t[:-1]).all()
+            and not np.fmin.reduce(times, axis=None) < 0 and not np.fmax.reduce(times, axis=None) == math.inf):
+        return None
+    if set(map(type, input_types)) <= _LIST:
+        after_tool = list(map(operator.contains, input_types, itertools.repeat("tool_result")))
+    else:
+        after_tool = [type(kinds_in) is list and "tool_result" in kinds_in for kinds_in in input_types]
+    # a call's new input is a tool's result if it says so or the call before stopped for a tool
+    tool = [False, *map(operator.or_, after_tool[1:], map(operator.eq, stops, itertools.repeat("tool_use")))]
+    return t, t + api_s, think_s, inputs, outputs, hashes, at_call, tool, markers
+
+
+def _calls_and_markers(items: list[Any], kinds: list[Any],
+                       where: str) -> tuple[list[Any], Sequence[int], list[tuple[int, str, dict[str, Any]]]]:
+    """An agent's calls, each one's index in ``items``, and its markers (calls before each, where, the marker)."""
+    marks: list[int] = []
+    try:
+        while True:
+            marks.append(kinds.index("subagent", marks[-1] + 1 if marks else 0))
+    except ValueError:
+        pass
+    if not marks:
+        return items, range(len(items)), []
+    calls: list[Any] = []
+    at_call: list[int] = []
     markers = []
-    before = 0
-    for i, (item, kind) in enumerate(zip(items, kinds)):
-        if kind == "subagent":
-            markers.append((before, f"{where}[{i}]", item))
-        else:
-            before += 1
-    at_call = [i for i, kind in enumerate(kinds) if kind != "subagent"]
-    return t.tolist(), (t + api_s).tolist(), think_s.tolist(), inputs, outputs, hashes, at_call, tool, markers
+    for start, end in zip([-1, *marks], [*marks, len(items)]):
+        calls += items[start + 1:end]
+        at_call += range(start + 1, end)
+        if end < len(items):
+            markers.append((len(calls), f"{where}[{end}]", items[end]))
+    return calls, at_call, markers
+
+
+def _column(items: list[dict[str, Any]], key: str, default: Any = None) -> list[Any]:
+    return list(map(dict.get, items, itertools.repeat(key), itertools.repeat(default)))
+
+
+def _packed_ids(hashes: Sequence[list[int]], at_call: Sequence[int], items: list[Any], where: str,
+                offset: float) -> np.ndarray:
+    """An agent's calls' hash ids, one after another, as int64. struct packs them in one pass (a third of
+    numpy's or array's time per id) and refuses any value not an int in range but a bool: only where an id
+    is 0 or 1 can it be a bool, or, with any negative, a defect."""
+    flat: list[Any] = []
+    for ids in hashes:
+        flat += ids
+    packed = np.empty(len(flat), np.int64)
+    try:
+        struct.pack_into(f"{len(flat)}q", packed.data, 0, *flat)
+    except struct.error:
+        raise _ids_defect(hashes, at_call, items, where, offset) from None
+    low = np.flatnonzero(packed <= 1).tolist()
+    if low and (packed[low].min() < 0 or not set(map(type, map(flat.__getitem__, low))) <= _INT):
+        raise _ids_defect(hashes, at_call, items, where, offset)
+    return packed
+
+
+def _ids_defect(hashes: Sequence[list[int]], at_call: Sequence[int], items: list[Any], where: str,
+                offset: float) -> _Defect:
+    """The first defect in an agent's hash ids, as the checks call by call name it: a value not an integer (or
+    any defect before it), else the first call with an id out of range."""
+    if not set(map(type, itertools.chain.from_iterable(hashes))) <= _INT:
+        try:
+            _columns_checked(items, where, offset)
+        except _Defect as defect:
+            return defect
+    bad = next(k for k, ids in enumerate(hashes) if ids and not (0 <= min(ids) and max(ids) < 1 << 63))
+    return _Defect(f"{where}[{at_call[bad]}].hash_ids: must be a list of integers >= 0, got {str(hashes[bad])[:60]}")
 
 
 def _number(item: dict[str, Any], key: str, at: str) -> float:
