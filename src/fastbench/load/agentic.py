@@ -429,10 +429,13 @@ def _cut_into_messages(layout: TokenBlocks, cut: _Cuts | None, members: np.ndarr
     """The cuts of the prompts ``layout`` drew (``members``, sorted) made in its runs."""
     if cut is None:
         return
-    mine = np.flatnonzero(np.isin(cut.prompt, members))
-    literal = cut.literal[mine]
-    layout.insert(np.searchsorted(members, cut.prompt[mine]), cut.token[mine],
-                  layout.literals_at + cut.literals.starts[literal], layout.literals_at + cut.literals.ends[literal])
+    if members[-1] + 1 == len(members):  # every prompt (one block size, as a rule)
+        prompt, token, literal = cut.prompt, cut.token, cut.literal
+    else:
+        mine = np.flatnonzero(np.isin(cut.prompt, members))
+        prompt, token, literal = np.searchsorted(members, cut.prompt[mine]), cut.token[mine], cut.literal[mine]
+    at = layout.literals_at
+    layout.insert(prompt, token, at + cut.literals.starts[literal], at + cut.literals.ends[literal])
 
 
 def _note(notes: list[str], corpus: Corpus, trees: list[_Tree], plan: TreePlan, options: AgenticOptions,
