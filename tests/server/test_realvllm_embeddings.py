@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from support.fakevllm import free_port
-from support.realserver import run_fastbench, run_setup
+from support.realserver import run_fastbench, run_setup, vllm_serving
 
 pytestmark = pytest.mark.vllm
 
@@ -42,34 +39,11 @@ def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     model = Path(found["EMBED_MODEL"])
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-embed") / "vllm.log"
-    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    env = {k: v for k, v in env.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
-    t0 = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(found["VENV"]) / "bin" / "vllm"), "serve", str(model), "--runner", "pooling",
-             "--served-model-name", "minilm", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-             "--enforce-eager"], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            assert proc.poll() is None, f"vLLM exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() - t0 < 600, f"vLLM not ready in 600 s:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(base + "/v1/models", timeout=2) as r:
-                    if b"minilm" in r.read():
-                        break
-            except OSError:
-                time.sleep(1)
-        print(f"vLLM (--runner pooling) ready in {time.monotonic() - t0:.0f} s")
+    argv = [str(Path(found["VENV"]) / "bin" / "vllm"), "serve", str(model), "--runner", "pooling",
+            "--served-model-name", "minilm", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+            "--enforce-eager"]
+    with vllm_serving(argv, port, log, "minilm", kv_cache_gib=1) as (base, _):
         yield base, model, log
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # its own session: the API server and its engine core
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _counters(base: str) -> tuple[float, float]:

@@ -11,13 +11,9 @@ safetensors; nothing is downloaded. Skipped unless ``--run-vllm`` is given or FA
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
 import subprocess
-import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from support.fakevllm import free_port
-from support.realserver import run_fastbench, run_setup
+from support.realserver import run_fastbench, run_setup, vllm_serving
 
 pytestmark = pytest.mark.vllm
 
@@ -70,37 +66,13 @@ def lora_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
                     str(adapters), *ADAPTERS], check=True, timeout=300)
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-lora") / "vllm.log"
-    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    env = {k: v for k, v in env.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
-    t0 = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(found["VENV"]) / "bin" / "vllm"), "serve", found["MODEL"], "--served-model-name", "gemma3-270m",
-             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16",
-             "--enforce-eager", "--enable-lora", "--max-lora-rank", "8", "--enable-log-requests", "--lora-modules",
-             *(f"{name}={adapters / name}" for name in ADAPTERS)],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            assert proc.poll() is None, f"vLLM exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() - t0 < 600, f"vLLM not ready in 600 s:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(base + "/v1/models", timeout=2) as r:
-                    listed = [m["id"] for m in json.loads(r.read())["data"]]
-                    break
-            except OSError:
-                time.sleep(1)
+    argv = [str(Path(found["VENV"]) / "bin" / "vllm"), "serve", found["MODEL"], "--served-model-name", "gemma3-270m",
+            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16",
+            "--enforce-eager", "--enable-lora", "--max-lora-rank", "8", "--enable-log-requests", "--lora-modules",
+            *(f"{name}={adapters / name}" for name in ADAPTERS)]
+    with vllm_serving(argv, port, log, "gemma3-270m", kv_cache_gib=2) as (base, listed):
         assert set(ADAPTERS) <= set(listed), listed
-        print(f"vLLM with LoRA ready in {time.monotonic() - t0:.0f} s")
         yield base, log
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # its own session: the API server and its engine core
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_real_vllm_lora_traffic_split_per_adapter(lora_server: tuple[str, Path], tmp_path: Path) -> None:

@@ -3,9 +3,15 @@ fastbench against the server it launches."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +41,37 @@ def run_fastbench(argv: list[str], result_json: Path, server_log: Path, timeout_
     wall = time.monotonic() - t0
     assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n--- server log ---\n{server_log.read_text()[-3000:]}"
     return orjson.loads(result_json.read_bytes()), wall
+
+
+@contextlib.contextmanager
+def vllm_serving(argv: list[str], port: int, log: Path, served: str,
+                 kv_cache_gib: int) -> Iterator[tuple[str, list[str]]]:
+    """``argv`` (a ``vllm serve ...`` command line serving on ``port``) in its own session, offline, its output in
+    ``log``: yields (base URL, the model ids /v1/models lists) once it lists ``served``; stopped afterwards,
+    API server and engine core together."""
+    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env = {k: v for k, v in env.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            assert proc.poll() is None, f"vLLM exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() - t0 < 600, f"vLLM not ready in 600 s:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(base + "/v1/models", timeout=2) as r:
+                    listed = [m["id"] for m in json.loads(r.read())["data"]]
+                if served in listed:
+                    break
+            except OSError:
+                time.sleep(1)
+        print(f"vLLM ready in {time.monotonic() - t0:.0f} s")
+        yield base, listed
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
