@@ -26,11 +26,12 @@ from support.weka_traces import (
     weka_trace,
     write_traces,
 )
-from fastbench import BenchConfig, run
+from fastbench import BenchConfig, Result, run
 from fastbench.api.runs import _session_header
 from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load import pacer
+from fastbench.load.agentic import TreePlan
 from fastbench.load.datasets import build_workload_sync, check_inputs
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
@@ -127,7 +128,7 @@ def test_each_call_waits_for_its_dependencies_and_its_recorded_gap(tmp_path: Pat
     assert plan.tool_result_of_row.tolist() == [0, 13, 0, 0, 0, 0, 0]  # 53 in, 37 in + 3 out before it
     assert [spec.prompt_len for spec in work.requests] == [37, 53, 37, 53, 69, 85, 37]
     scaled = build_workload_sync(weka_config(path, agentic_start="beginning", agentic_time_scale=2.0,
-                                         agentic_idle_gap_cap=0.015), "m", max_model_len=None).trees
+                                             agentic_idle_gap_cap=0.015), "m", max_model_len=None).trees
     assert scaled is not None
     assert scaled.gap_ns.tolist() == [0, 15_000_000, 10_000_000, 8_000_000, 4_000_000, 0, 15_000_000]
 
@@ -188,23 +189,35 @@ def test_agentic_options_are_refused_where_they_mean_nothing(tmp_path: Path) -> 
 # -- replays against the synthetic server ------------------------------------------------------------------------
 
 
-def test_a_replay_sends_each_call_its_gap_after_its_dependencies_ended(tmp_path: Path) -> None:
+def _replay_on_two_slots(tmp_path: Path, trees: int) -> tuple[TreePlan, Result, list[dict[str, Any]]]:
+    """``trees`` trees of three traces replayed on two slots against the synthetic server: (the plan, the
+    result, each request's record)."""
     path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"), tree_trace("c"))
     jsonl = tmp_path / "requests.jsonl"
-    config = weka_config(path, num_prompts=4, concurrency=2, save_detailed=jsonl,
-                     synthetic_args=("--ttft-ms", "3", "--itl-ms", "2"))
+    config = weka_config(path, num_prompts=trees, concurrency=2, save_detailed=jsonl,
+                         synthetic_args=("--ttft-ms", "3", "--itl-ms", "2"))
     plan = build_workload_sync(config, "m", max_model_len=None).trees
     result = run(config)
-    assert plan is not None and result.counts.completed == len(plan.gap_ns) == 7 + 3 + 7 + 7
-    records = read_records(jsonl)
+    assert plan is not None
+    return plan, result, read_records(jsonl)
+
+
+def _tree_spans(plan: TreePlan, records: list[dict[str, Any]], unit: str) -> list[tuple[float, float]]:
+    """Per tree: its first call's send and its last call's end (``unit``: "ms" or "ns")."""
+    return [(min(r[f"sent_{unit}"] for r in records[a:b]), max(r[f"end_{unit}"] for r in records[a:b]))
+            for a, b in zip(plan.tree_first[:-1].tolist(), plan.tree_first[1:].tolist())]
+
+
+def test_a_replay_sends_each_call_its_gap_after_its_dependencies_ended(tmp_path: Path) -> None:
+    plan, result, records = _replay_on_two_slots(tmp_path, 4)
+    assert result.counts.completed == len(plan.gap_ns) == 7 + 3 + 7 + 7
     for row, rec in enumerate(records):
         deps = plan.deps[plan.deps_first[row]:plan.deps_first[row + 1]].tolist()
         if deps:  # due exactly its gap after the last of its dependencies' recorded ends
             due = max(records[d]["end_ms"] for d in deps) + plan.gap_ns[row] / 1e6
             assert rec["scheduled_ms"] == pytest.approx(due, abs=1e-3)
         assert rec["sent_ms"] >= rec["scheduled_ms"]
-    spans = [(min(r["sent_ms"] for r in records[a:b]), max(r["end_ms"] for r in records[a:b]))
-             for a, b in zip(plan.tree_first[:-1].tolist(), plan.tree_first[1:].tolist())]
+    spans = _tree_spans(plan, records, "ms")
     for when in [start for start, _ in spans]:  # two slots: never three trees at once
         assert sum(start <= when < end for start, end in spans) <= 2
     assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third tree took a slot a tree freed
@@ -214,17 +227,10 @@ def test_the_steady_interval_holds_every_slot_full_of_a_tree(tmp_path: Path) -> 
     """Two slots, five trees: the interval opens when both slots first hold a tree (the later of the two
     staggered trees' first sends) and closes when, the pool dry, the first of the last two trees drains; its
     requests are exactly those sent and ended inside it."""
-    path = write_traces(tmp_path / "c.jsonl", tree_trace("a"), tree_trace("b"), tree_trace("c"))
-    jsonl = tmp_path / "requests.jsonl"
-    config = weka_config(path, num_prompts=5, concurrency=2, save_detailed=jsonl,
-                     synthetic_args=("--ttft-ms", "3", "--itl-ms", "2"))
-    plan = build_workload_sync(config, "m", max_model_len=None).trees
-    result = run(config)
-    assert plan is not None and result.steady is not None and result.steady.reason is None
-    records = read_records(jsonl)
+    plan, result, records = _replay_on_two_slots(tmp_path, 5)
+    assert result.steady is not None and result.steady.reason is None
     assert all(r["status"] == "completed" for r in records)
-    spans = sorted((min(r["sent_ns"] for r in records[a:b]), max(r["end_ns"] for r in records[a:b]))
-                   for a, b in zip(plan.tree_first[:-1].tolist(), plan.tree_first[1:].tolist()))
+    spans = sorted(_tree_spans(plan, records, "ns"))
     last_start = spans[-1][0]
     alongside = [end for start, end in spans[:-1] if start <= last_start < end]
     assert len(alongside) == 1  # the other slot's tree, running when the last tree took its slot
@@ -259,7 +265,7 @@ def test_open_loop_starts_trees_at_the_rate(tmp_path: Path) -> None:
     path = write_traces(tmp_path / "t.json", tree_trace())
     jsonl = tmp_path / "requests.jsonl"
     config = weka_config(path, num_prompts=3, request_rate=20.0, concurrency=None, save_detailed=jsonl,
-                     synthetic_args=("--ttft-ms", "2", "--itl-ms", "1"))
+                         synthetic_args=("--ttft-ms", "2", "--itl-ms", "1"))
     plan = build_workload_sync(config, "m", max_model_len=None).trees
     result = run(config)
     assert plan is not None and plan.slots is None and result.counts.completed == 21
@@ -275,7 +281,7 @@ def test_a_failed_call_ends_its_tree(tmp_path: Path) -> None:
     jsonl = tmp_path / "requests.jsonl"
     faults = ("--fault", "http-500", "--fault-every", "2")
     result = run(weka_config(path, agentic_start="beginning", save_detailed=jsonl,
-                         synthetic_args=("--ttft-ms", "2", "--itl-ms", "1", *faults)))
+                             synthetic_args=("--ttft-ms", "2", "--itl-ms", "1", *faults)))
     assert [r["status"] for r in read_records(jsonl)] == ["completed", "failed"] + ["not_started"] * 5
     assert (result.counts.completed, result.counts.failed) == (1, 1)
 

@@ -67,7 +67,7 @@ def test_each_call_is_its_historys_turns_with_tool_calls_where_the_trace_marks_t
     plain = build_workload_sync(weka_config(path, endpoint="/v1/chat/completions", agentic_start="beginning"), "m",
                                 max_model_len=None)
     config = weka_config(path, endpoint="/v1/chat/completions", agentic_start="beginning",
-                     agentic_tool_messages=True)
+                         agentic_tool_messages=True)
     work = build_workload_sync(config, "m", max_model_len=None)
     assert work.trees is not None
     root = [row for row in range(len(work.requests)) if work.trees.agent_of_row[row] == 0]
