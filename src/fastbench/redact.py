@@ -39,7 +39,7 @@ LONG_SECRET = 8
 
 def _short_pattern(secret: str) -> str:
     # whole tokens only: not inside a word, a flag, a number ("1.5"), a path or base64 ("/1+")
-    return r"(?<![\w\-+/.])" + re.escape(secret) + r"(?![\w\-+/])"
+    return r"(?<![\w\-+/.])" + re.escape(secret) + r"(?![\w\-+/]|\.\w)"
 
 
 def redact_secret(text: str, secret: str | None) -> str:

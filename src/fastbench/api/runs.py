@@ -188,7 +188,8 @@ async def arun(
             if config.reset_prefix_cache:  # what the engine needs to serve the reset (vLLM: VLLM_SERVER_DEV_MODE=1)
                 to_launch = with_prefix_cache_reset(to_launch)
                 config = dataclasses.replace(config, launch=to_launch)
-            launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
+            launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config),
+                                   headers=config.headers)
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
             await launched.astart(stop, on_started=_follower(memory, launched))
             base_url = launched.base_url

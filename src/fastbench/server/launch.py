@@ -39,7 +39,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +103,12 @@ class LaunchedServer:
     engine_name = ""
     default_bin = ""
 
-    def __init__(self, launch: LaunchConfig, *, api_key: str | None = None,
-                 log_dir: str | None = None) -> None:
+    def __init__(self, launch: LaunchConfig, *, api_key: str | None = None, log_dir: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.launch = launch
         self.api_key = api_key
         # the key, the engine's own --api-key / --hf-token, secret-named --server-env values, HF_TOKEN...
-        self.secrets = Secrets.of_run(api_key=api_key, engine_args=launch.engine_args,
+        self.secrets = Secrets.of_run(api_key=api_key, headers=headers, engine_args=launch.engine_args,
                                       docker_args=launch.docker_args, env=launch.env)
         self.relay: subprocess.Popen[bytes] | None = None  # logrelay: the engine's output into the log
         self.host = launch.host
