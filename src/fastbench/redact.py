@@ -16,7 +16,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 REDACTED = "***"
 # Flags whose value is a secret, by identity: fastbench's --api-key and the engines' (vLLM, SGLang and
@@ -35,6 +35,7 @@ _URL_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?!\*\*\*@)[^/@\s]+@"
 # A real key is 8 characters or more; a variable of fastbench's environment shorter than that (FOO_KEY=1)
 # is no credential worth mangling every "1" of a log for.
 LONG_SECRET = 8
+_Doc = TypeVar("_Doc")
 
 
 def _short_pattern(secret: str) -> str:
@@ -134,16 +135,17 @@ class Secrets:
         """Free text (a log, a shell command): the known secrets, and what the rules recognise."""
         return redact_text(self.text(text))
 
-    def obj(self, obj: Any) -> Any:
-        """A JSON-like object with every known secret hidden in its strings (dict keys left as they are)."""
+    def obj(self, obj: _Doc) -> _Doc:
+        """A JSON-like object with every known secret hidden in its strings (dict keys left as they are;
+        a tuple comes back a list, as JSON has it)."""
         if not self.values:
             return obj
         if isinstance(obj, str):
-            return self.text(obj)
+            return cast(_Doc, self.text(obj))
         if isinstance(obj, dict):
-            return {key: self.obj(value) for key, value in obj.items()}
+            return cast(_Doc, {key: self.obj(value) for key, value in obj.items()})
         if isinstance(obj, (list, tuple)):
-            return [self.obj(value) for value in obj]
+            return cast(_Doc, [self.obj(value) for value in obj])
         return obj
 
     def data(self, data: bytes) -> bytes:

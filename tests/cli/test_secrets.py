@@ -68,7 +68,7 @@ def test_no_file_of_a_run_against_a_key_echoing_server_holds_a_secret(tmp_path: 
 
     files = _every_file(out)
     assert {p.name for p in files} >= {"r.json", "card.md", "requests.jsonl", "server.log", "result.json",
-                                       "requests.jsonl.gz", "card.md"}
+                                       "requests.jsonl.gz"}
     assert any(p.parent == out / "report" for p in files) and any(p.parent == out / "vllm" for p in files)
     files[tmp_path / "console"] = run.stdout + run.stderr + report.stdout + report.stderr
     for path, text in files.items():
