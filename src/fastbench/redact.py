@@ -64,7 +64,9 @@ def _flag_value(arg: str, flags: Sequence[str]) -> tuple[str, str] | None:
 def _secret_item(item: str) -> bool:
     """Whether a NAME=VALUE item (a header, an environment variable) carries a credential by its name."""
     name, sep, value = item.partition("=")
-    return bool(sep and value) and bool(_SECRET_VARIABLE.match(name) or _CREDENTIAL_HEADER.fullmatch(name))
+    if not (sep and value) or name.startswith("-"):  # --max-num-batched-tokens=8192 is a flag, no name
+        return False
+    return bool(_SECRET_VARIABLE.match(name) or _CREDENTIAL_HEADER.fullmatch(name))
 
 
 class Secrets:
@@ -216,8 +218,3 @@ def shell_join(argv: Sequence[str]) -> str:
         else:
             parts.append(shlex.quote(arg))
     return " ".join(parts)
-
-
-def scrub(obj: Any, secret: str) -> Any:
-    """Replace every occurrence of ``secret`` in the strings of a JSON-like object (see :meth:`Secrets.obj`)."""
-    return Secrets([secret]).obj(obj)

@@ -94,7 +94,8 @@ def test_a_short_local_key_is_hidden_as_a_whole_word_only() -> None:
 def test_the_secrets_of_a_run_come_from_every_place_it_names_one() -> None:
     found = Secrets.of_run(
         api_key="sk-key-0123456789", headers={"Authorization": "Bearer tok-header-0123", "x-tenant": "acme"},
-        engine_args=("--api-key", "sk-engine-1", "--hf-token=hf_engine_2", "--max-tokens", "8"),
+        engine_args=("--api-key", "sk-engine-1", "--hf-token=hf_engine_2", "--max-tokens", "8",
+                     "--max-num-batched-tokens=8192"),
         docker_args=("-e", "WANDB_API_KEY=wandb-3"), env=("HF_TOKEN=hf_env_4", "N_WORKERS=2"),
         environ={"HF_TOKEN": "hf_ambient_0123456789", "SHORT_KEY": "1", "HOME": "/root"}).values
     assert set(found) == {"sk-key-0123456789", "Bearer tok-header-0123", "tok-header-0123", "sk-engine-1",

@@ -1,7 +1,7 @@
 """A launched engine's output on its way to the log file, with the run's secrets hidden before a byte
 reaches the disk (vLLM logs its arguments, ``--api-key`` among them; an engine may print its env).
 
-The relay is a process of its own (``python -m fastbench.server.logrelay``: the engine's output on
+The relay is a process of its own (``main``, in the fastbench copy this one runs: the engine's output on
 stdin, the log file, opened for appending, on stdout), not a thread: a server that logs every request
 would otherwise take the interpreter lock from the run's event loop. It writes whole lines, each batch
 in one append (fastbench's own ``# fastbench`` lines go in between, never inside one), and a line
@@ -27,6 +27,9 @@ __all__ = ("LONG_LINE", "relay", "start_relay")
 
 LONG_LINE = 1 << 20
 _READ = 1 << 16
+# The directory that holds the fastbench package this process runs: the relay imports the same copy
+# (one that is not installed included), as a relay that cannot start would cut the engine's output.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def start_relay(log_file: IO[bytes], secrets: Secrets) -> tuple[subprocess.Popen[bytes], int]:
@@ -38,7 +41,8 @@ def start_relay(log_file: IO[bytes], secrets: Secrets) -> tuple[subprocess.Popen
     read_end, write_end = os.pipe()
     try:
         relay_process = subprocess.Popen(
-            [sys.executable, "-m", "fastbench.server.logrelay", str(secrets_in)], stdin=read_end,
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
+             "from fastbench.server.logrelay import main; main()", str(secrets_in)], stdin=read_end,
             stdout=log_file, stderr=subprocess.DEVNULL, pass_fds=(secrets_in,),
             # its own session: the group's SIGTERM at teardown and a Ctrl-C must not cut the log short
             start_new_session=True, preexec_fn=processes.die_with_parent)
