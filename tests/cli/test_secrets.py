@@ -149,3 +149,22 @@ def test_a_cards_command_runs_again_to_the_same_configuration(tmp_path: Path) ->
     assert after["tokenizer"] == "tok" and after["max_tokens"] == 4
     assert {k: v for k, v in after.items() if k != "command_line"} == {
         k: v for k, v in before.items() if k != "command_line"}
+
+
+def test_the_live_views_and_exporters_labels_hide_the_runs_secrets(tmp_path: Path) -> None:
+    """The labels a live view draws and an exporter serves to whoever scrapes: a key typed into a label
+    by mistake is hidden there too, and every other label is kept."""
+    from fastbench import BenchConfig
+    from fastbench.api.live import live_labels
+    from fastbench.cli.live import ViewProcess
+
+    key = _secret("sk-label")
+    config = BenchConfig(api_key=key, label=f"run-{key}", variant="fp8")
+    assert live_labels(config) == {"label": "run-***", "variant": "fp8"}
+    sent = tmp_path / "sent"
+    view = ViewProcess.__new__(ViewProcess)  # the pipe's writing end only: no view process behind it
+    view.secrets, view.dropped = Secrets([key]), 0
+    with open(sent, "wb") as f:
+        view._fd = f.fileno()
+        view.send({"say": f"cell failed: 401 Incorrect API key provided: Bearer {key}"}, must=True)
+    assert orjson.loads(sent.read_bytes()) == {"say": "cell failed: 401 Incorrect API key provided: Bearer ***"}
