@@ -186,7 +186,7 @@ class Secrets:
         return out
 
 
-NONE = Secrets()
+NO_SECRETS = Secrets()  # the default of a writer given none
 
 
 def redact_argv(argv: Sequence[str], secret: str | None = None) -> list[str]:

@@ -23,7 +23,7 @@ from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
-from fastbench.redact import NONE, Secrets, redact_headers, redact_text
+from fastbench.redact import NO_SECRETS, Secrets, redact_headers, redact_text
 from fastbench.results import adapters, agentic, pooling, steady
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
@@ -504,7 +504,7 @@ def detailed_records(data: RunData) -> Iterable[dict[str, Any]]:
         yield rec
 
 
-def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData, secrets: Secrets = NONE) -> int:
+def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData, secrets: Secrets = NO_SECRETS) -> int:
     """Write one JSON line per request (see :func:`detailed_records`), atomically; return the line count.
 
     Times are CLOCK_MONOTONIC ns (``*_ns``, null when it did not happen) and ms from the start of
@@ -515,7 +515,7 @@ def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData, secrets: S
     return records.count(b"\n")  # orjson escapes a newline inside a string: one per record
 
 
-def detailed_jsonl_bytes(data: RunData, secrets: Secrets = NONE) -> bytes:
+def detailed_jsonl_bytes(data: RunData, secrets: Secrets = NO_SECRETS) -> bytes:
     """The per-request records as :func:`write_detailed_jsonl` writes them, in memory (for the store),
     with ``secrets`` hidden (a server's error message may echo the key it was sent)."""
     records = b"".join(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE) for rec in detailed_records(data))
