@@ -58,10 +58,11 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_bytes(b"".join(orjson.dumps({"prompt": p}) + b"\n" for p in PROMPTS))
     out, card, log = tmp_path / "r.json", tmp_path / "card.md", tmp_path / "vllm.log"
+    key = f"sk-realvllm-{os.getpid()}-0123456789"  # vLLM logs its arguments: no file may keep the key
     argv = [
-        "--launch", "vllm", "--launch-model", str(model), "--engine-bin", str(vllm),
-        "--engine-args", ("--served-model-name gemma3-270m --max-model-len 2048 --dtype bfloat16 --enforce-eager "
-                          f"--speculative-config '{SPEC_CONFIG}'"),
+        "--launch", "vllm", "--launch-model", str(model), "--engine-bin", str(vllm), "--api-key", key,
+        "--engine-args", (f"--api-key {key} --served-model-name gemma3-270m --max-model-len 2048 --dtype bfloat16 "
+                          f"--enforce-eager --speculative-config '{SPEC_CONFIG}'"),
         "--server-env", "VLLM_CPU_KVCACHE_SPACE=2", "--server-env", "HF_HUB_OFFLINE=1",
         "--server-env", "VLLM_NO_USAGE_STATS=1", "--server-port", str(port), "--server-log", str(log),
         "--ready-timeout", "400", "--memory-interval", "1", "--metrics-interval", "2",
@@ -109,6 +110,10 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
     series = server["memory_series"]
     assert series and server["memory_peaks"]["server_rss_bytes"] > 100 * 2**20
     assert server["footprint"]["kv_cache_gib"] == [2.0] and server["footprint"]["kv_cache_tokens"][0] > 0
+
+    logged = log.read_text()
+    assert all(key not in text for text in (logged, card.read_text(), out.read_text()))
+    assert any("non-default args" in line and "***" in line for line in logged.splitlines())
 
     text = card.read_text()
     for needle in ("vLLM 0.32", "Load", "ready in", "Speculative decoding", "Mean acceptance length",

@@ -473,4 +473,5 @@ def test_a_launched_servers_log_is_kept_from_its_launch_with_secrets_redacted(tm
         assert token not in kept and key not in kept
     raw = (tmp_path / "server.log").read_text()
     assert raw.count("launching: ") == 2
-    assert key in raw and token in raw  # the engine logged its arguments: the kept copies redacted them
+    # the engine logged its arguments and its environment's token: hidden before they reached the disk
+    assert "'--api-key', '***'" in raw and key not in raw and token not in raw

@@ -58,7 +58,8 @@ class SweepRunner:
             logs = Path(self.plan.store) / "sweeps" / f"{self.plan.name}-logs"
             logs.mkdir(parents=True, exist_ok=True)
             launch = dataclasses.replace(launch, log_path=str(logs / f"{group.variant}{linked}.log"))
-        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config))
+        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config),
+                             headers=config.headers)
         started = time.monotonic()
         await server.astart(stop)
         return LaunchedGroup(server, server.load_time_s or time.monotonic() - started)

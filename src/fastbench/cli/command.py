@@ -29,6 +29,7 @@ from fastbench.cli.argtypes import (
 from fastbench.config import BACKEND_ENDPOINTS, ENGINES, BenchConfig, Endpoint, LaunchConfig
 from fastbench.datasetoptions import DatasetName
 from fastbench.exceptions import FastbenchError
+from fastbench.redact import Secrets
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
@@ -556,7 +557,8 @@ def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int |
     from fastbench.results import writers
     from fastbench.results.result import ResultWriteError, ServerDiedError
 
-    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint)
+    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint,
+                                   secrets=Secrets.of_config(config))
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show and watchers.view is None else None
     failure: ResultWriteError | ServerDiedError | None = None

@@ -53,6 +53,7 @@ from fastbench.cli.sweepsummary import describe_start, render_plan, render_table
 from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError
+from fastbench.redact import Secrets
 from fastbench.study import cellstate, grid
 from fastbench.study import store as run_store
 from fastbench.study.sweepplan import (
@@ -470,10 +471,11 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
         import uvloop
 
         print("\n".join(describe_start(plan)), flush=True)
-        view = (live.SweepView([cell.key for cell in plan.cells])
+        secrets = Secrets([value for cell in plan.cells for value in Secrets.of_config(cell.config).values])
+        view = (live.SweepView([cell.key for cell in plan.cells], secrets)
                 if live.view_wanted(ns.live, ns.progress) and live.rich_available() else None)
         watchers = live.start_watchers(ns.live, ns.progress, ns.metrics_port, ns.metrics_host, view=view,
-                                       otlp_endpoint=ns.otlp_endpoint)
+                                       otlp_endpoint=ns.otlp_endpoint, secrets=secrets)
         try:  # asweep opens the store itself
             points = uvloop.run(_sweep_with_signals(plan, watchers))
         except (asyncio.CancelledError, KeyboardInterrupt):

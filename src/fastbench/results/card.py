@@ -17,7 +17,7 @@ from typing import Any
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import RandomOptions
-from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.redact import Secrets, redact_text, shell_join
 from fastbench.results import pooling
 from fastbench.results.adapters import card_lines as adapter_card_lines
 from fastbench.results.agentic import card_lines as agentic_card_lines
@@ -323,13 +323,14 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         lines += ["", "## LoRA adapters", ""]
         lines += adapter_card_lines(result.adapters)
 
+    secrets = Secrets.of_config(config)
     lines += ["", "## Full run command", ""]
     lines.append("```")
     launch = info.get("launch_command")
     if isinstance(launch, str) and launch:
-        lines.append(redact_text(launch, config.api_key))
+        lines.append(secrets.log(launch))
     if config.command_line:
-        lines.append(shell_join(redact_argv(config.command_line, config.api_key)))
+        lines.append(shell_join(secrets.argv(config.command_line)))
     else:
         lines.append("# run through the Python API; configuration as above")
     lines.append("```")
@@ -341,8 +342,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     if seed_note:
         extra_notes.append(seed_note)
     for note in [*config.card_notes, *result.notes, *extra_notes]:
-        lines.append(f"- {redact_text(' '.join(str(note).splitlines()), config.api_key)}")  # one item each
-    return "\n".join(lines) + "\n"
+        lines.append(f"- {secrets.log(' '.join(str(note).splitlines()))}")  # one item each
+    return secrets.text("\n".join(lines) + "\n")  # a key a server echoed into an error, a label
 
 
 def _session_tables(sessions: Mapping[str, Any]) -> list[str]:

@@ -6,6 +6,7 @@ Everything else (the process, readiness, the log, teardown) is ``launch.Launched
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from fastbench.config import LaunchConfig
@@ -111,11 +112,12 @@ def with_prefix_cache_reset(launch: LaunchConfig) -> LaunchConfig:
     return dataclasses.replace(launch, env=(*launch.env, *extra)) if extra else launch
 
 
-def make_server(launch: LaunchConfig, *, api_key: str | None = None,
-                log_dir: str | None = None) -> LaunchedServer:
-    """The server class for ``launch.engine``, not started yet."""
+def make_server(launch: LaunchConfig, *, api_key: str | None = None, log_dir: str | None = None,
+                headers: Mapping[str, str] | None = None) -> LaunchedServer:
+    """The server class for ``launch.engine``, not started yet (``headers``: the client's, whose
+    credentials its log must not show either)."""
     try:
         cls = _SERVERS[launch.engine]
     except KeyError:
         raise ConfigError(f"--launch takes {', '.join(_SERVERS)}, got {launch.engine!r}") from None
-    return cls(launch, api_key=api_key, log_dir=log_dir)
+    return cls(launch, api_key=api_key, log_dir=log_dir, headers=headers)
