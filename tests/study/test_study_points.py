@@ -25,7 +25,7 @@ from support.study import fastbench
 from fastbench.cli import command
 from fastbench.study import plots
 from fastbench.study.figures_data import RunPoint, group_series, load_points, series_namer
-from fastbench.study.report import cell_rows
+from fastbench.study.report import cell_rows, cells_table_markdown
 from fastbench.study.store import Store
 
 pytestmark = pytest.mark.filterwarnings("ignore:No artists with labels")
@@ -221,3 +221,13 @@ def test_the_store_knows_a_collapsed_run_is_no_complete_cell(tmp_path: Path) -> 
         run_id = store.add(doc)
         (run,) = store.query()
         assert run.run_id == run_id and run.meta.status == "COLLAPSED" and not run.meta.complete
+
+
+def test_the_cells_table_shows_the_prefix_cache_hit_rate() -> None:
+    rows = cell_rows([_repeat("a", 0, 1.0, prefix_cache_hit_rate=0.98),
+                      _repeat("b", 1, 1.2, prefix_cache_hit_rate=0.96)])
+    hit = rows[0].figures["prefix_cache_hit_rate"]
+    assert hit is not None and hit[0] == pytest.approx(0.97)
+    head, _, line = cells_table_markdown(rows).splitlines()
+    column = head.split(" | ").index("Prefix-cache hit rate")
+    assert line.split(" | ")[column].startswith("0.97 ± ")

@@ -41,7 +41,7 @@ from fastbench.study.figures_data import (
     point_document,
     point_records,
 )
-from fastbench.study.runfile import flat_why
+from fastbench.study.runfile import flat_failed, flat_why
 from fastbench.study.store import CARD_FILE
 from fastbench.study.sustained import SUSTAINED_KEY, THROUGHPUT_TEXT, runs_fallback_line
 
@@ -59,6 +59,7 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("median_tpot_ms", "TPOT p50 ms", 2),
     ("median_e2el_ms", "E2E p50 ms", 0),
     ("spec_decode_acceptance_length", "Acceptance length", 2),
+    ("prefix_cache_hit_rate", "Prefix-cache hit rate", 2),  # near 1 with random prompts: the cell measured the cache
 )
 
 
@@ -148,7 +149,7 @@ def cell_rows(points: Sequence[RunPoint], journal: Sequence[Mapping[str, Any]] =
         why = ", ".join(sorted({flat_why(p.flat) for p in runs if not p.complete}))
         if done:
             status, reason = "done", ""
-        elif any(p.flat.get("collapsed") for p in runs):  # the server did not work: a failed cell
+        elif any(flat_failed(p.flat) for p in runs):  # the server did not work: a failed cell
             status, reason = "failed", why
         else:
             status, reason = "incomplete", why

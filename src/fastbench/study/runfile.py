@@ -28,7 +28,8 @@ from fastbench.study.sustained import with_sustained
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ("DONE_REASONS", "PER_REQUEST", "RunMeta", "flat_complete", "flat_keys", "flat_status", "flat_why",
+__all__ = ("DONE_REASONS", "PER_REQUEST", "RunMeta", "flat_complete", "flat_keys", "flat_failed", "flat_status",
+           "flat_why",
            "is_complete", "load_result", "per_request_values", "read_records", "run_meta", "run_status")
 
 Scalar = int | float | str | bool | None
@@ -93,6 +94,14 @@ def flat_status(flat: Mapping[str, Any]) -> str:
     reason = flat.get("stopped_reason")
     return run_status(reason if isinstance(reason, str) else None, _flat_whole(flat, "completed"),
                       _flat_whole(flat, "failed"), bool(flat.get("collapsed")))
+
+
+def flat_failed(flat: Mapping[str, Any]) -> bool:
+    """The run measured no working server: it collapsed, or the server exited or a worker was lost
+    (:func:`run_status` COLLAPSED or FAILED). A sweep records its cell failed; a Ctrl-C or an empty
+    time cap is the client's doing, not a failure."""
+    status = flat_status(flat)
+    return status == "COLLAPSED" or status.startswith("FAILED")
 
 
 def flat_why(flat: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from fastbench.study.runfile import flat_complete, flat_why  # the complete-cell rule every reader uses
+from fastbench.study.runfile import flat_complete, flat_failed, flat_why  # the complete-cell rule every reader uses
 from fastbench.study.sustained import SUSTAINED_KEY
 from fastbench.study.sweepplan import (
     SUMMARY_FIGURES,
@@ -87,7 +87,7 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
     journal = Journal(plan.store, plan.name)
     found = complete_runs(store, plan)
     done: set[str] = set()  # the keys of the cells complete in the store
-    collapsed: set[str] = set()  # the keys of the cells whose run this sweep found the server collapsed in
+    collapsed: set[str] = set()  # the keys of the cells whose run found no working server (collapsed, exited)
     status: dict[str, tuple[str, str]] = {}  # cell key -> (status, reason) for cells not done
     flats: dict[str, dict[str, Any]] = {}
     run_ids: dict[str, str] = {}
@@ -148,7 +148,7 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
                 reason = str(flat.get("stopped_reason") or "")
                 if flat_complete(flat):
                     flats[cell.key] = flat
-                elif flat.get("collapsed"):  # kept as a failed cell: never averaged, run again by a later sweep
+                elif flat_failed(flat):  # kept as a failed cell: never averaged, run again by a later sweep
                     collapsed.add(cell.key)
                     record(cell, "failed", flat_why(flat), run_id)
                     say(f"    failed: {flat_why(flat)}")
