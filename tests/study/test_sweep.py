@@ -682,6 +682,9 @@ max_tokens = 16
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    # the summary says why each cell is not done, not "interrupted: interrupted"
+    assert "interrupted: stopped mid-cell; a later sweep runs it again" in rest, rest
+    assert "not run: the sweep was stopped before it" in rest and "interrupted: interrupted" not in rest
     runs = stored(store)
     assert [(r["max_concurrency"], r["stopped_reason"]) for r in runs] == [(1, "completed"), (2, "interrupted")]
     first = (store / "runs" / runs[0]["run_id"] / "result.json").read_bytes()
