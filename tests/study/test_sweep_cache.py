@@ -381,7 +381,8 @@ max_tokens = 2
               capsys)
     for doc in cells(off / "store"):
         assert doc["fastbench"]["server"]["prefix_cache_reset"]["asked"] is False
-        assert doc["sweep_prefix_cache_reset"] == "off: [sweep] reset_prefix_cache = false"
+        assert doc["sweep_prefix_cache_reset"] == ("off: [sweep] reset_prefix_cache = false; fresh prompts keep "
+                                                   "cells apart")
         assert not any(e.startswith("VLLM_SERVER_DEV_MODE") for e in doc["fastbench"]["config"]["launch"]["env"])
 
 
