@@ -28,8 +28,6 @@ from fastbench.study.figures_data import RunPoint, group_series, load_points, se
 from fastbench.study.report import cell_rows, cells_table_markdown
 from fastbench.study.store import Store
 
-pytestmark = pytest.mark.filterwarnings("ignore:No artists with labels")
-
 FAST = "--ttft-ms 2 --itl-ms 1"
 
 
@@ -231,3 +229,20 @@ def test_the_cells_table_shows_the_prefix_cache_hit_rate() -> None:
     head, _, line = cells_table_markdown(rows).splitlines()
     column = head.split(" | ").index("Prefix-cache hit rate")
     assert line.split(" | ")[column].startswith("0.97 ± ")
+
+
+def test_only_variants_at_the_same_other_values_cross() -> None:
+    def run(variant: str, conc: int, max_tokens: int, tput: float) -> RunPoint:
+        key = orjson.dumps({"concurrency": conc, "max_tokens": max_tokens, "repeat": 0, "variant": variant}).decode()
+        return RunPoint(f"{variant}-{conc}-{max_tokens}", variant, conc, None,
+                        {"sweep": "s", "sweep_cell": key, "stopped_reason": "completed",
+                         plots.THROUGHPUT_KEY: tput, plots.PER_STREAM_KEY: 10.0}, None)
+
+    # spec overtakes base at max_tokens=64 between loads 1 and 4; at 32 spec stays ahead; base 32 and spec 64
+    # cross too, but they differ in max_tokens as well: no crossing of variants
+    points = [run("base", 1, 32, 100.0), run("base", 4, 32, 300.0), run("spec", 1, 32, 200.0),
+              run("spec", 4, 32, 400.0), run("base", 1, 64, 100.0), run("base", 4, 64, 300.0),
+              run("spec", 1, 64, 50.0), run("spec", 4, 64, 350.0)]
+    drawn = plots.figure_crossover(points)
+    pairs = [(c["first"], c["second"]) for c in drawn.summary["crossings"]["throughput"]]
+    assert pairs == [("base max_tokens=64", "spec max_tokens=64")]

@@ -33,7 +33,7 @@ from fastbench.study.store import RECORDS_FILE, RESULT_FILE, Store
 
 __all__ = ("AXIS_KEYS", "Cell", "Crossing", "RunPoint", "complete_points", "crossings", "group_series", "left_out",
            "load_points", "mean_interval", "pareto_front", "per_position_points", "point_document", "point_records",
-           "series_namer", "spectrum")
+           "series_contexts", "series_namer", "spectrum")
 
 Axis = Literal["concurrency", "rate"]
 NO_VARIANT = "(no variant)"
@@ -231,17 +231,34 @@ def series_namer(points: Iterable[RunPoint], axis: Axis = "concurrency") -> Call
     the values of every other key its sweep crossed (``base max_tokens=32``: a point of a figure is one
     grid point, its repeats only), led by the sweep's name where the runs come from several sweeps
     (``shared: base``: two sweeps are two series, never one mean). Runs outside a sweep: the variant."""
-    sweeps = {point.sweep for point in points}
-    several = len(sweeps) > 1
-    drop = AXIS_KEYS[axis]
+    context = _context_of(points, axis)
 
     def name(point: RunPoint) -> str:
-        others = [f"{k}={_shown_value(v)}" for k, v in sorted(point.grid_values().items()) if k not in drop]
-        parts = ([] if point.variant == NO_VARIANT and others else [point.variant]) + others
+        sweep, others = context(point)
+        parts = ([] if point.variant == NO_VARIANT and others else [point.variant]) + list(others)
         text = " ".join(parts)
-        return f"{point.sweep or '(no sweep)'}: {text}" if several else text
+        return f"{sweep}: {text}" if sweep is not None else text
 
     return name
+
+
+def series_contexts(points: Iterable[RunPoint], axis: Axis = "concurrency") -> dict[str, tuple[Any, ...]]:
+    """series name -> what it holds fixed besides its variant (its sweep, where several are drawn, and
+    its other crossed values): two series compare as variants only where these are equal."""
+    points = list(points)
+    name, context = series_namer(points, axis), _context_of(points, axis)
+    return {name(point): context(point) for point in points}
+
+
+def _context_of(points: Iterable[RunPoint], axis: Axis) -> Callable[[RunPoint], tuple[str | None, tuple[str, ...]]]:
+    several = len({point.sweep for point in points}) > 1
+    drop = AXIS_KEYS[axis]
+
+    def context(point: RunPoint) -> tuple[str | None, tuple[str, ...]]:
+        others = tuple(f"{k}={_shown_value(v)}" for k, v in sorted(point.grid_values().items()) if k not in drop)
+        return (point.sweep or "(no sweep)") if several else None, others
+
+    return context
 
 
 def group_series(points: Iterable[RunPoint], key: str, axis: Axis = "concurrency") -> dict[str, list[Cell]]:
@@ -385,10 +402,14 @@ def _overlap_extent(xs: Sequence[float], lo_gap: Sequence[float], hi_gap: Sequen
     return (left, left_i == 0 and left_t == 0.0), (right, right_i == len(xs) - 2 and right_t == 1.0)
 
 
-def all_crossings(series: Mapping[str, Sequence[Cell]], *, log_x: bool = False) -> list[Crossing]:
-    """The crossings of every pair of series, in name order."""
+def all_crossings(series: Mapping[str, Sequence[Cell]], *, log_x: bool = False,
+                  contexts: Mapping[str, Any] | None = None) -> list[Crossing]:
+    """The crossings of every pair of series, in name order; with ``contexts`` (:func:`series_contexts`),
+    only of pairs that differ in their variant alone (``base max_tokens=32`` against ``spec
+    max_tokens=32``, never against ``spec max_tokens=64``)."""
     names = list(series)
     return [c for i, a in enumerate(names) for b in names[i + 1:]
+            if contexts is None or contexts.get(a) == contexts.get(b)
             for c in crossings(series[a], series[b], names=(a, b), log_x=log_x)]
 
 

@@ -41,6 +41,7 @@ from fastbench.study.figures_data import (
     pareto_front,
     per_position_points,
     position_key,
+    series_contexts,
 )
 from fastbench.study.labels import Label, add_footnote, place_labels
 from fastbench.study.run_figures import draw_spectrum, draw_timeline, figure_spectrum, figure_timeline
@@ -117,6 +118,7 @@ def figure_crossover(points: Sequence[RunPoint], axis: Axis = "concurrency", nam
     order = sorted(set(rate) | set(tput))
     loads = sorted({c.load for s in (*rate.values(), *tput.values()) for c in s})
     log_x = log_axis(loads)
+    contexts = series_contexts(points, axis)  # only variants at the same other values cross
     fig, (ax_rate, ax_tput) = plt.subplots(1, 2, figsize=(14, 5.4), layout="constrained")
     found: dict[str, list[Crossing]] = {}
     obstacles: dict[str, list[list[tuple[float, float]]]] = {}
@@ -127,7 +129,7 @@ def figure_crossover(points: Sequence[RunPoint], axis: Axis = "concurrency", nam
         _load_axis(ax, loads, axis, log_x)
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
-        found[key] = all_crossings(series, log_x=log_x)
+        found[key] = all_crossings(series, log_x=log_x, contexts=contexts)
         for c in found[key]:
             if c.low is not None and c.high is not None:
                 ax.axvspan(c.low, c.high, color="0.5", alpha=0.15, linewidth=0)
