@@ -155,7 +155,15 @@ max_seconds = 30
     assert rc == 0
     assert "4 cells (2 points x 2 repeats), 0 done, 4 to run" in out
     assert out.count(": to run") == 4 and "estimated time: 2.0 min" in out  # 4 cells x their 30 s cap
-    assert stored(store) == []
+    assert not store.exists()  # a dry run writes nothing: no index, no journal
+    # of a store that exists, it reads what is done and still writes nothing
+    rc, out, _ = sweep(tmp_path, text.replace("concurrency = [1, 2]", "concurrency = [1]"), capsys=capsys)
+    assert rc == 0 and len(stored(store)) == 2
+    before = sorted(p.relative_to(store) for p in store.rglob("*") if "-wal" not in p.name and "-shm" not in p.name)
+    rc, out, _ = sweep(tmp_path, text, "--dry-run", capsys=capsys)
+    assert rc == 0 and "4 cells (2 points x 2 repeats), 2 done, 2 to run" in out
+    assert sorted(p.relative_to(store) for p in store.rglob("*") if "-wal" not in p.name and "-shm" not in p.name) \
+        == before
 
 
 def test_repeats_give_the_mean_and_its_t_interval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -674,6 +682,9 @@ max_tokens = 16
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    # the summary says why each cell is not done, not "interrupted: interrupted"
+    assert "interrupted: stopped mid-cell; a later sweep runs it again" in rest, rest
+    assert "not run: the sweep was stopped before it" in rest and "interrupted: interrupted" not in rest
     runs = stored(store)
     assert [(r["max_concurrency"], r["stopped_reason"]) for r in runs] == [(1, "completed"), (2, "interrupted")]
     first = (store / "runs" / runs[0]["run_id"] / "result.json").read_bytes()

@@ -81,8 +81,9 @@ class SweepRunner:
                 self.watch.cell_finished(cell.key, "failed", why)
             raise
         if self.watch is not None:
-            self.watch.cell_finished(cell.key, "done" if result.stopped_reason in ("completed", "time cap")
-                                     else result.stopped_reason, cell_figures(result))
+            state = ("failed" if result.collapsed else "done" if result.stopped_reason in ("completed", "time cap")
+                     else result.stopped_reason)  # a collapsed cell is no sample: failed, run again later
+            self.watch.cell_finished(cell.key, state, cell_figures(result))
         if result.run_id is None:
             raise StoreError("the run was not stored")
         return result.run_id

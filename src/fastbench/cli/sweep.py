@@ -201,9 +201,10 @@ def _flags(option: Option, value: Any, where: str) -> list[str]:
 
 def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, name: str | None = None,
               repeats: int | None = None, find_max: str | None = None,
-              warmup: int | None = None) -> tuple[Plan, dict[str, Any]]:
+              warmup: int | None = None, check_store: bool = True) -> tuple[Plan, dict[str, Any]]:
     """The sweep file's plan (every cell's config built and checked), and its [sweep] table; ConfigError
-    (one line, naming the key) for anything wrong, before anything is launched."""
+    (one line, naming the key) for anything wrong, before anything is launched. ``check_store``: make
+    sure the store and the journal can be written (creating them); a dry run writes nothing."""
     from fastbench import api
 
     doc = _load(path)
@@ -232,8 +233,9 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         raise ConfigError(f"{file}: [sweep] store must be a directory path, got {toml_type(store)}")
     # The store and the journal are checked before any cell's options: a measured cell is never lost
     # for want of a place to keep it, and the message names the store, not a cell.
-    run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
-    Journal(store, name).check()
+    if check_store:
+        run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
+        Journal(store, name).check()
     repeats = repeats if repeats is not None else sweep.get("repeats", 1)
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ConfigError(f"{file}: [sweep] repeats must be a whole number >= 1, got {repeats!r}")
@@ -313,7 +315,8 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
                 notes[note] = None
             cell = dataclasses.replace(cell, config=config_here)
             try:
-                api.validate(cell.config)
+                # a dry run's store is checked by nothing (validating it would create it)
+                api.validate(cell.config if check_store else dataclasses.replace(cell.config, store=None))
             except FastbenchError as exc:
                 raise ConfigError(f"{file}: [variants.{vname}] cell {grid.canonical(shown)}: {exc}") from None
             cells.append(cell)
@@ -442,6 +445,16 @@ def _config(parser: argparse.ArgumentParser,
     return config
 
 
+class _NoStore:
+    """A store not made yet, as a dry run reads it: no runs."""
+
+    def query(self, **filters: Any) -> list[Any]:
+        return []
+
+    def flat(self, run_ids: Sequence[str]) -> dict[str, Any]:
+        return {}
+
+
 async def _sweep_with_signals(plan: Plan, watchers: live.Watchers) -> list[Point]:
     """As a single run's Ctrl-C (cli/interrupts.py): the first ends the running cell early, keeping what
     it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
@@ -463,8 +476,11 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
     ns = build_parser().parse_args(list(argv))
     try:
         plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats,
-                                      find_max=ns.find_max, warmup=ns.warmup)
-        if ns.dry_run:
+                                      find_max=ns.find_max, warmup=ns.warmup, check_store=not ns.dry_run)
+        if ns.dry_run:  # reads the store where there is one, and writes nothing
+            if not any((Path(plan.store) / name).exists() for name in (run_store.INDEX_NAME, run_store.RUNS_DIR)):
+                print(render_plan(plan, _NoStore()))
+                return 0
             with run_store.Store(plan.store) as store:
                 print(render_plan(plan, store))
             return 0
