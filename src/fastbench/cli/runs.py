@@ -114,9 +114,11 @@ def _main(ns: argparse.Namespace) -> int:
     until = parse_when(ns.until, end_of_day=True) if ns.until else None
     with Store(root, create=bool(ns.add)) as store:
         if ns.reindex:
-            indexed, skipped = store.reindex()
+            indexed, skipped, removed = store.reindex()
             for line in skipped:
                 print(f"fastbench runs: skipped {line}", file=sys.stderr)
+            for line in removed:
+                print(f"removed {line}")
             print(f"indexed {indexed} run{'s' if indexed != 1 else ''} in {root}")
         if ns.add:
             for path in ns.add:
