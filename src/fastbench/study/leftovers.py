@@ -29,17 +29,16 @@ def remove_leftovers(root: Path, runs_dir: Path) -> list[str]:
     for directory, folders, files in os.walk(root):
         here = Path(directory)
         if here == runs_dir:
-            kept = []
             for name in folders:
                 match = _RUN_FOLDER.fullmatch(name)
                 if match is None:
-                    continue  # a stored run: nothing inside it is temporary
+                    continue
                 if _gone(int(match.group(1))):
                     size = _size(here / name)
                     shutil.rmtree(here / name, ignore_errors=True)
                     if not (here / name).exists():
                         removed.append(f"{here / name}/ ({_mb(size)}, a run folder its killed writer left)")
-            folders[:] = kept
+            folders[:] = []  # a stored run's folder holds nothing temporary: not entered
         for name in files:
             match = _FILE.fullmatch(name)
             if match is None or not _gone(int(match.group(1) or match.group(2))):
