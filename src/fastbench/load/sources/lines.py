@@ -12,6 +12,7 @@ only some lines (``keep``: Spec-Bench's category) must parse every line to know 
 from __future__ import annotations
 
 import array
+import io
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +35,9 @@ class JsonLinesFile:
         self.expected = expected
         self.keep = keep  # which lines the dataset takes (None: all); the others are read past
         self._file = open_dataset_file(path, name)
+        if not self._file.seekable():  # a pipe (--dataset-path <(...)), read once: held whole, as it must be
+            with self._file as pipe:
+                self._file = io.BytesIO(pipe.read())
         self._offsets: array.array[int] | None = None
         self._numbers: array.array[int] = array.array("q")
 
