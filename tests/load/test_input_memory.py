@@ -22,6 +22,7 @@ from support.sanitizer import SANITIZER_REASON, UNDER_SANITIZER
 from fastbench import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.datasets import build_workload_sync
+from fastbench.load.sources import jsonarray
 
 pytestmark = pytest.mark.skipif(UNDER_SANITIZER, reason=SANITIZER_REASON)
 
@@ -31,6 +32,7 @@ import orjson
 from fastbench import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.datasets import build_workload_sync
+from fastbench.load.sources import jsonarray
 
 config = BenchConfig(**orjson.loads(sys.argv[1]))
 work = build_workload_sync(config, "m", max_model_len=None)
@@ -103,3 +105,60 @@ def test_a_file_is_read_as_far_as_the_run_draws(tmp_path: Path, name: str) -> No
     assert [orjson.loads(bytes(s.body))["prompt"] for s in work.requests] == [f"prompt {i}" for i in range(10)]
     with pytest.raises(DatasetError, match=f"^{path} line 21: not valid JSON"):
         build_workload_sync(config.replace(num_prompts=21), "m", max_model_len=None)
+
+
+def _sharegpt(path: Path, n: int) -> str:
+    rng = random.Random(n)
+    words = "the quick brown fox jumps over a lazy dog while five boxing wizards jump quickly".split()
+    doc = [{"id": str(i), "conversations": [{"from": "human", "value": " ".join(rng.choices(words, k=60))},
+                                            {"from": "gpt", "value": " ".join(rng.choices(words, k=100))}]}
+           for i in range(n)]
+    path.write_bytes(orjson.dumps(doc))
+    return str(path)
+
+
+def test_sharegpt_costs_its_bytes_not_its_parsed_objects(tmp_path: Path) -> None:
+    big = _sharegpt(tmp_path / "big.json", 40_000)  # 38 MB
+    small = _sharegpt(tmp_path / "small.json", 400)
+    of_big, of_small = (peak(dataset_name="sharegpt", dataset_path=p, num_prompts=100) for p in (big, small))
+    size = Path(big).stat().st_size
+    # the bytes, 16 a conversation and the scan's blocks; parsed whole it was ~4 times the file
+    assert (of_big["max_rss_kib"] - of_small["max_rss_kib"]) * 1024 < 1.5 * size, (size, of_big, of_small)
+
+
+@pytest.mark.parametrize("order", ["random", "file"])
+def test_sharegpt_sends_what_the_whole_file_parsed_sends(tmp_path: Path, order: str) -> None:
+    """vLLM's sample (entries of two turns, then random.Random(seed).shuffle), element by element; the
+    skipped entries are counted as before."""
+    rng = random.Random(5)
+    doc: list[Any] = [{"id": i, "conversations": [{"from": "human", "value": f"question {i} " + "\\\"[]{},"},
+                                                  {"from": "gpt", "value": "answer " * rng.randint(1, 9)}]}
+                      for i in range(60)]
+    doc[3]["conversations"].pop()  # one turn: skipped
+    doc[8] = {"id": 8}  # no conversations: skipped
+    path = tmp_path / "sg.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    for seed in (0, 4):
+        work = build_workload_sync(BenchConfig(dataset_name="sharegpt", dataset_path=str(path), num_prompts=20,
+                                               max_tokens=5, seed=seed, dataset_order=order), "m", max_model_len=None)
+        kept = [e for e in doc if len(e.get("conversations", [])) >= 2]
+        if order == "random":
+            random.Random(seed).shuffle(kept)
+        assert [orjson.loads(bytes(s.body))["prompt"] for s in work.requests] == \
+            [e["conversations"][0]["value"] for e in kept[:20]]
+        assert "sharegpt: skipped 2 entries without a conversation of at least 2 turns" in work.notes
+
+
+def test_the_array_scan_finds_each_element_as_orjson_parses_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonarray, "_BLOCK", 7)  # blocks of 7 bytes: strings, escapes and runs cut anywhere
+    rng = random.Random(2)
+    for trial in range(200):
+        doc = [{"v": "".join(rng.choice('ab\\"[]{},: \n') for _ in range(rng.randint(0, 20))), "n": [i, {}]}
+               for i in range(rng.randint(0, 12))]
+        raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2 if trial % 2 else 0)
+        bounds = jsonarray.element_bounds(raw)
+        assert bounds is not None
+        parts = [raw[bounds[k] + 1:bounds[k + 1]] for k in range(len(bounds) - 1)]
+        assert [orjson.loads(p) for p in parts if p.strip()] == doc
+    for not_one_array in (b'{"a": 1}', b"[1", b"[1]]", b"[1] [2]", b"[1] x", b"[1}", b'"x"', b"", b",[1]"):
+        assert jsonarray.element_bounds(not_one_array) is None, not_one_array
