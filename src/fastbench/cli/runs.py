@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--add", metavar="RESULT.json", nargs="+", default=None,
                    help="keep these result files in the store, with their --save-detailed records and card "
                    "where the result names files that exist")
-    g.add_argument("--reindex", action="store_true", help="rebuild the index from the run folders")
+    g.add_argument("--reindex", action="store_true",
+                   help="rebuild the index from the run folders, removing what writers killed mid-write left")
     return p
 
 
