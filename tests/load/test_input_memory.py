@@ -162,3 +162,19 @@ def test_the_array_scan_finds_each_element_as_orjson_parses_them(monkeypatch: py
         assert [orjson.loads(p) for p in parts if p.strip()] == doc
     for not_one_array in (b'{"a": 1}', b"[1", b"[1]]", b"[1] [2]", b"[1] x", b"[1}", b'"x"', b"", b",[1]"):
         assert jsonarray.element_bounds(not_one_array) is None, not_one_array
+
+
+def _burstgpt(path: Path, n: int) -> str:
+    rng = random.Random(n)
+    rows = "".join(f"{i},{rng.choice(['GPT-4', 'ChatGPT'])},{rng.randint(1, 300)},{rng.randint(0, 200)},0,Conversation "
+                   "log\n" for i in range(n))
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + rows)
+    return str(path)
+
+
+def test_burstgpt_keeps_16_bytes_a_row(tmp_path: Path) -> None:
+    big, small = _burstgpt(tmp_path / "big.csv", 400_000), _burstgpt(tmp_path / "small.csv", 4_000)
+    of_big, of_small = (peak(dataset_name="burstgpt", dataset_path=p, num_prompts=100) for p in (big, small))
+    # 200,000 more GPT-4 rows at 16 bytes (3.2 MB) and the draw's permutation (8 bytes a row); read whole, the
+    # file, its text and a tuple a row were ~110 MB more
+    assert of_big["max_rss_kib"] - of_small["max_rss_kib"] < 16 * 1024, (of_big, of_small)
