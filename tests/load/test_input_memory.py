@@ -178,3 +178,10 @@ def test_burstgpt_keeps_16_bytes_a_row(tmp_path: Path) -> None:
     # 200,000 more GPT-4 rows at 16 bytes (3.2 MB) and the draw's permutation (8 bytes a row); read whole, the
     # file, its text and a tuple a row were ~110 MB more
     assert of_big["max_rss_kib"] - of_small["max_rss_kib"] < 16 * 1024, (of_big, of_small)
+
+
+def test_a_burstgpt_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "b.csv"
+    path.write_bytes(b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1,GPT-4,\xff\xfe,4,7,x\n")
+    with pytest.raises(DatasetError, match=f"^{path}: not a UTF-8 CSV file \\(invalid start byte\\)$"):
+        build_workload_sync(BenchConfig(dataset_name="burstgpt", dataset_path=str(path)), "m", max_model_len=None)

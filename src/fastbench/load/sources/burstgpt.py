@@ -101,8 +101,7 @@ def _load(path: str) -> tuple[np.ndarray, int, int, int]:
         try:
             return _rows(path, reader)
         except UnicodeDecodeError as exc:
-            raise DatasetError(f"{path}: not a UTF-8 CSV file ({exc.reason} after line {reader.line_num})") \
-                from None
+            raise DatasetError(f"{path}: not a UTF-8 CSV file ({exc.reason})") from None
 
 
 def _rows(path: str, reader: Any) -> tuple[np.ndarray, int, int, int]:
