@@ -81,15 +81,15 @@ def json_lines(raw: bytes, path: str, expected: str = "a JSON object") -> Iterat
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            hint = _array_hint(lineno, line.lstrip()[:1] == b"[")
+            hint = array_hint(lineno, line.lstrip()[:1] == b"[")
             raise DatasetError(f"{where}: not valid JSON ({exc}){hint}") from None
         if not isinstance(obj, dict):
             raise DatasetError(f"{where}: expected {expected}, found a {type(obj).__name__}"
-                               f"{_array_hint(lineno, isinstance(obj, list))}")
+                               f"{array_hint(lineno, isinstance(obj, list))}")
         yield lineno, where, obj
 
 
-def _array_hint(lineno: int, is_array: bool) -> str:
+def array_hint(lineno: int, is_array: bool) -> str:
     """A first line that is (or opens) a JSON array: the whole file is one, as ShareGPT's are."""
     return "; a JSON array (a ShareGPT file) needs --dataset-name sharegpt" if lineno == 1 and is_array else ""
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from fastbench.exceptions import DatasetError
-from fastbench.load.sources import open_dataset_file
+from fastbench.load.sources import array_hint, open_dataset_file
 
 __all__ = ("JsonLinesFile",)
 
@@ -101,14 +101,9 @@ class JsonLinesFile:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: not valid JSON ({exc}){_array_hint(lineno, line.lstrip()[:1] == b'[')}") \
+            raise DatasetError(f"{where}: not valid JSON ({exc}){array_hint(lineno, line.lstrip()[:1] == b'[')}") \
                 from None
         if not isinstance(obj, dict):
             raise DatasetError(f"{where}: expected {self.expected}, found a {type(obj).__name__}"
-                               f"{_array_hint(lineno, isinstance(obj, list))}")
+                               f"{array_hint(lineno, isinstance(obj, list))}")
         return lineno, where, obj
-
-
-def _array_hint(lineno: int, is_array: bool) -> str:
-    """A first line that is (or opens) a JSON array: the whole file is one, as ShareGPT's are."""
-    return "; a JSON array (a ShareGPT file) needs --dataset-name sharegpt" if lineno == 1 and is_array else ""
