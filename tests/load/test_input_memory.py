@@ -22,7 +22,7 @@ from support.sanitizer import SANITIZER_REASON, UNDER_SANITIZER
 from fastbench import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.datasets import build_workload_sync
-from fastbench.load.sources import jsonarray
+from fastbench.load.sources import jsonarray, trace
 
 pytestmark = pytest.mark.skipif(UNDER_SANITIZER, reason=SANITIZER_REASON)
 
@@ -32,7 +32,7 @@ import orjson
 from fastbench import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.datasets import build_workload_sync
-from fastbench.load.sources import jsonarray
+from fastbench.load.sources import jsonarray, trace
 
 config = BenchConfig(**orjson.loads(sys.argv[1]))
 work = build_workload_sync(config, "m", max_model_len=None)
@@ -185,3 +185,45 @@ def test_a_burstgpt_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     path.write_bytes(b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1,GPT-4,\xff\xfe,4,7,x\n")
     with pytest.raises(DatasetError, match=f"^{path}: not a UTF-8 CSV file \\(invalid start byte\\)$"):
         build_workload_sync(BenchConfig(dataset_name="burstgpt", dataset_path=str(path)), "m", max_model_len=None)
+
+
+def _mooncake(path: Path, n: int) -> str:
+    rng = random.Random(n)
+    path.write_bytes(b"".join(orjson.dumps({"timestamp": i * 10, "input_length": rng.randint(20, 3000),
+                                            "output_length": rng.randint(1, 200),
+                                            "hash_ids": list(range(i, i + rng.randint(1, 40)))}) + b"\n"
+                              for i in range(n)))
+    return str(path)
+
+
+def test_a_trace_is_read_as_far_as_its_first_requests(tmp_path: Path) -> None:
+    big, small = _mooncake(tmp_path / "big.jsonl", 200_000), _mooncake(tmp_path / "small.jsonl", 2_000)
+    of_big, of_small = (peak(dataset_name="mooncake", dataset_path=p, num_prompts=100) for p in (big, small))
+    # read whole, the 47 MB file and its columns were ~120 MB more
+    assert of_big["max_rss_kib"] - of_small["max_rss_kib"] < 16 * 1024, (of_big, of_small)
+
+
+def test_a_trace_read_in_steps_takes_what_the_whole_file_gives(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Screening that leaves too few of the first lines reads on, four times as many each time, and takes
+    the same requests, times and screened count as reading the whole file."""
+    path = _mooncake(tmp_path / "t.jsonl", 3_000)
+
+    def build() -> tuple[list[bytes], list[int] | None, int, list[int] | None]:
+        work = build_workload_sync(BenchConfig(dataset_name="mooncake", dataset_path=path, num_prompts=300),
+                                   "m", max_model_len=400)  # about 9 in 10 screened out
+        return [bytes(s.body) for s in work.requests], work.arrival_offsets_ns, work.screened_out, \
+            work.shared_prompt_tokens
+
+    whole = build()
+    read: list[int] = []
+    real = trace.load_trace
+
+    def counted(*args: Any, lines: int | None = None) -> Any:
+        read.append(lines or 0)
+        return real(*args, lines=lines)
+
+    monkeypatch.setattr(trace, "_FIRST_READ", 10)
+    monkeypatch.setattr(trace, "load_trace", counted)
+    assert build() == whole and whole[2] > 0
+    assert read == [1200, 4800]  # 4 x 300 lines held too few that fit
