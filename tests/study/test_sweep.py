@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from support.fakevllm import free_port, write_fake_engines
-from fastbench import api
+from fastbench import ConfigError, api
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, build_parser, load_plan
 from fastbench.study import grid
@@ -712,3 +712,35 @@ def test_dry_run_of_a_search_says_what_it_will_choose(tmp_path: Path, capsys: py
     rc, out, _ = sweep(tmp_path, text.replace("auto_max = 32", "").replace("'auto'", "[2, 16]")
                        + "goodput = { ttft = 50 }\n", "--dry-run", "--find-max", "concurrency", capsys=capsys)
     assert rc == 0 and "find-max concurrency: each series measures its two ends, then bisects" in out
+
+
+def test_a_grid_over_the_limit_is_refused_before_any_cell_is_made(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[object] = []
+    monkeypatch.setattr(api, "validate", made.append)  # every cell's configuration is checked as it is made
+    loads = ", ".join(str(c) for c in range(1, 2001))
+    text = f"""
+[variants.a]
+synthetic_args = {FAST}
+[variants.b]
+synthetic_args = {FAST}
+[benchmark]
+concurrency = [{loads}]
+num_prompts = [{", ".join(str(n) for n in range(1, 1601))}]
+"""  # 2 x 2,000 x 1,600 = 6.4M cells: the issue's 3.2M-cell dry run never finished
+    rc, out, err = sweep(tmp_path, text, "--dry-run", "--store", str(tmp_path / "store"), capsys=capsys)
+    assert rc == 2 and out == "" and made == []
+    assert err.count("\n") == 1, err
+    assert (f"the sweep makes 6,400,000 cells (2 variants x 3,200,000 grid points (2000 concurrency x 1600 "
+            f"num_prompts) x 1 repeat), more than the {grid.MAX_CELLS:,} one sweep may make") in err
+
+
+def test_the_sweep_size_is_the_product_of_the_lists_up_to_the_limit() -> None:
+    def takes_list(key: str) -> bool:
+        return key == "percentile_metrics"
+
+    bench = {"concurrency": list(range(100)), "num_prompts": list(range(50)), "percentile_metrics": [50, 99]}
+    assert grid.check_size(bench, takes_list, variants=2, repeats=1, where="s.toml") == grid.MAX_CELLS
+    with pytest.raises(ConfigError, match="10,100 cells"):
+        grid.check_size(bench | {"num_prompts": list(range(101))}, takes_list, variants=1, repeats=1, where="s.toml")
+    assert grid.check_size({"num_prompts": 4}, takes_list, variants=3, repeats=5, where="s.toml") == 15

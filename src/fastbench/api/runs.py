@@ -59,7 +59,7 @@ def _check_dataset_file(config: BenchConfig) -> None:
     path = config.dataset_path
     if config.dataset_name == "random" or not path:
         return
-    if os.path.isdir(path):
+    if os.path.isdir(path) and config.dataset_name != "weka":  # the Weka reader reads a directory of traces
         raise ConfigError(f"--dataset-path {path}: is a directory; give the file itself")
     if not os.path.exists(path):
         raise ConfigError(f"--dataset-path {path}: not found")

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--add", metavar="RESULT.json", nargs="+", default=None,
                    help="keep these result files in the store, with their --save-detailed records and card "
                    "where the result names files that exist")
-    g.add_argument("--reindex", action="store_true", help="rebuild the index from the run folders")
+    g.add_argument("--reindex", action="store_true",
+                   help="rebuild the index from the run folders, removing what writers killed mid-write left")
     return p
 
 
@@ -115,9 +116,11 @@ def _main(ns: argparse.Namespace) -> int:
     until = parse_when(ns.until, end_of_day=True) if ns.until else None
     with Store(root, create=bool(ns.add)) as store:
         if ns.reindex:
-            indexed, skipped = store.reindex()
+            indexed, skipped, removed = store.reindex()
             for line in skipped:
                 print(f"fastbench runs: skipped {line}", file=sys.stderr)
+            for line in removed:
+                print(f"removed {line}")
             print(f"indexed {indexed} run{'s' if indexed != 1 else ''} in {root}")
         if ns.add:
             for path in ns.add:

@@ -328,6 +328,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         value = int(load_value) if load == "concurrency" else load_value
         return tuple(make_cells(vname, vserver, {**values, load: value})[1])
 
+    grid.check_size(bench, takes_list, variants=len(variants), repeats=repeats, where=file)  # before any cell
     series_values: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
     groups = []
     for vname, vserver in variants.items():

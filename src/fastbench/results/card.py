@@ -25,7 +25,7 @@ from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.result import Distribution, Result
 from fastbench.results.steady import card_text as steady_card_text
 
-__all__ = ("render_card",)
+__all__ = ("escape_markdown", "render_card")
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -44,6 +44,57 @@ def _median_p99(dist: Distribution | None) -> str:
     if dist is None or dist.count == 0:
         return "n/a"
     return f"median {_ms(dist.median)} · p99 {_ms(dist.p99)}"
+
+
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,})")
+_BACKTICKS = re.compile(r"`+")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def escape_markdown(text: str) -> str:
+    """Markdown ``text`` with each ``&``, ``<`` and ``>`` outside code written as an entity, as the HTML report
+    escapes them: a label, a card row or a server-supplied model name never becomes raw HTML where the card
+    is rendered, and reads the same. Code (fenced blocks, backtick spans, found as CommonMark finds them,
+    backslash escapes included) is left as it is: renderers show it literally."""
+    out: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        if fence:  # inside a fenced block, until a line of at least as many backticks and nothing else
+            out.append(line)
+            closing = line.strip()
+            if len(line) - len(line.lstrip(" ")) < 4 and closing.startswith(fence) and not closing.strip("`"):
+                fence = ""
+            continue
+        opened = _FENCE_OPEN.match(line)
+        if opened and "`" not in line[opened.end():]:
+            fence = opened.group(1)
+            out.append(line)
+            continue
+        out.append(_escape_line(line))
+    return "\n".join(out)
+
+
+def _escape_line(line: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\" and i + 1 < n:  # an escaped character: never a code span's backtick
+            escaped = line[i + 1]
+            out.append(_ENTITIES.get(escaped, c + escaped))  # "\<" shows "<", as "&lt;" does
+            i += 2
+        elif c == "`":
+            run = _BACKTICKS.match(line, i)
+            assert run is not None
+            width = run.end() - i
+            close = next((m for m in _BACKTICKS.finditer(line, run.end()) if m.end() - m.start() == width), None)
+            end = close.end() if close is not None else run.end()  # unclosed: the backticks are plain text
+            out.append(line[i:end])
+            i = end
+        else:
+            out.append(_ENTITIES.get(c, c))
+            i += 1
+    return "".join(out)
 
 
 # a line break of any kind (CommonMark ends a line at a bare CR too) or another control character
@@ -343,7 +394,8 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         extra_notes.append(seed_note)
     for note in [*config.card_notes, *result.notes, *extra_notes]:
         lines.append(f"- {secrets.log(' '.join(str(note).splitlines()))}")  # one item each
-    return secrets.text("\n".join(lines) + "\n")  # a key a server echoed into an error, a label
+    # a key a server echoed into an error, a label: scrubbed, then escaped as Markdown
+    return escape_markdown(secrets.text("\n".join(lines))) + "\n"
 
 
 def _session_tables(sessions: Mapping[str, Any]) -> list[str]:

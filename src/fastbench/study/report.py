@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from fastbench.exceptions import ConfigError, FastbenchError
+from fastbench.results.card import escape_markdown
 from fastbench.study import markdown
 from fastbench.study.figures_data import (
     NO_VARIANT,
@@ -413,7 +414,7 @@ def render_study_card(title: str, points: Sequence[RunPoint], rows: Sequence[Cel
                   ""]
     lines += ["## Full run command", "", "```", *commands, "```", "", "## Notes", ""]
     lines += [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    return escape_markdown("\n".join(lines)) + "\n"  # labels and model names never become raw HTML
 
 
 # -- both ---------------------------------------------------------------------------------------------

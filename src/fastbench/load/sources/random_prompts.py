@@ -8,6 +8,11 @@ its length is exactly the drawn one (length source ``tokenizer:PATH``). Without 
 at either end), and chat gets random common English words, one word taken as one token
 (``estimate (words)``).
 
+Only the run's prompts are drawn (``--num-prompts`` + warm-ups, and the draws that screening replaces),
+each made straight into its final form: a token-id prompt is serialised at once (orjson, from numpy) and
+kept as its JSON bytes, never as a list of Python ints (36 bytes a token). A prompt then costs its body's
+bytes, about 6 per token id (5 digits and a comma), or its text's.
+
 ``--random-prefix-len N`` (vllm bench serve's meaning): one random prefix of N tokens, drawn once, goes
 before every prompt, so the prompt has N plus the drawn input length tokens; the prompts are then made
 by ``prefixed`` (the same three forms).
@@ -18,11 +23,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import orjson
 
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import RandomOptions
 from fastbench.exceptions import ConfigError
-from fastbench.load.screening import Candidate, Prompt
+from fastbench.load.screening import Candidate, JsonPrompt, Prompt
 from fastbench.load.sources import Context
 from fastbench.load.sources.prefixed import TOKEN_ID_HIGH, TOKEN_ID_LOW, WORDS, PromptMaker
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
@@ -96,7 +102,9 @@ async def offer(ctx: Context) -> str:
             elif chat:
                 prompt = " ".join(_WORD_ARRAY[rng.integers(0, len(WORDS), size=n_in)])
             else:
-                prompt = rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n_in).tolist()
+                ids = rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n_in)  # the draws .tolist() would give
+                # an exact-size copy: orjson's own buffer holds ~32 KB for a 6 KB array (datasets._make_spec)
+                prompt = JsonPrompt((bytes(memoryview(orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY))),), 0)
             batch.append(Candidate(prompt, n_in, n_out, source))
         drawn += k
         selector.offer(batch)
