@@ -342,7 +342,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
                 has_slos=bool(bench.get("goodput")), warmup=warmup, search=search,
                 cells_at=cells_at if search is not None else None,
-                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds), prompt_reuse=start.prompt_reuse,
+                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds, name), prompt_reuse=start.prompt_reuse,
                 sweep_seed=start.sweep_seed, notes=tuple(notes))
     if search is not None and search.kind == "find_max" and not plan.has_slos:
         raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
