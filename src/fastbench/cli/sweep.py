@@ -50,7 +50,7 @@ from fastbench.cli import live, sweepstate
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.interrupts import stop_on_signals
 from fastbench.cli.sweepsummary import describe_start, render_plan, render_table, write_csv
-from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
+from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, server_flag, toml_type, value_flags
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.study import cellstate, grid
@@ -416,7 +416,7 @@ def _stop_rules(sweep: Mapping[str, Any], file: str) -> StopRules:
 def _server_argv(server: Mapping[str, Any], by_key: Mapping[str, Option], where: str) -> list[str]:
     argv: list[str] = []
     for key, value in server.items():
-        flag = "--synthetic-args" if key == "synthetic_args" else SERVER_KEYS[key]
+        flag = "--synthetic-args" if key == "synthetic_args" else server_flag(key, server) or SERVER_KEYS[key]
         argv += _flags(by_key[flag[2:]], value, f"{where} {key}")
     return argv
 
