@@ -89,7 +89,8 @@ def server_sections(
         if memory.series is not None:
             info["memory_series"] = memory.series
             info["memory_peaks"] = memory.peaks
-        section = _memory_rows(memory_lines(memory.series, memory.baseline_before_server)
+        since = "launched by fastbench before this run, for several runs" if launch and launch.shared else "attached"
+        section = _memory_rows(memory_lines(memory.series, memory.baseline_before_server, running_since=since)
                                if memory.series is not None else [])
         if memory.footprint is not None:
             info["footprint"] = memory.footprint
