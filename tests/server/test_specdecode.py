@@ -345,7 +345,10 @@ def test_attached_run_reports_acceptance_from_the_servers_counters(tmp_path: Pat
     assert doc["spec_decode_num_drafts"] == w["drafts"] > 0
     assert doc["spec_decode_acceptance_length"] == pytest.approx(1 + w["accepted"] / w["drafts"])
     assert doc["total_output_tokens"] == result.counts.completed + w["drafts"] + w["accepted"]
-    assert "Speculative decoding" in (tmp_path / "card.md").read_text()
+    card = (tmp_path / "card.md").read_text()
+    assert "Speculative decoding" in card
+    # the title says the attached server speculates, as a launched one's names its method (read from its log)
+    assert card.splitlines()[0].endswith(" · speculative decoding (3-token drafts, told by its /metrics) · conc 4"), card[:200]
     assert doc["fastbench"]["server"]["provenance"] == {
         "launched": False, "base_url": synthetic.base_url, "engine_version": None}
 
@@ -509,3 +512,4 @@ def test_counters_that_never_moved_give_no_card_section() -> None:
     # drafted before the window but not in it: that is news, and the section says so
     earlier = zeros.replace("drafts_total 0", "drafts_total 5").replace("draft_tokens_total 0", "draft_tokens_total 15")
     assert "spec_decode" in _monitor_info(200, earlier)
+
