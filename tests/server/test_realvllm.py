@@ -118,6 +118,9 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
                    "| Family | Gemma (gemma3_text) |", "| Parameters | 268M (dense), counted from the safetensors",
                    "| KV cache (server) | ", "; prefix caching on (vllm:cache_config_info) |"):
         assert needle in text, needle
+    # vLLM on the CPU keeps gpu_memory_utilization at its default, which sizes nothing there
+    kv_row = next(line for line in text.splitlines() if line.startswith("| KV cache (server) |"))
+    assert "gpu-memory-utilization" not in kv_row, kv_row
 
     # no orphan (vLLM's engine core is a child process in the same group), the port free, and the
     # result says so: it was written after the teardown

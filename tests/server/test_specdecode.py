@@ -513,3 +513,23 @@ def test_counters_that_never_moved_give_no_card_section() -> None:
     earlier = zeros.replace("drafts_total 0", "drafts_total 5").replace("draft_tokens_total 0", "draft_tokens_total 15")
     assert "spec_decode" in _monitor_info(200, earlier)
 
+
+
+def test_a_cpu_vllms_kv_cache_row_leaves_out_gpu_memory_utilization() -> None:
+    """vLLM on the CPU keeps gpu_memory_utilization at its default 0.92 in cache_config_info, though
+    VLLM_CPU_KVCACHE_SPACE sizes its cache: where its engine-config line says device_config=cpu (vLLM 0.32's
+    words, abridged), the card's KV cache row leaves it out; on a GPU, or where the log said nothing, it stays."""
+    from fastbench.server.serverlog import parse_vllm_device
+
+    line = ("(EngineCore pid=22721) INFO 12-07 22:02:26 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
+            "config: model='/m', speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), "
+            "tokenizer='/m', dtype=torch.bfloat16, kv_cache_dtype=auto, device_config={}, structured_outputs_config=x")
+    assert parse_vllm_device("noise\n" + line.format("cpu")) == "cpu"
+    assert parse_vllm_device(line.format("cuda")) == "cuda"
+    assert parse_vllm_device("INFO nothing about the engine's config") is None
+    labels = cache_config(Metrics.parse(VLLM_CACHE_CONFIG_INFO + "\n"))
+    assert labels is not None
+    assert cache_config_row(labels, device="cpu") == (
+        "110,733 tokens (2.00 GiB, dtype auto, block 128); prefix caching on (vllm:cache_config_info)")
+    assert "gpu-memory-utilization 0.92" in str(cache_config_row(labels, device="cuda"))
+    assert "gpu-memory-utilization 0.92" in str(cache_config_row(labels))
