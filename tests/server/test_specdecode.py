@@ -348,7 +348,8 @@ def test_attached_run_reports_acceptance_from_the_servers_counters(tmp_path: Pat
     card = (tmp_path / "card.md").read_text()
     assert "Speculative decoding" in card
     # the title says the attached server speculates, as a launched one's names its method (read from its log)
-    assert card.splitlines()[0].endswith(" · speculative decoding (3-token drafts, told by its /metrics) · conc 4"), card[:200]
+    title = card.splitlines()[0]
+    assert title.endswith(" · speculative decoding (3-token drafts, told by its /metrics) · conc 4"), title
     assert doc["fastbench"]["server"]["provenance"] == {
         "launched": False, "base_url": synthetic.base_url, "engine_version": None}
 
