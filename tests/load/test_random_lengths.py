@@ -18,6 +18,7 @@ import pytest
 
 from fastbench.config import BenchConfig
 from fastbench.load.datasets import Workload, build_workload
+from fastbench.load.tokens import LocalTokenizer
 
 tokenizers = pytest.importorskip("tokenizers", reason="the optional 'tokenizers' package is not installed")
 
@@ -172,3 +173,20 @@ def test_one_seeds_datasets_share_no_prefix() -> None:
         for b in names[i + 1:]:
             # words come from a list of 256: two chance words in a row are rare, four never seen
             assert _longest_shared(drawn[a], drawn[b]) < 4, (a, b)
+
+
+@pytest.mark.parametrize("reranker", [True, False])
+def test_rerank_texts_leave_room_for_the_bos_as_vllms(tmp_path: Path, reranker: bool) -> None:
+    """random-rerank with a BOS-adding tokenizer, input 40: vLLM draws the query around 40 // 2 - 1 less the BOS
+    (18) and each document around 40 - 18 - 1 less it (20); without a reranker, the documents around 40 less it."""
+    from fastbench.load.sources.random_rerank import draw
+
+    tok_dir = _tokenizer(tmp_path / "tok", bos=True)
+    local = LocalTokenizer(tok_dir)
+    tok = tokenizers.Tokenizer.from_file(str(Path(tok_dir) / "tokenizer.json"))
+    config = BenchConfig(num_prompts=6, random_input_len=40, random_batch_size=2, no_reranker=not reranker,
+                         endpoint="/rerank" if reranker else "/score")
+    requests, source = draw(config, local)
+    lengths = [[len(tok.encode(text, add_special_tokens=False).ids) for text in inputs] for inputs, _ in requests]
+    query, docs = (18, 20) if reranker else (39, 39)
+    assert source == local.source and all(lens[0] == query and set(lens[1:]) == {docs} for lens in lengths), lengths

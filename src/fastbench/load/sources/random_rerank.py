@@ -8,7 +8,9 @@ separator the server puts between them); a request's count is ``(query + 1) x do
 With ``--no-reranker`` (an embedding model scoring pairs) the query is one of each batch: ``num_prompts - 1``
 documents of ``input_len`` tokens around, ``batch - 1`` a request, counted ``query + their tokens``.
 The text: random common words, one word taken as one token (``estimate (words)``), or with ``--tokenizer``
-random tokens decoded (``tokenizer:PATH``). Seeded by ``--seed``: each cell of a sweep draws its own.
+random tokens decoded (``tokenizer:PATH``), each text then drawn around its length less the tokenizer's special
+tokens, as vLLM's ``get_sampling_params`` draws it. Seeded by ``--seed`` with the dataset's shape
+(``tokens.draw_generator``): each cell of a sweep draws its own.
 """
 
 from __future__ import annotations
