@@ -82,7 +82,8 @@ async def offer(ctx: Context) -> str:
         source = local.source
         notes.append(
             f"random: the text is drawn {special} token(s) shorter than --random-input-len, the tokenizer's special "
-            f"tokens (a BOS) that the server adds, as vllm bench serve draws it; prompt_len counts the text alone"
+            "tokens (a BOS) that the server adds, as vllm bench serve draws it; prompt_len counts the text alone"
+            if special else "random: the tokenizer adds no special tokens: each text is --random-input-len's draw"
         )
     elif chat:
         source = SOURCE_WORDS
