@@ -338,6 +338,7 @@ random_output_len = 96
         assert f"| Engine | {server['engine']} |" in card
         assert "Engine arguments" in card and "num_speculative_tokens" in card
         assert f"ready in {load_s:.1f} s" in card and "launched once for several runs" in card
+        assert "already running (launched by fastbench before this run" in card and "(attached)" not in card
     assert sorted(seen_runs) == [1, 2]
     for variant, engine in (("synth", "synthetic"), ("remote", None)):
         for row in by_variant[variant]:  # as before: not launched, no server log kept

@@ -262,6 +262,16 @@ def test_shared_prompts_give_every_cell_the_sweeps_seed(tmp_path: Path) -> None:
     assert len(set(fresh.values())) == 16  # 2 seeds x 2 concurrencies x 2 max_tokens x 2 repeats, per variant
 
 
+def test_two_sweeps_never_warm_a_server_with_the_same_prompts(tmp_path: Path) -> None:
+    """The warm-up's seed has the sweep's name in it: two sweeps of one seed against one server warmed it with
+    the same prompts, and the second's warm-up was all cached (24.7 s against 144.7 s). The same sweep keeps
+    its own, so it resumes as it was."""
+    first = plan_of(tmp_path, TWO_VARIANTS.format(keys='name = "first"', bench=""))
+    second = plan_of(tmp_path, TWO_VARIANTS.format(keys='name = "second"', bench=""))
+    assert first.warmup_seed != second.warmup_seed and min(first.warmup_seed, second.warmup_seed) >= 2 ** 62
+    assert plan_of(tmp_path, TWO_VARIANTS.format(keys='name = "first"', bench="")).warmup_seed == first.warmup_seed
+
+
 def test_variants_attached_to_one_server_draw_prompts_of_their_own(tmp_path: Path) -> None:
     text = TWO_VARIANTS.format(keys="", bench="").replace(
         'synthetic_args = "--itl-ms 1"', 'base_url = "http://127.0.0.1:9/"').replace(

@@ -151,7 +151,7 @@ def _filters_text(filters: dict[str, Any]) -> str:
 def _configuration(points: Sequence[RunPoint]) -> list[tuple[str, str]]:
     """The study card's Configuration rows the runs share (model, engine, dataset)."""
     rows = []
-    for label, key in (("Model", "model_id"), ("Endpoint", "endpoint_type"), ("Dataset", "dataset_name")):
+    for label, key in (("Model", "model_id"), ("Backend", "endpoint_type"), ("Dataset", "dataset_name")):
         values = sorted({str(v) for p in points if (v := p.flat.get(key)) not in (None, "")})
         if values:
             rows.append((label, ", ".join(values)))

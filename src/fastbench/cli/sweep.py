@@ -50,7 +50,7 @@ from fastbench.cli import live, sweepstate
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.interrupts import stop_on_signals
 from fastbench.cli.sweepsummary import describe_start, render_plan, render_table, write_csv
-from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
+from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, server_flag, toml_type, value_flags
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.redact import Secrets
@@ -347,7 +347,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
                 has_slos=bool(bench.get("goodput")), warmup=warmup, search=search,
                 cells_at=cells_at if search is not None else None,
-                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds), prompt_reuse=start.prompt_reuse,
+                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds, name), prompt_reuse=start.prompt_reuse,
                 sweep_seed=start.sweep_seed, notes=tuple(notes))
     if search is not None and search.kind == "find_max" and not plan.has_slos:
         raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
@@ -421,7 +421,7 @@ def _stop_rules(sweep: Mapping[str, Any], file: str) -> StopRules:
 def _server_argv(server: Mapping[str, Any], by_key: Mapping[str, Option], where: str) -> list[str]:
     argv: list[str] = []
     for key, value in server.items():
-        flag = "--synthetic-args" if key == "synthetic_args" else SERVER_KEYS[key]
+        flag = "--synthetic-args" if key == "synthetic_args" else server_flag(key, server) or SERVER_KEYS[key]
         argv += _flags(by_key[flag[2:]], value, f"{where} {key}")
     return argv
 

@@ -58,7 +58,7 @@ def cache_warning_lines(points: Sequence[Point]) -> list[str]:
     for p in points:
         if p.get("prefix_cache_warned"):
             values = " ".join(f"{k}={v}" for k, v in p["values"].items())
-            head = f"WARNING {p['variant']} {values}: {p['prefix_cache_warned']} of {p['n']} runs: "
+            head = f"WARNING {p['variant']} {values}: {p['prefix_cache_warned']} of {p['n']} runs: prefix cache: "
             lines.append(head + console_line(str(p["prefix_cache_warning"]), WARNING_WIDTH))
     return lines
 

@@ -154,6 +154,24 @@ def _engine(result: Result, config: BenchConfig) -> str:
     return f"unknown engine (version {version})" if version else "unknown engine"
 
 
+def _variant(result: Result) -> str | None:
+    """The title's variant: a launched server's, from its arguments ("NGRAM speculative decoding"); else, where
+    the server's /metrics carry vLLM's speculative-decoding counters (it has them only when it speculates;
+    llama-server keeps its own at zero without a draft model, so there only drafts tell), that it speculates,
+    with how many tokens a draft holds (one counter per position): its /metrics name no method."""
+    info = result.server_info
+    if info.get("variant"):
+        return str(info["variant"])
+    stats = info.get("spec_decode_stats") or {}
+    source = str(stats.get("source") or "")
+    drafted = ((stats.get("counters_last") or {}).get("drafts") or 0) > 0
+    if not (source.startswith("vllm:spec_decode") or (source.endswith("spec_decode_* counters") and drafted)):
+        return None
+    positions = len((stats.get("counters_first") or {}).get("per_position") or [])
+    drafts = f"{positions}-token drafts, " if positions else ""
+    return f"speculative decoding ({drafts}told by its /metrics)"
+
+
 def _load(config: BenchConfig) -> str:
     if not config.open_loop:
         return f"conc {config.effective_concurrency}"
@@ -218,8 +236,9 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     model = config.model or info.get("model") or "unknown model"
     engine = _engine(result, config)
     title_parts = [str(model), engine]
-    if info.get("variant"):
-        title_parts.append(str(info["variant"]))
+    variant = _variant(result)
+    if variant:
+        title_parts.append(variant)
     title_parts.append(_load(config))
     d = result.distributions
     n = result.counts

@@ -25,6 +25,7 @@ from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
 from fastbench.redact import NO_SECRETS, Secrets, redact_headers, redact_text
 from fastbench.results import adapters, agentic, pooling, steady
+from fastbench.results.cache import LABEL as PREFIX_CACHE_LABEL
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
@@ -403,7 +404,8 @@ def render_console(result: Result) -> str:
             if cache.expected_prefix_share is not None and cache.observed is not None:
                 row("Expected from the workload (%):", 100 * cache.expected_prefix_share)
             if cache.warning:
-                lines.append("WARNING " + console_line(cache.warning, CONSOLE_WIDTH - len("WARNING ")))
+                opening = "WARNING " + PREFIX_CACHE_LABEL
+                lines.append(opening + console_line(cache.warning, CONSOLE_WIDTH - len(opening)))
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)

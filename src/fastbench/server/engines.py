@@ -12,7 +12,7 @@ from typing import Any
 from fastbench.config import LaunchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.server.launch import LaunchedServer, engine_option
-from fastbench.server.serverlog import parse_vllm_footprint, parse_vllm_precision
+from fastbench.server.serverlog import parse_vllm_device, parse_vllm_footprint, parse_vllm_precision
 
 __all__ = ("RESET_ENV", "LlamaCppServer", "SGLangServer", "VLLMServer", "make_server", "with_prefix_cache_reset")
 
@@ -44,6 +44,9 @@ class VLLMServer(LaunchedServer):
 
     def precision(self) -> str | None:
         return parse_vllm_precision(self.log.text(until_first_window=True))
+
+    def device(self) -> str | None:
+        return parse_vllm_device(self.log.text(until_first_window=True))
 
     def footprint(self) -> dict[str, Any] | None:
         # logged while loading: the windows' request lines may be hundreds of MB (a launch may

@@ -552,6 +552,7 @@ class LaunchedServer:
             image_id=self.image_id,
             docker_gpus=self.docker.gpus()[1] if self.docker is not None else None,
             precision=self.precision(),
+            device=self.device(),
             quantization=engine_option(launch.engine_args, "--quantization", "-q"),
             speculative_method=_speculative_method(launch.engine_args),
             gpu_memory_utilization=engine_option(launch.engine_args, "--gpu-memory-utilization"),
@@ -560,6 +561,10 @@ class LaunchedServer:
 
     def precision(self) -> str | None:
         """The quantization and dtype the engine logged it runs in; None where it does not say."""
+        return None
+
+    def device(self) -> str | None:
+        """The device the engine logged it runs on ("cpu", "cuda"); None where it does not say."""
         return None
 
     def footprint(self) -> dict[str, Any] | None:

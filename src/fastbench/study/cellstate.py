@@ -41,10 +41,11 @@ def cell_seed(sweep_seed: int, values: Mapping[str, Any], repeat: int, *, varian
     return _digest(key) % _CELL_SEEDS
 
 
-def warmup_seed(sweep_seed: int, cell_seeds: Sequence[int] = ()) -> int:
+def warmup_seed(sweep_seed: int, cell_seeds: Sequence[int] = (), sweep_name: str = "") -> int:
     """The seed of the sweep's warm-up requests: at or above every fresh cell's, and none of
-    ``cell_seeds`` (a shared sweep's seed may be anything)."""
-    seed = _CELL_SEEDS + _digest({"sweep_seed": sweep_seed, "warmup": True}) % _CELL_SEEDS
+    ``cell_seeds`` (a shared sweep's seed may be anything). The sweep's name enters it: two sweeps
+    against one server must not warm it with the same prompts (the second one's warm-up was all cached)."""
+    seed = _CELL_SEEDS + _digest({"sweep_seed": sweep_seed, "warmup": True, "sweep": sweep_name}) % _CELL_SEEDS
     taken = set(cell_seeds)
     while seed in taken:
         seed = _CELL_SEEDS + (seed + 1) % _CELL_SEEDS
