@@ -10,9 +10,9 @@ import numpy as np
 import orjson
 import pytest
 import uvloop
+
 from support.hostile import HostileServer
 from support.timing import until_a_round_passes
-
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import COL, ErrorClass, RunData
