@@ -1,5 +1,6 @@
 """The work of one wake-up is bounded: a drain reads at most WAKE_READ_BYTES in all, shared by the ready
-connections (CONN_READ_MIN_BYTES each at least), and leaves the rest queued in the kernel for the next one.
+connections (4 KiB each at least: a batch holds READY_EVENTS), and leaves the rest queued in the kernel for
+the next one; the connections a drain did not reach come first in the next.
 Judged by the bytes each connection took (its events, each of one known size), not by time."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fastbench._core import Recorder, RunState, StreamConnection
 from fastbench.results.records import COL, COLUMNS, ErrorClass, new_histogram
 
 WAKE_READ_BYTES = 1 << 20  # engine.pxd
-CONN_READ_MIN_BYTES = 16384
+READY_EVENTS = 256
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 EVENT = b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'
 
@@ -55,9 +56,9 @@ def _pairs(n: int) -> tuple[list[socket.socket], list[socket.socket]]:
     return clients, servers
 
 
-def _drain_once(n: int, want: int) -> tuple[list[int], list[int]]:
-    """``n`` connections, each with a request in flight and at least ``want`` bytes of stream waiting; one
-    drain. Returns the bytes each took (its head and whole events: a partial event is not counted, so
+def _drain(n: int, want: int, drains: int = 1) -> tuple[list[int], list[int]]:
+    """``n`` connections, each with a request in flight and at least ``want`` bytes of stream waiting;
+    ``drains`` drains. Returns the bytes each took (its head and whole events: a partial event is not counted, so
     at most len(EVENT) - 1 short) and what each still held unread after it."""
     async def main() -> tuple[list[int], list[int]]:
         loop = asyncio.get_running_loop()
@@ -69,7 +70,8 @@ def _drain_once(n: int, want: int) -> tuple[list[int], list[int]]:
         futures = [conn.start(b"{}", i, 0) for i, conn in enumerate(conns)]
         before = [_fill(s, c, want) for s, c in zip(servers, clients, strict=True)]
         assert all(b >= want for b in before), before
-        state.drain()
+        for _ in range(drains):
+            state.drain()
         left = [_unread(c) for c in clients]
         for conn in conns:
             conn.abort(int(ErrorClass.CANCELLED), "test over")  # writes each row: its events so far
@@ -87,7 +89,7 @@ def _about(took: int, budget: int) -> bool:
 
 
 def test_one_drain_of_one_flooding_connection_reads_at_most_the_budget() -> None:
-    took, left = _drain_once(1, 2 * WAKE_READ_BYTES)
+    took, left = _drain(1, 2 * WAKE_READ_BYTES)
     assert _about(took[0], WAKE_READ_BYTES), took  # all of its budget, then back to the loop
     assert left[0] > 0  # and the rest stays for the next wake-up
 
@@ -95,13 +97,18 @@ def test_one_drain_of_one_flooding_connection_reads_at_most_the_budget() -> None
 def test_a_drain_shares_its_budget_among_the_ready_connections() -> None:
     n = 8
     share = WAKE_READ_BYTES // n
-    took, left = _drain_once(n, 2 * share)
+    took, left = _drain(n, 2 * share)
     assert all(_about(t, share) for t in took), took  # each its share, none more: none starves another
     assert all(x > 0 for x in left), left
 
 
-def test_a_connection_reads_its_least_share_however_many_are_ready() -> None:
-    n = 80  # 1 MiB / 80 is below the least share: each reads CONN_READ_MIN_BYTES
-    took, left = _drain_once(n, 2 * CONN_READ_MIN_BYTES)
-    assert all(_about(t, CONN_READ_MIN_BYTES) for t in took), took
-    assert all(x > 0 for x in left), left
+def test_more_connections_than_a_batch_are_served_in_turn() -> None:
+    n = READY_EVENTS + 44
+    least = WAKE_READ_BYTES // READY_EVENTS  # 4 KiB
+    took, left = _drain(n, 3 * least)
+    reached = [t for t in took if t > len(HEAD)]
+    assert len(reached) == READY_EVENTS and all(_about(t, least) for t in reached), took  # one batch, then back
+    took, left = _drain(n, 3 * least, drains=2)
+    # the 44 left out of the first drain came first in the second: after two, every connection read
+    assert all(_about(t, least) or _about(t, 2 * least) for t in took), took
+    assert 2 * WAKE_READ_BYTES - n * len(EVENT) < sum(took) <= 2 * WAKE_READ_BYTES  # each drain its 1 MiB

@@ -71,9 +71,9 @@ cdef enum:
     HEAD_BYTES = 64              # the start of every body, kept to name a response of another protocol
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
     END_RATIO_BUCKETS = 256      # ends set: a stream's events per token asked for, in 1/256ths (ready.pyx)
-    WAKE_READ_BYTES = 1048576    # bytes one drain of a set reads in all, shared by its ready connections, so
-                                 # a server that writes faster than the client parses never holds the loop
-    CONN_READ_MIN_BYTES = 16384  # a ready connection's least share of them per drain (fairness)
+    WAKE_READ_BYTES = 1048576    # bytes one drain of a set reads in all, shared by its ready connections (4 KiB
+                                 # each at least, READY_EVENTS to a batch), so a server that writes faster than
+                                 # the client parses never holds the loop
     MAX_REQUEST_EVENTS = 1048576 # output events stamped per request (24 MiB of stamps); past it: PROTOCOL
     MAX_KEPT_BYTES = 67108864    # text kept per request (--save-outputs, an answer's text); past it: PROTOCOL
 

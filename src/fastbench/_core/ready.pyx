@@ -97,9 +97,9 @@ cdef class ReadySet:
         """Read every ready connection of set ``epfd``; with a dispatcher (open loop), an arrival due
         goes out before, between two sockets (a vDSO clock read per socket) and on its timer's fd.
         The work is bounded: each connection of a batch reads at most its share of WAKE_READ_BYTES
-        (CONN_READ_MIN_BYTES at least), and a further batch is taken only while that total is not
-        spent. What is left stays ready for the next wake-up, after the loop's timers; epoll hands the
-        connections it did not return first next time, so none is starved."""
+        (4 KiB at least: a batch holds READY_EVENTS), and a further batch is taken only while that total
+        is not spent. What is left stays ready for the next wake-up, after the loop's timers; epoll hands
+        the connections it did not return first next time, so none is starved."""
         cdef int n, i
         cdef void *ptr
         cdef StreamConnection conn
@@ -109,8 +109,6 @@ cdef class ReadySet:
         while True:
             n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
             share = WAKE_READ_BYTES // n if n > 0 else 0
-            if share < CONN_READ_MIN_BYTES:
-                share = CONN_READ_MIN_BYTES
             for i in range(n):
                 if i + 1 < n:
                     fb_prefetch(self.ready[i + 1].data.ptr, self.hot_bytes)

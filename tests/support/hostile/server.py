@@ -1,6 +1,6 @@
 """The hostile server: an HTTP/1.1 server on loopback that answers every request the way a broken or
 hostile server does, one mode per run. Its own process (a flood must not share the client's loop or
-GIL) and its own code: it shares nothing with fastbench.
+GIL), on asyncio's own loop, and its own code: it shares nothing with fastbench.
 
     python server.py MODE [--gap-ms G] [--events N]   (prints its port on the first line of stdout)
 
@@ -19,10 +19,9 @@ Modes:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import socket
 import sys
-import threading
-import time
 
 EVENT = b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'
 DONE = b"data: [DONE]\n\n"
@@ -45,76 +44,65 @@ def whole_stream(events: int) -> bytes:
     return STREAM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def read_request(conn: socket.socket, pending: bytearray) -> bool:
-    """One request's head and body out of ``pending`` (read more as needed); False at the peer's close."""
-    while b"\r\n\r\n" not in pending:
-        data = conn.recv(65536)
-        if not data:
-            return False
-        pending += data
-    head, _, rest = bytes(pending).partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    while len(rest) < length:
-        data = conn.recv(65536)
-        if not data:
-            return False
-        rest += data
-    pending[:] = rest[length:]
+async def read_request(reader: asyncio.StreamReader) -> bool:
+    """One request's head and body; False at the peer's close."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        await reader.readexactly(length)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        return False
     return True
 
 
-def answer(mode: str, conn: socket.socket, gap_s: float, events: int) -> bool:
+async def answer(mode: str, writer: asyncio.StreamWriter, gap_s: float, events: int) -> bool:
     """Answer one request; False when the connection is to end (the mode closes it)."""
-    if mode == "flood":
-        conn.sendall(CHUNKED)
-        block = chunk(FLOOD_BLOCK)
+    if mode in ("flood", "huge-lines"):  # as fast as the socket takes them: each write waits for room only
+        writer.write(CHUNKED)
+        block = chunk(FLOOD_BLOCK if mode == "flood" else HUGE_LINE)
         while True:
-            conn.sendall(block)
-    if mode == "huge-lines":
-        conn.sendall(CHUNKED)
-        block = chunk(HUGE_LINE)
-        while True:
-            conn.sendall(block)
+            writer.write(block)
+            await writer.drain()
     if mode == "endless":
-        conn.sendall(CHUNKED)
+        writer.write(CHUNKED)
         while True:
-            conn.sendall(chunk(EVENT))
-            time.sleep(gap_s)
+            writer.write(chunk(EVENT))
+            await writer.drain()
+            await asyncio.sleep(gap_s)
     if mode == "slow-loris":
         head = CHUNKED[:-2] + b"X-Slow: " + b"z" * 100000
         for i in range(len(head)):
-            conn.sendall(head[i:i + 1])
-            time.sleep(gap_s)
+            writer.write(head[i:i + 1])
+            await writer.drain()
+            await asyncio.sleep(gap_s)
         return False
     if mode == "silent":
-        time.sleep(3600)
+        await asyncio.sleep(3600)
         return False
+    writer.write(whole_stream(events))
+    await writer.drain()
     if mode == "overrun":
-        conn.sendall(whole_stream(events))
-        time.sleep(gap_s)
-        conn.sendall(OVERRUN)
-        return True
-    if mode == "close-keepalive":
-        conn.sendall(whole_stream(events))
-        time.sleep(gap_s)
+        await asyncio.sleep(gap_s)
+        writer.write(OVERRUN)
+    elif mode == "close-keepalive":
+        await asyncio.sleep(gap_s)
         return False
-    conn.sendall(whole_stream(events))
     return True
 
 
-def serve(conn: socket.socket, mode: str, gap_s: float, events: int) -> None:
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    pending = bytearray()
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mode: str, gap_s: float,
+                events: int) -> None:
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
-        while read_request(conn, pending) and answer(mode, conn, gap_s, events):
+        while await read_request(reader) and await answer(mode, writer, gap_s, events):
             pass
     except OSError:
         pass  # the client closed its end: what a hostile server's client does
     finally:
-        conn.close()
+        writer.close()
 
 
 def main() -> None:
@@ -124,14 +112,15 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=1.0)
     parser.add_argument("--events", type=int, default=8)
     args = parser.parse_args()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1024)
-    print(listener.getsockname()[1], flush=True)
-    while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=serve, args=(conn, args.mode, args.gap_ms / 1000, args.events), daemon=True).start()
+    asyncio.run(listen(args.mode, args.gap_ms / 1000, args.events))
+
+
+async def listen(mode: str, gap_s: float, events: int) -> None:
+    # One thread for every connection: a flood of 256 streams is one runnable thread, not 256 fighting for
+    # the CPUs the client runs on.
+    server = await asyncio.start_server(lambda r, w: serve(r, w, mode, gap_s, events), "127.0.0.1", 0, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
 
 
 if __name__ == "__main__":
