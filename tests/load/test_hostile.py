@@ -133,6 +133,7 @@ def test_bytes_past_the_content_length_are_never_read_as_the_next_response(gap_m
     assert list(column(data, "chunks")) == [8] * 20
     assert np.all(column(data, "first_byte_ns") > column(data, "sent_ns"))
     assert data.connections_opened == 20  # no connection answered two requests
+    assert data.error_messages == {}  # a request sent again on a new connection keeps no failure
 
 
 def test_a_stale_keep_alive_is_sent_again_on_a_new_connection() -> None:
@@ -145,6 +146,7 @@ def test_a_stale_keep_alive_is_sent_again_on_a_new_connection() -> None:
     # every request went out on a connection of its own, and measured its connect
     assert np.all(column(data, "connect_ns") > 0)
     assert data.connections_opened == 30  # one per request: none answered two
+    assert data.error_messages == {}
 
 
 def test_a_stale_keep_alive_in_open_loop_is_sent_again_on_a_new_connection() -> None:
