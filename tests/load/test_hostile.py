@@ -4,6 +4,8 @@ is classified and accounted for, and a connection is reused only when nothing is
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -95,6 +97,31 @@ def test_a_stream_without_end_stops_at_the_event_cap() -> None:
     for i in range(2):
         assert f"more output events than the per-request cap of {EVENT_CAP}" in data.error_messages[i]
     assert data.connections_opened == 2  # each failed request closed its connection
+
+
+# In a process of its own, so that its peak RSS is the run's: the growth past what the imports took.
+RSS_CHILD = """
+import resource, sys
+import orjson, uvloop
+from fastbench.load.driver import LoadGenerator
+from fastbench.load.plan import LoadPlan, Target
+body = orjson.dumps({"model": "m", "prompt": "x", "max_tokens": 8, "stream": True})
+gen = LoadGenerator(Target.parse(sys.argv[1], "/v1/completions"),
+                    LoadPlan(bodies=[body] * 4, warmup_bodies=[], concurrency=4, max_seconds=20))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+data = uvloop.run(gen.run())
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, data.output_events)
+"""
+
+
+def test_memory_stays_bounded_against_a_flood() -> None:
+    # Four requests flooded: each keeps at most EVENT_CAP stamps of 24 bytes (24 MiB), then fails.
+    with HostileServer("flood") as server:
+        out = subprocess.run([sys.executable, "-c", RSS_CHILD, server.base_url], capture_output=True, text=True,
+                             timeout=120, check=True).stdout.split()
+    grown_kib, events = int(out[0]), int(out[1])
+    assert events == 4 * EVENT_CAP
+    assert grown_kib < (4 * 24 + 64) * 1024, grown_kib / 1024  # the stamps and some room: not gigabytes
 
 
 def test_the_event_cap_is_set_per_run() -> None:
