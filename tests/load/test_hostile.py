@@ -163,6 +163,17 @@ def test_bytes_past_the_content_length_are_never_read_as_the_next_response(gap_m
     assert data.error_messages == {}  # a request sent again on a new connection keeps no failure
 
 
+def test_bytes_past_the_content_length_never_reach_a_request_in_open_loop() -> None:
+    # open loop at 100 requests/s: the stray bytes (2 ms after each response) find the connection idle in the
+    # core's pool, which drops it, or find the next arrival sent on it at once, which is sent again
+    with HostileServer("overrun", gap_ms=2.0) as server:
+        data = drive(server, n=20, concurrency=4, request_rate=100.0)
+    assert list(column(data, "error")) == [ErrorClass.OK] * 20, data.error_messages
+    assert list(column(data, "chunks")) == [8] * 20
+    assert np.all(column(data, "first_byte_ns") > column(data, "sent_ns"))
+    assert data.error_messages == {}
+
+
 def test_a_stale_keep_alive_is_sent_again_on_a_new_connection() -> None:
     # The server closes each connection 5 ms after its one response, without "Connection: close": a
     # request the core sent on it at once meets the close, and its retry must not take another idle one.
