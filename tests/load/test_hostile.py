@@ -23,6 +23,7 @@ BODY = orjson.dumps({"model": "m", "prompt": "hello", "max_tokens": 8, "stream":
 # The bound the stop and the timeout hold, whatever the server sends: a drain reads at most 1 MiB (a few
 # ms of parsing here), and --request-timeout's sweep runs every 20 ms.
 CAP_BOUND_NS = 50_000_000
+TIMER_GRAIN_NS = 1_000_000
 EVENT_CAP = 1_048_576  # output events stamped per request (engine.pxd MAX_REQUEST_EVENTS)
 # Modes that never finish a response; those that send output events, for fairness.
 ENDLESS = ["flood", "huge-lines", "endless", "slow-loris", "silent"]
@@ -57,9 +58,10 @@ def test_the_time_cap_holds_whatever_the_server_sends(mode: str) -> None:
             assert data.stopped_reason == "time cap" and data.end_ns == cap_ns
             assert list(column(data, "error")) == [ErrorClass.CANCELLED] * 4
             assert all("time cap" in data.error_messages[i] for i in range(4))
-            # each request ended (its connection aborted) within the bound of the cap's instant
+            # each request ended (its connection aborted) within the bound of the cap's instant; the loop's
+            # timer, of a millisecond's grain, may fire up to one early (RunStop)
             late = column(data, "end_ns") - cap_ns
-            assert np.all(late >= 0) and np.all(late <= CAP_BOUND_NS), late / 1e6
+            assert np.all(late >= -TIMER_GRAIN_NS) and np.all(late <= CAP_BOUND_NS), late / 1e6
             # every event is in some request's row, and none twice
             assert int(column(data, "chunks").sum()) == data.output_events
             if mode in WITH_EVENTS:  # reads are shared: no connection starves beside a flooding one
