@@ -127,6 +127,18 @@ class LoadGenerator:
         look copies their counts while the run goes on (``Recorder.copy_counts``)."""
         return MappingProxyType(self._recorders)
 
+    # -- what a live look reads while the run goes on (load.generators.Generator) ----------------------
+
+    def running_tables(self, started: int) -> list[tuple[np.ndarray, int]]:
+        """This process's request table, ``started`` of its rows sent so far."""
+        return [(self.rows, started)]
+
+    def copy_chunk_counts(self, into: Mapping[str, np.ndarray]) -> bool:
+        """The core's running ITL and skew histograms, copied without a sync (Recorder.copy_counts)."""
+        for name, key in (("itl", "itl_chunk"), ("skew", "skew")):
+            self._recorders[key].copy_counts(into[name])
+        return True
+
     def _arm_kernel_timestamps(self) -> None:
         """Linux turns receive timestamping on for the whole stack lazily (a deferred static key)
         when the first socket asks; packets that arrive before then carry no stamp. One socket

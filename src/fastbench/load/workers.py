@@ -51,6 +51,7 @@ import pathlib
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -459,10 +460,11 @@ class WorkerPool:
 
     # -- what a live look reads while the workers run (api.live.LiveSampler) ----------------------
 
-    def running_tables(self) -> list[tuple[np.ndarray, int]]:
+    def running_tables(self, started: int = 0) -> list[tuple[np.ndarray, int]]:
         """The request tables this process can read while the workers fill them, each with how many of
         its rows were claimed so far: the run's one shared table (claimed), each worker's (dealt: shared
-        memory, or with --ray the rows its actor handed over). Empty once the run is merged."""
+        memory, or with --ray the rows its actor handed over). Empty once the run is merged. ``started``
+        is not needed: the workers count their claims."""
         if self._claim_table is not None and self._claim_next is not None:
             return [(self._claim_table, int(self._claim_next[0]))]
         return [(w.table, int(w.progress.get("claimed", 0))) for w in self._workers if w.table is not None]
@@ -471,6 +473,13 @@ class WorkerPool:
         """The workers' running ITL and skew histograms, merged ("itl", "skew": HDR counts; empty before
         the first report carrying them)."""
         return merged_chunk_counts(self._workers, counts_len)
+
+    def copy_chunk_counts(self, into: Mapping[str, np.ndarray]) -> bool:
+        """The workers' running chunk histograms, merged, copied into ``into``'s arrays."""
+        merged = self.running_chunk_counts(len(into["itl"]))
+        for name, counts in merged.items():
+            into[name][...] = counts
+        return bool(merged)
 
     def _kill_all(self) -> None:
         for worker in self._workers:
