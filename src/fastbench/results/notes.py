@@ -207,8 +207,10 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     if facts.unknown_prompt:
         notes.append(f"{facts.unknown_prompt} completed requests have no prompt token count (counted as 0)")
     if facts.over_context:
+        per_input = " per input" if result.pooling is not None and result.pooling.batch_size > 1 else ""
         notes.append(f"{facts.over_context} completed requests report more prompt tokens than the server's "
-                     f"max_model_len ({result.server_info['max_model_len']}): its usage cannot be right there")
+                     f"max_model_len ({result.server_info['max_model_len']}){per_input} allows: its usage cannot "
+                     "be right there")
     if facts.no_tpot:
         notes.append(f"{facts.no_tpot} completed requests had fewer than 2 output tokens: no TPOT for them")
     ts = result.timestamps
