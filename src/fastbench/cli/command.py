@@ -11,7 +11,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import datasetflags, inputflags, live, multiturn, tomlconfig, vllmflags
+from fastbench.cli import datasetflags, inputflags, live, multiturn, runtext, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -554,8 +554,11 @@ def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int |
     import uvloop
 
     from fastbench.results import writers
+    from fastbench.results.notes import wrapped
     from fastbench.results.result import ResultWriteError, ServerDiedError
 
+    for line in runtext.opening_lines(config):  # before the run's seconds pass: what is measured
+        print("\n".join(wrapped(line, "", 100)), flush=True)
     watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint)
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = _ProgressLine() if show and watchers.view is None else None
@@ -573,6 +576,8 @@ def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int |
     print(writers.render_console(result))
     if result.run_id is not None:
         print(f"stored: run {result.run_id} in {config.store}")
+    for line in runtext.closing_lines(config, result, written=not isinstance(failure, ResultWriteError)):
+        print(line)  # whole: a path is copied from it
     if failure is not None:
         print(f"fastbench: error: {failure}", file=sys.stderr)
         return 2 if isinstance(failure, ResultWriteError) else 1

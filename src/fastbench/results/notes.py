@@ -2,13 +2,14 @@
 
 Every sentence ``figures.summarize`` puts into a :class:`~fastbench.results.result.Result` is worded
 here, from the result's own fields and the few counts in :class:`NoteFacts`. The notes go whole into
-the run card's Notes and the result file; the console shows each in one line (:func:`console_line`),
-so a note says its point first.
+the run card's Notes and the result file; the console shows each whole, wrapped (:func:`console_notes`),
+and a note says its point first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,8 +61,8 @@ class NoteFacts:
     trace_pace: TracePace | None = None  # a trace sent at its times only
 
 
-# A console note takes one terminal line: at most this many columns, its prefix ("* ") included; the rest of
-# it is in the result file's notes and on the card.
+# A console note is shown whole, wrapped at this many columns, its prefix ("* ") included; a long one is
+# wrapped, never cut (the result file and the card have the same text).
 CONSOLE_WIDTH = 80
 CUT_MARK = " …"
 # Where a note may be cut, best first: after a whole clause, between list items, at a word (a heading's colon
@@ -70,9 +71,9 @@ _CUT_AFTER = ("; ", ", ", " ")
 
 
 def console_line(note: str, width: int = CONSOLE_WIDTH) -> str:
-    """``note`` as one console line of at most ``width`` characters: whole where it fits, else its opening
-    clauses, cut where one ends (never inside parentheses, and keeping at least half the line) and marked
-    with " …"."""
+    """``note`` as one line of at most ``width`` characters, for a table cell that has one line: whole where it
+    fits, else its opening clauses, cut where one ends (never inside parentheses, and keeping at least half the
+    line) and marked with " …"."""
     text = " ".join(note.split())
     if len(text) <= width:
         return text
@@ -92,14 +93,17 @@ def console_line(note: str, width: int = CONSOLE_WIDTH) -> str:
     return text[:room] + CUT_MARK
 
 
-def console_notes(notes: Sequence[str], prefix: str, whole_in: str,
-                  width: int = CONSOLE_WIDTH) -> list[str]:
-    """Each note as one console line after ``prefix``, and, where one was cut, a last line saying where the
-    whole notes are (``whole_in``)."""
-    lines = [prefix + console_line(note, width - len(prefix)) for note in notes]
-    if any(line.endswith(CUT_MARK) for line in lines):
-        lines.append(f"{' ' * len(prefix)}(…: whole notes in {whole_in})")
-    return lines
+def wrapped(text: str, prefix: str, width: int = CONSOLE_WIDTH) -> list[str]:
+    """``text`` whole, after ``prefix`` on its first line and under it on the next ones, in lines of at
+    most ``width`` columns (a word longer than a line, e.g. a path, is left whole on its own)."""
+    return textwrap.wrap(" ".join(text.split()), width, initial_indent=prefix,
+                         subsequent_indent=" " * len(prefix), break_long_words=False,
+                         break_on_hyphens=False) or [prefix.rstrip()]
+
+
+def console_notes(notes: Sequence[str], prefix: str, width: int = CONSOLE_WIDTH) -> list[str]:
+    """Each note whole after ``prefix``, wrapped at ``width`` columns."""
+    return [line for note in notes for line in wrapped(note, prefix, width)]
 
 
 def usage_statement(by_source: dict[str, int], completed: int) -> str:
