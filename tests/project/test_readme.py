@@ -147,5 +147,5 @@ def test_the_readme_names_every_extra_and_what_needs_it() -> None:
     section = README.read_text().split("The extras, from a clone", 1)[1].split("\n\n", 1)[0]
     assert _extras_named(section) >= extras, extras - _extras_named(section)
     flat = " ".join(section.split())
-    for extra, user in (("metrics", "--metrics-port"), ("otlp", "--otlp-endpoint"), ("plot", "fastbench report")):
+    for extra, user in (("metrics", "--metrics-port"), ("otlp", "--otlp-endpoint"), ("plot", "fastbench plot")):
         assert user in flat.split(f"'.[{extra}]'", 1)[1][:40], extra  # said right after the extra
