@@ -359,6 +359,7 @@ async def _run_against(
             max_seconds=config.max_seconds,
             request_timeout_s=config.request_timeout_s,
             max_error_rate=config.max_error_rate,
+            server_gone_s=config.server_gone_s,
             coalesce_s="auto" if config.coalesce_ms == "auto" else config.coalesce_ms / 1e3,
             # max_tokens bounds the usage the core trusts: only where it is the server's real limit
             expected_output_tokens=[spec.max_tokens for spec in work.requests]

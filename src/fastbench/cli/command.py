@@ -39,7 +39,7 @@ and overhead, against the synthetic server), `fastbench synthetic-server --help`
 `fastbench report --help` (one self-contained HTML page and a study card).
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
-the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
+the server died or went away) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
 server or a result file that could not be written, 130 interrupted.
 """
 
@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
                    help="stop early once failed/finished exceeds this fraction (after 20 requests)")
+    g.add_argument("--server-gone-s", type=float, default=5.0, metavar="S",
+                   help="stop early, keeping what was measured, once every connection attempt for S seconds was "
+                   "refused (or closed before any byte) and the server answered nothing in between: it went away; "
+                   "until then a refused slot waits 10 ms doubling to 0.5 s before it tries again (0: never stop)")
     g.add_argument("--coalesce-ms", type=coalesce_window, default="auto", metavar="auto|X",
                    help="read the sockets at least every X ms instead of on every arrival (streams about to end are "
                    "still watched on every arrival): less client CPU per chunk at many streams; kernel stamps keep "
@@ -399,6 +403,7 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
         ray=ns.ray,
         workers_per_node=ns.workers_per_node,
         max_error_rate=ns.max_error_rate,
+        server_gone_s=ns.server_gone_s,
         max_tokens=max_tokens,
         ignore_eos=ns.ignore_eos,
         extra_body=ns.extra_body,

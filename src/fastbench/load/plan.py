@@ -98,6 +98,8 @@ class LoadPlan:
     max_seconds: float | None = None
     request_timeout_s: float | None = None
     max_error_rate: float | None = None
+    # stop once every connection attempt for this many seconds failed, nothing answered (load.gone); 0: never
+    server_gone_s: float = 0.0
     verify_tls: bool = True
     kernel_timestamps: bool = True
     # read the sockets at least this often instead of on every arrival (0: on every arrival); "auto":

@@ -95,6 +95,7 @@ class WorkerSpec:
     keep_chunk_stamps: bool
     report_interval_s: float = REPORT_INTERVAL_S
     max_error_rate: float | None = None  # the rule applied here, to its own counts and the others' as last told
+    server_gone_s: float = 0.0  # the server-went-away rule (load.gone), applied here to the table it sees
     kernel_timestamps: bool = True
     whole_answers: bool = False  # one whole JSON answer per request (LoadPlan.whole_answers)
     # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,
@@ -223,6 +224,7 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         max_seconds=spec.max_seconds,
         request_timeout_s=spec.request_timeout_s,
         max_error_rate=spec.max_error_rate,
+        server_gone_s=spec.server_gone_s,
         kernel_timestamps=spec.kernel_timestamps,
         verify_tls=spec.verify_tls,
         coalesce_s=spec.coalesce_s,

@@ -181,6 +181,10 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         notes.append(text)
     if result.stopped_reason == "interrupted":
         notes.append("interrupted before the workload finished")
+    if result.stopped_reason == "server went away":
+        notes.append(f"the server went away: every connection attempt for {cfg.server_gone_s:g} s was refused or "
+                     "closed before any byte, and nothing answered in between (--server-gone-s); the run stopped "
+                     "there and keeps what it measured")
     if result.collapse_reason:
         notes.append(f"collapsed run: {result.collapse_reason}")
     if result.workers is not None:

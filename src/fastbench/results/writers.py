@@ -336,6 +336,9 @@ def render_console(result: Result) -> str:
         lines.append(f"{label:<40} {text:<10}")
 
     head(" Serving Benchmark Result ", "=")
+    if result.stopped_reason == "server went away":  # load.gone's rule held: say it before any figure
+        lines += wrapped(f"SERVER WENT AWAY: every connection refused for {cfg.server_gone_s:g} s; the run stopped "
+                         "there and keeps what it measured", "")
     if result.collapsed:
         lines.append(f"COLLAPSED RUN: {result.collapse_reason}")
         lines.append("(its throughput figures describe no working server: do not plot them)")
