@@ -1,4 +1,5 @@
-"""The lines around a run's table: first what is measured against what, last where the results went.
+"""The lines around a run's table: first what is measured against what, the progress line while it runs,
+last where the results went.
 
 A new user's first ``fastbench --num-prompts 64`` measures the built-in synthetic server; the first lines
 say so, and which workload, before the run's seconds pass; the last say which files hold the result, or
@@ -8,6 +9,7 @@ how to keep it when nothing was asked for.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from fastbench.config import BenchConfig
@@ -81,3 +83,20 @@ def closing_lines(config: BenchConfig, result: Any, written: bool) -> list[str]:
         return []  # "stored: run ... in ..." says it
     return ["fastbench: nothing saved: --result-json FILE keeps the result, --result-card FILE a Markdown card,",
             "           --store DIR the run for `fastbench runs`, compare and report"]
+
+
+class ProgressLine:
+    """One self-overwriting status line on stderr."""
+
+    def __call__(self, p: dict[str, Any]) -> None:
+        cap = f"/{p['max_seconds']:.0f}" if p["max_seconds"] else ""
+        rate = p["output_tokens"] / p["elapsed_s"] if p["elapsed_s"] > 0 else 0.0
+        sys.stderr.write(
+            f"\r  {p['completed']}/{p['total']} done, {p['failed']} failed, {p['in_flight']} in flight, "
+            f"{rate:,.0f} tok/s, {p['elapsed_s']:.0f}{cap} s   "
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
