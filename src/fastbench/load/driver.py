@@ -195,10 +195,28 @@ class LoadGenerator:
         watch = gone.ServerGoneWatch(self.rows, self.plan.server_gone_s)
         while not self.halt.stopping:
             await asyncio.sleep(gone.LOOK_INTERVAL_S)
+            if watch.probe_due(now_ns()):  # silent: try a connection of its own (an open loop's arrivals wait)
+                started = now_ns()
+                watch.probed(started, await self._connects())
             if watch.look(self.state.counters["reads"], now_ns()):
                 self.gone_after_s = watch.refused_for_s
                 self.stop(gone.STOP_REASON)
                 return
+
+    async def _connects(self) -> bool:
+        """Whether the server accepts a TCP connection now (closed at once; refused or no answer within
+        PROBE_AFTER_S: False)."""
+        loop = asyncio.get_running_loop()
+        family, addr = self.conns._family, self.conns._addr
+        if addr is None:  # not resolved: no run is going on
+            return False
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, addr), gone.PROBE_AFTER_S)
+            except (OSError, asyncio.TimeoutError):
+                return False
+        return True
 
     def _stop_soon(self, reason: str) -> None:
         asyncio.get_running_loop().call_soon(self.stop, reason)

@@ -5,6 +5,9 @@ remaining requests in microseconds (1,968 CONNECT failures in one such run) and 
 The rule here, judged on the request table's own stamps as rows finish: the server went away once the
 requests that failed to connect (``CONNECT`` with no response byte) span ``after_s`` seconds, from the first
 such failure to the latest, with no response byte received from the server in between (any read counts).
+While the server is silent the watch makes connection attempts of its own (an open loop's arrivals wait for
+a pooled connection rather than fail, leaving no row to read); a refused one counts as a refusal, an
+accepted one as an answer.
 The run then stops like an interrupted one, and keeps what it measured.
 
 While connections are refused, a closed-loop slot waits before its next attempt (:func:`refusal_wait`), so the
@@ -24,6 +27,9 @@ SERVER_GONE_S = 5.0
 # How often the driver looks at the table, and how many rows past the first unfinished one it looks at.
 LOOK_INTERVAL_S = 0.05
 LOOK_ROWS = 65_536
+# After this long without a read, the watch makes a connection attempt of its own every as often: an open
+# loop against a dead port leaves its arrivals waiting for a pooled connection, with no failed row to read.
+PROBE_AFTER_S = 0.5
 # A closed-loop slot's wait after its n-th refusal in a row: 10 ms doubling, at most half a second.
 FIRST_WAIT_S = 0.01
 LONGEST_WAIT_S = 0.5
@@ -52,6 +58,7 @@ class ServerGoneWatch:
         self.first_refused_ns = 0  # the first refusal after it (0: none)
         self.last_refused_ns = 0
         self._reads = 0
+        self._probed_ns = 0
 
     @property
     def refused_for_s(self) -> float:
@@ -59,6 +66,22 @@ class ServerGoneWatch:
         if not self.first_refused_ns:
             return 0.0
         return (self.last_refused_ns - self.first_refused_ns) / 1e9
+
+    def probe_due(self, now_ns: int) -> bool:
+        """Whether to try a connection now: the server has been silent, and no attempt of the watch's own
+        was made within PROBE_AFTER_S."""
+        quiet_since = max(self.last_answer_ns, self._probed_ns)
+        return now_ns - quiet_since >= PROBE_AFTER_S * 1e9
+
+    def probed(self, at_ns: int, accepted: bool) -> None:
+        """The watch's own connection attempt at ``at_ns``: accepted (the server listens), or refused."""
+        self._probed_ns = at_ns
+        if accepted:
+            self.last_answer_ns = max(self.last_answer_ns, at_ns)
+            self.first_refused_ns = self.last_refused_ns = 0
+        elif at_ns > self.last_answer_ns:
+            self.first_refused_ns = min(self.first_refused_ns or at_ns, at_ns)
+            self.last_refused_ns = max(self.last_refused_ns, at_ns)
 
     def look(self, reads: int, now_ns: int) -> bool:
         """Take in the rows finished since the last look; ``reads``: the core's count of socket reads (a
@@ -73,7 +96,7 @@ class ServerGoneWatch:
             self.last_answer_ns = max(self.last_answer_ns, int(first_byte.max()))
         refusals = end[(window[:, COL["error"]] == ErrorClass.CONNECT) & (first_byte == 0) & (end > 0)]
         refusals = refusals[refusals > self.last_answer_ns]
-        if self.first_refused_ns <= self.last_answer_ns:  # the server answered since: start again
+        if self.first_refused_ns and self.first_refused_ns <= self.last_answer_ns:  # it answered since: again
             self.first_refused_ns = self.last_refused_ns = 0
         if refusals.size:
             earliest, latest = int(refusals.min()), int(refusals.max())
