@@ -192,7 +192,7 @@ class LoadGenerator:
 
     async def _watch_server_gone(self) -> None:
         """Stop the run once the server went away (load.gone's rule, on the table's own stamps)."""
-        watch = gone.ServerGoneWatch(self.rows, self.plan.server_gone_s)
+        watch = gone.ServerGoneWatch(self.rows, self.plan.server_gone_s, now_ns())
         while not self.halt.stopping:
             await asyncio.sleep(gone.LOOK_INTERVAL_S)
             if watch.probe_due(now_ns()):  # silent: try a connection of its own (an open loop's arrivals wait)

@@ -50,7 +50,9 @@ def refused(row: np.ndarray) -> bool:
 class ServerGoneWatch:
     """Follows the request table as its rows finish and says when the rule above holds."""
 
-    def __init__(self, rows: np.ndarray, after_s: float) -> None:
+    def __init__(self, rows: np.ndarray, after_s: float, started_ns: int = 0) -> None:
+        """``started_ns``: when the watch began; its first attempt of its own comes PROBE_AFTER_S later at the
+        earliest, so a run whose server answers at once never sees one."""
         self.rows = rows
         self.after_ns = int(after_s * 1e9)
         self.mark = 0  # every row before it has finished and been looked at
@@ -58,7 +60,7 @@ class ServerGoneWatch:
         self.first_refused_ns = 0  # the first refusal after it (0: none)
         self.last_refused_ns = 0
         self._reads = 0
-        self._probed_ns = 0
+        self._probed_ns = started_ns
 
     @property
     def refused_for_s(self) -> float:
