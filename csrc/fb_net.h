@@ -57,6 +57,17 @@ static inline ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel
     return n;
 }
 
+/* Whether nothing waits unread on the socket: 1 when a recv would block (the connection may carry
+ * another request), 0 when bytes or the peer's FIN wait, or on an error. */
+static inline int fb_net_quiet(int fd) {
+    char byte;
+    ssize_t n;
+    do {
+        n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 /* One non-blocking send of several buffers, in order, as one stream of bytes: sendmsg gathers
  * them, so the caller need not join them first. Returns bytes sent or -errno. */
 static inline ssize_t fb_net_sendv(int fd, const struct iovec *parts, int count) {

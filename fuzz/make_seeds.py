@@ -99,6 +99,13 @@ json_head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 seeds["raw_whole_json"] = (b"\x30\x05\x00" + json_head + b"Content-Length: %d\r\n\r\n" % len(embeddings) + embeddings
                            + json_head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(rerank, 11)
                            + head + b"Content-Length: %d\r\n\r\n" % len(chat) + chat)
+# What a hostile server sends (tests/support/hostile): bytes past a response's Content-Length, which must read as
+# a malformed next response whatever the split; long lines with no data field (never stored); a flood of events.
+seeds["raw_length_overrun"] = (b"\x00\x0b\x02" + head + b"Content-Length: %d\r\n\r\n" % len(chat) + chat
+                               + b"these bytes lie past the response's Content-Length" * 200)
+seeds["close_huge_nodata_lines"] = b"\x02\x0d\x01" + (b"x" * 12000 + b"\n") * 2 + b"event" + b"y" * 12000 + b"\n" + chat
+seeds["chunked_event_flood"] = (b"\x01\x11\x03" + chunked(
+    data({"choices": [{"index": 0, "text": "x", "finish_reason": None}]}) * 300, 4093))
 for name, blob in seeds.items():
     (HERE / "seeds" / name).write_bytes(blob)
 

@@ -205,3 +205,20 @@ def test_a_negated_switch_is_not_a_key(tmp_path: Path) -> None:
     assert expand(tmp_path, "[benchmark]\nprogress = false\n") == ["--no-progress"]
     with pytest.raises(ConfigError, match="has no option 'no_progress'"):
         expand(tmp_path, "[benchmark]\nno_progress = true\n")
+
+
+def test_a_model_beside_base_url_is_the_served_models_name(tmp_path: Path) -> None:
+    """``[server] model`` beside ``base_url`` (no engine) names the model the running server serves: --model,
+    in a run's --config file and in a sweep's [server] table alike (it was --launch-model, refused for want of
+    --launch). Beside ``engine`` it is still what the engine loads."""
+    from fastbench.cli.sweep import RunCommand, load_plan
+
+    attached = '[server]\nbase_url = "http://h:9"\nmodel = "gemma3-270m"\n'
+    config = parse(tmp_path, attached + "[benchmark]\nconcurrency = 2\n")
+    assert config.launch is None and config.base_url == "http://h:9" and config.model == "gemma3-270m"
+    launched = parse(tmp_path, '[server]\nengine = "vllm"\nmodel = "org/m"\n')
+    assert launched.launch is not None and launched.launch.model == "org/m" and launched.model is None
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(attached + "[benchmark]\nconcurrency = [1, 2]\nnum_prompts = 2\n")
+    plan, _ = load_plan(str(sweep), RunCommand(cli.build_parser, cli.config_from_args), store=str(tmp_path / "st"))
+    assert [(c.config.model, c.config.base_url) for c in plan.cells] == [("gemma3-270m", "http://h:9")] * 2

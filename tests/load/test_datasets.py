@@ -841,7 +841,10 @@ def test_shared_prefix_token_counts_with_a_local_tokenizer(tmp_path: Path) -> No
             assert isinstance(text, str) and spec.prompt_text_chars == len(text)
             got = tok.encode(text, add_special_tokens=False).ids
             assert spec.prompt_len == len(got)  # the whole prompt counted as sent
-            assert 39 <= spec.prompt_len <= 41  # a join may merge or split one token at the boundary
+            # random's input counts the BOS the server adds, as vLLM's (30 + 10 - 1); a join may merge or split
+            # one token at the boundary
+            drawn = 39 if cfg.dataset_name == "random" else 40
+            assert drawn - 1 <= spec.prompt_len <= drawn + 1
             ids.append(got)
         shared = max(_common_prefix(a, b) for a in ids for b in ids if a is not b)
         assert shared >= 29  # the prefix's tokens are the same in prompts that share it

@@ -1,5 +1,5 @@
-"""The README stays true: its definitions are the result file's, its API example runs, its commands are
-CI's; and so do the examples of the docs pages it points to."""
+"""The README stays true and short: its API and sweep examples run, its commands are CI's, its links resolve;
+and so do the examples of the docs pages it points to. The definitions it points to: test_definitions_doc.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import re
 
 import pytest
 
-from fastbench.results.definitions import DEFINITIONS
-
 # lint, types, layout, plots, docs: no native path of their own (the sanitizer stage leaves them out)
 pytestmark = pytest.mark.pure_python
 
@@ -17,10 +15,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 
-def test_every_definition_is_in_the_readme_verbatim() -> None:
+def test_the_readme_points_at_the_definitions_and_keeps_no_copy_of_them() -> None:
+    """One copy, docs/definitions.md, checked against the result file's: a second would drift unchecked."""
     text = README.read_text()
-    for name, definition in DEFINITIONS.items():
-        assert f"- **{name}**: {definition}" in text, name
+    assert "](docs/definitions.md)" in text
+    assert not re.findall(r"^- \*\*\w+\*\*: ", text, re.M)
 
 
 def test_python_api_example_runs(capsys: object) -> None:
@@ -41,6 +40,24 @@ def test_readme_commands_match_ci() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = "pip install '.[test]' && python -m pytest"
     assert test_command in text and test_command in ci
+
+
+def test_the_readme_sweep_example_makes_its_plan(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastbench.cli import command
+    from fastbench.cli.sweep import RunCommand, load_plan
+
+    section = README.read_text().split("## Sweeps: variants x a grid, resumable", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    path = tmp_path / "crossover.toml"
+    path.write_text(block.group(1))
+    plan, _ = load_plan(str(path), RunCommand(command.build_parser, command.config_from_args),
+                        store=str(tmp_path / "runs"))
+    assert len(plan.cells) == 2 * 4 * 3  # variants x concurrency x repeats
+    assert len(plan.groups) == 2  # one launch per variant
+    capsys.readouterr()
+    assert command.main(["sweep", str(path), "--store", str(tmp_path / "runs"), "--dry-run"]) == 0
+    assert "24 cells (8 points x 3 repeats), 0 done, 24 to run" in capsys.readouterr().out
 
 
 def test_servers_page_toml_example_expands_to_flags(tmp_path: pathlib.Path) -> None:
@@ -87,8 +104,8 @@ def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
 
 
 def test_the_readme_stays_short() -> None:
-    """A newcomer reads it in ten minutes; what it leaves out is one link away (the test above)."""
-    assert len(README.read_text().splitlines()) <= 250
+    """A newcomer reads it in two minutes; what it leaves out is one link away (the test above)."""
+    assert len(README.read_text().splitlines()) <= 120
 
 
 def test_the_package_exports_every_name_the_docs_use_from_it() -> None:

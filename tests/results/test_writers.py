@@ -514,3 +514,20 @@ def test_a_users_row_of_a_label_fastbench_fills_takes_that_rows_place() -> None:
     assert table[0] == "| Model | google/gemma-4-31B-it (base) |" and table[1] == "| Family | Gemma 4 |"
     assert "| Context window | 65536 |" in table
     assert table.index("| Note | first |") + 1 == table.index("| Note | second |")  # repeated: each kept
+
+
+@pytest.mark.parametrize(("source", "drafts", "positions", "shown"), [
+    ("vllm:spec_decode_* counters", 0, 3, " · speculative decoding (3-token drafts, told by its /metrics) · "),
+    ("llamacpp:spec_decode_* counters", 0, 0, None),  # llama-server keeps them at zero without a draft model
+    ("llamacpp:spec_decode_* counters", 12, 0, " · speculative decoding (told by its /metrics) · "),
+])
+def test_the_title_of_an_attached_speculating_server(source: str, drafts: int, positions: int,
+                                                     shown: str | None) -> None:
+    counters = {"prefix": source.split(":")[0] + ":", "drafts": drafts, "per_position": [0] * positions}
+    stats = {"source": source, "counters_first": counters, "counters_last": counters}
+    config = make_config()
+    title = render_card(make_result(config=config, engine=None, spec_decode_stats=stats), config).splitlines()[0]
+    assert (shown in title) if shown else "speculative" not in title, title
+    # a launched server's variant, from its arguments, stands
+    launched = make_result(config=config, variant="NGRAM speculative decoding", spec_decode_stats=stats)
+    assert render_card(launched, config).splitlines()[0].count("speculative decoding") == 1

@@ -58,10 +58,11 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_bytes(b"".join(orjson.dumps({"prompt": p}) + b"\n" for p in PROMPTS))
     out, card, log = tmp_path / "r.json", tmp_path / "card.md", tmp_path / "vllm.log"
+    key = f"sk-realvllm-{os.getpid()}-0123456789"  # vLLM logs its arguments: no file may keep the key
     argv = [
-        "--launch", "vllm", "--launch-model", str(model), "--engine-bin", str(vllm),
-        "--engine-args", ("--served-model-name gemma3-270m --max-model-len 2048 --dtype bfloat16 --enforce-eager "
-                          f"--speculative-config '{SPEC_CONFIG}'"),
+        "--launch", "vllm", "--launch-model", str(model), "--engine-bin", str(vllm), "--api-key", key,
+        "--engine-args", (f"--api-key {key} --served-model-name gemma3-270m --max-model-len 2048 --dtype bfloat16 "
+                          f"--enforce-eager --speculative-config '{SPEC_CONFIG}'"),
         "--server-env", "VLLM_CPU_KVCACHE_SPACE=2", "--server-env", "HF_HUB_OFFLINE=1",
         "--server-env", "VLLM_NO_USAGE_STATS=1", "--server-port", str(port), "--server-log", str(log),
         "--ready-timeout", "400", "--memory-interval", "1", "--metrics-interval", "2",
@@ -110,6 +111,10 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
     assert series and server["memory_peaks"]["server_rss_bytes"] > 100 * 2**20
     assert server["footprint"]["kv_cache_gib"] == [2.0] and server["footprint"]["kv_cache_tokens"][0] > 0
 
+    logged = log.read_text()
+    assert all(key not in text for text in (logged, card.read_text(), out.read_text()))
+    assert any("non-default args" in line and "***" in line for line in logged.splitlines())
+
     text = card.read_text()
     for needle in ("vLLM 0.32", "Load", "ready in", "Speculative decoding", "Mean acceptance length",
                    "Per-position acceptance", "Tokens per engine step", "Server metrics", "Memory", "Peak memory",
@@ -118,6 +123,9 @@ def test_real_vllm_with_ngram_speculation(real_vllm: tuple[Path, Path], tmp_path
                    "| Family | Gemma (gemma3_text) |", "| Parameters | 268M (dense), counted from the safetensors",
                    "| KV cache (server) | ", "; prefix caching on (vllm:cache_config_info) |"):
         assert needle in text, needle
+    # vLLM on the CPU keeps gpu_memory_utilization at its default, which sizes nothing there
+    kv_row = next(line for line in text.splitlines() if line.startswith("| KV cache (server) |"))
+    assert "gpu-memory-utilization" not in kv_row, kv_row
 
     # no orphan (vLLM's engine core is a child process in the same group), the port free, and the
     # result says so: it was written after the teardown
@@ -497,3 +505,61 @@ def test_real_vllm_takes_agentic_calls_as_tool_turns(cached_vllm: tuple[str, Pat
     stats = doc["fastbench"]["server"]["prefix_cache_stats"]
     assert stats["hit_rate"] == pytest.approx(hits / queries, abs=0.01), (stats, queries, hits)
     assert hits / queries > 0.5  # three of four calls continue a history of 512 tokens and more
+
+
+RANDOM_PROMPTS, RANDOM_LEN = 8, 64
+
+
+def _prompt_tokens_after(base_url: str, before: float, least: float) -> float:
+    """vLLM's prompt tokens counted since ``before``, once the counter reaches ``least`` more, or holds still for
+    2 s (the counter moves as the engine reports a step, a little after the last response)."""
+    last, still_since = -1.0, time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        (now,) = _vllm_counters(base_url, "vllm:prompt_tokens_total")
+        if now - before >= least:
+            return now - before
+        if now != last:
+            last, still_since = now, time.monotonic()
+        elif time.monotonic() - still_since > 2:
+            break
+        time.sleep(0.2)
+    return last - before
+
+
+def test_real_vllm_counts_random_prompts_as_vllm_bench_serve_sends_them(
+        real_vllm: tuple[Path, Path], cached_vllm: tuple[str, Path, float], tmp_path: Path) -> None:
+    """The random dataset with the model's own tokenizer, through fastbench and through `vllm bench serve` from
+    the real vLLM with the same flags: the server's prompt-token counter (vllm:prompt_tokens_total, read here
+    apart from both tools) grows by the same amount for each, --random-input-len per prompt (vLLM's text is one
+    token short of it, for the BOS the server adds; fastbench's was the whole length, and 32 x 128 reached vLLM
+    as 4,128 tokens against vLLM's 4,096)."""
+    vllm, model = real_vllm
+    base_url, log, _ = cached_vllm
+    expected = RANDOM_PROMPTS * RANDOM_LEN
+    flags = ["--dataset-name", "random", "--random-input-len", str(RANDOM_LEN), "--num-prompts", str(RANDOM_PROMPTS),
+             "--tokenizer", str(model), "--seed", "11", "--ignore-eos"]
+
+    out = tmp_path / "fastbench.json"
+    before = _vllm_counters(base_url, "vllm:prompt_tokens_total")[0]
+    doc, fastbench_s = run_fastbench(
+        ["--base-url", base_url, "--model", "gemma3-270m", "--endpoint", "/v1/completions", *flags,
+         "--max-tokens", "2", "--concurrency", "4", "--num-warmups", "0", "--result-json", str(out)], out, log,
+        timeout_s=300)
+    fastbench_tokens = _prompt_tokens_after(base_url, before, expected)
+    assert doc["completed"] == RANDOM_PROMPTS and doc["failed"] == 0
+    assert doc["total_input_tokens"] == fastbench_tokens  # its usage figures are the server's counter
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS")}
+    before = _vllm_counters(base_url, "vllm:prompt_tokens_total")[0]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [str(vllm), "bench", "serve", "--backend", "vllm", "--base-url", base_url, "--model", "gemma3-270m", *flags,
+         "--random-output-len", "2", "--max-concurrency", "4", "--disable-tqdm"], capture_output=True, text=True,
+        timeout=600, check=False, env=env | {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}, cwd=tmp_path)
+    vllm_s = time.monotonic() - t0
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    vllm_tokens = _prompt_tokens_after(base_url, before, expected)
+    print(f"prompt tokens the server counted: fastbench {fastbench_tokens:.0f} ({fastbench_s:.0f} s), vllm bench "
+          f"serve {vllm_tokens:.0f} ({vllm_s:.0f} s), asked {expected}; load average {os.getloadavg()[0]:.1f}")
+    assert fastbench_tokens == vllm_tokens == expected

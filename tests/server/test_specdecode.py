@@ -345,7 +345,11 @@ def test_attached_run_reports_acceptance_from_the_servers_counters(tmp_path: Pat
     assert doc["spec_decode_num_drafts"] == w["drafts"] > 0
     assert doc["spec_decode_acceptance_length"] == pytest.approx(1 + w["accepted"] / w["drafts"])
     assert doc["total_output_tokens"] == result.counts.completed + w["drafts"] + w["accepted"]
-    assert "Speculative decoding" in (tmp_path / "card.md").read_text()
+    card = (tmp_path / "card.md").read_text()
+    assert "Speculative decoding" in card
+    # the title says the attached server speculates, as a launched one's names its method (read from its log)
+    title = card.splitlines()[0]
+    assert title.endswith(" · speculative decoding (3-token drafts, told by its /metrics) · conc 4"), title
     assert doc["fastbench"]["server"]["provenance"] == {
         "launched": False, "base_url": synthetic.base_url, "engine_version": None}
 
@@ -509,3 +513,24 @@ def test_counters_that_never_moved_give_no_card_section() -> None:
     # drafted before the window but not in it: that is news, and the section says so
     earlier = zeros.replace("drafts_total 0", "drafts_total 5").replace("draft_tokens_total 0", "draft_tokens_total 15")
     assert "spec_decode" in _monitor_info(200, earlier)
+
+
+
+def test_a_cpu_vllms_kv_cache_row_leaves_out_gpu_memory_utilization() -> None:
+    """vLLM on the CPU keeps gpu_memory_utilization at its default 0.92 in cache_config_info, though
+    VLLM_CPU_KVCACHE_SPACE sizes its cache: where its engine-config line says device_config=cpu (vLLM 0.32's
+    words, abridged), the card's KV cache row leaves it out; on a GPU, or where the log said nothing, it stays."""
+    from fastbench.server.serverlog import parse_vllm_device
+
+    line = ("(EngineCore pid=22721) INFO 12-07 22:02:26 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
+            "config: model='/m', speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), "
+            "tokenizer='/m', dtype=torch.bfloat16, kv_cache_dtype=auto, device_config={}, structured_outputs_config=x")
+    assert parse_vllm_device("noise\n" + line.format("cpu")) == "cpu"
+    assert parse_vllm_device(line.format("cuda")) == "cuda"
+    assert parse_vllm_device("INFO nothing about the engine's config") is None
+    labels = cache_config(Metrics.parse(VLLM_CACHE_CONFIG_INFO + "\n"))
+    assert labels is not None
+    assert cache_config_row(labels, device="cpu") == (
+        "110,733 tokens (2.00 GiB, dtype auto, block 128); prefix caching on (vllm:cache_config_info)")
+    assert "gpu-memory-utilization 0.92" in str(cache_config_row(labels, device="cuda"))
+    assert "gpu-memory-utilization 0.92" in str(cache_config_row(labels))

@@ -27,7 +27,8 @@ from fastbench.synthetic import SyntheticServer
 
 @pytest.mark.parametrize("reason,completed,failed,collapsed,status,complete", [
     ("completed", 8, 0, False, "ok", True),
-    ("completed", 0, 8, True, "COLLAPSED", True),  # the whole workload ran: the server collapsed at that load
+    ("completed", 0, 8, True, "COLLAPSED", False),  # the whole workload ran on a server that did not work
+    ("completed", 4, 8, True, "COLLAPSED", False),  # an engine that died mid-cell: 4 done, 8 HTTP 500
     ("time cap", 3, 0, False, "time cap", True),
     ("time cap", 0, 0, True, "CAPPED-EMPTY", False),  # the cap came before the first completion
     ("interrupted", 0, 0, False, "INTERRUPTED", False),
@@ -43,7 +44,7 @@ def test_each_way_a_run_ends_has_its_word_and_one_completeness_rule(
         reason: str | None, completed: int | None, failed: int | None, collapsed: bool, status: str,
         complete: bool) -> None:
     assert run_status(reason, completed, failed, collapsed) == status
-    assert is_complete(reason, completed) is complete
+    assert is_complete(reason, completed, collapsed) is complete
 
 
 def _counts(completed: int, failed: int, total: int = 8) -> Counts:
@@ -157,7 +158,8 @@ random_output_len = 4
     assert cut_id in incomplete and "INTERRUPTED" in incomplete and "0/4" in incomplete
     # the figure data beside the figures: the same runs and the same mean as the table
     crossover = orjson.loads((tmp_path / "rep" / "crossover.json").read_bytes())
-    assert crossover["left_out"] == [{"run": cut_id, "variant": "slow", "status": "INTERRUPTED"}]
+    assert crossover["left_out"] == [
+        {"run": cut_id, "variant": "slow", "status": "INTERRUPTED", "reason": "interrupted"}]
     (at_4,) = [c for c in crossover["throughput"]["slow"] if c["load"] == 4.0]
     assert sorted(at_4["runs"]) == sorted(row[2].split(", "))
     table_mean = float(row[4].split(" ± ")[0].replace(",", ""))  # "Output tok/s", one decimal

@@ -473,4 +473,85 @@ def test_a_launched_servers_log_is_kept_from_its_launch_with_secrets_redacted(tm
         assert token not in kept and key not in kept
     raw = (tmp_path / "server.log").read_text()
     assert raw.count("launching: ") == 2
-    assert key in raw and token in raw  # the engine logged its arguments: the kept copies redacted them
+    # the engine logged its arguments and its environment's token: hidden before they reached the disk
+    assert "'--api-key', '***'" in raw and key not in raw and token not in raw
+
+
+# -- what a killed writer leaves -------------------------------------------------------------------------
+
+KILLED_WRITER = """
+import os, sys, time
+from pathlib import Path
+import orjson
+from fastbench.results import writers
+from fastbench.study import store as run_store
+
+root, doc_path = Path(sys.argv[1]), sys.argv[2]
+real_write = run_store._write
+def write_then_hang(path, data):
+    real_write(path, data)
+    if path.name == run_store.RECORDS_FILE:  # the folder half written: killed here
+        print("ready", flush=True)
+        time.sleep(600)
+run_store._write = write_then_hang
+def hang(src, dst):  # the temporary written whole, killed before its rename
+    writers.os.replace = real_replace
+    with run_store.Store(root) as store:
+        store.add(orjson.loads(Path(doc_path).read_bytes()), records_jsonl=os.urandom(1 << 20))
+real_replace = writers.os.replace
+writers.os.replace = hang
+writers.write_bytes_atomic(root / "sweeps" / "summary.csv", os.urandom(1 << 20))
+"""
+
+
+def test_reindex_removes_what_a_killed_writer_left_and_says_so(stored: dict[str, Any], tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with Store(root, create=True) as store:
+        kept_id = store.add(_doc(stored))
+    (root / "sweeps").mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(root), str(stored["where"] / "r.json")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    finally:
+        writer.kill()
+        writer.wait()
+    left_folders = [p for p in (root / "runs").iterdir() if p.name.startswith(".tmp-")]
+    left_files = list((root / "sweeps").glob(f".summary.csv.{writer.pid}.*.tmp"))
+    assert len(left_folders) == 1 and len(left_files) == 1
+    # a writer still at work (this process) keeps its temporaries
+    live_folder = root / "runs" / f".tmp-{os.getpid()}-0123abcd"
+    live_folder.mkdir()
+    live_file = root / f".card.md.{os.getpid()}.00ff.tmp"
+    live_file.write_bytes(b"x")
+    proc = fastbench("runs", "--store", str(root), "--reindex")
+    assert proc.returncode == 0, proc.stderr
+    assert "indexed 1 run " in proc.stdout
+    assert f"removed {left_folders[0]}/ (1.1 MB, a run folder" in proc.stdout  # the records and the result
+    assert f"removed {left_files[0]} (1.0 MB" in proc.stdout
+    assert not left_folders[0].exists() and not left_files[0].exists()
+    assert live_folder.is_dir() and live_file.is_file() and (root / "runs" / kept_id / "result.json").is_file()
+
+
+def test_an_index_with_tables_but_no_version_is_refused_naming_the_versions(tmp_path: Path) -> None:
+    (tmp_path / "s" / "runs").mkdir(parents=True)
+    db = sqlite3.connect(tmp_path / "s" / "index.sqlite")
+    db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY)")  # another program's, or unversioned
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=f"index schema unknown .*reads version {SCHEMA_VERSION}.*delete "):
+        Store(tmp_path / "s")
+    proc = fastbench("runs", "--store", str(tmp_path / "s"))
+    assert proc.returncode != 0 and "already exists" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "index schema unknown" in proc.stderr
+
+
+def test_an_older_index_that_cannot_be_migrated_names_both_versions(tmp_path: Path) -> None:
+    (tmp_path / "s" / "runs").mkdir(parents=True)
+    db = sqlite3.connect(tmp_path / "s" / "index.sqlite")
+    db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, listing TEXT)")  # not the version 1 it claims
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=f"index schema 1 could not be brought to version {SCHEMA_VERSION}"):
+        Store(tmp_path / "s")

@@ -183,6 +183,7 @@ def test_the_study_card_is_in_the_run_cards_layout(reported: Path) -> None:
     assert headings[0].startswith("# demo-study · fastbench-synthetic · base vs gone vs spec · conc 1-2")
     assert headings[1:] == ["## Configuration", "## Measured results", "## Full run command", "## Notes"]
     assert "\nstatus: partial (4 of 6 points done)\n" in card
+    assert "| Backend | openai |" in card and "| Endpoint |" not in card  # vllm's endpoint_type is the backend
     assert "![The crossover" in card and "(crossover.svg)" in card and (reported / "crossover.svg").is_file()
     table = [line for line in card.splitlines() if line.startswith("| base ") or line.startswith("| gone ")
              or line.startswith("| spec ")]

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from support.fakevllm import free_port, write_fake_engines
-from fastbench import api
+from fastbench import ConfigError, api
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, build_parser, load_plan
 from fastbench.study import grid
@@ -155,7 +155,15 @@ max_seconds = 30
     assert rc == 0
     assert "4 cells (2 points x 2 repeats), 0 done, 4 to run" in out
     assert out.count(": to run") == 4 and "estimated time: 2.0 min" in out  # 4 cells x their 30 s cap
-    assert stored(store) == []
+    assert not store.exists()  # a dry run writes nothing: no index, no journal
+    # of a store that exists, it reads what is done and still writes nothing
+    rc, out, _ = sweep(tmp_path, text.replace("concurrency = [1, 2]", "concurrency = [1]"), capsys=capsys)
+    assert rc == 0 and len(stored(store)) == 2
+    before = sorted(p.relative_to(store) for p in store.rglob("*") if "-wal" not in p.name and "-shm" not in p.name)
+    rc, out, _ = sweep(tmp_path, text, "--dry-run", capsys=capsys)
+    assert rc == 0 and "4 cells (2 points x 2 repeats), 2 done, 2 to run" in out
+    assert sorted(p.relative_to(store) for p in store.rglob("*") if "-wal" not in p.name and "-shm" not in p.name) \
+        == before
 
 
 def test_repeats_give_the_mean_and_its_t_interval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -330,6 +338,7 @@ random_output_len = 96
         assert f"| Engine | {server['engine']} |" in card
         assert "Engine arguments" in card and "num_speculative_tokens" in card
         assert f"ready in {load_s:.1f} s" in card and "launched once for several runs" in card
+        assert "already running (launched by fastbench before this run" in card and "(attached)" not in card
     assert sorted(seen_runs) == [1, 2]
     for variant, engine in (("synth", "synthetic"), ("remote", None)):
         for row in by_variant[variant]:  # as before: not launched, no server log kept
@@ -425,9 +434,9 @@ def test_a_plan_checks_every_cell_before_anything_runs(tmp_path: Path) -> None:
     assert build_parser().parse_args(["f.toml", "--dry-run"]).dry_run
 
 
-def test_readme_sweep_example_makes_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Sweeps: variants x a grid, resumable", 1)[1]
+def test_the_sweep_pages_complete_example_makes_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "sweep.md").read_text()
+    section = page.split("## A complete example, and the crossover it draws", 1)[1]
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None
     path = tmp_path / "crossover.toml"
@@ -674,6 +683,9 @@ max_tokens = 16
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    # the summary says why each cell is not done, not "interrupted: interrupted"
+    assert "interrupted: stopped mid-cell; a later sweep runs it again" in rest, rest
+    assert "not run: the sweep was stopped before it" in rest and "interrupted: interrupted" not in rest
     runs = stored(store)
     assert [(r["max_concurrency"], r["stopped_reason"]) for r in runs] == [(1, "completed"), (2, "interrupted")]
     first = (store / "runs" / runs[0]["run_id"] / "result.json").read_bytes()
@@ -701,3 +713,35 @@ def test_dry_run_of_a_search_says_what_it_will_choose(tmp_path: Path, capsys: py
     rc, out, _ = sweep(tmp_path, text.replace("auto_max = 32", "").replace("'auto'", "[2, 16]")
                        + "goodput = { ttft = 50 }\n", "--dry-run", "--find-max", "concurrency", capsys=capsys)
     assert rc == 0 and "find-max concurrency: each series measures its two ends, then bisects" in out
+
+
+def test_a_grid_over_the_limit_is_refused_before_any_cell_is_made(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[object] = []
+    monkeypatch.setattr(api, "validate", made.append)  # every cell's configuration is checked as it is made
+    loads = ", ".join(str(c) for c in range(1, 2001))
+    text = f"""
+[variants.a]
+synthetic_args = {FAST}
+[variants.b]
+synthetic_args = {FAST}
+[benchmark]
+concurrency = [{loads}]
+num_prompts = [{", ".join(str(n) for n in range(1, 1601))}]
+"""  # 2 x 2,000 x 1,600 = 6.4M cells: the issue's 3.2M-cell dry run never finished
+    rc, out, err = sweep(tmp_path, text, "--dry-run", "--store", str(tmp_path / "store"), capsys=capsys)
+    assert rc == 2 and out == "" and made == []
+    assert err.count("\n") == 1, err
+    assert (f"the sweep makes 6,400,000 cells (2 variants x 3,200,000 grid points (2000 concurrency x 1600 "
+            f"num_prompts) x 1 repeat), more than the {grid.MAX_CELLS:,} one sweep may make") in err
+
+
+def test_the_sweep_size_is_the_product_of_the_lists_up_to_the_limit() -> None:
+    def takes_list(key: str) -> bool:
+        return key == "percentile_metrics"
+
+    bench = {"concurrency": list(range(100)), "num_prompts": list(range(50)), "percentile_metrics": [50, 99]}
+    assert grid.check_size(bench, takes_list, variants=2, repeats=1, where="s.toml") == grid.MAX_CELLS
+    with pytest.raises(ConfigError, match="10,100 cells"):
+        grid.check_size(bench | {"num_prompts": list(range(101))}, takes_list, variants=1, repeats=1, where="s.toml")
+    assert grid.check_size({"num_prompts": 4}, takes_list, variants=3, repeats=5, where="s.toml") == 15

@@ -150,6 +150,32 @@ def test_shared_prompts_show_the_cache_after_the_first_cell(tmp_path: Path,
     assert [row[column] for row in csv[1:]] == ["1/2", "2/2"]
 
 
+def test_the_plan_of_shared_prompts_on_a_kept_cache_warns_first_and_never_says_fresh(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "shared.toml"
+    path.write_text(issue_sweep(tmp_path / "store", "http://127.0.0.1:9", 'prompt_reuse = "shared"'))
+    capsys.readouterr()
+    assert command.main(["sweep", str(path), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("WARNING: base: shared prompts and no prefix-cache reset between cells: every cell "
+                               "after the first on a server will measure its cache")
+    assert lines[2].startswith('prompts: shared (prompt_reuse = "shared")')
+    rule = next(line for line in lines if line.startswith("prefix cache reset before each cell: base: "))
+    assert rule.endswith(cellstate.SHARED_CACHE) and "fresh prompts" not in "\n".join(lines)
+    # fresh prompts: no warning, and the rule says why the cells stay apart
+    path.write_text(issue_sweep(tmp_path / "store", "http://127.0.0.1:9"))
+    assert command.main(["sweep", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING" not in out and "; fresh prompts keep cells apart" in out
+    # reset asked: the cache is emptied before each cell, so shared prompts measure no cache
+    path.write_text(issue_sweep(tmp_path / "store", "http://127.0.0.1:9",
+                                'prompt_reuse = "shared"\nreset_prefix_cache = true'))
+    assert command.main(["sweep", str(path), "--dry-run"]) == 0
+    assert "WARNING" not in capsys.readouterr().out
+    assert cellstate.reset_rule("launch", "llama.cpp", None, "shared") == (
+        False, f"off: a launched llama.cpp server has no prefix-cache reset; {cellstate.SHARED_CACHE}")
+
+
 def test_reset_before_each_cell_empties_the_cache_or_says_why_not(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     keys = 'prompt_reuse = "shared"\nreset_prefix_cache = true'
@@ -234,6 +260,16 @@ def test_shared_prompts_give_every_cell_the_sweeps_seed(tmp_path: Path) -> None:
     assert {c.config.seed for c in crossed.cells} == {3, 4} and crossed.warmup_seed not in (3, 4)
     fresh = seeds(plan_of(tmp_path, TWO_VARIANTS.format(keys="", bench="seed = [3, 4]")))
     assert len(set(fresh.values())) == 16  # 2 seeds x 2 concurrencies x 2 max_tokens x 2 repeats, per variant
+
+
+def test_two_sweeps_never_warm_a_server_with_the_same_prompts(tmp_path: Path) -> None:
+    """The warm-up's seed has the sweep's name in it: two sweeps of one seed against one server warmed it with
+    the same prompts, and the second's warm-up was all cached (24.7 s against 144.7 s). The same sweep keeps
+    its own, so it resumes as it was."""
+    first = plan_of(tmp_path, TWO_VARIANTS.format(keys='name = "first"', bench=""))
+    second = plan_of(tmp_path, TWO_VARIANTS.format(keys='name = "second"', bench=""))
+    assert first.warmup_seed != second.warmup_seed and min(first.warmup_seed, second.warmup_seed) >= 2 ** 62
+    assert plan_of(tmp_path, TWO_VARIANTS.format(keys='name = "first"', bench="")).warmup_seed == first.warmup_seed
 
 
 def test_variants_attached_to_one_server_draw_prompts_of_their_own(tmp_path: Path) -> None:
@@ -355,7 +391,8 @@ max_tokens = 2
               capsys)
     for doc in cells(off / "store"):
         assert doc["fastbench"]["server"]["prefix_cache_reset"]["asked"] is False
-        assert doc["sweep_prefix_cache_reset"] == "off: [sweep] reset_prefix_cache = false"
+        assert doc["sweep_prefix_cache_reset"] == ("off: [sweep] reset_prefix_cache = false; fresh prompts keep "
+                                                   "cells apart")
         assert not any(e.startswith("VLLM_SERVER_DEV_MODE") for e in doc["fastbench"]["config"]["launch"]["env"])
 
 

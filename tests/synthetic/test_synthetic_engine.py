@@ -282,7 +282,8 @@ def _cross_where_fastbench_finds_it(tmp_path: Path) -> None:
 
 
 def test_the_study_sweep_file_plans_its_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """bench/crossover_study.toml (the README's figure) stays a valid sweep: 2 variants x 7 loads x 2 repeats."""
+    """bench/crossover_study.toml (docs/sweep.md's crossover figure) stays a valid sweep: 2 variants x 7 loads
+    x 2 repeats."""
     rc = command.main(["sweep", str(STUDY_FILE), "--store", str(tmp_path / "store"), "--dry-run"])
     out = capsys.readouterr().out
     assert rc == 0, out

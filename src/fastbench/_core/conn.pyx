@@ -114,6 +114,7 @@ cdef class StreamConnection:
             _debug_assert(row < self.run.n_rows, "a request row beyond the table")
         fb_http_init(&self.c.http)
         fb_sse_init(&self.c.sse, self.c.sse.buf, self.c.sse.cap)
+        self.c.max_events = self.run.max_request_events
         self.reused = self.requests_served > 0
         r.row = row
         r.scheduled_ns = scheduled_ns
@@ -250,13 +251,19 @@ cdef class StreamConnection:
         self.close()
         self._finish()
 
-    cdef _read_ready(self):
+    cdef Py_ssize_t _read_ready(self, Py_ssize_t budget) except -1:
+        """Read what is ready, up to ``budget`` bytes (ReadySet.drain's share for this connection in this
+        wake-up); returns the bytes read. A server that writes faster than the client parses leaves
+        bytes unread here: the socket stays ready (level-triggered), so the rest waits for the next
+        wake-up, after the loop's timers (the time cap, --request-timeout) and the other connections."""
         cdef int64_t kernel_rt_ns, ts
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n, want, total = 0
         cdef char *buf = self.run.read_buffer
-        while not self.closed:
-            n = fb_net_recv(self.fd, buf, READ_BUFFER_BYTES, &kernel_rt_ns)
+        while not self.closed and total < budget:
+            want = budget - total if budget - total < READ_BUFFER_BYTES else READ_BUFFER_BYTES
+            n = fb_net_recv(self.fd, buf, want, &kernel_rt_ns)
             if n > 0:
+                total += n
                 if kernel_rt_ns:
                     ts = kernel_rt_ns - self.run.realtime_offset_ns
                     self.run.kernel_reads += 1
@@ -267,28 +274,30 @@ cdef class StreamConnection:
                 if not self.busy:
                     # Bytes nobody asked for: the connection is out of step; drop it.
                     self.close()
-                    return
+                    return total
                 if self.ssl_object is not None:
                     self._feed_tls(buf, n, ts)
                 else:
                     self._feed(buf, n, ts)
                 if self.run.sets.watching_ends:
                     self._watch_if_ending()
-                if n < READ_BUFFER_BYTES and not (
+                if n < want and not (
                         self.busy and self.c.req.done_seen and self.c.http.state == FB_HTTP_S_BODY_EOF):
-                    return
-                # else: a close-delimited stream said [DONE]; look for its FIN now, not a wake-up later
+                    return total
+                # else: more may be waiting; or a close-delimited stream said [DONE]: look for its FIN
+                # now, not a wake-up later (within the budget, so a stream after [DONE] cannot hold us)
             elif n == 0:
                 self._on_eof()
-                return
+                return total
             elif n == -EAGAIN:
-                return
+                return total
             else:
                 if self.busy:
                     self._fail_now(ERR_PROTOCOL if self.c.req.first_byte_ns else ERR_CONNECT,
                                    "connection error: %s" % os.strerror(-n))
                 self.close()
-                return
+                return total
+        return total
 
     cdef void _watch_if_ending(self) noexcept:
         """Coalescing: once at most one more chunk (of the largest size so far) is left of the
@@ -343,16 +352,30 @@ cdef class StreamConnection:
         self.c.multi_event_reads = 0
         self.c.output_events = 0
         if used < 0:
-            if used != -FB_ERR_CALLBACK:
+            if self._out_of_step(used):
+                r.first_byte_ns = 0  # none of these bytes answered this request
+                _fail(&self.c, ERR_CONNECT, NULL)
+                self._py_why = ("the kept-alive connection held bytes that were not a response to this request "
+                                "(the last response ran past its length?)")
+            elif used != -FB_ERR_CALLBACK:
                 _fail(&self.c, ERR_PROTOCOL, _http_error_text(-used))
             self.close()
             self._finish()
             return
         if self.c.http.state == FB_HTTP_S_DONE:
-            # Bytes after the response, or a server that will close: no reuse.
-            if used < n or not self.c.http.keep_alive:
+            # Bytes after the response, or a server that will close, or bytes (or its FIN) already
+            # waiting unread on a plain socket: no reuse. The look costs one syscall per response.
+            if used < n or not self.c.http.keep_alive or (
+                    self.ssl_object is None and not fb_net_quiet(self.fd)):
                 self.close()
             self._finish()
+
+    cdef bint _out_of_step(self, Py_ssize_t used) noexcept:
+        """The response failed before its status line on a connection that served before: what came
+        was not an answer to this request but bytes a server left after the last one (more than its
+        Content-Length, say). The connection's fault, like a stale keep-alive: CONNECT, sent again on
+        a new connection."""
+        return used != -FB_ERR_CALLBACK and self.reused and self.c.http.status == 0
 
     cdef _on_eof(self):
         if self.busy:
@@ -493,6 +516,8 @@ cdef class StreamConnection:
         if self._py_why:
             why = self._py_why
             self._py_why = None
+        elif r.why == _EVENT_CAP_WHY:
+            why = "%s of %d (a stream without end?)" % ((<bytes>r.why).decode(), self.c.max_events)
         elif r.why != NULL:
             why = (<bytes>r.why).decode()
         elif r.error in (ERR_HTTP_STATUS, ERR_CONTEXT_LENGTH):

@@ -196,6 +196,7 @@ cdef extern from "fb_gaps.h" nogil:
 cdef extern from "fb_net.h" nogil:
     int fb_net_setup(int fd)
     Py_ssize_t fb_net_recv(int fd, char *buf, size_t cap, int64_t *kernel_rt_ns)
+    int fb_net_quiet(int fd)
     Py_ssize_t fb_net_sendv(int fd, const iovec *parts, int count)
     Py_ssize_t fb_net_send(int fd, const char *buf, size_t len)
 

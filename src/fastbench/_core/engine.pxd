@@ -71,6 +71,11 @@ cdef enum:
     HEAD_BYTES = 64              # the start of every body, kept to name a response of another protocol
     COALESCE_CHANGES = 64        # automatic coalescing: the tick's changes kept for the result
     END_RATIO_BUCKETS = 256      # ends set: a stream's events per token asked for, in 1/256ths (ready.pyx)
+    WAKE_READ_BYTES = 1048576    # bytes one drain of a set reads in all, shared by its ready connections (4 KiB
+                                 # each at least, READY_EVENTS to a batch), so a server that writes faster than
+                                 # the client parses never holds the loop
+    MAX_REQUEST_EVENTS = 1048576 # output events stamped per request (24 MiB of stamps); past it: PROTOCOL
+    MAX_KEPT_BYTES = 67108864    # text kept per request (--save-outputs, an answer's text); past it: PROTOCOL
 
 
 cdef class Recorder:
@@ -128,6 +133,7 @@ ctypedef struct fb_conn_t:
     int64_t output_events        # output events, since last flushed to the run
     uint32_t *gap_counts         # the run's histogram of chunk gaps (RunState.gap_counts), by fb_gap_bucket
     size_t max_event_bytes       # largest SSE event accepted
+    size_t max_events            # output events stamped per request before it fails (RunState.max_request_events)
     int save_outputs             # keep each output event's JSON (--save-outputs)
     char *out_buf                # those events, NUL-separated (owned, reused)
     size_t out_len               # bytes used in out_buf
@@ -333,6 +339,7 @@ cdef class RunState:
     cdef public int64_t skew_offset_ns # subtracted from each receive stamp for skew: this clock less the
                                        # server's (--ray, another node's clock); 0 on the server's host
     cdef public dict error_messages    # row -> message, failed requests only
+    cdef public size_t max_request_events  # output events stamped per request before it fails (MAX_REQUEST_EVENTS)
     cdef char *read_buffer             # one buffer for every read: reads are handled one at a time
     cdef size_t max_event_bytes        # largest SSE event accepted
     cdef public bint whole_answers     # answers are whole JSON bodies (embeddings, pooling, score, rerank); off
@@ -425,7 +432,8 @@ cdef class StreamConnection:
     cdef int64_t expected_tokens       # output tokens it asked for (max_tokens), when known; else 0
     cdef fb_conn_t c                   # all C state (last: the object's own fields stay together)
     cdef void _watch_if_ending(self) noexcept
-    cdef _read_ready(self)
+    cdef Py_ssize_t _read_ready(self, Py_ssize_t budget) except -1
+    cdef bint _out_of_step(self, Py_ssize_t used) noexcept
     cdef _begin(self, object body, int64_t row, int64_t scheduled_ns, int64_t connect_ns)
     cdef _start_from_core(self, int64_t row, int64_t scheduled_ns)
     cdef _send(self, object body, char *length_line, Py_ssize_t length_len, bytes head)

@@ -143,6 +143,7 @@ class RunState:
     answers: dict[int, bytes]
     whole_answers: bool  # answers are whole JSON bodies, scanned once at their end (embeddings, rerank...)
     max_answer_bytes: int  # a whole answer past this is a PROTOCOL error; 0: 256 MiB
+    max_request_events: int  # output events stamped per request; past them a PROTOCOL error (1,048,576)
     keep_chunk_stamps: bool
     chunk_stamps: dict[int, bytes]
     slots: Slots

@@ -4,6 +4,10 @@
 # Python. Included by engine.pyx.
 
 
+cdef const char *_EVENT_CAP_WHY = "more output events than the per-request cap"  # the cap: _error_message
+cdef const char *_KEPT_CAP_WHY = "the response's text kept passed the per-request cap of 64 MiB"
+
+
 cdef int _on_body(void *ctx, const char *data, size_t length) noexcept nogil:
     """fb_http body callback: event-stream bytes go to the SSE scanner; anything else is kept
     (its first 2 KiB) for the error message."""
@@ -107,6 +111,11 @@ cdef int _on_event(void *ctx, const char *data, size_t length) noexcept nogil:
         c.api == NULL and tokens > 0 and (r.n_ev == 0 or (had_usage and r.usage_chunks == r.n_ev)))
     if not output:
         return 0
+    if r.n_ev >= c.max_events:
+        # A server that streams without end (or faster than it could generate) would grow the stamps
+        # without bound: the request fails at the cap, and the connection with it.
+        _fail(c, ERR_PROTOCOL, _EVENT_CAP_WHY)
+        return 1
     if r.n_ev == r.cap_ev and _grow_event_slots(r) != 0:
         _fail(c, ERR_PROTOCOL, "out of memory for per-chunk timestamps")
         return 1
@@ -167,6 +176,9 @@ cdef int _reserve(char **buf, size_t *cap, size_t need) noexcept nogil:
 cdef int _keep_output(fb_conn_t *c, const char *data, size_t length) noexcept nogil:
     """Append one output event and a NUL separator (JSON text never contains a raw NUL)."""
     cdef size_t need = c.out_len + length + 1
+    if need > MAX_KEPT_BYTES:
+        _fail(c, ERR_PROTOCOL, _KEPT_CAP_WHY)
+        return -1
     if _reserve(&c.out_buf, &c.out_cap, need) < 0:
         return -1
     memcpy(c.out_buf + c.out_len, data, length)
@@ -179,6 +191,9 @@ cdef int _keep_answer(void *ctx, const char *text, size_t length) noexcept nogil
     """Append one piece of the answer's text (a JSON string's raw bytes) to the connection's buffer."""
     cdef fb_conn_t *c = <fb_conn_t *>ctx
     cdef size_t need = c.answer_len + length
+    if need > MAX_KEPT_BYTES:
+        _fail(c, ERR_PROTOCOL, _KEPT_CAP_WHY)
+        return -1
     if _reserve(&c.answer_buf, &c.answer_cap, need) < 0:
         return -1
     memcpy(c.answer_buf + c.answer_len, text, length)

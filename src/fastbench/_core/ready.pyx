@@ -95,14 +95,20 @@ cdef class ReadySet:
 
     cdef drain(self, int epfd, Dispatcher dispatcher):
         """Read every ready connection of set ``epfd``; with a dispatcher (open loop), an arrival due
-        goes out before, between two sockets (a vDSO clock read per socket) and on its timer's fd."""
+        goes out before, between two sockets (a vDSO clock read per socket) and on its timer's fd.
+        The work is bounded: each connection of a batch reads at most its share of WAKE_READ_BYTES
+        (4 KiB at least: a batch holds READY_EVENTS), and a further batch is taken only while that total
+        is not spent. What is left stays ready for the next wake-up, after the loop's timers; epoll hands
+        the connections it did not return first next time, so none is starved."""
         cdef int n, i
         cdef void *ptr
         cdef StreamConnection conn
+        cdef Py_ssize_t share, spent = 0
         if dispatcher is not None and dispatcher.next_due_ns <= fb_now_ns():
             dispatcher.dispatch()
         while True:
             n = epoll_wait(epfd, self.ready, READY_EVENTS, 0)
+            share = WAKE_READ_BYTES // n if n > 0 else 0
             for i in range(n):
                 if i + 1 < n:
                     fb_prefetch(self.ready[i + 1].data.ptr, self.hot_bytes)
@@ -117,10 +123,10 @@ cdef class ReadySet:
                     # an fd in the sets belongs to a registered connection (one that closed
                     # earlier in this batch is still kept alive by the driver's references)
                     _debug_assert(conn.closed or conn in self.conns, "a ready fd of no registered connection")
-                conn._read_ready()
+                spent += conn._read_ready(share)
                 # An arrival due while many sockets are ready goes out between two of them,
                 # not after the batch.
                 if dispatcher is not None and dispatcher.next_due_ns <= fb_now_ns():
                     dispatcher.dispatch()
-            if n < READY_EVENTS:
+            if n < READY_EVENTS or spent >= WAKE_READ_BYTES:
                 return

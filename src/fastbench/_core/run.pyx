@@ -47,6 +47,7 @@ cdef class RunState:
         self.chunk_stamps = {}
         self.answers = {}
         self.max_event_bytes = max_event_bytes
+        self.max_request_events = MAX_REQUEST_EVENTS
         self.kernel_timestamps = True
         self.max_error_rate = -1.0
         self.bodies = []

@@ -25,6 +25,7 @@ import numpy as np
 
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.workers import WorkerPool
+from fastbench.redact import Secrets
 from fastbench.results.live import LATENCIES, Buckets, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
 from fastbench.results.records import RunData
 from fastbench.results.result import Result
@@ -259,6 +260,7 @@ def _time_left(elapsed: float, max_seconds: float | None, total: int, finished: 
 
 
 def live_labels(config: Any) -> dict[str, str]:
-    """The labels a run's figures carry (an exporter's label, variant and cell): where given."""
+    """The labels a run's figures carry (an exporter's label, variant and cell): where given, with the
+    run's secrets hidden (they are served to whoever scrapes, and pushed)."""
     out = {"label": config.label, "variant": config.variant, "cell": config.metadata.get("sweep_cell")}
-    return {name: str(value) for name, value in out.items() if value}
+    return Secrets.of_config(config).obj({name: str(value) for name, value in out.items() if value})

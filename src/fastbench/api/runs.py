@@ -18,6 +18,7 @@ from fastbench.exceptions import ConfigError, FastbenchError, ServerError
 from fastbench.load import datasets, lora, pooling
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
+from fastbench.redact import Secrets
 from fastbench.results import card, figures, modelcard, serversections, writers
 from fastbench.results.environment import environment
 from fastbench.results.observations import ModelFacts
@@ -58,7 +59,7 @@ def _check_dataset_file(config: BenchConfig) -> None:
     path = config.dataset_path
     if config.dataset_name == "random" or not path:
         return
-    if os.path.isdir(path):
+    if os.path.isdir(path) and config.dataset_name != "weka":  # the Weka reader reads a directory of traces
         raise ConfigError(f"--dataset-path {path}: is a directory; give the file itself")
     if not os.path.exists(path):
         raise ConfigError(f"--dataset-path {path}: not found")
@@ -187,7 +188,8 @@ async def arun(
             if config.reset_prefix_cache:  # what the engine needs to serve the reset (vLLM: VLLM_SERVER_DEV_MODE=1)
                 to_launch = with_prefix_cache_reset(to_launch)
                 config = dataclasses.replace(config, launch=to_launch)
-            launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config))
+            launched = make_server(to_launch, api_key=config.api_key, log_dir=launch.log_dir_for(config),
+                                   headers=config.headers)
             # fails fast (ServerLaunchError) and stops what it started; memory is sampled from the launch
             await launched.astart(stop, on_started=_follower(memory, launched))
             base_url = launched.base_url
@@ -543,8 +545,9 @@ def store_run(result: Result, config: BenchConfig, data: Any, *,
     card_text = card.render_card(result, config, status=status, environment=env)
     try:
         with run_store.Store(config.store, create=True) as store:
-            run_id = store.add(doc, card=card_text, records_jsonl=writers.detailed_jsonl_bytes(data),
-                               server_log=server_log)
+            secrets = Secrets.of_config(config)
+            run_id = store.add(doc, card=card_text, records_jsonl=writers.detailed_jsonl_bytes(data, secrets),
+                               server_log=secrets.text(server_log) if server_log else server_log)
     except FastbenchError as exc:
         return result, [f"could not store the run in --store {config.store}: {exc}"]
     return dataclasses.replace(result, run_id=run_id), []
@@ -567,7 +570,8 @@ def write_outputs(result: Result, config: BenchConfig, data: Any) -> list[str]:
         card_text = card.render_card(result, config, status=status, environment=env)
         jobs.append(("result_card", lambda path: writers.write_card_atomic(path, card_text)))
     if config.save_detailed:
-        jobs.append(("save_detailed", lambda path: writers.write_detailed_jsonl(path, data)))
+        secrets = Secrets.of_config(config)
+        jobs.append(("save_detailed", lambda path: writers.write_detailed_jsonl(path, data, secrets)))
     unwritten = []
     for name, write in jobs:
         path = getattr(config, name)

@@ -58,7 +58,8 @@ class SweepRunner:
             logs = Path(self.plan.store) / "sweeps" / f"{self.plan.name}-logs"
             logs.mkdir(parents=True, exist_ok=True)
             launch = dataclasses.replace(launch, log_path=str(logs / f"{group.variant}{linked}.log"))
-        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config))
+        server = make_server(launch, api_key=config.api_key, log_dir=launch_mod.log_dir_for(config),
+                             headers=config.headers)
         started = time.monotonic()
         await server.astart(stop)
         return LaunchedGroup(server, server.load_time_s or time.monotonic() - started)
@@ -80,8 +81,9 @@ class SweepRunner:
                 self.watch.cell_finished(cell.key, "failed", why)
             raise
         if self.watch is not None:
-            self.watch.cell_finished(cell.key, "done" if result.stopped_reason in ("completed", "time cap")
-                                     else result.stopped_reason, cell_figures(result))
+            state = ("failed" if result.collapsed else "done" if result.stopped_reason in ("completed", "time cap")
+                     else result.stopped_reason)  # a collapsed cell is no sample: failed, run again later
+            self.watch.cell_finished(cell.key, state, cell_figures(result))
         if result.run_id is None:
             raise StoreError("the run was not stored")
         return result.run_id

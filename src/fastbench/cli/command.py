@@ -29,6 +29,7 @@ from fastbench.cli.argtypes import (
 from fastbench.config import BACKEND_ENDPOINTS, ENGINES, BenchConfig, Endpoint, LaunchConfig
 from fastbench.datasetoptions import DatasetName
 from fastbench.exceptions import FastbenchError
+from fastbench.redact import Secrets
 
 EPILOG = """\
 Without --base-url, fastbench starts its built-in synthetic server (TTFT 50 ms, 20 ms between
@@ -553,7 +554,8 @@ def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int |
     api.check(config)  # a mistake is its one-line error, before any line says what would be measured
     for line in runtext.opening_lines(config):  # before the run's seconds pass: what is measured
         print("\n".join(wrapped(line, "", 100)), flush=True)
-    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint)
+    watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint,
+                                   secrets=Secrets.of_config(config))
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     progress = runtext.ProgressLine() if show and watchers.view is None else None
     failure: ResultWriteError | ServerDiedError | None = None

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from fastbench.redact import NO_SECRETS, Secrets
+
 if TYPE_CHECKING:  # numpy comes with it, which `fastbench runs` and the help never pay for
     from fastbench.results.live import LiveSnapshot
 
@@ -72,7 +74,8 @@ class ViewProcess:
     would delay the reads it measures. A line is at most PIPE_BUF bytes, written without blocking, so it
     is written whole or not at all: a view that falls behind loses frames, never the run's time."""
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: Secrets = NO_SECRETS) -> None:
+        self.secrets = secrets  # hidden in every line sent: a cell's failure may quote a server's answer
         code = (f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); from fastbench.cli.liveproc import main; "
                 "sys.exit(main())")
         self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=sys.stdout,
@@ -83,7 +86,7 @@ class ViewProcess:
         self.dropped = 0
 
     def send(self, message: dict[str, Any], *, must: bool = False) -> None:
-        line = orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
+        line = self.secrets.data(orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
         if len(line) > select.PIPE_BUF and not must:
             self.dropped += 1
             return
@@ -128,8 +131,8 @@ class SweepView(ViewProcess):
     the running cell's live view. ``cell_started`` / ``cell_finished`` come from the sweep's runner;
     ``say`` puts a line of the sweep's progress above the view."""
 
-    def __init__(self, cells: Sequence[str]) -> None:
-        super().__init__()
+    def __init__(self, cells: Sequence[str], secrets: Secrets = NO_SECRETS) -> None:
+        super().__init__(secrets)
         self.send({"cells": list(cells)}, must=True)
 
     def cell_started(self, key: str) -> None:
@@ -174,7 +177,7 @@ class Watchers:
 
 
 def start_watchers(live: bool | None, progress: bool | None, metrics_port: int | None, metrics_host: str,
-                   view: Any = None, otlp_endpoint: str | None = None) -> Watchers:
+                   view: Any = None, otlp_endpoint: str | None = None, secrets: Secrets = NO_SECRETS) -> Watchers:
     """The exporters first (a port that cannot be had, an endpoint that is no URL: a one-line error
     before anything starts), then the view: ``view`` (a SweepView) or a RunView, when one is wanted and
     rich is installed."""
@@ -190,5 +193,5 @@ def start_watchers(live: bool | None, progress: bool | None, metrics_port: int |
         exporter = PrometheusExporter(metrics_port, metrics_host)
         print(f"fastbench: its figures at {exporter.url}", file=sys.stderr, flush=True)
     if view is None and view_wanted(live, progress) and rich_available():
-        view = RunView()
+        view = RunView(secrets)
     return Watchers(view, exporter, otlp)

@@ -46,10 +46,11 @@ figures:
   all        crossover, pareto, latency and acceptance
 
 Runs: the ones named (run ids or id starts in the store, run folders, result files), or else every run
-of the store that matches the filters (as `fastbench runs` takes them). Runs of one variant at one load
-are repeats: their mean is drawn, with its 95% t-interval; only complete runs are averaged (an
-interrupted run, or one capped before its first completion, is named and left out: `fastbench runs
---help`). Each figure is written as OUT/NAME.png and/or
+of the store that matches the filters (as `fastbench runs` takes them). A series is a variant and
+the values of the other keys its sweep crossed (a series per sweep where runs come from several);
+its runs at one load are repeats: their mean is drawn, with its 95% t-interval; only complete runs
+are averaged (a collapsed or interrupted run, or one capped before its first completion, is named
+and left out: `fastbench runs --help`). Each figure is written as OUT/NAME.png and/or
 .svg, with OUT/NAME.json holding its numbers; the crossings are printed. Without --store: ${STORE_ENV},
 else ./fastbench-runs. Needs matplotlib: pip install 'fastbench-llm[plot]'. Exit status: 0 done, 2 bad input.
 """
@@ -128,7 +129,8 @@ def _main(ns: argparse.Namespace) -> int:
     # The figures over load average complete runs only (figures_data.group_series): the others are named.
     left = left_out(points) if ns.figure in ("crossover", "pareto", "latency", "acceptance", "all") else []
     for run in left:
-        print(f"left out of the figures: run {run['run']} ({run['variant']}): {run['status']}")
+        why = f" ({run['reason']})" if run.get("reason") and run["reason"] != run["status"].lower() else ""
+        print(f"left out of the figures: run {run['run']} ({run['variant']}): {run['status']}{why}")
     for paths, summary in drawn:
         if left:
             summary = {**summary, "left_out": left}

@@ -30,7 +30,8 @@ What to report (SOURCE):
   a sweep file (FILE.toml)   the runs of that sweep, in its store; its journal adds the failed and
                              skipped cells, with their reasons
   --sweep NAME               the same by name, in --store
-  a store directory          every run in it that matches the filters
+  a store directory          every run in it that matches the filters, of one sweep (else --sweep
+                             NAME, or --compare-sweeps: each sweep its own series, never one mean)
   run ids, folders, files    those runs (ids looked up in --store)
   nothing                    the runs of --store (${STORE_ENV}, else ./fastbench-runs) that match the filters
 
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DIR", default=None, help=f"the store (default: ${STORE_ENV}, else "
                    "./fastbench-runs; a sweep file's own store)")
     p.add_argument("--sweep", metavar="NAME", default=None, help="the runs of the sweep of this name")
+    p.add_argument("--compare-sweeps", action="store_true", help="report runs of several sweeps side by side, "
+                   "each its own series and rows (without it, a store or filters must select one sweep)")
     p.add_argument("--out", metavar="DIR", default="report", help="where the files go (default ./report)")
     p.add_argument("--title", metavar="TEXT", default=None, help="the report's title (default: the sweep's name, "
                    "else the label filter, else 'fastbench study')")
@@ -121,7 +124,11 @@ def _main(ns: argparse.Namespace, argv: list[str]) -> int:
                                  + (" match the filters" if filtered else ""))
     elif not points:
         raise FastbenchError("no runs to report (none named, or none match in the store)")
-    sweeps = {str(p.flat["sweep"]) if isinstance(p.flat.get("sweep"), str) else None for p in points}
+    sweeps = {p.sweep for p in points}
+    if len(sweeps) > 1 and not refs and not ns.compare_sweeps:  # a store's runs: never one mean of two sweeps
+        names = ", ".join(sorted(name or "(runs outside a sweep)" for name in sweeps))
+        raise FastbenchError(f"the runs come from {len(sweeps)} sweeps ({names}): give --sweep NAME for one, or "
+                             "--compare-sweeps to draw each as its own series")
     one_sweep = next(iter(sweeps)) if len(sweeps) == 1 else None
     title = ns.title or sweep or one_sweep or ns.label or "fastbench study"
     source = (f"sweep {sweep} in the store {store}" if sweep is not None else
@@ -144,7 +151,7 @@ def _filters_text(filters: dict[str, Any]) -> str:
 def _configuration(points: Sequence[RunPoint]) -> list[tuple[str, str]]:
     """The study card's Configuration rows the runs share (model, engine, dataset)."""
     rows = []
-    for label, key in (("Model", "model_id"), ("Endpoint", "endpoint_type"), ("Dataset", "dataset_name")):
+    for label, key in (("Model", "model_id"), ("Backend", "endpoint_type"), ("Dataset", "dataset_name")):
         values = sorted({str(v) for p in points if (v := p.flat.get(key)) not in (None, "")})
         if values:
             rows.append((label, ", ".join(values)))

@@ -18,7 +18,7 @@ import orjson
 
 from fastbench.cli.argtypes import HelpFormatter, Parser, whole_number
 from fastbench.exceptions import FastbenchError, StoreError
-from fastbench.study.runfile import load_result
+from fastbench.study.runfile import flat_why, load_result
 from fastbench.study.store import KEY_FIGURES, Store, StoredRun
 
 __all__ = ("default_store", "main", "parse_when")
@@ -36,8 +36,9 @@ a span back from now: 36h, 7d. Status: ok, time cap (ended at --max-seconds), CO
 did not work: most requests failed, or none completed), INTERRUPTED (Ctrl-C or the API's stop
 event), CAPPED-EMPTY (the time cap came before the first completion), FAILED (REASON) (the server
 exited, a worker was lost). A complete cell, the only kind a sweep, a report or a figure averages,
-is a run that ran its whole workload (ok, or COLLAPSED there) or reached its time cap with a request
-completed; the CSV's complete column says which.
+is a run that ran its whole workload on a working server (ok) or reached its time cap with a request
+completed; a COLLAPSED run is none (a sweep runs its cell again). The CSV's complete column says
+which, and why_not_complete why not. A run that completed nothing shows - for its figures.
 Exit status: 0 done (also when nothing matched), 2 bad input or no store.
 """
 
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--add", metavar="RESULT.json", nargs="+", default=None,
                    help="keep these result files in the store, with their --save-detailed records and card "
                    "where the result names files that exist")
-    g.add_argument("--reindex", action="store_true", help="rebuild the index from the run folders")
+    g.add_argument("--reindex", action="store_true",
+                   help="rebuild the index from the run folders, removing what writers killed mid-write left")
     return p
 
 
@@ -114,9 +116,11 @@ def _main(ns: argparse.Namespace) -> int:
     until = parse_when(ns.until, end_of_day=True) if ns.until else None
     with Store(root, create=bool(ns.add)) as store:
         if ns.reindex:
-            indexed, skipped = store.reindex()
+            indexed, skipped, removed = store.reindex()
             for line in skipped:
                 print(f"fastbench runs: skipped {line}", file=sys.stderr)
+            for line in removed:
+                print(f"removed {line}")
             print(f"indexed {indexed} run{'s' if indexed != 1 else ''} in {root}")
         if ns.add:
             for path in ns.add:
@@ -162,6 +166,7 @@ def _cell(value: Any, digits: int = 1) -> str:
 
 
 _DIGITS = {1: ",.1f", 2: ",.2f"}
+_NOTHING: dict[str, float | None] = dict.fromkeys(KEY_FIGURES)
 
 
 def _clip(text: str | None, width: int) -> str:
@@ -179,6 +184,8 @@ def render_table(runs: Sequence[StoredRun]) -> str:
     for run in runs:
         m, f = run.meta, run.figures
         created = from_unix(m.created_unix).isoformat(" ", "minutes") if m.created_unix else "-"
+        if not m.completed:  # no request completed: a latency of 0.0 would be a figure it never measured
+            f = _NOTHING
         rows.append((
             run.run_id, created, _clip(m.label, 20), _clip(m.variant, 14), _clip(m.model, 28), _cell(m.concurrency),
             _cell(m.request_rate, 2) if m.request_rate is not None else "inf",
@@ -197,7 +204,7 @@ def render_table(runs: Sequence[StoredRun]) -> str:
 # -- CSV -------------------------------------------------------------------------------------------
 
 _META_HEAD = ("run_id", "folder", "created_at", "label", "variant", "model", "engine", "concurrency",
-              "request_rate", "has_records", "status", "complete")
+              "request_rate", "has_records", "status", "complete", "why_not_complete")
 
 
 def _csv_value(value: Any) -> Any:
@@ -223,7 +230,7 @@ def _write_csv(store: Store, runs: Sequence[StoredRun], target: str) -> None:
         m = run.meta
         writer.writerow([
             run.run_id, run.folder, m.created_at, m.label, m.variant, m.model, m.engine, m.concurrency,
-            m.request_rate, int(run.has_records), m.status, int(m.complete),
+            m.request_rate, int(run.has_records), m.status, int(m.complete), flat_why(flat) if not m.complete else "",
             *(_csv_value(config.get(k)) for k in config_keys), *(_csv_value(flat.get(k)) for k in flat_keys),
         ])
     text = out.getvalue()

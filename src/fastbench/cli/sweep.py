@@ -50,9 +50,10 @@ from fastbench.cli import live, sweepstate
 from fastbench.cli.argtypes import HelpFormatter, Option, Parser, options
 from fastbench.cli.interrupts import stop_on_signals
 from fastbench.cli.sweepsummary import describe_start, render_plan, render_table, write_csv
-from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, toml_type, value_flags
+from fastbench.cli.tomlconfig import SERVER_KEYS, options_by_key, server_flag, toml_type, value_flags
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, FastbenchError
+from fastbench.redact import Secrets
 from fastbench.study import cellstate, grid
 from fastbench.study import store as run_store
 from fastbench.study.sweepplan import (
@@ -200,9 +201,10 @@ def _flags(option: Option, value: Any, where: str) -> list[str]:
 
 def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, name: str | None = None,
               repeats: int | None = None, find_max: str | None = None,
-              warmup: int | None = None) -> tuple[Plan, dict[str, Any]]:
+              warmup: int | None = None, check_store: bool = True) -> tuple[Plan, dict[str, Any]]:
     """The sweep file's plan (every cell's config built and checked), and its [sweep] table; ConfigError
-    (one line, naming the key) for anything wrong, before anything is launched."""
+    (one line, naming the key) for anything wrong, before anything is launched. ``check_store``: make
+    sure the store and the journal can be written (creating them); a dry run writes nothing."""
     from fastbench import api
 
     doc = _load(path)
@@ -231,8 +233,9 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         raise ConfigError(f"{file}: [sweep] store must be a directory path, got {toml_type(store)}")
     # The store and the journal are checked before any cell's options: a measured cell is never lost
     # for want of a place to keep it, and the message names the store, not a cell.
-    run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
-    Journal(store, name).check()
+    if check_store:
+        run_store.check_store_path(store, "--store" if given_store else "[sweep] store")
+        Journal(store, name).check()
     repeats = repeats if repeats is not None else sweep.get("repeats", 1)
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ConfigError(f"{file}: [sweep] repeats must be a whole number >= 1, got {repeats!r}")
@@ -312,7 +315,8 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
                 notes[note] = None
             cell = dataclasses.replace(cell, config=config_here)
             try:
-                api.validate(cell.config)
+                # a dry run's store is checked by nothing (validating it would create it)
+                api.validate(cell.config if check_store else dataclasses.replace(cell.config, store=None))
             except FastbenchError as exc:
                 raise ConfigError(f"{file}: [variants.{vname}] cell {grid.canonical(shown)}: {exc}") from None
             cells.append(cell)
@@ -324,6 +328,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         value = int(load_value) if load == "concurrency" else load_value
         return tuple(make_cells(vname, vserver, {**values, load: value})[1])
 
+    grid.check_size(bench, takes_list, variants=len(variants), repeats=repeats, where=file)  # before any cell
     series_values: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
     groups = []
     for vname, vserver in variants.items():
@@ -342,7 +347,7 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
                 has_slos=bool(bench.get("goodput")), warmup=warmup, search=search,
                 cells_at=cells_at if search is not None else None,
-                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds), prompt_reuse=start.prompt_reuse,
+                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds, name), prompt_reuse=start.prompt_reuse,
                 sweep_seed=start.sweep_seed, notes=tuple(notes))
     if search is not None and search.kind == "find_max" and not plan.has_slos:
         raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
@@ -416,7 +421,7 @@ def _stop_rules(sweep: Mapping[str, Any], file: str) -> StopRules:
 def _server_argv(server: Mapping[str, Any], by_key: Mapping[str, Option], where: str) -> list[str]:
     argv: list[str] = []
     for key, value in server.items():
-        flag = "--synthetic-args" if key == "synthetic_args" else SERVER_KEYS[key]
+        flag = "--synthetic-args" if key == "synthetic_args" else server_flag(key, server) or SERVER_KEYS[key]
         argv += _flags(by_key[flag[2:]], value, f"{where} {key}")
     return argv
 
@@ -441,6 +446,16 @@ def _config(parser: argparse.ArgumentParser,
     return config
 
 
+class _NoStore:
+    """A store not made yet, as a dry run reads it: no runs."""
+
+    def query(self, **filters: Any) -> list[Any]:
+        return []
+
+    def flat(self, run_ids: Sequence[str]) -> dict[str, Any]:
+        return {}
+
+
 async def _sweep_with_signals(plan: Plan, watchers: live.Watchers) -> list[Point]:
     """As a single run's Ctrl-C (cli/interrupts.py): the first ends the running cell early, keeping what
     it measured (marked interrupted, so a later sweep runs it again), and starts no other; one a
@@ -462,18 +477,22 @@ def main(argv: Sequence[str], run_command: RunCommand) -> int:
     ns = build_parser().parse_args(list(argv))
     try:
         plan, sweep_table = load_plan(ns.file, run_command, store=ns.store, name=ns.name, repeats=ns.repeats,
-                                      find_max=ns.find_max, warmup=ns.warmup)
-        if ns.dry_run:
+                                      find_max=ns.find_max, warmup=ns.warmup, check_store=not ns.dry_run)
+        if ns.dry_run:  # reads the store where there is one, and writes nothing
+            if not any((Path(plan.store) / name).exists() for name in (run_store.INDEX_NAME, run_store.RUNS_DIR)):
+                print(render_plan(plan, _NoStore()))
+                return 0
             with run_store.Store(plan.store) as store:
                 print(render_plan(plan, store))
             return 0
         import uvloop
 
         print("\n".join(describe_start(plan)), flush=True)
-        view = (live.SweepView([cell.key for cell in plan.cells])
+        secrets = Secrets([value for cell in plan.cells for value in Secrets.of_config(cell.config).values])
+        view = (live.SweepView([cell.key for cell in plan.cells], secrets)
                 if live.view_wanted(ns.live, ns.progress) and live.rich_available() else None)
         watchers = live.start_watchers(ns.live, ns.progress, ns.metrics_port, ns.metrics_host, view=view,
-                                       otlp_endpoint=ns.otlp_endpoint)
+                                       otlp_endpoint=ns.otlp_endpoint, secrets=secrets)
         try:  # asweep opens the store itself
             points = uvloop.run(_sweep_with_signals(plan, watchers))
         except (asyncio.CancelledError, KeyboardInterrupt):

@@ -48,7 +48,7 @@ class CellStart:
             why = f"{'on' if reset else 'off'}: [benchmark] {self.reset_key} = {str(reset).lower()}"
         else:
             engine = config.launch.engine if config.launch is not None else None
-            reset, why = cellstate.reset_rule(kind, engine, self.reset_asked)
+            reset, why = cellstate.reset_rule(kind, engine, self.reset_asked, self.prompt_reuse)
         launch = config.launch
         if reset and launch is not None:
             launch = with_prefix_cache_reset(launch)

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastbench.results.notes import console_line
 from fastbench.study import grid
+from fastbench.study.cellstate import SHARED_CACHE
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note
 from fastbench.study.sweepplan import SUMMARY_FIGURES, Journal, Plan, Point, pending
 
@@ -57,7 +58,7 @@ def cache_warning_lines(points: Sequence[Point]) -> list[str]:
     for p in points:
         if p.get("prefix_cache_warned"):
             values = " ".join(f"{k}={v}" for k, v in p["values"].items())
-            head = f"WARNING {p['variant']} {values}: {p['prefix_cache_warned']} of {p['n']} runs: "
+            head = f"WARNING {p['variant']} {values}: {p['prefix_cache_warned']} of {p['n']} runs: prefix cache: "
             lines.append(head + console_line(str(p["prefix_cache_warning"]), WARNING_WIDTH))
     return lines
 
@@ -94,6 +95,11 @@ def describe_start(plan: Plan) -> list[str]:
     rules: dict[str, str] = {}
     for group in plan.groups:
         rules.setdefault(group.variant, group.cells[0].config.metadata.get("sweep_prefix_cache_reset", ""))
+    cached = [variant for variant, rule in rules.items() if rule.endswith(SHARED_CACHE)]
+    if cached:  # said before anything else: those cells' TTFT, prefill rate and E2E will measure the cache
+        lines.insert(0, f"WARNING: {', '.join(cached)}: shared prompts and no prefix-cache reset between cells: "
+                        "every cell after the first on a server will measure its cache, not its prefill "
+                        "(prompt_reuse = \"fresh\", or reset_prefix_cache = true where the server allows)")
     lines += [f"prefix cache reset before each cell: {variant}: {rule}" for variant, rule in rules.items()]
     return lines + [f"note: {note}" for note in plan.notes]
 

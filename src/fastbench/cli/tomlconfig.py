@@ -4,7 +4,7 @@ The file has two tables::
 
     [server]                      # a server for fastbench to launch (or base_url = "..." to attach)
     engine = "vllm"               # --launch
-    model = "google/gemma-3-270m" # --launch-model
+    model = "google/gemma-3-270m" # --launch-model (beside base_url: --model, the name it serves)
     args = ["--max-model-len", "2048", "--speculative-config", '{"method": "ngram", ...}']  # or one string
     image = "vllm/vllm-openai@sha256:..."                     # --docker-image (omit: a local process)
     gpus = "auto"                                              # --docker-gpus (docker only; also hf_cache)
@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ("LAUNCH_FLAGS", "SERVER_KEYS", "config_path", "expand", "options_by_key", "toml_to_argv", "toml_type",
-           "value_flags")
+__all__ = ("LAUNCH_FLAGS", "SERVER_KEYS", "config_path", "expand", "options_by_key", "server_flag", "toml_to_argv",
+           "toml_type", "value_flags")
 
 SERVER_KEYS = {
     "engine": "--launch",
@@ -74,6 +74,15 @@ SERVER_KEYS = {
 # The flags that only mean something for a server fastbench launches.
 LAUNCH_FLAGS = frozenset(flag for flag in SERVER_KEYS.values()
                          if flag not in ("--base-url", "--memory-interval", "--metrics-interval"))
+
+
+def server_flag(key: str, server: Mapping[str, Any]) -> str | None:
+    """The flag a [server] key stands for (None: no such key). ``model`` is the model to launch, except in a
+    table that attaches to a running server (``base_url``, no ``engine``): there it is the name the server
+    serves the model by (--model), as a user who writes it beside base_url means."""
+    if key == "model" and "base_url" in server and "engine" not in server:
+        return "--model"
+    return SERVER_KEYS.get(key)
 
 
 def config_path(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -299,8 +308,9 @@ def toml_to_argv(path: str, parser: argparse.ArgumentParser, skip: frozenset[str
         raise ConfigError(f"{name}: unknown table(s) {', '.join(unknown_tables)}; use [server] and [benchmark]")
     by_key = options_by_key(options(parser))
     argv: list[str] = []
-    for key, value in _table(doc, name, "server").items():
-        flag = SERVER_KEYS.get(key)
+    server = _table(doc, name, "server")
+    for key, value in server.items():
+        flag = server_flag(key, server)
         if flag is None:
             raise ConfigError(f"{name}: [server] has no key {key!r} (it takes {', '.join(SERVER_KEYS)})")
         flags = value_flags(by_key[flag[2:]], value, f"{name}: [server] {key}")

@@ -149,10 +149,12 @@ class Connections:
         one, in open loop the next one already due).
         ``sent``: the request already went out on this connection (the opening burst).
         ``reserved``: it holds a slot in the core's count (open loop) until it is sent or given up.
-        ``retried``: the row already met a stale connection once."""
+        ``retried``: the row already met a stale connection once; it is sent on a new connection."""
         # --workers' shared cap: a reserved send holds one of the run's slots (claim_due_with_slot, or a
         # stale retry's), kept through its retries and given back at its end
         shared = self.dispatcher if reserved and isinstance(self.dispatcher, SharedDispatcher) else None
+        # a retry goes out on a connection of its own: an idle one may be as stale as the one that failed
+        fresh = retried is not None
         try:
             while True:
                 if sent is not None:
@@ -160,7 +162,7 @@ class Connections:
                     sent = None
                 else:
                     connect_ns = 0
-                    idle = self.take_idle()
+                    idle = None if fresh else self.take_idle()
                     if idle is not None:
                         conn = idle
                     else:
@@ -184,6 +186,7 @@ class Connections:
                 if (error == ErrorClass.CONNECT and conn.last_was_reused and conn.row != retried
                         and not self.stop.stopping):
                     row = retried = conn.row
+                    fresh = True
                     if row >= 0:  # a measured request (a warm-up's re-send is not counted)
                         scheduled_ns = int(self.rows[row, COL["scheduled_ns"]])
                         self.undo_failure(row)

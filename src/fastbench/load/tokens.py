@@ -9,6 +9,7 @@ Text prompts are counted, in order of preference, by the local tokenizer (``--to
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,7 +45,8 @@ class LocalTokenizer:
             tokenizers = importlib.import_module("tokenizers")
         except ImportError:
             raise ConfigError(
-                "--tokenizer needs the optional package 'tokenizers': pip install tokenizers"
+                "--tokenizer needs the optional package 'tokenizers': pip install 'fastbench-llm[tokenizer]' "
+                "(or pip install tokenizers)"
             ) from None
         try:
             self._tok: Any = tokenizers.Tokenizer.from_file(file)
@@ -56,6 +58,8 @@ class LocalTokenizer:
         self._allowed = np.array([i for i in range(size) if i not in added], dtype=np.int64)
         if self._allowed.size == 0:
             raise ConfigError(f"tokenizer {file} has no ordinary tokens to build random prompts from")
+        # what the tokenizer adds to one prompt (a BOS): vLLM's random dataset draws its lengths without them
+        self.special_tokens = int(self._tok.num_special_tokens_to_add(False))
 
     def count(self, texts: Sequence[str], *, special: bool = True) -> list[int]:
         encodings = self._tok.encode_batch(list(texts), add_special_tokens=special)
@@ -124,6 +128,16 @@ class TokenCounter:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise TokenizeFailed(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from exc
         return [int(c) for c in counts]
+
+
+def draw_generator(seed: int, *shape: object) -> np.random.Generator:
+    """The generator a dataset draws its prompts from: ``seed`` with ``shape`` (the dataset's name and the
+    options that shape its prompts: lengths, counts), hashed. Without the shape, one seed's prompts of
+    two lengths would begin alike (numpy draws the same tokens from the same state, whatever the count),
+    and a cache would serve the longer ones the shorter ones' tokens; with it, only the same seed and the
+    same shape draw the same prompts."""
+    digest = hashlib.sha256("\x1f".join(str(part) for part in shape).encode()).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest[:8], "big")])
 
 
 def _estimate_chars(text: str) -> int:

@@ -24,6 +24,8 @@ from fastbench.results.records import COL
 
 # The observed share is warned of when it passes the expected one by more than this (a share of prompt tokens).
 WARN_MARGIN = 0.2
+# What the notes, the console and the reports put before the warning (its own text has no label).
+LABEL = "prefix cache: "
 # The card names the seed where the server's cache served at least this share beyond the expected one.
 SEED_NOTE_MARGIN = 0.05
 
@@ -180,7 +182,8 @@ def _warning(summary: PrefixCacheSummary, config: BenchConfig, workload_info: Ma
         return None
     source = ("the per-request cached tokens in the server's usage" if summary.observed_from == "cached_tokens_share"
               else "the server's /metrics hit rate")
-    text = (f"prefix cache: {100 * observed:.0f} % of prompt tokens came from the server's cache, far above the "
+    # no "prefix cache:" opening: the key names it, and each place that shows it puts that label (LABEL) before it
+    text = (f"{100 * observed:.0f} % of prompt tokens came from the server's cache, far above the "
             f"{100 * expected:.0f} % this workload's own sharing predicts ({source})")
     first = _first_cached(rows, completed, expected_tokens)
     if first is not None:

@@ -17,7 +17,7 @@ from typing import Any
 from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import RandomOptions
-from fastbench.redact import redact_argv, redact_text, shell_join
+from fastbench.redact import Secrets, redact_text, shell_join
 from fastbench.results import pooling
 from fastbench.results.adapters import card_lines as adapter_card_lines
 from fastbench.results.agentic import card_lines as agentic_card_lines
@@ -25,7 +25,7 @@ from fastbench.results.cache import PrefixCacheSummary
 from fastbench.results.result import Distribution, Result
 from fastbench.results.steady import card_text as steady_card_text
 
-__all__ = ("render_card",)
+__all__ = ("escape_markdown", "render_card")
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -44,6 +44,57 @@ def _median_p99(dist: Distribution | None) -> str:
     if dist is None or dist.count == 0:
         return "n/a"
     return f"median {_ms(dist.median)} · p99 {_ms(dist.p99)}"
+
+
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,})")
+_BACKTICKS = re.compile(r"`+")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def escape_markdown(text: str) -> str:
+    """Markdown ``text`` with each ``&``, ``<`` and ``>`` outside code written as an entity, as the HTML report
+    escapes them: a label, a card row or a server-supplied model name never becomes raw HTML where the card
+    is rendered, and reads the same. Code (fenced blocks, backtick spans, found as CommonMark finds them,
+    backslash escapes included) is left as it is: renderers show it literally."""
+    out: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        if fence:  # inside a fenced block, until a line of at least as many backticks and nothing else
+            out.append(line)
+            closing = line.strip()
+            if len(line) - len(line.lstrip(" ")) < 4 and closing.startswith(fence) and not closing.strip("`"):
+                fence = ""
+            continue
+        opened = _FENCE_OPEN.match(line)
+        if opened and "`" not in line[opened.end():]:
+            fence = opened.group(1)
+            out.append(line)
+            continue
+        out.append(_escape_line(line))
+    return "\n".join(out)
+
+
+def _escape_line(line: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\" and i + 1 < n:  # an escaped character: never a code span's backtick
+            escaped = line[i + 1]
+            out.append(_ENTITIES.get(escaped, c + escaped))  # "\<" shows "<", as "&lt;" does
+            i += 2
+        elif c == "`":
+            run = _BACKTICKS.match(line, i)
+            assert run is not None
+            width = run.end() - i
+            close = next((m for m in _BACKTICKS.finditer(line, run.end()) if m.end() - m.start() == width), None)
+            end = close.end() if close is not None else run.end()  # unclosed: the backticks are plain text
+            out.append(line[i:end])
+            i = end
+        else:
+            out.append(_ENTITIES.get(c, c))
+            i += 1
+    return "".join(out)
 
 
 # a line break of any kind (CommonMark ends a line at a bare CR too) or another control character
@@ -101,6 +152,24 @@ def _engine(result: Result, config: BenchConfig) -> str:
     if family:
         return f"{family} {version} (told by its /metrics)" if version else f"{family} (told by its /metrics)"
     return f"unknown engine (version {version})" if version else "unknown engine"
+
+
+def _variant(result: Result) -> str | None:
+    """The title's variant: a launched server's, from its arguments ("NGRAM speculative decoding"); else, where
+    the server's /metrics carry vLLM's speculative-decoding counters (it has them only when it speculates;
+    llama-server keeps its own at zero without a draft model, so there only drafts tell), that it speculates,
+    with how many tokens a draft holds (one counter per position): its /metrics name no method."""
+    info = result.server_info
+    if info.get("variant"):
+        return str(info["variant"])
+    stats = info.get("spec_decode_stats") or {}
+    source = str(stats.get("source") or "")
+    drafted = ((stats.get("counters_last") or {}).get("drafts") or 0) > 0
+    if not (source.startswith("vllm:spec_decode") or (source.endswith("spec_decode_* counters") and drafted)):
+        return None
+    positions = len((stats.get("counters_first") or {}).get("per_position") or [])
+    drafts = f"{positions}-token drafts, " if positions else ""
+    return f"speculative decoding ({drafts}told by its /metrics)"
 
 
 def _load(config: BenchConfig) -> str:
@@ -167,8 +236,9 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     model = config.model or info.get("model") or "unknown model"
     engine = _engine(result, config)
     title_parts = [str(model), engine]
-    if info.get("variant"):
-        title_parts.append(str(info["variant"]))
+    variant = _variant(result)
+    if variant:
+        title_parts.append(variant)
     title_parts.append(_load(config))
     d = result.distributions
     n = result.counts
@@ -323,13 +393,14 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         lines += ["", "## LoRA adapters", ""]
         lines += adapter_card_lines(result.adapters)
 
+    secrets = Secrets.of_config(config)
     lines += ["", "## Full run command", ""]
     lines.append("```")
     launch = info.get("launch_command")
     if isinstance(launch, str) and launch:
-        lines.append(redact_text(launch, config.api_key))
+        lines.append(secrets.log(launch))
     if config.command_line:
-        lines.append(shell_join(redact_argv(config.command_line, config.api_key)))
+        lines.append(shell_join(secrets.argv(config.command_line)))
     else:
         lines.append("# run through the Python API; configuration as above")
     lines.append("```")
@@ -341,8 +412,9 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     if seed_note:
         extra_notes.append(seed_note)
     for note in [*config.card_notes, *result.notes, *extra_notes]:
-        lines.append(f"- {redact_text(' '.join(str(note).splitlines()), config.api_key)}")  # one item each
-    return "\n".join(lines) + "\n"
+        lines.append(f"- {secrets.log(' '.join(str(note).splitlines()))}")  # one item each
+    # a key a server echoed into an error, a label: scrubbed, then escaped as Markdown
+    return escape_markdown(secrets.text("\n".join(lines))) + "\n"
 
 
 def _session_tables(sessions: Mapping[str, Any]) -> list[str]:

@@ -2,14 +2,14 @@
 
 The counts by class are in the notes; a user whose every request was refused needs the status, the server's
 message and the likely cause in front of them, not in the result file. The message is shown scrubbed of the
-run's API key (it echoes what the server said, and some servers echo the key they refused).
+run's secrets (redact.Secrets: it echoes what the server said, and some servers echo the key they refused).
 """
 
 from __future__ import annotations
 
 import re
 
-from fastbench.redact import redact_text
+from fastbench.redact import Secrets
 from fastbench.results.result import Result
 
 # Longest server message shown; the result file and --requests-jsonl keep up to the core's own limit.
@@ -43,7 +43,7 @@ def most_common_failure(result: Result) -> tuple[str, str] | None:
         return None
     name, count = max(counts.items(), key=lambda item: item[1])
     examples = result.errors[name].examples if name in result.errors else []
-    message = " ".join(redact_text(examples[0], result.config.api_key).split()) if examples else ""
+    message = " ".join(Secrets.of_config(result.config).log(examples[0]).split()) if examples else ""
     if len(message) > MESSAGE_CHARS:
         message = message[:MESSAGE_CHARS - 2] + " …"
     finished = result.counts.completed + result.counts.failed

@@ -18,11 +18,13 @@ def _unified(gpu: Mapping[str, Any]) -> bool:
     return gpu.get("memory") == "system"
 
 
-def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True) -> list[str]:
+def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True, *,
+                 running_since: str = "attached") -> list[str]:
     """"Label: value" lines for the card, the first one the headline:
     ``Peak memory: 5.21 GiB MemAvailable drop (1 s sampling); server RSS peak 3.90 GiB; GPU0 79.1 GiB
     used of 80.0 GiB``. ``baseline_before_server`` False: the server was already running when the
-    baseline was taken (fastbench attached to it), so the drop is only what the run added."""
+    baseline was taken, so the drop is only what the run added; ``running_since`` says why, in a few words
+    ("attached": fastbench attached to it; a sweep's launch shared by several runs says so)."""
     p = series["peaks"]
     every = f"{series['interval_s']:g} s sampling"
     during = "" if baseline_before_server else " during the run, the server already loaded"
@@ -49,7 +51,7 @@ def memory_lines(series: Mapping[str, Any], baseline_before_server: bool = True)
             f"{b['mem_total_bytes'] / _GIB:.2f} GiB MemTotal, "
             + ("taken before the server started; reservations count, not only memory in use"
                if baseline_before_server else
-               "taken with the server already running (attached): its own footprint is not in the drop")
+               f"taken with the server already running ({running_since}): its own footprint is not in the drop")
             + f" ({series['num_samples']} samples)"
         ),
     ]

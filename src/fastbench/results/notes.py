@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fastbench.results.cache import LABEL as PREFIX_CACHE_LABEL
 from fastbench.results.records import TimestampSource
 from fastbench.results.result import Counts, Result
 
@@ -204,7 +205,7 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         notes.append(f"--save-outputs: {facts.unreadable_outputs} requests streamed events that are not "
                      "readable OpenAI chunks (bad JSON or types); their output_text and reasoning_text are null")
     if result.prefix_cache is not None and result.prefix_cache.warning:
-        notes.append(result.prefix_cache.warning)
+        notes.append(PREFIX_CACHE_LABEL + result.prefix_cache.warning)
     if n.warmups:
         notes.append(f"{n.warmups} warm-up requests sent before the measured window, not counted")
     if 0 < n.completed < FEW_SAMPLES:

@@ -41,6 +41,7 @@ class LaunchFacts:
     run_of_launch: int = 1  # the measured windows this launch has served, this run's included
     image_id: str | None = None  # docker image inspect's Id ("sha256:...")
     docker_gpus: str | None = None  # the container's GPU flags and why ("GPUs: --gpus all (...)")
+    device: str | None = None  # the device vLLM's engine-config line names ("cpu", "cuda"); None: not said
 
 
 @dataclasses.dataclass(frozen=True)

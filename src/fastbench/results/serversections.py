@@ -89,7 +89,8 @@ def server_sections(
         if memory.series is not None:
             info["memory_series"] = memory.series
             info["memory_peaks"] = memory.peaks
-        section = _memory_rows(memory_lines(memory.series, memory.baseline_before_server)
+        since = "launched by fastbench before this run, for several runs" if launch and launch.shared else "attached"
+        section = _memory_rows(memory_lines(memory.series, memory.baseline_before_server, running_since=since)
                                if memory.series is not None else [])
         if memory.footprint is not None:
             info["footprint"] = memory.footprint
@@ -132,7 +133,8 @@ def _metrics_sections(window: WindowReport, info: dict[str, Any], notes: list[st
             info["server_metrics_card"] = rows
         cache = metrics.analysis.get("cache_config")
         if cache is not None:
-            row = cache_config_row(cache, metrics.analysis["cache_config_engines"])
+            row = cache_config_row(cache, metrics.analysis["cache_config_engines"],
+                                   device=window.launch.device if window.launch is not None else None)
             if row:
                 info.setdefault("card_config", {})["KV cache (server)"] = row
     prefix = window.prefix_cache
@@ -330,10 +332,12 @@ def _in_flight_at(rows: np.ndarray, times_ns: Sequence[int]) -> list[int]:
     return [int(v) for v in np.searchsorted(sent, t, side="right") - np.searchsorted(ended, t, side="right")]
 
 
-def cache_config_row(labels: Mapping[str, str], engines: int = 1) -> str | None:
+def cache_config_row(labels: Mapping[str, str], engines: int = 1, device: str | None = None) -> str | None:
     """The card's "KV cache (server)" row, from what vLLM's cache_config_info labels hold (names vary
     across vLLM versions: the size in tokens is new in 0.11, blocks x block size before); with several
-    engines, it is engine 0's cache and says so."""
+    engines, it is engine 0's cache and says so. On the CPU (``device``, from the engine's log) the label
+    gpu_memory_utilization keeps its default and means nothing (VLLM_CPU_KVCACHE_SPACE sizes the cache), so
+    the row leaves it out."""
 
     def number(key: str) -> float | None:
         try:
@@ -357,7 +361,7 @@ def cache_config_row(labels: Mapping[str, str], engines: int = 1) -> str | None:
     elif detail:
         parts.append(", ".join(detail))
     utilisation = number("gpu_memory_utilization")
-    if utilisation is not None:
+    if utilisation is not None and device != "cpu":
         parts.append(f"gpu-memory-utilization {utilisation:g}")
     if labels.get("enable_prefix_caching") in ("True", "False"):
         parts.append("prefix caching " + ("on" if labels["enable_prefix_caching"] == "True" else "off"))

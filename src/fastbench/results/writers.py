@@ -3,8 +3,8 @@
 The card's text is worded in ``card``; it is written here. The result file is the contract with other
 harnesses (documented in docs/result-schema.md): ``vllm bench serve``'s flat keys at the top level,
 fastbench's richer fields under ``"fastbench"``. Every file is written atomically (temp file in the
-same directory, fsync, ``os.replace``), so a reader never sees half a file. The API key is never
-written anywhere.
+same directory, fsync, ``os.replace``), so a reader never sees half a file. No secret of the run is
+written anywhere: each file passes the run's ``redact.Secrets`` (a server may echo the key into an error).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from fastbench._version import __version__
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
-from fastbench.redact import redact_argv, redact_headers, redact_text, scrub
+from fastbench.redact import NO_SECRETS, Secrets, redact_headers, redact_text
 from fastbench.results import adapters, agentic, failures, pooling, steady
+from fastbench.results.cache import LABEL as PREFIX_CACHE_LABEL
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
@@ -50,13 +51,14 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
     """Every BenchConfig field except ``api_key`` (replaced by ``api_key_set``), every dataset's options
     under their flat names (``random_input_len``: the defaults where none were given); command line redacted."""
     out: dict[str, Any] = {}
+    secrets = Secrets.of_config(config)
     for field in dataclasses.fields(config):
         if field.name == "api_key":
             out["api_key_set"] = config.api_key is not None
             continue
         value = getattr(config, field.name)
         if field.name == "command_line":
-            value = redact_argv(value, config.api_key)
+            value = secrets.argv(value)
         elif field.name == "base_url" and value is not None:
             value = redact_text(value)
         elif field.name == "headers":
@@ -66,9 +68,9 @@ def config_to_dict(config: BenchConfig) -> dict[str, Any]:
             continue
         elif field.name == "launch" and value is not None:
             value = dataclasses.asdict(value)
-            value["engine_args"] = redact_argv(value["engine_args"], config.api_key)
-            value["docker_args"] = redact_argv(value["docker_args"], config.api_key)
-            value["env"] = [redact_text(item, config.api_key) for item in value["env"]]
+            value["engine_args"] = secrets.argv(value["engine_args"])
+            value["docker_args"] = secrets.argv(value["docker_args"])
+            value["env"] = [secrets.log(item) for item in value["env"]]
         elif isinstance(value, tuple):
             value = list(value)
         out[field.name] = value
@@ -109,9 +111,10 @@ def result_to_json_dict(
     result: Result, config: BenchConfig, *, environment: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The result file: vllm's flat keys at the top level, fastbench's fields under ``"fastbench"``."""
+    secrets = Secrets.of_config(config)
     server = dict(result.server_info)
     if isinstance(server.get("launch_command"), str):
-        server["launch_command"] = redact_text(server["launch_command"], config.api_key)
+        server["launch_command"] = secrets.log(server["launch_command"])
     tp = result.throughput
     fastbench: dict[str, Any] = {
         "schema_version": RESULT_SCHEMA_VERSION,
@@ -119,7 +122,7 @@ def result_to_json_dict(
         "created_at": result.created_at,
         "definitions": dict(DEFINITIONS),
         "config": config_to_dict(config),
-        "command_line": redact_argv(config.command_line, config.api_key),
+        "command_line": secrets.argv(config.command_line),
         "environment": dict(environment),
         "workload": dict(result.workload_info),
         "server": server,
@@ -183,9 +186,7 @@ def result_to_json_dict(
     if result.prefix_cache is not None:  # fastbench's flat keys beside vllm's: what a sweep or a dashboard reads
         out.update(result.prefix_cache.flat())
     out["fastbench"] = fastbench
-    if config.api_key and len(config.api_key) >= 8:  # shorter ones would mangle ordinary text
-        out = scrub(out, config.api_key)
-    return out
+    return secrets.obj(out)  # a key a server echoed into an error message, a token an engine logged
 
 
 # -- atomic writes --------------------------------------------------------------------------------------
@@ -397,7 +398,7 @@ def render_console(result: Result) -> str:
             if cache.expected_prefix_share is not None and cache.observed is not None:
                 row("Expected from the workload (%):", 100 * cache.expected_prefix_share)
             if cache.warning:
-                lines += wrapped(cache.warning, "WARNING ")
+                lines += wrapped(PREFIX_CACHE_LABEL + cache.warning, "WARNING ")
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
@@ -498,17 +499,19 @@ def detailed_records(data: RunData) -> Iterable[dict[str, Any]]:
         yield rec
 
 
-def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData) -> int:
+def write_detailed_jsonl(path: str | os.PathLike[str], data: RunData, secrets: Secrets = NO_SECRETS) -> int:
     """Write one JSON line per request (see :func:`detailed_records`), atomically; return the line count.
 
     Times are CLOCK_MONOTONIC ns (``*_ns``, null when it did not happen) and ms from the start of
     the measured window (``*_ms``).
     """
-    records = detailed_jsonl_bytes(data)
+    records = detailed_jsonl_bytes(data, secrets)
     write_bytes_atomic(path, records)
     return records.count(b"\n")  # orjson escapes a newline inside a string: one per record
 
 
-def detailed_jsonl_bytes(data: RunData) -> bytes:
-    """The per-request records as :func:`write_detailed_jsonl` writes them, in memory (for the store)."""
-    return b"".join(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE) for rec in detailed_records(data))
+def detailed_jsonl_bytes(data: RunData, secrets: Secrets = NO_SECRETS) -> bytes:
+    """The per-request records as :func:`write_detailed_jsonl` writes them, in memory (for the store),
+    with ``secrets`` hidden (a server's error message may echo the key it was sent)."""
+    records = b"".join(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE) for rec in detailed_records(data))
+    return secrets.data(records)

@@ -6,12 +6,13 @@ Everything else (the process, readiness, the log, teardown) is ``launch.Launched
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from fastbench.config import LaunchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.server.launch import LaunchedServer, engine_option
-from fastbench.server.serverlog import parse_vllm_footprint, parse_vllm_precision
+from fastbench.server.serverlog import parse_vllm_device, parse_vllm_footprint, parse_vllm_precision
 
 __all__ = ("RESET_ENV", "LlamaCppServer", "SGLangServer", "VLLMServer", "make_server", "with_prefix_cache_reset")
 
@@ -43,6 +44,9 @@ class VLLMServer(LaunchedServer):
 
     def precision(self) -> str | None:
         return parse_vllm_precision(self.log.text(until_first_window=True))
+
+    def device(self) -> str | None:
+        return parse_vllm_device(self.log.text(until_first_window=True))
 
     def footprint(self) -> dict[str, Any] | None:
         # logged while loading: the windows' request lines may be hundreds of MB (a launch may
@@ -111,11 +115,12 @@ def with_prefix_cache_reset(launch: LaunchConfig) -> LaunchConfig:
     return dataclasses.replace(launch, env=(*launch.env, *extra)) if extra else launch
 
 
-def make_server(launch: LaunchConfig, *, api_key: str | None = None,
-                log_dir: str | None = None) -> LaunchedServer:
-    """The server class for ``launch.engine``, not started yet."""
+def make_server(launch: LaunchConfig, *, api_key: str | None = None, log_dir: str | None = None,
+                headers: Mapping[str, str] | None = None) -> LaunchedServer:
+    """The server class for ``launch.engine``, not started yet (``headers``: the client's, whose
+    credentials its log must not show either)."""
     try:
         cls = _SERVERS[launch.engine]
     except KeyError:
         raise ConfigError(f"--launch takes {', '.join(_SERVERS)}, got {launch.engine!r}") from None
-    return cls(launch, api_key=api_key, log_dir=log_dir)
+    return cls(launch, api_key=api_key, log_dir=log_dir, headers=headers)

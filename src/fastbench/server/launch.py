@@ -1,8 +1,8 @@
 """The server under test: launch (local process or docker), readiness, provenance, teardown.
 
-``LaunchedServer`` starts an engine in its own process group with its output in a log file (its
-subclasses, one per engine, are in ``engines``); ``external.ExternalServer`` attaches to a server that
-is already running. All share:
+``LaunchedServer`` starts an engine in its own process group with its output in a log file, through
+``logrelay``, which hides the run's secrets on the way (its subclasses, one per engine, are in
+``engines``); ``external.ExternalServer`` attaches to a server that is already running. All share:
 
 * ``start()`` / ``wait_ready(timeout_s)`` (or ``await astart()``) / ``stop()``;
 * ``base_url``, ``log_path``, ``load_time_s`` (launch until /v1/models lists the model);
@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -40,7 +39,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +47,9 @@ import orjson
 
 from fastbench.config import BenchConfig, LaunchConfig
 from fastbench.exceptions import ConfigError, ServerError
-from fastbench.redact import redact_argv, redact_secret, redact_text, shell_join
+from fastbench.redact import Secrets, shell_join
 from fastbench.results.observations import LaunchFacts, Teardown
-from fastbench.server import container, control, processes
+from fastbench.server import container, control, logrelay, processes
 from fastbench.server.serverlog import ServerLog
 
 __all__ = (
@@ -89,9 +88,6 @@ def engine_option(args: Sequence[str], *names: str) -> str | None:
     return value
 
 
-_SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD)$")
-
-
 def _tail(text: str, n: int = LOG_TAIL_LINES) -> str:
     lines = [line for line in text.splitlines() if line.strip()][-n:]
     return "\n".join("  | " + line for line in lines) if lines else "  | (the log is empty)"
@@ -107,10 +103,14 @@ class LaunchedServer:
     engine_name = ""
     default_bin = ""
 
-    def __init__(self, launch: LaunchConfig, *, api_key: str | None = None,
-                 log_dir: str | None = None) -> None:
+    def __init__(self, launch: LaunchConfig, *, api_key: str | None = None, log_dir: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.launch = launch
         self.api_key = api_key
+        # the key, the engine's own --api-key / --hf-token, secret-named --server-env values, HF_TOKEN...
+        self.secrets = Secrets.of_run(api_key=api_key, headers=headers, engine_args=launch.engine_args,
+                                      docker_args=launch.docker_args, env=launch.env)
+        self.relay: subprocess.Popen[bytes] | None = None  # logrelay: the engine's output into the log
         self.host = launch.host
         self.port = launch.port if launch.port is not None else DEFAULT_PORTS[launch.engine]
         self.base_url = f"http://{_url_host(self.host)}:{self.port}"
@@ -189,7 +189,7 @@ class LaunchedServer:
     def display_command(self) -> str:
         """The command as a shell line, the environment additions first, secrets redacted."""
         prefix = [item for item in self.launch.env if "=" in item]
-        return shell_join(redact_argv([*prefix, *self.argv()], self.api_key))
+        return shell_join(self.secrets.argv([*prefix, *self.argv()]))
 
     # -- launch and readiness ------------------------------------------------------------------
 
@@ -217,9 +217,10 @@ class LaunchedServer:
             raise ConfigError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None
         self.log.note(f"launching: {self.display_command()}")
         self.t_launch = time.monotonic()
+        self.relay, output = logrelay.start_relay(log_file, self.secrets)
         try:
             self.process = subprocess.Popen(
-                [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                 env=self.process_env(), start_new_session=True,
                 # Only for a local engine: a docker client's death would not stop its container.
                 preexec_fn=None if self.launch.docker_image else processes.die_with_parent,
@@ -227,6 +228,8 @@ class LaunchedServer:
         except OSError as exc:  # e.g. a script whose #! interpreter is missing: ENOENT naming the script
             raise ServerLaunchError(f"cannot run {exe}: {exc.strerror or exc} (a script's #! interpreter "
                                     "missing, or not an executable for this machine?)") from None
+        finally:
+            os.close(output)  # the engine holds it now: the relay ends when the engine's output does
         self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
         self._finalizer = weakref.finalize(self, processes.kill_group_at_exit, self.pgid)
 
@@ -259,9 +262,13 @@ class LaunchedServer:
         if self.docker.pid is not None and self.docker.cgroup is None:
             self.log.note("the container's memory cgroup was not found under /sys/fs/cgroup: its memory is "
                           "measured as its process tree's RSS only")
-        self.process = subprocess.Popen(
-            [exe, "logs", "-f", self.docker.name], stdin=subprocess.DEVNULL, stdout=log_file,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=processes.die_with_parent)
+        self.relay, output = logrelay.start_relay(log_file, self.secrets)
+        try:
+            self.process = subprocess.Popen(
+                [exe, "logs", "-f", self.docker.name], stdin=subprocess.DEVNULL, stdout=output,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=processes.die_with_parent)
+        finally:
+            os.close(output)
         self.pgid = self.process.pid
 
     def log_text(self, last_bytes: int | None = None, *, until_window: bool = False,
@@ -275,13 +282,8 @@ class LaunchedServer:
         return _tail(self.redact(self.log.text(last_bytes=64 * 1024)), n)
 
     def redact(self, text: str) -> str:
-        """``text`` without the API key or the values of secret-named --server-env variables."""
-        text = redact_text(text, self.api_key)
-        for item in self.launch.env:
-            name, sep, value = item.partition("=")
-            if sep and value and _SECRET_NAME.search(name):
-                text = redact_secret(text, value)
-        return text
+        """``text`` without the launch's secrets (``self.secrets``) or what looks like one."""
+        return self.secrets.log(text)
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.t_launch if self.t_launch is not None else 0.0
@@ -303,6 +305,8 @@ class LaunchedServer:
             return how
         if status is None:
             return None
+        if self.exit_status is None:  # the first look after its end: its last lines are the message's
+            self._drain_relay(1.0, stop=False)
         self.exit_status = status
         return f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
 
@@ -478,6 +482,7 @@ class LaunchedServer:
         problems = [f"port {self.port} still in use"] if not self.port_free_after_stop else []
         if left:
             problems.append(f"processes {left} of its group (or that left it) still running")
+        self._drain_relay()
         self.log.note("stopped" + (": " + "; ".join(problems) if problems else ""))
         self.teardown = Teardown(how=how, seconds=round(time.monotonic() - t0, 2), exit=self._exit_how(),
                                  port_free=self.port_free_after_stop, processes_left=left,
@@ -485,6 +490,19 @@ class LaunchedServer:
         if problems:
             warnings.warn(f"{self.engine_name} teardown: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
         self.log.close()
+
+    def _drain_relay(self, timeout_s: float = 5.0, *, stop: bool = True) -> None:
+        """Wait for the relay to write the engine's last lines: it ends when the output does, with
+        the last process that holds it (one that outlived its group holds it open: the relay is then
+        stopped, with ``stop``, once what it read is written, which takes it far less than a second)."""
+        if self.relay is None or self.relay.returncode is not None:
+            return
+        try:
+            self.relay.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            if stop:
+                self.relay.kill()
+                self.relay.wait()
 
     # -- what the result records ---------------------------------------------------------------
 
@@ -497,8 +515,8 @@ class LaunchedServer:
             "model": launch.model,
             "served_model": self.served_model,
             "launcher": "docker" if launch.docker_image else "local process",
-            "argv": redact_argv(self.argv(), self.api_key),
-            "env": [redact_text(item, self.api_key) for item in launch.env],
+            "argv": self.secrets.argv(self.argv()),
+            "env": [self.secrets.log(item) for item in launch.env],
             "command": self.display_command(),
             "engine_bin": shutil.which(self.argv()[0]),
             "image": launch.docker_image,
@@ -525,7 +543,7 @@ class LaunchedServer:
             version=self.version,
             launcher="docker" if launch.docker_image else "local process",
             command=self.display_command(),
-            engine_args=tuple(redact_argv(launch.engine_args, self.api_key)),
+            engine_args=tuple(self.secrets.argv(launch.engine_args)),
             log_path=str(self.log_path),
             port=self.port,
             load_time_s=self.load_time_s,
@@ -534,6 +552,7 @@ class LaunchedServer:
             image_id=self.image_id,
             docker_gpus=self.docker.gpus()[1] if self.docker is not None else None,
             precision=self.precision(),
+            device=self.device(),
             quantization=engine_option(launch.engine_args, "--quantization", "-q"),
             speculative_method=_speculative_method(launch.engine_args),
             gpu_memory_utilization=engine_option(launch.engine_args, "--gpu-memory-utilization"),
@@ -542,6 +561,10 @@ class LaunchedServer:
 
     def precision(self) -> str | None:
         """The quantization and dtype the engine logged it runs in; None where it does not say."""
+        return None
+
+    def device(self) -> str | None:
+        """The device the engine logged it runs on ("cpu", "cuda"); None where it does not say."""
         return None
 
     def footprint(self) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ __all__ = (
     "FATAL_PATTERNS",
     "ServerLog",
     "parse_spec_log_line",
+    "parse_vllm_device",
     "parse_vllm_footprint",
     "parse_vllm_precision",
     "spec_log_summary",
@@ -302,6 +303,17 @@ def parse_vllm_precision(text: str) -> str | None:
             return f"{quant.group(1)} ({dtype_text})" if dtype_text else quant.group(1)
         if dtype_text:
             return f"{dtype_text} (no quantization)"
+    return None
+
+
+def parse_vllm_device(text: str) -> str | None:
+    """The device vLLM's engine-config line names ("... device_config=cpu, ..."): "cpu", "cuda", ...; None
+    when no such line was logged."""
+    for line in text.splitlines():
+        config = _ENGINE_CONFIG.search(line)
+        device = re.search(_CONFIG_VALUE.format("device_config"), config.group(1)) if config else None
+        if device:
+            return device.group(1)
     return None
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from fastbench.study.grid import canonical
 
-__all__ = ("PROMPT_REUSE", "cell_seed", "reset_rule", "warmup_seed")
+__all__ = ("PROMPT_REUSE", "SHARED_CACHE", "cell_seed", "reset_rule", "warmup_seed")
 
 PROMPT_REUSE = ("fresh", "shared")
 _CELL_SEEDS = 1 << 62  # cell seeds are below it, the warm-up seed at or above it
@@ -41,20 +41,32 @@ def cell_seed(sweep_seed: int, values: Mapping[str, Any], repeat: int, *, varian
     return _digest(key) % _CELL_SEEDS
 
 
-def warmup_seed(sweep_seed: int, cell_seeds: Sequence[int] = ()) -> int:
+def warmup_seed(sweep_seed: int, cell_seeds: Sequence[int] = (), sweep_name: str = "") -> int:
     """The seed of the sweep's warm-up requests: at or above every fresh cell's, and none of
-    ``cell_seeds`` (a shared sweep's seed may be anything)."""
-    seed = _CELL_SEEDS + _digest({"sweep_seed": sweep_seed, "warmup": True}) % _CELL_SEEDS
+    ``cell_seeds`` (a shared sweep's seed may be anything). The sweep's name enters it: two sweeps
+    against one server must not warm it with the same prompts (the second one's warm-up was all cached)."""
+    seed = _CELL_SEEDS + _digest({"sweep_seed": sweep_seed, "warmup": True, "sweep": sweep_name}) % _CELL_SEEDS
     taken = set(cell_seeds)
     while seed in taken:
         seed = _CELL_SEEDS + (seed + 1) % _CELL_SEEDS
     return seed
 
 
-def reset_rule(kind: str, engine: str | None, asked: bool | None) -> tuple[bool, str]:
+SHARED_CACHE = "prompts are shared, so every cell after the first on this server measures its prefix cache"
+
+
+def reset_rule(kind: str, engine: str | None, asked: bool | None, prompt_reuse: str = "fresh") -> tuple[bool, str]:
     """Whether a variant's cells ask the server to empty its prefix cache before each cell, and why,
     in words a result keeps. ``kind``: "launch", "attach" or "synthetic"; ``asked``: ``[sweep]
-    reset_prefix_cache`` (None: not given, the default by kind)."""
+    reset_prefix_cache`` (None: not given, the default by kind); ``prompt_reuse``: with "shared", a
+    server whose cache is kept serves every later cell's prompts from it, and the words say so."""
+    reset, why = _reset_rule(kind, engine, asked)
+    if not reset and kind != "synthetic":
+        why += f"; {SHARED_CACHE}" if prompt_reuse == "shared" else "; fresh prompts keep cells apart"
+    return reset, why
+
+
+def _reset_rule(kind: str, engine: str | None, asked: bool | None) -> tuple[bool, str]:
     if asked is not None:
         return asked, f"{'on' if asked else 'off'}: [sweep] reset_prefix_cache = {str(asked).lower()}"
     if kind == "launch" and engine in ("vllm", "sglang"):
@@ -64,5 +76,5 @@ def reset_rule(kind: str, engine: str | None, asked: bool | None) -> tuple[bool,
         return False, f"off: a launched {engine} server has no prefix-cache reset"
     if kind == "attach":
         return False, ("off: an attached server's cache is emptied only when asked "
-                       "([sweep] reset_prefix_cache = true); fresh prompts keep cells apart")
+                       "([sweep] reset_prefix_cache = true)")
     return False, "off: the built-in synthetic server is started by each run, its cache empty"

@@ -11,19 +11,29 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 
 from fastbench.exceptions import StoreError
 from fastbench.study.compare import records_of_file
-from fastbench.study.runfile import Scalar, flat_complete, flat_keys, flat_status, load_result, read_records
+from fastbench.study.runfile import (
+    Scalar,
+    flat_complete,
+    flat_keys,
+    flat_status,
+    flat_why,
+    load_result,
+    read_records,
+)
 from fastbench.study.store import RECORDS_FILE, RESULT_FILE, Store
 
-__all__ = ("Cell", "Crossing", "RunPoint", "complete_points", "crossings", "group_series", "left_out", "load_points",
-           "mean_interval", "pareto_front", "per_position_points", "point_document", "point_records", "spectrum")
+__all__ = ("AXIS_KEYS", "Cell", "Crossing", "RunPoint", "complete_points", "crossings", "group_series", "left_out",
+           "load_points", "mean_interval", "pareto_front", "per_position_points", "point_document", "point_records",
+           "series_contexts", "series_namer", "spectrum")
 
 Axis = Literal["concurrency", "rate"]
 NO_VARIANT = "(no variant)"
@@ -63,6 +73,22 @@ class RunPoint:
     def status(self) -> str:
         """How the run ended (runfile.run_status: ok, time cap, INTERRUPTED, CAPPED-EMPTY, ...)."""
         return flat_status(self.flat)
+
+    @property
+    def sweep(self) -> str | None:
+        """The sweep that ran it (metadata ``sweep``), or None."""
+        name = self.flat.get("sweep")
+        return name if isinstance(name, str) and name else None
+
+    def grid_values(self) -> dict[str, Any]:
+        """The grid point it measured, less variant and repeat (its sweep cell's key: every crossed
+        key's value); {} for a run outside a sweep."""
+        text = self.flat.get("sweep_cell")
+        try:
+            key = orjson.loads(text) if isinstance(text, str) else None
+        except orjson.JSONDecodeError:
+            key = None
+        return {k: v for k, v in key.items() if k not in ("variant", "repeat")} if isinstance(key, dict) else {}
 
     def value(self, key: str) -> float | None:
         value = self.flat.get(key)
@@ -133,9 +159,9 @@ def complete_points(points: Iterable[RunPoint]) -> list[RunPoint]:
 
 
 def left_out(points: Iterable[RunPoint]) -> list[dict[str, str]]:
-    """The runs that are not complete cells, each as {run, variant, status}: what a figure's numbers
-    (its JSON) and the report list apart instead of averaging."""
-    return [{"run": point.run_id, "variant": point.variant, "status": point.status}
+    """The runs that are not complete cells, each as {run, variant, status, reason}: what a figure's
+    numbers (its JSON) and the report list apart instead of averaging."""
+    return [{"run": point.run_id, "variant": point.variant, "status": point.status, "reason": flat_why(point.flat)}
             for point in points if not point.complete]
 
 
@@ -191,10 +217,58 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+# The grid keys a load axis stands for: a sweep crossing them draws them along x, not as series.
+AXIS_KEYS: dict[str, tuple[str, ...]] = {"concurrency": ("concurrency", "max_concurrency"),
+                                         "rate": ("request_rate",)}
+
+
+def _shown_value(value: Any) -> str:
+    return orjson.dumps(value).decode() if isinstance(value, (list, dict)) else str(value)
+
+
+def series_namer(points: Iterable[RunPoint], axis: Axis = "concurrency") -> Callable[[RunPoint], str]:
+    """A function naming the series a run belongs to in a figure against ``axis``: its variant, then
+    the values of every other key its sweep crossed (``base max_tokens=32``: a point of a figure is one
+    grid point, its repeats only), led by the sweep's name where the runs come from several sweeps
+    (``shared: base``: two sweeps are two series, never one mean). Runs outside a sweep: the variant."""
+    context = _context_of(points, axis)
+
+    def name(point: RunPoint) -> str:
+        sweep, others = context(point)
+        parts = ([] if point.variant == NO_VARIANT and others else [point.variant]) + list(others)
+        text = " ".join(parts)
+        return f"{sweep}: {text}" if sweep is not None else text
+
+    return name
+
+
+def series_contexts(points: Iterable[RunPoint], axis: Axis = "concurrency") -> dict[str, tuple[Any, ...]]:
+    """series name -> what it holds fixed besides its variant (its sweep, where several are drawn, and
+    its other crossed values): two series compare as variants only where these are equal."""
+    points = list(points)
+    name, context = series_namer(points, axis), _context_of(points, axis)
+    return {name(point): context(point) for point in points}
+
+
+def _context_of(points: Iterable[RunPoint], axis: Axis) -> Callable[[RunPoint], tuple[str | None, tuple[str, ...]]]:
+    several = len({point.sweep for point in points}) > 1
+    drop = AXIS_KEYS[axis]
+
+    def context(point: RunPoint) -> tuple[str | None, tuple[str, ...]]:
+        others = tuple(f"{k}={_shown_value(v)}" for k, v in sorted(point.grid_values().items()) if k not in drop)
+        return (point.sweep or "(no sweep)") if several else None, others
+
+    return context
+
+
 def group_series(points: Iterable[RunPoint], key: str, axis: Axis = "concurrency") -> dict[str, list[Cell]]:
-    """variant -> its cells (ascending load) of figure ``key``; runs without the load or the figure,
-    and runs that are no complete cell (interrupted, capped before their first completion, stopped
-    early: :func:`complete_points`), are left out. Variants in name order."""
+    """series -> its cells (ascending load) of figure ``key``; a series is a variant and the values of
+    the other keys its sweep crossed, per sweep (:func:`series_namer`), so a cell's runs are repeats of
+    one grid point. Runs without the load or the figure, and runs that are no complete cell
+    (interrupted, collapsed, capped before their first completion, stopped early:
+    :func:`complete_points`), are left out. Series in name order."""
+    points = list(points)
+    named = series_namer(points, axis)
     grouped: dict[str, dict[float, list[tuple[float, str]]]] = {}
     for point in points:
         if not point.complete:
@@ -202,7 +276,7 @@ def group_series(points: Iterable[RunPoint], key: str, axis: Axis = "concurrency
         load, value = point.load(axis), point.value(key)
         if load is None or value is None:
             continue
-        grouped.setdefault(point.variant, {}).setdefault(load, []).append((value, point.run_id))
+        grouped.setdefault(named(point), {}).setdefault(load, []).append((value, point.run_id))
     series: dict[str, list[Cell]] = {}
     for variant in sorted(grouped):
         cells = []
@@ -328,10 +402,14 @@ def _overlap_extent(xs: Sequence[float], lo_gap: Sequence[float], hi_gap: Sequen
     return (left, left_i == 0 and left_t == 0.0), (right, right_i == len(xs) - 2 and right_t == 1.0)
 
 
-def all_crossings(series: Mapping[str, Sequence[Cell]], *, log_x: bool = False) -> list[Crossing]:
-    """The crossings of every pair of series, in name order."""
+def all_crossings(series: Mapping[str, Sequence[Cell]], *, log_x: bool = False,
+                  contexts: Mapping[str, Any] | None = None) -> list[Crossing]:
+    """The crossings of every pair of series, in name order; with ``contexts`` (:func:`series_contexts`),
+    only of pairs that differ in their variant alone (``base max_tokens=32`` against ``spec
+    max_tokens=32``, never against ``spec max_tokens=64``)."""
     names = list(series)
     return [c for i, a in enumerate(names) for b in names[i + 1:]
+            if contexts is None or contexts.get(a) == contexts.get(b)
             for c in crossings(series[a], series[b], names=(a, b), log_x=log_x)]
 
 

@@ -4,7 +4,9 @@
 Blocks: ATX headings, GitHub tables (a header row, a ``|---|`` row, body rows), fenced code, ``-`` /
 ``*`` bullet lists, paragraphs. Inline: ```code```, ``**bold**``, and links, of which only in-page
 ones (``#...``) and relative paths become ``<a>``: a link to a URL stays text with the URL beside it,
-so that a rendered card can never make the page reach out of itself.
+so that a rendered card can never make the page reach out of itself. The cards write ``&``, ``<`` and
+``>`` outside code as entities (``results.card.escape_markdown``); those three are read back as the
+characters they stand for, then escaped once, as any text.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ _TABLE_RULE = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
 _INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|\[([^\]]+)\]\(([^)\s]+)\)")
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:|^//")
+_CARD_ENTITY = re.compile(r"&(amp|lt|gt);")
+_CHARACTER = {"amp": "&", "lt": "<", "gt": ">"}
+
+
+def _text(text: str) -> str:
+    """Plain text of a card, escaped: the entities the card wrote read back first, so none is escaped twice."""
+    return html.escape(_CARD_ENTITY.sub(lambda m: _CHARACTER[m.group(1)], text))
 
 
 def inline(text: str) -> str:
@@ -27,18 +36,18 @@ def inline(text: str) -> str:
     out: list[str] = []
     last = 0
     for match in _INLINE.finditer(text):
-        out.append(html.escape(text[last:match.start()]))
+        out.append(_text(text[last:match.start()]))
         code, bold, label, target = match.groups()
         if code is not None:
             out.append(f"<code>{html.escape(code)}</code>")
         elif bold is not None:
             out.append(f"<strong>{inline(bold)}</strong>")
         elif _URL_SCHEME.match(target):  # a URL (or a scheme of any kind): text, never a link
-            out.append(f"{inline(label)} ({html.escape(target)})")
+            out.append(f"{inline(label)} ({_text(target)})")
         else:
             out.append(f'<a href="{html.escape(target, quote=True)}">{inline(label)}</a>')
         last = match.end()
-    out.append(html.escape(text[last:]))
+    out.append(_text(text[last:]))
     return "".join(out)
 
 

@@ -41,6 +41,7 @@ from fastbench.study.figures_data import (
     pareto_front,
     per_position_points,
     position_key,
+    series_contexts,
 )
 from fastbench.study.labels import Label, add_footnote, place_labels
 from fastbench.study.run_figures import draw_spectrum, draw_timeline, figure_spectrum, figure_timeline
@@ -117,6 +118,7 @@ def figure_crossover(points: Sequence[RunPoint], axis: Axis = "concurrency", nam
     order = sorted(set(rate) | set(tput))
     loads = sorted({c.load for s in (*rate.values(), *tput.values()) for c in s})
     log_x = log_axis(loads)
+    contexts = series_contexts(points, axis)  # only variants at the same other values cross
     fig, (ax_rate, ax_tput) = plt.subplots(1, 2, figsize=(14, 5.4), layout="constrained")
     found: dict[str, list[Crossing]] = {}
     obstacles: dict[str, list[list[tuple[float, float]]]] = {}
@@ -127,7 +129,7 @@ def figure_crossover(points: Sequence[RunPoint], axis: Axis = "concurrency", nam
         _load_axis(ax, loads, axis, log_x)
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
-        found[key] = all_crossings(series, log_x=log_x)
+        found[key] = all_crossings(series, log_x=log_x, contexts=contexts)
         for c in found[key]:
             if c.low is not None and c.high is not None:
                 ax.axvspan(c.low, c.high, color="0.5", alpha=0.15, linewidth=0)
@@ -162,6 +164,9 @@ def draw_crossover(points: Sequence[RunPoint], out_dir: Path, formats: Sequence[
     return save(figure_crossover(points, axis, name), out_dir, formats)
 
 
+PARETO_MARGIN = 1.12  # the axes reach this far past the largest throughput and per-stream rate
+
+
 def figure_pareto(points: Sequence[RunPoint], axis: Axis = "concurrency", name: str = "pareto") -> Drawn:
     """Per-stream decode rate against aggregate throughput, one point per (variant, load) cell (the mean
     of its repeats), the Pareto-optimal cells joined and named. Labels are placed where they overlap
@@ -191,8 +196,9 @@ def figure_pareto(points: Sequence[RunPoint], axis: Axis = "concurrency", name: 
             label="Pareto frontier")
     ax.set_xlabel(axis_label(points))
     ax.set_ylabel("Per-stream decode rate, median per request (tokens/s)")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    # room beyond the largest point: its marker (and its label) inside the frame, never cut by it
+    ax.set_xlim(0, max(c[2] for c in cells) * PARETO_MARGIN or 1.0)
+    ax.set_ylim(0, max(c[3] for c in cells) * PARETO_MARGIN or 1.0)
     legend_outside(ax, fontsize=9)
     names = [named(v, load) for v, load, _, _ in front]
     title = "Pareto frontier: " + ", ".join(names)
@@ -237,12 +243,14 @@ def figure_latency(points: Sequence[RunPoint], axis: Axis = "concurrency", name:
         raise ConfigError(f"no run has a {LOAD_WORD[axis]} to plot against")
     fig, axes = plt.subplots(2, 2, figsize=(13.5, 9), layout="constrained")
     log_x = log_axis(all_loads)
-    order = sorted({p.variant for p in points})
+    grouped = {(metric, stat): group_series(points, f"{stat}_{metric}_ms", axis)
+               for metric, _ in LATENCIES for stat, _, _ in STATS}
+    order = sorted({name for series in grouped.values() for name in series})  # variant and other grid keys
     drawn: set[str] = set()
     for ax, (metric, title) in zip(axes.flat, LATENCIES):
         summary["metrics"][metric] = {}
         for stat, label, linestyle in STATS:
-            series = group_series(points, f"{stat}_{metric}_ms", axis)
+            series = grouped[metric, stat]
             summary["metrics"][metric][label] = series_summary(series)
             for variant, cells in series.items():
                 ax.plot([c.load for c in cells], [c.mean for c in cells], linestyle=linestyle, linewidth=1.6,

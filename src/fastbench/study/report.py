@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from fastbench.exceptions import ConfigError, FastbenchError
+from fastbench.results.card import escape_markdown
 from fastbench.study import markdown
 from fastbench.study.figures_data import (
     NO_VARIANT,
@@ -41,6 +42,7 @@ from fastbench.study.figures_data import (
     point_document,
     point_records,
 )
+from fastbench.study.runfile import flat_failed, flat_why
 from fastbench.study.store import CARD_FILE
 from fastbench.study.sustained import SUSTAINED_KEY, THROUGHPUT_TEXT, runs_fallback_line
 
@@ -58,6 +60,7 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("median_tpot_ms", "TPOT p50 ms", 2),
     ("median_e2el_ms", "E2E p50 ms", 0),
     ("spec_decode_acceptance_length", "Acceptance length", 2),
+    ("prefix_cache_hit_rate", "Prefix-cache hit rate", 2),  # near 1 with random prompts: the cell measured the cache
 )
 
 
@@ -126,8 +129,11 @@ def cell_rows(points: Sequence[RunPoint], journal: Sequence[Mapping[str, Any]] =
     all ended otherwise shows why), and a row per point the journal recorded failed or skipped that has
     no complete run. Ordered by variant, then the values (load last)."""
     grouped: dict[str, tuple[str, dict[str, Any], list[RunPoint]]] = {}
+    several = len({point.sweep for point in points}) > 1  # two sweeps' runs at one point are never repeats
     for point in points:
         variant, values = _point_values(point)
+        if several:
+            variant = f"{point.sweep or '(no sweep)'}: {variant}"
         grouped.setdefault(_ident(variant, values), (variant, values, []))[2].append(point)
     rows: list[CellRow] = []
     for variant, values, runs in grouped.values():
@@ -141,10 +147,13 @@ def cell_rows(points: Sequence[RunPoint], journal: Sequence[Mapping[str, Any]] =
             mean, low, high = mean_interval(numbers)
             figures[key] = (mean, (high - mean) if len(numbers) > 1 else None)
         left = tuple(p.run_id for p in runs if not p.complete)
+        why = ", ".join(sorted({flat_why(p.flat) for p in runs if not p.complete}))
         if done:
             status, reason = "done", ""
+        elif any(flat_failed(p.flat) for p in runs):  # the server did not work: a failed cell
+            status, reason = "failed", why
         else:
-            status, reason = "incomplete", ", ".join(sorted({p.status for p in runs}))
+            status, reason = "incomplete", why
         rows.append(CellRow(variant, values, _load_of(values), tuple(p.run_id for p in done), figures, status,
                             reason, left))
     seen = {_ident(r.variant, r.values) for r in rows if r.status == "done"}
@@ -281,12 +290,12 @@ def _cells_table_html(rows: Sequence[CellRow]) -> str:
 
 # -- the runs no cell averages ------------------------------------------------------------------------
 
-INCOMPLETE_HEAD = ("Run", "Variant", "Point", "Status", "Completed", "Stopped")
+INCOMPLETE_HEAD = ("Run", "Variant", "Point", "Status", "Completed", "Why")
 
 
 def incomplete_rows(points: Sequence[RunPoint]) -> list[tuple[str, ...]]:
-    """A row per run that is no complete cell (interrupted, capped before its first completion, stopped
-    early: runfile.is_complete), as INCOMPLETE_HEAD: listed apart, never averaged into the cells table
+    """A row per run that is no complete cell (collapsed, interrupted, capped before its first completion,
+    stopped early: runfile.is_complete), as INCOMPLETE_HEAD: listed apart, never averaged into the cells table
     or a figure."""
     rows: list[tuple[str, ...]] = []
     for point in points:
@@ -296,7 +305,7 @@ def incomplete_rows(points: Sequence[RunPoint]) -> list[tuple[str, ...]]:
         completed, total = point.flat.get("completed"), point.flat.get("num_prompts")
         done = f"{completed}/{total}" if completed is not None and total is not None else str(completed or "-")
         rows.append((point.run_id, variant, _values_text(values), point.status, done,
-                     str(point.flat.get("stopped_reason") or "-")))
+                     flat_why(point.flat)))
     return rows
 
 
@@ -305,9 +314,9 @@ def _incomplete_html(points: Sequence[RunPoint]) -> list[str]:
     if not rows:
         return []
     out = ['<h2 id="incomplete">Incomplete runs</h2>',
-           "<p>Runs kept in the store that are no complete cell: interrupted, capped before their first "
-           "completion, or stopped early. Neither the cells table nor a figure averages them; a sweep runs "
-           "their cells again.</p>", "<table>",
+           "<p>Runs kept in the store that are no complete cell: the server collapsed, interrupted, capped "
+           "before their first completion, or stopped early. Neither the cells table nor a figure averages "
+           "them; a sweep runs their cells again.</p>", "<table>",
            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in INCOMPLETE_HEAD) + "</tr></thead>", "<tbody>"]
     for run, *rest in rows:
         cells = "".join(f"<td>{html.escape(c)}</td>" for c in rest)
@@ -405,7 +414,7 @@ def render_study_card(title: str, points: Sequence[RunPoint], rows: Sequence[Cel
                   ""]
     lines += ["## Full run command", "", "```", *commands, "```", "", "## Notes", ""]
     lines += [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    return escape_markdown("\n".join(lines)) + "\n"  # labels and model names never become raw HTML
 
 
 # -- both ---------------------------------------------------------------------------------------------

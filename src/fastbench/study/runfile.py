@@ -28,8 +28,9 @@ from fastbench.study.sustained import with_sustained
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ("DONE_REASONS", "PER_REQUEST", "RunMeta", "flat_complete", "flat_keys", "flat_status", "is_complete",
-           "load_result", "per_request_values", "read_records", "run_meta", "run_status")
+__all__ = ("DONE_REASONS", "PER_REQUEST", "RunMeta", "flat_complete", "flat_keys", "flat_failed", "flat_status",
+           "flat_why",
+           "is_complete", "load_result", "per_request_values", "read_records", "run_meta", "run_status")
 
 Scalar = int | float | str | bool | None
 
@@ -45,13 +46,15 @@ PER_REQUEST: dict[str, str] = {
 DONE_REASONS = ("completed", "time cap")  # the run ended as it was asked to
 
 
-def is_complete(stopped_reason: str | None, completed: int | None) -> bool:
-    """A complete cell: the run did what it was asked to, ran its whole workload (whatever became of
-    each request: a server that failed them all is measured collapsed at that load) or ran to its time
-    cap having completed a request. An interrupted run, one capped before its first completion, one
-    stopped by the max error rate, a lost worker or a dead server is not: it is kept and listed with
-    its status, never averaged into a point, and a sweep runs its cell again. A result without a
-    stopped_reason (written by hand) is taken as complete."""
+def is_complete(stopped_reason: str | None, completed: int | None, collapsed: bool = False) -> bool:
+    """A complete cell: the run did what it was asked to, ran its whole workload or ran to its time cap
+    having completed a request, and measured a working server. A collapsed run (most requests failed,
+    none completed: an engine that died mid-cell) is not, nor is an interrupted run, one capped before
+    its first completion, one stopped by the max error rate, a lost worker or a dead server: each is
+    kept and listed with its status and reason, never averaged into a point, and a sweep runs its cell
+    again. A result without a stopped_reason (written by hand) is taken as complete."""
+    if collapsed:
+        return False
     if stopped_reason is None or stopped_reason == "completed":
         return True
     return stopped_reason == "time cap" and bool(completed)
@@ -82,7 +85,8 @@ def _flat_whole(flat: Mapping[str, Any], key: str) -> int | None:
 def flat_complete(flat: Mapping[str, Any]) -> bool:
     """:func:`is_complete` of a run read by its flat keys."""
     reason = flat.get("stopped_reason")
-    return is_complete(reason if isinstance(reason, str) else None, _flat_whole(flat, "completed"))
+    return is_complete(reason if isinstance(reason, str) else None, _flat_whole(flat, "completed"),
+                       bool(flat.get("collapsed")))
 
 
 def flat_status(flat: Mapping[str, Any]) -> str:
@@ -90,6 +94,27 @@ def flat_status(flat: Mapping[str, Any]) -> str:
     reason = flat.get("stopped_reason")
     return run_status(reason if isinstance(reason, str) else None, _flat_whole(flat, "completed"),
                       _flat_whole(flat, "failed"), bool(flat.get("collapsed")))
+
+
+def flat_failed(flat: Mapping[str, Any]) -> bool:
+    """The run measured no working server: it collapsed, or the server exited or a worker was lost
+    (:func:`run_status` COLLAPSED or FAILED). A sweep records its cell failed; a Ctrl-C or an empty
+    time cap is the client's doing, not a failure."""
+    status = flat_status(flat)
+    return status == "COLLAPSED" or status.startswith("FAILED")
+
+
+def flat_why(flat: Mapping[str, Any]) -> str:
+    """Why a run is no complete cell, in words (its collapse reason, else how it stopped); "" when it is one."""
+    if flat_complete(flat):
+        return ""
+    if flat.get("collapsed"):
+        reason = flat.get("collapse_reason")
+        return f"the server collapsed: {reason}" if isinstance(reason, str) and reason else "the server collapsed"
+    reason = flat.get("stopped_reason")
+    if reason == "time cap":
+        return "time cap before the first completion"
+    return str(reason) if isinstance(reason, str) and reason else "not complete"
 
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -128,7 +153,7 @@ def flat_keys(doc: Mapping[str, Any]) -> dict[str, Scalar]:
         if _is_scalar(value):
             out.setdefault(key, value)
     run = fb.get("run") or {}
-    for key in ("stopped_reason", "collapsed"):
+    for key in ("stopped_reason", "collapsed", "collapse_reason"):
         out.setdefault(key, run.get(key))
     counts = fb.get("counts") or {}
     for key in ("cancelled", "not_started"):
@@ -167,7 +192,7 @@ class RunMeta(NamedTuple):
     @property
     def complete(self) -> bool:
         """A complete cell (:func:`is_complete`)."""
-        return is_complete(self.stopped_reason, self.completed)
+        return is_complete(self.stopped_reason, self.completed, self.collapsed)
 
     @property
     def status(self) -> str:

@@ -16,7 +16,7 @@ Writers never disturb each other or a reader: a run's folder is written under a 
 afterwards; the index runs in WAL mode, so readers never block the writer, and two writers queue
 for its lock (``busy_timeout``). A writer killed between the rename and the row leaves a complete
 folder that :meth:`Store.reindex` indexes; a writer killed earlier leaves a ``.tmp-`` folder that
-nothing reads.
+nothing reads, and which reindex removes once that writer's process is gone (``study.leftovers``).
 
 The index's schema is versioned by ``PRAGMA user_version``. :data:`MIGRATIONS` holds, per version, the
 statements that take an index from it to the next; opening an older index applies the missing ones
@@ -37,15 +37,16 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from fastbench.exceptions import ConfigError, StoreError
+from fastbench.study.leftovers import remove_leftovers
 from fastbench.study.runfile import RunMeta, Scalar, flat_keys, load_result, run_meta
 from fastbench.study.sustained import with_sustained
 
-__all__ = ("KEY_FIGURES", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoredRun", "check_store_path")
+__all__ = ("KEY_FIGURES", "MIGRATIONS", "SCHEMA_VERSION", "Reindexed", "Store", "StoredRun", "check_store_path")
 
 INDEX_NAME = "index.sqlite"
 RUNS_DIR = "runs"
@@ -114,6 +115,14 @@ _V2: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
     "ALTER TABLE runs ADD COLUMN listing TEXT NOT NULL DEFAULT '[]'", _fill_listings)
 MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class Reindexed(NamedTuple):
+    """What :meth:`Store.reindex` did."""
+
+    indexed: int  # runs indexed
+    skipped: list[str]  # a line per folder that could not be (its result file unreadable)
+    removed: list[str]  # a line per temporary a killed writer left, removed (study.leftovers)
 
 
 class StoredRun:
@@ -267,17 +276,26 @@ class Store:
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
         if version == SCHEMA_VERSION:
             return
+        rebuild = f"delete {self.root / INDEX_NAME} to rebuild it from the run folders (nothing is lost)"
         with self._transaction() as db:
             (version,) = db.execute("PRAGMA user_version").fetchone()  # another process may have done it
             if version > SCHEMA_VERSION:
                 raise StoreError(f"index schema {version} is newer than this fastbench reads ({SCHEMA_VERSION}): "
-                                 "upgrade fastbench, or delete the index to rebuild it from the folders")
-            for statements in MIGRATIONS[version:]:
-                for statement in statements:
-                    if callable(statement):  # a step SQL alone cannot do
-                        statement(db)
-                    else:
-                        db.execute(statement)
+                                 f"upgrade fastbench, or {rebuild}")
+            if version == 0 and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+                # tables without a version: written by another program, or a fastbench older than versioning
+                raise StoreError(f"index schema unknown (tables but no version; this fastbench reads version "
+                                 f"{SCHEMA_VERSION}): {rebuild}")
+            try:
+                for statements in MIGRATIONS[version:]:
+                    for statement in statements:
+                        if callable(statement):  # a step SQL alone cannot do
+                            statement(db)
+                        else:
+                            db.execute(statement)
+            except sqlite3.Error as exc:
+                raise StoreError(f"index schema {version} could not be brought to version {SCHEMA_VERSION} ({exc}): "
+                                 f"{rebuild}") from None
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def probe_write(self) -> None:
@@ -382,9 +400,10 @@ class Store:
         db.execute("INSERT OR REPLACE INTO run_data VALUES (?, ?, ?)",
                    (run_id, orjson.dumps(config).decode(), orjson.dumps(flat).decode()))
 
-    def reindex(self) -> tuple[int, list[str]]:
-        """Rebuild the index from the run folders, in one transaction: returns the runs indexed and a
-        line per folder that could not be (its result file unreadable)."""
+    def reindex(self) -> Reindexed:
+        """Rebuild the index from the run folders, in one transaction, after removing the temporaries that
+        killed writers left (their process gone: ``study.leftovers``)."""
+        removed = remove_leftovers(self.root, self.runs_dir)
         entries: list[tuple[str, dict[str, Any], bool]] = []
         skipped: list[str] = []
         for folder in self._folders():
@@ -399,7 +418,7 @@ class Store:
             db.execute("DELETE FROM run_data")
             for run_id, doc, has_records in entries:
                 self._insert(db, run_id, doc, run_meta(doc), has_records=has_records)
-        return len(entries), skipped
+        return Reindexed(len(entries), skipped, removed)
 
     def _folders(self) -> Iterator[Path]:
         try:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from fastbench.study.runfile import flat_complete  # the complete-cell rule every reader uses
+from fastbench.study.runfile import flat_complete, flat_failed, flat_why  # the complete-cell rule every reader uses
 from fastbench.study.sustained import SUSTAINED_KEY
 from fastbench.study.sweepplan import (
     SUMMARY_FIGURES,
@@ -87,6 +87,7 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
     journal = Journal(plan.store, plan.name)
     found = complete_runs(store, plan)
     done: set[str] = set()  # the keys of the cells complete in the store
+    collapsed: set[str] = set()  # the keys of the cells whose run found no working server (collapsed, exited)
     status: dict[str, tuple[str, str]] = {}  # cell key -> (status, reason) for cells not done
     flats: dict[str, dict[str, Any]] = {}
     run_ids: dict[str, str] = {}
@@ -101,9 +102,10 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
     notes: dict[str, str] = {}  # point -> what a search found there
     cells: list[Cell] = list(plan.cells)  # and the loads a search chose, as it chooses them
 
-    def record(cell: Cell, state: str, reason: str) -> None:
+    def record(cell: Cell, state: str, reason: str, run_id: str | None = None) -> None:
         status[cell.key] = (state, reason)
-        journal.add(state, sweep=plan.name, cell=cell.key, spec=cell.spec, reason=reason)
+        journal.add(state, sweep=plan.name, cell=cell.key, spec=cell.spec, reason=reason,
+                    **({"run_id": run_id} if run_id is not None else {}))
         if on_record is not None:
             on_record(cell, state, reason)
 
@@ -146,17 +148,25 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
                 reason = str(flat.get("stopped_reason") or "")
                 if flat_complete(flat):
                     flats[cell.key] = flat
+                elif flat_failed(flat):  # kept as a failed cell: never averaged, run again by a later sweep
+                    collapsed.add(cell.key)
+                    record(cell, "failed", flat_why(flat), run_id)
+                    say(f"    failed: {flat_why(flat)}")
                 else:  # kept, but not complete: a later sweep runs the cell again
                     reason = "time cap before the first completion" if reason == "time cap" else reason
-                    status[cell.key] = ("interrupted" if reason == "interrupted" else "incomplete", reason)
+                    status[cell.key] = (("interrupted", "stopped mid-cell; a later sweep runs it again")
+                                        if reason == "interrupted" else ("incomplete", reason))
                     if reason != "interrupted":
                         journal.add("incomplete", sweep=plan.name, cell=cell.key, spec=cell.spec,
                                     reason=reason, run_id=run_id)
             point_flats = [flats[c.key] for c in point_cells if c.key in flats]
-            if not point_flats or stop.is_set():  # interrupted: nothing is judged on a cut point
+            if stop.is_set():  # interrupted: nothing is judged on a cut point
                 return None
-            means = _means(point_flats)
-            means["collapsed"] = 1.0 if any(bool(flat.get("collapsed")) for flat in point_flats) else 0.0
+            broke = any(c.key in collapsed for c in point_cells)
+            if not point_flats and not broke:
+                return None
+            means = _means(point_flats)  # the complete repeats only: a collapsed one is no sample
+            means["collapsed"] = 1.0 if broke else 0.0
             return means
 
         def skip(point_cells: Sequence[Cell], reason: str) -> None:
@@ -184,7 +194,7 @@ async def execute(plan: Plan, store: Any, runner: Runner, stop: asyncio.Event, s
     if stop.is_set():
         for cell in cells:
             if cell.key not in flats and cell.key not in status:
-                status[cell.key] = ("not run", "interrupted")
+                status[cell.key] = ("not run", "the sweep was stopped before it")
     return summarize(plan, flats, status, run_ids, cells=cells, notes=notes)
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import gc
 import os
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
@@ -50,13 +50,21 @@ class Dataset(NamedTuple):
 
 def read_dataset_file(path: str | None, name: str) -> bytes:
     """The bytes of dataset ``name``'s file; a DatasetError that says what to fix when it cannot be read."""
+    with open_dataset_file(path, name) as f:
+        try:
+            return f.read()
+        except OSError as exc:
+            raise DatasetError(f"cannot read dataset file {path}: {exc.strerror}") from None
+
+
+def open_dataset_file(path: str | None, name: str) -> BinaryIO:
+    """Dataset ``name``'s file opened for reading; a DatasetError that says what to fix when it cannot be."""
     if not path:
         raise DatasetError(f"--dataset-name {name} needs --dataset-path (the {name} file to read)")
     if os.path.isdir(path):
         raise DatasetError(f"dataset path {path} is a directory; give the {name} file itself")
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return open(path, "rb")
     except FileNotFoundError:
         raise DatasetError(f"dataset file not found: {path}") from None
     except OSError as exc:
@@ -73,15 +81,15 @@ def json_lines(raw: bytes, path: str, expected: str = "a JSON object") -> Iterat
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            hint = _array_hint(lineno, line.lstrip()[:1] == b"[")
+            hint = array_hint(lineno, line.lstrip()[:1] == b"[")
             raise DatasetError(f"{where}: not valid JSON ({exc}){hint}") from None
         if not isinstance(obj, dict):
             raise DatasetError(f"{where}: expected {expected}, found a {type(obj).__name__}"
-                               f"{_array_hint(lineno, isinstance(obj, list))}")
+                               f"{array_hint(lineno, isinstance(obj, list))}")
         yield lineno, where, obj
 
 
-def _array_hint(lineno: int, is_array: bool) -> str:
+def array_hint(lineno: int, is_array: bool) -> str:
     """A first line that is (or opens) a JSON array: the whole file is one, as ShareGPT's are."""
     return "; a JSON array (a ShareGPT file) needs --dataset-name sharegpt" if lineno == 1 and is_array else ""
 

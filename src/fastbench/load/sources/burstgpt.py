@@ -18,21 +18,27 @@ id ``i`` whatever the seed, so two runs' request ``i`` share their first tokens 
 the second; fastbench's start where the seed says (a sweep's cells draw their own). Rows with 0 request
 tokens (an empty prompt in vLLM) are skipped and counted in the notes. A row whose numbers do not parse
 stops the run, naming the file, the line and the column.
+
+The CSV is read a line at a time and its usable rows kept as two int64 columns (16 bytes a row: the draw
+is over all of them); a token-id prompt is serialised at once, so a request costs its body.
 """
 
 from __future__ import annotations
 
+import array
 import csv
 import io
 import math
 import os
+from typing import Any
 
 import numpy as np
+import orjson
 
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
-from fastbench.load.screening import Candidate, Prompt
-from fastbench.load.sources import Context, read_dataset_file
+from fastbench.load.screening import Candidate, JsonPrompt, Prompt
+from fastbench.load.sources import Context, open_dataset_file
 from fastbench.load.sources.prefixed import TOKEN_ID_HIGH, TOKEN_ID_LOW, WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
@@ -50,12 +56,12 @@ async def offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
     path = os.fspath(config.dataset_path or "")
     rows, other_model, failed, empty = _load(path)
-    if not rows:
+    if not len(rows):
         raise DatasetError(f"{path}: no usable row (Model {MODEL}, request and response tokens > 0): "
                            f"{other_model} of another model, {failed} with 0 response tokens, {empty} with 0 "
                            "request tokens")
     rng = np.random.default_rng(config.seed)
-    order = rng.permutation(len(rows)).tolist()
+    order = rng.permutation(len(rows))
     words = ctx.chat
     skipped = [f"{other_model} rows of another model", f"{failed} with 0 response tokens (failed)"]
     if empty:
@@ -74,27 +80,31 @@ async def offer(ctx: Context) -> str:
     while selector.remaining > 0 and i < len(order):
         batch = []
         for row in order[i:i + max(selector.remaining, 16)]:
-            n_in, n_out = rows[row]
+            n_in, n_out = (int(n) for n in rows[row])
             prompt: Prompt
             if words:
                 prompt = " ".join(WORDS[(start + i + j) % len(WORDS)] for j in range(n_in))
-            else:
-                prompt = (TOKEN_ID_LOW + (start + i + np.arange(n_in)) % span).tolist()
+            else:  # the ids' JSON at once (exact-size bytes), not a list of Python ints
+                ids = TOKEN_ID_LOW + (start + i + np.arange(n_in)) % span
+                prompt = JsonPrompt((bytes(memoryview(orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY))),), 0)
             batch.append(Candidate(prompt, n_in, config.max_tokens or n_out, source))
             i += 1
         selector.offer(batch)
     return f"burstgpt:{path}"
 
 
-def _load(path: str) -> tuple[list[tuple[int, int]], int, int, int]:
-    """The usable rows' (request tokens, response tokens); and how many rows were of another model, had 0
-    response tokens, had 0 request tokens."""
-    raw = read_dataset_file(path, "burstgpt")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not a UTF-8 CSV file ({exc.reason} at byte {exc.start})") from None
-    reader = csv.reader(io.StringIO(text))
+def _load(path: str) -> tuple[np.ndarray, int, int, int]:
+    """The usable rows' (request tokens, response tokens), one row of int64 each; and how many rows were of
+    another model, had 0 response tokens, had 0 request tokens."""
+    with io.TextIOWrapper(open_dataset_file(path, "burstgpt"), encoding="utf-8-sig", newline="") as text:
+        reader = csv.reader(text)
+        try:
+            return _rows(path, reader)
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{path}: not a UTF-8 CSV file ({exc.reason})") from None
+
+
+def _rows(path: str, reader: Any) -> tuple[np.ndarray, int, int, int]:
     header = next(reader, None)
     if header is None:
         raise DatasetError(f"{path} is empty; expected BurstGPT's CSV with a header line")
@@ -104,7 +114,7 @@ def _load(path: str) -> tuple[list[tuple[int, int]], int, int, int]:
         raise DatasetError(f"{path} line 1: no {', '.join(repr(m) for m in missing)} column (the header has "
                            f"{', '.join(header)}); expected BurstGPT's CSV")
     model_at, in_at, out_at = (header.index(name) for name in _COLUMNS)
-    rows: list[tuple[int, int]] = []
+    rows = array.array("q")  # request and response tokens, a pair a row
     other_model = failed = empty = 0
     for row in reader:
         if not row:
@@ -122,8 +132,8 @@ def _load(path: str) -> tuple[list[tuple[int, int]], int, int, int]:
         elif n_in <= 0:
             empty += 1
         else:
-            rows.append((n_in, n_out))
-    return rows, other_model, failed, empty
+            rows.extend((n_in, n_out))
+    return np.frombuffer(rows, dtype=np.int64).reshape(-1, 2), other_model, failed, empty
 
 
 def _count(path: str, lineno: int, column: str, value: str) -> int:

@@ -12,7 +12,9 @@ each asks for ``--spec-bench-output-len`` tokens (default 256).
 
 Both are shuffled with ``random.Random(--seed)`` unless ``--disable-shuffle`` (``--dataset-order file``),
 and reused in order when the run needs more (vLLM oversamples at random). Blank lines are skipped; a
-line that is not JSON or lacks its field stops the run, naming the file, the line and the field.
+line the run draws that is not JSON or lacks its field stops the run, naming the file, the line and the
+field. The file is read as far as the run draws from it (``lines``; ``--spec-bench-category`` parses every
+line to find its questions).
 
 Where fastbench differs: vLLM reads the file with pandas (a missing ``prompt`` column is found only
 for the whole file) and, with a tokenizer, applies the model's chat template to the prompt on the
@@ -27,8 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import os
-import random
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -37,7 +40,8 @@ from fastbench.config import BenchConfig
 from fastbench.datasetoptions import CustomOptions, SpecBenchOptions
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Messages
-from fastbench.load.sources import Context, json_lines, read_dataset_file
+from fastbench.load.sources import Context
+from fastbench.load.sources.lines import JsonLinesFile
 
 _ROLES = ("system", "user", "assistant", "developer", "tool")
 
@@ -51,37 +55,46 @@ class _Line:
 
 
 def check(config: BenchConfig) -> None:
-    """Every line parses and has its field (DatasetError naming the line if not)."""
+    """The lines the run will draw first (``num_prompts`` + warm-ups of them) parse and have their field
+    (DatasetError naming the line if not)."""
     if config.dataset_path:
-        _load(config)
+        with _open(config) as file:
+            if not list(itertools.islice(_lines(config, file), config.num_prompts + config.num_warmups)):
+                _nothing_to_send(config, file)
 
 
 async def offer(ctx: Context) -> str:
     config, selector, counter = ctx.config, ctx.selector, ctx.counter
     path = os.fspath(config.dataset_path or "")
-    lines = await asyncio.to_thread(_load, config)
-    if any(isinstance(line.prompt, Messages) for line in lines) and not ctx.chat:
-        first = next(line for line in lines if isinstance(line.prompt, Messages))
-        raise DatasetError(f"{path} line {first.lineno}: 'messages' go to the chat endpoint only; give --endpoint "
-                           "/v1/chat/completions (the server applies its chat template)")
-    if config.dataset_order == "random":
-        random.Random(config.seed).shuffle(lines)
     name = config.dataset_name
     output = _output_option(config)
+    with _open(config) as file:
+        drawn = _lines(config, file)
+        shuffled = config.dataset_order == "random"
+        read = 0
+        while selector.remaining > 0:
+            # in a thread: the first draw of a random order scans the file
+            chunk = await asyncio.to_thread(list, itertools.islice(drawn, max(selector.remaining, 16)))
+            if not chunk:
+                break
+            read += len(chunk)
+            conversation = next((line for line in chunk if isinstance(line.prompt, Messages)), None)
+            if conversation is not None and not ctx.chat:
+                raise DatasetError(f"{path} line {conversation.lineno}: 'messages' go to the chat endpoint only; "
+                                   "give --endpoint /v1/chat/completions (the server applies its chat template)")
+            counts = await counter.count([line.text for line in chunk])
+            selector.offer([Candidate(line.prompt, n, line.output_tokens, counter.source)
+                            for line, n in zip(chunk, counts)])
+        if not read:
+            _nothing_to_send(config, file)
+        found = f"{file.count()} prompts in {path}, shuffled (--seed {config.seed})" if shuffled else \
+            f"{read} prompts read from {path} in file order"
     ctx.notes.append(
-        f"{name}: {len(lines)} prompts in {path}"
-        + ("" if config.dataset_order == "file" else f", shuffled (--seed {config.seed})")
+        f"{name}: {found}"
         + (f", each asking for {output} tokens" if output != -1 else ", each asking for its line's output_tokens")
         + ("" if config.max_tokens is None else f" (--max-tokens {config.max_tokens} wins)")
         + "; prompts sent as written, templates left to the server (vLLM applies the chat template on the client)"
     )
-    pos = 0
-    while selector.remaining > 0 and pos < len(lines):
-        chunk = lines[pos:pos + max(selector.remaining, 16)]
-        pos += len(chunk)
-        counts = await counter.count([line.text for line in chunk])
-        selector.offer([Candidate(line.prompt, n, line.output_tokens, counter.source)
-                        for line, n in zip(chunk, counts)])
     return f"{name}:{path}"
 
 
@@ -91,22 +104,30 @@ def _output_option(config: BenchConfig) -> int:
     return config.options(CustomOptions).output_len
 
 
-def _load(config: BenchConfig) -> list[_Line]:
-    path = os.fspath(config.dataset_path or "")
-    name = config.dataset_name
-    raw = read_dataset_file(path, name)
-    fixed = config.max_tokens if config.max_tokens is not None else _output_option(config)
+def _open(config: BenchConfig) -> JsonLinesFile:
     category = config.options(SpecBenchOptions).category
-    lines: list[_Line] = []
-    categories: set[str] = set()
-    for lineno, where, obj in json_lines(raw, path):
-        if name == "spec_bench":
-            categories.add(str(obj.get("category")))
-            if category is not None and obj.get("category") != category:
-                continue
-            prompt: str | Messages = _first_turn(obj, where)
-        else:
-            prompt = _prompt(obj, where)
+    keep = None
+    if config.dataset_name == "spec_bench" and category is not None:
+        def keep(obj: dict[str, Any]) -> bool:
+            return bool(obj.get("category") == category)
+    return JsonLinesFile(os.fspath(config.dataset_path or ""), config.dataset_name, keep=keep)
+
+
+def _nothing_to_send(config: BenchConfig, file: JsonLinesFile) -> None:
+    category = config.options(SpecBenchOptions).category
+    if config.dataset_name == "spec_bench" and category is not None:
+        file.keep = None
+        categories = {str(obj.get("category")) for _, _, obj in file.drawn("file", 0)}
+        raise DatasetError(f"{file.path}: no question of --spec-bench-category {category!r}; the file has "
+                           f"{', '.join(sorted(categories)) or 'none'}")
+    raise DatasetError(f"{file.path} has no prompts (only blank lines)")
+
+
+def _lines(config: BenchConfig, file: JsonLinesFile) -> Iterator[_Line]:
+    """Each line the run draws, its prompt and output length checked (a DatasetError naming the line)."""
+    fixed = config.max_tokens if config.max_tokens is not None else _output_option(config)
+    for lineno, where, obj in file.drawn(config.dataset_order, config.seed):
+        prompt = _first_turn(obj, where) if config.dataset_name == "spec_bench" else _prompt(obj, where)
         if fixed == -1:
             out = obj.get("output_tokens")
             if out is None:
@@ -117,13 +138,7 @@ def _load(config: BenchConfig) -> list[_Line]:
         else:
             out = fixed
         text = prompt if isinstance(prompt, str) else prompt.text
-        lines.append(_Line(lineno, prompt, text, out))
-    if not lines:
-        if category is not None:
-            raise DatasetError(f"{path}: no question of --spec-bench-category {category!r}; the file has "
-                               f"{', '.join(sorted(categories)) or 'none'}")
-        raise DatasetError(f"{path} has no prompts (only blank lines)")
-    return lines
+        yield _Line(lineno, prompt, text, out)
 
 
 def _prompt(obj: dict[str, Any], where: str) -> str | Messages:

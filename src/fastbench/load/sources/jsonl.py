@@ -3,60 +3,75 @@
 Each line holds ``"prompt"`` (a string, or a list of token ids) and optionally ``"max_tokens"`` or
 ``"output_len"``. Blank lines are skipped. Order ``random`` shuffles with ``random.Random(seed)``;
 ``file`` keeps file order. A token-id prompt goes to the chat endpoint only decoded by ``--tokenizer``.
+
+The file is read as far as the run draws from it (``lines``): each line is parsed and checked when drawn,
+so a defect names its line when the run reaches it, and lines never drawn cost nothing but, in random
+order, the scan for where they start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import os
-import random
+from collections.abc import Iterator
 from typing import Any
 
 from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Prompt
-from fastbench.load.sources import Context, json_lines, read_dataset_file
+from fastbench.load.sources import Context
+from fastbench.load.sources.lines import JsonLinesFile
 from fastbench.load.tokens import SOURCE_TOKEN_IDS
+
+_EXPECTED = "a JSON object with a 'prompt'"
 
 
 def check(config: BenchConfig) -> None:
-    """Every line parses and has the expected shape (DatasetError if not); without a path, ``offer``
-    says so."""
+    """The lines the run will draw first (``num_prompts`` + warm-ups of them) parse and have the expected
+    shape (DatasetError if not); without a path, ``offer`` says so."""
     if config.dataset_path:
-        _load_jsonl(os.fspath(config.dataset_path), config.max_tokens)
+        with JsonLinesFile(os.fspath(config.dataset_path), "jsonl", expected=_EXPECTED) as file:
+            drawn = _lines(file.drawn(config.dataset_order, config.seed), config.max_tokens)
+            if not list(itertools.islice(drawn, config.num_prompts + config.num_warmups)):
+                raise DatasetError(f"{file.path} has no prompts (only blank lines)")
 
 
 async def offer(ctx: Context) -> str:
     config, selector, counter, local, chat = ctx.config, ctx.selector, ctx.counter, ctx.local, ctx.chat
     path = os.fspath(config.dataset_path or "")
-    lines = await asyncio.to_thread(_load_jsonl, path, config.max_tokens)
-    if config.dataset_order == "random":
-        random.Random(config.seed).shuffle(lines)
-    pos = 0
-    while selector.remaining > 0 and pos < len(lines):
-        chunk = lines[pos : pos + max(selector.remaining, 16)]
-        pos += len(chunk)
-        prompts: list[Prompt] = []
-        for item in chunk:
-            if isinstance(item.prompt, list) and chat:
-                if local is None:
-                    raise DatasetError(
-                        f"{path} line {item.lineno}: a token-id prompt cannot go to a chat endpoint; "
-                        "use --endpoint /v1/completions or give --tokenizer to decode it"
-                    )
-                prompts.append(local.decode(item.prompt))
-            else:
-                prompts.append(item.prompt)
-        texts = [p for p in prompts if isinstance(p, str)]
-        text_lens = iter(await counter.count(texts))
-        batch = []
-        for item, prompt in zip(chunk, prompts):
-            if isinstance(prompt, str):
-                batch.append(Candidate(prompt, next(text_lens), item.max_tokens, counter.source))
-            else:
-                batch.append(Candidate(prompt, len(prompt), item.max_tokens, SOURCE_TOKEN_IDS))
-        selector.offer(batch)
+    with JsonLinesFile(path, "jsonl", expected=_EXPECTED) as file:
+        drawn = _lines(file.drawn(config.dataset_order, config.seed), config.max_tokens)
+        read = 0
+        while selector.remaining > 0:
+            # in a thread: the first draw of a random order scans the file
+            chunk = await asyncio.to_thread(list, itertools.islice(drawn, max(selector.remaining, 16)))
+            if not chunk:
+                break
+            read += len(chunk)
+            prompts: list[Prompt] = []
+            for item in chunk:
+                if isinstance(item.prompt, list) and chat:
+                    if local is None:
+                        raise DatasetError(
+                            f"{path} line {item.lineno}: a token-id prompt cannot go to a chat endpoint; "
+                            "use --endpoint /v1/completions or give --tokenizer to decode it"
+                        )
+                    prompts.append(local.decode(item.prompt))
+                else:
+                    prompts.append(item.prompt)
+            texts = [p for p in prompts if isinstance(p, str)]
+            text_lens = iter(await counter.count(texts))
+            batch = []
+            for item, prompt in zip(chunk, prompts):
+                if isinstance(prompt, str):
+                    batch.append(Candidate(prompt, next(text_lens), item.max_tokens, counter.source))
+                else:
+                    batch.append(Candidate(prompt, len(prompt), item.max_tokens, SOURCE_TOKEN_IDS))
+            selector.offer(batch)
+        if not read:
+            raise DatasetError(f"{path} has no prompts (only blank lines)")
     return f"jsonl:{path}"
 
 
@@ -67,10 +82,9 @@ class _JsonlLine:
     max_tokens: int
 
 
-def _load_jsonl(path: str, max_tokens: int | None) -> list[_JsonlLine]:
-    raw = read_dataset_file(path, "jsonl")
-    lines: list[_JsonlLine] = []
-    for lineno, where, obj in json_lines(raw, path, "a JSON object with a 'prompt'"):
+def _lines(drawn: Iterator[tuple[int, str, dict[str, Any]]], max_tokens: int | None) -> Iterator[_JsonlLine]:
+    """Each drawn line's prompt and output length; a DatasetError naming the line for one without them."""
+    for lineno, where, obj in drawn:
         prompt = obj.get("prompt")
         if isinstance(prompt, str):
             if not prompt:
@@ -93,10 +107,7 @@ def _load_jsonl(path: str, max_tokens: int | None) -> list[_JsonlLine]:
             raise DatasetError(
                 f"{where}: no 'max_tokens' or 'output_len'; add one to each line or pass --max-tokens"
             )
-        lines.append(_JsonlLine(lineno, prompt, out))
-    if not lines:
-        raise DatasetError(f"{path} has no prompts (only blank lines)")
-    return lines
+        yield _JsonlLine(lineno, prompt, out)
 
 
 def _positive_int(value: Any) -> bool:

@@ -19,6 +19,7 @@ from fastbench.config import BenchConfig
 from fastbench.datasetoptions import PrefixRepetitionOptions
 from fastbench.load.sources import Context
 from fastbench.load.sources.prefixed import PromptMaker, refuse_unless_fits
+from fastbench.load.tokens import draw_generator
 
 
 def check(config: BenchConfig) -> None:
@@ -33,9 +34,9 @@ async def offer(ctx: Context) -> str:
     refuse_unless_fits(selector.max_model_len, (("--prefix-repetition-prefix-len", prefix_len),
                                                 ("--prefix-repetition-suffix-len", suffix_len)),
                        output, "the prefix or the suffix")
-    rng = np.random.default_rng(config.seed)
-    maker = PromptMaker(ctx, rng, separator="")
     count = options.num_prefixes
+    rng = draw_generator(config.seed, config.dataset_name, prefix_len, suffix_len, count)
+    maker = PromptMaker(ctx, rng, separator="")
     prefixes = [maker.prefix(prefix_len) for _ in range(count)]
     need = selector.need
     order = np.arange(need) % count  # the prefixes take turns ...

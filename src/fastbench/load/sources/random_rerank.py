@@ -8,7 +8,9 @@ separator the server puts between them); a request's count is ``(query + 1) x do
 With ``--no-reranker`` (an embedding model scoring pairs) the query is one of each batch: ``num_prompts - 1``
 documents of ``input_len`` tokens around, ``batch - 1`` a request, counted ``query + their tokens``.
 The text: random common words, one word taken as one token (``estimate (words)``), or with ``--tokenizer``
-random tokens decoded (``tokenizer:PATH``). Seeded by ``--seed``: each cell of a sweep draws its own.
+random tokens decoded (``tokenizer:PATH``), each text then drawn around its length less the tokenizer's special
+tokens, as vLLM's ``get_sampling_params`` draws it. Seeded by ``--seed`` with the dataset's shape
+(``tokens.draw_generator``): each cell of a sweep draws its own.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fastbench.datasetoptions import RandomOptions
 from fastbench.exceptions import ConfigError
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.sources.random_prompts import length_range
-from fastbench.load.tokens import SOURCE_WORDS, LocalTokenizer
+from fastbench.load.tokens import SOURCE_WORDS, LocalTokenizer, draw_generator
 
 _WORDS = np.array(WORDS)
 
@@ -28,23 +30,24 @@ _WORDS = np.array(WORDS)
 def draw(config: BenchConfig, local: LocalTokenizer | None) -> tuple[list[tuple[list[str], int]], str]:
     """The requests, each its inputs (the query, then the documents) and its token count, and where the
     counts came from."""
-    rng = np.random.default_rng(config.seed)
     random = config.options(RandomOptions)
     reranker = not config.no_reranker
+    rng = draw_generator(config.seed, config.dataset_name, random.input_len, random.range_ratio, reranker)
+    special = local.special_tokens if local is not None else 0  # vLLM draws each text this much short
     sep = int(reranker)
     n_docs, batch = config.num_prompts, config.random_batch_size
     query_around = random.input_len // 2 - sep if reranker else random.input_len
     if query_around < 1:
         raise ConfigError(f"--random-input-len {random.input_len} leaves no room for a query and a document "
                           "(random-rerank splits it between them): give 4 or more")
-    low, high = length_range(query_around, random.range_ratio)
+    low, high = length_range(max(0, query_around - special), random.range_ratio)
     query, query_len = _text(rng, local, int(rng.integers(low, high + 1)))
     if not reranker:  # the query is one of each batch
         n_docs, batch = n_docs - 1, batch - 1
         doc_around = random.input_len
     else:
         doc_around = max(1, random.input_len - query_len - sep)
-    low, high = length_range(doc_around, random.range_ratio)
+    low, high = length_range(max(0, doc_around - special), random.range_ratio)
     docs = [_text(rng, local, int(n)) for n in rng.integers(low, high + 1, size=max(n_docs, 0))]
     requests = []
     for i in range(0, len(docs), batch):

@@ -16,12 +16,11 @@ its pickled cache of generated prompts is not kept. The tokens are drawn as ``pr
 
 from __future__ import annotations
 
-import numpy as np
-
 from fastbench.config import BenchConfig
 from fastbench.datasetoptions import SharedPrefixOptions
 from fastbench.load.sources import Context
 from fastbench.load.sources.prefixed import Prefix, PromptMaker, refuse_unless_fits
+from fastbench.load.tokens import draw_generator
 
 
 def check(config: BenchConfig) -> None:
@@ -37,7 +36,7 @@ async def offer(ctx: Context) -> str:
                                                 ("--gsp-question-len", question_len)),
                        output, "the system prompt or the question")
     groups, per_group = options.num_groups, options.prompts_per_group
-    rng = np.random.default_rng(config.seed)
+    rng = draw_generator(config.seed, config.dataset_name, system_len, question_len, groups, per_group)
     maker = PromptMaker(ctx, rng, separator="\n\n")
     total = groups * per_group
     taken = min(selector.need, total)

@@ -37,6 +37,10 @@ are plain (one flat object a line; any field besides the four a plain value); it
 else, and then orjson parses the file, which names a bad line. Both read a file the same way
 (tests/core/test_trace_scan.py).
 
+Read as far as the run takes: requests are taken in file order, so only the file's first lines are read
+(four times the requests the run needs, at least 1,024), and more, four times as many each time, while
+fewer than it needs fit the context; a trace's columns cost about 40 bytes a request and 8 a hash id.
+
 Bad input: a line that is not JSON, a field missing or of the wrong type, or a timestamp earlier than
 the line before it stops the run with one line naming the file, the line and the field. A request whose
 prompt and output do not fit the server's context is skipped, and counted in the result (screened out):
@@ -72,7 +76,7 @@ from fastbench.datasetoptions import MooncakeOptions, TimedTraceOptions
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, JsonPrompt, PartsPrompt, Selector, screening_limit
 from fastbench.load.sharing import SharedBlocks
-from fastbench.load.sources import Context, gc_paused, read_dataset_file
+from fastbench.load.sources import Context, gc_paused, open_dataset_file, read_dataset_file
 from fastbench.load.sources.prefixed import WORDS
 from fastbench.load.tokens import SOURCE_TOKEN_IDS, SOURCE_WORDS
 
@@ -125,15 +129,25 @@ class Trace:
     output_lengths: np.ndarray  # int64
     ids_end: np.ndarray  # int64: where its hash ids end in hash_ids (they start where the one before's end)
     hash_ids: np.ndarray  # int64: every request's hash ids, in order
+    whole: bool = True  # the file's every request (False: its first lines only)
 
     def ids_start(self) -> np.ndarray:
         return np.concatenate(([0], self.ids_end[:-1])).astype(np.int64)
 
 
+_FIRST_READ = 1024  # lines read at least, and the factor over the requests needed
+_MORE = 4
+
+
 def check(config: BenchConfig) -> None:
-    """The file parses and every line has the fields (DatasetError naming the line if not)."""
+    """The lines the run would read first parse and have the fields (DatasetError naming the line if not)."""
     if config.dataset_path:
-        load_trace(os.fspath(config.dataset_path), trace_format(config))
+        load_trace(os.fspath(config.dataset_path), trace_format(config),
+                   lines=_first_lines(config.num_prompts + config.num_warmups))
+
+
+def _first_lines(need: int) -> int:
+    return max(_FIRST_READ, _MORE * need)
 
 
 async def offer(ctx: Context) -> str:
@@ -145,10 +159,15 @@ def _offer(ctx: Context) -> str:
     config, selector = ctx.config, ctx.selector
     fmt = trace_format(config)
     path = os.fspath(config.dataset_path or "")
-    trace = load_trace(path, fmt)
-    count = len(trace.lines)
-    outputs = np.full(count, config.max_tokens, np.int64) if config.max_tokens else trace.output_lengths
-    sent = _fitting(trace.input_lengths, outputs, selector)  # the requests the run takes, in file order
+    lines = _first_lines(selector.need)
+    while True:  # the file's first lines, more while fewer than the run needs fit the context
+        trace = load_trace(path, fmt, lines=lines)
+        count = len(trace.lines)
+        outputs = np.full(count, config.max_tokens, np.int64) if config.max_tokens else trace.output_lengths
+        sent = _fitting(trace.input_lengths, outputs, selector)  # the requests the run takes, in file order
+        if len(sent) >= selector.need or trace.whole:
+            break
+        lines *= _MORE
     words = ctx.chat
     _check_size(path, trace, sent, fmt.block, _WORD_WIDTH if words else _ID_WIDTH)
     blocks = TokenBlocks(fmt.block, words, np.random.default_rng(config.seed))
@@ -175,7 +194,8 @@ def _offer(ctx: Context) -> str:
     selector.offer(batch)  # those the context cannot hold are screened out there, and counted
     taken = len(sent)
     ctx.notes.append(
-        f"{fmt.name}: {len(trace.lines)} requests in {path}, the first {taken} taken in file order, "
+        f"{fmt.name}: {len(trace.lines)} requests {'in' if trace.whole else 'read from the start of'} {path}, "
+        f"the first {taken} taken in file order, "
         f"{fmt.block} tokens per hash id; {blocks.distinct} distinct blocks, {blocks.shared} of them carried by "
         "more than one request; "
         + (f"sent at the trace's times ({fmt.scale_flag}), the first at the start"
@@ -219,10 +239,37 @@ def _fitting(inputs: np.ndarray, outputs: np.ndarray, selector: Selector) -> np.
     return np.flatnonzero(fits)[:need].astype(np.int64)
 
 
-def load_trace(path: str, fmt: TraceFormat) -> Trace:
-    """The trace's requests; DatasetError naming the file, line and field for the first bad one."""
-    raw = read_dataset_file(path, fmt.name)
-    return _scanned(raw, fmt) or _parsed(path, raw, fmt)
+def load_trace(path: str, fmt: TraceFormat, *, lines: int | None = None) -> Trace:
+    """The trace's requests (of its first ``lines`` lines where given; ``Trace.whole`` says whether they are
+    the file's all); DatasetError naming the file, line and field for the first bad one."""
+    if lines is None or not os.path.isfile(path):  # a pipe is read once: whole
+        raw, whole = read_dataset_file(path, fmt.name), True
+    else:
+        raw, whole = _first_bytes(path, fmt.name, lines)
+    trace = _scanned(raw, fmt) or _parsed(path, raw, fmt)
+    trace.whole = whole
+    return trace
+
+
+def _first_bytes(path: str, name: str, lines: int) -> tuple[bytes, bool]:
+    """The bytes of the file's first ``lines`` lines (to their last newline), and whether they are all of it."""
+    with open_dataset_file(path, name) as f:
+        blocks: list[bytes] = []
+        newlines = 0
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                return b"".join(blocks), True
+            count = block.count(b"\n")
+            if newlines + count >= lines:
+                cut = -1
+                for _ in range(lines - newlines):
+                    cut = block.index(b"\n", cut + 1)
+                blocks.append(block[:cut + 1])
+                whole = not block[cut + 1:] and not f.read(1)
+                return b"".join(blocks), whole
+            blocks.append(block)
+            newlines += count
 
 
 def _scanned(raw: bytes, fmt: TraceFormat) -> Trace | None:
