@@ -127,3 +127,42 @@ def test_the_package_exports_every_name_the_docs_use_from_it() -> None:
     assert named <= set(fastbench.__all__), sorted(named - set(fastbench.__all__))
     assert fastbench.to_vllm_keys is fastbench.metrics.to_vllm_keys
     assert fastbench.make_server is fastbench.server.engines.make_server
+
+
+def _extras_named(text: str) -> set[str]:
+    """The extras ``'.[a,b]'`` installs name in ``text``."""
+    return {name for group in re.findall(r"'\.\[([a-z,]+)\]'", text) for name in group.split(",")}
+
+
+def test_the_quick_start_installs_what_every_command_the_readme_shows_needs() -> None:
+    """A new user who ran the quick start's install can run each ``fastbench SUBCOMMAND`` the README shows: the
+    extra a subcommand's own help says it needs ("Needs matplotlib: ...", not a flag's "needs") is in that one
+    install line."""
+    import subprocess
+    import sys
+
+    text = README.read_text()
+    quick = re.search(r"```bash\n(python3 -m venv .*fastbench --num-prompts \d+)\n```", text)
+    assert quick is not None
+    installed = _extras_named(quick.group(1))
+    shown = set(re.findall(r"\bfastbench (plot|report|runs|compare|sweep|validate)\b", text))
+    assert {"plot", "report", "sweep"} <= shown
+    needed = {}
+    for sub in sorted(shown):
+        help_text = subprocess.run([sys.executable, "-m", "fastbench", sub, "--help"], capture_output=True,
+                                   text=True, timeout=60).stdout
+        needed[sub] = set(re.findall(r"Needs [^.;]*?fastbench-llm\[(\w+)\]", " ".join(help_text.split())))
+    assert needed["report"] == needed["plot"] == {"plot"}  # the help says it, as the README's line does
+    missing = {sub: extras - installed for sub, extras in needed.items() if extras - installed}
+    assert not missing, missing
+
+
+def test_the_readme_names_every_extra_and_what_needs_it() -> None:
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]) - {"test"}
+    section = README.read_text().split("The extras, from a clone", 1)[1].split("\n\n", 1)[0]
+    assert _extras_named(section) >= extras, extras - _extras_named(section)
+    flat = " ".join(section.split())
+    for extra, user in (("metrics", "--metrics-port"), ("otlp", "--otlp-endpoint"), ("plot", "fastbench plot")):
+        assert user in flat.split(f"'.[{extra}]'", 1)[1][:40], extra  # said right after the extra

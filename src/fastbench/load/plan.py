@@ -130,6 +130,8 @@ class LoadPlan:
     max_seconds: float | None = None
     request_timeout_s: float | None = None
     max_error_rate: float | None = None
+    # stop once every connection attempt for this many seconds failed, nothing answered (load.gone); 0: never
+    server_gone_s: float = 0.0
     verify_tls: bool = True
     kernel_timestamps: bool = True
     # read the sockets at least this often instead of on every arrival (0: on every arrival); "auto":
@@ -187,6 +189,7 @@ class LoadPlan:
             max_seconds=config.max_seconds,
             request_timeout_s=config.request_timeout_s,
             max_error_rate=config.max_error_rate,
+            server_gone_s=config.server_gone_s,
             coalesce_s="auto" if config.coalesce_ms == "auto" else config.coalesce_ms / 1e3,
             # max_tokens bounds the usage the core trusts: only where it is the server's real limit
             expected_output_tokens=[spec.max_tokens for spec in work.requests]

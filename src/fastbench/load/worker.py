@@ -96,6 +96,7 @@ class WorkerSpec:
     keep_chunk_stamps: bool
     report_interval_s: float = REPORT_INTERVAL_S
     max_error_rate: float | None = None  # the rule applied here, to its own counts and the others' as last told
+    server_gone_s: float = 0.0  # the server-went-away rule (load.gone), applied here to the table it sees
     kernel_timestamps: bool = True
     whole_answers: bool = False  # one whole JSON answer per request (LoadPlan.whole_answers)
     # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,

@@ -331,7 +331,8 @@ class WorkerPool:
             max_seconds=plan.max_seconds, request_timeout_s=plan.request_timeout_s, verify_tls=plan.verify_tls,
             coalesce_s=plan.coalesce_s, expected_output_tokens=expected_here,
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
-            max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps,
+            max_error_rate=plan.max_error_rate, server_gone_s=plan.server_gone_s,
+            kernel_timestamps=plan.kernel_timestamps,
             whole_answers=plan.whole_answers,
             shared_claims=self._claiming, shared_arrivals=len(self._workers) if self._sharing_cap else 0)
 
