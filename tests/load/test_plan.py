@@ -34,3 +34,10 @@ def test_a_capped_run_keeps_its_cap_and_trusts_no_limit_extra_body_lifts() -> No
     assert not plan.verify_tls and plan.save_outputs and plan.keep_chunk_stamps  # vllm's texts and itls
     assert plan.endpoint == config.endpoint and plan.on_progress is None and plan.stop_event is None
 
+
+
+def test_the_server_gone_rule_reaches_the_plan() -> None:
+    plan, _ = _plan(num_prompts=2, server_gone_s=3.5)
+    assert plan.server_gone_s == 3.5
+    plan, _ = _plan(num_prompts=2, server_gone_s=0)
+    assert plan.server_gone_s == 0  # 0 turns the rule off
