@@ -534,3 +534,22 @@ def test_a_cpu_vllms_kv_cache_row_leaves_out_gpu_memory_utilization() -> None:
         "110,733 tokens (2.00 GiB, dtype auto, block 128); prefix caching on (vllm:cache_config_info)")
     assert "gpu-memory-utilization 0.92" in str(cache_config_row(labels, device="cuda"))
     assert "gpu-memory-utilization 0.92" in str(cache_config_row(labels))
+
+
+def test_an_attached_vllm_on_the_cpu_is_told_by_its_version() -> None:
+    """An attached server's engine-config line is not fastbench's to read: vLLM's CPU builds say so in their
+    version's local part ("0.32.0+cpu", what /version answers), and the KV cache row then leaves out the
+    meaningless gpu-memory-utilization too; a GPU build's version, or none, leaves the device unknown."""
+    import dataclasses
+
+    from fastbench.results.observations import MetricsReport, WindowReport
+    from fastbench.results.serversections import engine_device
+
+    metrics = MetricsReport(available=False, error=None, status=None, failures=0, interval_asked_s=1.0,
+                            interval_s=1.0, kept_reads=0, window_start="", analysis={}, engine=None)
+    window = WindowReport(provenance={"launched": False, "engine_version": "0.32.0+cpu"}, launch=None,
+                          warnings=[], spec_log=None, metrics=metrics)
+    assert engine_device(window) == "cpu"
+    for version in ("0.32.0", None):
+        other = dataclasses.replace(window, provenance={"launched": False, "engine_version": version})
+        assert engine_device(other) is None

