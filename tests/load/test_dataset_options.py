@@ -63,8 +63,9 @@ def test_benchconfig_has_no_field_of_a_dataset_option() -> None:
     assert {f for f in fields if f.startswith(("dataset", "multi_turn"))} == {
         "dataset_name", "dataset_path", "dataset_order", "dataset_options", "multi_turn"}
     # 70, the LoRA traffic split (lora_modules, lora_assignment), and the APIs answered whole: the backend and
-    # how many inputs a request carries (random_batch_size, no_reranker), whatever the dataset
-    assert len(fields) == 75
+    # how many inputs a request carries (random_batch_size, no_reranker), whatever the dataset, and the
+    # server-went-away rule (server_gone_s)
+    assert len(fields) == 76
 
 
 @pytest.mark.parametrize("cls", OPTION_CLASSES, ids=lambda cls: cls.__name__)

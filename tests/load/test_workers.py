@@ -656,14 +656,14 @@ def test_a_workers_plan_carries_every_field_its_spec_and_the_plan_share() -> Non
         arrival_offsets_ns=np.array([0, 5, 9], dtype=np.int64), max_seconds=12.0, request_timeout_s=3.0,
         verify_tls=False, coalesce_s="auto", expected_output_tokens=[4, 5, 6], save_outputs=True,
         keep_chunk_stamps=True, report_interval_s=0.125, max_error_rate=0.25, kernel_timestamps=False,
-        whole_answers=True)
+        whole_answers=True, server_gone_s=2.5)
 
     def report(progress: dict[str, object]) -> None:
         pass
 
     plan = spec.load_plan(on_progress=report)
     shared = {f.name for f in dataclasses.fields(WorkerSpec)} & {f.name for f in dataclasses.fields(LoadPlan)}
-    assert len(shared) == 17
+    assert len(shared) == 18
     for name in shared:
         assert getattr(plan, name) is getattr(spec, name), name
     assert plan.progress_interval_s == 0.125 and plan.on_progress is report
