@@ -19,7 +19,7 @@ from fastbench._core import Dispatcher, Recorder, RunState, StreamConnection, no
 from fastbench.load.connections import Connections
 from fastbench.results.records import COL, NCOLS, new_histogram
 
-LEAD_MARGIN_NS = 10_000  # the core's margin over the delays it learnt (engine.pxd)
+LEAD_MARGIN_NS = 10_000  # the core's margin over the delays it learnt (dispatch.pxd)
 
 
 class _Bench:

@@ -16,7 +16,7 @@ import numpy as np
 from fastbench._core import Recorder, RunState, StreamConnection
 from fastbench.results.records import COL, COLUMNS, ErrorClass, new_histogram
 
-WAKE_READ_BYTES = 1 << 20  # engine.pxd
+WAKE_READ_BYTES = 1 << 20  # ready.pxd
 READY_EVENTS = 256
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 EVENT = b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'

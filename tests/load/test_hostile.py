@@ -24,7 +24,7 @@ BODY = orjson.dumps({"model": "m", "prompt": "hello", "max_tokens": 8, "stream":
 # ms of parsing here), and --request-timeout's sweep runs every 20 ms.
 CAP_BOUND_NS = 50_000_000
 TIMER_GRAIN_NS = 1_000_000
-EVENT_CAP = 1_048_576  # output events stamped per request (engine.pxd MAX_REQUEST_EVENTS)
+EVENT_CAP = 1_048_576  # output events stamped per request (rows.pxd MAX_REQUEST_EVENTS)
 # Modes that never finish a response; those that send output events, for fairness.
 ENDLESS = ["flood", "huge-lines", "endless", "slow-loris", "silent"]
 WITH_EVENTS = {"flood", "endless"}

@@ -13,7 +13,7 @@ from fastbench import BenchConfig, run
 from fastbench.results.card import escape_markdown
 from fastbench.study import markdown
 from fastbench.study.figures_data import NO_VARIANT, RunPoint
-from fastbench.study.report import render_study_card
+from fastbench.study.study_card import render_study_card
 
 ATTACK = '<img src=x onerror="alert(1)">'
 

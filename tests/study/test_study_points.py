@@ -24,9 +24,10 @@ import pytest
 from support.study import fastbench
 from fastbench.cli import command
 from fastbench.study import plots
+from fastbench.study.cells import cell_rows
 from fastbench.study.figures_data import RunPoint, group_series, load_points, series_namer
-from fastbench.study.report import cell_rows, cells_table_markdown
 from fastbench.study.store import Store
+from fastbench.study.study_card import cells_table_markdown
 
 FAST = "--ttft-ms 2 --itl-ms 1"
 

@@ -13,9 +13,10 @@ import orjson
 import pytest
 
 from support.study import fastbench, make_study
+from fastbench.study.cells import cell_rows
 from fastbench.study.figures_data import RunPoint
 from fastbench.study.markdown import render
-from fastbench.study.report import cell_rows, inline_svg
+from fastbench.study.report_html import inline_svg
 from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
 from fastbench.study.timeline import in_flight_steps, timeline, token_rate

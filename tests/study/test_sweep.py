@@ -26,8 +26,9 @@ from fastbench import ConfigError, api
 from fastbench.cli import command
 from fastbench.cli.sweep import RunCommand, build_parser, load_plan
 from fastbench.study import grid
+from fastbench.study.cells import cell_rows
 from fastbench.study.figures_data import load_points
-from fastbench.study.report import cell_rows, render_html
+from fastbench.study.report_html import render_html
 from fastbench.study.runfile import load_result
 from fastbench.study.store import Store
 from fastbench.study.sweep import _stop_reason, auto_loads, execute

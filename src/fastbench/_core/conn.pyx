@@ -50,7 +50,7 @@ cdef class StreamConnection:
         self.requests_served = 0
         self.in_ends_set = False
         # Where the state a read touches ends: the object's own fields, then c up to the HTTP
-        # line buffer (engine.pxd orders both so).
+        # line buffer (conn.pxd orders both so).
         run.sets.hot_bytes = <size_t>(<char *>&self.c.http.line - <char *><void *>self)
         run.connections_opened += 1
         run.sets.register(self)

@@ -6,7 +6,7 @@ figure by figure, in :data:`fastbench.results.validation_report.DEFINITIONS`).""
 from __future__ import annotations
 
 import resource
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,31 +47,135 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     """Derive every figure of the report from what the client measured and the server said."""
     clocks = _node_clocks(data.extra.get("workers"))  # --ray: refused here when a node's offset is unknown
     rows = data.rows
-    tol = float(settings["tolerance_ms"])
     concurrency = int(settings["concurrency"])
     closed = settings["request_rate"] is None
-    err = rows[:, COL["error"]]
-    ok = rows[(err == int(ErrorClass.OK)) & (rows[:, COL["sent_ns"]] > 0)]
-    completed = len(ok)
-    cancelled = int(np.count_nonzero(err == int(ErrorClass.CANCELLED)))
-    failed = int(np.count_nonzero((err != int(ErrorClass.OK)) & (err != int(ErrorClass.CANCELLED))))
-    # Output chunks of the measured requests (the core's run-wide counters include the warm-up's).
-    chunks = int(rows[rows[:, COL["sent_ns"]] > 0, COL["chunks"]].sum())
-    ok_chunks = int(ok[:, COL["chunks"]].sum())
-    tokens = int(ok[:, COL["output_tokens"]].sum())
-
+    itl_ms = float(settings["itl_ms"])
+    counts = _counts(rows)
     skew = Quantiles.from_histogram(data.histograms["skew"])
-    itl = Quantiles.from_histogram(data.histograms["itl_chunk"])
-    itl_tok = Quantiles.from_histogram(data.histograms["itl_token"])
-    sent = rows[:, COL["sent_ns"]]
-    started = rows[sent > 0]
-    lag_ns = started[:, COL["sent_ns"]] - started[:, COL["scheduled_ns"]]
-    lag = Quantiles.from_ns(lag_ns)
+    started = rows[rows[:, COL["sent_ns"]] > 0]
     # The client's part of the dispatch lag: in open loop, waiting for a slot under the cap is the
     # load's queueing (and part of TTFT by definition), not the client's error.
     lateness_ns = client_lateness_ns(rows, concurrency, not closed, data.extra.get("slot_pools"))
     slot = Quantiles.from_ns(lateness_ns) if lateness_ns.size else None
+    bounds = _skew_bounds(data, skew, clocks)
+    series = _series(data, settings, counts.ok, bounds, lateness_ns, slot)
+    window = _window(data, concurrency, closed)
+    duration_s = (window.end - window.start) / 1e9 if window.end > window.start else 0.0
+    server_p99, server_cpu_share, server_saturated = _server_load(server_stats, settings, itl_ms, duration_s)
+    checks = _checks(data, settings, counts, skew, bounds, series, window, closed)
+    notes = _notes(data, settings, clocks, server_p99, server_saturated)
+    verdict = "PASS" if all(c.passed for c in checks) else "FAIL"
+    cause = _verdict_cause([c.name for c in checks if not c.passed], server_saturated, host, notes)
+    cpu = data.client_cpu_ns
+    start, end = window.start, window.end
+    chunks, completed, ok_chunks = counts.chunks, counts.completed, counts.ok_chunks
+    return ValidationReport(
+        settings=settings,
+        verdict=verdict,
+        verdict_cause=cause,
+        host=host.to_dict() if host is not None else None,
+        checks=checks,
+        timestamp_source=data.timestamp_source.name,
+        completed=completed,
+        failed=counts.failed,
+        cancelled=counts.cancelled,
+        chunks=chunks,
+        tokens=counts.tokens,
+        tokens_per_chunk_mean=counts.tokens / ok_chunks if ok_chunks else None,
+        reads=data.reads,
+        kernel_stamped_reads=data.kernel_stamped_reads,
+        multi_event_reads=data.multi_event_reads,
+        wakeups=int(data.extra.get("wakeups", 0)),
+        ends_watched=int(data.extra.get("ends_watched", 0)),
+        coalescing=data.extra.get("coalescing"),
+        arrival_lead_us=(None if data.extra.get("arrival_lead_ns") is None
+                         else data.extra["arrival_lead_ns"] / 1e3),
+        lead_wait_ms=data.extra.get("lead_wait_ns", 0) / 1e6,
+        multi_event_read_share=data.multi_event_reads / data.reads if data.reads else None,
+        skew=skew,
+        skew_negative=int(data.extra.get("skew_negative", 0)),
+        skew_missing=ok_chunks - skew.count,
+        series=series,
+        dispatch_lag=Quantiles.from_ns(started[:, COL["sent_ns"]] - started[:, COL["scheduled_ns"]]),
+        slot_to_send=slot,
+        late_share=float(np.mean(lateness_ns > LATE_NS)) if lateness_ns.size else None,
+        request_read_delay=_request_read_delay(rows, server_stats.pop("receipts", None)),
+        streams_asked=concurrency,
+        streams_open_mean=float(window.steady),
+        streams_open_mean_from_start=float(window.from_start),
+        streams_open_mean_window=float(data.mean_in_flight),
+        opening_ramp_ms=(window.ramp_end - start) / 1e6 if closed else None,
+        client_cpu_us_per_chunk=cpu / chunks / 1e3 if chunks else None,
+        client_cpu_ms_per_request=cpu / completed / 1e6 if completed else None,
+        client_cpu_share_of_core=cpu / (end - start) if end > start else None,
+        client_maxrss_kb=_peak_rss_kib(),
+        duration_s=duration_s,
+        chunks_per_s=chunks / duration_s if duration_s else 0.0,
+        window={"start_ns": start, "all_open_ns": window.ramp_end, "last_sent_ns": window.last_sent, "end_ns": end},
+        server=server_stats,
+        server_cpu_share_of_core=server_cpu_share,
+        server_saturated=server_saturated,
+        notes=notes,
+        clocks=clocks,
+    )
 
+
+class _Counts(NamedTuple):
+    ok: np.ndarray  # the rows of the measured requests that completed
+    completed: int
+    failed: int
+    cancelled: int
+    chunks: int  # output chunks of the measured requests (the core's run-wide counters include the warm-up's)
+    ok_chunks: int  # of them, of completed requests
+    tokens: int  # output tokens of completed requests
+
+
+def _counts(rows: np.ndarray) -> _Counts:
+    """The requests by outcome, and their chunks and tokens."""
+    err = rows[:, COL["error"]]
+    ok = rows[(err == int(ErrorClass.OK)) & (rows[:, COL["sent_ns"]] > 0)]
+    return _Counts(
+        ok=ok,
+        completed=len(ok),
+        failed=int(np.count_nonzero((err != int(ErrorClass.OK)) & (err != int(ErrorClass.CANCELLED)))),
+        cancelled=int(np.count_nonzero(err == int(ErrorClass.CANCELLED))),
+        chunks=int(rows[rows[:, COL["sent_ns"]] > 0, COL["chunks"]].sum()),
+        ok_chunks=int(ok[:, COL["chunks"]].sum()),
+        tokens=int(ok[:, COL["output_tokens"]].sum()),
+    )
+
+
+class _SkewBounds(NamedTuple):
+    """Skew's figures the bounds are made of (ms), each widened by the nodes' clocks where they moved."""
+
+    p99: float | None
+    max: float | None
+    p995: float | None
+    spread_worst: float | None  # max - min: a chunk gap's worst error
+    spread_p99: float | None  # p99.5 - min: a chunk gap's p99-level error
+
+
+def _skew_bounds(data: RunData, skew: Quantiles, clocks: list[dict[str, Any]] | None) -> _SkewBounds:
+    # A chunk gap's error is the difference of two skews, so |error| <= (larger skew) - (skew min). At
+    # most 0.5 % of chunks have skew above p99.5, so at most ~1 % of gaps have an error above
+    # p99.5 - min: that is the p99-level bound. The worst case uses the max.
+    skew_p995 = _percentile_ms(data.histograms["skew"], 99.5)
+    bounds = _SkewBounds(skew.p99, skew.max, skew_p995, _sub(skew.max, skew.min), _sub(skew_p995, skew.min))
+    # --ray: a node whose clock moved against this host's during the run (its offset estimated again
+    # after the window) may have skews below their true values by up to this: every bound derived from
+    # skews, and the skew check, are widened by it (0 when no clock moved beyond its uncertainty).
+    slack = max((c["below_truth_ms"] for c in clocks or ()), default=0.0)
+    if slack:
+        bounds = _SkewBounds(*(_add(v, slack) for v in bounds))
+    return bounds
+
+
+def _series(data: RunData, settings: dict[str, Any], ok: np.ndarray, bounds: _SkewBounds,
+            lateness_ns: np.ndarray, slot: Quantiles | None) -> list[SeriesCheck]:
+    """TTFT, TPOT and the chunk gaps against the schedule the synthetic server kept, each with its bounds."""
+    closed = settings["request_rate"] is None
+    itl = Quantiles.from_histogram(data.histograms["itl_chunk"])
+    itl_tok = Quantiles.from_histogram(data.histograms["itl_token"])
     # TTFT as fastbench reports it: from the send in closed loop, from the arrival in open loop.
     origin = ok[:, COL["sent_ns"]] if closed else ok[:, COL["scheduled_ns"]]
     ttft = Quantiles.from_ns(ok[:, COL["first_token_ns"]] - origin)
@@ -82,37 +186,37 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     itl_ms = float(settings["itl_ms"])
     nominal_tpot = (itl_ms * (ok[multi, COL["chunks"]] - 1) / (out_tok[multi] - 1))
     nominal_tpot_ms = float(np.median(nominal_tpot)) if nominal_tpot.size else None
-
-    # A chunk gap's error is the difference of two skews, so |error| <= (larger skew) - (skew min). At
-    # most 0.5 % of chunks have skew above p99.5, so at most ~1 % of gaps have an error above
-    # p99.5 - min: that is the p99-level bound. The worst case uses the max.
-    skew_p995 = _percentile_ms(data.histograms["skew"], 99.5)
-    spread_worst = _sub(skew.max, skew.min)
-    spread_p99 = _sub(skew_p995, skew.min)
-    skew_p99, skew_max = skew.p99, skew.max
-    # --ray: a node whose clock moved against this host's during the run (its offset estimated again
-    # after the window) may have skews below their true values by up to this: every bound derived from
-    # skews, and the skew check, are widened by it (0 when no clock moved beyond its uncertainty).
-    slack = max((c["below_truth_ms"] for c in clocks or ()), default=0.0)
-    if slack:
-        skew_p99, skew_max, skew_p995, spread_worst, spread_p99 = (
-            _add(v, slack) for v in (skew_p99, skew_max, skew_p995, spread_worst, spread_p99))
     fewest = int(out_tok[multi].min()) if multi.any() else 0
-    series = [
+    return [
         SeriesCheck("ttft", ttft.p50, ttft.p99, float(settings["ttft_ms"]),
                     _sub(ttft.p50, settings["ttft_ms"]), _sub(ttft.p99, settings["ttft_ms"]),
                     # Open loop counts the client's lateness into TTFT; closed loop does not.
-                    skew_p995 if closed else _add(_percentile_ms_of(lateness_ns, 99.5), skew_p995),
-                    skew_max if closed or slot is None else _add(slot.max, skew_max)),
+                    bounds.p995 if closed else _add(_percentile_ms_of(lateness_ns, 99.5), bounds.p995),
+                    bounds.max if closed or slot is None else _add(slot.max, bounds.max)),
         SeriesCheck("tpot", tpot.p50, tpot.p99, nominal_tpot_ms,
                     _sub(tpot.p50, nominal_tpot_ms), _sub(tpot.p99, nominal_tpot_ms),
-                    _div(spread_p99, fewest - 1), _div(spread_worst, fewest - 1)),
+                    _div(bounds.spread_p99, fewest - 1), _div(bounds.spread_worst, fewest - 1)),
         SeriesCheck("itl_chunk", itl.p50, itl.p99, itl_ms, _sub(itl.p50, itl_ms), _sub(itl.p99, itl_ms),
-                    spread_p99, spread_worst),
-        SeriesCheck("itl_token", itl_tok.p50, itl_tok.p99, None, None, None, spread_p99, spread_worst),
+                    bounds.spread_p99, bounds.spread_worst),
+        SeriesCheck("itl_token", itl_tok.p50, itl_tok.p99, None, None, None, bounds.spread_p99, bounds.spread_worst),
     ]
 
+
+class _Window(NamedTuple):
+    start: int
+    end: int
+    last_sent: int  # the last send's stamp (start without one)
+    ramp_end: int  # closed loop: when all the streams asked for were open (start otherwise)
+    from_start: float  # streams open on average from the start to the last send
+    steady: float  # the same from ramp_end: the figure the streams check reads
+
+
+def _window(data: RunData, concurrency: int, closed: bool) -> _Window:
+    """The run's window, and the streams it kept open over it."""
+    rows = data.rows
     start, end = data.start_ns, data.end_ns
+    sent = rows[:, COL["sent_ns"]]
+    started = rows[sent > 0]
     last_sent = int(sent.max()) if started.size else start
     from_start = mean_in_flight(rows, start, last_sent) if last_sent > start else data.mean_in_flight
     # Closed loop opens its streams one send after another (each a trip through the kernel); the
@@ -121,7 +225,12 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     if closed and started.size >= min(concurrency, len(rows)) > 0:
         ramp_end = int(np.sort(sent[sent > 0])[min(concurrency, len(rows)) - 1])
     steady = mean_in_flight(rows, ramp_end, last_sent) if last_sent > ramp_end else from_start
-    duration_s = (end - start) / 1e9 if end > start else 0.0
+    return _Window(start, end, last_sent, ramp_end, from_start, steady)
+
+
+def _server_load(server_stats: dict[str, Any], settings: dict[str, Any], itl_ms: float,
+                 duration_s: float) -> tuple[float, float | None, bool]:
+    """The server's write lateness p99 (ms), its CPU's share of a core, and whether it was saturated."""
     lateness = server_stats.get("lateness", {})
     server_p99 = float(lateness.get("p99_ms", 0.0))
     server_cpu_s = settings.get("server_cpu_s")
@@ -130,13 +239,20 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     # client read delayed by less than that merges them (kernel stamps cannot repair that). Past this
     # point the run measures the server, not the client.
     server_saturated = server_p99 > itl_ms / 2 or (server_cpu_share is not None and server_cpu_share > 0.9)
+    return server_p99, server_cpu_share, server_saturated
 
+
+def _checks(data: RunData, settings: dict[str, Any], counts: _Counts, skew: Quantiles, bounds: _SkewBounds,
+            series: list[SeriesCheck], window: _Window, closed: bool) -> list[Check]:
+    """The checks the verdict is made of."""
+    tol = float(settings["tolerance_ms"])
+    failed, completed, ok_chunks = counts.failed, counts.completed, counts.ok_chunks
     checks = [
-        Check("skew p99 (ms)", skew_p99, "<=", tol, skew_p99 is not None and skew_p99 <= tol),
+        Check("skew p99 (ms)", bounds.p99, "<=", tol, bounds.p99 is not None and bounds.p99 <= tol),
         Check("TTFT p99-level error bound (ms)", series[0].error_bound_p99_ms, "<=", tol,
               series[0].error_bound_p99_ms is not None and series[0].error_bound_p99_ms <= tol),
-        Check("chunk-gap p99-level error bound (ms)", spread_p99, "<=", tol,
-              spread_p99 is not None and spread_p99 <= tol),
+        Check("chunk-gap p99-level error bound (ms)", bounds.spread_p99, "<=", tol,
+              bounds.spread_p99 is not None and bounds.spread_p99 <= tol),
         Check("failed requests", float(failed), "<=", 0.0, failed == 0),
         Check("completed requests", float(completed), ">=", 1.0, completed > 0),
         Check("chunks without a server stamp", float(ok_chunks - skew.count), "<=", 0.0,
@@ -147,10 +263,18 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
               not data.extra.get("skew_negative", 0)),
     ]
     # Only a run that sends after its opening ramp shows whether the client keeps streams open.
-    if closed and last_sent > ramp_end:
-        want = STREAMS_OPEN_SHARE * min(concurrency, int(settings["num_requests"]))
-        checks.append(Check("streams kept open (mean)", steady, ">=", want, steady >= want))
+    if closed and window.last_sent > window.ramp_end:
+        want = STREAMS_OPEN_SHARE * min(int(settings["concurrency"]), int(settings["num_requests"]))
+        checks.append(Check("streams kept open (mean)", window.steady, ">=", want, window.steady >= want))
+    return checks
 
+
+def _notes(data: RunData, settings: dict[str, Any], clocks: list[dict[str, Any]] | None, server_p99: float,
+           server_saturated: bool) -> list[str]:
+    """What the figures need said beside them: the stamps, the server's own lateness, the cap, the workers,
+    the nodes' clocks, coalescing."""
+    tol = float(settings["tolerance_ms"])
+    itl_ms = float(settings["itl_ms"])
     notes = []
     source = data.timestamp_source
     if source != TimestampSource.KERNEL:
@@ -182,58 +306,7 @@ def build_report(data: RunData, settings: dict[str, Any], server_stats: dict[str
     elif float(coalesce_ms) * 2 > itl_ms:
         notes.append(f"--coalesce-ms {coalesce_ms:g} is over half the chunk gap ({itl_ms:g} ms): chunks of one "
                      "stream can wait in its socket for the same drain and share one read's stamp")
-    verdict = "PASS" if all(c.passed for c in checks) else "FAIL"
-    cause = _verdict_cause([c.name for c in checks if not c.passed], server_saturated, host, notes)
-    cpu = data.client_cpu_ns
-    return ValidationReport(
-        settings=settings,
-        verdict=verdict,
-        verdict_cause=cause,
-        host=host.to_dict() if host is not None else None,
-        checks=checks,
-        timestamp_source=source.name,
-        completed=completed,
-        failed=failed,
-        cancelled=cancelled,
-        chunks=chunks,
-        tokens=tokens,
-        tokens_per_chunk_mean=tokens / ok_chunks if ok_chunks else None,
-        reads=data.reads,
-        kernel_stamped_reads=data.kernel_stamped_reads,
-        multi_event_reads=data.multi_event_reads,
-        wakeups=int(data.extra.get("wakeups", 0)),
-        ends_watched=int(data.extra.get("ends_watched", 0)),
-        coalescing=data.extra.get("coalescing"),
-        arrival_lead_us=(None if data.extra.get("arrival_lead_ns") is None
-                         else data.extra["arrival_lead_ns"] / 1e3),
-        lead_wait_ms=data.extra.get("lead_wait_ns", 0) / 1e6,
-        multi_event_read_share=data.multi_event_reads / data.reads if data.reads else None,
-        skew=skew,
-        skew_negative=int(data.extra.get("skew_negative", 0)),
-        skew_missing=ok_chunks - skew.count,
-        series=series,
-        dispatch_lag=lag,
-        slot_to_send=slot,
-        late_share=float(np.mean(lateness_ns > LATE_NS)) if lateness_ns.size else None,
-        request_read_delay=_request_read_delay(rows, server_stats.pop("receipts", None)),
-        streams_asked=concurrency,
-        streams_open_mean=float(steady),
-        streams_open_mean_from_start=float(from_start),
-        streams_open_mean_window=float(data.mean_in_flight),
-        opening_ramp_ms=(ramp_end - start) / 1e6 if closed else None,
-        client_cpu_us_per_chunk=cpu / chunks / 1e3 if chunks else None,
-        client_cpu_ms_per_request=cpu / completed / 1e6 if completed else None,
-        client_cpu_share_of_core=cpu / (end - start) if end > start else None,
-        client_maxrss_kb=_peak_rss_kib(),
-        duration_s=duration_s,
-        chunks_per_s=chunks / duration_s if duration_s else 0.0,
-        window={"start_ns": start, "all_open_ns": ramp_end, "last_sent_ns": last_sent, "end_ns": end},
-        server=server_stats,
-        server_cpu_share_of_core=server_cpu_share,
-        server_saturated=server_saturated,
-        notes=notes,
-        clocks=clocks,
-    )
+    return notes
 
 
 def _node_clocks(section: dict[str, Any] | None) -> list[dict[str, Any]] | None:

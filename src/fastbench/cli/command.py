@@ -11,7 +11,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import datasetflags, inputflags, live, multiturn, runtext, tomlconfig, vllmflags
+from fastbench.cli import datasetflags, inputflags, launchflags, live, multiturn, runtext, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -26,7 +26,7 @@ from fastbench.cli.argtypes import (
     whole_number,
     workers_count,
 )
-from fastbench.config import BACKEND_ENDPOINTS, ENGINES, BenchConfig, Endpoint, LaunchConfig
+from fastbench.config import BACKEND_ENDPOINTS, BenchConfig, Endpoint, LaunchConfig
 from fastbench.datasetoptions import DatasetName
 from fastbench.exceptions import FastbenchError
 from fastbench.redact import Secrets
@@ -60,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"fastbench {__version__}")
+    _add_server_args(p)
+    _add_load_args(p)
+    _add_request_args(p)
+    _add_dataset_args(p)
+    _add_result_args(p)
+    launchflags.add_args(p)
+    vllmflags.add_unused_args(p)
+    return p
+
+
+def _add_server_args(p: argparse.ArgumentParser) -> None:
+    """The server: where it is, which API and model, how to reach it."""
     g = p.add_argument_group("server")
     g.add_argument("--base-url", help="server root, e.g. http://127.0.0.1:8000; omitted: the built-in "
                    "synthetic server")
@@ -90,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api-key", default=None,
                    help="bearer token (default: $OPENAI_API_KEY); never printed or stored")
     g.add_argument("--insecure", action="store_true", help="https: skip certificate verification")
+
+
+def _add_load_args(p: argparse.ArgumentParser) -> None:
+    """The load: closed or open loop, how many requests, the window, the client's processes."""
     g = p.add_argument_group("load")
     g.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=whole_number,
                    default=None, help="most requests in flight at once: without --request-rate (closed "
@@ -135,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "--workers-per-node K says otherwise. Needs pip install 'fastbench-llm[ray]'. See docs/workers.md")
     g.add_argument("--workers-per-node", type=whole_number, default=None,
                    help="with --ray: workers on each node of the cluster (default 1)")
+
+
+def _add_request_args(p: argparse.ArgumentParser) -> None:
+    """What each request asks for: its length and sampling, its id, extra body fields."""
     g = p.add_argument_group("requests")
     g.add_argument("--max-tokens", type=whole_number, default=None,
                    help="output tokens per request (default: the dataset's output length)")
@@ -154,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "the request's id)")
     g.add_argument("--extra-body", type=json_object, default={},
                    help="JSON object merged into every request body, e.g. '{\"temperature\":0}'")
+
+
+def _add_dataset_args(p: argparse.ArgumentParser) -> None:
+    """Where prompts come from, with the flags of the datasets' and inputs' own modules."""
     g = p.add_argument_group("dataset")
     g.add_argument("--dataset-name", default="random",
                    choices=typing.get_args(DatasetName),
@@ -181,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local tokenizer directory or tokenizer.json for exact prompt lengths (never downloaded)")
     g.add_argument("--max-model-len", type=whole_number, default=None,
                    help="context length to screen prompts against (default: what /v1/models reports)")
+
+
+def _add_result_args(p: argparse.ArgumentParser) -> None:
+    """What is kept and shown: result files, the card's rows, labels, progress and live views."""
     g = p.add_argument_group("results")
     g.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="KEY:MS",
                    help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
@@ -233,55 +261,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--synthetic-args", type=shell_words, default="",
                    help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"; one flag "
                    "alone needs the = form: --synthetic-args=\"--no-usage\"")
-    _add_launch_args(p)
-    vllmflags.add_unused_args(p)
-    return p
-
-
-def _add_launch_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "launch a server", "fastbench starts the server, waits until /v1/models lists the model, benchmarks "
-        "it and stops it (SIGTERM, then SIGKILL, to its process group and any descendant that left it); "
-        "without --launch, --base-url attaches")
-    g.add_argument("--config", metavar="RUN.TOML", default=None,
-                   help="take options from a TOML file ([server] and [benchmark] tables); flags override it")
-    g.add_argument("--launch", choices=ENGINES, default=None, help="the engine to start")
-    g.add_argument("--launch-model", metavar="MODEL", default=None,
-                   help="what the engine loads (Hugging Face id, directory, GGUF file)")
-    g.add_argument("--engine-args", type=shell_words, default="", metavar="\"ARGS\"",
-                   help="engine flags passed through, e.g. \"--max-model-len 8192 --gpu-memory-utilization 0.85 "
-                   "--speculative-config '{...}'\"; one flag alone needs the = form: --engine-args=\"--enforce-eager\"")
-    g.add_argument("--docker-image", metavar="IMAGE[@sha256:...]", default=None,
-                   help="run the engine in this image or image id (docker run -d --ipc=host -p PORT:PORT, the GPU "
-                   "flags of --docker-gpus, the Hugging Face cache mounted, HF_TOKEN passed by name)")
-    g.add_argument("--docker-args", type=shell_words, default="", metavar="\"ARGS\"",
-                   help="extra docker run flags, e.g. \"--shm-size 16g\" (a value starting with a dash alone: "
-                   "--docker-args=\"--privileged\")")
-    g.add_argument("--docker-gpus", default="auto", metavar="auto|none|rocm|GPUS",
-                   help="the container's GPUs: auto (from the host: NVIDIA's runtime -> --gpus all; ROCm's /dev/kfd "
-                   "and /dev/dri -> those devices, --group-add video, seccomp unconfined; neither -> none), none, "
-                   "rocm, or docker's own --gpus value (all, 2, device=0,1)")
-    g.add_argument("--docker-hf-cache", metavar="DIR|none", default=None,
-                   help="the host's Hugging Face cache, mounted at /root/.cache/huggingface (default: $HF_HOME or "
-                   "~/.cache/huggingface; none: no mount)")
-    g.add_argument("--server-env", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="environment for the server; NAME alone passes fastbench's own value (repeatable)")
-    g.add_argument("--server-host", default="127.0.0.1", help="address the launched server listens on")
-    g.add_argument("--server-port", type=whole_number, default=None,
-                   help="port of the launched server (default: vLLM 8000, SGLang 30000, llama.cpp 8080)")
-    g.add_argument("--ready-timeout", type=float, default=1800.0,
-                   help="seconds from launch until the model must be served")
-    g.add_argument("--server-log", default=None,
-                   help="server log file (default: fastbench-server-ENGINE-TIME.log beside the result)")
-    g.add_argument("--engine-bin", default=None,
-                   help="the engine executable (vllm, python for SGLang, llama-server; docker with "
-                   "--docker-image); default: found on PATH")
-    g.add_argument("--server-stop-grace", type=float, default=20.0,
-                   help="seconds between SIGTERM and SIGKILL at teardown")
-    g.add_argument("--memory-interval", type=float, default=None,
-                   help="seconds between memory samples (default: 1 when launching a server, else off; 0: off)")
-    g.add_argument("--metrics-interval", type=float, default=2.0,
-                   help="seconds between reads of the server's /metrics during the run (0: start and end only)")
 
 
 def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:

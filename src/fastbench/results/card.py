@@ -232,27 +232,50 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     ``load`` / ``spec_decode`` / ``server_metrics_card`` / ``memory`` (dicts rendered as sections),
     ``launch_command`` (the server's command, shown redacted) and ``notes`` (extra note lines).
     """
-    info = result.server_info
-    model = config.model or info.get("model") or "unknown model"
+    model = config.model or result.server_info.get("model") or "unknown model"
     engine = _engine(result, config)
-    title_parts = [str(model), engine]
-    variant = _variant(result)
-    if variant:
-        title_parts.append(variant)
-    title_parts.append(_load(config))
-    d = result.distributions
-    n = result.counts
-    tp = result.throughput
+    if result.collapsed:
+        status = f"{status}, COLLAPSED: {result.collapse_reason}"
+    secrets = Secrets.of_config(config)
+    sections = [
+        ("Configuration", _table(_configuration_rows(result, config, model, engine, environment))),
+        ("Measured results", _table(_measured_rows(result, config))),
+        *_server_sections(result.server_info),
+        *_workload_sections(result),
+        ("Full run command", _command_lines(result, config, secrets)),
+        ("Notes", _note_lines(result, config, secrets)),
+    ]
+    # The seeds' layout, as Markdown: a heading and a blank line around each table, or a renderer
+    # runs the next line into the table above it.
+    lines = [f"# {_title(result, config, model, engine)}", "", f"status: {status}"]
+    for heading, body in sections:
+        lines += ["", f"## {heading}", "", *body]
+    # a key a server echoed into an error, a label: scrubbed, then escaped as Markdown
+    return escape_markdown(secrets.text("\n".join(lines))) + "\n"
 
+
+def _title(result: Result, config: BenchConfig, model: str, engine: str) -> str:
+    """"MODEL · ENGINE · VARIANT · LOAD", the variant only where there is one."""
+    variant = _variant(result)
+    return " · ".join([str(model), engine, *([variant] if variant else []), _load(config)])
+
+
+def _load_text(config: BenchConfig) -> str:
+    """The Configuration's "Concurrency / request rate" row."""
     if not config.open_loop:
-        load = f"concurrency {config.effective_concurrency} (closed loop)"
-    else:
-        cap = config.effective_concurrency
-        load = (
-            ("sent at the trace's times, " if config.trace_timed
-             else f"request rate {config.rate_text} (burstiness {config.burstiness:g}), ")
-            + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
-        )
+        return f"concurrency {config.effective_concurrency} (closed loop)"
+    cap = config.effective_concurrency
+    return (
+        ("sent at the trace's times, " if config.trace_timed
+         else f"request rate {config.rate_text} (burstiness {config.burstiness:g}), ")
+        + ("no cap on requests in flight" if cap is None else f"at most {cap} in flight")
+    )
+
+
+def _configuration_rows(result: Result, config: BenchConfig, model: str, engine: str,
+                        environment: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    """The Configuration table: the model and engine, the user's own rows, the workload and the client."""
+    info = result.server_info
     context = info.get("max_model_len") or config.max_model_len
     # the engine's own word on its precision (its config line) wins over config.json's; either
     # follows Engine, as on the published cards
@@ -277,7 +300,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
             "Prompts",
             f"{config.num_prompts}" + (f" (+{config.num_warmups} warm-up)" if config.num_warmups else ""),
         ),
-        ("Concurrency / request rate", load),
+        ("Concurrency / request rate", _load_text(config)),
         ("Max tokens", config.max_tokens if config.max_tokens is not None else "from the dataset"),
         ("Context window", f"{context} tokens" if context else "unknown"),
         ("Time cap", f"{config.max_seconds:g} s" if config.max_seconds is not None else "none"),
@@ -293,8 +316,15 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         # the client's machine; a server fastbench started (or its synthetic one) ran on it too
         local = config.launch is not None or config.base_url is None
         rows.append(("Machine (client and server)" if local else "Client machine", _machine(environment)))
-    config_rows = _with_user_rows(rows, config.card_rows)
+    return _with_user_rows(rows, config.card_rows)
 
+
+def _measured_rows(result: Result, config: BenchConfig) -> list[tuple[str, Any]]:
+    """The Measured results table: rates, latencies, the prefix cache, counts; a run that measured no
+    working server says so in place of its rates."""
+    d = result.distributions
+    n = result.counts
+    tp = result.throughput
     prefill = d.get("prefill_rate")
     if prefill is not None and prefill.count:
         prefill_text = (
@@ -335,7 +365,7 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
             f"median {_num(decode.median)} · min {_num(decode.min)}" if decode and decode.count else "n/a",
         ),
         ("TTFT (ms)", ttft_text),
-        *_prefix_cache_rows(info.get("prefix_cache_stats")),
+        *_prefix_cache_rows(result.server_info.get("prefix_cache_stats")),
         *_cached_tokens_rows(result.prefix_cache),
         ("TPOT (ms)", _median_p99(d.get("tpot"))),
         ("ITL (ms)", itl_text),
@@ -358,45 +388,48 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
         ),
         ("Duration", f"{result.duration_s:,.1f} s"),
     ]
-
     if result.pooling is not None:  # whole answers: no stream (results.pooling)
         measured = pooling.card_rows(result.pooling, measured)
-    if result.collapsed:
-        status = f"{status}, COLLAPSED: {result.collapse_reason}"
-    # The seeds' layout, as Markdown: a heading and a blank line around each table, or a renderer
-    # runs the next line into the table above it.
-    lines = [f"# {' · '.join(title_parts)}", "", f"status: {status}", "", "## Configuration", ""]
-    lines += _table(config_rows)
-    lines += ["", "## Measured results", ""]
-    lines += _table(measured)
-    sections = (
-        ("load", "Load"),
-        ("spec_decode", "Speculative decoding"),
-        ("server_metrics_card", "Server metrics"),
-        ("memory", "Memory"),
-    )
-    for key, heading in sections:
+    return measured
+
+
+# The server's sections, each from a dict of Result.server_info: (its key, the heading)
+_SERVER_SECTIONS = (
+    ("load", "Load"),
+    ("spec_decode", "Speculative decoding"),
+    ("server_metrics_card", "Server metrics"),
+    ("memory", "Memory"),
+)
+
+
+def _server_sections(info: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of each server section the run has."""
+    sections = []
+    for key, heading in _SERVER_SECTIONS:
         section = info.get(key)
         if isinstance(section, Mapping) and section:
-            lines += ["", f"## {heading}", ""]
-            lines += _table((_humanize(str(k)), v) for k, v in section.items())
+            sections.append((heading, _table((_humanize(str(k)), v) for k, v in section.items())))
+    return sections
 
+
+def _workload_sections(result: Result) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of the sections of the workloads beyond single requests: multi-turn sessions,
+    agent trees, LoRA adapters."""
+    sections = []
     if result.sessions is not None:
-        lines += ["", "## Multi-turn sessions", ""]
-        lines += _session_tables(result.sessions)
-
+        sections.append(("Multi-turn sessions", _session_tables(result.sessions)))
     if result.agentic is not None:
-        lines += ["", "## Agent trees", ""]
-        lines += agentic_card_lines(result.agentic, result.prefix_cache.hit_rate if result.prefix_cache else None)
-
+        hit_rate = result.prefix_cache.hit_rate if result.prefix_cache else None
+        sections.append(("Agent trees", agentic_card_lines(result.agentic, hit_rate)))
     if result.adapters is not None:
-        lines += ["", "## LoRA adapters", ""]
-        lines += adapter_card_lines(result.adapters)
+        sections.append(("LoRA adapters", adapter_card_lines(result.adapters)))
+    return sections
 
-    secrets = Secrets.of_config(config)
-    lines += ["", "## Full run command", ""]
-    lines.append("```")
-    launch = info.get("launch_command")
+
+def _command_lines(result: Result, config: BenchConfig, secrets: Secrets) -> list[str]:
+    """The Full run command, fenced: the launched server's command, then fastbench's, redacted."""
+    lines = ["```"]
+    launch = result.server_info.get("launch_command")
     if isinstance(launch, str) and launch:
         lines.append(secrets.log(launch))
     if config.command_line:
@@ -404,17 +437,19 @@ def render_card(result: Result, config: BenchConfig, *, status: str = "done",
     else:
         lines.append("# run through the Python API; configuration as above")
     lines.append("```")
+    return lines
 
-    lines += ["", "## Notes", ""]
-    extra_notes = list(info.get("notes") or [])
+
+def _note_lines(result: Result, config: BenchConfig, secrets: Secrets) -> list[str]:
+    """The Notes: the user's, the run's, the server's, then the prefix cache's word on the prompts' seed."""
+    extra_notes = list(result.server_info.get("notes") or [])
     seed_note = result.prefix_cache.seed_note(config, result.workload_info) if result.prefix_cache is not None \
         else None
     if seed_note:
         extra_notes.append(seed_note)
-    for note in [*config.card_notes, *result.notes, *extra_notes]:
-        lines.append(f"- {secrets.log(' '.join(str(note).splitlines()))}")  # one item each
-    # a key a server echoed into an error, a label: scrubbed, then escaped as Markdown
-    return escape_markdown(secrets.text("\n".join(lines))) + "\n"
+    # one item each
+    return [f"- {secrets.log(' '.join(str(note).splitlines()))}"
+            for note in [*config.card_notes, *result.notes, *extra_notes]]
 
 
 def _session_tables(sessions: Mapping[str, Any]) -> list[str]:
