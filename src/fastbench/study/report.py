@@ -32,6 +32,7 @@ import orjson
 
 from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.results.card import escape_markdown
+from fastbench.results.writers import write_bytes_atomic
 from fastbench.study import markdown
 from fastbench.study.figures_data import (
     NO_VARIANT,
@@ -449,8 +450,8 @@ def draw_figures(points: Sequence[RunPoint], out_dir: Path) -> list[Figure]:
             paths, summary = draw(complete, out_dir, ("svg", "png"))
         except ConfigError:
             continue
-        _write_atomic(out_dir / f"{summary.get('figure', name)}.json", orjson.dumps(
-            {**summary, "left_out": left}, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode())
+        write_bytes_atomic(out_dir / f"{summary.get('figure', name)}.json", orjson.dumps(
+            {**summary, "left_out": left}, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
         svg = next(p for p in paths if p.suffix == ".svg").read_text(encoding="utf-8")
         drawn.append(Figure(name, FIGURE_CAPTIONS[name], svg, tuple(summary.get("lines", ()))))
     return drawn + _timelines(complete, out_dir)
@@ -505,7 +506,7 @@ def write_report(points: Sequence[RunPoint], out_dir: Path, *, title: str, sourc
     subtitle = f"{counts_text(points, rows)} · {source} · made {created} by fastbench report"
     page = render_html(title, subtitle, figures, rows, points, notes)
     html_path = out_dir / HTML_FILE
-    _write_atomic(html_path, page)
+    write_bytes_atomic(html_path, page.encode("utf-8"))
     variants = sorted({r.variant for r in rows})
     config_rows = [("Study", title), *configuration,
                    ("Variants", ", ".join(variants)),
@@ -514,11 +515,5 @@ def write_report(points: Sequence[RunPoint], out_dir: Path, *, title: str, sourc
     card = render_study_card(title, points, rows, configuration=config_rows, commands=commands, notes=notes,
                              figure_file="crossover.svg" if any(f.name == "crossover" for f in figures) else None)
     card_path = out_dir / CARD_NAME
-    _write_atomic(card_path, card)
+    write_bytes_atomic(card_path, card.encode("utf-8"))
     return html_path, card_path
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
