@@ -37,8 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "fastbench.api": {"fastbench._core", "fastbench.results", "fastbench.load", "fastbench.server",
                       "fastbench.synthetic", "fastbench.study", "fastbench.api"},
     "fastbench.metrics": {"fastbench.results"},
-    "fastbench.cli": {"fastbench.api", "fastbench.results", "fastbench.load", "fastbench.server", "fastbench.cli",
-                      "fastbench.synthetic", "fastbench.study"},
+    "fastbench.cli": {"fastbench.api", "fastbench.results", "fastbench.cli", "fastbench.study", "fastbench.synthetic"},
     "fastbench.__main__": {"fastbench.cli"},
     "fastbench": {"fastbench.api", "fastbench.results", "fastbench.server", "fastbench.synthetic"},
 }
