@@ -16,6 +16,7 @@ import orjson
 from fastbench.api.lookups import STREAMED_BACKENDS, STREAMED_ENDPOINTS, check_base_url, check_tokens_per_chunk
 from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_settings, validate_client
 from fastbench.api.validation_whole import WHOLE_BACKENDS, validate_whole
+from fastbench.cli.argfields import from_args
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
 from fastbench.results import writers
@@ -96,11 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--backend {ns.backend} calls {STREAMED_BACKENDS[ns.backend]}, --endpoint says "
                          f"{ns.endpoint}: give one of them")
         endpoint = STREAMED_BACKENDS[ns.backend]
+    settings = from_args(ns, checked_settings, warmup=not ns.no_warmup)  # the run's settings, as checked
     try:  # before the run, so that nothing is started for settings that cannot work
-        checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
-                         ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
-                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray,
-                         workers_per_node=ns.workers_per_node, pin=ns.pin)
+        checked_settings(**settings)
         if ns.base_url is not None:
             check_base_url(ns.base_url, endpoint)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
@@ -108,12 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     try:
-        report = validate_client(
-            ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
-            ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
-            coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray, workers_per_node=ns.workers_per_node,
-            max_seconds=ns.max_seconds, endpoint=endpoint,
-        )
+        report = validate_client(**settings, base_url=ns.base_url, endpoint=endpoint)
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:
         print(f"fastbench validate: error: {exc}", file=sys.stderr)
         return 2
