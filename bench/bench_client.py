@@ -214,7 +214,7 @@ def run_pair(s: Setup, cpus: tuple[set[int] | None, set[int] | None], flip: bool
 
 
 def common(r: Run) -> dict[str, float | None]:
-    """The figures both clients report, with the same meaning (see README)."""
+    """The figures both clients report, with the same meaning (see docs/definitions.md)."""
     f = r.figures
     s = r.setup
     lat = r.server.get("lateness", {})

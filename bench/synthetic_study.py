@@ -1,4 +1,4 @@
-"""The README's crossover figure, measured: a sweep of the synthetic server's engine model, a baseline and an
+"""The crossover figure of docs/sweep.md, measured: a sweep of the synthetic server's engine model, a baseline and an
 EAGLE3-like speculative variant x concurrency 1-64 x 2 repeats (bench/crossover_study.toml), then
 `fastbench report`, whose crossover.svg becomes docs/study-crossover.svg. Measured against the synthetic
 engine model (src/fastbench/synthetic/stepmodel.py: a step's time grows with the batch, speculation
@@ -16,7 +16,7 @@ which runs, with the store kept under --store (a temporary one without it):
 ``--made-up-store STORE`` instead writes a synthetic study straight into a store, for bench/plot_store.py
 (a thousand stored runs in seconds): run folders whose result files are made, not measured, from one
 real run's result (so every field a reader expects is there), with the figures of a simple batching
-model; never a measurement, and no longer the README's figure. Its model, per variant: a decode step
+model; never a measurement, and no longer docs/sweep.md's figure. Its model, per variant: a decode step
 takes ``step_ms + per_seq_ms x concurrency`` and yields ``accept`` tokens per stream; per-stream decode
 rate = accept / step, aggregate throughput = concurrency x that x 0.95; latencies follow; each run gets
 3% noise.

@@ -111,7 +111,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "logprobs": (lambda v: v >= 0, "must be >= 0"),
     "ramp_up_start_rps": (lambda v: 0 <= v < math.inf, "must be >= 0"),
     "ramp_up_end_rps": (lambda v: 0 < v < math.inf, "must be > 0"),
-    "ready_check_timeout_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
+    **dict.fromkeys(("ready_check_timeout_s", "server_gone_s"), (lambda v: 0 <= v < math.inf, "must be >= 0")),
     "launch.ready_timeout_s": (lambda v: v > 0, "must be > 0"),
     "launch.stop_grace_s": (lambda v: 0 <= v < math.inf, "must be >= 0"),
     **datasetoptions.rules(),

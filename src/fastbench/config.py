@@ -223,6 +223,9 @@ class BenchConfig:
     seed: int = 0
     request_timeout_s: float | None = None
     max_error_rate: float | None = None  # stop early when failed / finished exceeds this (after 20 requests)
+    # stop early once every connection attempt for this many seconds failed and nothing answered (the server
+    # went away; load.gone); 0: never
+    server_gone_s: float = 5.0
     # read the sockets at least this often instead of on every arrival (0: on every arrival); "auto":
     # the client chooses from the chunk gaps it sees (what it chose is in fastbench.client.coalescing)
     coalesce_ms: float | Literal["auto"] = "auto"

@@ -246,7 +246,7 @@ def test_an_output_may_not_overwrite_an_input(tmp_path: Path) -> None:
 def test_a_stop_abandons_the_workload_build() -> None:
     """Counting prompts with /tokenize can take minutes; a stop (first Ctrl-C) must end it at once,
     as it ends a launch, and the work under way is cancelled, not left running."""
-    from fastbench.api.runs import _unless_stopped
+    from fastbench.api.runsteps import unless_stopped
 
     async def main() -> tuple[bool, float]:
         cancelled = False
@@ -264,7 +264,7 @@ def test_a_stop_abandons_the_workload_build() -> None:
         asyncio.get_running_loop().call_later(0.1, stop.set)
         t0 = time.monotonic()
         with pytest.raises(asyncio.CancelledError):
-            await _unless_stopped(slow_build(), stop, "interrupted while preparing the workload")
+            await unless_stopped(slow_build(), stop, "interrupted while preparing the workload")
         return cancelled, time.monotonic() - t0
 
     cancelled, took = asyncio.run(main())
@@ -272,7 +272,7 @@ def test_a_stop_abandons_the_workload_build() -> None:
 
 
 def test_a_workload_build_that_ends_first_gives_its_result_or_error() -> None:
-    from fastbench.api.runs import _unless_stopped
+    from fastbench.api.runsteps import unless_stopped
 
     async def fails() -> int:
         raise ConfigError("bad dataset")
@@ -280,8 +280,8 @@ def test_a_workload_build_that_ends_first_gives_its_result_or_error() -> None:
     async def main() -> int:
         stop = asyncio.Event()
         with pytest.raises(ConfigError, match="bad dataset"):
-            await _unless_stopped(fails(), stop, "")
-        return await _unless_stopped(asyncio.sleep(0.01, result=3), stop, "")
+            await unless_stopped(fails(), stop, "")
+        return await unless_stopped(asyncio.sleep(0.01, result=3), stop, "")
 
     assert asyncio.run(main()) == 3
 
@@ -539,12 +539,12 @@ def test_a_launched_servers_model_files_are_read_with_its_environment_and_revisi
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     launch = LaunchConfig(model="acme/m", env=(f"HF_HUB_CACHE={tmp_path / 'hub'}",),
                           engine_args=("--max-model-len", "64", "--revision=b"))
-    facts = asyncio.run(api.runs._model_files(VLLMServer(launch), "served-name", None))
+    facts = asyncio.run(api.runsteps.model_files(VLLMServer(launch), "served-name", None))
     assert isinstance(facts, ModelFacts) and (facts.total_params, facts.revision) == (3, "c2")
     launch = dataclasses.replace(launch, engine_args=())
-    facts = asyncio.run(api.runs._model_files(VLLMServer(launch), "x", None))
+    facts = asyncio.run(api.runsteps.model_files(VLLMServer(launch), "x", None))
     assert isinstance(facts, ModelFacts) and facts.revision == "c1"
-    assert asyncio.run(api.runs._model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) is None
+    assert asyncio.run(api.runsteps.model_files(ExternalServer("http://127.0.0.1:1"), "acme/m", None)) is None
 
 
 def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -555,19 +555,19 @@ def test_model_files_that_do_not_answer_cost_the_run_a_bounded_wait(monkeypatch:
 
     release = threading.Event()
     monkeypatch.setattr(modelinfo, "facts_or_error", lambda *args: release.wait(10) and None)
-    monkeypatch.setattr(api.runs, "MODEL_FILES_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(api.runsteps, "MODEL_FILES_TIMEOUT_S", 0.2)
     attached = ExternalServer("http://127.0.0.1:1")
     t0 = time.monotonic()
-    info = asyncio.run(api.runs._model_files(attached, "org/m", None))
+    info = asyncio.run(api.runsteps.model_files(attached, "org/m", None))
     assert info == "org/m: its files did not answer in 0.2 s"
     assert time.monotonic() - t0 < 2
 
     async def stopped_soon() -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().call_later(0.05, stop.set)
-        await api.runs._model_files(attached, "org/m", stop)
+        await api.runsteps.model_files(attached, "org/m", stop)
 
-    monkeypatch.setattr(api.runs, "MODEL_FILES_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(api.runsteps, "MODEL_FILES_TIMEOUT_S", 30.0)
     t0 = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(stopped_soon())

@@ -6,12 +6,16 @@ the workers' merged running figures."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
+import numpy as np
 import pytest
 
 from fastbench import api
+from fastbench.api.live import LiveSampler
 from fastbench.config import BenchConfig
 from fastbench.results.live import LiveSnapshot
+from fastbench.results.records import COL, NCOLS, RunData
 
 
 def test_snapshots_while_running_end_on_the_results_figures(caplog: pytest.LogCaptureFixture) -> None:
@@ -72,3 +76,51 @@ def test_workers_parent_shows_the_merged_running_latencies() -> None:
         assert final.latency[name].count == result.histograms[kept].get_total_count(), name
     columns = result.timeline["columns"] if result.timeline else {}
     assert any(v is not None for v in columns["ttft_p50_ms"][:-1])  # the seconds' latencies, not only the end's
+
+
+class _Tables:
+    """A generator that is no class the sampler knows: only what load.drive.Generator offers."""
+
+    def __init__(self, rows: np.ndarray, itl_counts: dict[int, int]) -> None:
+        self.rows = rows
+        self.itl_counts = itl_counts
+
+    async def run(self) -> RunData:
+        raise AssertionError("a look never runs the generator")
+
+    def stop(self, reason: str) -> None:
+        raise AssertionError("a look never stops the generator")
+
+    def running_tables(self, started: int) -> list[tuple[np.ndarray, int]]:
+        return [(self.rows, started)] if len(self.rows) else []
+
+    def copy_chunk_counts(self, into: Mapping[str, np.ndarray]) -> bool:
+        for counts in into.values():
+            counts[:] = 0
+        for index, count in self.itl_counts.items():
+            into["itl"][index] = count
+        return bool(self.itl_counts)
+
+
+def _finished_rows(ttfts_ms: list[float]) -> np.ndarray:
+    rows = np.zeros((len(ttfts_ms), NCOLS), dtype=np.int64)
+    for i, ttft in enumerate(ttfts_ms):
+        sent = 1_000_000_000 + i * 1_000_000
+        rows[i, COL["index"]] = i
+        rows[i, COL["sent_ns"]] = rows[i, COL["scheduled_ns"]] = sent
+        rows[i, COL["first_token_ns"]] = sent + int(ttft * 1e6)
+        rows[i, COL["end_ns"]] = sent + int(ttft * 1e6) + 50_000_000
+        rows[i, COL["output_tokens"]] = 11
+    return rows
+
+
+def test_the_sampler_reads_any_generator_through_what_every_generator_offers() -> None:
+    progress = {"elapsed_s": 1.0, "completed": 3, "failed": 0, "in_flight": 0, "output_tokens": 33, "total": 3}
+    sampler = LiveSampler(_Tables(_finished_rows([10.0, 20.0, 30.0]), {100: 5}), open_loop=False)
+    snapshot = sampler.look(progress)
+    assert snapshot.latency["ttft"].count == 3 and snapshot.latency["e2e"].count == 3
+    assert snapshot.latency["ttft"].p50_ms == pytest.approx(20.0, rel=0.01)
+    assert snapshot.latency["itl"].count == 5  # the chunk histograms it copied
+    # one with nothing readable yet: no per-request figures, no chunk gaps (not zeros)
+    empty = LiveSampler(_Tables(np.zeros((0, NCOLS), dtype=np.int64), {}), open_loop=False).look(progress)
+    assert empty.latency == {}

@@ -53,6 +53,22 @@ def test_without_usage_the_input_tokens_are_the_requests_own_count() -> None:
     assert result.total_input_tokens == sum(result.per_request.input_lens) > 0
 
 
+@pytest.mark.parametrize(("max_model_len", "flagged"), [(20, 0), (10, 5)])
+def test_a_batch_is_held_to_the_context_length_per_input(max_model_len: int, flagged: int) -> None:
+    """Four inputs of 12 words a request: 48 prompt tokens fit a context of 20 per input (no note), and
+    cannot fit one of 10 (the server's usage then says more than it could have computed)."""
+    config = BenchConfig(**{**EMBED, "random_range_ratio": 0.0,  # type: ignore[arg-type]
+                            "synthetic_args": ("--pooling-ms", "1", "--max-model-len", str(max_model_len))})
+    result = api.run(config)
+    assert result.counts.completed == 5 and result.per_request.input_lens == [48] * 5
+    over = [note for note in result.notes if "max_model_len" in note]
+    if flagged:
+        assert over == [f"{flagged} completed requests report more prompt tokens than the server's max_model_len "
+                        f"({max_model_len}) per input allows: its usage cannot be right there"]
+    else:
+        assert over == []
+
+
 @pytest.mark.parametrize("endpoint", ["/rerank", "/v1/rerank", "/score"])
 def test_a_rerank_run_counts_as_the_server_counts(endpoint: str) -> None:
     config = BenchConfig(endpoint=endpoint, backend="vllm-rerank", dataset_name="random-rerank",  # type: ignore[arg-type]

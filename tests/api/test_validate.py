@@ -104,7 +104,7 @@ def _validate_cli_run_writes_json(out: Path, capsys: pytest.CaptureFixture[str])
 @pytest.mark.timing
 @pytest.mark.skipif(UNDER_SANITIZER, reason=SANITIZER_REASON)
 def test_validate_passes_at_256_streams(capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's `fastbench validate --concurrency 256` passes: every check of the verdict, at its
+    """docs/validate.md's `fastbench validate --concurrency 256` passes: every check of the verdict, at its
     default schedule (TTFT 50 ms, 20 ms between chunks, 64 tokens) and tolerance (0.5 ms). Two requests
     per stream, the fewest that judge whether the client keeps all 256 streams open as they turn over."""
     def one_round() -> None:

@@ -11,10 +11,12 @@ import pathlib
 import pty
 import re
 import select
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -85,6 +87,43 @@ def test_metrics_port_taken_is_one_line_error() -> None:
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"fastbench: error: --metrics-port {port}: cannot listen")
+
+
+def test_the_final_figures_stay_scrapeable_after_the_run(tmp_path: pathlib.Path) -> None:
+    """--metrics-linger: once the run ended and its result was written, a scrape still answers, with every
+    request the result counts and fastbench_run_finished at 1; Ctrl-C ends the wait, exit status 0."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = tmp_path / "r.json"
+    args = ["--num-prompts", "12", "--concurrency", "4", "--random-input-len", "16", "--random-output-len", "4",
+            "--synthetic-args", "--ttft-ms 1 --itl-ms 1", "--metrics-port", "0", "--metrics-linger", "120",
+            "--result-json", str(out), "--label", "linger"]
+    proc = subprocess.Popen([sys.executable, "-m", "fastbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        said = ""
+        while "stay at" not in said:  # printed after the summary and the result file
+            said = proc.stderr.readline()
+            assert said, "fastbench ended without keeping its figures"
+        url = re.search(r"(http://\S+/metrics)", said)
+        assert url is not None and "for 120 s (--metrics-linger" in said
+        assert proc.poll() is None  # still serving
+        with urllib.request.urlopen(url.group(1), timeout=10) as resp:
+            text = resp.read().decode()
+        samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+                   if s.labels.get("label") == "linger"}
+        completed = json.loads(out.read_text())["completed"]
+        assert completed == 12
+        assert samples["fastbench_requests_completed_total"] == completed
+        assert samples["fastbench_run_finished"] == 1.0
+        proc.send_signal(signal.SIGINT)  # ends the wait, not the run: it was done
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_otlp_endpoint_that_is_no_url_is_one_line_error() -> None:

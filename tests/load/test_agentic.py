@@ -27,14 +27,13 @@ from support.weka_traces import (
     write_traces,
 )
 from fastbench import BenchConfig, Result, run
-from fastbench.api.runs import _session_header
 from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError, DatasetError
 from fastbench.load import pacer
 from fastbench.load.agentic import TreePlan
 from fastbench.load.datasets import build_workload_sync, check_inputs
 from fastbench.load.driver import LoadGenerator
-from fastbench.load.plan import LoadPlan, Target
+from fastbench.load.plan import LoadPlan, Target, session_header
 from fastbench.load.sources.weka import BACKGROUND, JOINED, ROOT, read_corpus
 from fastbench.synthetic import SyntheticServer
 
@@ -291,7 +290,7 @@ def test_each_call_carries_its_agents_session_header_and_the_warm_ups_none(tmp_p
     config = weka_config(path, num_prompts=2, concurrency=2, agentic_session_header="x-session-id")
     work = build_workload_sync(config, "m", max_model_len=None)
     assert work.trees is not None and len(work.warmups) == 1
-    header = _session_header(config, work)
+    header = session_header(config, work)
     assert header is not None and header[1] == work.trees.session_ids()
     assert Counter(header[1]) == {"a": 4, "a::1": 2, "a::2": 1, "b": 2, "b::2": 1}  # b starts at root call 2
 
@@ -309,7 +308,7 @@ def test_each_call_carries_its_agents_session_header_and_the_warm_ups_none(tmp_p
     assert Counter(sent) == Counter(header[1])  # every call its agent's, once
     assert len(heads) == len(sent) + 1  # the warm-up carries none
     with pytest.raises(ConfigError, match="both set it"):
-        _session_header(config.replace(headers={"X-Session-Id": "pinned"}), work)
+        session_header(config.replace(headers={"X-Session-Id": "pinned"}), work)
     with pytest.raises(ConfigError, match="must be an HTTP header name"):
         build_workload_sync(weka_config(path, agentic_session_header="x session"), "m", max_model_len=None)
 

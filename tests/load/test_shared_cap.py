@@ -247,27 +247,36 @@ def test_the_merged_in_flight_never_passes_the_cap_and_every_arrival_goes_once()
 
 @pytest.mark.timing
 def test_the_sends_lateness_is_one_process_s_for_the_same_schedule() -> None:
-    """The same drawn schedule and requests (2 or 30 tokens) under a binding cap of 4, one process
-    against two workers: how long the arrivals waited for a slot (send less arrival), and how late the
-    client was past the moment a slot of the cap was free (figures.client_lateness_ns over one pool),
-    judged loosely over rounds. Measured: 8.2 ms and 0.06 ms (p90) in one process, 8.5-9.0 and 0.08
-    shared; with the cap split over the workers, 17.4-17.8 and 30 ms."""
+    """The same drawn schedule and requests (2 or 30 tokens) under a binding cap of 4: one process, two
+    workers sharing the cap, and two with the cap split as before (arrivals dealt i mod 2). How late the
+    client sent each request past the moment a slot of the cap was free (figures.client_lateness_ns over
+    one pool) is judged against each run's own stamps: a split cap makes an arrival wait for its own
+    worker's request to end, so its lateness is of a long request's service time (p90 36-58 ms against
+    a 32 ms service, measured beside four busy loops); one process and a shared cap only take their own
+    wake-ups (p90 0.2-3.6 ms shared, 4-12 ms one process on that busy host, 0.06-0.08 idle): half a
+    service time tells the two kinds apart. Each run is
+    judged against its own service time, not against another run's figures: on a busy host two runs a
+    second apart see different hosts (the mean wait for a slot went 14-200 ms in one process alone)."""
     n, cap, rate = 300, 4, 200.0
     tokens = np.random.default_rng(1).choice([2, 30], n)
     plan = LoadPlan(bodies=[_body(int(t)) for t in tokens], warmup_bodies=[], concurrency=cap, request_rate=rate,
                     arrival_offsets_ns=pacer.arrival_offsets_ns(n, rate, 1.0, seed=11))
+
+    def late_in_services(data: RunData) -> float:
+        """p90 of the client's lateness, in units of the run's own median service time of a 30-token request."""
+        rows = data.rows
+        assert (rows[:, COL["error"]] == 0).all()
+        assert _most_in_flight(rows) <= cap
+        service = np.median((rows[:, COL["end_ns"]] - rows[:, COL["sent_ns"]])[tokens == 30])
+        return float(np.percentile(client_lateness_ns(rows, cap, True), 90)) / float(service)
+
     with SyntheticServer(ttft_ms=2, itl_ms=1) as server:
         def one_round() -> None:
-            one, two = _run(server, plan, 1), _run(server, plan, 2)
-            waits, late = [], []
-            for data in (one, two):
-                rows = data.rows
-                assert (rows[:, COL["error"]] == 0).all()
-                assert _most_in_flight(rows) <= cap
-                waits.append(float(np.mean(rows[:, COL["sent_ns"]] - rows[:, COL["scheduled_ns"]])) / 1e6)
-                late.append(float(np.percentile(client_lateness_ns(rows, cap, True), 90)) / 1e6)
-            assert waits[1] <= 1.3 * waits[0] + 1.0, (waits, late)
-            assert late[1] <= late[0] + 1.0, (waits, late)
+            one, shared, split = (late_in_services(_run(server, plan, 1)), late_in_services(_run(server, plan, 2)),
+                                  late_in_services(_run(server, plan, 2, _DealtPool)))
+            # half a service time tells the two kinds apart: past it, a send waited for a request to end
+            assert split > 0.5, (one, shared, split)  # the case is real: a split cap waits a request's service
+            assert one < 0.5 and shared < 0.5, (one, shared, split)
 
         until_a_round_passes(one_round)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -20,7 +22,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -35,10 +39,11 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError, WorkerError
 from fastbench.load import pacer
 from fastbench.load import workers as workers_module
+from fastbench.load.drive import drive
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target
-from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
+from fastbench.load.worker import WorkerOutcome, WorkerSpec, claim_layout, claim_views
 from fastbench.load.workers import WorkerPool, choose_workers, split_schedule
 from fastbench.results import notes as notes_module
 from fastbench.results.records import COL, NCOLS, ErrorClass, new_histogram
@@ -517,7 +522,7 @@ CLAIMER = textwrap.dedent("""
     import mmap, sys
     import numpy as np
     from fastbench._core import Recorder, RowClaims, RunState
-    from fastbench.load.worker import WorkerOutcome, claim_layout, claim_views
+    from fastbench.load.worker import WorkerOutcome, WorkerSpec, claim_layout, claim_views
     from fastbench.results.records import new_histogram
     fd, n, who = map(int, sys.argv[1:])
     header, claimers, rows = claim_views(mmap.mmap(fd, claim_layout(n)[0]), n)
@@ -639,3 +644,89 @@ def test_a_row_handed_out_but_never_marked_is_lost_with_the_lost_worker() -> Non
         assert sorted(parts[1].error_messages) == [1, 3]  # by its row in the part: rows 3 and 5
     finally:
         pool._release()
+
+
+# -- a worker's plan, and the one drive step ---------------------------------------------------------------
+
+def test_a_workers_plan_carries_every_field_its_spec_and_the_plan_share() -> None:
+    spec = WorkerSpec(
+        index=2, target=Target.parse("http://127.0.0.1:9", "/v1/chat/completions"), api_key="k",
+        headers={"X-A": "1"}, endpoint="/v1/chat/completions", rows=np.arange(3, dtype=np.int64),
+        bodies=[b"a", b"b", b"c"], warmup_bodies=[b"w"], concurrency=7, request_rate=2.5,
+        arrival_offsets_ns=np.array([0, 5, 9], dtype=np.int64), max_seconds=12.0, request_timeout_s=3.0,
+        verify_tls=False, coalesce_s="auto", expected_output_tokens=[4, 5, 6], save_outputs=True,
+        keep_chunk_stamps=True, report_interval_s=0.125, max_error_rate=0.25, kernel_timestamps=False,
+        whole_answers=True)
+
+    def report(progress: dict[str, object]) -> None:
+        pass
+
+    plan = spec.load_plan(on_progress=report)
+    shared = {f.name for f in dataclasses.fields(WorkerSpec)} & {f.name for f in dataclasses.fields(LoadPlan)}
+    assert len(shared) == 17
+    for name in shared:
+        assert getattr(plan, name) is getattr(spec, name), name
+    assert plan.progress_interval_s == 0.125 and plan.on_progress is report
+    # what a worker never takes from its parent's plan: its share's arrivals are drawn already, the
+    # sessions, trees and ramps run in one process, and the callbacks are the worker's own
+    assert {f.name for f in dataclasses.fields(LoadPlan)} - shared == {
+        "burstiness", "seed", "ramp_up", "on_progress", "progress_interval_s", "on_window_start", "stop_event",
+        "start_at", "sessions", "trees", "row_header"}
+
+
+class _Runs:
+    """A generator whose run takes a moment, then fails or hands back its ``data``."""
+
+    def __init__(self, fails: bool) -> None:
+        self.fails = fails
+        self.data: Any = object()
+
+    async def run(self) -> Any:
+        await asyncio.sleep(0.01)
+        if self.fails:
+            raise RuntimeError("the run failed")
+        return self.data
+
+    def stop(self, reason: str) -> None:
+        pass
+
+    def running_tables(self, started: int) -> list[tuple[np.ndarray, int]]:
+        return []
+
+    def copy_chunk_counts(self, into: Mapping[str, np.ndarray]) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_drive_ends_what_runs_alongside_and_leaves_its_watch_however_the_run_ends(fails: bool) -> None:
+    events: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def watch() -> AsyncIterator[None]:
+        events.append("watch")
+        try:
+            yield
+        finally:
+            events.append("unwatch")
+
+    async def alongside() -> None:
+        events.append("alongside")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+
+    generator = _Runs(fails)
+
+    async def main() -> Any:
+        try:
+            data = await drive(generator, watch=watch(), alongside=[alongside()])
+        except RuntimeError:
+            data = None
+        await asyncio.sleep(0)  # the cancellation is delivered at the task's next step
+        return data
+
+    data = asyncio.run(main())
+    assert data is (None if fails else generator.data)
+    assert events[:2] == ["watch", "alongside"] and sorted(events[2:]) == ["cancelled", "unwatch"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,13 @@ def test_the_same_seed_sent_twice_to_a_caching_server_is_warned_and_other_seeds_
     # the label once: the warning has none of its own (a report that labels it said "prefix cache: prefix cache:")
     assert not warning.startswith("prefix cache") and doc["fastbench"]["prefix_cache"]["warning"] == warning
     assert f"prefix cache: {warning}" in doc["fastbench"]["notes"]
-    # the console: one line of it, the whole warning in the notes above
-    (line,) = [line for line in render_console(again).splitlines() if line.startswith("WARNING ")]
-    assert line.startswith("WARNING prefix cache: 94 % of prompt tokens came from the server's cache")
-    assert len(line) <= 80 and line.endswith(" …") and line[len("WARNING prefix cache: "):-2] in warning
+    # the console: the whole warning, wrapped under its WARNING
+    lines = render_console(again).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("WARNING "))
+    block = [lines[at], *itertools.takewhile(lambda line: line.startswith(" " * len("WARNING ")), lines[at + 1:])]
+    assert block[0].startswith("WARNING prefix cache: 94 % of prompt tokens came from the server's cache")
+    assert all(len(line) <= 80 for line in block) and "…" not in "".join(block)
+    assert " ".join(line.strip() for line in block) == "WARNING prefix cache: " + " ".join(warning.split())
     card = render_card(again, again.config)
     assert f"| Cached prompt tokens | {100 * CACHED / PROMPT:.2f} % (the server's usage, 16 of 16 requests" in card
     assert "| Expected prefix share | 0.00 % (the prompts' shared prefixes" in card and "WARNED" in card

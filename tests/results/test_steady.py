@@ -299,10 +299,26 @@ def in_flight_at(recs: Sequence[dict[str, Any]], t_ns: int) -> int:
     return sum(1 for r in recs if r["sent_ns"] is not None and r["sent_ns"] <= t_ns < r["end_ns"])
 
 
-def check_closed_loop(doc: dict[str, Any], recs: list[dict[str, Any]], concurrency: int) -> None:
-    expected = schedule_throughput(doc["output_lens"], concurrency)
+def stamped_throughput(doc: dict[str, Any], recs: Sequence[dict[str, Any]], start: int, end: int) -> float:
+    """Output tokens/s over [start, end], each token placed at the stamp of the chunk that carried it (the
+    per-request itls --save-detailed keeps) with the synthetic server's chunking: 1 token, then PER_CHUNK."""
+    tokens = 0.0
+    for r in recs:
+        if r["status"] != "completed":
+            continue
+        at = r["first_token_ns"] + np.concatenate([[0.0], np.cumsum(doc["itls"][r["id"]])]) * 1e9
+        rest = r["output_tokens"] - 1 - PER_CHUNK * np.arange(len(at) - 1)
+        per = np.concatenate([[1.0], np.minimum(PER_CHUNK, rest)])
+        tokens += float(per[(at >= start) & (at <= end)].sum())
+    return tokens / ((end - start) / 1e9)
+
+
+def check_closed_loop(doc: dict[str, Any], recs: list[dict[str, Any]], concurrency: int,
+                      expected: float | None = None, rel: float = 0.04) -> None:
+    """``expected``: the steady throughput to find (default: the server's schedule's, within ``rel``)."""
+    expected = schedule_throughput(doc["output_lens"], concurrency) if expected is None else expected
     steady, whole = doc["steady_output_throughput"], doc["output_throughput"]
-    assert steady == pytest.approx(expected, rel=0.04), (steady, whole, expected)
+    assert steady == pytest.approx(expected, rel=rel), (steady, whole, expected)
     assert whole < 0.95 * expected, (steady, whole, expected)  # the drain's streams end one by one
     # the definition, read off the (merged) records' stamps: the target in flight from the start, never
     # again from the end on, and below it before the start
@@ -329,14 +345,15 @@ def test_workers_give_the_same_definition_over_merged_records(tmp_path: Path) ->
     doc, recs, _ = synthetic_run(tmp_path, num_prompts=64, concurrency=8, random_output_len=120,
                                  random_range_ratio=0.95, workers=2, per_request_arrays=True)
     assert doc["fastbench"]["workers"]["count"] == 2
-    check_closed_loop(doc, recs, 8)
-    # --save-detailed kept the chunk stamps: the tokens are placed by them, and the steady ITL is the server's gap
+    # --save-detailed kept the chunk stamps: the tokens are placed by them, so the steady throughput is judged
+    # against the records' own stamps (three processes and the server on a busy host slip off the schedule)
     assert doc["fastbench"]["steady"]["token_source"] == CHUNK_STAMPS
     start, end = edges_ns(doc, recs)
+    check_closed_loop(doc, recs, 8, stamped_throughput(doc, recs, start, end), rel=0.01)
     inside = [r["id"] for r in recs if r["status"] == "completed" and r["sent_ns"] >= start and r["end_ns"] <= end]
     gaps_ms = [1000 * gap for i in inside for gap in doc["itls"][i]]  # vllm's per-request itls, in index order
     assert doc["steady_median_itl_ms"] == pytest.approx(float(np.median(gaps_ms)), rel=1e-6)
-    assert doc["steady_mean_itl_ms"] == pytest.approx(GAP_MS, rel=0.1)  # the server's gap, on average
+    assert doc["steady_mean_itl_ms"] == pytest.approx(float(np.mean(gaps_ms)), rel=1e-6)
 
 
 def test_open_loop_steady_interval_is_the_arrivals(tmp_path: Path) -> None:

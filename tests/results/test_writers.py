@@ -325,7 +325,7 @@ def test_console_table() -> None:
     assert "Speculative Decoding" not in text
 
 
-def test_each_console_note_is_one_line_and_the_whole_notes_are_in_the_result() -> None:
+def test_each_console_note_is_shown_whole_wrapped_under_its_bullet() -> None:
     coalescing = {"changes": [{"at_s": 0.0, "tick_ms": 0.0, "why": "learning"},
                               {"at_s": 0.41, "tick_ms": 0.8, "short_gap_ms": 2.0, "why": "gaps"},
                               {"at_s": 1.9, "tick_ms": 0.8, "short_gap_ms": 2.1, "why": "ends"}],
@@ -339,22 +339,17 @@ def test_each_console_note_is_one_line_and_the_whole_notes_are_in_the_result() -
     lines = render_console(result).splitlines()
     shown = lines[lines.index("=" * 50, 1) + 1:]
     assert all(len(line) <= 80 for line in shown)
-    assert len(shown) == len(result.notes) + 1  # a line per note, and one saying where they are whole
-    assert shown[-1] == "  (…: whole notes in --result-json or --result-card, neither given)"
-    for line, note in zip(shown, result.notes):
-        opening = line[2:].removesuffix(" …")
-        assert line.startswith("* ") and note.startswith(opening), (line, note)
-        assert line.endswith(" …") == (len(note) > 78)
-    written = dataclasses.replace(result, config=dataclasses.replace(result.config, result_json="r.json",
-                                                                     result_card="r.md"))
-    assert render_console(written).splitlines()[-1] == "  (…: whole notes in r.json (fastbench.notes), r.md (Notes))"
-    # the point first: what coalescing came to and a shortfall fit in the line; the steps are in the notes
-    assert shown[-3] == "* reads coalesced automatically: 45.0 % of reads on the tick …"
-    assert "ending on a 0.80 ms tick (--coalesce-ms auto); 3 of those with several events" in long[0]
-    assert "0.41 s a 0.80 ms tick (0.4 of the short chunk gap, short gap 2.00 ms)" in long[0]
-    assert shown[-2].startswith("* 2 client worker processes: SHORTFALL: requests were dealt")
-    assert long[1].endswith("(2 asked for); merged exactly (rows concatenated, histograms added)")
-    # what fits is kept whole, and no line is cut inside parentheses
+    assert not any("…" in line or "whole notes" in line for line in shown)  # nothing cut, nothing sent elsewhere
+    # each note starts a "* " line and its continuation lines are indented under it; joined, they are the note
+    bullets = [i for i, line in enumerate(shown) if line.startswith("* ")]
+    assert len(bullets) == len(result.notes) and bullets[0] == 0
+    assert all(line.startswith("  ") for line in shown if not line.startswith("* "))
+    for k, note in enumerate(result.notes):
+        end = bullets[k + 1] if k + 1 < len(bullets) else len(shown)
+        joined = " ".join(line[2:] for line in shown[bullets[k]:end])
+        assert joined == " ".join(note.split()), (joined, note)
+    assert len(shown) > len(result.notes)  # the long ones took several lines
+    # a table cell that has one line still cuts where a clause ends, never inside parentheses
     assert notes_module.console_line("short (a, b; c)") == "short (a, b; c)"
     text = "head: " + "word " * 5 + "(x " * 30 + ")"
     assert notes_module.console_line(text, 40) == "head: word word word word word …"

@@ -434,9 +434,9 @@ def test_a_plan_checks_every_cell_before_anything_runs(tmp_path: Path) -> None:
     assert build_parser().parse_args(["f.toml", "--dry-run"]).dry_run
 
 
-def test_readme_sweep_example_makes_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Sweeps: variants x a grid, resumable", 1)[1]
+def test_the_sweep_pages_complete_example_makes_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "sweep.md").read_text()
+    section = page.split("## A complete example, and the crossover it draws", 1)[1]
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None
     path = tmp_path / "crossover.toml"

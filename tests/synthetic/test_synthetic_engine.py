@@ -242,9 +242,20 @@ def test_a_whole_response_steps_as_a_stream_would(spec: SyntheticServer) -> None
 # the crossing, as fastbench measures and computes it
 
 
+@pytest.mark.timing
 def test_a_baseline_and_a_speculative_variant_cross_where_fastbench_finds_it(tmp_path: Path) -> None:
     """Batch 1 is latency-bound (the fixed step dominates): speculation is ahead per stream. At 16 the
-    per-token compute dominates and speculation, paying for 4 tokens a sequence to keep ~2.5, is behind."""
+    per-token compute dominates and speculation, paying for 4 tokens a sequence to keep ~2.5, is behind.
+
+    The figures are the yardstick's schedule, which its engine keeps on an absolute timeline; what a busy
+    host moves is when a chunk is written, the first one's lateness shortening a request's decode interval
+    (at 32 tokens a request, batch 1's base rate read 415-489 tok/s beside four busy loops against 392 on
+    the schedule). 128 tokens a request make that a quarter as large, and a host stall that still moves one
+    run fails one round, not the test."""
+    until_a_round_passes(lambda: _cross_where_fastbench_finds_it(tmp_path))
+
+
+def _cross_where_fastbench_finds_it(tmp_path: Path) -> None:
     model = ("--step-ms", "2", "--step-per-seq-ms", "0.05", "--step-per-token-ms", "0.5")
     variants = {"base": model, "eagle3": (*model, "--spec-tokens", "3", "--spec-acceptance", "0.7",
                                           "--draft-ms", "0.3")}
@@ -252,8 +263,8 @@ def test_a_baseline_and_a_speculative_variant_cross_where_fastbench_finds_it(tmp
     for name, args in variants.items():
         for conc in (1, 16):
             out = tmp_path / f"{name}-{conc}.json"
-            run(BenchConfig(num_prompts=max(8, 2 * conc), concurrency=conc, random_input_len=16,  # type: ignore[arg-type]
-                            random_output_len=32, ignore_eos=True, synthetic_args=args, variant=name,
+            run(BenchConfig(num_prompts=max(4, conc), concurrency=conc, random_input_len=16,  # type: ignore[arg-type]
+                            random_output_len=128, ignore_eos=True, synthetic_args=args, variant=name,
                             result_json=out, progress=False))
             files.append(str(out))
     points = load_points(files, None, {})
@@ -271,7 +282,8 @@ def test_a_baseline_and_a_speculative_variant_cross_where_fastbench_finds_it(tmp
 
 
 def test_the_study_sweep_file_plans_its_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """bench/crossover_study.toml (the README's figure) stays a valid sweep: 2 variants x 7 loads x 2 repeats."""
+    """bench/crossover_study.toml (docs/sweep.md's crossover figure) stays a valid sweep: 2 variants x 7 loads
+    x 2 repeats."""
     rc = command.main(["sweep", str(STUDY_FILE), "--store", str(tmp_path / "store"), "--dry-run"])
     out = capsys.readouterr().out
     assert rc == 0, out

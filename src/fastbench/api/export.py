@@ -16,7 +16,9 @@ histograms the live sampler keeps; names follow OpenTelemetry's GenAI convention
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,6 +80,19 @@ class PrometheusExporter:
     def snapshots(self) -> list[tuple[tuple[str, ...], LiveSnapshot]]:
         with self._lock:
             return list(self._runs.items())
+
+    def linger(self, seconds: float) -> None:
+        """Keep serving the kept snapshots, the runs' final ones, for ``seconds`` (a Prometheus scraping
+        every 15 s would otherwise never see a run's last figures nor ``fastbench_run_finished`` at 1);
+        Ctrl-C ends the wait."""
+        if seconds <= 0:
+            return
+        print(f"fastbench: the final figures stay at {self.url} for {seconds:g} s (--metrics-linger; Ctrl-C "
+              "to end now)", file=sys.stderr, flush=True)
+        try:
+            time.sleep(seconds)
+        except KeyboardInterrupt:
+            pass
 
     def close(self) -> None:
         self._server.shutdown()

@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fastbench.load.driver import LoadGenerator
-from fastbench.load.workers import WorkerPool
+from fastbench.load.drive import Generator
 from fastbench.redact import Secrets
 from fastbench.results.live import LATENCIES, Buckets, HdrLayout, LiveSnapshot, Quantiles, RunningFigures
 from fastbench.results.records import RunData
@@ -47,7 +46,7 @@ _log = logging.getLogger(__name__)
 class LiveSampler:
     """Looks at one run; ``on_progress`` is the generator's progress callback (chained to the caller's)."""
 
-    def __init__(self, generator: LoadGenerator | WorkerPool, *, open_loop: bool, monitor: WindowMonitor | None = None,
+    def __init__(self, generator: Generator, *, open_loop: bool, monitor: WindowMonitor | None = None,
                  memory: MemoryRun | None = None, listeners: Sequence[LiveListener] = (),
                  then: Callable[[dict[str, Any]], None] | None = None, labels: dict[str, str] | None = None) -> None:
         self.generator = generator
@@ -166,22 +165,12 @@ class LiveSampler:
         per-request figures are known. One process: its request table and its core's chunk histograms
         (copied, no sync). --workers and --ray: the tables the parent can read (shared memory, or the
         rows the actors handed over) and the chunk histograms the workers last reported, merged."""
-        generator = self.generator
-        if isinstance(generator, LoadGenerator):
-            self.figures.update(generator.rows, started)
-            for name, key in (("itl", "itl_chunk"), ("skew", "skew")):
-                generator.recorders[key].copy_counts(self.chunk_counts[name])
+        tables = self.generator.running_tables(started)
+        for table, (rows, claimed) in enumerate(tables):
+            self.figures.update(rows, claimed, table)
+        if self.generator.copy_chunk_counts(self.chunk_counts):
             self.has_chunk_histograms = True
-            return True
-        if isinstance(generator, WorkerPool):
-            tables = generator.running_tables()
-            for table, (rows, claimed) in enumerate(tables):
-                self.figures.update(rows, claimed, table)
-            for name, counts in generator.running_chunk_counts(self.layout.counts_len).items():
-                self.chunk_counts[name] = counts
-                self.has_chunk_histograms = True
-            return bool(tables) or self.has_rows
-        return False
+        return bool(tables) or self.has_rows
 
     def _server(self) -> dict[str, float]:
         if self.monitor is None:

@@ -3,37 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
-import threading
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from fastbench.api import runsteps
 from fastbench.api.live import LIVE_INTERVAL_S, LiveListener, LiveSampler, live_labels
 from fastbench.checks import check_config
 from fastbench.config import BenchConfig
-from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError, FastbenchError, ServerError
-from fastbench.load import datasets, lora, pooling
+from fastbench.load import datasets, pooling
+from fastbench.load.drive import drive
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target, check_api_key
 from fastbench.redact import Secrets
-from fastbench.results import card, figures, modelcard, serversections, writers
+from fastbench.results import card, figures, serversections, writers
 from fastbench.results.environment import environment
-from fastbench.results.observations import ModelFacts
 from fastbench.results.result import Result, ResultWriteError, ServerDiedError
-from fastbench.server import control, launch, modelinfo, prefixcache
+from fastbench.server import control, launch
 from fastbench.server.engines import make_server, with_prefix_cache_reset
 from fastbench.server.external import ExternalServer
 from fastbench.server.launch import LaunchedServer
-from fastbench.server.memoryrun import MemoryRun, memory_report, start_memory_sampler
+from fastbench.server.memoryrun import MemoryRun, start_memory_sampler
 from fastbench.server.monitor import WindowMonitor
 from fastbench.study import store as run_store
 
 __all__ = ("arun", "check", "run", "store_run", "write_outputs")
-
-T = TypeVar("T")
 
 OUTPUT_FLAGS = {"result_json": "--result-json", "result_card": "--result-card", "save_detailed": "--requests-jsonl"}
 
@@ -180,7 +176,7 @@ async def arun(
             if config.dataset_path is None or os.path.isfile(config.dataset_path):  # a pipe is read once
                 # A dataset, tokenizer or length option that cannot work is found before the engine
                 # spends minutes loading.
-                await _unless_stopped(asyncio.to_thread(datasets.check_inputs, config), stop,
+                await runsteps.unless_stopped(asyncio.to_thread(datasets.check_inputs, config), stop,
                                       "interrupted while reading the inputs")
             if stop is not None and stop.is_set():
                 raise asyncio.CancelledError("interrupted before the launch")
@@ -254,65 +250,6 @@ def _handed(config: BenchConfig, server: LaunchedServer) -> BenchConfig:
     return dataclasses.replace(config, launch=server.launch)
 
 
-async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None, why: str) -> T:
-    """``await work``, abandoned (CancelledError, as for a stop during a launch) once ``stop`` is set."""
-    if stop is None:
-        return await work
-    task = asyncio.ensure_future(work)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
-        raise asyncio.CancelledError(why)
-    return task.result()
-
-
-# Reading a model's headers takes well under a second (a 262k-token GGUF: 0.5 s); a hung network
-# mount must not hold the run.
-MODEL_FILES_TIMEOUT_S = 30.0
-
-
-async def _model_files(watched: LaunchedServer | ExternalServer, served: str,
-                       stop: asyncio.Event | None) -> ModelFacts | str | None:
-    """modelinfo.facts_or_error for the model the server loaded: a launched server's model, with the
-    environment and ``--revision`` it was given; else what an attached server names (vLLM's root:
-    the path behind a served name). In a daemon thread, so that files that never answer cost at
-    most MODEL_FILES_TIMEOUT_S and never the exit."""
-    environ: dict[str, str] | None = None
-    revision = None
-    if isinstance(watched, LaunchedServer):
-        model = watched.launch.model
-        environ = {**os.environ, **dict(e.split("=", 1) for e in watched.launch.env if "=" in e)}
-        revision = launch.engine_option(watched.launch.engine_args, "--revision")
-    else:
-        model = served
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[ModelFacts | str | None] = loop.create_future()
-
-    def work() -> None:
-        info = modelinfo.facts_or_error(model, environ, revision)
-
-        def deliver() -> None:
-            if not answer.done():  # not timed out or abandoned meanwhile
-                answer.set_result(info)
-
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
-            loop.call_soon_threadsafe(deliver)
-
-    threading.Thread(target=work, name="fastbench-model-files", daemon=True).start()
-    try:
-        return await _unless_stopped(asyncio.wait_for(answer, MODEL_FILES_TIMEOUT_S), stop,
-                                     "interrupted while reading the model's files")
-    except asyncio.TimeoutError:
-        return f"{model}: its files did not answer in {MODEL_FILES_TIMEOUT_S:g} s"
-
-
 async def _run_against(
     config: BenchConfig, base_url: str, synthetic: Any,
     on_progress: Callable[[dict[str, Any]], None] | None,
@@ -323,214 +260,62 @@ async def _run_against(
     shared_launch: bool = False,
     listeners: Sequence[LiveListener] = (),
 ) -> Result:
-    """The run against a ready server (``shared_launch``: launched before this run, kept up after it)."""
+    """The run against a ready server (``shared_launch``: launched before this run, kept up after it),
+    step by step (:mod:`fastbench.api.runsteps`): meet the server, build the workload and its plan, drive
+    the load under the window monitor and the live view, gather what the window left, word the result."""
     target = Target.parse(base_url, config.endpoint)
-    server_info: dict[str, Any] = {"base_url": base_url, "synthetic": synthetic is not None}
     async with control.http_session(verify_tls=not config.insecure, headers=config.headers) as session:
-        if config.ready_check_timeout_s and synthetic is None and not isinstance(watched, LaunchedServer):
-            await _unless_stopped(_ready_check(base_url, session, config), stop, "interrupted during the ready check")
-        models, max_model_len, roots, metas = await control.fetch_model_info(base_url, session, config.api_key)
-        # the name sent: --served-model-name, else --model (as vllm bench serve), else what the server lists first
-        asked, flag = ((config.served_model_name, "--served-model-name") if config.served_model_name
-                       else (config.model, "--model"))
-        model = asked or (models[0] if models else None)
-        if model is None:
-            raise ServerError(f"{base_url}/v1/models lists no model; pass --model")
-        if asked and models and asked not in models:
-            raise ConfigError(f"{flag} {asked!r} is not served at {base_url} (it serves: {', '.join(models[:5])})")
-        server_info.update(model=model, max_model_len=max_model_len,
-                           version=await control.server_version(base_url, session, config.api_key))
-        if synthetic is None:  # the model's own files, where this machine has them: family, parameters
-            found = await _model_files(watched, roots.get(model) or model, stop)
-            if model in metas:  # the server's own account of what it loaded (llama.cpp)
-                server_info["server_model_meta"] = metas[model]
-            server_info.update(modelcard.model_sections(found, metas.get(model)))
+        model, max_model_len, server_info = await runsteps.meet_server(
+            config, base_url, session, watched, synthetic, stop)
         tokenize = control.make_server_tokenize(base_url, session, config.api_key, model)
         # Counting prompts with /tokenize can take minutes: a stop abandons it, as it does a launch.
-        work = await _unless_stopped(
+        work = await runsteps.unless_stopped(
             datasets.build_workload(config, model, max_model_len=max_model_len, tokenize=tokenize), stop,
             "interrupted while preparing the workload")
-        plan = LoadPlan(
-            bodies=[spec.body for spec in work.requests],
-            warmup_bodies=[spec.body for spec in work.warmups],
-            # open loop without a cap: a slot for every request, so none ever waits for one
-            concurrency=config.effective_concurrency or max(1, len(work.requests)),
-            request_rate=config.request_rate,
-            burstiness=config.burstiness,
-            seed=config.seed,
-            max_seconds=config.max_seconds,
-            request_timeout_s=config.request_timeout_s,
-            max_error_rate=config.max_error_rate,
-            coalesce_s="auto" if config.coalesce_ms == "auto" else config.coalesce_ms / 1e3,
-            # max_tokens bounds the usage the core trusts: only where it is the server's real limit
-            expected_output_tokens=[spec.max_tokens for spec in work.requests]
-            if datasets.output_limit_known(config.extra_body) else None,
-            verify_tls=not config.insecure,
-            save_outputs=config.save_outputs or config.per_request_arrays,  # vllm's generated_texts
-            keep_chunk_stamps=config.per_request_arrays,  # vllm's itls
-            whole_answers=config.pooling,  # one JSON answer a request, scanned at its end (load.pooling)
-            headers=config.headers,
-            endpoint=config.endpoint,
-            ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
-            if config.ramp_up_strategy is not None else None,
-            arrival_offsets_ns=work.arrival_offsets_ns,
-            stop_event=stop,
-            progress_interval_s=LIVE_INTERVAL_S if listeners else 0.5,
-            sessions=work.sessions,
-            trees=work.trees,
-            row_header=_session_header(config, work),
-        )
+        plan = LoadPlan.from_config(config, work, stop_event=stop,
+                                    progress_interval_s=LIVE_INTERVAL_S if listeners else 0.5)
         server_here = synthetic is not None or isinstance(watched, LaunchedServer)
         # BenchConfig's workers=1 is its default: "not given", which with --ray is one actor on each node
         generator, workers_chosen = make_generator(
             target, plan, config.api_key, workers=None if config.workers == 1 else config.workers, ray=config.ray,
             workers_per_node=config.workers_per_node, server_here=server_here, concurrency_cap=config.concurrency)
-        reset_notes: list[str] = []
-        server_info["prefix_cache_reset"] = prefixcache.not_asked()
-        if config.reset_prefix_cache:  # before the warm-ups: they may be there to fill the cache
-            reset = await prefixcache.reset_prefix_cache(base_url, config.api_key, verify_tls=not config.insecure)
-            server_info["prefix_cache_reset"] = reset
-            if not reset["done"]:
-                reset_notes.append(f"prefix cache not reset (--reset-prefix-cache): {reset['why_not']}")
+        reset_notes = await runsteps.reset_prefix_cache(config, base_url, server_info)
         monitor = WindowMonitor(base_url, config, watched, on_server_death=generator.stop)
         live = LiveSampler(generator, open_loop=config.open_loop, monitor=monitor, memory=memory,
                            listeners=listeners, then=on_progress, labels=live_labels(config))
         plan.on_progress = live.on_progress  # the timeline is kept for every run; a look costs ~0.4 ms
         if work.warmups:  # the window starts after the warm-ups (weka's staggered start makes its own)
             plan.on_window_start = monitor.restart_window_soon
-        await monitor.start()
-        try:
-            data = await generator.run()
-        finally:
-            await monitor.finish()
-        window = monitor.report()
-        if shared_launch:
-            window = window.for_shared_launch()
-        if synthetic is not None or str(server_info.get("version") or "").startswith("fastbench-synthetic"):
-            # the synthetic server's /metrics mimic vLLM's names: they tell no engine
-            window = dataclasses.replace(window, metrics=dataclasses.replace(window.metrics, engine=None))
-        memory_seen = None
-        launched_here = watched if isinstance(watched, LaunchedServer) and not shared_launch else None
-        if memory is not None:  # stopped before teardown: from the launch (a shared one's: this run) to window end
-            before = synthetic is not None or launched_here is not None
-            memory_seen = memory_report(memory.stop(), watched, baseline_before_server=before)
-        if launched_here is not None:
-            await launched_here.astop()  # here, not only in arun's finally: the result says how the teardown went
-        server_log = _server_log_to_keep(watched, shared_launch) if config.store is not None else None
-        died = monitor.server_died
-        synthetic_stats = None
-        synthetic_lost: list[str] = []
-        if synthetic is not None:
-            try:
-                synthetic_stats = synthetic.stats()
-            except OSError as exc:  # it died: what was measured stands, the run failed
-                synthetic_lost.append(f"the built-in synthetic server stopped answering ({exc})")
-                died = died or synthetic_lost[0]
-    workload_info = {
-        "dataset": work.dataset,
-        "input_length_source": work.input_length_source,
-        "screened_out": work.screened_out,
-        "screened_reason": work.screened_reason,
-        "max_model_len": work.max_model_len,
-        "notes": work.notes,
-        "prompt_seed": datasets.prompt_seed(config),
-        "prompt_lens": [spec.prompt_len for spec in work.requests],
-        "max_tokens": [spec.max_tokens for spec in work.requests],
-        "shared_prompt_tokens": work.shared_prompt_tokens,  # what the prompts share (load.sharing)
-        "inputs_per_request": work.inputs_per_request,  # the APIs answered whole (load.pooling)
-    }
+        data = await drive(generator, watch=runsteps.watching(monitor))
+        end = await runsteps.after_window(config, monitor, watched, synthetic, memory, server_info, shared_launch)
     if workers_chosen is not None and "workers" not in data.extra:  # auto chose one process
         data.extra["workers"] = workers_chosen
-    if work.adapter_of_row is not None:  # --lora-modules: each request's adapter (results.adapters)
-        workload_info.update(adapters=lora.adapter_names(config), adapter_of_request=work.adapter_of_row)
-    if work.sessions is not None:
-        workload_info["session_of_row"] = work.sessions.session_of_row
-        workload_info["turn_of_row"] = work.sessions.turn_of_row
-    if work.trees is not None:  # the agent trees' rows (results.agentic)
-        trees = work.trees
-        workload_info.update(tree_of_row=trees.tree_of_row, agent_of_row=trees.agent_of_row,
-                             role_of_row=trees.role_of_row, agent_turn_of_row=trees.agent_turn_of_row,
-                             tool_result_of_row=trees.tool_result_of_row, trees=trees.trees,
-                             agentic_slots=trees.slots)
-    if window.prefix_cache is not None:  # the hit rate, judged against the workload's sharing (results.cache)
-        server_info["prefix_cache_stats"] = window.prefix_cache
-    result = figures.summarize(data, config, workload_info=workload_info, server_info=server_info)
+    if end.window.prefix_cache is not None:  # the hit rate, judged against the workload's sharing (results.cache)
+        server_info["prefix_cache_stats"] = end.window.prefix_cache
+    result = figures.summarize(data, config, workload_info=runsteps.workload_info(config, work),
+                               server_info=server_info)
     live.finish(data, result)  # the view's last frame, and the timeline's last second
     result = dataclasses.replace(result, timeline=live.timeline())
     # The card's server rows set the client's tokens per chunk beside the server's acceptance length:
     # they are worded once the figures are known.
     server_info.update(serversections.server_sections(
-        window, memory=memory_seen, teardown=launched_here.teardown if launched_here is not None else None,
+        end.window, memory=end.memory_seen,
+        teardown=end.launched_here.teardown if end.launched_here is not None else None,
         client_tokens_per_chunk=result.mean_tokens_per_chunk,
         client_in_flight=serversections.ClientInFlight(result.client.mean_in_flight, data.rows),
-        later_notes=[*reset_notes, *synthetic_lost]))
-    if synthetic_stats is not None:
-        server_info["synthetic_stats"] = synthetic_stats
+        later_notes=[*reset_notes, *end.later_notes]))
+    if end.synthetic_stats is not None:
+        server_info["synthetic_stats"] = end.synthetic_stats
     result = dataclasses.replace(result, server_info=server_info)
     unwritten = write_outputs(result, config, data)
     if config.store is not None:
-        result, not_stored = store_run(result, config, data, server_log=server_log)
+        result, not_stored = store_run(result, config, data, server_log=end.server_log)
         unwritten += not_stored
-    if died is not None:  # what was measured is written; the run itself failed
-        raise ServerDiedError("; ".join([died, *unwritten]), result)
+    if end.died is not None:  # what was measured is written; the run itself failed
+        raise ServerDiedError("; ".join([end.died, *unwritten]), result)
     if unwritten:
         raise ResultWriteError("; ".join(unwritten), result)
     return result
-
-
-# Between tries of the ready check: short, as a server that just came up should be measured soon.
-READY_CHECK_INTERVAL_S = 1.0
-
-
-async def _ready_check(base_url: str, session: Any, config: BenchConfig) -> None:
-    """--ready-check-timeout-sec: ask /v1/models until it answers, for at most that long (vllm bench
-    serve sends a test request instead; a server that lists its model is ready to take one)."""
-    deadline = asyncio.get_running_loop().time() + config.ready_check_timeout_s
-    while True:
-        try:
-            await control.fetch_model_info(base_url, session, config.api_key, timeout_s=READY_CHECK_INTERVAL_S * 5)
-            return
-        except ServerError as exc:
-            if asyncio.get_running_loop().time() + READY_CHECK_INTERVAL_S > deadline:
-                raise ServerError(f"not ready after --ready-check-timeout-sec {config.ready_check_timeout_s:g}: "
-                                  f"{exc}") from None
-        await asyncio.sleep(READY_CHECK_INTERVAL_S)
-# What the store keeps of a launched server's loading phase: vLLM's is ~100 KB; one that logs every
-# warm-up request would otherwise fill the store.
-SERVER_LOG_KEPT_CHARS = 256 * 1024
-
-
-def _session_header(config: BenchConfig, work: datasets.Workload) -> tuple[str, list[str]] | None:
-    """--agentic-session-header: the header's name and, by row, its value (the call's agent)."""
-    name = config.options(AgenticOptions).session_header
-    if name is None or work.trees is None:
-        return None
-    if any(given.lower() == name.lower() for given in config.headers):
-        raise ConfigError(f"--agentic-session-header {name} and --header {name} both set it: give one")
-    return name, work.trees.session_ids()
-
-
-def _server_log_to_keep(watched: LaunchedServer | ExternalServer, shared_launch: bool = False) -> str | None:
-    """A launched server's log for the store: from its launch to the measured window (the last
-    SERVER_LOG_KEPT_CHARS of it), then the window's warnings, errors and "SpecDecoding metrics"
-    lines; secrets redacted (a launch serving several runs: up to its first window, the same for each).
-    None for a server fastbench did not launch (it has no log here)."""
-    if not isinstance(watched, LaunchedServer):
-        return None
-    if shared_launch:
-        loading = watched.log_text(until_first_window=True)
-        until = (f"its first measured run (launched once for several runs, this is its run "
-                 f"{watched.log.windows_ended}; all of them in {watched.log_path})")
-    else:
-        loading = watched.log_text(until_window=True)
-        until = "the measured window"
-    cut = len(loading) > SERVER_LOG_KEPT_CHARS
-    parts = [f"# fastbench: the server's log from its launch to {until}"
-             f"{' (its last 256 KiB)' if cut else ''}\n",
-             loading[-SERVER_LOG_KEPT_CHARS:],
-             "\n# fastbench: the measured window's warnings, errors and \"SpecDecoding metrics\" lines\n",
-             *(line + "\n" for line in watched.window_log_lines())]
-    return watched.redact("".join(parts))
 
 
 def store_run(result: Result, config: BenchConfig, data: Any, *,

@@ -66,6 +66,7 @@ from fastbench.api.validation_figures import build_report
 from fastbench.checks import MAX_PROMPTS, check_value
 from fastbench.exceptions import ConfigError, ServerError
 from fastbench.load import hostload, protocols
+from fastbench.load.drive import drive
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.validation_report import Check, Quantiles, SeriesCheck, ValidationReport
@@ -326,7 +327,7 @@ async def avalidate_client(
             target = Target.parse(base_url, endpoint)
             generator, _ = make_generator(target, plan, workers=workers, workers_per_node=workers_per_node,
                                           ray=cluster.address if cluster is not None else None)
-            data = await generator.run()
+            data = await drive(generator)
             host_end = hostload.snapshot()
             if server is not None and window_cpu and window_cpu[0] is not None:
                 cpu = hostload.process_cpu_s(server.pid)

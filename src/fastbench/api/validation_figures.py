@@ -338,7 +338,7 @@ def _verdict_cause(failed: list[str], server_saturated: bool, host: hostload.Hos
     if busy is not None:
         if timing_only and not server_saturated:
             notes.append(f"this FAIL is the busy host's, not the client's: {busy}. validate judges the client "
-                         "on a machine that runs nothing else (see README)")
+                         "on a machine that runs nothing else (see docs/validate.md)")
         else:
             notes.append(f"the host was busy during the window: {busy}")
     if not failed:

@@ -28,6 +28,7 @@ import orjson
 from fastbench.api.validation import MODEL, _http_json, _on_uvloop
 from fastbench.config import BACKEND_ENDPOINTS, POOLING_ENDPOINTS
 from fastbench.exceptions import ConfigError
+from fastbench.load.drive import drive
 from fastbench.load.generators import make_generator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.pooling import BODIES
@@ -130,7 +131,7 @@ async def avalidate_whole(backend: str, concurrency: int = 16, num_requests: int
                         whole_answers=True)
         await asyncio.to_thread(_http_json, root, "/fb/reset", "POST")
         generator, _ = make_generator(Target.parse(base_url, endpoint), plan)
-        data = await generator.run()
+        data = await drive(generator)
         log = await asyncio.to_thread(_http_json, root, "/fb/answers")
     finally:
         if server is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import argfields, datasetflags, inputflags, live, multiturn, tomlconfig, vllmflags
+from fastbench.cli import argfields, datasetflags, inputflags, live, multiturn, runtext, tomlconfig, vllmflags
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -40,7 +40,7 @@ and overhead, against the synthetic server), `fastbench synthetic-server --help`
 `fastbench report --help` (one self-contained HTML page and a study card).
 Values that start with a dash need the = form: --engine-args="--enforce-eager".
 Exit status: 0 done (every request, or up to --max-seconds), 1 the run stopped early (--max-error-rate,
-the server died) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
+the server died or went away) or collapsed (no request completed, or most failed), 2 bad input, an unreachable
 server or a result file that could not be written, 130 interrupted.
 """
 
@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request may take before it is failed as a timeout (default: none)")
     g.add_argument("--max-error-rate", type=float, default=None,
                    help="stop early once failed/finished exceeds this fraction (after 20 requests)")
+    g.add_argument("--server-gone-s", type=float, default=5.0, metavar="S",
+                   help="stop early, keeping what was measured, once every connection attempt for S seconds was "
+                   "refused (or closed before any byte) and the server answered nothing in between: it went away; "
+                   "until then a refused slot waits 10 ms doubling to 0.5 s before it tries again (0: never stop)")
     g.add_argument("--coalesce-ms", type=coalesce_window, default="auto", metavar="auto|X",
                    help="read the sockets at least every X ms instead of on every arrival (streams about to end are "
                    "still watched on every arrival): less client CPU per chunk at many streams; kernel stamps keep "
@@ -222,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--disable-tqdm", dest="progress", action="store_const", const=False,
                    help="as vllm bench serve: no progress line (--no-progress)")
     live.add_live_args(g)
+    g.add_argument("--metrics-linger", type=float, default=15.0, metavar="S",
+                   help="with --metrics-port: keep serving the run's final figures this many seconds after it ends, "
+                   "so that a scrape every 15 s sees them (default 15; Ctrl-C ends the wait; none after an "
+                   "interrupted run)")
     g.add_argument("--synthetic-args", type=shell_words, default="",
                    help="without --base-url: flags for the synthetic server, e.g. \"--itl-ms 10\"; one flag "
                    "alone needs the = form: --synthetic-args=\"--no-usage\"")
@@ -400,23 +408,6 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
     ))
 
 
-class _ProgressLine:
-    """One self-overwriting status line on stderr."""
-
-    def __call__(self, p: dict[str, Any]) -> None:
-        cap = f"/{p['max_seconds']:.0f}" if p["max_seconds"] else ""
-        rate = p["output_tokens"] / p["elapsed_s"] if p["elapsed_s"] > 0 else 0.0
-        sys.stderr.write(
-            f"\r  {p['completed']}/{p['total']} done, {p['failed']} failed, {p['in_flight']} in flight, "
-            f"{rate:,.0f} tok/s, {p['elapsed_s']:.0f}{cap} s   "
-        )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "synthetic-server":
@@ -459,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(ns, argv)
         for line in notices(ns):
             print(line, file=sys.stderr)
-        return _run(config, ns.live, ns.metrics_port, ns.metrics_host, ns.otlp_endpoint)
+        return _run(config, ns.live, ns.metrics_port, ns.metrics_host, ns.otlp_endpoint, ns.metrics_linger)
     except FastbenchError as exc:
         print(f"fastbench: error: {exc}", file=sys.stderr)
         return 2
@@ -468,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-async def _run_with_signals(config: BenchConfig, progress: _ProgressLine | None, listeners: list[Any]) -> Any:
+async def _run_with_signals(config: BenchConfig, progress: runtext.ProgressLine | None, listeners: list[Any]) -> Any:
     """The first Ctrl-C or SIGTERM ends the run early and keeps what was measured (the result
     files are written, marked partial); a later one abandons it (cli/interrupts.py)."""
     from fastbench import api
@@ -489,34 +480,53 @@ def exit_status(stopped_reason: str, collapsed: bool = False) -> int:
 
 
 def _run(config: BenchConfig, live_flag: bool | None = None, metrics_port: int | None = None,
-         metrics_host: str = "127.0.0.1", otlp_endpoint: str | None = None) -> int:
+         metrics_host: str = "127.0.0.1", otlp_endpoint: str | None = None, metrics_linger_s: float = 0.0) -> int:
     import asyncio  # here, as the other heavy imports: `fastbench runs` never needs them
 
     import uvloop
 
+    from fastbench import api
     from fastbench.results import writers
+    from fastbench.results.notes import wrapped
     from fastbench.results.result import ResultWriteError, ServerDiedError
 
+    api.check(config)  # a mistake is its one-line error, before any line says what would be measured
+    for line in runtext.opening_lines(config):  # before the run's seconds pass: what is measured
+        print("\n".join(wrapped(line, "", 100)), flush=True)
     watchers = live.start_watchers(live_flag, config.progress, metrics_port, metrics_host, otlp_endpoint=otlp_endpoint,
                                    secrets=Secrets.of_config(config))
     show = config.progress if config.progress is not None else sys.stderr.isatty()
-    progress = _ProgressLine() if show and watchers.view is None else None
+    progress = runtext.ProgressLine() if show and watchers.view is None else None
     failure: ResultWriteError | ServerDiedError | None = None
+    exporter = None
     try:
-        result = uvloop.run(_run_with_signals(config, progress, watchers.listeners))
-    except asyncio.CancelledError:
-        raise KeyboardInterrupt from None
-    except (ResultWriteError, ServerDiedError) as exc:  # the run was measured: show it anyway
-        failure, result = exc, exc.result
-    finally:
+        try:
+            result = uvloop.run(_run_with_signals(config, progress, watchers.listeners))
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+        except (ResultWriteError, ServerDiedError) as exc:  # the run was measured: show it anyway
+            failure, result = exc, exc.result
+        exporter, watchers.exporter = watchers.exporter, None  # measured: its last figures stay a while
         watchers.close()
         if progress is not None:
             progress.close()
-    print(writers.render_console(result))
-    if result.run_id is not None:
-        print(f"stored: run {result.run_id} in {config.store}")
+            progress = None
+        print(writers.render_console(result))
+        if result.run_id is not None:
+            print(f"stored: run {result.run_id} in {config.store}")
+        for line in runtext.closing_lines(config, result, written=not isinstance(failure, ResultWriteError)):
+            print(line)  # whole: a path is copied from it
+        if failure is not None:
+            print(f"fastbench: error: {failure}", file=sys.stderr)
+        if exporter is not None and result.stopped_reason != "interrupted":  # interrupted: the result is all
+            exporter.linger(metrics_linger_s)
+    finally:
+        watchers.close()
+        if exporter is not None:
+            exporter.close()
+        if progress is not None:
+            progress.close()
     if failure is not None:
-        print(f"fastbench: error: {failure}", file=sys.stderr)
         return 2 if isinstance(failure, ResultWriteError) else 1
     return exit_status(result.stopped_reason, result.collapsed)
 

@@ -205,10 +205,42 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     """The sweep file's plan (every cell's config built and checked), and its [sweep] table; ConfigError
     (one line, naming the key) for anything wrong, before anything is launched. ``check_store``: make
     sure the store and the journal can be written (creating them); a dry run writes nothing."""
-    from fastbench import api
-
-    doc = _load(path)
     file = Path(path).name
+    sweep, server, variants_doc, bench = _tables(_load(path), file)
+    settings = _settings(sweep, bench, file, name=name, store=store, repeats=repeats, warmup=warmup,
+                         find_max=find_max, check_store=check_store)
+    parser = run_command.build_parser()
+    by_key = options_by_key(options(parser))
+    takes_list = _takes_list_checked(bench, by_key, file)
+    crossed = grid.crossed_keys(bench, takes_list)
+    for key in crossed:
+        if not bench[key]:
+            raise ConfigError(f"{file}: [benchmark] {key} is an empty list: it would make no cells")
+    load = grid.load_key(crossed)
+    link = _link(sweep, crossed, settings.search, file)
+    variants = _variants(server, variants_doc, link, file)
+    start = sweepstate.read(sweep, bench, by_key, variants, file)
+    cells = _CellMaker(file, run_command, parser, by_key, settings, link, crossed, load, start, check_store)
+    if start.shared_servers and start.prompt_reuse == "fresh":
+        cells.notes[f"{', '.join(sorted(start.shared_servers))}: attached to a server another variant attaches "
+                    "to, so each draws prompts of its own (one cache would serve one variant's prompts to "
+                    "another)"] = None
+    grid.check_size(bench, takes_list, variants=len(variants), repeats=settings.repeats, where=file)  # before any cell
+    groups = _groups(cells, variants, bench, takes_list)
+    seeds = [cell.config.seed for group in groups for cell in group.cells]
+    search = settings.search
+    plan = Plan(name=settings.name, store=settings.store, groups=tuple(groups), repeats=settings.repeats,
+                stop=settings.stop, has_slos=bool(bench.get("goodput")), warmup=settings.warmup, search=search,
+                cells_at=cells.at_load if search is not None else None,
+                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds, settings.name),
+                prompt_reuse=start.prompt_reuse, sweep_seed=start.sweep_seed, notes=tuple(cells.notes))
+    if search is not None and search.kind == "find_max" and not plan.has_slos:
+        raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
+    return plan, sweep
+
+
+def _tables(doc: Mapping[str, Any], file: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The file's [sweep], [server], [variants] and [benchmark] tables, [sweep]'s and [server]'s keys checked."""
     unknown = sorted(set(doc) - {"sweep", "server", "variants", "benchmark"})
     if unknown:
         raise ConfigError(f"{file}: unknown table [{unknown[0]}]; a sweep file has [sweep], [server], "
@@ -221,10 +253,24 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     for key in server:
         if key not in VARIANT_KEYS:
             raise ConfigError(f"{file}: [server] has no key {key!r} (it takes {', '.join(VARIANT_KEYS)})")
-    variants_doc = _table(doc, "variants", file)
-    bench = _table(doc, "benchmark", file)
+    return sweep, server, _table(doc, "variants", file), _table(doc, "benchmark", file)
 
-    name = name or sweep.get("name") or Path(path).stem
+
+class _Settings(NamedTuple):
+    """The sweep's own settings, from [sweep] and the command line (which wins)."""
+
+    name: str
+    store: str
+    repeats: int
+    stop: StopRules
+    warmup: int
+    search: Search | None
+
+
+def _settings(sweep: Mapping[str, Any], bench: dict[str, Any], file: str, *, name: str | None, store: str | None,
+              repeats: int | None, warmup: int | None, find_max: str | None, check_store: bool) -> _Settings:
+    """[sweep]'s settings checked, each error naming its key; ``bench`` gets a search's starting loads."""
+    name = name or sweep.get("name") or Path(file).stem
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"{file}: [sweep] name must be letters, digits, '.', '_' or '-', got {name!r}")
     given_store = store is not None
@@ -243,16 +289,11 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
     warmup = warmup if warmup is not None else sweep.get("warmup", DEFAULT_WARMUP)
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise ConfigError(f"{file}: [sweep] warmup must be a whole number of requests >= 0, got {warmup!r}")
-    search = _search(sweep, bench, file, find_max)
+    return _Settings(name, store, repeats, stop, warmup, _search(sweep, bench, file, find_max))
 
-    parser = run_command.build_parser()
-    by_key = options_by_key(options(parser))
-    takes_list = _takes_list_checked(bench, by_key, file)
-    crossed = grid.crossed_keys(bench, takes_list)
-    for key in crossed:
-        if not bench[key]:
-            raise ConfigError(f"{file}: [benchmark] {key} is an empty list: it would make no cells")
-    load = grid.load_key(crossed)
+
+def _link(sweep: Mapping[str, Any], crossed: Sequence[str], search: Search | None, file: str) -> dict[str, Any]:
+    """[sweep] link: engine arguments set to a grid key's value, each checked."""
     link = sweep.get("link", {})
     if not isinstance(link, dict):
         raise ConfigError(f"{file}: [sweep] link must be a table of \"--engine-arg\" = \"grid key\"")
@@ -264,7 +305,12 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
             raise ConfigError(f"{file}: [sweep] link {arg!r}: an engine argument starts with --")
         if key not in crossed:
             raise ConfigError(f"{file}: [sweep] link {arg} = {key!r}: {key!r} is not a list in [benchmark]")
+    return link
 
+
+def _variants(server: Mapping[str, Any], variants_doc: Mapping[str, Any], link: Mapping[str, Any],
+              file: str) -> dict[str, dict[str, Any]]:
+    """Each variant's server: [server]'s keys with its own (a single "default" where none are named)."""
     variants: dict[str, dict[str, Any]] = {}
     for vname, own in (variants_doc or {"default": {}}).items():
         where = f"{file}: [variants.{vname}]"
@@ -278,80 +324,93 @@ def load_plan(path: str, run_command: RunCommand, *, store: str | None = None, n
         variants[vname] = _variant_server(server, own, where)
         if link and _kind(variants[vname]) != "launch":
             raise ConfigError(f"{where}: [sweep] link sets engine arguments, but this variant is not launched")
-    start = sweepstate.read(sweep, bench, by_key, variants, file)
-    notes: dict[str, None] = {}  # what the plan says before it runs, once each
-    if start.shared_servers and start.prompt_reuse == "fresh":
-        notes[f"{', '.join(sorted(start.shared_servers))}: attached to a server another variant attaches to, so "
-              "each draws prompts of its own (one cache would serve one variant's prompts to another)"] = None
+    return variants
 
-    def make_cells(vname: str, vserver: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], list[Cell]]:
-        """A grid point's cells (all repeats) for one variant, each config built and checked; and its linked values."""
+
+@dataclasses.dataclass
+class _CellMaker:
+    """Builds a grid point's cells for one variant, each config built and checked; keeps the notes they
+    raise, and each series' values so that a search can make the cells of a load it chooses later."""
+
+    file: str
+    run_command: RunCommand
+    parser: argparse.ArgumentParser
+    by_key: Mapping[str, Option]
+    settings: _Settings
+    link: Mapping[str, Any]
+    crossed: Sequence[str]
+    load: str | None
+    start: sweepstate.CellStart  # the sweep's seed, prompt reuse and the servers variants share
+    check_store: bool
+    notes: dict[str, None] = dataclasses.field(default_factory=dict)  # what the plan says before it runs, once each
+    series_values: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    def make(self, vname: str, vserver: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], list[Cell]]:
+        """A grid point's cells (all repeats) for one variant, and its linked values."""
+        from fastbench import api
+
+        file, name, store = self.file, self.settings.name, self.settings.store
         kind = _kind(vserver)
-        linked = {arg: values[key] for arg, key in link.items()}
+        linked = {arg: values[key] for arg, key in self.link.items()}
         cell_server = dict(vserver)
         if linked:
             cell_server["args"] = _words(vserver.get("args", []), "args") + [f"{a}={v}" for a, v in linked.items()]
-        argv = _server_argv(cell_server, by_key, f"{file}: [variants.{vname}]")
+        argv = _server_argv(cell_server, self.by_key, f"{file}: [variants.{vname}]")
         for key, value in values.items():
-            argv += _flags(by_key[key], value, f"{file}: [benchmark] {key}")
-        config = _config(parser, run_command.config_from_args, argv, f"{file}: [variants.{vname}]")
+            argv += _flags(self.by_key[key], value, f"{file}: [benchmark] {key}")
+        config = _config(self.parser, self.run_command.config_from_args, argv, f"{file}: [variants.{vname}]")
         label = config.label or name
-        shown = {key: values[key] for key in crossed}
+        shown = {key: values[key] for key in self.crossed}
         spec = grid.spec_hash({"server": cell_server, "benchmark": values})
-        series = grid.canonical({"variant": vname, **{k: v for k, v in shown.items() if k != load}})
-        load_value = values[load] if load else None
+        series = grid.canonical({"variant": vname, **{k: v for k, v in shown.items() if k != self.load}})
+        load_value = values[self.load] if self.load else None
         where = _where(vserver, kind, linked)
-        series_values[series] = (vname, vserver, values)
+        self.series_values[series] = (vname, vserver, values)
         cells = []
-        for repeat in range(repeats):
+        for repeat in range(self.settings.repeats):
             cell = Cell(variant=vname, values=shown, repeat=repeat, config=config, spec=spec, series=series,
                         load=float(load_value) if isinstance(load_value, (int, float)) else None)
             config_here = dataclasses.replace(
                 config, store=store, variant=vname, label=label,
                 metadata={**config.metadata, "sweep": name, "sweep_cell": cell.key, "sweep_spec": spec,
                           "sweep_server": where})
-            config_here, note = start.apply(config_here, vname, kind, values, shown, repeat)
+            config_here, note = self.start.apply(config_here, vname, kind, values, shown, repeat)
             if note is not None:
-                notes[note] = None
+                self.notes[note] = None
             cell = dataclasses.replace(cell, config=config_here)
             try:
                 # a dry run's store is checked by nothing (validating it would create it)
-                api.validate(cell.config if check_store else dataclasses.replace(cell.config, store=None))
+                api.validate(cell.config if self.check_store else dataclasses.replace(cell.config, store=None))
             except FastbenchError as exc:
                 raise ConfigError(f"{file}: [variants.{vname}] cell {grid.canonical(shown)}: {exc}") from None
             cells.append(cell)
         return linked, cells
 
-    def cells_at(cell: Cell, load_value: float) -> tuple[Cell, ...]:
-        assert load is not None
-        vname, vserver, values = series_values[cell.series]
-        value = int(load_value) if load == "concurrency" else load_value
-        return tuple(make_cells(vname, vserver, {**values, load: value})[1])
+    def at_load(self, cell: Cell, load_value: float) -> tuple[Cell, ...]:
+        """The cells of ``cell``'s series at another load (a search's next point)."""
+        assert self.load is not None
+        vname, vserver, values = self.series_values[cell.series]
+        value = int(load_value) if self.load == "concurrency" else load_value
+        return tuple(self.make(vname, vserver, {**values, self.load: value})[1])
 
-    grid.check_size(bench, takes_list, variants=len(variants), repeats=repeats, where=file)  # before any cell
-    series_values: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+
+def _groups(cells: _CellMaker, variants: Mapping[str, dict[str, Any]], bench: Mapping[str, Any],
+            takes_list: Any) -> list[Group]:
+    """The cells, grouped by variant and linked engine arguments: one server lifecycle each."""
     groups = []
     for vname, vserver in variants.items():
         kind = _kind(vserver)
         by_linked: dict[str, list[Cell]] = {}
         linked_of: dict[str, dict[str, Any]] = {}
         for values in grid.cross(bench, takes_list):
-            linked, cells = make_cells(vname, vserver, values)
+            linked, made = cells.make(vname, vserver, values)
             lkey = grid.canonical(linked)
-            by_linked.setdefault(lkey, []).extend(cells)
+            by_linked.setdefault(lkey, []).extend(made)
             linked_of[lkey] = linked
-        for lkey, cells in by_linked.items():
-            groups.append(Group(variant=vname, kind=kind, linked=linked_of[lkey], cells=tuple(cells),
+        for lkey, grouped in by_linked.items():
+            groups.append(Group(variant=vname, kind=kind, linked=linked_of[lkey], cells=tuple(grouped),
                                 where=_where(vserver, kind, linked_of[lkey])))
-    seeds = [cell.config.seed for group in groups for cell in group.cells]
-    plan = Plan(name=name, store=store, groups=tuple(groups), repeats=repeats, stop=stop,
-                has_slos=bool(bench.get("goodput")), warmup=warmup, search=search,
-                cells_at=cells_at if search is not None else None,
-                warmup_seed=cellstate.warmup_seed(start.sweep_seed, seeds, name), prompt_reuse=start.prompt_reuse,
-                sweep_seed=start.sweep_seed, notes=tuple(notes))
-    if search is not None and search.kind == "find_max" and not plan.has_slos:
-        raise ConfigError(f"{file}: --find-max needs the SLOs it finds the load for: [benchmark] goodput")
-    return plan, sweep
+    return groups
 
 
 def _search(sweep: Mapping[str, Any], bench: dict[str, Any], file: str, find_max: str | None) -> Search | None:

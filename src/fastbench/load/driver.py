@@ -22,7 +22,7 @@ import numpy as np
 from fastbench._core import Recorder, RunState, now_ns
 from fastbench.checks import check_value
 from fastbench.exceptions import ConfigError
-from fastbench.load import pacer, protocols
+from fastbench.load import gone, pacer, protocols
 from fastbench.load.connections import Connections, RunStop
 from fastbench.load.outputs import decode_outputs
 from fastbench.load.plan import LoadPlan, Target, check_api_key
@@ -109,6 +109,7 @@ class LoadGenerator:
         head = protocols.request_head(target, api_key, plan.headers, plan.endpoint, plan.accept)
         self.state.set_requests(head, self._bodies, _row_heads(head, plan.row_header))
         self.sessions_at_once = 0  # open-loop sessions: the most that ran at once
+        self.gone_after_s: float | None = None  # the server went away: how long every connect had failed
         if plan.max_error_rate is not None:
             self.state.max_error_rate = plan.max_error_rate
         self.state.on_stop = self._stop_soon
@@ -126,6 +127,18 @@ class LoadGenerator:
         """The core's running chunk histograms ("itl_chunk", "itl_token", "skew"), read-only: a live
         look copies their counts while the run goes on (``Recorder.copy_counts``)."""
         return MappingProxyType(self._recorders)
+
+    # -- what a live look reads while the run goes on (load.generators.Generator) ----------------------
+
+    def running_tables(self, started: int) -> list[tuple[np.ndarray, int]]:
+        """This process's request table, ``started`` of its rows sent so far."""
+        return [(self.rows, started)]
+
+    def copy_chunk_counts(self, into: Mapping[str, np.ndarray]) -> bool:
+        """The core's running ITL and skew histograms, copied without a sync (Recorder.copy_counts)."""
+        for name, key in (("itl", "itl_chunk"), ("skew", "skew")):
+            self._recorders[key].copy_counts(into[name])
+        return True
 
     def _arm_kernel_timestamps(self) -> None:
         """Linux turns receive timestamping on for the whole stack lazily (a deferred static key)
@@ -188,6 +201,34 @@ class LoadGenerator:
             now = now_ns()
             for conn in [c for c in self.state.busy_connections() if now - c.sent_ns > timeout_ns]:
                 conn.abort(int(ErrorClass.TIMEOUT), why)
+
+    async def _watch_server_gone(self) -> None:
+        """Stop the run once the server went away (load.gone's rule, on the table's own stamps)."""
+        watch = gone.ServerGoneWatch(self.rows, self.plan.server_gone_s, now_ns())
+        while not self.halt.stopping:
+            await asyncio.sleep(gone.LOOK_INTERVAL_S)
+            if watch.probe_due(now_ns()):  # silent: try a connection of its own (an open loop's arrivals wait)
+                started = now_ns()
+                watch.probed(started, await self._connects())
+            if watch.look(self.state.counters["reads"], now_ns()):
+                self.gone_after_s = watch.refused_for_s
+                self.stop(gone.STOP_REASON)
+                return
+
+    async def _connects(self) -> bool:
+        """Whether the server accepts a TCP connection now (closed at once; refused or no answer within
+        PROBE_AFTER_S: False)."""
+        loop = asyncio.get_running_loop()
+        family, addr = self.conns._family, self.conns._addr
+        if addr is None:  # not resolved: no run is going on
+            return False
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, addr), gone.PROBE_AFTER_S)
+            except (OSError, asyncio.TimeoutError):
+                return False
+        return True
 
     def _stop_soon(self, reason: str) -> None:
         asyncio.get_running_loop().call_soon(self.stop, reason)
@@ -289,6 +330,7 @@ class LoadGenerator:
                 self.state.send_until_ns = cap_ns
                 cap_timer = loop.call_later((cap_ns - now_ns()) / 1e9, self.stop, "time cap", cap_ns)
             sampler = loop.create_task(self._sample_progress(start_ns))
+            gone_watch = loop.create_task(self._watch_server_gone()) if plan.server_gone_s else None
             try:
                 await self._run_schedule(start_ns, offsets)
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -296,6 +338,8 @@ class LoadGenerator:
                 raise
             finally:
                 sampler.cancel()
+                if gone_watch is not None:
+                    gone_watch.cancel()
                 if cap_timer is not None:
                     cap_timer.cancel()
             end_ns = now_ns()
@@ -357,6 +401,7 @@ class LoadGenerator:
                 "skew_negative": self._recorders["skew"].negative_count,
                 "histogram_clamped": {k: r.clamped_count for k, r in self._recorders.items()},
                 "wakeups": counters["wakeups"],
+                **({"server_gone_after_s": self.gone_after_s} if self.gone_after_s is not None else {}),
                 "ends_watched": counters["ends_watched"],
                 # open loop: arrivals the core sent on a warm connection, and those that found none
                 # ready and waited for a connect (late by it)

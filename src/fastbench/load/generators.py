@@ -2,13 +2,15 @@
 worker processes on this machine (:class:`~fastbench.load.workers.WorkerPool`), or Ray actors over a
 cluster (:class:`~fastbench.load.raypool.RayPool`, imported only when asked for). A run, a client
 validation and each cell of a sweep come through here, so the three always mean the same by
-``workers``, ``ray`` and ``workers_per_node``.
+``workers``, ``ray`` and ``workers_per_node``. Each is a :class:`~fastbench.load.drive.Generator`, run
+by :func:`~fastbench.load.drive.drive`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fastbench.load.drive import Generator
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.load.workers import WorkerPool, choose_workers, usable_cores
@@ -18,7 +20,7 @@ __all__ = ("make_generator",)
 
 def make_generator(target: Target, plan: LoadPlan, api_key: str | None = None, *, workers: int | str | None = None,
                    ray: str | None = None, workers_per_node: int | None = None, server_here: bool = False,
-                   concurrency_cap: int | None = None) -> tuple[LoadGenerator | WorkerPool, dict[str, Any] | None]:
+                   concurrency_cap: int | None = None) -> tuple[Generator, dict[str, Any] | None]:
     """The generator for ``plan``, and, where ``workers="auto"`` chose one process, the result's
     ``fastbench.workers`` section saying why (its ``chosen`` record, worded by
     :mod:`fastbench.results.workersection`).

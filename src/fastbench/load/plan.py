@@ -7,9 +7,12 @@ import asyncio
 import dataclasses
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from fastbench.config import BenchConfig
+from fastbench.datasetoptions import AgenticOptions
 from fastbench.exceptions import ConfigError
+from fastbench.load.screening import output_limit_known
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,6 +88,35 @@ def check_api_key(api_key: str | None) -> None:
                           "it must be printable ASCII")
 
 
+class PlannedRequest(Protocol):
+    """What a plan reads of one request (load.datasets.RequestSpec)."""
+
+    @property
+    def body(self) -> bytes | BodyParts: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+
+class PlannedWork(Protocol):
+    """What a plan is built from (load.datasets.Workload, which names this module's types itself)."""
+
+    @property
+    def requests(self) -> Sequence[PlannedRequest]: ...
+
+    @property
+    def warmups(self) -> Sequence[PlannedRequest]: ...
+
+    @property
+    def arrival_offsets_ns(self) -> Sequence[int] | None: ...
+
+    @property
+    def sessions(self) -> SessionPlan | None: ...
+
+    @property
+    def trees(self) -> TreePlan | None: ...
+
+
 @dataclasses.dataclass
 class LoadPlan:
     """What to send and how: built by the caller from a BenchConfig and a Workload."""
@@ -98,6 +130,8 @@ class LoadPlan:
     max_seconds: float | None = None
     request_timeout_s: float | None = None
     max_error_rate: float | None = None
+    # stop once every connection attempt for this many seconds failed, nothing answered (load.gone); 0: never
+    server_gone_s: float = 0.0
     verify_tls: bool = True
     kernel_timestamps: bool = True
     # read the sockets at least this often instead of on every arrival (0: on every arrival); "auto":
@@ -139,7 +173,54 @@ class LoadPlan:
     # pin it); the warm-ups carry none
     row_header: tuple[str, Sequence[str]] | None = None
 
+    @classmethod
+    def from_config(cls, config: BenchConfig, work: PlannedWork, *, stop_event: asyncio.Event | None = None,
+                    progress_interval_s: float = 0.5) -> LoadPlan:
+        """The plan of a run: what ``config`` asks for, sending ``work``'s requests. The callbacks that
+        watch the run (progress, window start) are the caller's to set."""
+        return cls(
+            bodies=[spec.body for spec in work.requests],
+            warmup_bodies=[spec.body for spec in work.warmups],
+            # open loop without a cap: a slot for every request, so none ever waits for one
+            concurrency=config.effective_concurrency or max(1, len(work.requests)),
+            request_rate=config.request_rate,
+            burstiness=config.burstiness,
+            seed=config.seed,
+            max_seconds=config.max_seconds,
+            request_timeout_s=config.request_timeout_s,
+            max_error_rate=config.max_error_rate,
+            server_gone_s=config.server_gone_s,
+            coalesce_s="auto" if config.coalesce_ms == "auto" else config.coalesce_ms / 1e3,
+            # max_tokens bounds the usage the core trusts: only where it is the server's real limit
+            expected_output_tokens=[spec.max_tokens for spec in work.requests]
+            if output_limit_known(config.extra_body) else None,
+            verify_tls=not config.insecure,
+            save_outputs=config.save_outputs or config.per_request_arrays,  # vllm's generated_texts
+            keep_chunk_stamps=config.per_request_arrays,  # vllm's itls
+            whole_answers=config.pooling,  # one JSON answer a request, scanned at its end (load.pooling)
+            headers=config.headers,
+            endpoint=config.endpoint,
+            ramp_up=(config.ramp_up_strategy, config.ramp_up_start_rps or 0.0, config.ramp_up_end_rps or 0.0)
+            if config.ramp_up_strategy is not None else None,
+            arrival_offsets_ns=work.arrival_offsets_ns,
+            stop_event=stop_event,
+            progress_interval_s=progress_interval_s,
+            sessions=work.sessions,
+            trees=work.trees,
+            row_header=session_header(config, work),
+        )
+
     @property
     def accept(self) -> str:
         """The Accept header the answers are asked in: one JSON body, or an event stream."""
         return "application/json" if self.whole_answers else "text/event-stream"
+
+
+def session_header(config: BenchConfig, work: PlannedWork) -> tuple[str, list[str]] | None:
+    """--agentic-session-header: the header's name and, by row, its value (the call's agent)."""
+    name = config.options(AgenticOptions).session_header
+    if name is None or work.trees is None:
+        return None
+    if any(given.lower() == name.lower() for given in config.headers):
+        raise ConfigError(f"--agentic-session-header {name} and --header {name} both set it: give one")
+    return name, work.trees.session_ids()

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fastbench._core import Dispatcher, RowClaims, SharedDispatcher, StreamConnection, now_ns
+from fastbench.load import gone
 from fastbench.load.connections import Connections
 from fastbench.load.outputs import decode_answer
 from fastbench.load.sessions import start_on_arrival
@@ -65,11 +66,18 @@ class ClosedLoop:
             # The request is out already (b"": a stale-connection retry rebuilds it from the row).
             await conns.send_one(b"", row, due, (conn, pending))
             due = now_ns()
+        refusals = 0
         while not conns.stop.past_cap():
             row = self.claims.claim()
             if row < 0:
                 return
             await conns.send_one(conns.state.body(row), row, due)
+            if conns.plan.server_gone_s:  # a port that refuses every connect is not hammered (load.gone)
+                refusals = refusals + 1 if gone.refused(conns.rows[row]) else 0
+                if refusals:
+                    await asyncio.sleep(gone.refusal_wait(refusals))
+                    if conns.stop.stopping:
+                        return
             due = now_ns()  # the chain ended (its connection closed): the slot is free from now
 
     def _opening_burst(self, slots: int, start_ns: int) -> list[tuple[int, StreamConnection, asyncio.Future[int]]]:

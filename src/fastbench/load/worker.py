@@ -48,6 +48,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fastbench._core import BodyParts, now_ns
+from fastbench.load.drive import drive
 from fastbench.load.driver import LoadGenerator, SharedClaims
 from fastbench.load.plan import LoadPlan, Target
 from fastbench.results.records import NCOLS, RunData, new_histogram
@@ -95,6 +96,7 @@ class WorkerSpec:
     keep_chunk_stamps: bool
     report_interval_s: float = REPORT_INTERVAL_S
     max_error_rate: float | None = None  # the rule applied here, to its own counts and the others' as last told
+    server_gone_s: float = 0.0  # the server-went-away rule (load.gone), applied here to the table it sees
     kernel_timestamps: bool = True
     whole_answers: bool = False  # one whole JSON answer per request (LoadPlan.whole_answers)
     # Closed loop on one machine: ``rows``, ``bodies`` and ``expected_output_tokens`` are the whole run's,
@@ -104,6 +106,16 @@ class WorkerSpec:
     # arrival and the cap is the run's, shared (RunState.share_arrivals; ``concurrency`` is then the whole
     # cap). 0: the arrivals are dealt, and the cap split.
     shared_arrivals: int = 0
+
+    def load_plan(self, **callbacks: Any) -> LoadPlan:
+        """The plan this share runs: every field the spec and LoadPlan both name, reporting as often as
+        ``report_interval_s``, with the worker's ``callbacks`` (on_progress, start_at)."""
+        given = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                 if field.name in _PLAN_FIELDS}
+        return LoadPlan(**given, progress_interval_s=self.report_interval_s, **callbacks)
+
+
+_PLAN_FIELDS = frozenset(field.name for field in dataclasses.fields(LoadPlan))
 
 
 @dataclasses.dataclass
@@ -214,28 +226,7 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
             send("alive", None)
             await asyncio.sleep(spec.report_interval_s)
 
-    plan = LoadPlan(
-        bodies=spec.bodies,
-        warmup_bodies=spec.warmup_bodies,
-        concurrency=spec.concurrency,
-        request_rate=spec.request_rate,
-        arrival_offsets_ns=spec.arrival_offsets_ns,
-        max_seconds=spec.max_seconds,
-        request_timeout_s=spec.request_timeout_s,
-        max_error_rate=spec.max_error_rate,
-        kernel_timestamps=spec.kernel_timestamps,
-        verify_tls=spec.verify_tls,
-        coalesce_s=spec.coalesce_s,
-        expected_output_tokens=spec.expected_output_tokens,
-        save_outputs=spec.save_outputs,
-        keep_chunk_stamps=spec.keep_chunk_stamps,
-        whole_answers=spec.whole_answers,
-        headers=spec.headers,
-        endpoint=spec.endpoint,
-        on_progress=report,
-        progress_interval_s=spec.report_interval_s,
-        start_at=wait_start,
-    )
+    plan = spec.load_plan(on_progress=report, start_at=wait_start)
     shared = (None if shared_claims is None
               else SharedClaims(shared_claims[0], shared_claims[1], spec.index + 1, spec.shared_arrivals))
     generator = LoadGenerator(spec.target, plan, spec.api_key, rows=rows, published=claims, shared=shared)
@@ -246,15 +237,9 @@ async def run_worker(spec: WorkerSpec, send: Callable[[str, Any], None], inbox: 
         core_stop(reason)
 
     generator.state.on_stop = stopping
-    listener = loop.create_task(listen())
-    beating = loop.create_task(beat())
-    try:
-        if stop_reason:  # a stop that came while the generator was being built
-            generator.stop(stop_reason[0])
-        data = await generator.run()
-    finally:
-        listener.cancel()
-        beating.cancel()
+    if stop_reason:  # a stop that came while the generator was being built
+        generator.stop(stop_reason[0])
+    data = await drive(generator, alongside=(listen(), beat()))
     send("finishing", None)  # what follows is not a loop that beats (outputs decoded, the pickle)
     if rows is not None:
         data.rows = np.zeros((0, NCOLS), dtype=np.int64)  # the parent reads the shared table

@@ -51,6 +51,7 @@ import pathlib
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -330,7 +331,8 @@ class WorkerPool:
             max_seconds=plan.max_seconds, request_timeout_s=plan.request_timeout_s, verify_tls=plan.verify_tls,
             coalesce_s=plan.coalesce_s, expected_output_tokens=expected_here,
             save_outputs=plan.save_outputs, keep_chunk_stamps=plan.keep_chunk_stamps,
-            max_error_rate=plan.max_error_rate, kernel_timestamps=plan.kernel_timestamps,
+            max_error_rate=plan.max_error_rate, server_gone_s=plan.server_gone_s,
+            kernel_timestamps=plan.kernel_timestamps,
             whole_answers=plan.whole_answers,
             shared_claims=self._claiming, shared_arrivals=len(self._workers) if self._sharing_cap else 0)
 
@@ -459,10 +461,11 @@ class WorkerPool:
 
     # -- what a live look reads while the workers run (api.live.LiveSampler) ----------------------
 
-    def running_tables(self) -> list[tuple[np.ndarray, int]]:
+    def running_tables(self, started: int = 0) -> list[tuple[np.ndarray, int]]:
         """The request tables this process can read while the workers fill them, each with how many of
         its rows were claimed so far: the run's one shared table (claimed), each worker's (dealt: shared
-        memory, or with --ray the rows its actor handed over). Empty once the run is merged."""
+        memory, or with --ray the rows its actor handed over). Empty once the run is merged. ``started``
+        is not needed: the workers count their claims."""
         if self._claim_table is not None and self._claim_next is not None:
             return [(self._claim_table, int(self._claim_next[0]))]
         return [(w.table, int(w.progress.get("claimed", 0))) for w in self._workers if w.table is not None]
@@ -471,6 +474,13 @@ class WorkerPool:
         """The workers' running ITL and skew histograms, merged ("itl", "skew": HDR counts; empty before
         the first report carrying them)."""
         return merged_chunk_counts(self._workers, counts_len)
+
+    def copy_chunk_counts(self, into: Mapping[str, np.ndarray]) -> bool:
+        """The workers' running chunk histograms, merged, copied into ``into``'s arrays."""
+        merged = self.running_chunk_counts(len(into["itl"]))
+        for name, counts in merged.items():
+            into[name][...] = counts
+        return bool(merged)
 
     def _kill_all(self) -> None:
         for worker in self._workers:

@@ -1,7 +1,7 @@
 """The written definition of every figure a run reports, and the units its histograms hold.
 
-The strings in :data:`DEFINITIONS` go verbatim into the README, docs/result-schema.md and every
-result file (tests check that the three agree); :data:`TIME_METRICS` and :data:`RATE_METRICS` name
+The strings in :data:`DEFINITIONS` go verbatim into docs/definitions.md, docs/result-schema.md and
+every result file (tests check that the three agree); :data:`TIME_METRICS` and :data:`RATE_METRICS` name
 the distributions, :data:`CORE_HISTOGRAMS` the ones the native core records itself.
 """
 

@@ -135,7 +135,8 @@ def summarize(
         if workload_info.get("adapter_of_request") is not None else None,
         pooling=pooling.summarize(config, done.col["index"], workload_info, duration_s, throughput.input_throughput),
     )
-    result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info)))
+    result.notes.extend(run_notes(result, _note_facts(requests, done, data, config, server_info,
+                                                      workload_info.get("inputs_per_request"))))
     return result
 
 
@@ -429,7 +430,8 @@ def _per_request(requests: _Requests, data: RunData, config: BenchConfig) -> Per
 
 
 def _note_facts(
-    requests: _Requests, done: _Completed, data: RunData, config: BenchConfig, server_info: Mapping[str, Any]
+    requests: _Requests, done: _Completed, data: RunData, config: BenchConfig, server_info: Mapping[str, Any],
+    inputs_per_request: Sequence[int] | None = None,
 ) -> NoteFacts:
     rows = requests.rows
     max_model_len = server_info.get("max_model_len")
@@ -438,7 +440,7 @@ def _note_facts(
     return NoteFacts(
         no_tpot=int((done.has_first & ~done.has_tpot).sum()),
         unknown_prompt=int((done.prompt < 0).sum()),
-        over_context=int((done.prompt > max_model_len).sum()) if isinstance(max_model_len, int) else 0,
+        over_context=_over_context(done, max_model_len, inputs_per_request),
         cut_short=int(cut.sum()),
         cut_short_tokens=_exact_sum(np.maximum(rows[cut, COL["output_tokens"]], 0)),
         unreadable_outputs=data.extra.get("outputs_unreadable") or 0,
@@ -446,6 +448,20 @@ def _note_facts(
                     if config.open_loop and slots is not None else None),
         trace_pace=_trace_pace(rows) if config.trace_timed else None,
     )
+
+
+def _over_context(done: _Completed, max_model_len: Any, inputs_per_request: Sequence[int] | None) -> int:
+    """Completed requests whose usage reports more prompt tokens than the context allows: max_model_len
+    holds for each input, so a batch of N inputs (embeddings, rerank) may report up to N times it."""
+    if not isinstance(max_model_len, int):
+        return 0
+    if not inputs_per_request:
+        return int((done.prompt > max_model_len).sum())
+    per_request = np.asarray(inputs_per_request, dtype=np.int64)
+    index = done.col["index"]
+    known = index < len(per_request)
+    inputs = np.where(known, per_request[np.where(known, index, 0)], 1)
+    return int((done.prompt > max_model_len * np.maximum(inputs, 1)).sum())
 
 
 def _trace_pace(rows: np.ndarray) -> TracePace:

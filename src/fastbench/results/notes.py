@@ -2,13 +2,14 @@
 
 Every sentence ``figures.summarize`` puts into a :class:`~fastbench.results.result.Result` is worded
 here, from the result's own fields and the few counts in :class:`NoteFacts`. The notes go whole into
-the run card's Notes and the result file; the console shows each in one line (:func:`console_line`),
-so a note says its point first.
+the run card's Notes and the result file; the console shows each whole, wrapped (:func:`console_notes`),
+and a note says its point first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,8 +62,8 @@ class NoteFacts:
     trace_pace: TracePace | None = None  # a trace sent at its times only
 
 
-# A console note takes one terminal line: at most this many columns, its prefix ("* ") included; the rest of
-# it is in the result file's notes and on the card.
+# A console note is shown whole, wrapped at this many columns, its prefix ("* ") included; a long one is
+# wrapped, never cut (the result file and the card have the same text).
 CONSOLE_WIDTH = 80
 CUT_MARK = " …"
 # Where a note may be cut, best first: after a whole clause, between list items, at a word (a heading's colon
@@ -71,9 +72,9 @@ _CUT_AFTER = ("; ", ", ", " ")
 
 
 def console_line(note: str, width: int = CONSOLE_WIDTH) -> str:
-    """``note`` as one console line of at most ``width`` characters: whole where it fits, else its opening
-    clauses, cut where one ends (never inside parentheses, and keeping at least half the line) and marked
-    with " …"."""
+    """``note`` as one line of at most ``width`` characters, for a table cell that has one line: whole where it
+    fits, else its opening clauses, cut where one ends (never inside parentheses, and keeping at least half the
+    line) and marked with " …"."""
     text = " ".join(note.split())
     if len(text) <= width:
         return text
@@ -93,14 +94,17 @@ def console_line(note: str, width: int = CONSOLE_WIDTH) -> str:
     return text[:room] + CUT_MARK
 
 
-def console_notes(notes: Sequence[str], prefix: str, whole_in: str,
-                  width: int = CONSOLE_WIDTH) -> list[str]:
-    """Each note as one console line after ``prefix``, and, where one was cut, a last line saying where the
-    whole notes are (``whole_in``)."""
-    lines = [prefix + console_line(note, width - len(prefix)) for note in notes]
-    if any(line.endswith(CUT_MARK) for line in lines):
-        lines.append(f"{' ' * len(prefix)}(…: whole notes in {whole_in})")
-    return lines
+def wrapped(text: str, prefix: str, width: int = CONSOLE_WIDTH) -> list[str]:
+    """``text`` whole, after ``prefix`` on its first line and under it on the next ones, in lines of at
+    most ``width`` columns (a word longer than a line, e.g. a path, is left whole on its own)."""
+    return textwrap.wrap(" ".join(text.split()), width, initial_indent=prefix,
+                         subsequent_indent=" " * len(prefix), break_long_words=False,
+                         break_on_hyphens=False) or [prefix.rstrip()]
+
+
+def console_notes(notes: Sequence[str], prefix: str, width: int = CONSOLE_WIDTH) -> list[str]:
+    """Each note whole after ``prefix``, wrapped at ``width`` columns."""
+    return [line for note in notes for line in wrapped(note, prefix, width)]
 
 
 def usage_statement(by_source: dict[str, int], completed: int) -> str:
@@ -178,6 +182,10 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
         notes.append(text)
     if result.stopped_reason == "interrupted":
         notes.append("interrupted before the workload finished")
+    if result.stopped_reason == "server went away":
+        notes.append(f"the server went away: every connection attempt for {cfg.server_gone_s:g} s was refused or "
+                     "closed before any byte, and nothing answered in between (--server-gone-s); the run stopped "
+                     "there and keeps what it measured")
     if result.collapse_reason:
         notes.append(f"collapsed run: {result.collapse_reason}")
     if result.workers is not None:
@@ -208,8 +216,10 @@ def run_notes(result: Result, facts: NoteFacts) -> list[str]:
     if facts.unknown_prompt:
         notes.append(f"{facts.unknown_prompt} completed requests have no prompt token count (counted as 0)")
     if facts.over_context:
+        per_input = " per input" if result.pooling is not None and result.pooling.batch_size > 1 else ""
         notes.append(f"{facts.over_context} completed requests report more prompt tokens than the server's "
-                     f"max_model_len ({result.server_info['max_model_len']}): its usage cannot be right there")
+                     f"max_model_len ({result.server_info['max_model_len']}){per_input} allows: its usage cannot "
+                     "be right there")
     if facts.no_tpot:
         notes.append(f"{facts.no_tpot} completed requests had fewer than 2 output tokens: no TPOT for them")
     ts = result.timestamps

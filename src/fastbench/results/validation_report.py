@@ -313,6 +313,6 @@ def render(r: ValidationReport) -> str:
     out.append("")
     for c in r.checks:
         out.append(f"  [{'ok' if c.passed else 'FAIL'}] {c.name}: {_f(c.value)} {c.op} {c.limit:g}")
-    out += console_notes(r.notes, "  note: ", "--json's notes")
+    out += console_notes(r.notes, "  note: ")
     out.append(verdict_line(r))
     return "\n".join(out)

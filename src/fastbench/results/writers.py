@@ -24,12 +24,12 @@ from fastbench.config import BenchConfig
 from fastbench.datasetoptions import flattened
 from fastbench.exceptions import ConfigError
 from fastbench.redact import NO_SECRETS, Secrets, redact_headers, redact_text
-from fastbench.results import adapters, agentic, pooling, steady
+from fastbench.results import adapters, agentic, failures, pooling, steady
 from fastbench.results.cache import LABEL as PREFIX_CACHE_LABEL
 from fastbench.results.cache import summary_to_dict
 from fastbench.results.definitions import DEFINITIONS, histogram_unit
 from fastbench.results.figures import error_name
-from fastbench.results.notes import CONSOLE_WIDTH, console_line, console_notes
+from fastbench.results.notes import console_notes, wrapped
 from fastbench.results.records import COL, HDR_DIGITS, HDR_HIGHEST, HDR_LOWEST, ErrorClass, RunData, UsageSource
 from fastbench.results.result import Distribution, Result
 from fastbench.results.vllm_keys import (
@@ -330,18 +330,6 @@ def session_console_lines(sessions: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def whole_notes_place(config: BenchConfig) -> str:
-    """Where a run's notes are written whole, for the console line that follows a cut one."""
-    places = []
-    if config.result_json:
-        places.append(f"{os.fspath(config.result_json)} (fastbench.notes)")
-    if config.result_card:
-        places.append(f"{os.fspath(config.result_card)} (Notes)")
-    if config.store:
-        places.append(f"the store's run ({os.fspath(config.store)})")
-    return ", ".join(places) if places else "--result-json or --result-card, neither given"
-
-
 def render_console(result: Result) -> str:
     """A summary in the shape of vllm bench serve's result block, with fastbench's extra lines."""
     cfg, n, tp, d = result.config, result.counts, result.throughput, result.distributions
@@ -360,9 +348,15 @@ def render_console(result: Result) -> str:
         lines.append(f"{label:<40} {text:<10}")
 
     head(" Serving Benchmark Result ", "=")
+    if result.stopped_reason == "server went away":  # load.gone's rule held: say it before any figure
+        lines += wrapped(f"SERVER WENT AWAY: every connection refused for {cfg.server_gone_s:g} s; the run stopped "
+                         "there and keeps what it measured", "")
     if result.collapsed:
         lines.append(f"COLLAPSED RUN: {result.collapse_reason}")
         lines.append("(its throughput figures describe no working server: do not plot them)")
+    failure = failures.most_common_failure(result)
+    if failure is not None:  # the server's own words and what to check, not only a count by class
+        lines += wrapped(failure[0], "") + wrapped(failure[1], "  check: ")
     row("Successful requests:", n.completed)
     row("Failed requests:", n.failed)
     if n.cancelled or n.not_started:
@@ -415,8 +409,7 @@ def render_console(result: Result) -> str:
             if cache.expected_prefix_share is not None and cache.observed is not None:
                 row("Expected from the workload (%):", 100 * cache.expected_prefix_share)
             if cache.warning:
-                opening = "WARNING " + PREFIX_CACHE_LABEL
-                lines.append(opening + console_line(cache.warning, CONSOLE_WIDTH - len(opening)))
+                lines += wrapped(PREFIX_CACHE_LABEL + cache.warning, "WARNING ")
     head("fastbench")
     prefill, decode = d.get("prefill_rate"), d.get("decode_rate")
     row("Prefill rate, median (tok/s):", prefill.median if prefill else None)
@@ -455,7 +448,7 @@ def render_console(result: Result) -> str:
         rates = spec["spec_decode_per_position_acceptance_rates"]
         row("Per-position acceptance (%):", ", ".join(f"{100 * r:.2f}" for r in rates) if rates else None)
     lines.append("=" * 50)
-    lines += console_notes(result.notes, "* ", whole_notes_place(cfg))  # one line each
+    lines += console_notes(result.notes, "* ")  # each whole, wrapped
     return "\n".join(lines) + "\n"
 
 
