@@ -1,6 +1,7 @@
 """The package's layout, kept true: each room imports only the rooms below it, no circles, the yardstick
 apart from the client, and no module over ~600 lines; and tests/ mirrors the rooms, each test file in its
-room's folder, none importing another.
+room's folder, none importing another. The rooms and what each may import are docs/architecture.md's table
+under "The walls", read from the page, and every module is named in its room's row under "The rooms".
 
 Imports are read from the source (``ast``), function-level ones and those under ``if TYPE_CHECKING:``
 included: a lazy import is still a dependency, and so is a type a module names (a type-only arrow
@@ -22,26 +23,89 @@ pytestmark = pytest.mark.pure_python
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "src" / "fastbench"
 MAX_LINES = 600
 
-# What each room may import (besides itself and the standard library). Low to high: the leaves, then
-# the core and the records contract, then the wings, then the study (reads result files), then the API,
-# then the command line on top.
-LEAVES = {"fastbench._version", "fastbench.exceptions", "fastbench.config", "fastbench.datasetoptions",
-          "fastbench.checks", "fastbench.redact"}
-ALLOWED: dict[str, set[str]] = {
-    "leaf": set(),
-    "fastbench._core": {"fastbench._core"},
-    "fastbench.results": {"fastbench.results"},
-    "fastbench.load": {"fastbench._core", "fastbench.results.records", "fastbench.load"},
-    "fastbench.server": {"fastbench.server", "fastbench.results.records", "fastbench.results.observations"},
-    "fastbench.study": {"fastbench.study", "fastbench.results"},
-    "fastbench.api": {"fastbench._core", "fastbench.results", "fastbench.load", "fastbench.server",
-                      "fastbench.synthetic", "fastbench.study", "fastbench.api"},
-    "fastbench.metrics": {"fastbench.results"},
-    "fastbench.cli": {"fastbench.api", "fastbench.results", "fastbench.load", "fastbench.server", "fastbench.cli",
-                      "fastbench.synthetic", "fastbench.study"},
-    "fastbench.__main__": {"fastbench.cli"},
-    "fastbench": {"fastbench.api", "fastbench.results", "fastbench.server", "fastbench.synthetic"},
-}
+ARCHITECTURE = PACKAGE.parents[1] / "docs" / "architecture.md"
+_NAME = re.compile(r"`([^`]+)`")
+
+
+def _table(heading: str, first_column: str) -> list[tuple[str, str]]:
+    """The rows (first cell, second cell) of the two-column table under ``heading`` in docs/architecture.md
+    whose header's first cell is ``first_column``."""
+    text = ARCHITECTURE.read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows: list[tuple[str, str]] = []
+    lines = iter(section.splitlines())
+    for line in lines:
+        if line.startswith(f"| {first_column} |"):
+            next(lines)  # the |---|---| line
+            for row in lines:
+                if not row.startswith("|"):
+                    break
+                first, second = (cell.strip() for cell in row.strip().strip("|").split("|", 1))
+                rows.append((first, second))
+            return rows
+    raise AssertionError(f"docs/architecture.md: no table headed '| {first_column} |' under '## {heading}'")
+
+
+def _module(name: str) -> str:
+    return name if name == "fastbench" else f"fastbench.{name}"
+
+
+def _walls() -> tuple[set[str], dict[str, set[str]]]:
+    """The leaves, and what each room may import (besides itself, the leaves and the standard library),
+    as docs/architecture.md's table under "The walls" states them: the page is the rule."""
+    leaves: set[str] = set()
+    allowed: dict[str, set[str]] = {}
+    for room_cell, imports_cell in _table("The walls", "room"):
+        if room_cell.startswith("leaves:"):
+            leaves = {_module(name) for name in _NAME.findall(room_cell)}
+            allowed["leaf"] = set()
+            continue
+        # the first name is the room; names in parentheses only say why
+        room = _module(_NAME.findall(room_cell)[0])
+        named = re.sub(r"\([^)]*\)", "", imports_cell)
+        allowed[room] = {room, *(_module(name) for name in _NAME.findall(named))}
+    return leaves, allowed
+
+
+# Low to high: the leaves, then the core and the records contract, then the wings, then the study (reads
+# result files), then the API, then the command line on top.
+LEAVES, ALLOWED = _walls()
+
+
+def test_the_walls_table_is_read_whole() -> None:
+    # A row the parse missed or misread would let an import through unseen: the table's known corners.
+    assert LEAVES == {"fastbench._version", "fastbench.exceptions", "fastbench.config", "fastbench.datasetoptions",
+                      "fastbench.checks", "fastbench.redact"}
+    assert ALLOWED["leaf"] == set()
+    assert ALLOWED["fastbench._core"] == {"fastbench._core"}
+    assert ALLOWED["fastbench.load"] == {"fastbench.load", "fastbench._core", "fastbench.results.records"}
+    assert "fastbench.load" not in ALLOWED["fastbench.cli"] and "fastbench.server" not in ALLOWED["fastbench.cli"]
+    assert ALLOWED["fastbench.synthetic"] == {"fastbench.synthetic"}
+    assert set(ALLOWED) >= {"fastbench.results", "fastbench.server", "fastbench.study", "fastbench.api",
+                            "fastbench.metrics", "fastbench.cli", "fastbench.__main__", "fastbench"}
+
+
+def test_every_module_is_named_in_its_rooms_row_of_the_map() -> None:
+    # docs/architecture.md's room list is the map a reader finds a module by: a module it does not name is
+    # one the reader cannot place. A package of a room (load/sources/) is named as a folder ("sources/").
+    table = _table("The rooms", "room")
+    rows = {name.rstrip("/"): set(_NAME.findall(holds)) for room_cell, holds in table
+            for name in _NAME.findall(room_cell)}
+    everywhere = {name for row in table for cell in row for name in _NAME.findall(cell)}
+    missing = []
+    for path in [*_sources(), *PACKAGE.rglob("*.pyx")]:
+        parts = path.relative_to(PACKAGE).parts
+        if path.stem in ("__init__", "__main__"):
+            continue
+        if len(parts) == 1:
+            named = path.stem in everywhere
+        else:
+            held = rows.get(parts[0], set())
+            named = (f"{parts[1]}/" in held if len(parts) > 2 else
+                     path.stem in held or path.name in held)
+        if not named:
+            missing.append(str(path.relative_to(PACKAGE)))
+    assert not missing, f"docs/architecture.md, 'The rooms': name these in their room's row, with their job: {missing}"
 
 
 def _module_name(path: pathlib.Path) -> str:

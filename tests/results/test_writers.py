@@ -29,6 +29,7 @@ from fastbench.results.writers import (
     write_card_atomic,
     write_detailed_jsonl,
     write_json_atomic,
+    write_synced,
 )
 
 T0 = 10**12
@@ -402,6 +403,29 @@ def test_atomic_writes_replace_and_leave_no_temp_files(tmp_path: Path) -> None:
         write_json_atomic(path, {"a": object()})
     assert os.listdir(tmp_path) == ["r.json"]
     assert orjson.loads(path.read_bytes()) == {"a": [0, 1, 2]}
+
+
+def test_a_synced_write_never_replaces_a_file(tmp_path: Path) -> None:
+    # the store's run folder is written file by file with it: a name taken twice is a fault, not an overwrite
+    path = tmp_path / "result.json"
+    write_synced(path, b"first")
+    with pytest.raises(FileExistsError):
+        write_synced(path, b"second")
+    assert path.read_bytes() == b"first"
+
+
+def test_a_failed_replace_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "summary.csv"
+    write_json_atomic(path, {"a": 1})
+
+    def full(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_json_atomic(path, {"a": 2})
+    assert os.listdir(tmp_path) == ["summary.csv"]
+    assert orjson.loads(path.read_bytes()) == {"a": 1}
 
 
 def test_redaction_helpers() -> None:

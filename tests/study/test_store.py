@@ -487,13 +487,13 @@ from fastbench.results import writers
 from fastbench.study import store as run_store
 
 root, doc_path = Path(sys.argv[1]), sys.argv[2]
-real_write = run_store._write
+real_write = run_store.write_synced
 def write_then_hang(path, data):
     real_write(path, data)
     if path.name == run_store.RECORDS_FILE:  # the folder half written: killed here
         print("ready", flush=True)
         time.sleep(600)
-run_store._write = write_then_hang
+run_store.write_synced = write_then_hang
 def hang(src, dst):  # the temporary written whole, killed before its rename
     writers.os.replace = real_replace
     with run_store.Store(root) as store:

@@ -11,7 +11,17 @@ from typing import Any
 
 from fastbench import checks
 from fastbench._version import __version__
-from fastbench.cli import datasetflags, inputflags, launchflags, live, multiturn, runtext, tomlconfig, vllmflags
+from fastbench.cli import (
+    argfields,
+    datasetflags,
+    inputflags,
+    launchflags,
+    live,
+    multiturn,
+    runtext,
+    tomlconfig,
+    vllmflags,
+)
 from fastbench.cli.argtypes import (
     HelpFormatter,
     Parser,
@@ -263,6 +273,14 @@ def _add_result_args(p: argparse.ArgumentParser) -> None:
                    "alone needs the = form: --synthetic-args=\"--no-usage\"")
 
 
+# The fields whose flag's dest is not their name (the rest take the dest of their own name, or are made
+# from several flags in config_from_args and _launch_config).
+BENCH_DESTS = {"request_timeout_s": "request_timeout", "metrics_interval_s": "metrics_interval",
+               "memory_interval_s": "memory_interval", "config_file": "config"}
+LAUNCH_DESTS = {"engine": "launch", "host": "server_host", "port": "server_port", "ready_timeout_s": "ready_timeout",
+                "log_path": "server_log", "stop_grace_s": "server_stop_grace"}
+
+
 def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
     if ns.launch is None:
         if ns.launch_model or ns.docker_image or ns.engine_args:
@@ -275,22 +293,10 @@ def _launch_config(ns: argparse.Namespace) -> LaunchConfig | None:
         if given:
             raise FastbenchError(f"{', '.join(given)}: only with --launch ENGINE (they configure a launched server)")
         return None
-    return LaunchConfig(
-        engine=ns.launch,
+    return LaunchConfig(**argfields.from_args(
+        ns, LaunchConfig, renamed=LAUNCH_DESTS,
         model=ns.launch_model or "",  # none: refused with the config's other values
-        engine_args=ns.engine_args,
-        docker_image=ns.docker_image,
-        docker_args=ns.docker_args,
-        docker_gpus=ns.docker_gpus,
-        docker_hf_cache=ns.docker_hf_cache,
-        env=tuple(ns.server_env),
-        host=ns.server_host,
-        port=ns.server_port,
-        ready_timeout_s=ns.ready_timeout,
-        log_path=ns.server_log,
-        engine_bin=ns.engine_bin,
-        stop_grace_s=ns.server_stop_grace,
-    )
+        env=tuple(ns.server_env)))
 
 
 def _endpoint(ns: argparse.Namespace) -> str:
@@ -367,85 +373,28 @@ def config_from_args(ns: argparse.Namespace, argv: Sequence[str]) -> BenchConfig
             raise FastbenchError("--save-detailed PATH and --requests-jsonl PATH name the same file: give "
                                  "--requests-jsonl")
         requests_jsonl = ns.save_detailed
-    return BenchConfig(
+    return BenchConfig(**argfields.from_args(
+        ns, BenchConfig, renamed=BENCH_DESTS,
         base_url=_base_url(ns),
-        model=ns.model,
-        endpoint=_endpoint(ns),  # type: ignore[arg-type]
-        backend=ns.backend,
+        endpoint=_endpoint(ns),
         api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
-        insecure=ns.insecure,
-        concurrency=ns.concurrency,
-        request_rate=ns.request_rate,
-        burstiness=ns.burstiness,
-        num_prompts=ns.num_prompts,
-        max_seconds=ns.max_seconds,
-        num_warmups=ns.num_warmups,
-        seed=ns.seed,
-        request_timeout_s=ns.request_timeout,
-        coalesce_ms=ns.coalesce_ms,
-        workers=ns.workers,
-        ray=ns.ray,
-        workers_per_node=ns.workers_per_node,
-        max_error_rate=ns.max_error_rate,
-        server_gone_s=ns.server_gone_s,
         max_tokens=max_tokens,
-        ignore_eos=ns.ignore_eos,
-        extra_body=ns.extra_body,
-        dataset_name=ns.dataset_name,
-        dataset_path=ns.dataset_path,
         dataset_order="file" if ns.disable_shuffle else ns.dataset_order,
         dataset_options=datasetflags.dataset_options(
             ns, random_input_len=ns.input_len if ns.input_len is not None else ns.random_input_len,
             random_output_len=random_output_len, **inputflags.random_mm_given(ns)),
-        random_batch_size=ns.random_batch_size,
-        no_reranker=ns.no_reranker,
-        multi_turn=ns.multi_turn,
-        self_timed=ns.self_timed,
-        reset_prefix_cache=ns.reset_prefix_cache,
         **inputflags.config_fields(ns),
-        tokenizer=ns.tokenizer,
-        max_model_len=ns.max_model_len,
         goodput=dict(ns.goodput),
-        result_json=ns.result_json,
-        result_card=ns.result_card,
         save_detailed=requests_jsonl,
-        save_outputs=ns.save_outputs,
-        store=ns.store,
-        variant=ns.variant,
-        progress=ns.progress,
-        synthetic_args=ns.synthetic_args,
         launch=_launch_config(ns),
-        metrics_interval_s=ns.metrics_interval,
-        memory_interval_s=ns.memory_interval,
-        config_file=ns.config,
         command_line=("fastbench", *argv),
-        label=ns.label,
         card_rows=tuple(ns.card_row),
         card_notes=tuple(ns.card_note),
-        served_model_name=ns.served_model_name,
         headers=dict(ns.header or ()),
-        request_id_prefix=ns.request_id_prefix,
-        temperature=ns.temperature,
-        top_p=ns.top_p,
-        top_k=ns.top_k,
-        min_p=ns.min_p,
-        frequency_penalty=ns.frequency_penalty,
-        presence_penalty=ns.presence_penalty,
-        repetition_penalty=ns.repetition_penalty,
-        logprobs=ns.logprobs,
-        ramp_up_strategy=ns.ramp_up_strategy,
-        ramp_up_start_rps=ns.ramp_up_start_rps,
-        ramp_up_end_rps=ns.ramp_up_end_rps,
         ready_check_timeout_s=float(ns.ready_check_timeout_sec),
-        save_result=ns.save_result,
-        append_result=ns.append_result,
-        result_dir=ns.result_dir,
-        result_filename=ns.result_filename,
         per_request_arrays=ns.save_detailed is True,
-        percentile_metrics=ns.percentile_metrics,
-        metric_percentiles=ns.metric_percentiles,
         metadata=dict(ns.metadata or ()),
-    )
+    ))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

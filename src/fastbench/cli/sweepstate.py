@@ -10,12 +10,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from fastbench.api.lookups import prompts_vary, with_prefix_cache_reset
 from fastbench.cli.argtypes import Option
 from fastbench.cli.tomlconfig import toml_type
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
-from fastbench.load.datasets import prompt_seed
-from fastbench.server.engines import with_prefix_cache_reset
 from fastbench.study import cellstate
 
 __all__ = ("CellStart", "read")
@@ -56,7 +55,7 @@ class CellStart:
             config, seed=self.seed(variant, values, shown, repeat), reset_prefix_cache=reset, launch=launch,
             metadata={**config.metadata, "sweep_seed": str(self.sweep_seed), "prompt_reuse": self.prompt_reuse,
                       "sweep_prefix_cache_reset": why})
-        if self.prompt_reuse == "shared" or prompt_seed(config)["varies_prompts"]:
+        if self.prompt_reuse == "shared" or prompts_vary(config):
             return config, None
         cache = ("the server's prefix cache is emptied before each cell" if reset else
                  "a server that caches prefixes serves every cell after the first from its cache "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fastbench.results.notes import console_line
+from fastbench.results.writers import write_bytes_atomic
 from fastbench.study import grid
 from fastbench.study.cellstate import SHARED_CACHE
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note
@@ -78,9 +79,7 @@ def write_csv(points: Sequence[Point], path: str | os.PathLike[str]) -> None:
                          f"{p['prefix_cache_reset']}/{p['n']}", f"{p['prefix_cache_warned']}/{p['n']}"])
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(out.getvalue())
-    os.replace(tmp, target)
+    write_bytes_atomic(target, out.getvalue().encode("utf-8"))
 
 
 def describe_start(plan: Plan) -> list[str]:

@@ -13,24 +13,16 @@ from collections.abc import Sequence
 
 import orjson
 
+from fastbench.api.lookups import STREAMED_BACKENDS, STREAMED_ENDPOINTS, check_base_url, check_tokens_per_chunk
 from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_settings, validate_client
 from fastbench.api.validation_whole import WHOLE_BACKENDS, validate_whole
+from fastbench.cli.argfields import from_args
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
-from fastbench.load import protocols
-from fastbench.load.plan import Target
 from fastbench.results import writers
 from fastbench.results.validation_report import verdict_line
-from fastbench.synthetic.cli import (
-    tokens_per_chunk_range,
-)
 
 __all__ = ("build_parser", "main")
-
-
-def _tokens_per_chunk(text: str) -> str:
-    tokens_per_chunk_range(text)  # the server's own rule; it takes the text
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16, help="streams kept open (closed loop)")
     p.add_argument("--request-rate", type=float, default=None,
                    help="open-loop arrivals per second (Poisson), --concurrency caps streams")
-    p.add_argument("--tokens-per-chunk", type=_tokens_per_chunk, default="1", metavar="N|A-B",
+    p.add_argument("--tokens-per-chunk", type=check_tokens_per_chunk, default="1", metavar="N|A-B",
                    help="tokens per decode step after the first chunk (1-4 mimics speculative decoding)")
     p.add_argument("--itl-ms", type=float, default=20.0, help="server: time between chunks")
     p.add_argument("--ttft-ms", type=float, default=50.0, help="server: time to first token")
@@ -68,10 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-per-node", type=int, default=None, metavar="K",
                    help="with --ray: K workers on each node")
     p.add_argument("--num-requests", type=int, default=None, help="default: 3 x --concurrency")
-    p.add_argument("--endpoint", default=None, choices=tuple(protocols.PROTOCOLS),
+    p.add_argument("--endpoint", default=None, choices=STREAMED_ENDPOINTS,
                    help="the API the requests speak, streamed by the synthetic server as its servers do "
                    f"(default {ENDPOINT})")
-    p.add_argument("--backend", default=None, metavar="{" + ",".join((*protocols.BACKENDS, *WHOLE_BACKENDS)) + "}",
+    p.add_argument("--backend", default=None, metavar="{" + ",".join((*STREAMED_BACKENDS, *WHOLE_BACKENDS)) + "}",
                    help="vllm bench serve's name for the endpoint (openai-responses: /v1/responses, "
                    "anthropic-messages: /v1/messages, ...); an API answered whole (openai-embeddings, vllm-pooling, "
                    "vllm-rerank...) is validated by the client's E2E end stamps against the server's send log, and "
@@ -99,30 +91,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.backend in WHOLE_BACKENDS:
         return _whole(parser, ns)
     if ns.backend is not None:
-        if ns.backend not in protocols.BACKENDS:
-            parser.error(f"--backend {ns.backend}: validate speaks {', '.join((*protocols.BACKENDS, *WHOLE_BACKENDS))}")
-        if ns.endpoint is not None and ns.endpoint != protocols.BACKENDS[ns.backend]:
-            parser.error(f"--backend {ns.backend} calls {protocols.BACKENDS[ns.backend]}, --endpoint says "
+        if ns.backend not in STREAMED_BACKENDS:
+            parser.error(f"--backend {ns.backend}: validate speaks {', '.join((*STREAMED_BACKENDS, *WHOLE_BACKENDS))}")
+        if ns.endpoint is not None and ns.endpoint != STREAMED_BACKENDS[ns.backend]:
+            parser.error(f"--backend {ns.backend} calls {STREAMED_BACKENDS[ns.backend]}, --endpoint says "
                          f"{ns.endpoint}: give one of them")
-        endpoint = protocols.BACKENDS[ns.backend]
+        endpoint = STREAMED_BACKENDS[ns.backend]
+    settings = from_args(ns, checked_settings, warmup=not ns.no_warmup)  # the run's settings, as checked
     try:  # before the run, so that nothing is started for settings that cannot work
-        checked_settings(ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms,
-                         ns.num_requests, ns.output_len, ns.tolerance_ms, warmup=not ns.no_warmup,
-                         max_seconds=ns.max_seconds, coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray,
-                         workers_per_node=ns.workers_per_node, pin=ns.pin)
+        checked_settings(**settings)
         if ns.base_url is not None:
-            Target.parse(ns.base_url, endpoint)
+            check_base_url(ns.base_url, endpoint)
         if ns.json and ns.json != "-":  # before the run, so that the run is not thrown away
             writers.check_output_path("--json", ns.json)
     except ConfigError as exc:
         parser.error(str(exc))
     try:
-        report = validate_client(
-            ns.concurrency, ns.request_rate, ns.tokens_per_chunk, ns.itl_ms, ns.ttft_ms, ns.num_requests,
-            ns.output_len, ns.tolerance_ms, base_url=ns.base_url, pin=ns.pin, warmup=not ns.no_warmup,
-            coalesce_ms=ns.coalesce_ms, workers=ns.workers, ray=ns.ray, workers_per_node=ns.workers_per_node,
-            max_seconds=ns.max_seconds, endpoint=endpoint,
-        )
+        report = validate_client(**settings, base_url=ns.base_url, endpoint=endpoint)
     except (FastbenchError, OSError, RuntimeError, ValueError) as exc:
         print(f"fastbench validate: error: {exc}", file=sys.stderr)
         return 2

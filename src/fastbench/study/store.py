@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from fastbench.exceptions import ConfigError, StoreError
+from fastbench.results.writers import fsync_directory, write_synced
 from fastbench.study.leftovers import remove_leftovers
 from fastbench.study.runfile import RunMeta, Scalar, flat_keys, load_result, run_meta
 from fastbench.study.sustained import with_sustained
@@ -327,17 +328,17 @@ class Store:
         tmp = self.runs_dir / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
         try:
             tmp.mkdir()
-            _write(tmp / RESULT_FILE, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+            write_synced(tmp / RESULT_FILE, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
                                                     | orjson.OPT_SERIALIZE_NUMPY))
             if card is not None:
-                _write(tmp / CARD_FILE, card.encode("utf-8"))
+                write_synced(tmp / CARD_FILE, card.encode("utf-8"))
             if records_jsonl is not None:
-                _write(tmp / RECORDS_FILE, gzip.compress(records_jsonl, compresslevel=6, mtime=0))
+                write_synced(tmp / RECORDS_FILE, gzip.compress(records_jsonl, compresslevel=6, mtime=0))
             hlog = histogram_log(doc)
             if hlog:
-                _write(tmp / HISTOGRAMS_FILE, hlog.encode("ascii"))
+                write_synced(tmp / HISTOGRAMS_FILE, hlog.encode("ascii"))
             if server_log:
-                _write(tmp / SERVER_LOG_FILE, server_log.encode("utf-8"))
+                write_synced(tmp / SERVER_LOG_FILE, server_log.encode("utf-8"))
             run_id = self._rename_into_place(tmp, meta)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -376,7 +377,7 @@ class Store:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     continue
                 raise
-            _fsync_dir(self.runs_dir)
+            fsync_directory(self.runs_dir)
             return run_id
         raise StoreError(f"no free run id in {self.runs_dir} after 8 tries")
 
@@ -498,26 +499,6 @@ class Store:
             return self._db.execute(sql, tuple(args)).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"{self.root / INDEX_NAME}: {exc}") from None
-
-
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def histogram_log(doc: Mapping[str, Any]) -> str:
