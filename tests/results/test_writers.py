@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hdrh.histogram import HdrHistogram
 
+from fastbench.atomicfile import write_synced
 from fastbench.config import BenchConfig
 from fastbench.exceptions import ConfigError
 from fastbench.redact import redact_argv, redact_text
@@ -29,7 +30,6 @@ from fastbench.results.writers import (
     write_card_atomic,
     write_detailed_jsonl,
     write_json_atomic,
-    write_synced,
 )
 
 T0 = 10**12

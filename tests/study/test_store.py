@@ -483,7 +483,7 @@ KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
 import orjson
-from fastbench.results import writers
+from fastbench import atomicfile
 from fastbench.study import store as run_store
 
 root, doc_path = Path(sys.argv[1]), sys.argv[2]
@@ -495,12 +495,12 @@ def write_then_hang(path, data):
         time.sleep(600)
 run_store.write_synced = write_then_hang
 def hang(src, dst):  # the temporary written whole, killed before its rename
-    writers.os.replace = real_replace
+    atomicfile.os.replace = real_replace
     with run_store.Store(root) as store:
         store.add(orjson.loads(Path(doc_path).read_bytes()), records_jsonl=os.urandom(1 << 20))
-real_replace = writers.os.replace
-writers.os.replace = hang
-writers.write_bytes_atomic(root / "sweeps" / "summary.csv", os.urandom(1 << 20))
+real_replace = atomicfile.os.replace
+atomicfile.os.replace = hang
+atomicfile.write_bytes_atomic(root / "sweeps" / "summary.csv", os.urandom(1 << 20))
 """
 
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fastbench.atomicfile import write_bytes_atomic
 from fastbench.results.notes import console_line
-from fastbench.results.writers import write_bytes_atomic
 from fastbench.study import grid
 from fastbench.study.cellstate import SHARED_CACHE
 from fastbench.study.sustained import STEADY_SHARE_KEY, SUSTAINED_KEY, fallback_mark, fallback_note

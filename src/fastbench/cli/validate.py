@@ -16,6 +16,7 @@ import orjson
 from fastbench.api.lookups import STREAMED_BACKENDS, STREAMED_ENDPOINTS, check_base_url, check_tokens_per_chunk
 from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_settings, validate_client
 from fastbench.api.validation_whole import WHOLE_BACKENDS, validate_whole
+from fastbench.atomicfile import write_bytes_atomic
 from fastbench.cli.argfields import from_args
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(text.decode() + "\n")
         else:
             try:
-                writers.write_bytes_atomic(ns.json, text + b"\n")
+                write_bytes_atomic(ns.json, text + b"\n")
             except OSError as exc:  # disk full, the directory gone: the table at least is shown
                 if ns.quiet:
                     print(report.render())
@@ -156,7 +157,7 @@ def _whole(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
         if ns.json == "-":
             sys.stdout.write(data.decode())
         else:
-            writers.write_bytes_atomic(ns.json, data)
+            write_bytes_atomic(ns.json, data)
     return 0 if report.passed else 1
 
 

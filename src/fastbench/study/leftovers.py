@@ -2,7 +2,7 @@
 
 A writer is killed (SIGKILL, a power cut) in the middle of writing: a run's folder still under its temporary
 name, ``runs/.tmp-PID-RANDOM`` (or ``.tmp-probe-PID-RANDOM``), or a file written whole through a temporary
-beside it: ``.NAME.PID.RANDOM.tmp`` (``results.writers.write_bytes_atomic``, every file's one writer) or
+beside it: ``.NAME.PID.RANDOM.tmp`` (``atomicfile.write_bytes_atomic``, every file's one writer) or
 ``.NAME.tmp-PID`` (a sweep's summary as earlier versions wrote it). Nothing reads them, and a run's records
 make them tens of megabytes. Each names its writer's process: it is removed only when no process of that id
 runs on this host, so a writer at work is never disturbed. (A store shared between hosts over a network file

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastbench.results.writers import write_bytes_atomic
+from fastbench.atomicfile import write_bytes_atomic
 from fastbench.study.cells import cell_rows, counts_text, point_values, values_text
 from fastbench.study.figures_data import RunPoint
 from fastbench.study.report_figures import draw_figures

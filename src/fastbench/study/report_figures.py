@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
+from fastbench.atomicfile import write_bytes_atomic
 from fastbench.exceptions import ConfigError, FastbenchError
-from fastbench.results.writers import write_bytes_atomic
 from fastbench.study.figures_data import RunPoint, complete_points, left_out, point_document, point_records
 
 __all__ = ("FIGURE_CAPTIONS", "Figure", "draw_figures")

@@ -41,8 +41,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from fastbench.atomicfile import fsync_directory, write_synced
 from fastbench.exceptions import ConfigError, StoreError
-from fastbench.results.writers import fsync_directory, write_synced
 from fastbench.study.leftovers import remove_leftovers
 from fastbench.study.runfile import RunMeta, Scalar, flat_keys, load_result, run_meta
 from fastbench.study.sustained import with_sustained
