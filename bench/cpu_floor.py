@@ -145,8 +145,8 @@ def wake_probe(seconds: float, period_us: int) -> dict[str, Any]:
     async def probe() -> dict[str, Any]:
         state = RunState(np.zeros((1, NCOLS), dtype=np.int64), *(Recorder(new_histogram()) for _ in range(3)))
         fd = state.coalesce(period_us * 1000)
-        # builds before the core's parts were composed call it drain_coalesced
-        drain = getattr(state, "drain", None) or getattr(state, "drain_coalesced")  # noqa: B009  (absent here)
+        # builds before the core's parts were composed call it drain_coalesced (their drain reads no tick)
+        drain = getattr(state, "drain_coalesced", None) or state.drain
         asyncio.get_running_loop().add_reader(fd, drain)
         cpu0, wakes0 = time.process_time(), state.counters["wakeups"]
         await asyncio.sleep(seconds)
