@@ -163,11 +163,17 @@ def wake_costs(exe: Path, seconds: float, period_us: int, cpu: set[int] | None,
     (this script's probe run by that python, so on that build's core), each pinned."""
     pin = (lambda: os.sched_setaffinity(0, cpu)) if cpu else None
     runs = []
-    for cmd in ([str(exe), "0", "0", str(seconds), "wake", str(period_us)],
-                *([python, __file__, "--wake-probe", str(seconds), str(period_us)] for python in pythons)):
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, preexec_fn=pin,
-                             cwd=tempfile.gettempdir())
-        runs.append(json.loads(out.stdout))
+    out = subprocess.run([str(exe), "0", "0", str(seconds), "wake", str(period_us)], capture_output=True, text=True,
+                         check=True, preexec_fn=pin)
+    runs.append(json.loads(out.stdout))
+    for python in pythons:
+        out = subprocess.run([python, __file__, "--wake-probe", str(seconds), str(period_us)], capture_output=True,
+                             text=True, preexec_fn=pin, cwd=tempfile.gettempdir())
+        if out.returncode:  # a build whose core the probe does not know: its runs above still stand
+            runs.append({"wakeups": 0, "cpu_us_per_wakeup": None,
+                         "error": (out.stderr.strip().splitlines() or ["failed"])[-1]})
+        else:
+            runs.append(json.loads(out.stdout))
     return runs
 
 
@@ -313,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.base:
         whos[1:] = [f"fastbench's coalesced path (uvloop -> core), {w}: {builds[w].label}" for w in builds]
     for w, who in zip(wakes, whos):
-        print(f"- {who}: {w['cpu_us_per_wakeup']:.1f} us ({w['wakeups']} wake-ups)")
+        print(f"- {who}: {w['cpu_us_per_wakeup']:.1f} us ({w['wakeups']} wake-ups)" if w["cpu_us_per_wakeup"]
+              else f"- {who}: the probe failed ({w['error']})")
     accounts: dict[str, dict[str, float]] = {}
     if coalesce_us:
         def med(client: tuple[str, int, str | None]) -> dict[str, float]:
@@ -322,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
 
         fl = med(("floor epoll", coalesce_us, None))
         for which, wake_cost in zip(builds, wakes[1:]):
+            if wake_cost["cpu_us_per_wakeup"] is None:
+                continue
             fb = med(("fastbench", coalesce_us, which))
             acc = accounts[which] = wake_accounting(fb, fl, wake_cost["cpu_us_per_wakeup"])
             whose = f", {which}: {builds[which].label}" if ns.base else ""
@@ -341,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(ns.json, "w") as f:
             doc: dict[str, Any] = {f"{_row(n, b)} coalesce_us={c}": rs for (n, c, b), rs in runs.items()}
             doc["wake_cost"] = wakes
-            if coalesce_us:
+            if THIS in accounts:
                 doc["accounting"] = accounts[THIS]
-                if ns.base:
-                    doc["accounting_base"] = accounts[BASE]
+            if BASE in accounts:
+                doc["accounting_base"] = accounts[BASE]
             doc["builds"] = {b: {"label": build.label, "python": build.python} for b, build in builds.items()}
             doc["paired_ratios_this_over_base"] = {f"{n} coalesce_us={c}": rs for (n, c), rs in ratios.items()}
             doc["load_average"] = {"start": load_start, "end": load_end}

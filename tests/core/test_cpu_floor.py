@@ -189,3 +189,12 @@ def test_a_revision_built_before_is_reused_and_a_bad_one_refused(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.rglob("*")) == sorted([*before, f"{commit}.lock"])
     with pytest.raises(ValueError, match="neither a python, a venv nor a git revision"):
         other_build.resolve(str(tmp_path / "no-such-venv"), cache=tmp_path)
+
+
+def test_a_build_whose_wake_probe_fails_loses_only_its_probe(tmp_path: Path) -> None:
+    """The probe runs this script on each build's core; a build it does not fit (here a python that
+    exits 1) leaves its entry without a figure and the error, after minutes of runs that still stand."""
+    exe, _ = cpu_floor.build_floor_client(tmp_path)
+    c_loop, this, failed = cpu_floor.wake_costs(exe, 0.1, 2000, None, (sys.executable, "/bin/false"))
+    assert c_loop["wakeups"] > 0 and this["cpu_us_per_wakeup"] > 0
+    assert failed["cpu_us_per_wakeup"] is None and failed["error"]
