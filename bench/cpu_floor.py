@@ -107,7 +107,8 @@ def run_fastbench(base_url: str, streams: int, seconds: float, coalesce_ms: floa
     return {"cpu_us_per_chunk": doc["client_cpu_us_per_chunk"], "chunks_per_s": doc["chunks_per_s"],
             "reads_per_wakeup": doc["reads"] / doc["wakeups"] if doc["wakeups"] else None,
             "wakeups_per_s": doc["wakeups"] / doc["duration_s"], "requests_per_s": doc["completed"] / doc["duration_s"],
-            "verdict": doc["verdict"], "skew_p99_ms": doc["skew"]["p99"], "streams_open": doc["streams_open_mean"],
+            "verdict": doc["verdict"], "verdict_cause": doc.get("verdict_cause"), "skew_p99_ms": doc["skew"]["p99"],
+            "streams_open": doc["streams_open_mean"],
             "tick_ms": chosen["tick_ms"] if chosen else None,
             "tick_changes": chosen["changes_total"] if chosen else None,
             "first_tick_s": next((c["at_s"] for c in chosen["changes"] if c["tick_ms"] > 0), None) if chosen else None,
@@ -314,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{[r['first_tick_s'] for r in rs]} s, {[r['tick_changes'] for r in rs]} changes; skew p99 "
                   f"{[r['skew_p99_ms'] for r in rs]} ms; streams open {[round(r['streams_open'], 2) for r in rs]}; "
                   f"verdicts {[r['verdict'] for r in rs]} (vs floor epoll at {coalesce_us / 1000:g} ms)")
+            causes = [f"rep {i + 1}: {r['verdict_cause']}" for i, r in enumerate(rs) if r["verdict"] != "PASS"]
+            if causes:
+                print(f"  why not PASS: {'; '.join(causes)}")
     print("\nCPU per wake-up by itself (a timerfd every 1 ms, nothing to read):\n")
     whos = ["a C epoll loop (floor_client)", "fastbench's coalesced path (uvloop -> core)"]
     if ns.base:
