@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,65 @@ def test_floor_run_reports_wakeups_per_second(tmp_path: Path) -> None:
         r = cpu_floor.run_floor(exe, server.port, 4, 0.5, "epoll", 2000, 64, None)
     assert r["reads"] > 0 and r["seconds"] > 0
     assert r["reads"] / 4 / r["seconds"] <= r["wakeups_per_s"] <= 500 + 1 / r["seconds"]
+
+
+def test_a_base_build_given_as_a_venv_runs_beside_this_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--base with a venv's path: that venv's python runs validate and the wake-up probe, each rep's
+    base run sits next to this build's (base first, then this first in the next rep), and the output
+    and the JSON give each rep's paired ratio this/base and the load average at start and end. The
+    base here is this venv behind a python that logs its arguments, so its runs can be told apart."""
+    log = tmp_path / "base-calls.log"
+    base_python = tmp_path / "base" / "bin" / "python"
+    base_python.parent.mkdir(parents=True)
+    base_python.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {sys.executable} "$@"\n')
+    base_python.chmod(0o755)
+    out = tmp_path / "runs.json"
+    assert cpu_floor.main(["--reps", "2", "--seconds", "0.5", "--streams", "4", "--output-len", "4",
+                           "--base", str(tmp_path / "base"), "--json", str(out)]) == 0
+    calls = log.read_text().splitlines()
+    # two fastbench clients (every arrival, 1 ms) a rep, then one probe
+    assert sum("-m fastbench validate" in c for c in calls) == 4
+    assert sum("--wake-probe" in c for c in calls) == 1
+
+    text = capsys.readouterr().out
+    fastbench_lines = [line.split(" coalesce ")[0].split(maxsplit=2)[2].strip() for line in text.splitlines()
+                       if line.startswith("  rep ") and " fastbench" in line]
+    assert fastbench_lines == ["fastbench (base)", "fastbench"] * 2 + ["fastbench", "fastbench (base)"] * 2
+    assert "| fastbench (base) | 0.0 ms |" in text and "| fastbench | 0.0 ms |" in text
+    assert "this/base per rep" in text and "load average at start" in text and "at the end" in text
+
+    doc = json.loads(out.read_text())
+    assert doc["builds"]["base"]["python"] == str(base_python)
+    assert len(doc["wake_cost"]) == 3  # the C loop, this build's path, the base's
+    for key in ("fastbench coalesce_us=0", "fastbench coalesce_us=1000"):
+        this, base = doc[key], doc[key.replace("fastbench", "fastbench (base)")]
+        assert doc["paired_ratios_this_over_base"][key] == pytest.approx(
+            [t["cpu_us_per_chunk"] / b["cpu_us_per_chunk"] for t, b in zip(this, base)])
+    assert len(doc["load_average"]["start"]) == len(doc["load_average"]["end"]) == 3
+
+
+def test_a_revision_built_before_is_reused_and_a_bad_one_refused(tmp_path: Path) -> None:
+    """A revision whose build the cache holds, finished, is that build's python: nothing is built
+    again. A name that is neither a path nor a revision is refused before anything runs."""
+    other_build = load_bench_module("other_build")
+    commit = other_build.commit_of("HEAD")
+    python = tmp_path / commit / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    (python.parents[1] / other_build.BUILT).touch()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    build = other_build.resolve("HEAD", cache=tmp_path)
+    assert build.python == str(python) and build.label == f"HEAD ({commit[:7]})"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted([*before, f"{commit}.lock"])
+    with pytest.raises(ValueError, match="neither a python, a venv nor a git revision"):
+        other_build.resolve(str(tmp_path / "no-such-venv"), cache=tmp_path)
+
+
+def test_a_build_whose_wake_probe_fails_loses_only_its_probe(tmp_path: Path) -> None:
+    """The probe runs this script on each build's core; a build it does not fit (here a python that
+    exits 1) leaves its entry without a figure and the error, after minutes of runs that still stand."""
+    exe, _ = cpu_floor.build_floor_client(tmp_path)
+    c_loop, this, failed = cpu_floor.wake_costs(exe, 0.1, 2000, None, (sys.executable, "/bin/false"))
+    assert c_loop["wakeups"] > 0 and this["cpu_us_per_wakeup"] > 0
+    assert failed["cpu_us_per_wakeup"] is None and failed["error"]
