@@ -27,12 +27,12 @@ import uvloop
 from support.bench import load_bench_module
 from support.sanitizer import SANITIZER_REASON, UNDER_SANITIZER
 from support.timing import until_a_round_passes
+from fastbench import atomicfile
 from fastbench.api import validation as fv
 from fastbench.cli import validate as validate_cli
 from fastbench.exceptions import ServerError
 from fastbench.load.driver import LoadGenerator
 from fastbench.load.plan import LoadPlan, Target
-from fastbench.results import writers as report_files
 from fastbench.results.figures import client_lateness_ns
 from fastbench.results.records import COL, NCOLS, RunData
 from fastbench.synthetic import SyntheticServer
@@ -340,7 +340,7 @@ def test_validate_json_that_fails_after_the_run_still_shows_the_report(
     def disk_full(path: str | os.PathLike[str], data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(report_files, "write_bytes_atomic", disk_full)
+    monkeypatch.setattr(atomicfile, "write_bytes_atomic", disk_full)
     out = tmp_path / "report.json"
     rc = validate_cli.main(["--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--itl-ms", "2",
                   "--ttft-ms", "2", "--quiet", "--json", str(out)])

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import orjson
 
+from fastbench import atomicfile
 from fastbench.api.lookups import STREAMED_BACKENDS, STREAMED_ENDPOINTS, check_base_url, check_tokens_per_chunk
 from fastbench.api.validation import DEFAULT_OUTPUT_LEN, ENDPOINT, checked_settings, validate_client
 from fastbench.api.validation_whole import WHOLE_BACKENDS, validate_whole
-from fastbench.atomicfile import write_bytes_atomic
 from fastbench.cli.argfields import from_args
 from fastbench.cli.argtypes import HelpFormatter, Parser, coalesce_window
 from fastbench.exceptions import ConfigError, FastbenchError
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(text.decode() + "\n")
         else:
             try:
-                write_bytes_atomic(ns.json, text + b"\n")
+                atomicfile.write_bytes_atomic(ns.json, text + b"\n")
             except OSError as exc:  # disk full, the directory gone: the table at least is shown
                 if ns.quiet:
                     print(report.render())
@@ -157,7 +157,7 @@ def _whole(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
         if ns.json == "-":
             sys.stdout.write(data.decode())
         else:
-            write_bytes_atomic(ns.json, data)
+            atomicfile.write_bytes_atomic(ns.json, data)
     return 0 if report.passed else 1
 
 
