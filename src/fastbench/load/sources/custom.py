@@ -27,7 +27,6 @@ server's /tokenize, or an estimate) and asks for the output length given. vLLM 0
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import os
@@ -41,7 +40,7 @@ from fastbench.datasetoptions import CustomOptions, SpecBenchOptions
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Messages
 from fastbench.load.sources import Context
-from fastbench.load.sources.lines import JsonLinesFile
+from fastbench.load.sources.lines import JsonLinesFile, drawn_chunks
 
 _ROLES = ("system", "user", "assistant", "developer", "tool")
 
@@ -72,11 +71,7 @@ async def offer(ctx: Context) -> str:
         drawn = _lines(config, file)
         shuffled = config.dataset_order == "random"
         read = 0
-        while selector.remaining > 0:
-            # in a thread: the first draw of a random order scans the file
-            chunk = await asyncio.to_thread(list, itertools.islice(drawn, max(selector.remaining, 16)))
-            if not chunk:
-                break
+        async for chunk in drawn_chunks(drawn, lambda: selector.remaining):
             read += len(chunk)
             conversation = next((line for line in chunk if isinstance(line.prompt, Messages)), None)
             if conversation is not None and not ctx.chat:

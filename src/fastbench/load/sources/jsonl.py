@@ -11,7 +11,6 @@ order, the scan for where they start.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import os
@@ -22,7 +21,7 @@ from fastbench.config import BenchConfig
 from fastbench.exceptions import DatasetError
 from fastbench.load.screening import Candidate, Prompt
 from fastbench.load.sources import Context
-from fastbench.load.sources.lines import JsonLinesFile
+from fastbench.load.sources.lines import JsonLinesFile, drawn_chunks
 from fastbench.load.tokens import SOURCE_TOKEN_IDS
 
 _EXPECTED = "a JSON object with a 'prompt'"
@@ -44,11 +43,7 @@ async def offer(ctx: Context) -> str:
     with JsonLinesFile(path, "jsonl", expected=_EXPECTED) as file:
         drawn = _lines(file.drawn(config.dataset_order, config.seed), config.max_tokens)
         read = 0
-        while selector.remaining > 0:
-            # in a thread: the first draw of a random order scans the file
-            chunk = await asyncio.to_thread(list, itertools.islice(drawn, max(selector.remaining, 16)))
-            if not chunk:
-                break
+        async for chunk in drawn_chunks(drawn, lambda: selector.remaining):
             read += len(chunk)
             prompts: list[Prompt] = []
             for item in chunk:

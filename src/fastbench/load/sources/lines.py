@@ -12,15 +12,19 @@ only some lines (``keep``: Spec-Bench's category) must parse every line to know 
 from __future__ import annotations
 
 import array
+import asyncio
 import io
+import itertools
 import random
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
 
 import orjson
 
 from fastbench.exceptions import DatasetError
 from fastbench.load.sources import array_hint, open_dataset_file
+
+_Line = TypeVar("_Line")
 
 __all__ = ("JsonLinesFile",)
 
@@ -107,3 +111,14 @@ class JsonLinesFile:
             raise DatasetError(f"{where}: expected {self.expected}, found a {type(obj).__name__}"
                                f"{array_hint(lineno, isinstance(obj, list))}")
         return lineno, where, obj
+
+
+async def drawn_chunks(drawn: Iterator[_Line], remaining: Callable[[], int]) -> AsyncIterator[list[_Line]]:
+    """The lines ``drawn``, in chunks of what the run still wants (``remaining()``, 16 at least), until it
+    wants none or the file ends; each chunk read in a thread, since the first draw of a random order scans
+    the file."""
+    while (wanted := remaining()) > 0:
+        chunk = await asyncio.to_thread(list, itertools.islice(drawn, max(wanted, 16)))
+        if not chunk:
+            return
+        yield chunk
